@@ -1,0 +1,46 @@
+"""kquota: Apache Kafka's client quotas (KIP-13, KIP-124, KIP-219) with a Rust core.
+
+>>> import kquota
+>>> produce = kquota.QuotaManager("produce")
+>>> produce.set_quota(kquota.Entity(user="alice"), 1_048_576)
+>>> produce.record("alice", "app-1", 4096, now_ms=0)
+0
+"""
+
+from kquota._core import (
+    DEFAULT,
+    UNLIMITED,
+    Check,
+    Entity,
+    QuotaManager,
+    SampledRate,
+    __version__,
+    monotonic_ms,
+    sanitize_user,
+)
+from kquota.exceptions import (
+    InvalidConfigError,
+    InvalidQuotaError,
+    InvalidUsageError,
+    InvalidValueError,
+    KquotaError,
+    ScenarioError,
+)
+
+__all__ = [
+    "DEFAULT",
+    "UNLIMITED",
+    "Check",
+    "Entity",
+    "InvalidConfigError",
+    "InvalidQuotaError",
+    "InvalidUsageError",
+    "InvalidValueError",
+    "KquotaError",
+    "QuotaManager",
+    "SampledRate",
+    "ScenarioError",
+    "__version__",
+    "monotonic_ms",
+    "sanitize_user",
+]

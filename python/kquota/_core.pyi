@@ -1,0 +1,215 @@
+"""Type stubs for ``kquota._core``, the compiled binding over the Rust core.
+
+Everything here is re-exported from :mod:`kquota`; import it from there.
+Times are integer milliseconds. Every ``now_ms`` parameter is optional: when it
+is omitted the core reads a monotonic clock (milliseconds since an arbitrary
+origin), so use either caller-supplied times or the clock with one manager,
+not both.
+"""
+
+from typing import Final, Literal, Sequence, final
+
+import numpy as np
+import numpy.typing as npt
+
+__version__: Final[str]
+
+DEFAULT: Final[str]
+"""The ``<default>`` entity marker, as in ``kafka-configs --entity-default``."""
+
+UNLIMITED: Final[float]
+"""The bound a sensor enforces when no quota applies: the double nearest 2**63 - 1."""
+
+QuotaType = Literal["produce", "fetch", "request"]
+
+def monotonic_ms() -> int:
+    """The clock the core uses when ``now_ms`` is omitted."""
+
+def sanitize_user(principal: str) -> str:
+    """A principal name in Kafka's sanitized form (URL-encoded UTF-8, ``%20`` and ``%2A``)."""
+
+@final
+class Entity:
+    """A quota entity: ``<user>``, ``<client-id>`` or ``<user, client-id>``.
+
+    ``None`` leaves a dimension out; :data:`DEFAULT` is the default entity of that
+    dimension. At least one of the two must be given. Entities are immutable and
+    hashable.
+    """
+
+    def __init__(self, user: str | None = None, client_id: str | None = None) -> None: ...
+    @property
+    def user(self) -> str | None: ...
+    @property
+    def client_id(self) -> str | None: ...
+    def __eq__(self, other: object) -> bool: ...
+    def __hash__(self) -> int: ...
+
+@final
+class Check:
+    """The outcome of a quota-checked record on a :class:`SampledRate`."""
+
+    @property
+    def violated(self) -> bool: ...
+    @property
+    def throttle_ms(self) -> int:
+        """Kafka's throttle time as a 64-bit integer (0 when not violated)."""
+    @property
+    def rate(self) -> float | None:
+        """The rate measured by the check, or ``None`` when no bound was set."""
+
+@final
+class SampledRate:
+    """One Kafka ``Rate`` over sampled windows, with an optional upper bound.
+
+    ``num_samples`` samples of ``window_ms`` each (Kafka's quota defaults: 11 x 1000).
+    Safe to share between threads.
+    """
+
+    def __init__(
+        self, num_samples: int = 11, window_ms: int = 1000, quota: float | None = None
+    ) -> None: ...
+    @property
+    def num_samples(self) -> int: ...
+    @property
+    def window_ms(self) -> int: ...
+    @property
+    def quota(self) -> float | None: ...
+    def set_quota(self, quota: float | None) -> None:
+        """Replace the bound (``None`` removes it); samples are kept."""
+    def record(self, value: float, now_ms: int | None = None) -> Check:
+        """Record ``value`` (any finite float) and check the bound, as ``Sensor.record``."""
+    def record_no_check(self, value: float, now_ms: int | None = None) -> None:
+        """Record ``value`` without checking (or measuring) anything."""
+    def measure(self, now_ms: int | None = None) -> float:
+        """The rate per second at ``now_ms``. Measuring purges obsolete samples, as in Kafka."""
+
+@final
+class QuotaManager:
+    """Kafka's client-quota manager for one quota type.
+
+    ``quota_type`` is ``"produce"`` or ``"fetch"`` (bytes/s, values are bytes) or
+    ``"request"`` (percent of one thread, values are handler-thread nanoseconds).
+    ``window_ms`` must be a whole number of seconds (``quota.window.size.seconds``).
+    Sensors idle for more than ``sensor_expiry_ms`` are removed by
+    :meth:`expire_sensors`. Safe to share between threads.
+    """
+
+    def __init__(
+        self,
+        quota_type: QuotaType,
+        *,
+        num_samples: int = 11,
+        window_ms: int = 1000,
+        sensor_expiry_ms: int = 3_600_000,
+    ) -> None: ...
+    @property
+    def quota_type(self) -> QuotaType: ...
+    @property
+    def num_samples(self) -> int: ...
+    @property
+    def window_ms(self) -> int: ...
+    @property
+    def sensor_expiry_ms(self) -> int: ...
+    @property
+    def enabled(self) -> bool:
+        """Whether any quota was ever set or removed (Kafka measures nothing until then)."""
+
+    # -- configuration -----------------------------------------------------------
+    def set_quota(self, entity: Entity, value: float) -> None:
+        """Set the override for ``entity``: a finite value > 0. Effective on the next record."""
+    def remove_quota(self, entity: Entity) -> None:
+        """Delete the override for ``entity`` (a no-op on the bound if there is none)."""
+    def quota(self, entity: Entity) -> float | None:
+        """The override configured for exactly ``entity``, or ``None``."""
+    def quotas(self) -> list[tuple[Entity, float]]:
+        """Every override, in no particular order."""
+
+    # -- the request path ----------------------------------------------------------
+    def tags(self, user: str, client_id: str) -> tuple[str, str]:
+        """The ``(user, client-id)`` metric tags the client's requests are recorded under."""
+    def quota_for(self, user: str, client_id: str) -> float | None:
+        """The bound that applies to the client now, or ``None`` when none does."""
+    def record(self, user: str, client_id: str, value: float, now_ms: int | None = None) -> int:
+        """Record usage with a quota check; return Kafka's throttle time in ms.
+
+        This is ``maybeRecordAndGetThrottleTimeMs``: the value is a 32-bit int exactly
+        as Kafka computes it, so a pathological quota can wrap it negative. A value
+        ``<= 0`` means "not throttled". It does not throttle the channel: call
+        :meth:`throttle` with the throttle you apply, and for fetches :meth:`unrecord`
+        the bytes you did not send.
+        """
+    def unrecord(self, user: str, client_id: str, value: float, now_ms: int | None = None) -> None:
+        """Take back ``value`` recorded earlier (a throttled fetch), without a check."""
+    def record_no_throttle(
+        self, user: str, client_id: str, value: float, now_ms: int | None = None
+    ) -> None:
+        """Record usage without a check (e.g. network-thread time after the response)."""
+    def throttle(
+        self,
+        user: str,
+        client_id: str,
+        throttle_ms: int,
+        now_ms: int | None = None,
+        channel: int = 0,
+    ) -> int:
+        """Account a throttle of ``throttle_ms`` > 0: throttle-time sensor and delay queue.
+
+        Returns the time (ms) at which the channel's mute ends. ``channel`` is an id of
+        yours that :meth:`expired_channels` hands back when the mute has ended.
+        """
+    def expired_channels(self, now_ms: int | None = None) -> list[int]:
+        """Remove the delay-queue entries ending at or before ``now_ms``; return their channels."""
+    def queue_size(self) -> int:
+        """Throttled channels waiting in the delay queue (Kafka's ``queue-size``)."""
+    def max_value_in_quota_window(
+        self, user: str, client_id: str, now_ms: int | None = None
+    ) -> float:
+        """The fetch-size cap: ``bound * (num_samples - 1) * window_seconds``."""
+
+    # -- reading -----------------------------------------------------------------
+    def measure(self, user: str, client_id: str, now_ms: int | None = None) -> float | None:
+        """The client's current rate (purges, like a JMX read), or ``None`` with no sensor."""
+    def bound(self, user: str, client_id: str) -> float | None:
+        """The bound the client's existing sensor enforces, or ``None`` with no sensor."""
+    def throttle_time_avg(
+        self, user: str, client_id: str, now_ms: int | None = None
+    ) -> float | None:
+        """The throttle-time average (NaN with no throttles), ``None`` with no sensor."""
+    def expire_sensors(self, now_ms: int | None = None) -> list[str]:
+        """Remove sensors idle for longer than the expiry; return their Kafka names, sorted."""
+    def sensor_names(self) -> list[str]:
+        """Kafka names of the live sensors, sorted."""
+
+    # -- batch (back-testing) ------------------------------------------------------
+    def record_batch(
+        self,
+        now_ms: npt.NDArray[np.int64],
+        key_index: npt.NDArray[np.int64],
+        values: npt.NDArray[np.float64],
+        keys: Sequence[tuple[str, str]],
+        unrecord_if: npt.NDArray[np.bool_] | None = None,
+    ) -> npt.NDArray[np.int32]:
+        """Record many requests in order, with the GIL released.
+
+        Event ``i`` is ``record(*keys[key_index[i]], values[i], now_ms[i])``. For a
+        ``fetch`` manager a throttled fetch (its throttle > 0, or ``unrecord_if[i]``,
+        e.g. because the request quota throttled it) is then unrecorded, as the broker
+        does. Returns the throttle of every event, equal to calling :meth:`record` one
+        event at a time.
+        """
+
+class KquotaError(Exception):
+    """The base of every error kquota raises."""
+
+class InvalidValueError(KquotaError, ValueError):
+    """A value outside what kquota (and Kafka) accepts; the message names it."""
+
+class InvalidConfigError(InvalidValueError):
+    """A malformed configuration: window, samples, quota type or entity."""
+
+class InvalidQuotaError(InvalidValueError):
+    """A quota value that is zero, negative, NaN or infinite."""
+
+class InvalidUsageError(InvalidValueError):
+    """A recorded usage that is negative, NaN or infinite."""

@@ -1,0 +1,340 @@
+//! Quota entities, Kafka's 8-level precedence and the metric tags a request resolves to
+//! (spec section 6).
+
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::fmt;
+use std::hash::{Hash, Hasher};
+
+use crate::error::{Error, Result};
+
+/// The marker of a default entity (`kafka-configs --entity-default`).
+pub const DEFAULT_MARKER: &str = "<default>";
+
+/// One dimension of an entity: the default entity or a name.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum EntityName {
+    /// `<default>`: every user (or client id) that has no quota of its own.
+    Default,
+    /// A user principal (as the client authenticates, not sanitized) or a client id.
+    Named(String),
+}
+
+impl EntityName {
+    /// `"<default>"` is the default marker; anything else is a name.
+    pub fn parse(name: &str) -> EntityName {
+        if name == DEFAULT_MARKER {
+            EntityName::Default
+        } else {
+            EntityName::Named(name.to_owned())
+        }
+    }
+
+    /// The name as written in configs: `<default>` or the name.
+    pub fn as_str(&self) -> &str {
+        match self {
+            EntityName::Default => DEFAULT_MARKER,
+            EntityName::Named(name) => name,
+        }
+    }
+}
+
+/// A quota entity: `<user>`, `<client-id>` or `<user, client-id>`, each named or default.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct QuotaEntity {
+    user: Option<EntityName>,
+    client_id: Option<EntityName>,
+}
+
+/// The enabled-levels bit of client-id entities.
+pub const CLIENT_LEVEL: u8 = 1;
+/// The enabled-levels bit of user entities.
+pub const USER_LEVEL: u8 = 2;
+/// The enabled-levels bit of user + client-id entities.
+pub const USER_CLIENT_LEVEL: u8 = 4;
+
+impl QuotaEntity {
+    /// An entity; at least one dimension must be given.
+    pub fn new(user: Option<EntityName>, client_id: Option<EntityName>) -> Result<Self> {
+        if user.is_none() && client_id.is_none() {
+            return Err(Error::InvalidConfig(
+                "invalid entity: give a user, a client id or both (use \"<default>\" for the \
+                 default entity)"
+                    .to_owned(),
+            ));
+        }
+        Ok(QuotaEntity { user, client_id })
+    }
+
+    /// An entity from optional strings, `"<default>"` meaning the default entity.
+    pub fn parse(user: Option<&str>, client_id: Option<&str>) -> Result<Self> {
+        QuotaEntity::new(user.map(EntityName::parse), client_id.map(EntityName::parse))
+    }
+
+    /// The user dimension.
+    pub fn user(&self) -> Option<&EntityName> {
+        self.user.as_ref()
+    }
+
+    /// The client-id dimension.
+    pub fn client_id(&self) -> Option<&EntityName> {
+        self.client_id.as_ref()
+    }
+
+    /// The bit this entity's shape sets in the enabled-levels mask.
+    pub fn level_bit(&self) -> u8 {
+        match (&self.user, &self.client_id) {
+            (Some(_), Some(_)) => USER_CLIENT_LEVEL,
+            (Some(_), None) => USER_LEVEL,
+            _ => CLIENT_LEVEL,
+        }
+    }
+
+    /// Whether either dimension is `<default>`.
+    pub fn involves_default(&self) -> bool {
+        self.user == Some(EntityName::Default) || self.client_id == Some(EntityName::Default)
+    }
+
+    /// The key under which the override is stored: users sanitized, as Kafka stores them.
+    pub(crate) fn key(&self) -> EntityKey {
+        let sanitized = |name: &EntityName| match name {
+            EntityName::Default => Level::Default,
+            EntityName::Named(n) => Level::Named(sanitize_user(n).into_owned()),
+        };
+        let raw = |name: &EntityName| match name {
+            EntityName::Default => Level::Default,
+            EntityName::Named(n) => Level::Named(n.clone()),
+        };
+        EntityKey {
+            user: self.user.as_ref().map(sanitized).unwrap_or(Level::Absent),
+            client: self.client_id.as_ref().map(raw).unwrap_or(Level::Absent),
+        }
+    }
+}
+
+impl fmt::Display for QuotaEntity {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match (&self.user, &self.client_id) {
+            (Some(u), Some(c)) => write!(f, "user {:?}, client-id {:?}", u.as_str(), c.as_str()),
+            (Some(u), None) => write!(f, "user {:?}", u.as_str()),
+            (None, Some(c)) => write!(f, "client-id {:?}", c.as_str()),
+            (None, None) => f.write_str("no entity"),
+        }
+    }
+}
+
+/// One dimension of an override key.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(crate) enum Level {
+    Absent,
+    Default,
+    Named(String),
+}
+
+/// An override's identity: sanitized user and raw client id.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(crate) struct EntityKey {
+    user: Level,
+    client: Level,
+}
+
+impl EntityKey {
+    fn new(user: Level, client: Level) -> Self {
+        EntityKey { user, client }
+    }
+}
+
+/// The quota overrides of one manager and the levels ever touched.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Overrides {
+    /// Bits of [`CLIENT_LEVEL`], [`USER_LEVEL`], [`USER_CLIENT_LEVEL`]; never cleared.
+    pub enabled: u8,
+    by_key: HashMap<EntityKey, (QuotaEntity, f64)>,
+}
+
+impl Overrides {
+    /// Sets (`Some`) or removes (`None`) the override of `entity`; either way its level
+    /// becomes enabled, as in Kafka at the pinned commit.
+    pub fn apply(&mut self, entity: &QuotaEntity, value: Option<f64>) {
+        self.enabled |= entity.level_bit();
+        let key = entity.key();
+        match value {
+            Some(v) => {
+                self.by_key.insert(key, (entity.clone(), v));
+            }
+            None => {
+                self.by_key.remove(&key);
+            }
+        }
+    }
+
+    /// The override of exactly `entity`.
+    pub fn get(&self, entity: &QuotaEntity) -> Option<f64> {
+        self.by_key.get(&entity.key()).map(|(_, v)| *v)
+    }
+
+    /// Every override.
+    pub fn iter(&self) -> impl Iterator<Item = (&QuotaEntity, f64)> {
+        self.by_key.values().map(|(e, v)| (e, *v))
+    }
+
+    fn value(&self, user: Level, client: Level) -> Option<f64> {
+        self.by_key.get(&EntityKey::new(user, client)).map(|(_, v)| *v)
+    }
+
+    fn exists(&self, user: Level, client: Level) -> bool {
+        self.value(user, client).is_some()
+    }
+
+    /// The metric tags `(user, client-id)` of a request from sanitized user `user` with
+    /// client id `client` (section 6.3).
+    pub fn tags(&self, user: &str, client: &str) -> (String, String) {
+        let named = |s: &str| Level::Named(s.to_owned());
+        match self.enabled {
+            0 | CLIENT_LEVEL => (String::new(), client.to_owned()),
+            USER_LEVEL => (user.to_owned(), String::new()),
+            USER_CLIENT_LEVEL => (user.to_owned(), client.to_owned()),
+            _ => {
+                let both = (user.to_owned(), client.to_owned());
+                let user_only = (user.to_owned(), String::new());
+                if self.exists(named(user), named(client))
+                    || self.exists(named(user), Level::Default)
+                {
+                    both
+                } else if self.exists(named(user), Level::Absent) {
+                    user_only
+                } else if self.exists(Level::Default, named(client))
+                    || self.exists(Level::Default, Level::Default)
+                {
+                    both
+                } else if self.exists(Level::Default, Level::Absent) {
+                    user_only
+                } else {
+                    (String::new(), client.to_owned())
+                }
+            }
+        }
+    }
+
+    /// The quota that applies to a sensor with these tags, `None` when none does
+    /// (section 6.4).
+    pub fn quota_limit(&self, user: &str, client: &str) -> Option<f64> {
+        let named = |s: &str| Level::Named(s.to_owned());
+        match (user.is_empty(), client.is_empty()) {
+            (false, false) => self
+                .value(named(user), named(client))
+                .or_else(|| self.value(named(user), Level::Default))
+                .or_else(|| self.value(Level::Default, named(client)))
+                .or_else(|| self.value(Level::Default, Level::Default)),
+            (false, true) => self
+                .value(named(user), Level::Absent)
+                .or_else(|| self.value(Level::Default, Level::Absent)),
+            (true, false) => self
+                .value(Level::Absent, named(client))
+                .or_else(|| self.value(Level::Absent, Level::Default)),
+            (true, true) => None,
+        }
+    }
+}
+
+/// Kafka's sanitized form of a principal name: URL-encoded UTF-8 (letters, digits and
+/// `.-_*` kept), then `+` as `%20` and `*` as `%2A`. Borrows when nothing changes.
+pub fn sanitize_user(name: &str) -> Cow<'_, str> {
+    let keep = |b: u8| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b'_');
+    if name.bytes().all(keep) {
+        return Cow::Borrowed(name);
+    }
+    const HEX: &[u8; 16] = b"0123456789ABCDEF";
+    let mut out = String::with_capacity(name.len() * 3);
+    for b in name.bytes() {
+        if keep(b) {
+            out.push(b as char);
+        } else if b == b' ' {
+            out.push_str("%20");
+        } else {
+            out.push('%');
+            out.push(HEX[usize::from(b >> 4)] as char);
+            out.push(HEX[usize::from(b & 15)] as char);
+        }
+    }
+    Cow::Owned(out)
+}
+
+/// An owned `(a, b)` string pair: the key of sensors (by tags) and of resolved clients.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(crate) struct Pair {
+    a: Box<str>,
+    b: Box<str>,
+}
+
+impl Pair {
+    pub fn new(a: &str, b: &str) -> Pair {
+        Pair { a: a.into(), b: b.into() }
+    }
+
+    pub fn first(&self) -> &str {
+        &self.a
+    }
+
+    pub fn second(&self) -> &str {
+        &self.b
+    }
+}
+
+/// A borrowed `(a, b)` that looks up a [`Pair`] without allocating.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct PairRef<'a>(pub &'a str, pub &'a str);
+
+impl Hash for PairRef<'_> {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        // Must hash exactly as the derived `Hash` of `Pair` does.
+        self.0.hash(state);
+        self.1.hash(state);
+    }
+}
+
+impl papaya::Equivalent<Pair> for PairRef<'_> {
+    fn equivalent(&self, key: &Pair) -> bool {
+        *key.a == *self.0 && *key.b == *self.1
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sanitizes_like_java_url_encoder() {
+        assert_eq!(sanitize_user("alice"), "alice");
+        assert_eq!(sanitize_user("User:CN=a b"), "User%3ACN%3Da%20b");
+        assert_eq!(sanitize_user("a+b*c"), "a%2Bb%2Ac");
+        assert_eq!(sanitize_user("<default>"), "%3Cdefault%3E");
+        assert_eq!(sanitize_user("é"), "%C3%A9");
+        assert_eq!(sanitize_user("~"), "%7E");
+    }
+
+    #[test]
+    fn entity_needs_a_dimension() {
+        assert!(QuotaEntity::parse(None, None).is_err());
+        let e = QuotaEntity::parse(Some("<default>"), Some("app")).unwrap();
+        assert_eq!(e.user(), Some(&EntityName::Default));
+        assert!(e.involves_default());
+        assert_eq!(e.level_bit(), USER_CLIENT_LEVEL);
+    }
+
+    #[test]
+    fn precedence_walk() {
+        let mut o = Overrides::default();
+        let set = |o: &mut Overrides, u: Option<&str>, c: Option<&str>, v: f64| {
+            o.apply(&QuotaEntity::parse(u, c).unwrap(), Some(v))
+        };
+        set(&mut o, Some("<default>"), None, 6000.0);
+        set(&mut o, None, Some("app1"), 7000.0);
+        assert_eq!(o.tags("bob", "app1"), ("bob".to_owned(), String::new()));
+        assert_eq!(o.quota_limit("bob", ""), Some(6000.0));
+        set(&mut o, Some("<default>"), Some("<default>"), 5000.0);
+        assert_eq!(o.tags("bob", "app1"), ("bob".to_owned(), "app1".to_owned()));
+        assert_eq!(o.quota_limit("bob", "app1"), Some(5000.0));
+        assert_eq!(o.quota_limit("", ""), None);
+    }
+}

@@ -1,0 +1,41 @@
+//! kquota-core: Apache Kafka's client-quota arithmetic, exact to the bit and lock-free.
+//!
+//! * [`samples`]: sampled windows as Kafka's `SampledStat` keeps them.
+//! * [`quota`]: the bound check and the throttle-time formula.
+//! * [`rate::SampledRate`]: one thread-safe rate sensor with an optional bound.
+//! * [`manager::QuotaManager`]: Kafka's client-quota manager for one quota type
+//!   (entities, precedence, shared sensors, dynamic quotas, expiry, delay queue).
+//!
+//! Everything is safe to call from many threads at once; no operation takes a lock.
+//! The spec is `shared/docs/kafka-quota-semantics.md`.
+
+pub mod cow;
+#[cfg(not(loom))]
+pub mod delay_queue;
+#[cfg(not(loom))]
+pub mod entity;
+pub mod error;
+pub mod javamath;
+#[cfg(not(loom))]
+pub mod manager;
+pub mod quota;
+pub mod rate;
+pub mod samples;
+
+#[cfg(not(loom))]
+pub use entity::{sanitize_user, EntityName, QuotaEntity, DEFAULT_MARKER};
+pub use error::{Error, Result};
+#[cfg(not(loom))]
+pub use manager::{QuotaManager, QuotaType, SensorSnapshot, DEFAULT_SENSOR_EXPIRY_MS};
+pub use quota::{Check, UNLIMITED};
+pub use rate::SampledRate;
+pub use samples::WindowConfig;
+
+/// Milliseconds on a monotonic clock (since the first call in this process); what the
+/// callers use when they pass no time.
+pub fn monotonic_ms() -> i64 {
+    use std::sync::OnceLock;
+    use std::time::Instant;
+    static ORIGIN: OnceLock<Instant> = OnceLock::new();
+    ORIGIN.get_or_init(Instant::now).elapsed().as_millis() as i64
+}

@@ -1,0 +1,770 @@
+//! [`QuotaManager`]: Kafka's client-quota manager for one quota type (spec sections 5-11).
+//!
+//! Lock-free throughout: the quota configuration is one copy-on-write snapshot, sensors
+//! live in lock-free hash maps keyed by their metric tags, each sensor's samples are a
+//! copy-on-write cell, and a resolution cache maps a client (principal, client id) to
+//! its sensors for as long as the configuration it was resolved under is current.
+
+use std::fmt;
+use std::str::FromStr;
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering::Relaxed};
+use std::sync::Arc;
+
+use crate::cow::{pin, CowCell, Guard};
+use crate::delay_queue::DelayQueue;
+use crate::entity::{sanitize_user, Overrides, Pair, PairRef, QuotaEntity};
+use crate::error::{check_quota, check_usage, Error, Result};
+use crate::javamath::long_to_int;
+use crate::quota::{check_bound, Check, UNLIMITED};
+use crate::samples::{Samples, WindowConfig};
+
+type Map<K, V> = papaya::HashMap<K, V, foldhash::fast::RandomState>;
+
+/// Kafka's sensor-expiry time for quota sensors: one hour without a record.
+pub const DEFAULT_SENSOR_EXPIRY_MS: i64 = 3_600_000;
+
+/// Percent of one thread per second for one nanosecond of thread time (KIP-124).
+const NANOS_TO_PERCENT: f64 = 100.0 / 1_000_000_000.0;
+
+/// The three client-quota types.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum QuotaType {
+    /// Produce bytes per second (`producer_byte_rate`).
+    Produce,
+    /// Fetch bytes per second (`consumer_byte_rate`).
+    Fetch,
+    /// Request-handler time, percent of one thread (`request_percentage`).
+    Request,
+}
+
+impl QuotaType {
+    /// All types, in Kafka's order.
+    pub const ALL: [QuotaType; 3] = [QuotaType::Produce, QuotaType::Fetch, QuotaType::Request];
+
+    /// `"produce"`, `"fetch"` or `"request"`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            QuotaType::Produce => "produce",
+            QuotaType::Fetch => "fetch",
+            QuotaType::Request => "request",
+        }
+    }
+
+    /// Kafka's metric group and sensor-name prefix: `Produce`, `Fetch`, `Request`.
+    pub fn group(self) -> &'static str {
+        match self {
+            QuotaType::Produce => "Produce",
+            QuotaType::Fetch => "Fetch",
+            QuotaType::Request => "Request",
+        }
+    }
+}
+
+impl FromStr for QuotaType {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<Self> {
+        QuotaType::ALL.into_iter().find(|t| t.as_str() == s).ok_or_else(|| {
+            Error::InvalidConfig(format!(
+                "unknown quota type {s:?}: expected \"produce\", \"fetch\" or \"request\""
+            ))
+        })
+    }
+}
+
+impl fmt::Display for QuotaType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The configuration snapshot: overrides, enabled levels and a generation that every
+/// change bumps (sensors and cached resolutions compare it to know they are current).
+#[derive(Clone, Default)]
+struct QuotaConfig {
+    generation: u64,
+    overrides: Overrides,
+}
+
+#[derive(Clone)]
+struct QuotaState {
+    samples: Samples,
+    /// The bound this sensor enforces, valid for configuration `generation`.
+    bound: f64,
+    generation: u64,
+}
+
+/// A quota sensor (`<Type>-<user>:<client-id>`): one `Rate` with the entity's bound.
+struct QuotaSensor {
+    tags: Pair,
+    state: CowCell<QuotaState>,
+    last_record: AtomicI64,
+    removed: AtomicBool,
+}
+
+impl QuotaSensor {
+    fn new(tags: Pair, config: &QuotaConfig, now: i64) -> Self {
+        let bound = bound_of(&tags, config);
+        QuotaSensor {
+            tags,
+            state: CowCell::new(QuotaState {
+                samples: Samples::new(),
+                bound,
+                generation: config.generation,
+            }),
+            last_record: AtomicI64::new(now),
+            removed: AtomicBool::new(false),
+        }
+    }
+
+    /// The bound in force: the stored one, or a fresh one if the configuration changed.
+    fn bound(&self, state: &QuotaState, config: &QuotaConfig) -> f64 {
+        if state.generation == config.generation {
+            state.bound
+        } else {
+            bound_of(&self.tags, config)
+        }
+    }
+
+    fn record(
+        &self,
+        config: &QuotaConfig,
+        window: &WindowConfig,
+        value: f64,
+        now: i64,
+        check: bool,
+        guard: &Guard,
+    ) -> Check {
+        self.last_record.store(now, Relaxed);
+        self.state.update(guard, |s| {
+            if s.generation != config.generation {
+                s.bound = bound_of(&self.tags, config);
+                s.generation = config.generation;
+            }
+            s.samples.record(window, value, now);
+            if check {
+                check_bound(&mut s.samples, window, s.bound, now)
+            } else {
+                Check::UNCHECKED
+            }
+        })
+    }
+
+    fn measure(&self, window: &WindowConfig, now: i64, guard: &Guard) -> f64 {
+        let unchanged = self.state.read(guard, |s| {
+            (!s.samples.measure_mutates(window, now))
+                .then(|| s.samples.rate_unchanged(window, now).0)
+        });
+        unchanged
+            .unwrap_or_else(|| self.state.update(guard, |s| s.samples.measure_rate(window, now).0))
+    }
+
+    fn expired(&self, now: i64, expiry_ms: i64) -> bool {
+        now.saturating_sub(self.last_record.load(Relaxed)) > expiry_ms
+    }
+}
+
+/// A throttle-time sensor (`<Type>ThrottleTime-<user>:<client-id>`): an `Avg` over the
+/// broker's default metric windows (2 x 30 s).
+struct ThrottleSensor {
+    samples: CowCell<Samples>,
+    last_record: AtomicI64,
+    removed: AtomicBool,
+}
+
+impl ThrottleSensor {
+    const WINDOW: WindowConfig = WindowConfig::METRICS_DEFAULT;
+
+    fn new(now: i64) -> Self {
+        ThrottleSensor {
+            samples: CowCell::new(Samples::new()),
+            last_record: AtomicI64::new(now),
+            removed: AtomicBool::new(false),
+        }
+    }
+
+    fn record(&self, throttle_ms: f64, now: i64, guard: &Guard) {
+        self.last_record.store(now, Relaxed);
+        self.samples.update(guard, |s| s.record(&Self::WINDOW, throttle_ms, now));
+    }
+
+    fn average(&self, now: i64, guard: &Guard) -> f64 {
+        self.samples.update(guard, |s| s.measure_avg(&Self::WINDOW, now))
+    }
+
+    fn expired(&self, now: i64, expiry_ms: i64) -> bool {
+        now.saturating_sub(self.last_record.load(Relaxed)) > expiry_ms
+    }
+}
+
+/// A client's sensors, valid while the configuration generation is unchanged and
+/// neither sensor has been removed.
+struct Resolved {
+    generation: u64,
+    quota: Arc<QuotaSensor>,
+    throttle: Arc<ThrottleSensor>,
+}
+
+impl Resolved {
+    fn current(&self, config: &QuotaConfig) -> bool {
+        self.generation == config.generation
+            && !self.quota.removed.load(Relaxed)
+            && !self.throttle.removed.load(Relaxed)
+    }
+}
+
+fn bound_of(tags: &Pair, config: &QuotaConfig) -> f64 {
+    config.overrides.quota_limit(tags.first(), tags.second()).unwrap_or(UNLIMITED)
+}
+
+/// Kafka's client-quota manager for one quota type. Safe to share between threads.
+pub struct QuotaManager {
+    quota_type: QuotaType,
+    window: WindowConfig,
+    sensor_expiry_ms: i64,
+    config: CowCell<QuotaConfig>,
+    quota_sensors: Map<Pair, Arc<QuotaSensor>>,
+    throttle_sensors: Map<Pair, Arc<ThrottleSensor>>,
+    /// (principal, client id) -> the sensors its requests record into.
+    clients: Map<Pair, Resolved>,
+    delay_queue: DelayQueue,
+}
+
+/// One live quota sensor, as a metrics reporter sees it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SensorSnapshot {
+    /// The `user` tag (sanitized; empty when the sensor is not per user).
+    pub user: String,
+    /// The `client-id` tag (empty when the sensor is not per client id).
+    pub client_id: String,
+    /// The measured rate (bytes/s, or percent of a thread for `request`).
+    pub rate: f64,
+    /// The bound the sensor enforces ([`UNLIMITED`] when no quota applies).
+    pub bound: f64,
+    /// The throttle-time average (NaN with no throttles), if that sensor is live.
+    pub throttle_time_avg: Option<f64>,
+}
+
+impl QuotaManager {
+    /// A manager for `quota_type` whose window is a whole number of seconds, as Kafka's
+    /// `quota.window.size.seconds`; sensors expire after `sensor_expiry_ms` without a record.
+    pub fn new(quota_type: QuotaType, window: WindowConfig, sensor_expiry_ms: i64) -> Result<Self> {
+        if window.window_ms() % 1000 != 0 {
+            return Err(Error::InvalidConfig(format!(
+                "invalid window_ms {}: a quota manager's window is a whole number of seconds \
+                 (quota.window.size.seconds), e.g. 1000",
+                window.window_ms()
+            )));
+        }
+        if sensor_expiry_ms < 0 {
+            return Err(Error::InvalidConfig(format!(
+                "invalid sensor_expiry_ms {sensor_expiry_ms}: it must be >= 0"
+            )));
+        }
+        Ok(QuotaManager {
+            quota_type,
+            window,
+            sensor_expiry_ms,
+            config: CowCell::new(QuotaConfig::default()),
+            quota_sensors: Map::default(),
+            throttle_sensors: Map::default(),
+            clients: Map::default(),
+            delay_queue: DelayQueue::new(),
+        })
+    }
+
+    /// A manager with Kafka's defaults: 11 windows of 1 s, sensors expire after one hour.
+    pub fn with_defaults(quota_type: QuotaType) -> Self {
+        Self::new(quota_type, WindowConfig::QUOTA_DEFAULT, DEFAULT_SENSOR_EXPIRY_MS)
+            .expect("Kafka's defaults are valid")
+    }
+
+    /// The quota type.
+    pub fn quota_type(&self) -> QuotaType {
+        self.quota_type
+    }
+
+    /// The sample windows of the quota sensors.
+    pub fn window(&self) -> WindowConfig {
+        self.window
+    }
+
+    /// How long a sensor may go without a record before [`Self::expire_sensors`] removes it.
+    pub fn sensor_expiry_ms(&self) -> i64 {
+        self.sensor_expiry_ms
+    }
+
+    /// Whether any quota was ever set or removed: until then Kafka measures nothing.
+    pub fn enabled(&self) -> bool {
+        self.config.read(&pin(), |c| c.overrides.enabled != 0)
+    }
+
+    // -- configuration ---------------------------------------------------------------
+
+    /// Sets the override of `entity` (a finite value > 0), effective on the next record.
+    pub fn set_quota(&self, entity: &QuotaEntity, value: f64) -> Result<()> {
+        let value = check_quota(value)?;
+        self.apply(entity, Some(value));
+        Ok(())
+    }
+
+    /// Removes the override of `entity`.
+    pub fn remove_quota(&self, entity: &QuotaEntity) {
+        self.apply(entity, None);
+    }
+
+    fn apply(&self, entity: &QuotaEntity, value: Option<f64>) {
+        self.config.update(&pin(), |c| {
+            c.overrides.apply(entity, value);
+            c.generation += 1;
+        });
+    }
+
+    /// The override of exactly `entity`.
+    pub fn quota(&self, entity: &QuotaEntity) -> Option<f64> {
+        self.config.read(&pin(), |c| c.overrides.get(entity))
+    }
+
+    /// Every override.
+    pub fn quotas(&self) -> Vec<(QuotaEntity, f64)> {
+        self.config.read(&pin(), |c| c.overrides.iter().map(|(e, v)| (e.clone(), v)).collect())
+    }
+
+    // -- resolution ------------------------------------------------------------------
+
+    /// The metric tags `(user, client-id)` a request from `user` with `client_id` records under.
+    pub fn tags(&self, user: &str, client_id: &str) -> (String, String) {
+        self.config.read(&pin(), |c| c.overrides.tags(&sanitize_user(user), client_id))
+    }
+
+    /// The quota that applies to the client now (`None` when none does).
+    pub fn quota_for(&self, user: &str, client_id: &str) -> Option<f64> {
+        self.config.read(&pin(), |c| {
+            let (u, ci) = c.overrides.tags(&sanitize_user(user), client_id);
+            c.overrides.quota_limit(&u, &ci)
+        })
+    }
+
+    /// The client's sensors, created at `now` if they do not exist.
+    fn resolve<'g>(
+        &self,
+        config: &QuotaConfig,
+        user: &str,
+        client_id: &str,
+        now: i64,
+        guard: &'g papaya::LocalGuard<'_>,
+    ) -> &'g Resolved
+    where
+        Self: 'g,
+    {
+        if let Some(resolved) = self.clients.get(&PairRef(user, client_id), guard) {
+            if resolved.current(config) {
+                return resolved;
+            }
+        }
+        let (u, c) = config.overrides.tags(&sanitize_user(user), client_id);
+        let tags = Pair::new(&u, &c);
+        let quota = self.live_sensor(&self.quota_sensors, &tags, |s| &s.removed, || {
+            QuotaSensor::new(tags.clone(), config, now)
+        });
+        let throttle =
+            self.live_sensor(&self.throttle_sensors, &tags, |s| &s.removed, || {
+                ThrottleSensor::new(now)
+            });
+        let resolved = Resolved { generation: config.generation, quota, throttle };
+        self.clients.insert(Pair::new(user, client_id), resolved, guard);
+        self.clients.get(&PairRef(user, client_id), guard).expect("inserted just now")
+    }
+
+    /// Kafka's `SensorAccess.getOrCreate`: the live sensor under `tags`, or a new one.
+    fn live_sensor<S>(
+        &self,
+        map: &Map<Pair, Arc<S>>,
+        tags: &Pair,
+        removed: impl Fn(&S) -> &AtomicBool,
+        create: impl Fn() -> S,
+    ) -> Arc<S> {
+        let guard = map.guard();
+        loop {
+            let sensor = map.get_or_insert_with(tags.clone(), || Arc::new(create()), &guard);
+            if !removed(sensor).load(Relaxed) {
+                return sensor.clone();
+            }
+            // Expired and removed while we looked: drop it if it is still there, retry.
+            let _ = map.remove_if(tags, |_, s| Arc::ptr_eq(s, sensor), &guard);
+        }
+    }
+
+    // -- the request path ------------------------------------------------------------
+
+    /// Checks a usage value and converts it to the unit of the rate (nanoseconds to
+    /// percent of a thread for `request`).
+    fn usage(&self, value: f64) -> Result<f64> {
+        let value = check_usage(value)?;
+        Ok(match self.quota_type {
+            QuotaType::Request => value * NANOS_TO_PERCENT,
+            _ => value,
+        })
+    }
+
+    /// Kafka's throttle as the manager returns it: the int of the long (wrapping), and
+    /// for `request` first capped at one window.
+    fn throttle_int(&self, check: Check) -> i32 {
+        let t = check.throttle_ms;
+        match self.quota_type {
+            QuotaType::Request => long_to_int(t.min(self.window.window_ms())),
+            _ => long_to_int(t),
+        }
+    }
+
+    /// Records usage with a quota check and returns Kafka's throttle time in ms
+    /// (`maybeRecordAndGetThrottleTimeMs`); `<= 0` means not throttled.
+    pub fn record(&self, user: &str, client_id: &str, value: f64, now: i64) -> Result<i32> {
+        let value = self.usage(value)?;
+        Ok(self.record_usage(user, client_id, value, now, true))
+    }
+
+    /// Takes back usage recorded earlier (a throttled fetch), without a check.
+    pub fn unrecord(&self, user: &str, client_id: &str, value: f64, now: i64) -> Result<()> {
+        let value = self.usage(value)?;
+        self.record_usage(user, client_id, -value, now, false);
+        Ok(())
+    }
+
+    /// Records usage without a check (network-thread time after the response is sent).
+    pub fn record_no_throttle(
+        &self,
+        user: &str,
+        client_id: &str,
+        value: f64,
+        now: i64,
+    ) -> Result<()> {
+        let value = self.usage(value)?;
+        self.record_usage(user, client_id, value, now, false);
+        Ok(())
+    }
+
+    /// Records a converted, valid value; does nothing while no quota was ever configured.
+    fn record_usage(&self, user: &str, client_id: &str, value: f64, now: i64, check: bool) -> i32 {
+        let guard = pin();
+        let config = self.config.load(&guard);
+        if config.overrides.enabled == 0 {
+            return 0;
+        }
+        let clients = self.clients.guard();
+        let resolved = self.resolve(config, user, client_id, now, &clients);
+        let outcome = resolved.quota.record(config, &self.window, value, now, check, &guard);
+        self.throttle_int(outcome)
+    }
+
+    /// Accounts a throttle of `throttle_ms` > 0 applied to a client's channel: records it
+    /// in the throttle-time sensor and queues the channel until `now + throttle_ms`.
+    /// Returns the end of the mute.
+    pub fn throttle(
+        &self,
+        user: &str,
+        client_id: &str,
+        throttle_ms: i64,
+        now: i64,
+        channel: u64,
+    ) -> Result<i64> {
+        if throttle_ms <= 0 {
+            return Err(Error::InvalidUsage(format!(
+                "invalid throttle_ms {throttle_ms}: only a throttle > 0 mutes a channel"
+            )));
+        }
+        let guard = pin();
+        let config = self.config.load(&guard);
+        let clients = self.clients.guard();
+        let resolved = self.resolve(config, user, client_id, now, &clients);
+        resolved.throttle.record(throttle_ms as f64, now, &guard);
+        let end = now.saturating_add(throttle_ms);
+        self.delay_queue.push(end, channel);
+        Ok(end)
+    }
+
+    /// Removes the delay-queue entries that end at or before `now`; returns their channels.
+    pub fn expired_channels(&self, now: i64) -> Vec<u64> {
+        self.delay_queue.expire(now)
+    }
+
+    /// Channels waiting in the delay queue (Kafka's `queue-size`).
+    pub fn queue_size(&self) -> usize {
+        self.delay_queue.len()
+    }
+
+    /// The earliest end of a mute still queued.
+    pub fn next_unmute_ms(&self) -> Option<i64> {
+        self.delay_queue.next_end_ms()
+    }
+
+    /// The fetch-size cap `bound * (num_samples - 1) * window_seconds`, or `f64::MAX`
+    /// when no quota applies; creates the client's sensors when quotas are enabled.
+    pub fn max_value_in_quota_window(&self, user: &str, client_id: &str, now: i64) -> f64 {
+        let guard = pin();
+        let config = self.config.load(&guard);
+        if config.overrides.enabled == 0 {
+            return f64::MAX;
+        }
+        let clients = self.clients.guard();
+        let tags = &self.resolve(config, user, client_id, now, &clients).quota.tags;
+        match config.overrides.quota_limit(tags.first(), tags.second()) {
+            Some(bound) => {
+                bound
+                    * f64::from(self.window.num_samples() - 1)
+                    * (self.window.window_ms() / 1000) as f64
+            }
+            None => f64::MAX,
+        }
+    }
+
+    // -- reading ---------------------------------------------------------------------
+
+    fn existing_sensor<S>(&self, map: &Map<Pair, Arc<S>>, user: &str, client_id: &str) -> Option<Arc<S>> {
+        let (u, c) = self.tags(user, client_id);
+        map.pin().get(&PairRef(&u, &c)).cloned()
+    }
+
+    /// The client's current rate, measured at `now` (purges, like a JMX read);
+    /// `None` when its sensor does not exist.
+    pub fn measure(&self, user: &str, client_id: &str, now: i64) -> Option<f64> {
+        let sensor = self.existing_sensor(&self.quota_sensors, user, client_id)?;
+        Some(sensor.measure(&self.window, now, &pin()))
+    }
+
+    /// The bound the client's existing sensor enforces.
+    pub fn bound(&self, user: &str, client_id: &str) -> Option<f64> {
+        let sensor = self.existing_sensor(&self.quota_sensors, user, client_id)?;
+        let guard = pin();
+        let config = self.config.load(&guard);
+        Some(sensor.state.read(&guard, |s| sensor.bound(s, config)))
+    }
+
+    /// The client's throttle-time average at `now` (NaN with no throttles in the
+    /// horizon); `None` when that sensor does not exist.
+    pub fn throttle_time_avg(&self, user: &str, client_id: &str, now: i64) -> Option<f64> {
+        let sensor = self.existing_sensor(&self.throttle_sensors, user, client_id)?;
+        Some(sensor.average(now, &pin()))
+    }
+
+    /// Every live quota sensor with its rate at `now` (a metrics scrape; purges like one).
+    pub fn snapshot(&self, now: i64) -> Vec<SensorSnapshot> {
+        let guard = pin();
+        let config = self.config.load(&guard);
+        let throttles = self.throttle_sensors.pin();
+        self.quota_sensors
+            .pin()
+            .iter()
+            .map(|(tags, sensor)| {
+                let rate = sensor.measure(&self.window, now, &guard);
+                let bound = sensor.state.read(&guard, |s| sensor.bound(s, config));
+                let throttle_time_avg = throttles.get(tags).map(|t| t.average(now, &guard));
+                SensorSnapshot {
+                    user: tags.first().to_owned(),
+                    client_id: tags.second().to_owned(),
+                    rate,
+                    bound,
+                    throttle_time_avg,
+                }
+            })
+            .collect()
+    }
+
+    fn sensor_name(&self, kind: &str, tags: &Pair) -> String {
+        format!("{}{}-{}:{}", self.quota_type.group(), kind, tags.first(), tags.second())
+    }
+
+    /// Kafka names of the live sensors, sorted.
+    pub fn sensor_names(&self) -> Vec<String> {
+        let mut names: Vec<String> = self
+            .quota_sensors
+            .pin()
+            .keys()
+            .map(|t| self.sensor_name("", t))
+            .chain(self.throttle_sensors.pin().keys().map(|t| self.sensor_name("ThrottleTime", t)))
+            .collect();
+        names.sort();
+        names
+    }
+
+    /// Number of live quota sensors.
+    pub fn sensor_count(&self) -> usize {
+        self.quota_sensors.len()
+    }
+
+    /// Removes the sensors idle for longer than the expiry (strictly) and frees them;
+    /// returns their Kafka names, sorted. Kafka runs this every 30 s.
+    pub fn expire_sensors(&self, now: i64) -> Vec<String> {
+        let expiry = self.sensor_expiry_ms;
+        let mut names = Vec::new();
+        let quota = self.quota_sensors.pin();
+        let stale: Vec<Pair> =
+            quota.iter().filter(|(_, s)| s.expired(now, expiry)).map(|(k, _)| k.clone()).collect();
+        for tags in stale {
+            if let Ok(Some((_, sensor))) = quota.remove_if(&tags, |_, s| s.expired(now, expiry)) {
+                sensor.removed.store(true, Relaxed);
+                names.push(self.sensor_name("", &tags));
+            }
+        }
+        let throttle = self.throttle_sensors.pin();
+        let stale: Vec<Pair> = throttle
+            .iter()
+            .filter(|(_, s)| s.expired(now, expiry))
+            .map(|(k, _)| k.clone())
+            .collect();
+        for tags in stale {
+            if let Ok(Some((_, sensor))) = throttle.remove_if(&tags, |_, s| s.expired(now, expiry)) {
+                sensor.removed.store(true, Relaxed);
+                names.push(self.sensor_name("ThrottleTime", &tags));
+            }
+        }
+        if !names.is_empty() {
+            self.clients.pin().retain(|_, r| {
+                !r.quota.removed.load(Relaxed) && !r.throttle.removed.load(Relaxed)
+            });
+        }
+        names.sort();
+        names
+    }
+
+    // -- batch -----------------------------------------------------------------------
+
+    /// Records many requests in order: event `i` is `record(keys[key_index[i]], values[i],
+    /// now[i])`, and for a `fetch` manager a throttled fetch (throttle > 0, or
+    /// `unrecord_if[i]`) is then unrecorded. Every input is checked before anything is
+    /// recorded. Returns the throttle of each event.
+    pub fn record_batch(
+        &self,
+        now: &[i64],
+        key_index: &[i64],
+        values: &[f64],
+        keys: &[(String, String)],
+        unrecord_if: Option<&[bool]>,
+    ) -> Result<Vec<i32>> {
+        let n = now.len();
+        if key_index.len() != n || values.len() != n || unrecord_if.is_some_and(|u| u.len() != n) {
+            return Err(Error::InvalidUsage(format!(
+                "batch arrays differ in length: now_ms {n}, key_index {}, values {}{}",
+                key_index.len(),
+                values.len(),
+                unrecord_if.map(|u| format!(", unrecord_if {}", u.len())).unwrap_or_default()
+            )));
+        }
+        if let Some((i, k)) =
+            key_index.iter().enumerate().find(|(_, &k)| k < 0 || k as usize >= keys.len())
+        {
+            return Err(Error::InvalidUsage(format!(
+                "invalid key_index {k} at event {i}: it must index the {} keys",
+                keys.len()
+            )));
+        }
+        let mut usage = Vec::with_capacity(n);
+        for (i, &v) in values.iter().enumerate() {
+            usage.push(self.usage(v).map_err(|e| {
+                Error::InvalidUsage(format!("event {i}: {e}"))
+            })?);
+        }
+        let fetch = self.quota_type == QuotaType::Fetch;
+        let mut throttles = Vec::with_capacity(n);
+        for i in 0..n {
+            let (user, client_id) = &keys[key_index[i] as usize];
+            let throttle = self.record_usage(user, client_id, usage[i], now[i], true);
+            if fetch && (throttle > 0 || unrecord_if.is_some_and(|u| u[i])) {
+                self.record_usage(user, client_id, -usage[i], now[i], false);
+            }
+            throttles.push(throttle);
+        }
+        Ok(throttles)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn user(name: &str) -> QuotaEntity {
+        QuotaEntity::parse(Some(name), None).unwrap()
+    }
+
+    #[test]
+    fn nothing_is_measured_before_any_quota() {
+        let m = QuotaManager::with_defaults(QuotaType::Produce);
+        assert_eq!(m.record("alice", "app", 1e12, 0).unwrap(), 0);
+        assert_eq!(m.sensor_count(), 0);
+        assert_eq!(m.max_value_in_quota_window("alice", "app", 0), f64::MAX);
+    }
+
+    #[test]
+    fn first_request_on_a_user_quota() {
+        let m = QuotaManager::with_defaults(QuotaType::Produce);
+        m.set_quota(&user("alice"), 1024.0).unwrap();
+        assert_eq!(m.record("alice", "app1", 600.0, 0).unwrap(), 0);
+        assert_eq!(m.measure("alice", "app1", 0), Some(60.0));
+        assert_eq!(m.record("alice", "app1", 10_000.0, 0).unwrap(), 352);
+        assert_eq!(m.tags("alice", "app2"), ("alice".to_owned(), String::new()));
+        assert_eq!(m.sensor_names(), vec!["Produce-alice:", "ProduceThrottleTime-alice:"]);
+    }
+
+    #[test]
+    fn bad_input_changes_nothing() {
+        let m = QuotaManager::with_defaults(QuotaType::Fetch);
+        for bad in [0.0, -1.0, f64::NAN, f64::INFINITY] {
+            assert!(matches!(m.set_quota(&user("a"), bad), Err(Error::InvalidQuota(_))));
+        }
+        assert!(!m.enabled());
+        m.set_quota(&user("a"), 100.0).unwrap();
+        m.record("a", "c", 500.0, 0).unwrap();
+        for bad in [-1.0, f64::NAN, f64::NEG_INFINITY] {
+            assert!(m.record("a", "c", bad, 0).is_err());
+            assert!(m.unrecord("a", "c", bad, 0).is_err());
+        }
+        assert_eq!(m.measure("a", "c", 0), Some(50.0));
+        assert!(m.throttle("a", "c", 0, 0, 1).is_err());
+        assert_eq!(m.queue_size(), 0);
+        let keys = vec![("a".to_owned(), "c".to_owned())];
+        assert!(m.record_batch(&[0, 0], &[0, 1], &[1.0, 1.0], &keys, None).is_err());
+        assert!(m.record_batch(&[0, 0], &[0, 0], &[1.0, f64::NAN], &keys, None).is_err());
+        assert_eq!(m.measure("a", "c", 0), Some(50.0));
+        assert!(QuotaManager::new(QuotaType::Produce, WindowConfig::new(11, 1500).unwrap(), 1).is_err());
+        assert!("bytes".parse::<QuotaType>().is_err());
+    }
+
+    #[test]
+    fn expiry_frees_sensors_and_cached_resolutions() {
+        let m = QuotaManager::with_defaults(QuotaType::Produce);
+        m.set_quota(&QuotaEntity::parse(None, Some("<default>")).unwrap(), 100.0).unwrap();
+        for i in 0..100 {
+            m.record("u", &format!("c{i}"), 1.0, 0).unwrap();
+        }
+        assert_eq!(m.sensor_count(), 100);
+        assert_eq!(m.clients.len(), 100);
+        assert!(m.expire_sensors(DEFAULT_SENSOR_EXPIRY_MS).is_empty());
+        assert_eq!(m.expire_sensors(DEFAULT_SENSOR_EXPIRY_MS + 1).len(), 200);
+        assert_eq!(m.sensor_count(), 0);
+        assert_eq!(m.clients.len(), 0);
+    }
+
+    #[test]
+    fn batch_equals_one_at_a_time() {
+        let a = QuotaManager::with_defaults(QuotaType::Fetch);
+        let b = QuotaManager::with_defaults(QuotaType::Fetch);
+        for m in [&a, &b] {
+            m.set_quota(&QuotaEntity::parse(None, Some("<default>")).unwrap(), 5000.0).unwrap();
+        }
+        let keys: Vec<(String, String)> =
+            (0..3).map(|i| ("u".to_owned(), format!("c{i}"))).collect();
+        let now: Vec<i64> = (0..600).map(|i| i * 7).collect();
+        let idx: Vec<i64> = (0..600).map(|i| i % 3).collect();
+        let values: Vec<f64> = (0..600).map(|i| f64::from((i * 37) % 4000)).collect();
+        let batch = a.record_batch(&now, &idx, &values, &keys, None).unwrap();
+        for i in 0..600 {
+            let (u, c) = &keys[idx[i] as usize];
+            let t = b.record(u, c, values[i], now[i]).unwrap();
+            if t > 0 {
+                b.unrecord(u, c, values[i], now[i]).unwrap();
+            }
+            assert_eq!(batch[i], t, "event {i}");
+        }
+        assert!(batch.iter().any(|&t| t > 0), "the trace must throttle");
+    }
+}

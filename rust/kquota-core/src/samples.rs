@@ -1,0 +1,255 @@
+//! Sampled windows, as Kafka's `SampledStat` keeps them (spec section 2).
+//!
+//! [`Samples`] is plain sequential state; the thread-safe sensors wrap it in a
+//! copy-on-write cell (see [`crate::cow`]). Every rule that decides a number lives here.
+
+use crate::error::{Error, Result};
+
+/// How a sampled statistic is windowed: `num_samples` windows of `window_ms`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WindowConfig {
+    num_samples: u32,
+    window_ms: i64,
+}
+
+impl WindowConfig {
+    /// Kafka's quota defaults: `quota.window.num = 11`, `quota.window.size.seconds = 1`.
+    pub const QUOTA_DEFAULT: WindowConfig = WindowConfig { num_samples: 11, window_ms: 1000 };
+    /// Kafka's broker-wide metric defaults (2 x 30 s), used by the throttle-time average.
+    pub const METRICS_DEFAULT: WindowConfig = WindowConfig { num_samples: 2, window_ms: 30_000 };
+
+    /// A window configuration; `num_samples >= 1` and `window_ms >= 1`.
+    pub fn new(num_samples: i64, window_ms: i64) -> Result<Self> {
+        if !(1..=i64::from(u16::MAX)).contains(&num_samples) {
+            return Err(Error::InvalidConfig(format!(
+                "invalid num_samples {num_samples}: it must be a whole number from 1 to {}",
+                u16::MAX
+            )));
+        }
+        // The horizon num_samples * window_ms must fit in an i64 of milliseconds.
+        let max_window = i64::MAX / (num_samples + 1);
+        if !(1..=max_window).contains(&window_ms) {
+            return Err(Error::InvalidConfig(format!(
+                "invalid window_ms {window_ms}: it must be a whole number of milliseconds \
+                 from 1 to {max_window}"
+            )));
+        }
+        Ok(WindowConfig { num_samples: num_samples as u32, window_ms })
+    }
+
+    /// N, the number of samples.
+    pub fn num_samples(&self) -> u32 {
+        self.num_samples
+    }
+
+    /// W, the length of one sample window in ms.
+    pub fn window_ms(&self) -> i64 {
+        self.window_ms
+    }
+
+    /// The ring holds one slot more than N.
+    fn ring_len(&self) -> usize {
+        self.num_samples as usize + 1
+    }
+
+    /// N * W: a slot whose last event is this old is obsolete.
+    fn horizon_ms(&self) -> i64 {
+        i64::from(self.num_samples) * self.window_ms
+    }
+}
+
+/// One sample slot.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Slot {
+    /// Sum of the values recorded in this window.
+    pub value: f64,
+    /// Number of events recorded in this window.
+    pub count: u64,
+    /// When the window started (ms).
+    pub start: i64,
+    /// When the last event (or the slot's (re)initialisation) happened (ms).
+    pub last: i64,
+}
+
+impl Slot {
+    fn fresh(t: i64) -> Slot {
+        Slot { value: 0.0, count: 0, start: t, last: t }
+    }
+}
+
+/// The ring of samples of one statistic.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Samples {
+    cur: usize,
+    slots: Vec<Slot>,
+}
+
+impl Samples {
+    /// An empty ring (slots are created lazily).
+    pub fn new() -> Self {
+        Samples { cur: 0, slots: Vec::new() }
+    }
+
+    /// The slots in index order (for inspection and tests).
+    pub fn slots(&self) -> &[Slot] {
+        &self.slots
+    }
+
+    /// Records `value` at `t` (section 2.2). Never purges.
+    pub fn record(&mut self, cfg: &WindowConfig, value: f64, t: i64) {
+        if self.slots.is_empty() {
+            self.slots.push(Slot::fresh(t));
+            self.cur = 0;
+        }
+        if t.saturating_sub(self.slots[self.cur].start) >= cfg.window_ms {
+            self.cur = (self.cur + 1) % cfg.ring_len();
+            if self.cur >= self.slots.len() {
+                self.slots.push(Slot::fresh(t));
+            } else {
+                self.slots[self.cur] = Slot::fresh(t);
+            }
+        }
+        let slot = &mut self.slots[self.cur];
+        slot.value += value;
+        slot.count += 1;
+        slot.last = t;
+    }
+
+    /// Whether measuring at `t` would change the state (a purge, or an empty ring).
+    pub fn measure_mutates(&self, cfg: &WindowConfig, t: i64) -> bool {
+        self.slots.is_empty() || self.slots.iter().any(|s| Self::obsolete(cfg, s, t))
+    }
+
+    fn obsolete(cfg: &WindowConfig, slot: &Slot, t: i64) -> bool {
+        t.saturating_sub(slot.last) >= cfg.horizon_ms()
+    }
+
+    /// Re-initialises every obsolete slot at `t` (section 2.3).
+    pub fn purge(&mut self, cfg: &WindowConfig, t: i64) {
+        for slot in &mut self.slots {
+            if Self::obsolete(cfg, slot, t) {
+                *slot = Slot::fresh(t);
+            }
+        }
+    }
+
+    /// Sum of the values, in slot-index order (the order Kafka adds them in).
+    fn sum(&self) -> f64 {
+        self.slots.iter().fold(0.0, |acc, s| acc + s.value)
+    }
+
+    /// The elapsed window of section 2.4, on a purged, non-empty ring.
+    fn window_ms(&self, cfg: &WindowConfig, t: i64) -> i64 {
+        let oldest = self.slots.iter().map(|s| s.start).min().unwrap_or(t);
+        let mut elapsed = t.saturating_sub(oldest);
+        // Java's long division truncates toward zero; Rust's `/` does too.
+        let full = elapsed / cfg.window_ms;
+        let padding_windows = i64::from(cfg.num_samples) - 1;
+        if full < padding_windows {
+            elapsed = elapsed.saturating_add((padding_windows - full).saturating_mul(cfg.window_ms));
+        }
+        elapsed.max(1)
+    }
+
+    /// Measures the rate per second at `t` (Kafka's `Rate.measure`), mutating as Kafka does.
+    /// Returns the rate and the window in ms it was divided by.
+    pub fn measure_rate(&mut self, cfg: &WindowConfig, t: i64) -> (f64, i64) {
+        self.purge(cfg, t);
+        if self.slots.is_empty() {
+            self.slots.push(Slot::fresh(t));
+            self.cur = 0;
+        }
+        self.rate_unchanged(cfg, t)
+    }
+
+    /// The rate at `t` when measuring would change nothing (see [`Self::measure_mutates`]):
+    /// the same number [`Self::measure_rate`] gives, without writing.
+    pub fn rate_unchanged(&self, cfg: &WindowConfig, t: i64) -> (f64, i64) {
+        debug_assert!(!self.measure_mutates(cfg, t));
+        let sum = self.sum();
+        let window = self.window_ms(cfg, t);
+        (sum / (window as f64 / 1000.0), window)
+    }
+
+    /// Measures the average of the recorded values (Kafka's `Avg`): NaN with no events.
+    pub fn measure_avg(&mut self, cfg: &WindowConfig, t: i64) -> f64 {
+        self.purge(cfg, t);
+        let (total, count) =
+            self.slots.iter().fold((0.0, 0u64), |(v, c), s| (v + s.value, c + s.count));
+        if count == 0 {
+            f64::NAN
+        } else {
+            total / count as f64
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg(n: i64, w: i64) -> WindowConfig {
+        WindowConfig::new(n, w).unwrap()
+    }
+
+    #[test]
+    fn lone_record_is_padded_to_ten_windows() {
+        let c = cfg(11, 1000);
+        let mut s = Samples::new();
+        s.record(&c, 600.0, 0);
+        assert_eq!(s.measure_rate(&c, 0), (60.0, 10_000));
+    }
+
+    #[test]
+    fn kafka_unit_test_example() {
+        // 400 B every second for 10 s, then 2300 B at 10.5 s: 6300 B / 10.5 s.
+        let c = cfg(11, 1000);
+        let mut s = Samples::new();
+        for i in 0..10 {
+            s.record(&c, 400.0, i * 1000);
+        }
+        s.record(&c, 2300.0, 10_500);
+        let (rate, window) = s.measure_rate(&c, 10_500);
+        assert_eq!(rate, 600.0);
+        assert_eq!(window, 10_500);
+    }
+
+    #[test]
+    fn ring_reuses_slots_after_n_plus_one() {
+        let c = cfg(2, 1000);
+        let mut s = Samples::new();
+        for i in 0..5 {
+            s.record(&c, 1.0, i * 1000);
+        }
+        assert_eq!(s.slots().len(), 3);
+        assert_eq!(s.cur, 4 % 3);
+    }
+
+    #[test]
+    fn backwards_clock_pads_and_never_fails() {
+        let c = cfg(11, 1000);
+        let mut s = Samples::new();
+        s.record(&c, 100.0, 5000);
+        let (_, window) = s.measure_rate(&c, 3500);
+        // elapsed = -1500, full = -1, window = 11_000 - 1500.
+        assert_eq!(window, 9500);
+    }
+
+    #[test]
+    fn avg_is_nan_without_events() {
+        let c = WindowConfig::METRICS_DEFAULT;
+        let mut s = Samples::new();
+        assert!(s.measure_avg(&c, 0).is_nan());
+        s.record(&c, 10.0, 0);
+        s.record(&c, 20.0, 1);
+        assert_eq!(s.measure_avg(&c, 2), 15.0);
+    }
+
+    #[test]
+    fn bad_configs_are_named() {
+        let err = WindowConfig::new(0, 1000).unwrap_err().to_string();
+        assert!(err.contains("num_samples 0"), "{err}");
+        let err = WindowConfig::new(11, 0).unwrap_err().to_string();
+        assert!(err.contains("window_ms 0"), "{err}");
+    }
+}
