@@ -1,1 +1,145 @@
-fn main() {}
+//! Record-and-check in the core, ns per operation.
+//!
+//! Baseline measured in the same run: the same sampled-window arithmetic behind a
+//! `std::sync::Mutex` (what a straightforward locked implementation would do).
+//! Groups: one thread and one key, one thread across 10 000 keys, two threads on the
+//! same key, two threads on distinct keys.
+
+use std::hint::black_box;
+use std::sync::{Arc, Barrier, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use criterion::{criterion_group, criterion_main, Criterion};
+use kquota_core::quota::check_bound;
+use kquota_core::samples::{Samples, WindowConfig};
+use kquota_core::{QuotaEntity, QuotaManager, QuotaType};
+
+const KEYS: usize = 10_000;
+
+/// The locked baseline: one `Mutex<Samples>` per key.
+struct LockedRate {
+    cfg: WindowConfig,
+    samples: Mutex<Samples>,
+}
+
+impl LockedRate {
+    fn record_and_check(&self, value: f64, now: i64) -> i64 {
+        let mut s = self.samples.lock().unwrap();
+        s.record(&self.cfg, value, now);
+        check_bound(&mut s, &self.cfg, 1e12, now).throttle_ms
+    }
+}
+
+fn manager() -> QuotaManager {
+    let m = QuotaManager::with_defaults(QuotaType::Produce);
+    let default_client = QuotaEntity::parse(None, Some("<default>")).unwrap();
+    m.set_quota(&default_client, 1e12).unwrap();
+    m
+}
+
+fn client_ids(n: usize) -> Vec<String> {
+    (0..n).map(|i| format!("client-{i}")).collect()
+}
+
+/// Runs `op(thread, i)` for `iters` iterations on each of `threads` threads and returns
+/// the wall time, so the reported time is per operation per thread under contention.
+fn parallel(threads: usize, iters: u64, op: impl Fn(usize, u64) + Sync) -> Duration {
+    let barrier = Barrier::new(threads);
+    thread::scope(|s| {
+        let handles: Vec<_> = (0..threads)
+            .map(|k| {
+                let (barrier, op) = (&barrier, &op);
+                s.spawn(move || {
+                    barrier.wait();
+                    let start = Instant::now();
+                    for i in 0..iters {
+                        op(k, i);
+                    }
+                    start.elapsed()
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).max().unwrap()
+    })
+}
+
+fn bench(c: &mut Criterion) {
+    let cfg = WindowConfig::QUOTA_DEFAULT;
+    let ids = client_ids(KEYS);
+
+    let mut g = c.benchmark_group("one_thread_one_key");
+    let m = manager();
+    g.bench_function("kquota", |b| {
+        let mut now = 0i64;
+        b.iter(|| {
+            now += 1;
+            black_box(m.record("alice", "app-1", 100.0, now / 64).unwrap())
+        })
+    });
+    let locked = LockedRate { cfg, samples: Mutex::new(Samples::new()) };
+    g.bench_function("mutex_baseline", |b| {
+        let mut now = 0i64;
+        b.iter(|| {
+            now += 1;
+            black_box(locked.record_and_check(100.0, now / 64))
+        })
+    });
+    g.finish();
+
+    let mut g = c.benchmark_group("one_thread_10k_keys");
+    let m = manager();
+    g.bench_function("kquota", |b| {
+        let mut i = 0usize;
+        b.iter(|| {
+            i += 1;
+            black_box(m.record("alice", &ids[i % KEYS], 100.0, (i / 64) as i64).unwrap())
+        })
+    });
+    let locked: Vec<LockedRate> =
+        (0..KEYS).map(|_| LockedRate { cfg, samples: Mutex::new(Samples::new()) }).collect();
+    let by_name: std::collections::HashMap<&str, &LockedRate> =
+        ids.iter().map(String::as_str).zip(locked.iter()).collect();
+    g.bench_function("mutex_baseline", |b| {
+        let mut i = 0usize;
+        b.iter(|| {
+            i += 1;
+            let rate = by_name[ids[i % KEYS].as_str()];
+            black_box(rate.record_and_check(100.0, (i / 64) as i64))
+        })
+    });
+    g.finish();
+
+    for (group, distinct) in [("two_threads_same_key", false), ("two_threads_distinct_keys", true)] {
+        let mut g = c.benchmark_group(group);
+        let m = Arc::new(manager());
+        let key = |k: usize| if distinct { ids[k].as_str() } else { ids[0].as_str() };
+        g.bench_function("kquota", |b| {
+            b.iter_custom(|iters| {
+                parallel(2, iters, |k, i| {
+                    black_box(m.record("alice", key(k), 100.0, (i / 64) as i64).unwrap());
+                })
+            })
+        });
+        let locked: Vec<LockedRate> =
+            (0..2).map(|_| LockedRate { cfg, samples: Mutex::new(Samples::new()) }).collect();
+        g.bench_function("mutex_baseline", |b| {
+            b.iter_custom(|iters| {
+                parallel(2, iters, |k, i| {
+                    let rate = &locked[if distinct { k } else { 0 }];
+                    black_box(rate.record_and_check(100.0, (i / 64) as i64));
+                })
+            })
+        });
+        g.finish();
+    }
+}
+
+criterion_group! {
+    name = benches;
+    config = Criterion::default()
+        .warm_up_time(Duration::from_secs(1))
+        .measurement_time(Duration::from_secs(3));
+    targets = bench
+}
+criterion_main!(benches);

@@ -160,7 +160,7 @@ impl QuotaSensor {
     }
 
     fn expired(&self, now: i64, expiry_ms: i64) -> bool {
-        now.saturating_sub(self.last_record.load(Relaxed)) > expiry_ms
+        now.wrapping_sub(self.last_record.load(Relaxed)) > expiry_ms
     }
 }
 
@@ -193,7 +193,7 @@ impl ThrottleSensor {
     }
 
     fn expired(&self, now: i64, expiry_ms: i64) -> bool {
-        now.saturating_sub(self.last_record.load(Relaxed)) > expiry_ms
+        now.wrapping_sub(self.last_record.load(Relaxed)) > expiry_ms
     }
 }
 

@@ -62,6 +62,12 @@ impl SampledRate {
         Ok(())
     }
 
+    /// A copy of the current samples (for model checks and tests).
+    #[doc(hidden)]
+    pub fn samples_snapshot(&self) -> Samples {
+        self.state.read(&pin(), |s| s.samples.clone())
+    }
+
     /// The rate per second at `t`; purges obsolete samples as Kafka's measurement does.
     pub fn measure(&self, t: i64) -> f64 {
         let cfg = self.cfg;

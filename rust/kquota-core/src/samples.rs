@@ -101,7 +101,7 @@ impl Samples {
             self.slots.push(Slot::fresh(t));
             self.cur = 0;
         }
-        if t.saturating_sub(self.slots[self.cur].start) >= cfg.window_ms {
+        if t.wrapping_sub(self.slots[self.cur].start) >= cfg.window_ms {
             self.cur = (self.cur + 1) % cfg.ring_len();
             if self.cur >= self.slots.len() {
                 self.slots.push(Slot::fresh(t));
@@ -121,7 +121,7 @@ impl Samples {
     }
 
     fn obsolete(cfg: &WindowConfig, slot: &Slot, t: i64) -> bool {
-        t.saturating_sub(slot.last) >= cfg.horizon_ms()
+        t.wrapping_sub(slot.last) >= cfg.horizon_ms()
     }
 
     /// Re-initialises every obsolete slot at `t` (section 2.3).
@@ -138,15 +138,18 @@ impl Samples {
         self.slots.iter().fold(0.0, |acc, s| acc + s.value)
     }
 
-    /// The elapsed window of section 2.4, on a purged, non-empty ring.
+    /// The elapsed window of section 2.4, on a purged, non-empty ring. Java's arithmetic
+    /// exactly: long subtraction, the count of whole windows narrowed to an int, int
+    /// subtraction, all wrapping as Java's do.
     fn window_ms(&self, cfg: &WindowConfig, t: i64) -> i64 {
         let oldest = self.slots.iter().map(|s| s.start).min().unwrap_or(t);
-        let mut elapsed = t.saturating_sub(oldest);
-        // Java's long division truncates toward zero; Rust's `/` does too.
-        let full = elapsed / cfg.window_ms;
-        let padding_windows = i64::from(cfg.num_samples) - 1;
-        if full < padding_windows {
-            elapsed = elapsed.saturating_add((padding_windows - full).saturating_mul(cfg.window_ms));
+        let mut elapsed = t.wrapping_sub(oldest);
+        // Java's long division truncates toward zero, as Rust's does; `as i32` wraps.
+        let full = (elapsed / cfg.window_ms) as i32;
+        let min_full = cfg.num_samples as i32 - 1;
+        if full < min_full {
+            let missing = i64::from(min_full.wrapping_sub(full));
+            elapsed = elapsed.wrapping_add(missing.wrapping_mul(cfg.window_ms));
         }
         elapsed.max(1)
     }

@@ -1,1 +1,425 @@
+//! `kquota._core`: the Python binding of `kquota-core`.
+//!
+//! It only converts types, maps errors and releases the GIL around batch work; every
+//! quota rule lives in the core crate.
 
+use numpy::{PyArray1, PyReadonlyArray1};
+use pyo3::exceptions::{PyException, PyValueError};
+use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+use pyo3::PyTypeInfo;
+use pyo3::types::{PyDict, PyTuple, PyType};
+
+use kquota_core as core;
+
+/// kquota's exception classes, made once per interpreter. `InvalidValueError` derives
+/// from both `KquotaError` and `ValueError`, which `create_exception!` cannot express.
+struct Errors {
+    base: Py<PyType>,
+    value: Py<PyType>,
+    config: Py<PyType>,
+    quota: Py<PyType>,
+    usage: Py<PyType>,
+}
+
+static ERRORS: PyOnceLock<Errors> = PyOnceLock::new();
+
+fn errors(py: Python<'_>) -> PyResult<&'static Errors> {
+    ERRORS.get_or_try_init(py, || {
+        let make = |name: &str, bases: Vec<Bound<'_, PyAny>>, doc: &str| -> PyResult<Py<PyType>> {
+            let namespace = PyDict::new(py);
+            namespace.set_item("__module__", "kquota.exceptions")?;
+            namespace.set_item("__doc__", doc)?;
+            let class = PyType::new::<PyType>(py)
+                .call1((name, PyTuple::new(py, bases)?, namespace))?;
+            Ok(class.cast_into::<PyType>()?.unbind())
+        };
+        let base = make(
+            "KquotaError",
+            vec![PyException::type_object(py).into_any()],
+            "The base of every error kquota raises.",
+        )?;
+        let value = make(
+            "InvalidValueError",
+            vec![base.bind(py).clone().into_any(), PyValueError::type_object(py).into_any()],
+            "A value outside what kquota (and Kafka) accepts; the message names it.",
+        )?;
+        let sub = |name: &str, doc: &str| make(name, vec![value.bind(py).clone().into_any()], doc);
+        Ok(Errors {
+            config: sub(
+                "InvalidConfigError",
+                "A malformed configuration: window, samples, quota type or entity.",
+            )?,
+            quota: sub(
+                "InvalidQuotaError",
+                "A quota value that is zero, negative, NaN or infinite.",
+            )?,
+            usage: sub("InvalidUsageError", "A recorded usage that is negative, NaN or infinite.")?,
+            base,
+            value,
+        })
+    })
+}
+
+/// The one mapping from core errors to Python exceptions.
+struct CoreError(core::Error);
+
+impl From<core::Error> for CoreError {
+    fn from(e: core::Error) -> Self {
+        CoreError(e)
+    }
+}
+
+impl From<CoreError> for PyErr {
+    fn from(CoreError(e): CoreError) -> PyErr {
+        Python::attach(|py| {
+            let errors = match errors(py) {
+                Ok(errors) => errors,
+                Err(err) => return err,
+            };
+            let class = match e {
+                core::Error::InvalidConfig(_) => &errors.config,
+                core::Error::InvalidQuota(_) => &errors.quota,
+                core::Error::InvalidUsage(_) => &errors.usage,
+            };
+            PyErr::from_type(class.bind(py).clone(), e.to_string())
+        })
+    }
+}
+
+type CoreResult<T> = Result<T, CoreError>;
+
+fn now_or_clock(now_ms: Option<i64>) -> i64 {
+    now_ms.unwrap_or_else(core::monotonic_ms)
+}
+
+/// A quota entity: `<user>`, `<client-id>` or `<user, client-id>`.
+#[pyclass(module = "kquota._core", frozen, eq, hash)]
+#[derive(Clone, PartialEq, Eq, Hash)]
+struct Entity {
+    inner: core::QuotaEntity,
+}
+
+#[pymethods]
+impl Entity {
+    #[new]
+    #[pyo3(signature = (user=None, client_id=None))]
+    fn new(user: Option<&str>, client_id: Option<&str>) -> CoreResult<Self> {
+        Ok(Entity { inner: core::QuotaEntity::parse(user, client_id)? })
+    }
+
+    #[getter]
+    fn user(&self) -> Option<&str> {
+        self.inner.user().map(core::EntityName::as_str)
+    }
+
+    #[getter]
+    fn client_id(&self) -> Option<&str> {
+        self.inner.client_id().map(core::EntityName::as_str)
+    }
+
+    fn __repr__(&self) -> String {
+        let part = |name: &str, v: Option<&str>| v.map(|v| format!("{name}={v:?}"));
+        let parts: Vec<String> = [part("user", self.user()), part("client_id", self.client_id())]
+            .into_iter()
+            .flatten()
+            .collect();
+        format!("Entity({})", parts.join(", "))
+    }
+
+    fn __getnewargs__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
+        PyTuple::new(py, [self.user(), self.client_id()])
+    }
+}
+
+/// The outcome of a quota-checked record on a `SampledRate`.
+#[pyclass(module = "kquota._core", frozen, get_all)]
+struct Check {
+    violated: bool,
+    throttle_ms: i64,
+    rate: Option<f64>,
+}
+
+#[pymethods]
+impl Check {
+    fn __repr__(&self) -> String {
+        format!(
+            "Check(violated={}, throttle_ms={}, rate={})",
+            if self.violated { "True" } else { "False" },
+            self.throttle_ms,
+            self.rate.map_or("None".to_owned(), |r| format!("{r:?}"))
+        )
+    }
+}
+
+impl From<core::Check> for Check {
+    fn from(c: core::Check) -> Self {
+        Check { violated: c.violated, throttle_ms: c.throttle_ms, rate: c.rate }
+    }
+}
+
+/// One Kafka `Rate` over sampled windows, with an optional upper bound.
+#[pyclass(module = "kquota._core", frozen)]
+struct SampledRate {
+    inner: core::SampledRate,
+}
+
+#[pymethods]
+impl SampledRate {
+    #[new]
+    #[pyo3(signature = (num_samples=11, window_ms=1000, quota=None))]
+    fn new(num_samples: i64, window_ms: i64, quota: Option<f64>) -> CoreResult<Self> {
+        let cfg = core::WindowConfig::new(num_samples, window_ms)?;
+        Ok(SampledRate { inner: core::SampledRate::new(cfg, quota)? })
+    }
+
+    #[getter]
+    fn num_samples(&self) -> u32 {
+        self.inner.config().num_samples()
+    }
+
+    #[getter]
+    fn window_ms(&self) -> i64 {
+        self.inner.config().window_ms()
+    }
+
+    #[getter]
+    fn quota(&self) -> Option<f64> {
+        self.inner.quota()
+    }
+
+    fn set_quota(&self, quota: Option<f64>) -> CoreResult<()> {
+        Ok(self.inner.set_quota(quota)?)
+    }
+
+    #[pyo3(signature = (value, now_ms=None))]
+    fn record(&self, value: f64, now_ms: Option<i64>) -> CoreResult<Check> {
+        Ok(self.inner.record(value, now_or_clock(now_ms))?.into())
+    }
+
+    #[pyo3(signature = (value, now_ms=None))]
+    fn record_no_check(&self, value: f64, now_ms: Option<i64>) -> CoreResult<()> {
+        Ok(self.inner.record_no_check(value, now_or_clock(now_ms))?)
+    }
+
+    #[pyo3(signature = (now_ms=None))]
+    fn measure(&self, now_ms: Option<i64>) -> f64 {
+        self.inner.measure(now_or_clock(now_ms))
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "SampledRate(num_samples={}, window_ms={}, quota={})",
+            self.num_samples(),
+            self.window_ms(),
+            self.quota().map_or("None".to_owned(), |q| format!("{q:?}"))
+        )
+    }
+}
+
+/// Kafka's client-quota manager for one quota type.
+#[pyclass(module = "kquota._core", frozen)]
+struct QuotaManager {
+    inner: core::QuotaManager,
+}
+
+#[pymethods]
+impl QuotaManager {
+    #[new]
+    #[pyo3(signature = (quota_type, *, num_samples=11, window_ms=1000, sensor_expiry_ms=core::DEFAULT_SENSOR_EXPIRY_MS))]
+    fn new(
+        quota_type: &str,
+        num_samples: i64,
+        window_ms: i64,
+        sensor_expiry_ms: i64,
+    ) -> CoreResult<Self> {
+        let quota_type: core::QuotaType = quota_type.parse()?;
+        let window = core::WindowConfig::new(num_samples, window_ms)?;
+        Ok(QuotaManager { inner: core::QuotaManager::new(quota_type, window, sensor_expiry_ms)? })
+    }
+
+    #[getter]
+    fn quota_type(&self) -> &'static str {
+        self.inner.quota_type().as_str()
+    }
+
+    #[getter]
+    fn num_samples(&self) -> u32 {
+        self.inner.window().num_samples()
+    }
+
+    #[getter]
+    fn window_ms(&self) -> i64 {
+        self.inner.window().window_ms()
+    }
+
+    #[getter]
+    fn sensor_expiry_ms(&self) -> i64 {
+        self.inner.sensor_expiry_ms()
+    }
+
+    #[getter]
+    fn enabled(&self) -> bool {
+        self.inner.enabled()
+    }
+
+    fn set_quota(&self, entity: &Entity, value: f64) -> CoreResult<()> {
+        Ok(self.inner.set_quota(&entity.inner, value)?)
+    }
+
+    fn remove_quota(&self, entity: &Entity) {
+        self.inner.remove_quota(&entity.inner)
+    }
+
+    fn quota(&self, entity: &Entity) -> Option<f64> {
+        self.inner.quota(&entity.inner)
+    }
+
+    fn quotas(&self) -> Vec<(Entity, f64)> {
+        self.inner.quotas().into_iter().map(|(inner, v)| (Entity { inner }, v)).collect()
+    }
+
+    fn tags(&self, user: &str, client_id: &str) -> (String, String) {
+        self.inner.tags(user, client_id)
+    }
+
+    fn quota_for(&self, user: &str, client_id: &str) -> Option<f64> {
+        self.inner.quota_for(user, client_id)
+    }
+
+    #[pyo3(signature = (user, client_id, value, now_ms=None))]
+    fn record(&self, user: &str, client_id: &str, value: f64, now_ms: Option<i64>) -> CoreResult<i32> {
+        Ok(self.inner.record(user, client_id, value, now_or_clock(now_ms))?)
+    }
+
+    #[pyo3(signature = (user, client_id, value, now_ms=None))]
+    fn unrecord(&self, user: &str, client_id: &str, value: f64, now_ms: Option<i64>) -> CoreResult<()> {
+        Ok(self.inner.unrecord(user, client_id, value, now_or_clock(now_ms))?)
+    }
+
+    #[pyo3(signature = (user, client_id, value, now_ms=None))]
+    fn record_no_throttle(
+        &self,
+        user: &str,
+        client_id: &str,
+        value: f64,
+        now_ms: Option<i64>,
+    ) -> CoreResult<()> {
+        Ok(self.inner.record_no_throttle(user, client_id, value, now_or_clock(now_ms))?)
+    }
+
+    #[pyo3(signature = (user, client_id, throttle_ms, now_ms=None, channel=0))]
+    fn throttle(
+        &self,
+        user: &str,
+        client_id: &str,
+        throttle_ms: i64,
+        now_ms: Option<i64>,
+        channel: u64,
+    ) -> CoreResult<i64> {
+        Ok(self.inner.throttle(user, client_id, throttle_ms, now_or_clock(now_ms), channel)?)
+    }
+
+    #[pyo3(signature = (now_ms=None))]
+    fn expired_channels(&self, now_ms: Option<i64>) -> Vec<u64> {
+        self.inner.expired_channels(now_or_clock(now_ms))
+    }
+
+    fn queue_size(&self) -> usize {
+        self.inner.queue_size()
+    }
+
+    #[pyo3(signature = (user, client_id, now_ms=None))]
+    fn max_value_in_quota_window(&self, user: &str, client_id: &str, now_ms: Option<i64>) -> f64 {
+        self.inner.max_value_in_quota_window(user, client_id, now_or_clock(now_ms))
+    }
+
+    #[pyo3(signature = (user, client_id, now_ms=None))]
+    fn measure(&self, user: &str, client_id: &str, now_ms: Option<i64>) -> Option<f64> {
+        self.inner.measure(user, client_id, now_or_clock(now_ms))
+    }
+
+    fn bound(&self, user: &str, client_id: &str) -> Option<f64> {
+        self.inner.bound(user, client_id)
+    }
+
+    #[pyo3(signature = (user, client_id, now_ms=None))]
+    fn throttle_time_avg(&self, user: &str, client_id: &str, now_ms: Option<i64>) -> Option<f64> {
+        self.inner.throttle_time_avg(user, client_id, now_or_clock(now_ms))
+    }
+
+    #[pyo3(signature = (now_ms=None))]
+    fn expire_sensors(&self, now_ms: Option<i64>) -> Vec<String> {
+        self.inner.expire_sensors(now_or_clock(now_ms))
+    }
+
+    fn sensor_names(&self) -> Vec<String> {
+        self.inner.sensor_names()
+    }
+
+    #[pyo3(signature = (now_ms, key_index, values, keys, unrecord_if=None))]
+    fn record_batch<'py>(
+        &self,
+        py: Python<'py>,
+        now_ms: PyReadonlyArray1<'py, i64>,
+        key_index: PyReadonlyArray1<'py, i64>,
+        values: PyReadonlyArray1<'py, f64>,
+        keys: Vec<(String, String)>,
+        unrecord_if: Option<PyReadonlyArray1<'py, bool>>,
+    ) -> PyResult<Bound<'py, PyArray1<i32>>> {
+        // Copy into owned buffers, then run the whole batch without the GIL.
+        let now_ms = now_ms.as_array().to_vec();
+        let key_index = key_index.as_array().to_vec();
+        let values = values.as_array().to_vec();
+        let unrecord_if = unrecord_if.map(|u| u.as_array().to_vec());
+        let inner = &self.inner;
+        let throttles = py
+            .detach(|| {
+                inner.record_batch(&now_ms, &key_index, &values, &keys, unrecord_if.as_deref())
+            })
+            .map_err(CoreError)?;
+        Ok(PyArray1::from_vec(py, throttles))
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "QuotaManager({:?}, num_samples={}, window_ms={})",
+            self.quota_type(),
+            self.num_samples(),
+            self.window_ms()
+        )
+    }
+}
+
+/// The clock the core uses when `now_ms` is omitted.
+#[pyfunction]
+fn monotonic_ms() -> i64 {
+    core::monotonic_ms()
+}
+
+/// A principal name in Kafka's sanitized form.
+#[pyfunction]
+fn sanitize_user(principal: &str) -> String {
+    core::sanitize_user(principal).into_owned()
+}
+
+#[pymodule(gil_used = false)]
+fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    let py = m.py();
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    m.add("DEFAULT", core::DEFAULT_MARKER)?;
+    m.add("UNLIMITED", core::UNLIMITED)?;
+    m.add_class::<Entity>()?;
+    m.add_class::<Check>()?;
+    m.add_class::<SampledRate>()?;
+    m.add_class::<QuotaManager>()?;
+    m.add_function(wrap_pyfunction!(monotonic_ms, m)?)?;
+    m.add_function(wrap_pyfunction!(sanitize_user, m)?)?;
+    let errors = errors(py)?;
+    m.add("KquotaError", errors.base.bind(py))?;
+    m.add("InvalidValueError", errors.value.bind(py))?;
+    m.add("InvalidConfigError", errors.config.bind(py))?;
+    m.add("InvalidQuotaError", errors.quota.bind(py))?;
+    m.add("InvalidUsageError", errors.usage.bind(py))?;
+    Ok(())
+}

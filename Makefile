@@ -1,0 +1,73 @@
+# kquota: `make demo` and `make test` work on a fresh machine (they make .venv, install
+# what is needed and build the extension in release mode). `make help` lists the targets.
+
+PYTHON ?= python3.11
+VENV   := .venv
+PY     := $(VENV)/bin/python
+DEPS   := $(VENV)/.deps-installed
+EXT    := $(VENV)/.extension-built
+RUST_SOURCES := $(shell find rust -name '*.rs' -o -name Cargo.toml) Cargo.toml Cargo.lock
+LOOM_TARGET  := target/loom
+
+.DEFAULT_GOAL := help
+.PHONY: help demo test test-rust test-loom test-python lint format bench bench-rust bench-python build clean
+
+help: ## List the targets
+	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  make %-13s %s\n", $$1, $$2}'
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+
+# Dependencies come from pyproject.toml (runtime, `dev` and `spark` extras): one source of truth.
+$(DEPS): pyproject.toml | $(PY)
+	$(PY) -c "import tomllib; p = tomllib.load(open('pyproject.toml', 'rb')); \
+	  b = p['build-system']['requires']; d = p['project']; x = d['optional-dependencies']; \
+	  print('\n'.join(b + d['dependencies'] + x['dev'] + x.get('spark', [])))" > $(VENV)/requirements.txt
+	$(PY) -m pip install --quiet -r $(VENV)/requirements.txt
+	touch $@
+
+$(EXT): $(DEPS) $(RUST_SOURCES) pyproject.toml
+	VIRTUAL_ENV=$(abspath $(VENV)) $(VENV)/bin/maturin develop --release --quiet
+	touch $@
+
+build: $(EXT) ## Build the extension (release) into .venv
+
+demo: $(EXT) ## Run the demo
+	$(PY) examples/burst.py
+
+test: test-rust test-loom test-python ## Run every test: core (cargo + loom) and Python
+
+test-rust: ## cargo test on the core crate
+	cargo test -p kquota-core --quiet
+
+test-loom: ## Model-check the core's atomic protocols with loom
+	RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=$(LOOM_TARGET) cargo test -p kquota-core --release --test loom --quiet
+
+test-python: $(EXT) ## pytest (conformance vectors included)
+	$(PY) -m pytest
+
+lint: $(DEPS) ## rustfmt, clippy -D warnings, ruff, mypy, stubtest of _core.pyi
+	cargo fmt --all -- --check
+	cargo clippy --workspace --all-targets -- -D warnings
+	$(VENV)/bin/ruff check python tests benches examples
+	$(VENV)/bin/ruff format --check python tests benches examples
+	$(VENV)/bin/mypy
+	$(PY) -m mypy.stubtest kquota._core
+
+format: $(DEPS) ## Format Rust and Python sources
+	cargo fmt --all
+	$(VENV)/bin/ruff format python tests benches examples
+	$(VENV)/bin/ruff check --fix python tests benches examples
+
+bench: bench-rust bench-python ## All benchmarks (not part of make test)
+
+bench-rust: ## criterion: core record-and-check, 1 and 2 threads
+	cargo bench -p kquota-core --bench record
+
+bench-python: $(EXT) ## pytest-benchmark: Python record against the pure-Python model
+	$(PY) -m pytest benches -p no:cacheprovider --benchmark-only --benchmark-columns=min,mean,median,ops
+
+clean: ## Remove build outputs and the virtualenv
+	cargo clean
+	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache

@@ -1,0 +1,814 @@
+"""A pure-Python reference model of ``kquota._core``, written straight from the spec.
+
+It implements the API of ``python/kquota/_core.pyi`` from
+``shared/docs/kafka-quota-semantics.md`` (section numbers below refer to it): plain,
+single-threaded and without cleverness, so that it can serve as a second oracle for the
+Rust core (tests replay the same traces through both) and as the baseline of the
+benchmarks.
+
+It does not need the compiled module: when ``kquota`` cannot be imported it defines
+stand-in exception classes with the same names.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import math
+import numbers
+import operator
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import Enum
+from typing import Final, Literal, TypeVar
+
+import numpy as np
+import numpy.typing as npt
+
+try:
+    from kquota.exceptions import (
+        InvalidConfigError,
+        InvalidQuotaError,
+        InvalidUsageError,
+        InvalidValueError,
+        KquotaError,
+    )
+except ImportError:  # the compiled module is not built: stand-ins with the same names
+
+    class KquotaError(Exception):  # type: ignore[no-redef]
+        """The base of every error kquota raises."""
+
+    class InvalidValueError(KquotaError, ValueError):  # type: ignore[no-redef]
+        """A value outside what kquota (and Kafka) accepts; the message names it."""
+
+    class InvalidConfigError(InvalidValueError):  # type: ignore[no-redef]
+        """A malformed configuration: window, samples, quota type or entity."""
+
+    class InvalidQuotaError(InvalidValueError):  # type: ignore[no-redef]
+        """A quota value that is zero, negative, NaN or infinite."""
+
+    class InvalidUsageError(InvalidValueError):  # type: ignore[no-redef]
+        """A recorded usage that is negative, NaN or infinite."""
+
+
+__all__ = [
+    "DEFAULT",
+    "UNLIMITED",
+    "Check",
+    "Entity",
+    "InvalidConfigError",
+    "InvalidQuotaError",
+    "InvalidUsageError",
+    "InvalidValueError",
+    "KquotaError",
+    "QuotaManager",
+    "QuotaType",
+    "SampledRate",
+    "monotonic_ms",
+    "sanitize_user",
+]
+
+DEFAULT: Final = "<default>"
+"""The ``<default>`` entity marker."""
+
+UNLIMITED: Final = float(2**63 - 1)
+"""The bound of a sensor no quota applies to: the double nearest 2**63 - 1 (section 6.4)."""
+
+QuotaType = Literal["produce", "fetch", "request"]
+
+_INT32_SPAN: Final = 2**32
+_INT64_MAX: Final = 2**63 - 1
+_INT64_MIN: Final = -(2**63)
+
+_SENSOR_TYPE_NAMES: Final[dict[str, str]] = {
+    "produce": "Produce",
+    "fetch": "Fetch",
+    "request": "Request",
+}
+_NANOS_TO_PERCENT: Final = 100.0 / 1e9  # section 5: computed once, then times the nanos
+_THROTTLE_TIME_SAMPLES: Final = 2  # the broker's default metric config (section 2.5)
+_THROTTLE_TIME_WINDOW_MS: Final = 30_000
+
+# The enabled-levels bits of section 6.2.
+_CLIENT_LEVEL: Final = 1
+_USER_LEVEL: Final = 2
+_USER_CLIENT_LEVEL: Final = 4
+_SINGLE_LEVELS: Final = frozenset({_CLIENT_LEVEL, _USER_LEVEL, _USER_CLIENT_LEVEL})
+
+# Java's URLEncoder leaves these alone (and '*', which Kafka's sanitizer then encodes anyway).
+_URL_UNRESERVED: Final = frozenset(
+    "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-_"
+)
+
+
+def monotonic_ms() -> int:
+    """The clock used when ``now_ms`` is omitted: monotonic milliseconds."""
+    return time.monotonic_ns() // 1_000_000
+
+
+def sanitize_user(principal: str) -> str:
+    """A principal name in Kafka's sanitized form (section 6.1).
+
+    Java's ``URLEncoder`` keeps ASCII letters, digits and ``.-_*``, turns a space into ``+``
+    and percent-encodes every other UTF-8 byte in upper case; Kafka then replaces ``+`` by
+    ``%20`` and ``*`` by ``%2A``. That is the same as percent-encoding every byte except
+    ASCII letters, digits and ``.-_``. An unpaired surrogate becomes ``?`` (``%3F``), as in
+    Java.
+    """
+    principal = _as_str("principal", principal)
+    parts: list[str] = []
+    for char in principal:
+        if char in _URL_UNRESERVED:
+            parts.append(char)
+        else:
+            parts.extend(f"%{byte:02X}" for byte in char.encode("utf-8", errors="replace"))
+    return "".join(parts)
+
+
+# -- Java arithmetic ---------------------------------------------------------------------
+
+
+def _java_round(x: float) -> int:
+    """Java ``Math.round``: nearest long, ties toward +infinity, NaN -> 0, saturating."""
+    if math.isnan(x):
+        return 0
+    if x >= 2.0**63:
+        return _INT64_MAX
+    if x <= -(2.0**63):
+        return _INT64_MIN
+    floor = math.floor(x)
+    return floor + 1 if x - floor >= 0.5 else floor
+
+
+def _to_int32(value: int) -> int:
+    """Java's ``(int)`` cast of a long: the low 32 bits as a two's-complement int."""
+    return (value + 2**31) % _INT32_SPAN - 2**31
+
+
+def _div_truncating(dividend: int, divisor: int) -> int:
+    """Java's long division (truncates toward zero) for a positive divisor."""
+    quotient = abs(dividend) // divisor
+    return quotient if dividend >= 0 else -quotient
+
+
+# -- argument checks ----------------------------------------------------------------------
+
+
+def _as_int(name: str, value: object) -> int:
+    try:
+        return operator.index(value)  # type: ignore[arg-type]
+    except TypeError:
+        raise TypeError(f"{name} must be an int, got {value!r}") from None
+
+
+def _as_float(name: str, value: object) -> float:
+    if not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a number, got {value!r}")
+    return float(value)
+
+
+def _as_str(name: str, value: object) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be a str, got {value!r}")
+    return value
+
+
+def _now(now_ms: int | None) -> int:
+    return monotonic_ms() if now_ms is None else _as_int("now_ms", now_ms)
+
+
+def _quota_value(value: object) -> float:
+    bound = _as_float("quota", value)
+    if not (math.isfinite(bound) and bound > 0.0):
+        raise InvalidQuotaError(f"a quota must be a finite number > 0, got {bound!r}")
+    return bound
+
+
+def _sample_value(value: object) -> float:
+    amount = _as_float("value", value)
+    if not math.isfinite(amount):
+        raise InvalidUsageError(f"a recorded value must be finite, got {amount!r}")
+    return amount
+
+
+def _usage_value(value: object) -> float:
+    amount = _as_float("value", value)
+    if not (math.isfinite(amount) and amount >= 0.0):
+        raise InvalidUsageError(f"usage must be a finite number >= 0, got {amount!r}")
+    return amount
+
+
+def _window_config(num_samples: object, window_ms: object) -> tuple[int, int]:
+    samples = _as_int("num_samples", num_samples)
+    window = _as_int("window_ms", window_ms)
+    if samples < 1:
+        raise InvalidConfigError(f"num_samples must be >= 1, got {samples}")
+    if window < 1:
+        raise InvalidConfigError(f"window_ms must be >= 1, got {window}")
+    return samples, window
+
+
+# -- sampled windows (section 2) ----------------------------------------------------------
+
+
+@dataclass(slots=True)
+class _Sample:
+    start_ms: int
+    last_ms: int
+    value: float = 0.0
+    count: int = 0
+
+    def reset(self, now_ms: int) -> None:
+        self.start_ms = self.last_ms = now_ms
+        self.value = 0.0
+        self.count = 0
+
+
+class _Samples:
+    """Kafka's sampled windows: a lazily grown ring of at most ``num_samples + 1`` samples."""
+
+    def __init__(self, num_samples: int, window_ms: int) -> None:
+        self.num_samples = num_samples
+        self.window_ms = window_ms
+        self.samples: list[_Sample] = []
+        self.current = 0
+
+    def record(self, value: float, now_ms: int) -> None:
+        """Section 2.2: roll over when the current sample is a window old, then add."""
+        if not self.samples:
+            self.samples.append(_Sample(now_ms, now_ms))
+        sample = self.samples[self.current]
+        if now_ms - sample.start_ms >= self.window_ms:
+            self.current = (self.current + 1) % (self.num_samples + 1)
+            if self.current >= len(self.samples):
+                sample = _Sample(now_ms, now_ms)
+                self.samples.append(sample)
+            else:
+                sample = self.samples[self.current]
+                sample.reset(now_ms)
+        sample.value += value
+        sample.count += 1
+        sample.last_ms = now_ms
+
+    def purge(self, now_ms: int) -> None:
+        """Section 2.3: restart every sample whose last event is ``num_samples`` windows old."""
+        horizon = self.num_samples * self.window_ms
+        for sample in self.samples:
+            if now_ms - sample.last_ms >= horizon:
+                sample.reset(now_ms)
+
+    def total(self, now_ms: int) -> float:
+        """Purge, then add the sample values in index order (not with ``sum``: bit-exact)."""
+        self.purge(now_ms)
+        total = 0.0
+        for sample in self.samples:
+            total += sample.value
+        return total
+
+    def elapsed_window_ms(self, now_ms: int) -> int:
+        """Section 2.4: the measured window, padded to ``num_samples - 1`` whole windows."""
+        self.purge(now_ms)
+        if not self.samples:
+            self.samples.append(_Sample(now_ms, now_ms))
+        elapsed = now_ms - min(sample.start_ms for sample in self.samples)
+        full_windows = _to_int32(_div_truncating(elapsed, self.window_ms))
+        min_full_windows = self.num_samples - 1
+        if full_windows < min_full_windows:
+            elapsed += _to_int32(min_full_windows - full_windows) * self.window_ms
+        return max(elapsed, 1)
+
+    def rate(self, now_ms: int) -> float:
+        """Kafka's ``Rate``: the total per second of the elapsed window."""
+        total = self.total(now_ms)
+        return total / (self.elapsed_window_ms(now_ms) / 1000.0)
+
+    def average(self, now_ms: int) -> float:
+        """Kafka's ``Avg``: total over event count, NaN with no events."""
+        self.purge(now_ms)
+        total = 0.0
+        count = 0
+        for sample in self.samples:
+            total += sample.value
+            count += sample.count
+        return total / count if count else math.nan
+
+
+# -- public classes -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Entity:
+    """A quota entity: ``<user>``, ``<client-id>`` or ``<user, client-id>``.
+
+    ``None`` leaves a dimension out; :data:`DEFAULT` is the default entity of that
+    dimension. At least one of the two must be given.
+    """
+
+    user: str | None = None
+    client_id: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.user is not None:
+            _as_str("user", self.user)
+        if self.client_id is not None:
+            _as_str("client_id", self.client_id)
+        if self.user is None and self.client_id is None:
+            raise InvalidConfigError("an entity needs a user, a client_id or both; got neither")
+
+
+@dataclass(frozen=True)
+class Check:
+    """The outcome of a quota-checked record on a :class:`SampledRate`."""
+
+    violated: bool
+    throttle_ms: int
+    """Kafka's throttle time as a 64-bit integer (0 when not violated)."""
+    rate: float | None
+    """The rate measured by the check, or ``None`` when no bound was set."""
+
+
+class SampledRate:
+    """One Kafka ``Rate`` over sampled windows, with an optional upper bound."""
+
+    def __init__(
+        self, num_samples: int = 11, window_ms: int = 1000, quota: float | None = None
+    ) -> None:
+        samples, window = _window_config(num_samples, window_ms)
+        self._quota = None if quota is None else _quota_value(quota)
+        self._samples = _Samples(samples, window)
+
+    @property
+    def num_samples(self) -> int:
+        return self._samples.num_samples
+
+    @property
+    def window_ms(self) -> int:
+        return self._samples.window_ms
+
+    @property
+    def quota(self) -> float | None:
+        return self._quota
+
+    def set_quota(self, quota: float | None) -> None:
+        """Replace the bound (``None`` removes it); samples are kept."""
+        self._quota = None if quota is None else _quota_value(quota)
+
+    def record(self, value: float, now_ms: int | None = None) -> Check:
+        """Record ``value`` (any finite float) and check the bound (sections 3 and 4)."""
+        amount = _sample_value(value)
+        now = _now(now_ms)
+        self._samples.record(amount, now)
+        if self._quota is None:
+            return Check(violated=False, throttle_ms=0, rate=None)
+        rate = self._samples.rate(now)
+        if rate <= self._quota:
+            return Check(violated=False, throttle_ms=0, rate=rate)
+        excess = ((rate - self._quota) / self._quota) * self._samples.elapsed_window_ms(now)
+        return Check(violated=True, throttle_ms=_java_round(excess), rate=rate)
+
+    def record_no_check(self, value: float, now_ms: int | None = None) -> None:
+        """Record ``value`` without checking (or measuring) anything."""
+        amount = _sample_value(value)
+        self._samples.record(amount, _now(now_ms))
+
+    def measure(self, now_ms: int | None = None) -> float:
+        """The rate per second at ``now_ms``; purges obsolete samples, as in Kafka."""
+        return self._samples.rate(_now(now_ms))
+
+
+# -- the quota manager (sections 5 to 8, 11) ----------------------------------------------
+
+
+class _Default(Enum):
+    """The ``<default>`` entity of a dimension, apart from any name (even ``"<default>"``)."""
+
+    MARKER = DEFAULT
+
+
+_Name = str | _Default | None  # one dimension of an override key: a name, default or absent
+_EntityKey = tuple[_Name, _Name]  # (sanitized user, client id)
+_Tags = tuple[str, str]  # (user tag, client-id tag)
+_ANY: Final = _Default.MARKER
+
+
+def _entity_key(entity: Entity) -> _EntityKey:
+    user: _Name
+    if entity.user is None:
+        user = None
+    elif entity.user == DEFAULT:
+        user = _ANY
+    else:
+        user = sanitize_user(entity.user)
+    client: _Name = _ANY if entity.client_id == DEFAULT else entity.client_id
+    return user, client
+
+
+def _entity_level(key: _EntityKey) -> int:
+    user, client = key
+    if user is None:
+        return _CLIENT_LEVEL
+    return _USER_LEVEL if client is None else _USER_CLIENT_LEVEL
+
+
+@dataclass(slots=True)
+class _Sensor:
+    last_record_ms: int
+    """Creation time, then the time of every record (section 11)."""
+
+
+@dataclass(slots=True)
+class _QuotaSensor(_Sensor):
+    rate: SampledRate
+
+
+@dataclass(slots=True)
+class _ThrottleTimeSensor(_Sensor):
+    samples: _Samples
+
+
+_SensorT = TypeVar("_SensorT", bound=_Sensor)
+
+
+def _pop_idle(sensors: dict[_Tags, _SensorT], now_ms: int, expiry_ms: int) -> list[_Tags]:
+    idle = [tags for tags, sensor in sensors.items() if now_ms - sensor.last_record_ms > expiry_ms]
+    for tags in idle:
+        del sensors[tags]
+    return idle
+
+
+class QuotaManager:
+    """Kafka's client-quota manager for one quota type."""
+
+    def __init__(
+        self,
+        quota_type: QuotaType,
+        *,
+        num_samples: int = 11,
+        window_ms: int = 1000,
+        sensor_expiry_ms: int = 3_600_000,
+    ) -> None:
+        if quota_type not in _SENSOR_TYPE_NAMES:
+            raise InvalidConfigError(
+                f"quota_type must be 'produce', 'fetch' or 'request', got {quota_type!r}"
+            )
+        samples, window = _window_config(num_samples, window_ms)
+        if window % 1000:
+            raise InvalidConfigError(
+                f"window_ms must be a whole number of seconds (a multiple of 1000), got {window}"
+            )
+        expiry = _as_int("sensor_expiry_ms", sensor_expiry_ms)
+        if expiry < 0:
+            raise InvalidConfigError(f"sensor_expiry_ms must be >= 0, got {expiry}")
+        self._quota_type: QuotaType = quota_type
+        self._type_name = _SENSOR_TYPE_NAMES[quota_type]
+        self._num_samples = samples
+        self._window_ms = window
+        self._sensor_expiry_ms = expiry
+        self._levels = 0
+        self._overrides: dict[_EntityKey, tuple[Entity, float]] = {}
+        self._quota_sensors: dict[_Tags, _QuotaSensor] = {}
+        self._throttle_sensors: dict[_Tags, _ThrottleTimeSensor] = {}
+        self._delay_queue: list[tuple[int, int, int]] = []  # (end_ms, insertion order, channel)
+        self._insertions = itertools.count()
+
+    @property
+    def quota_type(self) -> QuotaType:
+        return self._quota_type
+
+    @property
+    def num_samples(self) -> int:
+        return self._num_samples
+
+    @property
+    def window_ms(self) -> int:
+        return self._window_ms
+
+    @property
+    def sensor_expiry_ms(self) -> int:
+        return self._sensor_expiry_ms
+
+    @property
+    def enabled(self) -> bool:
+        """Whether any quota was ever set or removed (Kafka measures nothing until then)."""
+        return self._levels != 0
+
+    # -- configuration ---------------------------------------------------------------------
+
+    def set_quota(self, entity: Entity, value: float) -> None:
+        """Set the override for ``entity``: a finite value > 0 (section 6.5)."""
+        entity = _as_entity(entity)
+        bound = _quota_value(value)
+        key = _entity_key(entity)
+        self._levels |= _entity_level(key)
+        self._overrides[key] = (entity, bound)
+        self._refresh_bounds(key)
+
+    def remove_quota(self, entity: Entity) -> None:
+        """Delete the override for ``entity``; the level counts as touched all the same."""
+        key = _entity_key(_as_entity(entity))
+        self._levels |= _entity_level(key)
+        self._overrides.pop(key, None)
+        self._refresh_bounds(key)
+
+    def quota(self, entity: Entity) -> float | None:
+        """The override configured for exactly ``entity``, or ``None``."""
+        override = self._overrides.get(_entity_key(_as_entity(entity)))
+        return None if override is None else override[1]
+
+    def quotas(self) -> list[tuple[Entity, float]]:
+        """Every override, in no particular order."""
+        return list(self._overrides.values())
+
+    # -- the request path --------------------------------------------------------------------
+
+    def tags(self, user: str, client_id: str) -> tuple[str, str]:
+        """The ``(user, client-id)`` metric tags of a client's requests (section 6.3)."""
+        sanitized = sanitize_user(user)
+        client = _as_str("client_id", client_id)
+        if self._levels in (0, _CLIENT_LEVEL):
+            return "", client
+        if self._levels == _USER_LEVEL:
+            return sanitized, ""
+        if self._levels == _USER_CLIENT_LEVEL:
+            return sanitized, client
+        overrides = self._overrides
+        if (sanitized, client) in overrides or (sanitized, _ANY) in overrides:
+            return sanitized, client
+        if (sanitized, None) in overrides:
+            return sanitized, ""
+        if (_ANY, client) in overrides or (_ANY, _ANY) in overrides:
+            return sanitized, client
+        if (_ANY, None) in overrides:
+            return sanitized, ""
+        return "", client
+
+    def quota_for(self, user: str, client_id: str) -> float | None:
+        """The bound that applies to the client now, or ``None`` when none does."""
+        return self._lookup(self.tags(user, client_id))
+
+    def record(self, user: str, client_id: str, value: float, now_ms: int | None = None) -> int:
+        """Record usage with a quota check; return Kafka's (32-bit) throttle time in ms."""
+        tags = self.tags(user, client_id)
+        amount = self._usage(value)
+        now = _now(now_ms)
+        if not self.enabled:
+            return 0
+        sensor = self._sensors(tags, now)[0]
+        sensor.last_record_ms = now
+        check = sensor.rate.record(amount, now)
+        if not check.violated:
+            return 0
+        throttle = check.throttle_ms
+        if self._quota_type == "request":
+            throttle = min(throttle, self._window_ms)  # KIP-124: at most one window
+        return _to_int32(throttle)
+
+    def unrecord(self, user: str, client_id: str, value: float, now_ms: int | None = None) -> None:
+        """Take back ``value`` recorded earlier (a throttled fetch), without a check."""
+        tags = self.tags(user, client_id)
+        self._record_unchecked(tags, -self._usage(value), _now(now_ms))
+
+    def record_no_throttle(
+        self, user: str, client_id: str, value: float, now_ms: int | None = None
+    ) -> None:
+        """Record usage without a check (e.g. network-thread time after the response)."""
+        tags = self.tags(user, client_id)
+        self._record_unchecked(tags, self._usage(value), _now(now_ms))
+
+    def throttle(
+        self,
+        user: str,
+        client_id: str,
+        throttle_ms: int,
+        now_ms: int | None = None,
+        channel: int = 0,
+    ) -> int:
+        """Account a throttle of ``throttle_ms`` > 0: throttle-time sensor and delay queue.
+
+        Like Kafka's ``throttle``, this gets or creates the client's sensors even on a
+        manager that has no quota (the broker never throttles through such a manager).
+        """
+        tags = self.tags(user, client_id)
+        delay = _as_int("throttle_ms", throttle_ms)
+        if delay <= 0:
+            raise InvalidUsageError(f"throttle_ms must be > 0, got {delay}")
+        channel = _as_int("channel", channel)
+        now = _now(now_ms)
+        sensor = self._sensors(tags, now)[1]
+        sensor.last_record_ms = now
+        sensor.samples.record(float(delay), now)
+        end_ms = now + delay
+        heapq.heappush(self._delay_queue, (end_ms, next(self._insertions), channel))
+        return end_ms
+
+    def expired_channels(self, now_ms: int | None = None) -> list[int]:
+        """Remove the delay-queue entries ending at or before ``now_ms``; return their channels."""
+        now = _now(now_ms)
+        channels: list[int] = []
+        while self._delay_queue and self._delay_queue[0][0] <= now:
+            channels.append(heapq.heappop(self._delay_queue)[2])
+        return channels
+
+    def queue_size(self) -> int:
+        """Throttled channels waiting in the delay queue."""
+        return len(self._delay_queue)
+
+    def max_value_in_quota_window(
+        self, user: str, client_id: str, now_ms: int | None = None
+    ) -> float:
+        """The fetch-size cap of section 7: ``bound * (num_samples - 1) * window_seconds``."""
+        tags = self.tags(user, client_id)
+        now = _now(now_ms)
+        if not self.enabled:
+            return sys.float_info.max
+        self._sensors(tags, now)
+        limit = self._lookup(tags)
+        if limit is None:
+            return sys.float_info.max
+        return limit * (self._num_samples - 1) * (self._window_ms // 1000)
+
+    # -- reading -------------------------------------------------------------------------------
+
+    def measure(self, user: str, client_id: str, now_ms: int | None = None) -> float | None:
+        """The client's current rate (purges, like a JMX read), or ``None`` with no sensor."""
+        sensor = self._quota_sensors.get(self.tags(user, client_id))
+        now = _now(now_ms)
+        return None if sensor is None else sensor.rate.measure(now)
+
+    def bound(self, user: str, client_id: str) -> float | None:
+        """The bound the client's existing sensor enforces, or ``None`` with no sensor."""
+        sensor = self._quota_sensors.get(self.tags(user, client_id))
+        return None if sensor is None else sensor.rate.quota
+
+    def throttle_time_avg(
+        self, user: str, client_id: str, now_ms: int | None = None
+    ) -> float | None:
+        """The throttle-time average (NaN with no throttles), ``None`` with no sensor."""
+        sensor = self._throttle_sensors.get(self.tags(user, client_id))
+        now = _now(now_ms)
+        return None if sensor is None else sensor.samples.average(now)
+
+    def expire_sensors(self, now_ms: int | None = None) -> list[str]:
+        """Remove sensors idle for longer than the expiry; return their Kafka names, sorted."""
+        now = _now(now_ms)
+        expiry = self._sensor_expiry_ms
+        removed = [
+            self._quota_sensor_name(tags) for tags in _pop_idle(self._quota_sensors, now, expiry)
+        ] + [
+            self._throttle_sensor_name(tags)
+            for tags in _pop_idle(self._throttle_sensors, now, expiry)
+        ]
+        return sorted(removed)
+
+    def sensor_names(self) -> list[str]:
+        """Kafka names of the live sensors, sorted."""
+        return sorted(
+            [self._quota_sensor_name(tags) for tags in self._quota_sensors]
+            + [self._throttle_sensor_name(tags) for tags in self._throttle_sensors]
+        )
+
+    # -- batch -----------------------------------------------------------------------------------
+
+    def record_batch(
+        self,
+        now_ms: npt.NDArray[np.int64],
+        key_index: npt.NDArray[np.int64],
+        values: npt.NDArray[np.float64],
+        keys: Sequence[tuple[str, str]],
+        unrecord_if: npt.NDArray[np.bool_] | None = None,
+    ) -> npt.NDArray[np.int32]:
+        """Record many requests in order; equal to calling :meth:`record` one at a time.
+
+        For a ``fetch`` manager an event whose throttle is > 0, or whose ``unrecord_if``
+        entry is true, is then unrecorded; other quota types ignore ``unrecord_if``.
+        Everything is validated before the first event is recorded.
+        """
+        times = _batch_array("now_ms", now_ms, np.int64)
+        indices = _batch_array("key_index", key_index, np.int64)
+        amounts = _batch_array("values", values, np.float64)
+        drops = (
+            np.zeros(len(times), dtype=np.bool_)
+            if unrecord_if is None
+            else _batch_array("unrecord_if", unrecord_if, np.bool_)
+        )
+        lengths = {len(times), len(indices), len(amounts), len(drops)}
+        if len(lengths) != 1:
+            raise InvalidValueError(
+                "now_ms, key_index, values and unrecord_if must have the same length, got "
+                f"{len(times)}, {len(indices)}, {len(amounts)} and {len(drops)}"
+            )
+        clients = [
+            (_as_str("keys[i][0]", user), _as_str("keys[i][1]", client)) for user, client in keys
+        ]
+        for position, index in enumerate(indices.tolist()):
+            if not 0 <= index < len(clients):
+                raise InvalidValueError(
+                    f"key_index[{position}] must be in [0, {len(clients)}), got {index}"
+                )
+        for position, amount in enumerate(amounts.tolist()):
+            if not (math.isfinite(amount) and amount >= 0.0):
+                raise InvalidUsageError(
+                    f"values[{position}] must be a finite number >= 0, got {amount!r}"
+                )
+
+        unrecord = self._quota_type == "fetch"
+        throttles: list[int] = []
+        for now, index, amount, drop in zip(
+            times.tolist(), indices.tolist(), amounts.tolist(), drops.tolist(), strict=True
+        ):
+            user, client = clients[index]
+            throttle = self.record(user, client, amount, now)
+            if unrecord and (throttle > 0 or drop):
+                self.unrecord(user, client, amount, now)
+            throttles.append(throttle)
+        return np.array(throttles, dtype=np.int32)
+
+    # -- internals -------------------------------------------------------------------------------
+
+    def _usage(self, value: object) -> float:
+        """Validate a usage and convert it to the rate's unit (request: nanos to percent)."""
+        amount = _usage_value(value)
+        return amount * _NANOS_TO_PERCENT if self._quota_type == "request" else amount
+
+    def _lookup(self, tags: _Tags) -> float | None:
+        """Section 6.4: the override that applies to a tag pair, or ``None``."""
+        user, client = tags
+        candidates: list[_EntityKey]
+        if user and client:
+            candidates = [(user, client), (user, _ANY), (_ANY, client), (_ANY, _ANY)]
+        elif user:
+            candidates = [(user, None), (_ANY, None)]
+        elif client:
+            candidates = [(None, client), (None, _ANY)]
+        else:
+            candidates = []
+        for key in candidates:
+            override = self._overrides.get(key)
+            if override is not None:
+                return override[1]
+        return None
+
+    def _quota_limit(self, tags: _Tags) -> float:
+        """The bound a sensor with these tags enforces: the override, else unlimited."""
+        limit = self._lookup(tags)
+        return UNLIMITED if limit is None else limit
+
+    def _refresh_bounds(self, key: _EntityKey) -> None:
+        """Section 6.5: update the bounds of existing sensors after an override changed."""
+        user, client = key
+        if self._levels in _SINGLE_LEVELS and _ANY not in key:
+            tags = (
+                user if isinstance(user, str) else "",
+                client if isinstance(client, str) else "",
+            )
+            sensor = self._quota_sensors.get(tags)
+            if sensor is not None:
+                sensor.rate.set_quota(self._quota_limit(tags))
+        else:
+            for tags, sensor in self._quota_sensors.items():
+                sensor.rate.set_quota(self._quota_limit(tags))
+
+    def _sensors(self, tags: _Tags, now_ms: int) -> tuple[_QuotaSensor, _ThrottleTimeSensor]:
+        """Get or create the quota and throttle-time sensors of a tag pair."""
+        quota_sensor = self._quota_sensors.get(tags)
+        if quota_sensor is None:
+            rate = SampledRate(self._num_samples, self._window_ms, self._quota_limit(tags))
+            quota_sensor = self._quota_sensors[tags] = _QuotaSensor(now_ms, rate)
+        throttle_sensor = self._throttle_sensors.get(tags)
+        if throttle_sensor is None:
+            samples = _Samples(_THROTTLE_TIME_SAMPLES, _THROTTLE_TIME_WINDOW_MS)
+            throttle_sensor = self._throttle_sensors[tags] = _ThrottleTimeSensor(now_ms, samples)
+        return quota_sensor, throttle_sensor
+
+    def _record_unchecked(self, tags: _Tags, amount: float, now_ms: int) -> None:
+        if not self.enabled:
+            return
+        sensor = self._sensors(tags, now_ms)[0]
+        sensor.last_record_ms = now_ms
+        sensor.rate.record_no_check(amount, now_ms)
+
+    def _quota_sensor_name(self, tags: _Tags) -> str:
+        return f"{self._type_name}-{tags[0]}:{tags[1]}"
+
+    def _throttle_sensor_name(self, tags: _Tags) -> str:
+        return f"{self._type_name}ThrottleTime-{tags[0]}:{tags[1]}"
+
+
+def _as_entity(entity: object) -> Entity:
+    if not isinstance(entity, Entity):
+        raise TypeError(f"entity must be an Entity, got {entity!r}")
+    return entity
+
+
+_ScalarT = TypeVar("_ScalarT", bound=np.generic)
+
+
+def _batch_array(name: str, values: object, dtype: type[_ScalarT]) -> npt.NDArray[_ScalarT]:
+    array = np.asarray(values)
+    if array.ndim != 1:
+        raise InvalidValueError(f"{name} must be one-dimensional, got shape {array.shape}")
+    if array.size and not np.can_cast(array.dtype, dtype, casting="same_kind"):
+        raise TypeError(f"{name} must hold {np.dtype(dtype).name} values, got {array.dtype}")
+    return array.astype(dtype, copy=False)

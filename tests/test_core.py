@@ -1,0 +1,247 @@
+"""The compiled API (``kquota._core`` through ``kquota``): behaviour, bad input, threads,
+and the batch call against one-at-a-time records."""
+
+from __future__ import annotations
+
+import math
+import pickle
+import re
+import threading
+
+import numpy as np
+import pytest
+
+import kquota
+from kquota.exceptions import (
+    InvalidConfigError,
+    InvalidQuotaError,
+    InvalidUsageError,
+    InvalidValueError,
+    KquotaError,
+)
+
+
+def test_readme_example() -> None:
+    produce = kquota.QuotaManager("produce")
+    produce.set_quota(kquota.Entity(user="alice"), 1_048_576)
+    assert produce.record(user="alice", client_id="app-1", value=4096, now_ms=0) == 0
+    # 4096 B over 10 padded windows is 409.6 B/s.
+    assert produce.measure("alice", "app-1", now_ms=0) == 409.6
+
+
+def test_exception_hierarchy() -> None:
+    assert issubclass(InvalidValueError, KquotaError)
+    assert issubclass(InvalidValueError, ValueError)
+    for cls in (InvalidConfigError, InvalidQuotaError, InvalidUsageError):
+        assert issubclass(cls, InvalidValueError)
+    assert kquota.KquotaError is KquotaError
+
+
+@pytest.mark.parametrize("bad", [0, -1.0, math.nan, math.inf, -math.inf])
+def test_bad_quota_is_rejected_and_changes_nothing(bad: float) -> None:
+    m = kquota.QuotaManager("produce")
+    m.set_quota(kquota.Entity(user="a"), 100.0)
+    with pytest.raises(InvalidQuotaError, match=f"(?i)invalid quota value {re.escape(repr(bad))}"):
+        m.set_quota(kquota.Entity(user="a"), bad)
+    assert m.quota(kquota.Entity(user="a")) == 100.0
+    with pytest.raises(InvalidQuotaError):
+        kquota.SampledRate(quota=bad)
+
+
+@pytest.mark.parametrize("bad", [-1.0, math.nan, math.inf])
+def test_bad_usage_is_rejected_and_changes_nothing(bad: float) -> None:
+    m = kquota.QuotaManager("fetch")
+    m.set_quota(kquota.Entity(user="a"), 100.0)
+    m.record("a", "c", 500.0, now_ms=0)
+    for call in (m.record, m.unrecord, m.record_no_throttle):
+        with pytest.raises(InvalidUsageError, match="usage value"):
+            call("a", "c", bad, now_ms=0)
+    assert m.measure("a", "c", now_ms=0) == 50.0
+
+
+def test_sampled_rate_takes_negative_but_not_nan() -> None:
+    r = kquota.SampledRate(num_samples=11, window_ms=1000, quota=100.0)
+    r.record_no_check(3000.0, now_ms=0)
+    r.record_no_check(-3000.0, now_ms=0)
+    assert r.measure(now_ms=0) == 0.0
+    with pytest.raises(InvalidUsageError, match="(?i)value nan"):
+        r.record(math.nan, now_ms=0)
+    check = r.record(2000.0, now_ms=0)
+    assert (check.violated, check.throttle_ms, check.rate) == (True, 10000, 200.0)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"num_samples": 0}, "num_samples 0"),
+        ({"window_ms": 0}, "window_ms 0"),
+        ({"window_ms": 1500}, "window_ms 1500"),
+        ({"sensor_expiry_ms": -1}, "sensor_expiry_ms -1"),
+    ],
+)
+def test_bad_manager_config(kwargs: dict[str, int], message: str) -> None:
+    with pytest.raises(InvalidConfigError, match=message):
+        kquota.QuotaManager("produce", **kwargs)
+
+
+def test_unknown_quota_type_and_empty_entity() -> None:
+    with pytest.raises(InvalidConfigError, match="'bytes'|\"bytes\""):
+        kquota.QuotaManager("bytes")  # type: ignore[arg-type]
+    with pytest.raises(InvalidConfigError, match="entity"):
+        kquota.Entity()
+
+
+def test_entity_value_semantics() -> None:
+    e = kquota.Entity(user="alice", client_id=kquota.DEFAULT)
+    assert e == kquota.Entity(user="alice", client_id="<default>")
+    assert hash(e) == hash(kquota.Entity(user="alice", client_id="<default>"))
+    assert e != kquota.Entity(user="alice")
+    assert repr(e) == "Entity(user=\"alice\", client_id=\"<default>\")"
+    assert pickle.loads(pickle.dumps(e)) == e
+    assert {e: 1}[kquota.Entity(user="alice", client_id="<default>")] == 1
+
+
+def test_quotas_listing_and_removal() -> None:
+    m = kquota.QuotaManager("request")
+    assert not m.enabled
+    m.set_quota(kquota.Entity(user="u", client_id="c"), 50.0)
+    m.set_quota(kquota.Entity(client_id=kquota.DEFAULT), 25.0)
+    assert sorted(m.quotas(), key=lambda q: q[1]) == [
+        (kquota.Entity(client_id="<default>"), 25.0),
+        (kquota.Entity(user="u", client_id="c"), 50.0),
+    ]
+    m.remove_quota(kquota.Entity(user="u", client_id="c"))
+    assert m.quota(kquota.Entity(user="u", client_id="c")) is None
+    assert m.enabled
+
+
+def test_sanitized_user_tags() -> None:
+    m = kquota.QuotaManager("produce")
+    m.set_quota(kquota.Entity(user="CN=a b"), 10.0)
+    assert kquota.sanitize_user("CN=a b") == "CN%3Da%20b"
+    assert m.tags("CN=a b", "x") == ("CN%3Da%20b", "")
+    assert m.quota_for("CN=a b", "x") == 10.0
+
+
+def test_request_quota_is_capped_at_one_window() -> None:
+    m = kquota.QuotaManager("request")
+    m.set_quota(kquota.Entity(user="u"), 1.0)
+    # 5 s of handler time in one request: 50 % over the 10 s window, far above 1 %.
+    assert m.record("u", "c", 5e9, now_ms=0) == 1000
+
+
+def test_throttle_delay_queue_and_average() -> None:
+    m = kquota.QuotaManager("produce")
+    m.set_quota(kquota.Entity(user="u"), 100.0)
+    # 2000 B over 10 padded seconds is 200 B/s: (200 - 100) / 100 * 10 000 ms.
+    t = m.record("u", "c", 2000.0, now_ms=0)
+    assert t == 10_000
+    assert m.throttle("u", "c", t, now_ms=0, channel=7) == 10_000
+    assert m.queue_size() == 1
+    assert m.expired_channels(now_ms=9_999) == []
+    assert m.expired_channels(now_ms=10_000) == [7]
+    assert m.queue_size() == 0
+    assert m.throttle_time_avg("u", "c", now_ms=10_000) == 10_000.0
+    with pytest.raises(InvalidUsageError, match="throttle_ms 0"):
+        m.throttle("u", "c", 0, now_ms=0)
+
+
+def test_sensor_expiry_names() -> None:
+    m = kquota.QuotaManager("fetch", sensor_expiry_ms=10)
+    m.set_quota(kquota.Entity(client_id=kquota.DEFAULT), 100.0)
+    m.record("u", "c1", 1.0, now_ms=0)
+    assert m.sensor_names() == ["Fetch-:c1", "FetchThrottleTime-:c1"]
+    assert m.expire_sensors(now_ms=10) == []
+    assert m.expire_sensors(now_ms=11) == ["Fetch-:c1", "FetchThrottleTime-:c1"]
+    assert m.sensor_names() == []
+    assert m.measure("u", "c1", now_ms=11) is None
+
+
+def test_clock_is_used_when_no_time_is_given() -> None:
+    before = kquota.monotonic_ms()
+    m = kquota.QuotaManager("produce")
+    m.set_quota(kquota.Entity(user="u"), 1e9)
+    assert m.record("u", "c", 1.0) == 0
+    rate = m.measure("u", "c")
+    assert rate is not None and rate > 0
+    assert kquota.monotonic_ms() >= before
+
+
+def _trace(n: int, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[tuple[str, str]]]:
+    rng = np.random.default_rng(seed)
+    keys = [(f"user-{i % 7}", f"client-{i}") for i in range(40)]
+    now = np.cumsum(rng.poisson(3, n)).astype(np.int64)
+    key_index = rng.integers(0, len(keys), n).astype(np.int64)
+    values = (rng.pareto(1.5, n) * 300).astype(np.float64)
+    return now, key_index, values, keys
+
+
+@pytest.mark.parametrize("quota_type", ["produce", "fetch", "request"])
+def test_batch_equals_one_at_a_time(quota_type: str) -> None:
+    now, key_index, values, keys = _trace(20_000, seed=7)
+    if quota_type == "request":
+        values = values * 1e4  # nanoseconds
+
+    def configured() -> kquota.QuotaManager:
+        m = kquota.QuotaManager(quota_type)  # type: ignore[arg-type]
+        m.set_quota(kquota.Entity(user=kquota.DEFAULT), 3000.0 if quota_type != "request" else 20)
+        m.set_quota(kquota.Entity(user="user-3", client_id="client-3"), 500.0)
+        m.set_quota(kquota.Entity(client_id=kquota.DEFAULT), 800.0)
+        return m
+
+    batch = configured().record_batch(now, key_index, values, keys)
+    assert batch.dtype == np.int32 and batch.shape == now.shape
+    single = configured()
+    expected = []
+    for t, k, v in zip(now.tolist(), key_index.tolist(), values.tolist(), strict=True):
+        throttle = single.record(*keys[k], v, now_ms=t)
+        if quota_type == "fetch" and throttle > 0:
+            single.unrecord(*keys[k], v, now_ms=t)
+        expected.append(throttle)
+    assert batch.tolist() == expected
+    assert (batch > 0).sum() > 100, "the trace must throttle often"
+
+
+def test_batch_rejects_bad_input_before_recording() -> None:
+    m = kquota.QuotaManager("produce")
+    m.set_quota(kquota.Entity(user="u"), 100.0)
+    keys = [("u", "c")]
+    now = np.array([0, 1], dtype=np.int64)
+    with pytest.raises(InvalidUsageError, match="key_index 5"):
+        m.record_batch(now, np.array([0, 5]), np.array([1.0, 1.0]), keys)
+    with pytest.raises(InvalidUsageError, match="event 1"):
+        m.record_batch(now, np.array([0, 0]), np.array([1.0, -1.0]), keys)
+    with pytest.raises(InvalidUsageError, match="differ in length"):
+        m.record_batch(now, np.array([0]), np.array([1.0, 1.0]), keys)
+    assert m.measure("u", "c", now_ms=1) is None
+
+
+def test_threads_record_exact_totals() -> None:
+    """Eight threads record into shared and distinct entities through the GIL-free batch
+    call; with every record inside the horizon, the measured totals are exact."""
+    m = kquota.QuotaManager("produce", num_samples=11, window_ms=1000)
+    m.set_quota(kquota.Entity(client_id=kquota.DEFAULT), 1e15)
+    n = 50_000
+    errors: list[BaseException] = []
+
+    def worker(k: int) -> None:
+        try:
+            keys = [("u", "shared"), ("u", f"own-{k}")]
+            now = np.arange(n, dtype=np.int64) // 10  # 0..4999 ms: all inside the horizon
+            key_index = (np.arange(n) % 2).astype(np.int64)
+            m.record_batch(now, key_index, np.ones(n), keys)
+        except BaseException as e:  # pragma: no cover - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    # At 5000 ms the padded window is exactly 10 s: the total is rate * 10.
+    shared = m.measure("u", "shared", now_ms=5000)
+    assert shared is not None and shared * 10 == pytest.approx(8 * n / 2, rel=0, abs=1e-6)
+    for k in range(8):
+        own = m.measure("u", f"own-{k}", now_ms=5000)
+        assert own is not None and own * 10 == pytest.approx(n / 2, rel=0, abs=1e-6)
