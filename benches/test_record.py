@@ -9,10 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
+import kquota
 import pytest
 import reference_model
-
-import kquota
 
 KEYS = 10_000
 CALLS = 1000

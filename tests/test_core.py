@@ -8,10 +8,9 @@ import pickle
 import re
 import threading
 
+import kquota
 import numpy as np
 import pytest
-
-import kquota
 from kquota.exceptions import (
     InvalidConfigError,
     InvalidQuotaError,
@@ -64,7 +63,7 @@ def test_sampled_rate_takes_negative_but_not_nan() -> None:
     r.record_no_check(3000.0, now_ms=0)
     r.record_no_check(-3000.0, now_ms=0)
     assert r.measure(now_ms=0) == 0.0
-    with pytest.raises(InvalidUsageError, match="(?i)value nan"):
+    with pytest.raises(InvalidUsageError, match=r"(?i)value nan"):
         r.record(math.nan, now_ms=0)
     check = r.record(2000.0, now_ms=0)
     assert (check.violated, check.throttle_ms, check.rate) == (True, 10000, 200.0)
@@ -85,7 +84,7 @@ def test_bad_manager_config(kwargs: dict[str, int], message: str) -> None:
 
 
 def test_unknown_quota_type_and_empty_entity() -> None:
-    with pytest.raises(InvalidConfigError, match="'bytes'|\"bytes\""):
+    with pytest.raises(InvalidConfigError, match=r"unknown quota type \"bytes\""):
         kquota.QuotaManager("bytes")  # type: ignore[arg-type]
     with pytest.raises(InvalidConfigError, match="entity"):
         kquota.Entity()
@@ -96,7 +95,7 @@ def test_entity_value_semantics() -> None:
     assert e == kquota.Entity(user="alice", client_id="<default>")
     assert hash(e) == hash(kquota.Entity(user="alice", client_id="<default>"))
     assert e != kquota.Entity(user="alice")
-    assert repr(e) == "Entity(user=\"alice\", client_id=\"<default>\")"
+    assert repr(e) == 'Entity(user="alice", client_id="<default>")'
     assert pickle.loads(pickle.dumps(e)) == e
     assert {e: 1}[kquota.Entity(user="alice", client_id="<default>")] == 1
 

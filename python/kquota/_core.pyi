@@ -7,10 +7,28 @@ origin), so use either caller-supplied times or the clock with one manager,
 not both.
 """
 
-from typing import Final, Literal, Sequence, final
+from collections.abc import Sequence
+from typing import Final, Literal, Self, final
 
 import numpy as np
 import numpy.typing as npt
+
+__all__ = [
+    "DEFAULT",
+    "UNLIMITED",
+    "Check",
+    "Entity",
+    "InvalidConfigError",
+    "InvalidQuotaError",
+    "InvalidUsageError",
+    "InvalidValueError",
+    "KquotaError",
+    "QuotaManager",
+    "SampledRate",
+    "__version__",
+    "monotonic_ms",
+    "sanitize_user",
+]
 
 __version__: Final[str]
 
@@ -20,7 +38,7 @@ DEFAULT: Final[str]
 UNLIMITED: Final[float]
 """The bound a sensor enforces when no quota applies: the double nearest 2**63 - 1."""
 
-QuotaType = Literal["produce", "fetch", "request"]
+_QuotaType = Literal["produce", "fetch", "request"]
 
 def monotonic_ms() -> int:
     """The clock the core uses when ``now_ms`` is omitted."""
@@ -37,12 +55,12 @@ class Entity:
     hashable.
     """
 
-    def __init__(self, user: str | None = None, client_id: str | None = None) -> None: ...
+    def __new__(cls, user: str | None = None, client_id: str | None = None) -> Self: ...
     @property
     def user(self) -> str | None: ...
     @property
     def client_id(self) -> str | None: ...
-    def __eq__(self, other: object) -> bool: ...
+    def __eq__(self, other: object, /) -> bool: ...
     def __hash__(self) -> int: ...
 
 @final
@@ -66,9 +84,9 @@ class SampledRate:
     Safe to share between threads.
     """
 
-    def __init__(
-        self, num_samples: int = 11, window_ms: int = 1000, quota: float | None = None
-    ) -> None: ...
+    def __new__(
+        cls, num_samples: int = 11, window_ms: int = 1000, quota: float | None = None
+    ) -> Self: ...
     @property
     def num_samples(self) -> int: ...
     @property
@@ -95,16 +113,16 @@ class QuotaManager:
     :meth:`expire_sensors`. Safe to share between threads.
     """
 
-    def __init__(
-        self,
-        quota_type: QuotaType,
+    def __new__(
+        cls,
+        quota_type: _QuotaType,
         *,
         num_samples: int = 11,
         window_ms: int = 1000,
         sensor_expiry_ms: int = 3_600_000,
-    ) -> None: ...
+    ) -> Self: ...
     @property
-    def quota_type(self) -> QuotaType: ...
+    def quota_type(self) -> _QuotaType: ...
     @property
     def num_samples(self) -> int: ...
     @property

@@ -60,7 +60,11 @@ fn parallel(threads: usize, iters: u64, op: impl Fn(usize, u64) + Sync) -> Durat
                 })
             })
             .collect();
-        handles.into_iter().map(|h| h.join().unwrap()).max().unwrap()
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap())
+            .max()
+            .unwrap()
     })
 }
 
@@ -77,7 +81,10 @@ fn bench(c: &mut Criterion) {
             black_box(m.record("alice", "app-1", 100.0, now / 64).unwrap())
         })
     });
-    let locked = LockedRate { cfg, samples: Mutex::new(Samples::new()) };
+    let locked = LockedRate {
+        cfg,
+        samples: Mutex::new(Samples::new()),
+    };
     g.bench_function("mutex_baseline", |b| {
         let mut now = 0i64;
         b.iter(|| {
@@ -93,11 +100,18 @@ fn bench(c: &mut Criterion) {
         let mut i = 0usize;
         b.iter(|| {
             i += 1;
-            black_box(m.record("alice", &ids[i % KEYS], 100.0, (i / 64) as i64).unwrap())
+            black_box(
+                m.record("alice", &ids[i % KEYS], 100.0, (i / 64) as i64)
+                    .unwrap(),
+            )
         })
     });
-    let locked: Vec<LockedRate> =
-        (0..KEYS).map(|_| LockedRate { cfg, samples: Mutex::new(Samples::new()) }).collect();
+    let locked: Vec<LockedRate> = (0..KEYS)
+        .map(|_| LockedRate {
+            cfg,
+            samples: Mutex::new(Samples::new()),
+        })
+        .collect();
     let by_name: std::collections::HashMap<&str, &LockedRate> =
         ids.iter().map(String::as_str).zip(locked.iter()).collect();
     g.bench_function("mutex_baseline", |b| {
@@ -110,10 +124,19 @@ fn bench(c: &mut Criterion) {
     });
     g.finish();
 
-    for (group, distinct) in [("two_threads_same_key", false), ("two_threads_distinct_keys", true)] {
+    for (group, distinct) in [
+        ("two_threads_same_key", false),
+        ("two_threads_distinct_keys", true),
+    ] {
         let mut g = c.benchmark_group(group);
         let m = Arc::new(manager());
-        let key = |k: usize| if distinct { ids[k].as_str() } else { ids[0].as_str() };
+        let key = |k: usize| {
+            if distinct {
+                ids[k].as_str()
+            } else {
+                ids[0].as_str()
+            }
+        };
         g.bench_function("kquota", |b| {
             b.iter_custom(|iters| {
                 parallel(2, iters, |k, i| {
@@ -121,8 +144,12 @@ fn bench(c: &mut Criterion) {
                 })
             })
         });
-        let locked: Vec<LockedRate> =
-            (0..2).map(|_| LockedRate { cfg, samples: Mutex::new(Samples::new()) }).collect();
+        let locked: Vec<LockedRate> = (0..2)
+            .map(|_| LockedRate {
+                cfg,
+                samples: Mutex::new(Samples::new()),
+            })
+            .collect();
         g.bench_function("mutex_baseline", |b| {
             b.iter_custom(|iters| {
                 parallel(2, iters, |k, i| {

@@ -33,7 +33,9 @@ mod imp {
     impl<T: Clone> CowCell<T> {
         /// A cell holding `value`.
         pub fn new(value: T) -> Self {
-            CowCell { ptr: Atomic::new(value) }
+            CowCell {
+                ptr: Atomic::new(value),
+            }
         }
 
         /// The current value, valid while `guard` is held.
@@ -62,7 +64,10 @@ mod imp {
             let mut next = Owned::new(unsafe { current.deref() }.clone());
             loop {
                 let result = f(&mut next);
-                match self.ptr.compare_exchange(current, next, AcqRel, Acquire, guard) {
+                match self
+                    .ptr
+                    .compare_exchange(current, next, AcqRel, Acquire, guard)
+                {
                     Ok(_) => {
                         // SAFETY: `current` is unlinked now; readers that still hold it are
                         // pinned, and the epoch frees it only after they unpin.

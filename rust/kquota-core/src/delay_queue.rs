@@ -91,7 +91,10 @@ mod tests {
                 std::thread::spawn(move || q.expire(1000))
             })
             .collect();
-        let mut all: Vec<u64> = handles.into_iter().flat_map(|h| h.join().unwrap()).collect();
+        let mut all: Vec<u64> = handles
+            .into_iter()
+            .flat_map(|h| h.join().unwrap())
+            .collect();
         all.sort_unstable();
         assert_eq!(all, (0..10_000).collect::<Vec<u64>>());
         assert!(q.is_empty());

@@ -68,7 +68,10 @@ impl QuotaEntity {
 
     /// An entity from optional strings, `"<default>"` meaning the default entity.
     pub fn parse(user: Option<&str>, client_id: Option<&str>) -> Result<Self> {
-        QuotaEntity::new(user.map(EntityName::parse), client_id.map(EntityName::parse))
+        QuotaEntity::new(
+            user.map(EntityName::parse),
+            client_id.map(EntityName::parse),
+        )
     }
 
     /// The user dimension.
@@ -179,7 +182,9 @@ impl Overrides {
     }
 
     fn value(&self, user: Level, client: Level) -> Option<f64> {
-        self.by_key.get(&EntityKey::new(user, client)).map(|(_, v)| *v)
+        self.by_key
+            .get(&EntityKey::new(user, client))
+            .map(|(_, v)| *v)
     }
 
     fn exists(&self, user: Level, client: Level) -> bool {
@@ -269,7 +274,10 @@ pub(crate) struct Pair {
 
 impl Pair {
     pub fn new(a: &str, b: &str) -> Pair {
-        Pair { a: a.into(), b: b.into() }
+        Pair {
+            a: a.into(),
+            b: b.into(),
+        }
     }
 
     pub fn first(&self) -> &str {

@@ -64,11 +64,14 @@ impl FromStr for QuotaType {
     type Err = Error;
 
     fn from_str(s: &str) -> Result<Self> {
-        QuotaType::ALL.into_iter().find(|t| t.as_str() == s).ok_or_else(|| {
-            Error::InvalidConfig(format!(
-                "unknown quota type {s:?}: expected \"produce\", \"fetch\" or \"request\""
-            ))
-        })
+        QuotaType::ALL
+            .into_iter()
+            .find(|t| t.as_str() == s)
+            .ok_or_else(|| {
+                Error::InvalidConfig(format!(
+                    "unknown quota type {s:?}: expected \"produce\", \"fetch\" or \"request\""
+                ))
+            })
     }
 }
 
@@ -155,8 +158,10 @@ impl QuotaSensor {
             (!s.samples.measure_mutates(window, now))
                 .then(|| s.samples.rate_unchanged(window, now).0)
         });
-        unchanged
-            .unwrap_or_else(|| self.state.update(guard, |s| s.samples.measure_rate(window, now).0))
+        unchanged.unwrap_or_else(|| {
+            self.state
+                .update(guard, |s| s.samples.measure_rate(window, now).0)
+        })
     }
 
     fn expired(&self, now: i64, expiry_ms: i64) -> bool {
@@ -185,11 +190,13 @@ impl ThrottleSensor {
 
     fn record(&self, throttle_ms: f64, now: i64, guard: &Guard) {
         self.last_record.store(now, Relaxed);
-        self.samples.update(guard, |s| s.record(&Self::WINDOW, throttle_ms, now));
+        self.samples
+            .update(guard, |s| s.record(&Self::WINDOW, throttle_ms, now));
     }
 
     fn average(&self, now: i64, guard: &Guard) -> f64 {
-        self.samples.update(guard, |s| s.measure_avg(&Self::WINDOW, now))
+        self.samples
+            .update(guard, |s| s.measure_avg(&Self::WINDOW, now))
     }
 
     fn expired(&self, now: i64, expiry_ms: i64) -> bool {
@@ -214,7 +221,10 @@ impl Resolved {
 }
 
 fn bound_of(tags: &Pair, config: &QuotaConfig) -> f64 {
-    config.overrides.quota_limit(tags.first(), tags.second()).unwrap_or(UNLIMITED)
+    config
+        .overrides
+        .quota_limit(tags.first(), tags.second())
+        .unwrap_or(UNLIMITED)
 }
 
 /// Kafka's client-quota manager for one quota type. Safe to share between threads.
@@ -275,8 +285,12 @@ impl QuotaManager {
 
     /// A manager with Kafka's defaults: 11 windows of 1 s, sensors expire after one hour.
     pub fn with_defaults(quota_type: QuotaType) -> Self {
-        Self::new(quota_type, WindowConfig::QUOTA_DEFAULT, DEFAULT_SENSOR_EXPIRY_MS)
-            .expect("Kafka's defaults are valid")
+        Self::new(
+            quota_type,
+            WindowConfig::QUOTA_DEFAULT,
+            DEFAULT_SENSOR_EXPIRY_MS,
+        )
+        .expect("Kafka's defaults are valid")
     }
 
     /// The quota type.
@@ -327,14 +341,18 @@ impl QuotaManager {
 
     /// Every override.
     pub fn quotas(&self) -> Vec<(QuotaEntity, f64)> {
-        self.config.read(&pin(), |c| c.overrides.iter().map(|(e, v)| (e.clone(), v)).collect())
+        self.config.read(&pin(), |c| {
+            c.overrides.iter().map(|(e, v)| (e.clone(), v)).collect()
+        })
     }
 
     // -- resolution ------------------------------------------------------------------
 
     /// The metric tags `(user, client-id)` a request from `user` with `client_id` records under.
     pub fn tags(&self, user: &str, client_id: &str) -> (String, String) {
-        self.config.read(&pin(), |c| c.overrides.tags(&sanitize_user(user), client_id))
+        self.config.read(&pin(), |c| {
+            c.overrides.tags(&sanitize_user(user), client_id)
+        })
     }
 
     /// The quota that applies to the client now (`None` when none does).
@@ -364,16 +382,28 @@ impl QuotaManager {
         }
         let (u, c) = config.overrides.tags(&sanitize_user(user), client_id);
         let tags = Pair::new(&u, &c);
-        let quota = self.live_sensor(&self.quota_sensors, &tags, |s| &s.removed, || {
-            QuotaSensor::new(tags.clone(), config, now)
-        });
-        let throttle =
-            self.live_sensor(&self.throttle_sensors, &tags, |s| &s.removed, || {
-                ThrottleSensor::new(now)
-            });
-        let resolved = Resolved { generation: config.generation, quota, throttle };
-        self.clients.insert(Pair::new(user, client_id), resolved, guard);
-        self.clients.get(&PairRef(user, client_id), guard).expect("inserted just now")
+        let quota = self.live_sensor(
+            &self.quota_sensors,
+            &tags,
+            |s| &s.removed,
+            || QuotaSensor::new(tags.clone(), config, now),
+        );
+        let throttle = self.live_sensor(
+            &self.throttle_sensors,
+            &tags,
+            |s| &s.removed,
+            || ThrottleSensor::new(now),
+        );
+        let resolved = Resolved {
+            generation: config.generation,
+            quota,
+            throttle,
+        };
+        self.clients
+            .insert(Pair::new(user, client_id), resolved, guard);
+        self.clients
+            .get(&PairRef(user, client_id), guard)
+            .expect("inserted just now")
     }
 
     /// Kafka's `SensorAccess.getOrCreate`: the live sensor under `tags`, or a new one.
@@ -453,7 +483,9 @@ impl QuotaManager {
         }
         let clients = self.clients.guard();
         let resolved = self.resolve(config, user, client_id, now, &clients);
-        let outcome = resolved.quota.record(config, &self.window, value, now, check, &guard);
+        let outcome = resolved
+            .quota
+            .record(config, &self.window, value, now, check, &guard);
         self.throttle_int(outcome)
     }
 
@@ -507,7 +539,10 @@ impl QuotaManager {
             return f64::MAX;
         }
         let clients = self.clients.guard();
-        let tags = &self.resolve(config, user, client_id, now, &clients).quota.tags;
+        let tags = &self
+            .resolve(config, user, client_id, now, &clients)
+            .quota
+            .tags;
         match config.overrides.quota_limit(tags.first(), tags.second()) {
             Some(bound) => {
                 bound
@@ -520,7 +555,12 @@ impl QuotaManager {
 
     // -- reading ---------------------------------------------------------------------
 
-    fn existing_sensor<S>(&self, map: &Map<Pair, Arc<S>>, user: &str, client_id: &str) -> Option<Arc<S>> {
+    fn existing_sensor<S>(
+        &self,
+        map: &Map<Pair, Arc<S>>,
+        user: &str,
+        client_id: &str,
+    ) -> Option<Arc<S>> {
         let (u, c) = self.tags(user, client_id);
         map.pin().get(&PairRef(&u, &c)).cloned()
     }
@@ -571,7 +611,13 @@ impl QuotaManager {
     }
 
     fn sensor_name(&self, kind: &str, tags: &Pair) -> String {
-        format!("{}{}-{}:{}", self.quota_type.group(), kind, tags.first(), tags.second())
+        format!(
+            "{}{}-{}:{}",
+            self.quota_type.group(),
+            kind,
+            tags.first(),
+            tags.second()
+        )
     }
 
     /// Kafka names of the live sensors, sorted.
@@ -581,7 +627,12 @@ impl QuotaManager {
             .pin()
             .keys()
             .map(|t| self.sensor_name("", t))
-            .chain(self.throttle_sensors.pin().keys().map(|t| self.sensor_name("ThrottleTime", t)))
+            .chain(
+                self.throttle_sensors
+                    .pin()
+                    .keys()
+                    .map(|t| self.sensor_name("ThrottleTime", t)),
+            )
             .collect();
         names.sort();
         names
@@ -598,8 +649,11 @@ impl QuotaManager {
         let expiry = self.sensor_expiry_ms;
         let mut names = Vec::new();
         let quota = self.quota_sensors.pin();
-        let stale: Vec<Pair> =
-            quota.iter().filter(|(_, s)| s.expired(now, expiry)).map(|(k, _)| k.clone()).collect();
+        let stale: Vec<Pair> = quota
+            .iter()
+            .filter(|(_, s)| s.expired(now, expiry))
+            .map(|(k, _)| k.clone())
+            .collect();
         for tags in stale {
             if let Ok(Some((_, sensor))) = quota.remove_if(&tags, |_, s| s.expired(now, expiry)) {
                 sensor.removed.store(true, Relaxed);
@@ -613,15 +667,16 @@ impl QuotaManager {
             .map(|(k, _)| k.clone())
             .collect();
         for tags in stale {
-            if let Ok(Some((_, sensor))) = throttle.remove_if(&tags, |_, s| s.expired(now, expiry)) {
+            if let Ok(Some((_, sensor))) = throttle.remove_if(&tags, |_, s| s.expired(now, expiry))
+            {
                 sensor.removed.store(true, Relaxed);
                 names.push(self.sensor_name("ThrottleTime", &tags));
             }
         }
         if !names.is_empty() {
-            self.clients.pin().retain(|_, r| {
-                !r.quota.removed.load(Relaxed) && !r.throttle.removed.load(Relaxed)
-            });
+            self.clients
+                .pin()
+                .retain(|_, r| !r.quota.removed.load(Relaxed) && !r.throttle.removed.load(Relaxed));
         }
         names.sort();
         names
@@ -647,11 +702,15 @@ impl QuotaManager {
                 "batch arrays differ in length: now_ms {n}, key_index {}, values {}{}",
                 key_index.len(),
                 values.len(),
-                unrecord_if.map(|u| format!(", unrecord_if {}", u.len())).unwrap_or_default()
+                unrecord_if
+                    .map(|u| format!(", unrecord_if {}", u.len()))
+                    .unwrap_or_default()
             )));
         }
-        if let Some((i, k)) =
-            key_index.iter().enumerate().find(|(_, &k)| k < 0 || k as usize >= keys.len())
+        if let Some((i, k)) = key_index
+            .iter()
+            .enumerate()
+            .find(|(_, &k)| k < 0 || k as usize >= keys.len())
         {
             return Err(Error::InvalidUsage(format!(
                 "invalid key_index {k} at event {i}: it must index the {} keys",
@@ -660,9 +719,10 @@ impl QuotaManager {
         }
         let mut usage = Vec::with_capacity(n);
         for (i, &v) in values.iter().enumerate() {
-            usage.push(self.usage(v).map_err(|e| {
-                Error::InvalidUsage(format!("event {i}: {e}"))
-            })?);
+            usage.push(
+                self.usage(v)
+                    .map_err(|e| Error::InvalidUsage(format!("event {i}: {e}")))?,
+            );
         }
         let fetch = self.quota_type == QuotaType::Fetch;
         let mut throttles = Vec::with_capacity(n);
@@ -702,14 +762,20 @@ mod tests {
         assert_eq!(m.measure("alice", "app1", 0), Some(60.0));
         assert_eq!(m.record("alice", "app1", 10_000.0, 0).unwrap(), 352);
         assert_eq!(m.tags("alice", "app2"), ("alice".to_owned(), String::new()));
-        assert_eq!(m.sensor_names(), vec!["Produce-alice:", "ProduceThrottleTime-alice:"]);
+        assert_eq!(
+            m.sensor_names(),
+            vec!["Produce-alice:", "ProduceThrottleTime-alice:"]
+        );
     }
 
     #[test]
     fn bad_input_changes_nothing() {
         let m = QuotaManager::with_defaults(QuotaType::Fetch);
         for bad in [0.0, -1.0, f64::NAN, f64::INFINITY] {
-            assert!(matches!(m.set_quota(&user("a"), bad), Err(Error::InvalidQuota(_))));
+            assert!(matches!(
+                m.set_quota(&user("a"), bad),
+                Err(Error::InvalidQuota(_))
+            ));
         }
         assert!(!m.enabled());
         m.set_quota(&user("a"), 100.0).unwrap();
@@ -722,17 +788,24 @@ mod tests {
         assert!(m.throttle("a", "c", 0, 0, 1).is_err());
         assert_eq!(m.queue_size(), 0);
         let keys = vec![("a".to_owned(), "c".to_owned())];
-        assert!(m.record_batch(&[0, 0], &[0, 1], &[1.0, 1.0], &keys, None).is_err());
-        assert!(m.record_batch(&[0, 0], &[0, 0], &[1.0, f64::NAN], &keys, None).is_err());
+        assert!(m
+            .record_batch(&[0, 0], &[0, 1], &[1.0, 1.0], &keys, None)
+            .is_err());
+        assert!(m
+            .record_batch(&[0, 0], &[0, 0], &[1.0, f64::NAN], &keys, None)
+            .is_err());
         assert_eq!(m.measure("a", "c", 0), Some(50.0));
-        assert!(QuotaManager::new(QuotaType::Produce, WindowConfig::new(11, 1500).unwrap(), 1).is_err());
+        assert!(
+            QuotaManager::new(QuotaType::Produce, WindowConfig::new(11, 1500).unwrap(), 1).is_err()
+        );
         assert!("bytes".parse::<QuotaType>().is_err());
     }
 
     #[test]
     fn expiry_frees_sensors_and_cached_resolutions() {
         let m = QuotaManager::with_defaults(QuotaType::Produce);
-        m.set_quota(&QuotaEntity::parse(None, Some("<default>")).unwrap(), 100.0).unwrap();
+        m.set_quota(&QuotaEntity::parse(None, Some("<default>")).unwrap(), 100.0)
+            .unwrap();
         for i in 0..100 {
             m.record("u", &format!("c{i}"), 1.0, 0).unwrap();
         }
@@ -749,7 +822,11 @@ mod tests {
         let a = QuotaManager::with_defaults(QuotaType::Fetch);
         let b = QuotaManager::with_defaults(QuotaType::Fetch);
         for m in [&a, &b] {
-            m.set_quota(&QuotaEntity::parse(None, Some("<default>")).unwrap(), 5000.0).unwrap();
+            m.set_quota(
+                &QuotaEntity::parse(None, Some("<default>")).unwrap(),
+                5000.0,
+            )
+            .unwrap();
         }
         let keys: Vec<(String, String)> =
             (0..3).map(|i| ("u".to_owned(), format!("c{i}"))).collect();

@@ -19,7 +19,11 @@ pub struct Check {
 
 impl Check {
     /// The outcome of a record made without a bound.
-    pub const UNCHECKED: Check = Check { violated: false, throttle_ms: 0, rate: None };
+    pub const UNCHECKED: Check = Check {
+        violated: false,
+        throttle_ms: 0,
+        rate: None,
+    };
 }
 
 /// The delay that brings the windowed average back to the bound:
@@ -32,9 +36,17 @@ pub fn throttle_time(rate: f64, bound: f64, window_ms: i64) -> i64 {
 pub fn check_bound(samples: &mut Samples, cfg: &WindowConfig, bound: f64, t: i64) -> Check {
     let (rate, window_ms) = samples.measure_rate(cfg, t);
     if rate <= bound {
-        Check { violated: false, throttle_ms: 0, rate: Some(rate) }
+        Check {
+            violated: false,
+            throttle_ms: 0,
+            rate: Some(rate),
+        }
     } else {
-        Check { violated: true, throttle_ms: throttle_time(rate, bound, window_ms), rate: Some(rate) }
+        Check {
+            violated: true,
+            throttle_ms: throttle_time(rate, bound, window_ms),
+            rate: Some(rate),
+        }
     }
 }
 

@@ -21,7 +21,13 @@ impl SampledRate {
     /// A rate over `cfg` windows with an optional upper bound (a valid quota value).
     pub fn new(cfg: WindowConfig, bound: Option<f64>) -> Result<Self> {
         let bound = bound.map(check_quota).transpose()?;
-        Ok(SampledRate { cfg, state: CowCell::new(RateState { samples: Samples::new(), bound }) })
+        Ok(SampledRate {
+            cfg,
+            state: CowCell::new(RateState {
+                samples: Samples::new(),
+                bound,
+            }),
+        })
     }
 
     /// The window configuration.
@@ -58,7 +64,8 @@ impl SampledRate {
     pub fn record_no_check(&self, value: f64, t: i64) -> Result<()> {
         check_finite(value)?;
         let cfg = self.cfg;
-        self.state.update(&pin(), |s| s.samples.record(&cfg, value, t));
+        self.state
+            .update(&pin(), |s| s.samples.record(&cfg, value, t));
         Ok(())
     }
 
@@ -75,7 +82,10 @@ impl SampledRate {
         let unchanged = self.state.read(&guard, |s| {
             (!s.samples.measure_mutates(&cfg, t)).then(|| s.samples.rate_unchanged(&cfg, t).0)
         });
-        unchanged.unwrap_or_else(|| self.state.update(&guard, |s| s.samples.measure_rate(&cfg, t).0))
+        unchanged.unwrap_or_else(|| {
+            self.state
+                .update(&guard, |s| s.samples.measure_rate(&cfg, t).0)
+        })
     }
 }
 
@@ -124,7 +134,11 @@ mod tests {
         }
         let (total, count, slots) = rate.state.read(&pin(), |s| {
             let slots = s.samples.slots();
-            (slots.iter().map(|s| s.value).sum::<f64>(), slots.iter().map(|s| s.count).sum::<u64>(), slots.len())
+            (
+                slots.iter().map(|s| s.value).sum::<f64>(),
+                slots.iter().map(|s| s.count).sum::<u64>(),
+                slots.len(),
+            )
         });
         assert_eq!(total, 80_000.0);
         assert_eq!(count, 80_000);

@@ -14,9 +14,15 @@ pub struct WindowConfig {
 
 impl WindowConfig {
     /// Kafka's quota defaults: `quota.window.num = 11`, `quota.window.size.seconds = 1`.
-    pub const QUOTA_DEFAULT: WindowConfig = WindowConfig { num_samples: 11, window_ms: 1000 };
+    pub const QUOTA_DEFAULT: WindowConfig = WindowConfig {
+        num_samples: 11,
+        window_ms: 1000,
+    };
     /// Kafka's broker-wide metric defaults (2 x 30 s), used by the throttle-time average.
-    pub const METRICS_DEFAULT: WindowConfig = WindowConfig { num_samples: 2, window_ms: 30_000 };
+    pub const METRICS_DEFAULT: WindowConfig = WindowConfig {
+        num_samples: 2,
+        window_ms: 30_000,
+    };
 
     /// A window configuration; `num_samples >= 1` and `window_ms >= 1`.
     pub fn new(num_samples: i64, window_ms: i64) -> Result<Self> {
@@ -34,7 +40,10 @@ impl WindowConfig {
                  from 1 to {max_window}"
             )));
         }
-        Ok(WindowConfig { num_samples: num_samples as u32, window_ms })
+        Ok(WindowConfig {
+            num_samples: num_samples as u32,
+            window_ms,
+        })
     }
 
     /// N, the number of samples.
@@ -73,7 +82,12 @@ pub struct Slot {
 
 impl Slot {
     fn fresh(t: i64) -> Slot {
-        Slot { value: 0.0, count: 0, start: t, last: t }
+        Slot {
+            value: 0.0,
+            count: 0,
+            start: t,
+            last: t,
+        }
     }
 }
 
@@ -87,7 +101,10 @@ pub struct Samples {
 impl Samples {
     /// An empty ring (slots are created lazily).
     pub fn new() -> Self {
-        Samples { cur: 0, slots: Vec::new() }
+        Samples {
+            cur: 0,
+            slots: Vec::new(),
+        }
     }
 
     /// The slots in index order (for inspection and tests).
@@ -177,8 +194,10 @@ impl Samples {
     /// Measures the average of the recorded values (Kafka's `Avg`): NaN with no events.
     pub fn measure_avg(&mut self, cfg: &WindowConfig, t: i64) -> f64 {
         self.purge(cfg, t);
-        let (total, count) =
-            self.slots.iter().fold((0.0, 0u64), |(v, c), s| (v + s.value, c + s.count));
+        let (total, count) = self
+            .slots
+            .iter()
+            .fold((0.0, 0u64), |(v, c), s| (v + s.value, c + s.count));
         if count == 0 {
             f64::NAN
         } else {

@@ -7,8 +7,8 @@ use numpy::{PyArray1, PyReadonlyArray1};
 use pyo3::exceptions::{PyException, PyValueError};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::PyTypeInfo;
 use pyo3::types::{PyDict, PyTuple, PyType};
+use pyo3::PyTypeInfo;
 
 use kquota_core as core;
 
@@ -30,8 +30,8 @@ fn errors(py: Python<'_>) -> PyResult<&'static Errors> {
             let namespace = PyDict::new(py);
             namespace.set_item("__module__", "kquota.exceptions")?;
             namespace.set_item("__doc__", doc)?;
-            let class = PyType::new::<PyType>(py)
-                .call1((name, PyTuple::new(py, bases)?, namespace))?;
+            let class =
+                PyType::new::<PyType>(py).call1((name, PyTuple::new(py, bases)?, namespace))?;
             Ok(class.cast_into::<PyType>()?.unbind())
         };
         let base = make(
@@ -41,7 +41,10 @@ fn errors(py: Python<'_>) -> PyResult<&'static Errors> {
         )?;
         let value = make(
             "InvalidValueError",
-            vec![base.bind(py).clone().into_any(), PyValueError::type_object(py).into_any()],
+            vec![
+                base.bind(py).clone().into_any(),
+                PyValueError::type_object(py).into_any(),
+            ],
             "A value outside what kquota (and Kafka) accepts; the message names it.",
         )?;
         let sub = |name: &str, doc: &str| make(name, vec![value.bind(py).clone().into_any()], doc);
@@ -54,7 +57,10 @@ fn errors(py: Python<'_>) -> PyResult<&'static Errors> {
                 "InvalidQuotaError",
                 "A quota value that is zero, negative, NaN or infinite.",
             )?,
-            usage: sub("InvalidUsageError", "A recorded usage that is negative, NaN or infinite.")?,
+            usage: sub(
+                "InvalidUsageError",
+                "A recorded usage that is negative, NaN or infinite.",
+            )?,
             base,
             value,
         })
@@ -105,7 +111,9 @@ impl Entity {
     #[new]
     #[pyo3(signature = (user=None, client_id=None))]
     fn new(user: Option<&str>, client_id: Option<&str>) -> CoreResult<Self> {
-        Ok(Entity { inner: core::QuotaEntity::parse(user, client_id)? })
+        Ok(Entity {
+            inner: core::QuotaEntity::parse(user, client_id)?,
+        })
     }
 
     #[getter]
@@ -120,10 +128,13 @@ impl Entity {
 
     fn __repr__(&self) -> String {
         let part = |name: &str, v: Option<&str>| v.map(|v| format!("{name}={v:?}"));
-        let parts: Vec<String> = [part("user", self.user()), part("client_id", self.client_id())]
-            .into_iter()
-            .flatten()
-            .collect();
+        let parts: Vec<String> = [
+            part("user", self.user()),
+            part("client_id", self.client_id()),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
         format!("Entity({})", parts.join(", "))
     }
 
@@ -154,7 +165,11 @@ impl Check {
 
 impl From<core::Check> for Check {
     fn from(c: core::Check) -> Self {
-        Check { violated: c.violated, throttle_ms: c.throttle_ms, rate: c.rate }
+        Check {
+            violated: c.violated,
+            throttle_ms: c.throttle_ms,
+            rate: c.rate,
+        }
     }
 }
 
@@ -170,7 +185,9 @@ impl SampledRate {
     #[pyo3(signature = (num_samples=11, window_ms=1000, quota=None))]
     fn new(num_samples: i64, window_ms: i64, quota: Option<f64>) -> CoreResult<Self> {
         let cfg = core::WindowConfig::new(num_samples, window_ms)?;
-        Ok(SampledRate { inner: core::SampledRate::new(cfg, quota)? })
+        Ok(SampledRate {
+            inner: core::SampledRate::new(cfg, quota)?,
+        })
     }
 
     #[getter]
@@ -226,7 +243,7 @@ struct QuotaManager {
 #[pymethods]
 impl QuotaManager {
     #[new]
-    #[pyo3(signature = (quota_type, *, num_samples=11, window_ms=1000, sensor_expiry_ms=core::DEFAULT_SENSOR_EXPIRY_MS))]
+    #[pyo3(signature = (quota_type, *, num_samples=11, window_ms=1000, sensor_expiry_ms=3600000))]
     fn new(
         quota_type: &str,
         num_samples: i64,
@@ -235,7 +252,9 @@ impl QuotaManager {
     ) -> CoreResult<Self> {
         let quota_type: core::QuotaType = quota_type.parse()?;
         let window = core::WindowConfig::new(num_samples, window_ms)?;
-        Ok(QuotaManager { inner: core::QuotaManager::new(quota_type, window, sensor_expiry_ms)? })
+        Ok(QuotaManager {
+            inner: core::QuotaManager::new(quota_type, window, sensor_expiry_ms)?,
+        })
     }
 
     #[getter]
@@ -276,7 +295,11 @@ impl QuotaManager {
     }
 
     fn quotas(&self) -> Vec<(Entity, f64)> {
-        self.inner.quotas().into_iter().map(|(inner, v)| (Entity { inner }, v)).collect()
+        self.inner
+            .quotas()
+            .into_iter()
+            .map(|(inner, v)| (Entity { inner }, v))
+            .collect()
     }
 
     fn tags(&self, user: &str, client_id: &str) -> (String, String) {
@@ -288,13 +311,29 @@ impl QuotaManager {
     }
 
     #[pyo3(signature = (user, client_id, value, now_ms=None))]
-    fn record(&self, user: &str, client_id: &str, value: f64, now_ms: Option<i64>) -> CoreResult<i32> {
-        Ok(self.inner.record(user, client_id, value, now_or_clock(now_ms))?)
+    fn record(
+        &self,
+        user: &str,
+        client_id: &str,
+        value: f64,
+        now_ms: Option<i64>,
+    ) -> CoreResult<i32> {
+        Ok(self
+            .inner
+            .record(user, client_id, value, now_or_clock(now_ms))?)
     }
 
     #[pyo3(signature = (user, client_id, value, now_ms=None))]
-    fn unrecord(&self, user: &str, client_id: &str, value: f64, now_ms: Option<i64>) -> CoreResult<()> {
-        Ok(self.inner.unrecord(user, client_id, value, now_or_clock(now_ms))?)
+    fn unrecord(
+        &self,
+        user: &str,
+        client_id: &str,
+        value: f64,
+        now_ms: Option<i64>,
+    ) -> CoreResult<()> {
+        Ok(self
+            .inner
+            .unrecord(user, client_id, value, now_or_clock(now_ms))?)
     }
 
     #[pyo3(signature = (user, client_id, value, now_ms=None))]
@@ -305,7 +344,9 @@ impl QuotaManager {
         value: f64,
         now_ms: Option<i64>,
     ) -> CoreResult<()> {
-        Ok(self.inner.record_no_throttle(user, client_id, value, now_or_clock(now_ms))?)
+        Ok(self
+            .inner
+            .record_no_throttle(user, client_id, value, now_or_clock(now_ms))?)
     }
 
     #[pyo3(signature = (user, client_id, throttle_ms, now_ms=None, channel=0))]
@@ -317,7 +358,9 @@ impl QuotaManager {
         now_ms: Option<i64>,
         channel: u64,
     ) -> CoreResult<i64> {
-        Ok(self.inner.throttle(user, client_id, throttle_ms, now_or_clock(now_ms), channel)?)
+        Ok(self
+            .inner
+            .throttle(user, client_id, throttle_ms, now_or_clock(now_ms), channel)?)
     }
 
     #[pyo3(signature = (now_ms=None))]
@@ -331,7 +374,8 @@ impl QuotaManager {
 
     #[pyo3(signature = (user, client_id, now_ms=None))]
     fn max_value_in_quota_window(&self, user: &str, client_id: &str, now_ms: Option<i64>) -> f64 {
-        self.inner.max_value_in_quota_window(user, client_id, now_or_clock(now_ms))
+        self.inner
+            .max_value_in_quota_window(user, client_id, now_or_clock(now_ms))
     }
 
     #[pyo3(signature = (user, client_id, now_ms=None))]
@@ -345,7 +389,8 @@ impl QuotaManager {
 
     #[pyo3(signature = (user, client_id, now_ms=None))]
     fn throttle_time_avg(&self, user: &str, client_id: &str, now_ms: Option<i64>) -> Option<f64> {
-        self.inner.throttle_time_avg(user, client_id, now_or_clock(now_ms))
+        self.inner
+            .throttle_time_avg(user, client_id, now_or_clock(now_ms))
     }
 
     #[pyo3(signature = (now_ms=None))]
