@@ -14,6 +14,7 @@ from kquota._core import (
     Entity,
     QuotaManager,
     SampledRate,
+    SensorReading,
     __version__,
     monotonic_ms,
     sanitize_user,
@@ -24,6 +25,7 @@ from kquota.exceptions import (
     InvalidUsageError,
     InvalidValueError,
     KquotaError,
+    QuotaFileError,
     ScenarioError,
 )
 
@@ -37,9 +39,11 @@ __all__ = [
     "InvalidUsageError",
     "InvalidValueError",
     "KquotaError",
+    "QuotaFileError",
     "QuotaManager",
     "SampledRate",
     "ScenarioError",
+    "SensorReading",
     "__version__",
     "monotonic_ms",
     "sanitize_user",

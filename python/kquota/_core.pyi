@@ -25,6 +25,7 @@ __all__ = [
     "KquotaError",
     "QuotaManager",
     "SampledRate",
+    "SensorReading",
     "__version__",
     "monotonic_ms",
     "sanitize_user",
@@ -75,6 +76,26 @@ class Check:
     @property
     def rate(self) -> float | None:
         """The rate measured by the check, or ``None`` when no bound was set."""
+
+@final
+class SensorReading:
+    """One live quota sensor as a metrics reporter reads it (see :meth:`QuotaManager.snapshot`)."""
+
+    @property
+    def user(self) -> str:
+        """The ``user`` tag (sanitized; empty when the sensor is not per user)."""
+    @property
+    def client_id(self) -> str:
+        """The ``client-id`` tag (empty when the sensor is not per client id)."""
+    @property
+    def rate(self) -> float:
+        """The measured rate: bytes/s, or percent of one thread for ``request``."""
+    @property
+    def bound(self) -> float:
+        """The bound the sensor enforces (:data:`UNLIMITED` when no quota applies)."""
+    @property
+    def throttle_time_avg(self) -> float | None:
+        """The throttle-time average (NaN with no throttles), ``None`` if that sensor expired."""
 
 @final
 class SampledRate:
@@ -198,6 +219,15 @@ class QuotaManager:
         """Remove sensors idle for longer than the expiry; return their Kafka names, sorted."""
     def sensor_names(self) -> list[str]:
         """Kafka names of the live sensors, sorted."""
+    def sensor_count(self) -> int:
+        """Number of live quota sensors."""
+    def next_unmute_ms(self) -> int | None:
+        """The earliest end of a mute still in the delay queue."""
+    def snapshot(self, now_ms: int | None = None) -> list[SensorReading]:
+        """Every live quota sensor with its rate at ``now_ms`` (purges, like a JMX read).
+
+        This is what a metrics scrape reads: the core's own sensors, no second copy.
+        """
 
     # -- batch (back-testing) ------------------------------------------------------
     def record_batch(

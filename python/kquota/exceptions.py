@@ -18,11 +18,16 @@ class ScenarioError(InvalidValueError):
     """A conformance scenario file that is not valid JSON or not of the documented format."""
 
 
+class QuotaFileError(InvalidValueError):
+    """A quota file or configuration value that is not of the documented format."""
+
+
 __all__ = [
     "InvalidConfigError",
     "InvalidQuotaError",
     "InvalidUsageError",
     "InvalidValueError",
     "KquotaError",
+    "QuotaFileError",
     "ScenarioError",
 ]

@@ -173,6 +173,42 @@ impl From<core::Check> for Check {
     }
 }
 
+/// One live quota sensor as a metrics reporter reads it.
+#[pyclass(module = "kquota._core", frozen, get_all)]
+struct SensorReading {
+    user: String,
+    client_id: String,
+    rate: f64,
+    bound: f64,
+    throttle_time_avg: Option<f64>,
+}
+
+#[pymethods]
+impl SensorReading {
+    fn __repr__(&self) -> String {
+        format!(
+            "SensorReading(user={:?}, client_id={:?}, rate={:?}, bound={:?}, throttle_time_avg={})",
+            self.user,
+            self.client_id,
+            self.rate,
+            self.bound,
+            self.throttle_time_avg.map_or("None".to_owned(), |v| format!("{v:?}"))
+        )
+    }
+}
+
+impl From<core::SensorSnapshot> for SensorReading {
+    fn from(s: core::SensorSnapshot) -> Self {
+        SensorReading {
+            user: s.user,
+            client_id: s.client_id,
+            rate: s.rate,
+            bound: s.bound,
+            throttle_time_avg: s.throttle_time_avg,
+        }
+    }
+}
+
 /// One Kafka `Rate` over sampled windows, with an optional upper bound.
 #[pyclass(module = "kquota._core", frozen)]
 struct SampledRate {
@@ -402,6 +438,21 @@ impl QuotaManager {
         self.inner.sensor_names()
     }
 
+    fn sensor_count(&self) -> usize {
+        self.inner.sensor_count()
+    }
+
+    fn next_unmute_ms(&self) -> Option<i64> {
+        self.inner.next_unmute_ms()
+    }
+
+    #[pyo3(signature = (now_ms=None))]
+    fn snapshot(&self, py: Python<'_>, now_ms: Option<i64>) -> Vec<SensorReading> {
+        let now = now_or_clock(now_ms);
+        let inner = &self.inner;
+        py.detach(|| inner.snapshot(now)).into_iter().map(SensorReading::from).collect()
+    }
+
     #[pyo3(signature = (now_ms, key_index, values, keys, unrecord_if=None))]
     fn record_batch<'py>(
         &self,
@@ -456,6 +507,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("UNLIMITED", core::UNLIMITED)?;
     m.add_class::<Entity>()?;
     m.add_class::<Check>()?;
+    m.add_class::<SensorReading>()?;
     m.add_class::<SampledRate>()?;
     m.add_class::<QuotaManager>()?;
     m.add_function(wrap_pyfunction!(monotonic_ms, m)?)?;
