@@ -20,6 +20,7 @@ from kquota._core import (
     sanitize_user,
 )
 from kquota.exceptions import (
+    ChannelError,
     InvalidConfigError,
     InvalidQuotaError,
     InvalidUsageError,
@@ -27,11 +28,14 @@ from kquota.exceptions import (
     KquotaError,
     QuotaFileError,
     ScenarioError,
+    StoreError,
+    TrafficError,
 )
 
 __all__ = [
     "DEFAULT",
     "UNLIMITED",
+    "ChannelError",
     "Check",
     "Entity",
     "InvalidConfigError",
@@ -44,6 +48,8 @@ __all__ = [
     "SampledRate",
     "ScenarioError",
     "SensorReading",
+    "StoreError",
+    "TrafficError",
     "__version__",
     "monotonic_ms",
     "sanitize_user",

@@ -22,7 +22,20 @@ class QuotaFileError(InvalidValueError):
     """A quota file or configuration value that is not of the documented format."""
 
 
+class StoreError(KquotaError):
+    """A configuration store that cannot be used: not a store, locked, unreadable."""
+
+
+class ChannelError(InvalidValueError):
+    """A throttled-channel call with a bad value or an unknown channel."""
+
+
+class TrafficError(InvalidValueError):
+    """Back-test traffic input that is missing, empty or not of the documented schema."""
+
+
 __all__ = [
+    "ChannelError",
     "InvalidConfigError",
     "InvalidQuotaError",
     "InvalidUsageError",
@@ -30,4 +43,6 @@ __all__ = [
     "KquotaError",
     "QuotaFileError",
     "ScenarioError",
+    "StoreError",
+    "TrafficError",
 ]
