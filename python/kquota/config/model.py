@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -62,6 +63,45 @@ def check_value(name: str, value: object) -> float:
     return number
 
 
+_DECIMAL = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+
+
+def parse_value(name: str, text: str) -> float:
+    """A quota value written as text (``--add-config``, a properties file), checked as
+    :func:`check_value`: a plain decimal number such as ``1048576`` or ``2.5e6``."""
+    stripped = text.strip()
+    if _DECIMAL.fullmatch(stripped) is None:
+        try:
+            spelled_out = not math.isfinite(float(stripped))  # "nan", "inf", "-Infinity"
+        except ValueError:
+            spelled_out = False
+        if spelled_out:
+            raise QuotaFileError(
+                f"invalid value {text!r} for {name}: a quota must be a finite number greater than 0"
+            )
+        raise QuotaFileError(
+            f"invalid value {text!r} for {name}: expected a decimal number such as 1048576"
+        )
+    number = float(stripped)
+    if not math.isfinite(number) or number <= 0:
+        raise QuotaFileError(
+            f"invalid value {text!r} for {name}: a quota must be a finite number greater than 0"
+        )
+    return number
+
+
+def describe_entity(entity: Entity) -> str:
+    """An entity in ``kafka-configs --describe`` wording, e.g.
+    ``user-principal 'bob', the default client-id``."""
+    parts = []
+    for kind, name in (("user-principal", entity.user), ("client-id", entity.client_id)):
+        if name == DEFAULT:
+            parts.append(f"the default {kind}")
+        elif name is not None:
+            parts.append(f"{kind} '{name}'")
+    return ", ".join(parts)
+
+
 @dataclass(frozen=True)
 class Window:
     """``num_samples`` windows of ``window_ms`` (a whole number of seconds)."""
@@ -100,6 +140,21 @@ class QuotaConfig:
 
     window: Window = field(default_factory=Window)
     entries: tuple[QuotaEntry, ...] = ()
+
+    @classmethod
+    def from_entities(
+        cls, entities: Mapping[Entity, Mapping[str, float]], window: Window | None = None
+    ) -> QuotaConfig:
+        """A configuration from ``{entity: {property: value}}``; entities without
+        properties are left out."""
+        return cls(
+            window or Window(),
+            tuple(QuotaEntry(e, dict(c)) for e, c in entities.items() if c),
+        )
+
+    def by_entity(self) -> dict[Entity, dict[str, float]]:
+        """``{entity: {property: value}}``, a fresh dict the caller may change."""
+        return {e.entity: dict(e.config) for e in self.entries}
 
     def quotas(self, quota_type: QuotaType) -> list[tuple[Entity, float]]:
         """The overrides of one quota type."""
@@ -157,6 +212,10 @@ class QuotaConfig:
             text = path.read_text(encoding="utf-8")
         except OSError as exc:
             raise QuotaFileError(f"cannot read quota file {str(path)!r}: {exc.strerror}") from None
+        except UnicodeDecodeError as exc:
+            raise QuotaFileError(
+                f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})"
+            ) from None
         try:
             data = json.loads(text, parse_constant=_reject_constant)
         except (json.JSONDecodeError, QuotaFileError) as exc:

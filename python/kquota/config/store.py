@@ -1,0 +1,485 @@
+"""Quota stores: where the dynamic quota configuration lives, shared by processes.
+
+A store holds one :class:`~kquota.config.model.QuotaConfig` and a version number. Every
+write is one :class:`ChangeSet` applied all or nothing; the version grows with every
+write, so a reader (:class:`~kquota.config.live.LiveQuotas`) notices a change by reading
+one number.
+
+:class:`SQLiteStore` is the default backend: one SQLite file, every write one
+``BEGIN IMMEDIATE`` transaction, so concurrent writers in several processes lose nothing
+and a writer killed mid-write leaves the previous state. :class:`MemoryStore` keeps the
+configuration in one process (tests, embedding).
+
+Plugging in another backend
+---------------------------
+Subclass :class:`QuotaStore` and implement :meth:`~QuotaStore.read`,
+:meth:`~QuotaStore.apply` and :meth:`~QuotaStore.describe` (and :meth:`~QuotaStore.version`
+when reading one number is cheaper than reading everything). Keep the contract written on
+each method; :meth:`ChangeSet.apply_to` gives you the semantics of a write, so a backend
+only has to persist its result atomically. Pass an instance to
+:class:`~kquota.config.live.LiveQuotas`. To reach it from ``kquota configs --store`` and
+``KQUOTA_STORE`` too, register a factory under the entry-point group ``kquota.stores``,
+named after a URL scheme: ``--store redis://host/0`` then calls the factory registered as
+``redis`` with the whole string and uses the store it returns.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import sqlite3
+import threading
+from abc import ABC, abstractmethod
+from collections.abc import Collection, Iterator, Mapping
+from contextlib import closing, contextmanager
+from dataclasses import dataclass, field
+from importlib.metadata import entry_points
+from pathlib import Path
+from typing import Final
+
+from kquota import Entity
+from kquota.config.model import (
+    QuotaConfig,
+    QuotaEntry,
+    Window,
+    check_property,
+    check_value,
+    describe_entity,
+)
+from kquota.exceptions import KquotaError, QuotaFileError, StoreError
+
+STORE_ENV: Final = "KQUOTA_STORE"
+"""The environment variable naming the store when ``--store`` is not given."""
+
+DEFAULT_LOCK_TIMEOUT: Final = 5.0
+"""Seconds a store operation waits for another process's lock before :class:`StoreError`."""
+
+ENTRY_POINT_GROUP: Final = "kquota.stores"
+"""The entry-point group of store backends, named after the URL scheme they serve."""
+
+SCHEMA_VERSION: Final = 1
+"""The SQLite schema this version of kquota reads and writes."""
+
+APPLICATION_ID: Final = 0x6B71756F
+"""SQLite ``application_id`` that marks a file as a kquota store (ASCII ``kquo``)."""
+
+
+def default_store_path() -> Path:
+    """``$XDG_STATE_HOME/kquota/quotas.sqlite``: ``~/.local/state/kquota/quotas.sqlite``
+    when ``XDG_STATE_HOME`` is not set."""
+    state = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(state) / "kquota" / "quotas.sqlite"
+
+
+def store_spec(spec: str | os.PathLike[str] | None = None) -> str:
+    """The store to use: ``spec`` if given, else ``$KQUOTA_STORE``, else the default path."""
+    if spec is not None and str(spec):
+        return str(spec)
+    return os.environ.get(STORE_ENV) or str(default_store_path())
+
+
+_SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://(.*)", re.DOTALL)
+
+
+def open_store(
+    spec: str | os.PathLike[str] | None = None, *, timeout: float = DEFAULT_LOCK_TIMEOUT
+) -> QuotaStore:
+    """The store named by ``spec`` (see :func:`store_spec`).
+
+    A plain path or ``sqlite://PATH`` is a :class:`SQLiteStore` waiting at most ``timeout``
+    seconds for a lock. ``SCHEME://...`` with another scheme is opened by the factory
+    registered under that name in the ``kquota.stores`` entry-point group.
+    """
+    text = store_spec(spec)
+    match = _SCHEME.fullmatch(text)
+    if match is None:
+        return SQLiteStore(text, timeout=timeout)
+    scheme, rest = match.groups()
+    if scheme == "sqlite":
+        return SQLiteStore(rest, timeout=timeout)
+    found = list(entry_points(group=ENTRY_POINT_GROUP, name=scheme))
+    if not found:
+        raise StoreError(
+            f"no store backend for {scheme}:// in {text!r}: use a file path, sqlite://PATH, "
+            f"or install a backend registering {scheme!r} in the {ENTRY_POINT_GROUP!r} "
+            "entry-point group"
+        )
+    try:
+        store = found[0].load()(text)
+    except KquotaError:
+        raise
+    except Exception as exc:
+        raise StoreError(f"store backend {scheme!r} cannot open {text!r}: {exc}") from exc
+    if not isinstance(store, QuotaStore):
+        raise StoreError(
+            f"store backend {scheme!r} returned {type(store).__name__}, not a QuotaStore"
+        )
+    return store
+
+
+# -- what a write is -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Alteration:
+    """One entity's change: properties to add or replace, and properties to delete.
+
+    As ``kafka-configs --alter --add-config ... --delete-config ...``. Deleting a property
+    the entity does not have is an error when the change is applied (as in Kafka).
+    """
+
+    entity: Entity
+    add: Mapping[str, float] = field(default_factory=dict)
+    delete: Collection[str] = frozenset()
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.entity, Entity):
+            raise QuotaFileError(f"invalid entity {self.entity!r}: expected a kquota.Entity")
+        add = {check_property(k): check_value(k, v) for k, v in self.add.items()}
+        if isinstance(self.delete, str):  # a lone name, not its characters
+            raise QuotaFileError(f"delete must be a collection of names, got {self.delete!r}")
+        delete = frozenset(check_property(k) for k in self.delete)
+        both = sorted(delete & add.keys())
+        if both:
+            raise QuotaFileError(f"{', '.join(both)} cannot be both added and deleted")
+        if not add and not delete:
+            raise QuotaFileError(f"nothing to change for {describe_entity(self.entity)}")
+        object.__setattr__(self, "add", add)
+        object.__setattr__(self, "delete", delete)
+
+
+@dataclass(frozen=True)
+class ChangeSet:
+    """Everything one write does, applied all or nothing.
+
+    ``replace=True`` drops every existing quota first (``kquota configs --import``);
+    ``window`` replaces the window when given. Use :meth:`replacing` to build the change
+    that makes a store hold exactly one configuration.
+    """
+
+    alterations: tuple[Alteration, ...] = ()
+    window: Window | None = None
+    replace: bool = False
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "alterations", tuple(self.alterations))
+        for alteration in self.alterations:
+            if not isinstance(alteration, Alteration):
+                raise QuotaFileError(f"invalid alteration {alteration!r}: expected Alteration")
+        if self.window is not None and not isinstance(self.window, Window):
+            raise QuotaFileError(f"invalid window {self.window!r}: expected a Window")
+
+    @classmethod
+    def replacing(cls, config: QuotaConfig) -> ChangeSet:
+        """The change that replaces a store's whole content (window included) by ``config``."""
+        return cls(
+            tuple(Alteration(e.entity, e.config) for e in config.entries),
+            config.window,
+            replace=True,
+        )
+
+    def apply_to(self, config: QuotaConfig) -> QuotaConfig:
+        """The configuration after this change: the semantics every backend persists.
+
+        Raises :class:`~kquota.exceptions.QuotaFileError` (naming the entity and
+        property) when a deleted property is not set.
+        """
+        entities = {} if self.replace else config.by_entity()
+        for alteration in self.alterations:
+            current = entities.setdefault(alteration.entity, {})
+            missing = sorted(set(alteration.delete) - current.keys())
+            if missing:
+                raise QuotaFileError(
+                    f"cannot delete {', '.join(missing)} of "
+                    f"{describe_entity(alteration.entity)}: not set"
+                )
+            for name in alteration.delete:
+                del current[name]
+            current.update(alteration.add)
+        return QuotaConfig.from_entities(entities, self.window or config.window)
+
+
+@dataclass(frozen=True)
+class StoreSnapshot:
+    """A store's whole configuration and the version it had when read."""
+
+    version: int
+    config: QuotaConfig
+
+
+# -- the interface ---------------------------------------------------------------------
+
+
+class QuotaStore(ABC):
+    """Where the dynamic quota configuration lives; see the module documentation.
+
+    Implementations must be safe to use from several threads, and from several
+    processes when the backend is shared between them.
+    """
+
+    @abstractmethod
+    def read(self) -> StoreSnapshot:
+        """The whole configuration and its version, read consistently.
+
+        A store that was never written reads as version 0 with an empty configuration
+        (Kafka's default window). Raises :class:`~kquota.exceptions.StoreError` when the
+        store cannot be used.
+        """
+
+    @abstractmethod
+    def apply(self, changes: ChangeSet) -> int:
+        """Apply ``changes`` atomically and return the new version.
+
+        The result is ``changes.apply_to(current configuration)``, computed and persisted
+        in one transaction, so concurrent writers lose nothing. The new version is greater
+        than every version read before. On error nothing changes: a
+        :class:`~kquota.exceptions.QuotaFileError` for a change that does not apply (a
+        deleted property that is not set), a :class:`~kquota.exceptions.StoreError` for a
+        store that cannot be used.
+        """
+
+    @abstractmethod
+    def describe(self) -> str:
+        """What and where the store is, for messages (``SQLite store '/path'``)."""
+
+    def version(self) -> int:
+        """The current version, without reading the configuration where that is cheaper.
+
+        Versions never decrease; readers compare them to notice changes.
+        """
+        return self.read().version
+
+    def replace(self, config: QuotaConfig) -> int:
+        """Make the store hold exactly ``config`` (window included), in one transaction."""
+        return self.apply(ChangeSet.replacing(config))
+
+
+class MemoryStore(QuotaStore):
+    """A store inside one process: for tests, and for services that configure themselves."""
+
+    def __init__(self, config: QuotaConfig | None = None) -> None:
+        self._lock = threading.Lock()
+        self._snapshot = StoreSnapshot(0, QuotaConfig())
+        if config is not None:
+            self.replace(config)
+
+    def read(self) -> StoreSnapshot:
+        """The configuration and version (see :meth:`QuotaStore.read`)."""
+        with self._lock:
+            return self._snapshot
+
+    def version(self) -> int:
+        """The current version."""
+        with self._lock:
+            return self._snapshot.version
+
+    def apply(self, changes: ChangeSet) -> int:
+        """Apply ``changes`` atomically (see :meth:`QuotaStore.apply`)."""
+        with self._lock:
+            config = changes.apply_to(self._snapshot.config)
+            self._snapshot = StoreSnapshot(self._snapshot.version + 1, config)
+            return self._snapshot.version
+
+    def describe(self) -> str:
+        """``memory store``."""
+        return "memory store"
+
+
+# -- SQLite ----------------------------------------------------------------------------
+
+_CREATE = (
+    "CREATE TABLE kquota_meta (key TEXT PRIMARY KEY NOT NULL, value INTEGER NOT NULL)",
+    "INSERT INTO kquota_meta (key, value) VALUES "
+    "('version', 0), ('num_samples', 11), ('window_ms', 1000)",
+    # user / client_id NULL: the entity has no such dimension; '<default>': the default.
+    "CREATE TABLE kquota_quota (user TEXT, client_id TEXT, property TEXT NOT NULL, "
+    "value REAL NOT NULL, CHECK (user IS NOT NULL OR client_id IS NOT NULL))",
+    "CREATE UNIQUE INDEX kquota_quota_key ON kquota_quota "
+    "(user IS NULL, ifnull(user, ''), client_id IS NULL, ifnull(client_id, ''), property)",
+    f"PRAGMA application_id = {APPLICATION_ID}",
+    f"PRAGMA user_version = {SCHEMA_VERSION}",
+)
+
+_Row = tuple[str | None, str | None, str]
+
+
+class SQLiteStore(QuotaStore):
+    """A quota store in one SQLite file (stdlib :mod:`sqlite3`), shared by processes.
+
+    Every write is one ``BEGIN IMMEDIATE`` transaction that reads the configuration,
+    applies the :class:`ChangeSet` and bumps the version: writers in several processes
+    are serialized and lose nothing, and a writer killed before ``COMMIT`` leaves the
+    previous state (SQLite's rollback journal). Reading never writes, except that SQLite
+    rolls back what a killed writer left behind. The file is created (with its folder)
+    by the first write; before that it reads as version 0. An operation that waits more
+    than ``timeout`` seconds for another process's lock, a file that is not SQLite or not
+    a kquota store, and a schema from a newer kquota raise
+    :class:`~kquota.exceptions.StoreError` and change nothing.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], *, timeout: float = DEFAULT_LOCK_TIMEOUT):
+        if isinstance(timeout, bool) or not isinstance(timeout, int | float):
+            raise StoreError(f"invalid lock timeout {timeout!r}: expected seconds >= 0")
+        if not math.isfinite(timeout) or timeout < 0:
+            raise StoreError(f"invalid lock timeout {timeout!r}: expected seconds >= 0")
+        self.path = Path(path)
+        """The database file."""
+        self.timeout = float(timeout)
+        """Seconds to wait for a lock held by another connection."""
+
+    def describe(self) -> str:
+        """``SQLite store '/path/to/quotas.sqlite'``."""
+        return f"SQLite store {str(self.path)!r}"
+
+    def __repr__(self) -> str:
+        return f"SQLiteStore({str(self.path)!r}, timeout={self.timeout!r})"
+
+    def read(self) -> StoreSnapshot:
+        """The configuration and version, read in one transaction."""
+        if not self.path.exists():
+            return StoreSnapshot(0, QuotaConfig())
+        with self._transaction("BEGIN", create=False) as conn:
+            if self._schema(conn) is None:
+                return StoreSnapshot(0, QuotaConfig())
+            return self._load(conn)
+
+    def version(self) -> int:
+        """The version: one small query, no configuration read."""
+        if not self.path.exists():
+            return 0
+        with self._transaction("BEGIN", create=False) as conn:
+            if self._schema(conn) is None:
+                return 0
+            return self._version(conn)
+
+    def apply(self, changes: ChangeSet) -> int:
+        """Apply ``changes`` in one ``BEGIN IMMEDIATE`` transaction; return the new version."""
+        if not isinstance(changes, ChangeSet):
+            raise TypeError(f"expected a ChangeSet, got {type(changes).__name__}")
+        if not self.path.exists():
+            # A change that cannot apply to an empty store must not create the file.
+            changes.apply_to(QuotaConfig())
+            try:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise StoreError(
+                    f"cannot create the folder of {self.describe()}: {exc.strerror}"
+                ) from None
+        with self._transaction("BEGIN IMMEDIATE", create=True) as conn:
+            if self._schema(conn) is None:
+                for statement in _CREATE:
+                    conn.execute(statement)
+            before = self._load(conn)
+            after = changes.apply_to(before.config)
+            self._write(conn, before.config, after)
+            version = before.version + 1
+            conn.execute("UPDATE kquota_meta SET value = ? WHERE key = 'version'", (version,))
+            return version
+
+    # -- internals ---------------------------------------------------------------------
+
+    @contextmanager
+    def _transaction(self, begin: str, *, create: bool) -> Iterator[sqlite3.Connection]:
+        """A connection inside ``begin``; committed on success, rolled back on error,
+        with SQLite errors turned into one :class:`StoreError`."""
+        uri = self.path.absolute().as_uri() + ("?mode=rwc" if create else "?mode=rw")
+        try:
+            with closing(
+                sqlite3.connect(uri, uri=True, timeout=self.timeout, isolation_level=None)
+            ) as conn:
+                conn.execute(begin)
+                try:
+                    yield conn
+                except BaseException:
+                    if conn.in_transaction:
+                        conn.execute("ROLLBACK")
+                    raise
+                conn.execute("COMMIT")
+        except sqlite3.Error as exc:
+            raise self._error(exc) from None
+
+    def _error(self, exc: sqlite3.Error) -> StoreError:
+        code = getattr(exc, "sqlite_errorcode", -1) & 0xFF
+        what = self.describe()
+        if code in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
+            return StoreError(
+                f"{what} is locked: another process kept it locked for more than "
+                f"{self.timeout:g} s; nothing was changed"
+            )
+        if code == sqlite3.SQLITE_NOTADB:
+            return StoreError(f"{what}: the file is not a SQLite database; nothing was changed")
+        if code == sqlite3.SQLITE_CANTOPEN:
+            return StoreError(f"{what}: cannot open the file ({exc})")
+        if code == sqlite3.SQLITE_READONLY:
+            return StoreError(f"{what} is read-only: {exc}")
+        if code == sqlite3.SQLITE_CORRUPT:
+            return StoreError(f"{what} is damaged: {exc}")
+        return StoreError(f"{what}: {exc}")
+
+    def _schema(self, conn: sqlite3.Connection) -> int | None:
+        """The schema version, or ``None`` for an empty database; rejects foreign files."""
+        app_id = conn.execute("PRAGMA application_id").fetchone()[0]
+        schema = conn.execute("PRAGMA user_version").fetchone()[0]
+        empty = app_id == 0 and schema == 0
+        if empty and conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0] == 0:
+            return None
+        if app_id != APPLICATION_ID:
+            raise StoreError(
+                f"{self.describe()} is a SQLite database but not a kquota store; "
+                "nothing was changed"
+            )
+        if schema > SCHEMA_VERSION:
+            raise StoreError(
+                f"{self.describe()} has schema version {schema}, newer than the version "
+                f"{SCHEMA_VERSION} this kquota understands: upgrade kquota; nothing was changed"
+            )
+        if schema < 1:
+            raise StoreError(f"{self.describe()} has an invalid schema version {schema}")
+        return int(schema)
+
+    def _version(self, conn: sqlite3.Connection) -> int:
+        row = conn.execute("SELECT value FROM kquota_meta WHERE key = 'version'").fetchone()
+        if row is None or not isinstance(row[0], int):
+            raise StoreError(f"{self.describe()} is damaged: it has no version")
+        return row[0]
+
+    def _load(self, conn: sqlite3.Connection) -> StoreSnapshot:
+        meta = dict(conn.execute("SELECT key, value FROM kquota_meta").fetchall())
+        entities: dict[Entity, dict[str, float]] = {}
+        try:
+            window = Window(meta.get("num_samples", 0), meta.get("window_ms", 0))
+            rows = conn.execute("SELECT user, client_id, property, value FROM kquota_quota")
+            for user, client_id, prop, value in rows:
+                entity = Entity(user=user, client_id=client_id)
+                entities.setdefault(entity, {})[check_property(prop)] = check_value(prop, value)
+            config = QuotaConfig(window, tuple(QuotaEntry(e, c) for e, c in entities.items()))
+        except (ValueError, TypeError) as exc:
+            raise StoreError(f"{self.describe()} holds an invalid configuration: {exc}") from None
+        return StoreSnapshot(self._version(conn), config)
+
+    def _write(self, conn: sqlite3.Connection, before: QuotaConfig, after: QuotaConfig) -> None:
+        old, new = _rows(before), _rows(after)
+        gone = [key for key, value in old.items() if new.get(key) != value]
+        added = [(*key, value) for key, value in new.items() if old.get(key) != value]
+        conn.executemany(
+            "DELETE FROM kquota_quota WHERE user IS ? AND client_id IS ? AND property = ?", gone
+        )
+        conn.executemany(
+            "INSERT INTO kquota_quota (user, client_id, property, value) VALUES (?, ?, ?, ?)",
+            added,
+        )
+        if after.window != before.window:
+            for key, value in (
+                ("num_samples", after.window.num_samples),
+                ("window_ms", after.window.window_ms),
+            ):
+                conn.execute("UPDATE kquota_meta SET value = ? WHERE key = ?", (value, key))
+
+
+def _rows(config: QuotaConfig) -> dict[_Row, float]:
+    return {
+        (e.entity.user, e.entity.client_id, prop): value
+        for e in config.entries
+        for prop, value in e.config.items()
+    }

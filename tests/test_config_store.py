@@ -1,0 +1,460 @@
+"""kquota.config.store: the store contract on every backend, and SQLite's guarantees
+(transactions across processes, crash safety, unusable files left untouched)."""
+
+from __future__ import annotations
+
+import hashlib
+import signal
+import sqlite3
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from kquota import DEFAULT, Entity
+from kquota.config.model import QuotaConfig, Window
+from kquota.config.store import (
+    APPLICATION_ID,
+    Alteration,
+    ChangeSet,
+    MemoryStore,
+    QuotaStore,
+    SQLiteStore,
+    StoreSnapshot,
+    default_store_path,
+    open_store,
+    store_spec,
+)
+from kquota.exceptions import QuotaFileError, StoreError
+
+ALICE = Entity(user="alice")
+BOB_APP = Entity(user="bob", client_id="app-1")
+DEFAULT_CLIENT = Entity(client_id=DEFAULT)
+
+
+def sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def change(entity: Entity, add: dict[str, float] | None = None, *delete: str) -> ChangeSet:
+    return ChangeSet((Alteration(entity, add or {}, delete),))
+
+
+def run_python(code: str, *args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(code), *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+@pytest.fixture(params=["sqlite", "memory"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> QuotaStore:
+    if request.param == "sqlite":
+        return SQLiteStore(tmp_path / "quotas.sqlite")
+    return MemoryStore()
+
+
+# -- the contract, on every backend ----------------------------------------------------
+
+
+def test_a_new_store_reads_empty_at_version_0(store: QuotaStore) -> None:
+    assert store.read() == StoreSnapshot(0, QuotaConfig())
+    assert store.version() == 0
+
+
+def test_apply_adds_changes_and_deletes_with_growing_versions(store: QuotaStore) -> None:
+    assert store.apply(change(ALICE, {"producer_byte_rate": 1048576})) == 1
+    assert store.apply(change(BOB_APP, {"request_percentage": 50.5})) == 2
+    assert store.apply(change(ALICE, {"consumer_byte_rate": 2e6, "producer_byte_rate": 5})) == 3
+    assert store.read().config.by_entity() == {
+        ALICE: {"producer_byte_rate": 5.0, "consumer_byte_rate": 2e6},
+        BOB_APP: {"request_percentage": 50.5},
+    }
+    assert store.apply(change(BOB_APP, None, "request_percentage")) == 4
+    snapshot = store.read()
+    assert snapshot.version == store.version() == 4
+    assert BOB_APP not in snapshot.config.by_entity()  # no properties left: gone
+
+
+def test_deleting_an_unset_property_fails_and_changes_nothing(store: QuotaStore) -> None:
+    store.apply(change(ALICE, {"producer_byte_rate": 100}))
+    before = store.read()
+    both = ChangeSet(
+        (
+            Alteration(BOB_APP, {"producer_byte_rate": 1}),
+            Alteration(ALICE, {}, {"consumer_byte_rate"}),
+        )
+    )
+    with pytest.raises(QuotaFileError, match="cannot delete consumer_byte_rate of user-principal"):
+        store.apply(both)
+    assert store.read() == before  # the first alteration was not kept either
+
+
+def test_replace_sets_exactly_the_config_and_window(store: QuotaStore) -> None:
+    store.apply(change(ALICE, {"producer_byte_rate": 100}))
+    wanted = QuotaConfig.from_entities(
+        {DEFAULT_CLIENT: {"consumer_byte_rate": 7.0}, BOB_APP: {"request_percentage": 200.0}},
+        Window(5, 2000),
+    )
+    assert store.replace(wanted) == 2
+    assert store.read().config.to_json() == wanted.to_json()
+
+
+def test_every_entity_shape_round_trips(store: QuotaStore) -> None:
+    shapes = [
+        Entity(user=u, client_id=c)
+        for u, c in [
+            ("alice", None),
+            (DEFAULT, None),
+            (None, "app-1"),
+            (None, DEFAULT),
+            ("bob", "app-1"),
+            ("bob", DEFAULT),
+            (DEFAULT, "app-1"),
+            (DEFAULT, DEFAULT),
+            ("", None),  # an empty name is a name, not an absent dimension
+            ("CN=x, O=y's", "weird ,= id"),
+        ]
+    ]
+    wanted = {e: {"producer_byte_rate": float(i + 1)} for i, e in enumerate(shapes)}
+    store.replace(QuotaConfig.from_entities(wanted))
+    assert store.read().config.by_entity() == wanted
+
+
+def test_bad_changes_are_rejected_before_any_store() -> None:
+    with pytest.raises(QuotaFileError, match="unknown quota property 'bytes'"):
+        Alteration(ALICE, {"bytes": 1})
+    with pytest.raises(QuotaFileError, match="invalid value 0"):
+        Alteration(ALICE, {"producer_byte_rate": 0})
+    with pytest.raises(QuotaFileError, match="both added and deleted"):
+        Alteration(ALICE, {"producer_byte_rate": 1}, {"producer_byte_rate"})
+    with pytest.raises(QuotaFileError, match="nothing to change"):
+        Alteration(ALICE)
+    with pytest.raises(QuotaFileError, match="collection of names"):
+        Alteration(ALICE, {}, "producer_byte_rate")
+    with pytest.raises(QuotaFileError, match="expected Alteration"):
+        ChangeSet(("alice",))  # type: ignore[arg-type]
+
+
+# -- SQLite: the file ------------------------------------------------------------------
+
+
+def test_sqlite_file_is_created_with_its_folder_by_the_first_write(tmp_path: Path) -> None:
+    path = tmp_path / "a" / "b" / "quotas.sqlite"
+    store = SQLiteStore(path)
+    assert store.read().version == 0
+    assert not path.parent.exists()  # reading created nothing
+    with pytest.raises(QuotaFileError):
+        store.apply(change(ALICE, None, "producer_byte_rate"))
+    assert not path.parent.exists()  # nor did a change that cannot apply
+    store.apply(change(ALICE, {"producer_byte_rate": 1}))
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("PRAGMA application_id").fetchone()[0] == APPLICATION_ID
+        assert conn.execute("SELECT value FROM kquota_meta WHERE key='version'").fetchone() == (1,)
+    conn.close()
+    assert SQLiteStore(path).read().config.by_entity() == {ALICE: {"producer_byte_rate": 1.0}}
+
+
+def test_sqlite_values_round_trip_bit_for_bit(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "q.sqlite")
+    values = [0.1, 1e-300, 1.7976931348623157e308, 1048576.0, 2.0 / 3.0]
+    store.replace(
+        QuotaConfig.from_entities(
+            {Entity(user=f"u{i}"): {"producer_byte_rate": v} for i, v in enumerate(values)}
+        )
+    )
+    read = store.read().config.by_entity()
+    assert [read[Entity(user=f"u{i}")]["producer_byte_rate"] for i in range(5)] == values
+
+
+def not_sqlite(path: Path) -> None:
+    path.write_bytes(b"producer_byte_rate=1048576\n")
+
+
+def random_bytes(path: Path) -> None:
+    path.write_bytes(bytes(range(256)) * 40)
+
+
+def other_database(path: Path) -> None:
+    with sqlite3.connect(path) as conn:
+        conn.execute("CREATE TABLE t (x)")
+    conn.close()
+
+
+def future_schema(path: Path) -> None:
+    SQLiteStore(path).apply(change(ALICE, {"producer_byte_rate": 1}))
+    with sqlite3.connect(path) as conn:
+        conn.execute("PRAGMA user_version = 2")
+    conn.close()
+
+
+def damaged_value(path: Path) -> None:
+    SQLiteStore(path).apply(change(ALICE, {"producer_byte_rate": 1}))
+    with sqlite3.connect(path) as conn:
+        conn.execute("UPDATE kquota_quota SET value = -5")
+    conn.close()
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (not_sqlite, "not a SQLite database"),
+        (random_bytes, "not a SQLite database"),
+        (other_database, "a SQLite database but not a kquota store"),
+        (future_schema, "schema version 2, newer than the version 1"),
+        (damaged_value, "invalid configuration: invalid value -5.0"),
+    ],
+)
+def test_unusable_file_raises_store_error_and_stays_byte_for_byte(
+    tmp_path: Path, make: Callable[[Path], None], message: str
+) -> None:
+    path = tmp_path / "quotas.sqlite"
+    make(path)
+    before = sha256(path)
+    store = SQLiteStore(path, timeout=0.1)
+    operations: list[Callable[[], object]] = [
+        store.read,
+        lambda: store.apply(change(BOB_APP, {"producer_byte_rate": 1})),
+        lambda: store.replace(QuotaConfig()),
+    ]
+    if make is not damaged_value:
+        operations.append(store.version)  # (the version alone is still readable there)
+    for operation in operations:
+        with pytest.raises(StoreError, match=message):
+            operation()
+    assert sha256(path) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["quotas.sqlite"]
+
+
+def test_locked_store_times_out_with_store_error_and_changes_nothing(tmp_path: Path) -> None:
+    path = tmp_path / "quotas.sqlite"
+    SQLiteStore(path).apply(change(ALICE, {"producer_byte_rate": 1}))
+    before = sha256(path)
+    holder = sqlite3.connect(path, isolation_level=None)
+    try:
+        holder.execute("BEGIN EXCLUSIVE")
+        store = SQLiteStore(path, timeout=0.2)
+        start = time.monotonic()
+        for operation in (
+            store.read,
+            lambda: store.apply(change(ALICE, {"producer_byte_rate": 2})),
+        ):
+            with pytest.raises(StoreError, match=r"is locked: .* more than 0.2 s"):
+                operation()
+        assert 0.35 <= time.monotonic() - start < 5
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    assert sha256(path) == before
+    assert SQLiteStore(path).read().config.by_entity() == {ALICE: {"producer_byte_rate": 1.0}}
+
+
+def test_store_locked_by_another_process(tmp_path: Path) -> None:
+    path = tmp_path / "quotas.sqlite"
+    SQLiteStore(path).apply(change(ALICE, {"producer_byte_rate": 1}))
+    before = sha256(path)
+    holder = run_python(
+        """
+        import sqlite3, sys, time
+        conn = sqlite3.connect(sys.argv[1], isolation_level=None)
+        conn.execute("BEGIN IMMEDIATE")
+        conn.execute("UPDATE kquota_meta SET value = 99 WHERE key = 'version'")
+        print("locked", flush=True)
+        time.sleep(30)
+        """,
+        str(path),
+    )
+    try:
+        assert holder.stdout is not None
+        assert holder.stdout.readline() == "locked\n"
+        with pytest.raises(StoreError, match="is locked"):
+            SQLiteStore(path, timeout=0.2).apply(change(ALICE, {"producer_byte_rate": 2}))
+        assert SQLiteStore(path).read().version == 1  # readers still read the committed state
+    finally:
+        holder.kill()
+        holder.communicate()
+    assert sha256(path) == before
+
+
+@pytest.mark.parametrize("timeout", [-1.0, float("nan"), float("inf"), True])
+def test_bad_timeout(tmp_path: Path, timeout: float) -> None:
+    with pytest.raises(StoreError, match="invalid lock timeout"):
+        SQLiteStore(tmp_path / "q.sqlite", timeout=timeout)
+
+
+# -- SQLite: processes -----------------------------------------------------------------
+
+CRASHING_WRITER = """
+import sys, time
+from kquota import Entity
+from kquota.config.model import QuotaConfig
+from kquota.config.store import ChangeSet, SQLiteStore
+
+store = SQLiteStore(sys.argv[1])
+big = QuotaConfig.from_entities(
+    {Entity(user=f"user-{i}"): {"producer_byte_rate": float(i + 1)} for i in range(5000)}
+)
+# SQLiteStore.apply up to its COMMIT, with a small page cache so that pages reach the file.
+with store._transaction("BEGIN IMMEDIATE", create=True) as conn:
+    conn.execute("PRAGMA cache_size = 10")
+    before = store._load(conn)
+    store._write(conn, before.config, ChangeSet.replacing(big).apply_to(before.config))
+    conn.execute("UPDATE kquota_meta SET value = value + 1 WHERE key = 'version'")
+    print("written", flush=True)
+    time.sleep(60)
+"""
+
+
+def test_writer_killed_before_commit_leaves_the_old_state(tmp_path: Path) -> None:
+    path = tmp_path / "quotas.sqlite"
+    store = SQLiteStore(path)
+    store.apply(change(ALICE, {"producer_byte_rate": 1048576}))
+    old, before = store.read(), sha256(path)
+    writer = run_python(CRASHING_WRITER, str(path))
+    assert writer.stdout is not None
+    assert writer.stdout.readline() == "written\n"
+    assert sha256(path) != before  # the half-written transaction reached the file
+    writer.send_signal(signal.SIGKILL)
+    writer.communicate()
+    assert writer.returncode == -signal.SIGKILL
+    assert (tmp_path / "quotas.sqlite-journal").exists()
+    assert store.read() == old  # SQLite rolls the hot journal back
+    assert sha256(path) == before
+    assert store.apply(change(BOB_APP, {"request_percentage": 10})) == 2
+
+
+CONCURRENT_WRITER = """
+import sys
+from kquota import Entity
+from kquota.config.store import Alteration, ChangeSet, SQLiteStore
+
+store = SQLiteStore(sys.argv[1], timeout=60)
+me, n = sys.argv[2], int(sys.argv[3])
+shared = Entity(client_id="shared")
+for i in range(n):
+    mine = Alteration(Entity(user=me, client_id=str(i)), {"producer_byte_rate": i + 1})
+    store.apply(ChangeSet((mine,)))
+    # every writer also rewrites the same entity: the last write wins, none is half-applied
+    both = {"consumer_byte_rate": i + 1, "request_percentage": i + 1}
+    store.apply(ChangeSet((Alteration(shared, both),)))
+"""
+
+
+def test_concurrent_writers_in_processes_lose_nothing(tmp_path: Path) -> None:
+    path = tmp_path / "quotas.sqlite"
+    writers, per_writer = 6, 15
+    procs = [
+        run_python(CONCURRENT_WRITER, str(path), f"w{w}", str(per_writer)) for w in range(writers)
+    ]
+    for proc in procs:
+        _, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, err
+    snapshot = SQLiteStore(path).read()
+    assert snapshot.version == writers * per_writer * 2
+    entities = snapshot.config.by_entity()
+    for w in range(writers):
+        for i in range(per_writer):
+            assert entities[Entity(user=f"w{w}", client_id=str(i))] == {
+                "producer_byte_rate": i + 1.0
+            }
+    shared = entities[Entity(client_id="shared")]
+    assert shared["consumer_byte_rate"] == shared["request_percentage"]
+    assert len(entities) == writers * per_writer + 1
+
+
+# -- choosing a store ------------------------------------------------------------------
+
+
+def test_store_spec_and_default_path(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.delenv("KQUOTA_STORE", raising=False)
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    assert default_store_path() == tmp_path / "state" / "kquota" / "quotas.sqlite"
+    assert store_spec() == str(tmp_path / "state" / "kquota" / "quotas.sqlite")
+    monkeypatch.delenv("XDG_STATE_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert default_store_path() == tmp_path / ".local" / "state" / "kquota" / "quotas.sqlite"
+    monkeypatch.setenv("KQUOTA_STORE", str(tmp_path / "env.sqlite"))
+    assert store_spec() == str(tmp_path / "env.sqlite")
+    assert store_spec(tmp_path / "arg.sqlite") == str(tmp_path / "arg.sqlite")
+    store = open_store(timeout=1.5)
+    assert isinstance(store, SQLiteStore)
+    assert (store.path, store.timeout) == (tmp_path / "env.sqlite", 1.5)
+    via_url = open_store(f"sqlite://{tmp_path}/url.sqlite")
+    assert isinstance(via_url, SQLiteStore)
+    assert via_url.path == tmp_path / "url.sqlite"
+
+
+def test_unknown_scheme(tmp_path: Path) -> None:
+    with pytest.raises(StoreError, match=r"no store backend for redis:// .*kquota.stores"):
+        open_store("redis://localhost/0")
+
+
+@pytest.fixture
+def memory_backend(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """A real installed distribution (a dist-info on sys.path) that registers a backend."""
+    (tmp_path / "kquota_mem_backend.py").write_text(
+        textwrap.dedent(
+            """
+            from kquota.config.store import MemoryStore
+
+            STORES = {}
+
+            def open_store(spec):
+                return STORES.setdefault(spec, MemoryStore())
+
+            def not_a_store(spec):
+                return object()
+            """
+        )
+    )
+    dist = tmp_path / "kquota_mem_backend-1.0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: kquota-mem-backend\nVersion: 1.0\n"
+    )
+    (dist / "entry_points.txt").write_text(
+        "[kquota.stores]\n"
+        "mem = kquota_mem_backend:open_store\n"
+        "broken = kquota_mem_backend:not_a_store\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    yield
+    sys.modules.pop("kquota_mem_backend", None)
+
+
+@pytest.mark.usefixtures("memory_backend")
+def test_backend_from_an_entry_point() -> None:
+    store = open_store("mem://one")
+    assert isinstance(store, MemoryStore)
+    store.apply(change(ALICE, {"producer_byte_rate": 3}))
+    assert open_store("mem://one").read().version == 1  # the same backend instance
+    with pytest.raises(StoreError, match="returned object, not a QuotaStore"):
+        open_store("broken://x")
+
+
+def test_a_subclass_only_needs_read_apply_describe() -> None:
+    class ListStore(QuotaStore):
+        def __init__(self) -> None:
+            self.snapshots = [StoreSnapshot(0, QuotaConfig())]
+
+        def read(self) -> StoreSnapshot:
+            return self.snapshots[-1]
+
+        def apply(self, changes: ChangeSet) -> int:
+            last = self.snapshots[-1]
+            self.snapshots.append(StoreSnapshot(last.version + 1, changes.apply_to(last.config)))
+            return last.version + 1
+
+        def describe(self) -> str:
+            return "list store"
+
+    store = ListStore()
+    assert store.replace(QuotaConfig.from_entities({ALICE: {"producer_byte_rate": 1.0}})) == 1
+    assert store.version() == 1
+    with pytest.raises(TypeError):
+        QuotaStore()  # type: ignore[abstract]
