@@ -1,97 +1,123 @@
-//! A lock-free copy-on-write cell: the concurrency protocol of every sensor.
+//! Lock-free building blocks: an atomically replaceable box ([`AtomicBox`]), a
+//! copy-on-write cell over it ([`CowCell`]), and a 128-bit atomic word ([`AtomicWord`]).
 //!
-//! A sensor's whole state (its sample ring and bound) is one immutable value behind an
-//! atomic pointer. A writer copies the current value, applies its change (a record, a
-//! purge, a bound refresh), and publishes the copy with one compare-and-swap; if another
-//! writer published first, it re-copies and re-applies. Every update is therefore applied
-//! exactly once to a consistent state (linearizable, nothing lost), no thread ever waits
-//! for another (lock-free: a failed CAS means some other update succeeded), and readers
-//! never see a half-made change. Old values are freed by epoch-based reclamation once no
-//! reader can hold them.
+//! An [`AtomicBox`] holds an immutable value behind an atomic pointer. A writer builds a
+//! new value and publishes it with one compare-and-swap; if another writer published
+//! first, it rebuilds on the fresher value. Replaced values are freed by epoch-based
+//! reclamation once no reader can hold them, so readers never wait and never see a
+//! half-made value, and no thread ever waits for another (a failed CAS means another
+//! update succeeded).
 //!
-//! Under `--cfg loom` the same protocol runs on loom's atomics, so `cargo test` with
-//! loom explores every interleaving of concurrent records, rollovers and purges.
+//! Under `--cfg loom` the same protocols run on loom's primitives, so the model checks in
+//! `tests/loom.rs` explore every interleaving of them.
 
 #[cfg(not(loom))]
 mod imp {
-    use crossbeam_epoch::{self as epoch, Atomic, Owned};
+    use crossbeam_epoch::{self as epoch, Atomic, Owned, Shared};
     use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed};
 
     pub use crossbeam_epoch::Guard;
 
-    /// Pins the current thread for reading cells (cheap; hold it for one operation).
+    /// Pins the current thread so that values it loads stay alive (cheap; hold it for
+    /// one operation).
     #[inline]
     pub fn pin() -> Guard {
         epoch::pin()
     }
 
+    /// A value loaded from an [`AtomicBox`], valid while the guard is held.
+    pub struct Loaded<'g, T> {
+        shared: Shared<'g, T>,
+    }
+
+    impl<'g, T> Loaded<'g, T> {
+        /// The value.
+        #[inline]
+        pub fn get(&self) -> &'g T {
+            // SAFETY: never null (set in `new`, replaced only by non-null values); the
+            // guard of lifetime 'g keeps it from being freed.
+            unsafe { self.shared.deref() }
+        }
+    }
+
+    impl<T> Clone for Loaded<'_, T> {
+        fn clone(&self) -> Self {
+            *self
+        }
+    }
+
+    impl<T> Copy for Loaded<'_, T> {}
+
     /// See the module documentation.
-    pub struct CowCell<T> {
+    pub struct AtomicBox<T> {
         ptr: Atomic<T>,
     }
 
-    impl<T: Clone> CowCell<T> {
-        /// A cell holding `value`.
+    impl<T> AtomicBox<T> {
+        /// A box holding `value`.
         pub fn new(value: T) -> Self {
-            CowCell {
-                ptr: Atomic::new(value),
-            }
+            AtomicBox { ptr: Atomic::new(value) }
         }
 
-        /// The current value, valid while `guard` is held.
+        /// The current value.
         #[inline]
-        pub fn load<'g>(&self, guard: &'g Guard) -> &'g T {
-            // SAFETY: as in `read`.
-            unsafe { self.ptr.load(Acquire, guard).deref() }
+        pub fn load<'g>(&self, guard: &'g Guard) -> Loaded<'g, T> {
+            Loaded { shared: self.ptr.load(Acquire, guard) }
         }
 
-        /// Calls `f` on the current value.
+        /// Replaces `current` by `new` if `current` is still the value held; on success
+        /// the old value is retired, on failure `new` is handed back.
         #[inline]
-        pub fn read<R>(&self, guard: &Guard, f: impl FnOnce(&T) -> R) -> R {
-            let current = self.ptr.load(Acquire, guard);
-            // SAFETY: the pointer is never null (set in `new`, replaced only by non-null
-            // values) and the pinned guard keeps the value alive while `f` runs.
-            f(unsafe { current.deref() })
-        }
-
-        /// Applies `f` to a copy of the current value and publishes the copy atomically.
-        /// `f` may run more than once (on a fresher value each time); its last result
-        /// is returned.
-        #[inline]
-        pub fn update<R>(&self, guard: &Guard, mut f: impl FnMut(&mut T) -> R) -> R {
-            let mut current = self.ptr.load(Acquire, guard);
-            // SAFETY: as in `read`.
-            let mut next = Owned::new(unsafe { current.deref() }.clone());
-            loop {
-                let result = f(&mut next);
-                match self
-                    .ptr
-                    .compare_exchange(current, next, AcqRel, Acquire, guard)
-                {
-                    Ok(_) => {
-                        // SAFETY: `current` is unlinked now; readers that still hold it are
-                        // pinned, and the epoch frees it only after they unpin.
-                        unsafe { guard.defer_destroy(current) };
-                        return result;
-                    }
-                    Err(failed) => {
-                        current = failed.current;
-                        next = failed.new;
-                        // SAFETY: as in `read`.
-                        (*next).clone_from(unsafe { current.deref() });
-                    }
+        pub fn replace<'g>(
+            &self,
+            current: Loaded<'g, T>,
+            new: Box<T>,
+            guard: &'g Guard,
+        ) -> Result<(), Box<T>> {
+            match self.ptr.compare_exchange(
+                current.shared,
+                Owned::from(new),
+                AcqRel,
+                Acquire,
+                guard,
+            ) {
+                Ok(_) => {
+                    // SAFETY: `current` is unlinked; pinned readers may still hold it and
+                    // the epoch frees it only after they unpin.
+                    unsafe { guard.defer_destroy(current.shared) };
+                    Ok(())
                 }
+                Err(failed) => Err(failed.new.into_box()),
             }
         }
     }
 
-    impl<T> Drop for CowCell<T> {
+    impl<T> Drop for AtomicBox<T> {
         fn drop(&mut self) {
-            // SAFETY: `&mut self` means no other thread can reach the cell any more.
+            // SAFETY: `&mut self`: no other thread can reach the box any more.
             unsafe {
                 let guard = epoch::unprotected();
                 drop(self.ptr.load(Relaxed, guard).into_owned());
             }
+        }
+    }
+
+    /// A 128-bit atomic word (`cmpxchg16b` on x86-64).
+    pub struct AtomicWord(portable_atomic::AtomicU128);
+
+    impl AtomicWord {
+        pub fn new(v: u128) -> Self {
+            AtomicWord(portable_atomic::AtomicU128::new(v))
+        }
+
+        #[inline]
+        pub fn load(&self) -> u128 {
+            self.0.load(Acquire)
+        }
+
+        #[inline]
+        pub fn compare_exchange(&self, current: u128, new: u128) -> Result<u128, u128> {
+            self.0.compare_exchange(current, new, AcqRel, Acquire)
         }
     }
 }
@@ -102,8 +128,8 @@ mod imp {
     use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed};
     use std::sync::Mutex;
 
-    /// Loom builds free replaced values when the cell drops (after the model's threads
-    /// have joined), which keeps the modelled protocol identical to the real one.
+    /// Loom builds keep replaced values until the box drops (after the model's threads
+    /// have joined): the modelled protocol is the real one, only reclamation differs.
     pub struct Guard;
 
     #[inline]
@@ -111,55 +137,64 @@ mod imp {
         Guard
     }
 
-    pub struct CowCell<T> {
+    pub struct Loaded<'g, T> {
+        ptr: *mut T,
+        _guard: std::marker::PhantomData<&'g T>,
+    }
+
+    impl<'g, T> Loaded<'g, T> {
+        pub fn get(&self) -> &'g T {
+            // SAFETY: never null; replaced values are only freed when the box drops.
+            unsafe { &*self.ptr }
+        }
+    }
+
+    impl<T> Clone for Loaded<'_, T> {
+        fn clone(&self) -> Self {
+            *self
+        }
+    }
+
+    impl<T> Copy for Loaded<'_, T> {}
+
+    pub struct AtomicBox<T> {
         ptr: AtomicPtr<T>,
         retired: Mutex<Vec<usize>>,
     }
 
-    impl<T: Clone> CowCell<T> {
+    impl<T> AtomicBox<T> {
         pub fn new(value: T) -> Self {
-            CowCell {
+            AtomicBox {
                 ptr: AtomicPtr::new(Box::into_raw(Box::new(value))),
                 retired: Mutex::new(Vec::new()),
             }
         }
 
-        pub fn load<'g>(&'g self, _guard: &'g Guard) -> &'g T {
-            // SAFETY: never null; replaced values are only freed in `drop`.
-            unsafe { &*self.ptr.load(Acquire) }
+        pub fn load<'g>(&self, _guard: &'g Guard) -> Loaded<'g, T> {
+            Loaded { ptr: self.ptr.load(Acquire), _guard: std::marker::PhantomData }
         }
 
-        pub fn read<R>(&self, _guard: &Guard, f: impl FnOnce(&T) -> R) -> R {
-            // SAFETY: never null; replaced values are only freed in `drop`.
-            f(unsafe { &*self.ptr.load(Acquire) })
-        }
-
-        pub fn update<R>(&self, _guard: &Guard, mut f: impl FnMut(&mut T) -> R) -> R {
-            let mut current = self.ptr.load(Acquire);
-            // SAFETY: as in `read`.
-            let mut next = Box::new(unsafe { &*current }.clone());
-            loop {
-                let result = f(&mut next);
-                let raw = Box::into_raw(next);
-                match self.ptr.compare_exchange(current, raw, AcqRel, Acquire) {
-                    Ok(_) => {
-                        self.retired.lock().unwrap().push(current as usize);
-                        return result;
-                    }
-                    Err(actual) => {
-                        current = actual;
-                        // SAFETY: `raw` was never published.
-                        next = unsafe { Box::from_raw(raw) };
-                        (*next).clone_from(unsafe { &*current });
-                    }
+        pub fn replace<'g>(
+            &self,
+            current: Loaded<'g, T>,
+            new: Box<T>,
+            _guard: &'g Guard,
+        ) -> Result<(), Box<T>> {
+            let raw = Box::into_raw(new);
+            match self.ptr.compare_exchange(current.ptr, raw, AcqRel, Acquire) {
+                Ok(_) => {
+                    self.retired.lock().unwrap().push(current.ptr as usize);
+                    Ok(())
                 }
+                // SAFETY: `raw` was never published.
+                Err(_) => Err(unsafe { Box::from_raw(raw) }),
             }
         }
     }
 
-    impl<T> Drop for CowCell<T> {
+    impl<T> Drop for AtomicBox<T> {
         fn drop(&mut self) {
-            // SAFETY: no thread can reach the cell; each pointer was made by Box::into_raw.
+            // SAFETY: no thread can reach the box; each pointer came from Box::into_raw.
             unsafe {
                 drop(Box::from_raw(self.ptr.load(Relaxed)));
                 for p in self.retired.get_mut().unwrap().drain(..) {
@@ -168,11 +203,80 @@ mod imp {
             }
         }
     }
+
+    /// Loom has no 128-bit atomics: the word is modelled as a loom mutex, which keeps
+    /// each load and compare-exchange atomic and lets loom interleave them.
+    pub struct AtomicWord(loom::sync::Mutex<u128>);
+
+    impl AtomicWord {
+        pub fn new(v: u128) -> Self {
+            AtomicWord(loom::sync::Mutex::new(v))
+        }
+
+        pub fn load(&self) -> u128 {
+            *self.0.lock().unwrap()
+        }
+
+        pub fn compare_exchange(&self, current: u128, new: u128) -> Result<u128, u128> {
+            let mut v = self.0.lock().unwrap();
+            if *v == current {
+                *v = new;
+                Ok(current)
+            } else {
+                Err(*v)
+            }
+        }
+    }
 }
 
-pub use imp::{pin, CowCell, Guard};
+pub use imp::{pin, AtomicBox, AtomicWord, Guard, Loaded};
 
-// SAFETY: the cell hands out `&T` to several threads and moves `T` values between
+// SAFETY: the box hands out `&T` to several threads and moves `T` values between
 // threads (a value published by one thread is freed by another).
-unsafe impl<T: Send + Sync> Send for CowCell<T> {}
-unsafe impl<T: Send + Sync> Sync for CowCell<T> {}
+unsafe impl<T: Send + Sync> Send for AtomicBox<T> {}
+unsafe impl<T: Send + Sync> Sync for AtomicBox<T> {}
+
+/// A copy-on-write cell: every update copies the value, changes the copy and publishes
+/// it atomically. For state that changes rarely (the quota configuration, throttle-time
+/// averages); the rate sensors' hot path avoids the copy (see [`crate::rate_cell`]).
+pub struct CowCell<T> {
+    inner: AtomicBox<T>,
+}
+
+impl<T: Clone> CowCell<T> {
+    /// A cell holding `value`.
+    pub fn new(value: T) -> Self {
+        CowCell { inner: AtomicBox::new(value) }
+    }
+
+    /// The current value, valid while `guard` is held.
+    #[inline]
+    pub fn load<'g>(&self, guard: &'g Guard) -> &'g T {
+        self.inner.load(guard).get()
+    }
+
+    /// Calls `f` on the current value.
+    #[inline]
+    pub fn read<R>(&self, guard: &Guard, f: impl FnOnce(&T) -> R) -> R {
+        f(self.load(guard))
+    }
+
+    /// Applies `f` to a copy of the current value and publishes the copy atomically.
+    /// `f` may run more than once (on a fresher value each time); its last result is
+    /// returned.
+    pub fn update<R>(&self, guard: &Guard, mut f: impl FnMut(&mut T) -> R) -> R {
+        let mut current = self.inner.load(guard);
+        let mut next = Box::new(current.get().clone());
+        loop {
+            let result = f(&mut next);
+            match self.inner.replace(current, next, guard) {
+                Ok(()) => return result,
+                Err(back) => {
+                    next = back;
+                    current = self.inner.load(guard);
+                    (*next).clone_from(current.get());
+                }
+            }
+        }
+    }
+}

@@ -20,6 +20,7 @@ pub mod javamath;
 pub mod manager;
 pub mod quota;
 pub mod rate;
+pub mod rate_cell;
 pub mod samples;
 
 #[cfg(not(loom))]

@@ -15,7 +15,8 @@ use crate::delay_queue::DelayQueue;
 use crate::entity::{sanitize_user, Overrides, Pair, PairRef, QuotaEntity};
 use crate::error::{check_quota, check_usage, Error, Result};
 use crate::javamath::long_to_int;
-use crate::quota::{check_bound, Check, UNLIMITED};
+use crate::quota::{Check, UNLIMITED};
+use crate::rate_cell::{Bound, BoundSource, RateCell};
 use crate::samples::{Samples, WindowConfig};
 
 type Map<K, V> = papaya::HashMap<K, V, foldhash::fast::RandomState>;
@@ -89,43 +90,31 @@ struct QuotaConfig {
     overrides: Overrides,
 }
 
-#[derive(Clone)]
-struct QuotaState {
-    samples: Samples,
-    /// The bound this sensor enforces, valid for configuration `generation`.
-    bound: f64,
-    generation: u64,
-}
-
 /// A quota sensor (`<Type>-<user>:<client-id>`): one `Rate` with the entity's bound.
 struct QuotaSensor {
     tags: Pair,
-    state: CowCell<QuotaState>,
+    cell: RateCell,
     last_record: AtomicI64,
     removed: AtomicBool,
 }
 
 impl QuotaSensor {
     fn new(tags: Pair, config: &QuotaConfig, now: i64) -> Self {
-        let bound = bound_of(&tags, config);
+        let bound = Bound { value: Some(bound_of(&tags, config)), generation: config.generation };
         QuotaSensor {
             tags,
-            state: CowCell::new(QuotaState {
-                samples: Samples::new(),
-                bound,
-                generation: config.generation,
-            }),
+            cell: RateCell::new(bound),
             last_record: AtomicI64::new(now),
             removed: AtomicBool::new(false),
         }
     }
 
     /// The bound in force: the stored one, or a fresh one if the configuration changed.
-    fn bound(&self, state: &QuotaState, config: &QuotaConfig) -> f64 {
-        if state.generation == config.generation {
-            state.bound
-        } else {
-            bound_of(&self.tags, config)
+    fn bound(&self, config: &QuotaConfig, guard: &Guard) -> f64 {
+        let stored = self.cell.bound(guard);
+        match stored.value {
+            Some(value) if stored.generation == config.generation => value,
+            _ => bound_of(&self.tags, config),
         }
     }
 
@@ -139,29 +128,15 @@ impl QuotaSensor {
         guard: &Guard,
     ) -> Check {
         self.last_record.store(now, Relaxed);
-        self.state.update(guard, |s| {
-            if s.generation != config.generation {
-                s.bound = bound_of(&self.tags, config);
-                s.generation = config.generation;
-            }
-            s.samples.record(window, value, now);
-            if check {
-                check_bound(&mut s.samples, window, s.bound, now)
-            } else {
-                Check::UNCHECKED
-            }
-        })
+        let source = BoundSource::Generation {
+            generation: config.generation,
+            compute: || Some(bound_of(&self.tags, config)),
+        };
+        self.cell.record(window, value, now, check, &source, guard)
     }
 
     fn measure(&self, window: &WindowConfig, now: i64, guard: &Guard) -> f64 {
-        let unchanged = self.state.read(guard, |s| {
-            (!s.samples.measure_mutates(window, now))
-                .then(|| s.samples.rate_unchanged(window, now).0)
-        });
-        unchanged.unwrap_or_else(|| {
-            self.state
-                .update(guard, |s| s.samples.measure_rate(window, now).0)
-        })
+        self.cell.measure(window, now, guard)
     }
 
     fn expired(&self, now: i64, expiry_ms: i64) -> bool {
@@ -577,7 +552,7 @@ impl QuotaManager {
         let sensor = self.existing_sensor(&self.quota_sensors, user, client_id)?;
         let guard = pin();
         let config = self.config.load(&guard);
-        Some(sensor.state.read(&guard, |s| sensor.bound(s, config)))
+        Some(sensor.bound(config, &guard))
     }
 
     /// The client's throttle-time average at `now` (NaN with no throttles in the
@@ -597,7 +572,7 @@ impl QuotaManager {
             .iter()
             .map(|(tags, sensor)| {
                 let rate = sensor.measure(&self.window, now, &guard);
-                let bound = sensor.state.read(&guard, |s| sensor.bound(s, config));
+                let bound = sensor.bound(config, &guard);
                 let throttle_time_avg = throttles.get(tags).map(|t| t.average(now, &guard));
                 SensorSnapshot {
                     user: tags.first().to_owned(),

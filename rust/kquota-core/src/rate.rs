@@ -1,33 +1,24 @@
 //! [`SampledRate`]: one thread-safe Kafka `Rate` with an optional upper bound.
 
-use crate::cow::{pin, CowCell};
+use crate::cow::pin;
 use crate::error::{check_finite, check_quota, Result};
-use crate::quota::{check_bound, Check};
+use crate::quota::Check;
+use crate::rate_cell::{Bound, BoundSource, RateCell};
 use crate::samples::{Samples, WindowConfig};
 
-#[derive(Clone)]
-struct RateState {
-    samples: Samples,
-    bound: Option<f64>,
-}
+type Keep = BoundSource<fn() -> Option<f64>>;
 
 /// A rate sensor shared between threads: record, check, measure, rebound.
 pub struct SampledRate {
     cfg: WindowConfig,
-    state: CowCell<RateState>,
+    cell: RateCell,
 }
 
 impl SampledRate {
     /// A rate over `cfg` windows with an optional upper bound (a valid quota value).
     pub fn new(cfg: WindowConfig, bound: Option<f64>) -> Result<Self> {
-        let bound = bound.map(check_quota).transpose()?;
-        Ok(SampledRate {
-            cfg,
-            state: CowCell::new(RateState {
-                samples: Samples::new(),
-                bound,
-            }),
-        })
+        let value = bound.map(check_quota).transpose()?;
+        Ok(SampledRate { cfg, cell: RateCell::new(Bound { value, generation: 0 }) })
     }
 
     /// The window configuration.
@@ -37,55 +28,38 @@ impl SampledRate {
 
     /// The current upper bound.
     pub fn quota(&self) -> Option<f64> {
-        self.state.read(&pin(), |s| s.bound)
+        self.cell.bound(&pin()).value
     }
 
     /// Replaces the bound (`None` removes it); the samples are kept.
     pub fn set_quota(&self, bound: Option<f64>) -> Result<()> {
-        let bound = bound.map(check_quota).transpose()?;
-        self.state.update(&pin(), |s| s.bound = bound);
+        let value = bound.map(check_quota).transpose()?;
+        self.cell.set_bound(Bound { value, generation: 0 }, &pin());
         Ok(())
     }
 
     /// Records any finite `value` at `t` and checks the bound, as `Sensor.record` does.
     pub fn record(&self, value: f64, t: i64) -> Result<Check> {
         check_finite(value)?;
-        let cfg = self.cfg;
-        Ok(self.state.update(&pin(), |s| {
-            s.samples.record(&cfg, value, t);
-            match s.bound {
-                Some(bound) => check_bound(&mut s.samples, &cfg, bound, t),
-                None => Check::UNCHECKED,
-            }
-        }))
+        Ok(self.cell.record(&self.cfg, value, t, true, &Keep::Keep, &pin()))
     }
 
     /// Records any finite `value` at `t` without a check.
     pub fn record_no_check(&self, value: f64, t: i64) -> Result<()> {
         check_finite(value)?;
-        let cfg = self.cfg;
-        self.state
-            .update(&pin(), |s| s.samples.record(&cfg, value, t));
+        self.cell.record(&self.cfg, value, t, false, &Keep::Keep, &pin());
         Ok(())
+    }
+
+    /// The rate per second at `t`; purges obsolete samples as Kafka's measurement does.
+    pub fn measure(&self, t: i64) -> f64 {
+        self.cell.measure(&self.cfg, t, &pin())
     }
 
     /// A copy of the current samples (for model checks and tests).
     #[doc(hidden)]
     pub fn samples_snapshot(&self) -> Samples {
-        self.state.read(&pin(), |s| s.samples.clone())
-    }
-
-    /// The rate per second at `t`; purges obsolete samples as Kafka's measurement does.
-    pub fn measure(&self, t: i64) -> f64 {
-        let cfg = self.cfg;
-        let guard = pin();
-        let unchanged = self.state.read(&guard, |s| {
-            (!s.samples.measure_mutates(&cfg, t)).then(|| s.samples.rate_unchanged(&cfg, t).0)
-        });
-        unchanged.unwrap_or_else(|| {
-            self.state
-                .update(&guard, |s| s.samples.measure_rate(&cfg, t).0)
-        })
+        self.cell.samples(&pin())
     }
 }
 
@@ -118,13 +92,17 @@ mod tests {
         // 12 slots of 10 ms: times 0..=118 roll over up to 11 times but never reuse a slot,
         // so every recorded value must still be in the ring at the end.
         let cfg = WindowConfig::new(11, 10).unwrap();
-        let rate = std::sync::Arc::new(SampledRate::new(cfg, None).unwrap());
+        let rate = std::sync::Arc::new(SampledRate::new(cfg, Some(1e12)).unwrap());
         let threads: Vec<_> = (0..4)
-            .map(|_| {
+            .map(|k| {
                 let rate = rate.clone();
                 std::thread::spawn(move || {
                     for i in 0..20_000i64 {
-                        rate.record_no_check(1.0, i * 119 / 20_000).unwrap();
+                        if k % 2 == 0 {
+                            rate.record(1.0, i * 119 / 20_000).unwrap();
+                        } else {
+                            rate.record_no_check(1.0, i * 119 / 20_000).unwrap();
+                        }
                     }
                 })
             })
@@ -132,16 +110,9 @@ mod tests {
         for t in threads {
             t.join().unwrap();
         }
-        let (total, count, slots) = rate.state.read(&pin(), |s| {
-            let slots = s.samples.slots();
-            (
-                slots.iter().map(|s| s.value).sum::<f64>(),
-                slots.iter().map(|s| s.count).sum::<u64>(),
-                slots.len(),
-            )
-        });
+        let samples = rate.samples_snapshot();
+        let total: f64 = samples.slots().iter().map(|s| s.value).sum();
         assert_eq!(total, 80_000.0);
-        assert_eq!(count, 80_000);
-        assert!(slots > 1, "the test must exercise rollover");
+        assert!(samples.slots().len() > 1, "the test must exercise rollover");
     }
 }

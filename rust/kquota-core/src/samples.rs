@@ -160,15 +160,7 @@ impl Samples {
     /// subtraction, all wrapping as Java's do.
     fn window_ms(&self, cfg: &WindowConfig, t: i64) -> i64 {
         let oldest = self.slots.iter().map(|s| s.start).min().unwrap_or(t);
-        let mut elapsed = t.wrapping_sub(oldest);
-        // Java's long division truncates toward zero, as Rust's does; `as i32` wraps.
-        let full = (elapsed / cfg.window_ms) as i32;
-        let min_full = cfg.num_samples as i32 - 1;
-        if full < min_full {
-            let missing = i64::from(min_full.wrapping_sub(full));
-            elapsed = elapsed.wrapping_add(missing.wrapping_mul(cfg.window_ms));
-        }
-        elapsed.max(1)
+        window_from_oldest(cfg, oldest, t)
     }
 
     /// Measures the rate per second at `t` (Kafka's `Rate.measure`), mutating as Kafka does.
@@ -191,6 +183,56 @@ impl Samples {
         (sum / (window as f64 / 1000.0), window)
     }
 
+    /// The index of the sample in progress, if any.
+    pub fn current_index(&self) -> Option<usize> {
+        (!self.slots.is_empty()).then_some(self.cur)
+    }
+
+    /// Replaces the value and last-event time of the sample in progress (no-op when empty).
+    pub fn set_current(&mut self, value: f64, last: i64) {
+        if let Some(slot) = self.slots.get_mut(self.cur) {
+            slot.value = value;
+            slot.last = last;
+        }
+    }
+
+    /// Whether a record of any value at `t` followed by a measurement at `t` would change
+    /// nothing but the sample in progress's value and last-event time: the ring is not
+    /// empty, `t` does not complete the sample in progress, and no other sample is
+    /// obsolete at `t`.
+    pub fn record_stays_in_current(&self, cfg: &WindowConfig, t: i64) -> bool {
+        let Some(cur) = self.current_index() else { return false };
+        t.wrapping_sub(self.slots[cur].start) < cfg.window_ms
+            && self
+                .slots
+                .iter()
+                .enumerate()
+                .all(|(i, s)| i == cur || !Self::obsolete(cfg, s, t))
+    }
+
+    /// Whether measuring at `t` would change nothing, given the sample in progress's
+    /// last-event time `current_last` (which may be newer than the stored one).
+    pub fn measure_is_pure(&self, cfg: &WindowConfig, t: i64, current_last: i64) -> bool {
+        let Some(cur) = self.current_index() else { return false };
+        self.slots.iter().enumerate().all(|(i, s)| {
+            let last = if i == cur { current_last } else { s.last };
+            t.wrapping_sub(last) < cfg.horizon_ms()
+        })
+    }
+
+    /// The rate at `t` with the sample in progress holding `current_value`: the number
+    /// [`Self::measure_rate`] gives when measuring is pure (see [`Self::measure_is_pure`]).
+    pub fn rate_with_current(&self, cfg: &WindowConfig, t: i64, current_value: f64) -> (f64, i64) {
+        let mut sum = 0.0;
+        let mut oldest = i64::MAX;
+        for (i, s) in self.slots.iter().enumerate() {
+            sum += if i == self.cur { current_value } else { s.value };
+            oldest = oldest.min(s.start);
+        }
+        let window = window_from_oldest(cfg, oldest, t);
+        (sum / (window as f64 / 1000.0), window)
+    }
+
     /// Measures the average of the recorded values (Kafka's `Avg`): NaN with no events.
     pub fn measure_avg(&mut self, cfg: &WindowConfig, t: i64) -> f64 {
         self.purge(cfg, t);
@@ -204,6 +246,20 @@ impl Samples {
             total / count as f64
         }
     }
+}
+
+/// Section 2.4's window for the oldest sample start `oldest`, with Java's wrapping
+/// long and int arithmetic.
+fn window_from_oldest(cfg: &WindowConfig, oldest: i64, t: i64) -> i64 {
+    let mut elapsed = t.wrapping_sub(oldest);
+    // Java's long division truncates toward zero, as Rust's does; `as i32` wraps.
+    let full = (elapsed / cfg.window_ms) as i32;
+    let min_full = cfg.num_samples as i32 - 1;
+    if full < min_full {
+        let missing = i64::from(min_full.wrapping_sub(full));
+        elapsed = elapsed.wrapping_add(missing.wrapping_mul(cfg.window_ms));
+    }
+    elapsed.max(1)
 }
 
 #[cfg(test)]

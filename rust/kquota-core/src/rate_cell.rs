@@ -1,0 +1,261 @@
+//! [`RateCell`]: the lock-free state of one rate sensor, with an allocation-free hot path.
+//!
+//! The sample ring lives in an immutable [`Block`] behind an [`AtomicBox`]. Only two
+//! numbers change on an ordinary record: the value and the last-event time of the sample
+//! in progress. They live outside the ring, in one 128-bit atomic word of the block (the
+//! *accumulator*), so an ordinary record is one compare-and-swap on that word, and the
+//! quota check after it reads the immutable ring plus the value it just installed: the
+//! record and its check are one atomic step, as under Kafka's `synchronized` sensor.
+//!
+//! Everything else (a record that starts a new sample, a measurement that purges, a bound
+//! that changes, a time too far from the block's base) is a structural change: the
+//! changer first *seals* the accumulator (a bit in the same word, so no record can land
+//! after the seal), folds the sealed accumulator into a copy of the ring, applies its
+//! change and publishes the new block with a compare-and-swap on the box. A thread that
+//! finds a sealed accumulator does not wait for the sealer: it applies its own operation
+//! the same structural way, on the same sealed block. Every published block therefore
+//! completes some operation, so a sealing thread that stalls stops nobody (lock-free),
+//! and every operation takes effect exactly once on a consistent state (linearizable;
+//! model-checked in `tests/loom.rs`, which found the livelock an earlier "fold only"
+//! helper had).
+//!
+//! Event counts are not kept for the sample in progress: Kafka's `Rate` never reads them.
+
+use crate::cow::{AtomicBox, AtomicWord, Guard};
+use crate::quota::{check_bound, throttle_time, Check};
+use crate::samples::{Samples, WindowConfig};
+
+/// The seal bit of the accumulator's high half.
+const SEALED: u64 = 1;
+/// Last-event times are stored relative to the block's base in 63 bits.
+const MAX_OFFSET: i64 = 1 << 62;
+
+fn pack(value: f64, offset: i64, sealed: bool) -> u128 {
+    let high = ((offset as u64) << 1) | u64::from(sealed);
+    (u128::from(high) << 64) | u128::from(value.to_bits())
+}
+
+fn unpack(word: u128) -> (f64, i64, bool) {
+    let high = (word >> 64) as u64;
+    (f64::from_bits(word as u64), (high as i64) >> 1, high & SEALED != 0)
+}
+
+fn offset(t: i64, base: i64) -> Option<i64> {
+    t.checked_sub(base).filter(|o| (-MAX_OFFSET..MAX_OFFSET).contains(o))
+}
+
+/// The bound a sensor enforces and the configuration generation it came from.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Bound {
+    /// The upper bound, if any.
+    pub value: Option<f64>,
+    /// The configuration generation `value` was computed for.
+    pub generation: u64,
+}
+
+struct Block {
+    /// The ring; the sample in progress's value and last-event time are in `acc`.
+    samples: Samples,
+    bound: Bound,
+    /// The time the accumulator's last-event offsets are relative to.
+    base: i64,
+    acc: AtomicWord,
+}
+
+impl Block {
+    fn new(samples: Samples, bound: Bound) -> Block {
+        let (value, base) = samples
+            .current_index()
+            .map(|i| (samples.slots()[i].value, samples.slots()[i].last))
+            .unwrap_or((0.0, 0));
+        Block { samples, bound, base, acc: AtomicWord::new(pack(value, 0, false)) }
+    }
+
+    /// The ring with the accumulator word `word` folded into the sample in progress.
+    fn folded(&self, word: u128) -> Samples {
+        let (value, offset, _) = unpack(word);
+        let mut samples = self.samples.clone();
+        samples.set_current(value, self.base + offset);
+        samples
+    }
+}
+
+/// The state of one rate sensor. See the module documentation.
+pub struct RateCell {
+    block: AtomicBox<Block>,
+}
+
+/// How a record learns whether its sensor's bound is current.
+pub enum BoundSource<F: Fn() -> Option<f64>> {
+    /// Keep the bound the cell holds.
+    Keep,
+    /// The bound must be for configuration `generation`; `compute` gives it otherwise.
+    Generation { generation: u64, compute: F },
+}
+
+impl RateCell {
+    /// An empty sensor with `bound`.
+    pub fn new(bound: Bound) -> Self {
+        RateCell { block: AtomicBox::new(Block::new(Samples::new(), bound)) }
+    }
+
+    /// The bound currently held.
+    pub fn bound(&self, guard: &Guard) -> Bound {
+        self.block.load(guard).get().bound
+    }
+
+    /// A copy of the samples, with the sample in progress up to date.
+    pub fn samples(&self, guard: &Guard) -> Samples {
+        // A sealed word is frozen, so folding it gives the current state either way.
+        let block = self.block.load(guard).get();
+        block.folded(block.acc.load())
+    }
+
+    /// Records `value` at `t`; with `check`, measures and checks the bound as Kafka's
+    /// `Sensor.record` does (one atomic step).
+    pub fn record<F: Fn() -> Option<f64>>(
+        &self,
+        cfg: &WindowConfig,
+        value: f64,
+        t: i64,
+        check: bool,
+        source: &BoundSource<F>,
+        guard: &Guard,
+    ) -> Check {
+        let structural = || {
+            self.structural(guard, |samples, bound| {
+                if let BoundSource::Generation { generation, compute } = source {
+                    if bound.generation != *generation {
+                        *bound = Bound { value: compute(), generation: *generation };
+                    }
+                }
+                samples.record(cfg, value, t);
+                match bound.value {
+                    Some(b) if check => check_bound(samples, cfg, b, t),
+                    _ => Check::UNCHECKED,
+                }
+            })
+        };
+        loop {
+            let block = self.block.load(guard).get();
+            let word = block.acc.load();
+            let (current, _, sealed) = unpack(word);
+            let bound_current = match source {
+                BoundSource::Keep => true,
+                BoundSource::Generation { generation, .. } => block.bound.generation == *generation,
+            };
+            let in_place = !sealed
+                && bound_current
+                && if check {
+                    block.samples.record_stays_in_current(cfg, t)
+                } else {
+                    block.samples.current_index().is_some_and(|i| {
+                        t.wrapping_sub(block.samples.slots()[i].start) < cfg.window_ms()
+                    })
+                };
+            let Some(off) = offset(t, block.base).filter(|_| in_place) else {
+                return structural();
+            };
+            let updated = current + value;
+            if block.acc.compare_exchange(word, pack(updated, off, false)).is_err() {
+                continue;
+            }
+            return match block.bound.value {
+                Some(bound) if check => {
+                    let (rate, window) = block.samples.rate_with_current(cfg, t, updated);
+                    if rate <= bound {
+                        Check { violated: false, throttle_ms: 0, rate: Some(rate) }
+                    } else {
+                        Check {
+                            violated: true,
+                            throttle_ms: throttle_time(rate, bound, window),
+                            rate: Some(rate),
+                        }
+                    }
+                }
+                _ => Check::UNCHECKED,
+            };
+        }
+    }
+
+    /// The rate per second at `t`; purges obsolete samples as Kafka's measurement does.
+    pub fn measure(&self, cfg: &WindowConfig, t: i64, guard: &Guard) -> f64 {
+        let block = self.block.load(guard).get();
+        let (current, off, sealed) = unpack(block.acc.load());
+        if !sealed && block.samples.measure_is_pure(cfg, t, block.base + off) {
+            return block.samples.rate_with_current(cfg, t, current).0;
+        }
+        self.structural(guard, |samples, _| samples.measure_rate(cfg, t).0)
+    }
+
+    /// Replaces the bound; the samples are kept.
+    pub fn set_bound(&self, bound: Bound, guard: &Guard) {
+        self.structural(guard, |_, b| *b = bound);
+    }
+
+    /// Seals the current block, applies `change` to a folded copy and publishes it.
+    /// `change` may run more than once (on a fresher block each time).
+    fn structural<R>(&self, guard: &Guard, mut change: impl FnMut(&mut Samples, &mut Bound) -> R) -> R {
+        loop {
+            let loaded = self.block.load(guard);
+            let block = loaded.get();
+            let Some(word) = seal(&block.acc) else { continue };
+            let mut samples = block.folded(word);
+            let mut bound = block.bound;
+            let result = change(&mut samples, &mut bound);
+            if self.block.replace(loaded, Box::new(Block::new(samples, bound)), guard).is_ok() {
+                return result;
+            }
+        }
+    }
+}
+
+/// Seals the accumulator (if not sealed yet) and returns the sealed word; `None` if the
+/// word kept changing under us (retry from a fresh load).
+fn seal(acc: &AtomicWord) -> Option<u128> {
+    let mut word = acc.load();
+    for _ in 0..64 {
+        if unpack(word).2 {
+            return Some(word);
+        }
+        let sealed = word | (u128::from(SEALED) << 64);
+        match acc.compare_exchange(word, sealed) {
+            Ok(_) => return Some(sealed),
+            Err(now) => word = now,
+        }
+    }
+    None
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use crate::cow::pin;
+
+    #[test]
+    fn pack_round_trips() {
+        for (v, o, s) in [(0.0, 0, false), (-1.5, -5, true), (f64::MAX, MAX_OFFSET - 1, false)] {
+            assert_eq!(unpack(pack(v, o, s)), (v, o, s));
+        }
+        assert_eq!(offset(i64::MAX, i64::MIN), None);
+        assert_eq!(offset(10, 4), Some(6));
+    }
+
+    #[test]
+    fn in_place_and_structural_records_agree_with_plain_samples() {
+        let cfg = WindowConfig::new(3, 100).unwrap();
+        let cell = RateCell::new(Bound { value: Some(50.0), generation: 0 });
+        let mut plain = Samples::new();
+        let keep = BoundSource::<fn() -> Option<f64>>::Keep;
+        let guard = pin();
+        for (i, t) in [0i64, 5, 99, 100, 150, 420, 421, 300, 900, 901, 1500].iter().enumerate() {
+            let v = (i as f64) * 7.5 - 10.0;
+            plain.record(&cfg, v, *t);
+            let expected = check_bound(&mut plain, &cfg, 50.0, *t);
+            assert_eq!(cell.record(&cfg, v, *t, true, &keep, &guard), expected, "t={t}");
+            let mut a = cell.samples(&guard);
+            let mut b = plain.clone();
+            assert_eq!(a.measure_rate(&cfg, *t), b.measure_rate(&cfg, *t));
+        }
+    }
+}
