@@ -1,0 +1,316 @@
+"""kquota.config.live: managers that follow a store, in one process and across processes."""
+
+from __future__ import annotations
+
+import json
+import logging
+import queue
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kquota import DEFAULT, UNLIMITED, Entity, QuotaManager
+from kquota.config.live import LiveQuotas, apply_config, merge
+from kquota.config.model import QuotaConfig, Window
+from kquota.config.store import Alteration, ChangeSet, MemoryStore, SQLiteStore
+from kquota.exceptions import InvalidConfigError, StoreError
+
+ALICE = Entity(user="alice")
+
+
+def change(entity: Entity, add: dict[str, float] | None = None, *delete: str) -> ChangeSet:
+    return ChangeSet((Alteration(entity, add or {}, delete),))
+
+
+def steady_records(manager: QuotaManager, start: int, stop: int) -> list[int]:
+    """5000 B at every whole second: after 11 s, 55000 B over 10 s = 5500 B/s."""
+    return [manager.record("alice", "app-1", 5000, now_ms=s * 1000) for s in range(start, stop)]
+
+
+def test_changes_keep_samples_and_move_only_the_bound() -> None:
+    store = MemoryStore()
+    store.apply(change(ALICE, {"producer_byte_rate": 1000}))
+    produce = QuotaManager("produce")
+    live = LiveQuotas(store, produce)
+    assert live.refresh() is True
+    assert live.version == 1
+    assert steady_records(produce, 0, 12)[-1] == 45000  # (5500 - 1000) / 1000 * 10 s
+    rate = produce.measure("alice", "app-1", now_ms=11000)
+
+    store.apply(change(ALICE, {"producer_byte_rate": 2000}))
+    assert live.refresh() is True
+    assert produce.measure("alice", "app-1", now_ms=11000) == rate  # samples kept
+    assert produce.bound("alice", "app-1") == 2000.0
+    assert steady_records(produce, 12, 13) == [17500]  # (5500 - 2000) / 2000 * 10 s
+
+    store.apply(change(ALICE, None, "producer_byte_rate"))
+    assert live.refresh() is True
+    assert produce.quotas() == []
+    assert produce.bound("alice", "app-1") == UNLIMITED
+    assert steady_records(produce, 13, 14) == [0]
+    assert live.refresh() is False  # nothing new
+
+
+def test_only_the_difference_is_applied_to_each_manager_type() -> None:
+    produce, fetch, request = (QuotaManager(t) for t in ("produce", "fetch", "request"))
+    produce.set_quota(Entity(user="stale"), 1.0)  # not in the store: the store owns overrides
+    config = QuotaConfig.from_entities(
+        {
+            ALICE: {"producer_byte_rate": 10.0, "consumer_byte_rate": 20.0},
+            Entity(client_id=DEFAULT): {"request_percentage": 30.0},
+        }
+    )
+    assert [apply_config(m, config) for m in (produce, fetch, request)] == [2, 1, 1]
+    assert [apply_config(m, config) for m in (produce, fetch, request)] == [0, 0, 0]
+    assert produce.quotas() == [(ALICE, 10.0)]
+    assert fetch.quotas() == [(ALICE, 20.0)]
+    assert request.quotas() == [(Entity(client_id=DEFAULT), 30.0)]
+
+
+def test_store_wins_over_static_defaults() -> None:
+    defaults = QuotaConfig.from_entities(
+        {Entity(client_id=DEFAULT): {"producer_byte_rate": 100.0, "consumer_byte_rate": 200.0}}
+    )
+    store = MemoryStore()
+    produce, fetch = QuotaManager("produce"), QuotaManager("fetch")
+    live = LiveQuotas(store, produce, fetch, defaults=defaults)
+    live.refresh()
+    assert produce.quota(Entity(client_id=DEFAULT)) == 100.0
+    store.apply(change(Entity(client_id=DEFAULT), {"producer_byte_rate": 5.0}))
+    live.refresh()
+    assert produce.quota(Entity(client_id=DEFAULT)) == 5.0
+    assert fetch.quota(Entity(client_id=DEFAULT)) == 200.0
+    store.apply(change(Entity(client_id=DEFAULT), None, "producer_byte_rate"))
+    live.refresh()
+    assert produce.quota(Entity(client_id=DEFAULT)) == 100.0  # back to the static default
+    assert merge(None, defaults) is defaults
+
+
+def test_background_thread_follows_a_sqlite_store(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "q.sqlite")
+    produce = QuotaManager("produce")
+    with LiveQuotas(store, produce, interval=0.05) as live:
+        assert live.running
+        assert live.version == 0
+        start = time.monotonic()
+        store.apply(change(ALICE, {"producer_byte_rate": 42}))
+        while produce.quota(ALICE) is None and time.monotonic() - start < 5:
+            time.sleep(0.005)
+        assert produce.quota(ALICE) == 42.0
+        assert time.monotonic() - start < 1.0
+        assert live.version == 1
+    assert not live.running
+
+
+def test_background_errors_keep_the_last_config_and_recover(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "q.sqlite"
+    store = SQLiteStore(path)
+    store.apply(change(ALICE, {"producer_byte_rate": 42}))
+    good = path.read_bytes()
+    produce = QuotaManager("produce")
+    with LiveQuotas(store, produce, interval=0.02) as live:
+        path.write_bytes(b"not a database at all")
+        deadline = time.monotonic() + 5
+        while live.last_error is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert isinstance(live.last_error, StoreError)
+        assert produce.quota(ALICE) == 42.0  # kept while the store is unusable
+        path.write_bytes(good)
+        store.apply(change(ALICE, {"producer_byte_rate": 43}))
+        while produce.quota(ALICE) != 43.0 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert produce.quota(ALICE) == 43.0
+        assert live.last_error is None
+    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1  # one line per distinct error, not one per poll
+    assert "not a SQLite database" in warnings[0].getMessage()
+
+
+def test_start_raises_when_the_store_is_unusable(tmp_path: Path) -> None:
+    (tmp_path / "q.sqlite").write_text("nope")
+    live = LiveQuotas(SQLiteStore(tmp_path / "q.sqlite"), QuotaManager("produce"))
+    with pytest.raises(StoreError, match="not a SQLite database"):
+        live.start()
+    assert not live.running
+
+
+def test_for_store_uses_the_store_window(caplog: pytest.LogCaptureFixture) -> None:
+    store = MemoryStore(
+        QuotaConfig.from_entities({ALICE: {"request_percentage": 50.0}}, Window(5, 2000))
+    )
+    live = LiveQuotas.for_store(store, ["produce", "request"])
+    assert [(m.quota_type, m.num_samples, m.window_ms) for m in live.managers] == [
+        ("produce", 5, 2000),
+        ("request", 5, 2000),
+    ]
+    assert live.manager("request").quota(ALICE) == 50.0
+    with pytest.raises(InvalidConfigError, match="no 'fetch' manager is bound"):
+        live.manager("fetch")
+    # A new window cannot move into existing managers: they keep theirs, with a warning.
+    store.replace(QuotaConfig.from_entities({ALICE: {"request_percentage": 60.0}}, Window()))
+    live.refresh()
+    assert live.manager("request").quota(ALICE) == 60.0
+    assert live.manager("request").window_ms == 2000
+    assert "keep their own window" in caplog.text
+    # A store never written takes the defaults' window.
+    empty = LiveQuotas.for_store(MemoryStore(), ["fetch"], defaults=QuotaConfig(Window(3, 1000)))
+    assert empty.manager("fetch").num_samples == 3
+
+
+@pytest.mark.parametrize(
+    ("args", "kwargs", "message"),
+    [
+        ((), {}, "one or more QuotaManager"),
+        (("produce",), {}, "one or more QuotaManager"),
+        ((QuotaManager("produce"),), {"interval": 0}, "invalid interval 0"),
+        ((QuotaManager("produce"),), {"interval": float("nan")}, "invalid interval nan"),
+        ((QuotaManager("produce"),), {"defaults": {}}, "invalid defaults"),
+    ],
+)
+def test_bad_arguments(args: tuple[Any, ...], kwargs: dict[str, Any], message: str) -> None:
+    with pytest.raises(InvalidConfigError, match=message):
+        LiveQuotas(MemoryStore(), *args, **kwargs)
+    with pytest.raises(InvalidConfigError, match="expected a QuotaStore"):
+        LiveQuotas("q.sqlite", QuotaManager("produce"))  # type: ignore[arg-type]
+
+
+# -- two processes: the CLI alters while a service records ------------------------------
+
+RECORDER = """
+import json, sys, time
+from kquota.config.live import LiveQuotas
+from kquota.config.store import SQLiteStore
+
+# A service: records 5000 B per simulated second for alice/app-1, one step every 10 ms,
+# and reports each throttle decision with the quota in force before and after it.
+with LiveQuotas.for_store(SQLiteStore(sys.argv[1]), ["produce"]) as live:
+    produce = live.manager("produce")
+    deadline = time.monotonic() + 20
+    step = unlimited_steps = 0
+    while unlimited_steps < 10 and time.monotonic() < deadline:
+        before = produce.quota_for("alice", "app-1")
+        throttle = produce.record("alice", "app-1", 5000, now_ms=step * 1000)
+        after = produce.quota_for("alice", "app-1")
+        print(json.dumps({"step": step, "at": time.monotonic(), "throttle": throttle,
+                          "before": before, "after": after}), flush=True)
+        unlimited_steps += after is None
+        step += 1
+        time.sleep(0.01)
+"""
+
+
+# The `kquota` command (the console script's entry point) in a fresh interpreter.
+KQUOTA = "import sys; from kquota.cli import main; sys.exit(main())"
+
+
+def cli(store: Path, *args: str) -> tuple[float, float]:
+    """Run ``kquota configs`` in its own process; return when it started and ended."""
+    start = time.monotonic()
+    subprocess.run(
+        [sys.executable, "-c", KQUOTA, "configs", "--store", str(store), *args],
+        check=True,
+        capture_output=True,
+    )
+    return start, time.monotonic()
+
+
+class Recorder:
+    """A recorder process whose report lines are read by a thread."""
+
+    def __init__(self, store: Path) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", textwrap.dedent(RECORDER), str(store)],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        self.lines: queue.Queue[dict[str, Any]] = queue.Queue()
+        self.steps: list[dict[str, Any]] = []
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.put(json.loads(line))
+
+    def wait_for(self, what: str, value: float | None, timeout: float = 10) -> dict[str, Any]:
+        """The first new step whose ``what`` equals ``value``."""
+        deadline = time.monotonic() + timeout
+        while True:
+            step = self.lines.get(timeout=max(deadline - time.monotonic(), 0.01))
+            self.steps.append(step)
+            if step[what] == value:
+                return step
+
+    def finish(self) -> list[dict[str, Any]]:
+        """Wait for the process to end by itself; every step it reported."""
+        self.proc.wait(timeout=30)
+        self.close()
+        while not self.lines.empty():
+            self.steps.append(self.lines.get())
+        return self.steps
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+        self.reader.join(timeout=10)
+        assert self.proc.stdout is not None
+        self.proc.stdout.close()
+
+
+def replay(steps: list[dict[str, Any]]) -> int:
+    """Compare each throttle with one computed in this process from the bound in force;
+    return how many steps raced with a change (bound before != after)."""
+    oracle, raced = QuotaManager("produce"), 0
+    for step in steps:
+        if step["before"] is None:
+            if oracle.quota(ALICE) is not None:
+                oracle.remove_quota(ALICE)
+        else:
+            oracle.set_quota(ALICE, step["before"])
+        throttle = oracle.record("alice", "app-1", 5000, now_ms=step["step"] * 1000)
+        if step["before"] == step["after"]:
+            assert throttle == step["throttle"], step
+        else:
+            raced += 1
+    return raced
+
+
+def test_cli_change_reaches_recording_processes_within_a_second(tmp_path: Path) -> None:
+    store = tmp_path / "quotas.sqlite"
+    SQLiteStore(store).apply(change(ALICE, {"producer_byte_rate": 1000}))
+    recorders = [Recorder(store), Recorder(store)]
+    try:
+        for recorder in recorders:  # steady state under the first bound
+            assert recorder.wait_for("step", 12)["throttle"] == 45000
+        _, altered = cli(
+            store, "--alter", "--add-config", "producer_byte_rate=2000", "--user", "alice"
+        )
+        first_new = [r.wait_for("before", 2000.0) for r in recorders]
+        _, deleted = cli(
+            store, "--alter", "--delete-config", "producer_byte_rate", "--user", "alice"
+        )
+        first_unlimited = [r.wait_for("before", None) for r in recorders]
+        steps = [r.finish() for r in recorders]
+    finally:
+        for recorder in recorders:
+            recorder.close()
+
+    for recorder, new, free, reported in zip(
+        recorders, first_new, first_unlimited, steps, strict=True
+    ):
+        assert recorder.proc.returncode == 0
+        # The next decisions use the new bound, on the samples already recorded.
+        assert new["throttle"] == 17500  # (5500 - 2000) / 2000 * 10 s
+        assert free["throttle"] == 0
+        assert new["at"] - altered < 1.0
+        assert free["at"] - deleted < 1.0
+        assert replay(reported) <= 2
