@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import queue
+import re
 import subprocess
 import sys
 import textwrap
@@ -21,6 +22,7 @@ from kquota.config.store import Alteration, ChangeSet, MemoryStore, SQLiteStore
 from kquota.exceptions import InvalidConfigError, StoreError
 
 ALICE = Entity(user="alice")
+README = Path(__file__).resolve().parents[1] / "README.md"
 
 
 def change(entity: Entity, add: dict[str, float] | None = None, *delete: str) -> ChangeSet:
@@ -179,6 +181,28 @@ def test_bad_arguments(args: tuple[Any, ...], kwargs: dict[str, Any], message: s
         LiveQuotas(MemoryStore(), *args, **kwargs)
     with pytest.raises(InvalidConfigError, match="expected a QuotaStore"):
         LiveQuotas("q.sqlite", QuotaManager("produce"))  # type: ignore[arg-type]
+
+
+def readme_examples() -> list[str]:
+    """The Python examples of the README's section on configuring quotas."""
+    text = README.read_text(encoding="utf-8")
+    section = text.split("## Configuring quotas", 1)[1].split("\n## ", 1)[0]
+    return re.findall(r"```python\n(.*?)```", section, re.DOTALL)
+
+
+def test_readme_examples(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    live_example, static_example = readme_examples()
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("KQUOTA_STORE", str(tmp_path / "quotas.sqlite"))
+    SQLiteStore(tmp_path / "quotas.sqlite").apply(change(ALICE, {"producer_byte_rate": 1024}))
+    scope: dict[str, Any] = {}
+    exec(live_example, scope)
+    assert scope["produce"].quota(ALICE) == 1024.0
+    assert scope["throttle_ms"] == 0
+    assert not scope["live"].running
+    (tmp_path / "quota.properties").write_text("quota.consumer.default=2097152\n")
+    exec(static_example, scope)
+    assert scope["fetch"].quota_for("anyone", "app-1") == 2097152.0
 
 
 # -- two processes: the CLI alters while a service records ------------------------------
