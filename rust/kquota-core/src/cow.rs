@@ -56,13 +56,17 @@ mod imp {
     impl<T> AtomicBox<T> {
         /// A box holding `value`.
         pub fn new(value: T) -> Self {
-            AtomicBox { ptr: Atomic::new(value) }
+            AtomicBox {
+                ptr: Atomic::new(value),
+            }
         }
 
         /// The current value.
         #[inline]
         pub fn load<'g>(&self, guard: &'g Guard) -> Loaded<'g, T> {
-            Loaded { shared: self.ptr.load(Acquire, guard) }
+            Loaded {
+                shared: self.ptr.load(Acquire, guard),
+            }
         }
 
         /// Replaces `current` by `new` if `current` is still the value held; on success
@@ -171,7 +175,10 @@ mod imp {
         }
 
         pub fn load<'g>(&self, _guard: &'g Guard) -> Loaded<'g, T> {
-            Loaded { ptr: self.ptr.load(Acquire), _guard: std::marker::PhantomData }
+            Loaded {
+                ptr: self.ptr.load(Acquire),
+                _guard: std::marker::PhantomData,
+            }
         }
 
         pub fn replace<'g>(
@@ -246,7 +253,9 @@ pub struct CowCell<T> {
 impl<T: Clone> CowCell<T> {
     /// A cell holding `value`.
     pub fn new(value: T) -> Self {
-        CowCell { inner: AtomicBox::new(value) }
+        CowCell {
+            inner: AtomicBox::new(value),
+        }
     }
 
     /// The current value, valid while `guard` is held.

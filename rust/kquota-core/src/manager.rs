@@ -7,7 +7,10 @@
 
 use std::fmt;
 use std::str::FromStr;
-use std::sync::atomic::{AtomicBool, AtomicI64, Ordering::Relaxed};
+use std::sync::atomic::{
+    AtomicBool, AtomicI64, AtomicU64,
+    Ordering::{Acquire, Relaxed, Release},
+};
 use std::sync::Arc;
 
 use crate::cow::{pin, CowCell, Guard};
@@ -100,7 +103,10 @@ struct QuotaSensor {
 
 impl QuotaSensor {
     fn new(tags: Pair, config: &QuotaConfig, now: i64) -> Self {
-        let bound = Bound { value: Some(bound_of(&tags, config)), generation: config.generation };
+        let bound = Bound {
+            value: Some(bound_of(&tags, config)),
+            generation: config.generation,
+        };
         QuotaSensor {
             tags,
             cell: RateCell::new(bound),
@@ -179,19 +185,18 @@ impl ThrottleSensor {
     }
 }
 
-/// A client's sensors, valid while the configuration generation is unchanged and
-/// neither sensor has been removed.
+/// A client's sensors, valid while the configuration generation is unchanged and no
+/// sensor expiry has removed anything since (then the sensors' own flags decide).
 struct Resolved {
     generation: u64,
+    expiry_round: u64,
     quota: Arc<QuotaSensor>,
     throttle: Arc<ThrottleSensor>,
 }
 
 impl Resolved {
-    fn current(&self, config: &QuotaConfig) -> bool {
-        self.generation == config.generation
-            && !self.quota.removed.load(Relaxed)
-            && !self.throttle.removed.load(Relaxed)
+    fn live(&self) -> bool {
+        !self.quota.removed.load(Relaxed) && !self.throttle.removed.load(Relaxed)
     }
 }
 
@@ -212,6 +217,8 @@ pub struct QuotaManager {
     throttle_sensors: Map<Pair, Arc<ThrottleSensor>>,
     /// (principal, client id) -> the sensors its requests record into.
     clients: Map<Pair, Resolved>,
+    /// Bumped by every expiry run that removed a sensor.
+    expiry_round: AtomicU64,
     delay_queue: DelayQueue,
 }
 
@@ -254,6 +261,7 @@ impl QuotaManager {
             quota_sensors: Map::default(),
             throttle_sensors: Map::default(),
             clients: Map::default(),
+            expiry_round: AtomicU64::new(0),
             delay_queue: DelayQueue::new(),
         })
     }
@@ -350,8 +358,11 @@ impl QuotaManager {
     where
         Self: 'g,
     {
+        let round = self.expiry_round.load(Acquire);
         if let Some(resolved) = self.clients.get(&PairRef(user, client_id), guard) {
-            if resolved.current(config) {
+            if resolved.generation == config.generation
+                && (resolved.expiry_round == round || resolved.live())
+            {
                 return resolved;
             }
         }
@@ -371,6 +382,7 @@ impl QuotaManager {
         );
         let resolved = Resolved {
             generation: config.generation,
+            expiry_round: round,
             quota,
             throttle,
         };
@@ -649,9 +661,8 @@ impl QuotaManager {
             }
         }
         if !names.is_empty() {
-            self.clients
-                .pin()
-                .retain(|_, r| !r.quota.removed.load(Relaxed) && !r.throttle.removed.load(Relaxed));
+            self.expiry_round.fetch_add(1, Release);
+            self.clients.pin().retain(|_, r| r.live());
         }
         names.sort();
         names

@@ -18,7 +18,13 @@ impl SampledRate {
     /// A rate over `cfg` windows with an optional upper bound (a valid quota value).
     pub fn new(cfg: WindowConfig, bound: Option<f64>) -> Result<Self> {
         let value = bound.map(check_quota).transpose()?;
-        Ok(SampledRate { cfg, cell: RateCell::new(Bound { value, generation: 0 }) })
+        Ok(SampledRate {
+            cfg,
+            cell: RateCell::new(Bound {
+                value,
+                generation: 0,
+            }),
+        })
     }
 
     /// The window configuration.
@@ -34,20 +40,29 @@ impl SampledRate {
     /// Replaces the bound (`None` removes it); the samples are kept.
     pub fn set_quota(&self, bound: Option<f64>) -> Result<()> {
         let value = bound.map(check_quota).transpose()?;
-        self.cell.set_bound(Bound { value, generation: 0 }, &pin());
+        self.cell.set_bound(
+            Bound {
+                value,
+                generation: 0,
+            },
+            &pin(),
+        );
         Ok(())
     }
 
     /// Records any finite `value` at `t` and checks the bound, as `Sensor.record` does.
     pub fn record(&self, value: f64, t: i64) -> Result<Check> {
         check_finite(value)?;
-        Ok(self.cell.record(&self.cfg, value, t, true, &Keep::Keep, &pin()))
+        Ok(self
+            .cell
+            .record(&self.cfg, value, t, true, &Keep::Keep, &pin()))
     }
 
     /// Records any finite `value` at `t` without a check.
     pub fn record_no_check(&self, value: f64, t: i64) -> Result<()> {
         check_finite(value)?;
-        self.cell.record(&self.cfg, value, t, false, &Keep::Keep, &pin());
+        self.cell
+            .record(&self.cfg, value, t, false, &Keep::Keep, &pin());
         Ok(())
     }
 

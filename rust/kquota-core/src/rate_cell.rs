@@ -37,11 +37,16 @@ fn pack(value: f64, offset: i64, sealed: bool) -> u128 {
 
 fn unpack(word: u128) -> (f64, i64, bool) {
     let high = (word >> 64) as u64;
-    (f64::from_bits(word as u64), (high as i64) >> 1, high & SEALED != 0)
+    (
+        f64::from_bits(word as u64),
+        (high as i64) >> 1,
+        high & SEALED != 0,
+    )
 }
 
 fn offset(t: i64, base: i64) -> Option<i64> {
-    t.checked_sub(base).filter(|o| (-MAX_OFFSET..MAX_OFFSET).contains(o))
+    t.checked_sub(base)
+        .filter(|o| (-MAX_OFFSET..MAX_OFFSET).contains(o))
 }
 
 /// The bound a sensor enforces and the configuration generation it came from.
@@ -68,7 +73,12 @@ impl Block {
             .current_index()
             .map(|i| (samples.slots()[i].value, samples.slots()[i].last))
             .unwrap_or((0.0, 0));
-        Block { samples, bound, base, acc: AtomicWord::new(pack(value, 0, false)) }
+        Block {
+            samples,
+            bound,
+            base,
+            acc: AtomicWord::new(pack(value, 0, false)),
+        }
     }
 
     /// The ring with the accumulator word `word` folded into the sample in progress.
@@ -96,7 +106,9 @@ pub enum BoundSource<F: Fn() -> Option<f64>> {
 impl RateCell {
     /// An empty sensor with `bound`.
     pub fn new(bound: Bound) -> Self {
-        RateCell { block: AtomicBox::new(Block::new(Samples::new(), bound)) }
+        RateCell {
+            block: AtomicBox::new(Block::new(Samples::new(), bound)),
+        }
     }
 
     /// The bound currently held.
@@ -124,9 +136,16 @@ impl RateCell {
     ) -> Check {
         let structural = || {
             self.structural(guard, |samples, bound| {
-                if let BoundSource::Generation { generation, compute } = source {
+                if let BoundSource::Generation {
+                    generation,
+                    compute,
+                } = source
+                {
                     if bound.generation != *generation {
-                        *bound = Bound { value: compute(), generation: *generation };
+                        *bound = Bound {
+                            value: compute(),
+                            generation: *generation,
+                        };
                     }
                 }
                 samples.record(cfg, value, t);
@@ -157,14 +176,22 @@ impl RateCell {
                 return structural();
             };
             let updated = current + value;
-            if block.acc.compare_exchange(word, pack(updated, off, false)).is_err() {
+            if block
+                .acc
+                .compare_exchange(word, pack(updated, off, false))
+                .is_err()
+            {
                 continue;
             }
             return match block.bound.value {
                 Some(bound) if check => {
                     let (rate, window) = block.samples.rate_with_current(cfg, t, updated);
                     if rate <= bound {
-                        Check { violated: false, throttle_ms: 0, rate: Some(rate) }
+                        Check {
+                            violated: false,
+                            throttle_ms: 0,
+                            rate: Some(rate),
+                        }
                     } else {
                         Check {
                             violated: true,
@@ -195,15 +222,25 @@ impl RateCell {
 
     /// Seals the current block, applies `change` to a folded copy and publishes it.
     /// `change` may run more than once (on a fresher block each time).
-    fn structural<R>(&self, guard: &Guard, mut change: impl FnMut(&mut Samples, &mut Bound) -> R) -> R {
+    fn structural<R>(
+        &self,
+        guard: &Guard,
+        mut change: impl FnMut(&mut Samples, &mut Bound) -> R,
+    ) -> R {
         loop {
             let loaded = self.block.load(guard);
             let block = loaded.get();
-            let Some(word) = seal(&block.acc) else { continue };
+            let Some(word) = seal(&block.acc) else {
+                continue;
+            };
             let mut samples = block.folded(word);
             let mut bound = block.bound;
             let result = change(&mut samples, &mut bound);
-            if self.block.replace(loaded, Box::new(Block::new(samples, bound)), guard).is_ok() {
+            if self
+                .block
+                .replace(loaded, Box::new(Block::new(samples, bound)), guard)
+                .is_ok()
+            {
                 return result;
             }
         }
@@ -234,7 +271,11 @@ mod tests {
 
     #[test]
     fn pack_round_trips() {
-        for (v, o, s) in [(0.0, 0, false), (-1.5, -5, true), (f64::MAX, MAX_OFFSET - 1, false)] {
+        for (v, o, s) in [
+            (0.0, 0, false),
+            (-1.5, -5, true),
+            (f64::MAX, MAX_OFFSET - 1, false),
+        ] {
             assert_eq!(unpack(pack(v, o, s)), (v, o, s));
         }
         assert_eq!(offset(i64::MAX, i64::MIN), None);
@@ -244,15 +285,25 @@ mod tests {
     #[test]
     fn in_place_and_structural_records_agree_with_plain_samples() {
         let cfg = WindowConfig::new(3, 100).unwrap();
-        let cell = RateCell::new(Bound { value: Some(50.0), generation: 0 });
+        let cell = RateCell::new(Bound {
+            value: Some(50.0),
+            generation: 0,
+        });
         let mut plain = Samples::new();
         let keep = BoundSource::<fn() -> Option<f64>>::Keep;
         let guard = pin();
-        for (i, t) in [0i64, 5, 99, 100, 150, 420, 421, 300, 900, 901, 1500].iter().enumerate() {
+        for (i, t) in [0i64, 5, 99, 100, 150, 420, 421, 300, 900, 901, 1500]
+            .iter()
+            .enumerate()
+        {
             let v = (i as f64) * 7.5 - 10.0;
             plain.record(&cfg, v, *t);
             let expected = check_bound(&mut plain, &cfg, 50.0, *t);
-            assert_eq!(cell.record(&cfg, v, *t, true, &keep, &guard), expected, "t={t}");
+            assert_eq!(
+                cell.record(&cfg, v, *t, true, &keep, &guard),
+                expected,
+                "t={t}"
+            );
             let mut a = cell.samples(&guard);
             let mut b = plain.clone();
             assert_eq!(a.measure_rate(&cfg, *t), b.measure_rate(&cfg, *t));

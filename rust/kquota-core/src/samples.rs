@@ -3,6 +3,8 @@
 //! [`Samples`] is plain sequential state; the thread-safe sensors wrap it in a
 //! copy-on-write cell (see [`crate::cow`]). Every rule that decides a number lives here.
 
+use smallvec::SmallVec;
+
 use crate::error::{Error, Result};
 
 /// How a sampled statistic is windowed: `num_samples` windows of `window_ms`.
@@ -91,11 +93,15 @@ impl Slot {
     }
 }
 
+/// Slots kept inline, with no allocation of their own, up to Kafka's default ring
+/// (11 samples + 1); longer rings spill to the heap.
+const INLINE_SLOTS: usize = 12;
+
 /// The ring of samples of one statistic.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Samples {
     cur: usize,
-    slots: Vec<Slot>,
+    slots: SmallVec<[Slot; INLINE_SLOTS]>,
 }
 
 impl Samples {
@@ -103,7 +109,7 @@ impl Samples {
     pub fn new() -> Self {
         Samples {
             cur: 0,
-            slots: Vec::new(),
+            slots: SmallVec::new(),
         }
     }
 
@@ -201,7 +207,9 @@ impl Samples {
     /// empty, `t` does not complete the sample in progress, and no other sample is
     /// obsolete at `t`.
     pub fn record_stays_in_current(&self, cfg: &WindowConfig, t: i64) -> bool {
-        let Some(cur) = self.current_index() else { return false };
+        let Some(cur) = self.current_index() else {
+            return false;
+        };
         t.wrapping_sub(self.slots[cur].start) < cfg.window_ms
             && self
                 .slots
@@ -213,7 +221,9 @@ impl Samples {
     /// Whether measuring at `t` would change nothing, given the sample in progress's
     /// last-event time `current_last` (which may be newer than the stored one).
     pub fn measure_is_pure(&self, cfg: &WindowConfig, t: i64, current_last: i64) -> bool {
-        let Some(cur) = self.current_index() else { return false };
+        let Some(cur) = self.current_index() else {
+            return false;
+        };
         self.slots.iter().enumerate().all(|(i, s)| {
             let last = if i == cur { current_last } else { s.last };
             t.wrapping_sub(last) < cfg.horizon_ms()
@@ -226,7 +236,11 @@ impl Samples {
         let mut sum = 0.0;
         let mut oldest = i64::MAX;
         for (i, s) in self.slots.iter().enumerate() {
-            sum += if i == self.cur { current_value } else { s.value };
+            sum += if i == self.cur {
+                current_value
+            } else {
+                s.value
+            };
             oldest = oldest.min(s.start);
         }
         let window = window_from_oldest(cfg, oldest, t);

@@ -49,7 +49,11 @@ fn run(rate: &SampledRate, op: Op) {
 /// start and last-event time (event counts are not kept for rates; Kafka's `Rate` never
 /// reads them).
 fn observable(samples: &Samples) -> (Option<usize>, Vec<(u64, i64, i64)>) {
-    let slots = samples.slots().iter().map(|s| (s.value.to_bits(), s.start, s.last)).collect();
+    let slots = samples
+        .slots()
+        .iter()
+        .map(|s| (s.value.to_bits(), s.start, s.last))
+        .collect();
     (samples.current_index(), slots)
 }
 

@@ -192,7 +192,8 @@ impl SensorReading {
             self.client_id,
             self.rate,
             self.bound,
-            self.throttle_time_avg.map_or("None".to_owned(), |v| format!("{v:?}"))
+            self.throttle_time_avg
+                .map_or("None".to_owned(), |v| format!("{v:?}"))
         )
     }
 }
@@ -450,7 +451,10 @@ impl QuotaManager {
     fn snapshot(&self, py: Python<'_>, now_ms: Option<i64>) -> Vec<SensorReading> {
         let now = now_or_clock(now_ms);
         let inner = &self.inner;
-        py.detach(|| inner.snapshot(now)).into_iter().map(SensorReading::from).collect()
+        py.detach(|| inner.snapshot(now))
+            .into_iter()
+            .map(SensorReading::from)
+            .collect()
     }
 
     #[pyo3(signature = (now_ms, key_index, values, keys, unrecord_if=None))]
