@@ -4,36 +4,17 @@ same run; at the end the ratios are printed and written to ``benches/results/pyt
 from __future__ import annotations
 
 import json
-import platform
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 # The pure-Python reference model lives with the tests (it is their second oracle).
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
+from report import machine  # benches/report.py, next to this file
+
 RESULTS = Path(__file__).resolve().parent / "results" / "python.json"
-
-
-def machine() -> dict[str, Any]:
-    import os
-
-    cpu = "unknown"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return {
-        "cpu": cpu,
-        "cores": os.cpu_count(),
-        "python": platform.python_version(),
-        "platform": platform.platform(),
-    }
 
 
 @pytest.hookimpl(trylast=True)

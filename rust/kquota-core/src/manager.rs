@@ -93,12 +93,51 @@ struct QuotaConfig {
     overrides: Overrides,
 }
 
+/// When a sensor last recorded and whether expiry removed it (Kafka's
+/// `Sensor.lastRecordTime` and `hasExpired`).
+struct SensorLife {
+    last_record: AtomicI64,
+    removed: AtomicBool,
+}
+
+impl SensorLife {
+    fn new(now: i64) -> Self {
+        SensorLife {
+            last_record: AtomicI64::new(now),
+            removed: AtomicBool::new(false),
+        }
+    }
+
+    fn touch(&self, now: i64) {
+        self.last_record.store(now, Relaxed);
+    }
+
+    /// Idle for strictly longer than `expiry_ms`.
+    fn expired(&self, now: i64, expiry_ms: i64) -> bool {
+        now.wrapping_sub(self.last_record.load(Relaxed)) > expiry_ms
+    }
+
+    fn removed(&self) -> bool {
+        self.removed.load(Relaxed)
+    }
+}
+
+/// The sensors of both kinds, as expiry and get-or-create see them.
+trait Sensor {
+    fn life(&self) -> &SensorLife;
+}
+
 /// A quota sensor (`<Type>-<user>:<client-id>`): one `Rate` with the entity's bound.
 struct QuotaSensor {
     tags: Pair,
     cell: RateCell,
-    last_record: AtomicI64,
-    removed: AtomicBool,
+    life: SensorLife,
+}
+
+impl Sensor for QuotaSensor {
+    fn life(&self) -> &SensorLife {
+        &self.life
+    }
 }
 
 impl QuotaSensor {
@@ -110,8 +149,7 @@ impl QuotaSensor {
         QuotaSensor {
             tags,
             cell: RateCell::new(bound),
-            last_record: AtomicI64::new(now),
-            removed: AtomicBool::new(false),
+            life: SensorLife::new(now),
         }
     }
 
@@ -133,7 +171,7 @@ impl QuotaSensor {
         check: bool,
         guard: &Guard,
     ) -> Check {
-        self.last_record.store(now, Relaxed);
+        self.life.touch(now);
         let source = BoundSource::Generation {
             generation: config.generation,
             compute: || Some(bound_of(&self.tags, config)),
@@ -144,18 +182,19 @@ impl QuotaSensor {
     fn measure(&self, window: &WindowConfig, now: i64, guard: &Guard) -> f64 {
         self.cell.measure(window, now, guard)
     }
-
-    fn expired(&self, now: i64, expiry_ms: i64) -> bool {
-        now.wrapping_sub(self.last_record.load(Relaxed)) > expiry_ms
-    }
 }
 
 /// A throttle-time sensor (`<Type>ThrottleTime-<user>:<client-id>`): an `Avg` over the
 /// broker's default metric windows (2 x 30 s).
 struct ThrottleSensor {
     samples: CowCell<Samples>,
-    last_record: AtomicI64,
-    removed: AtomicBool,
+    life: SensorLife,
+}
+
+impl Sensor for ThrottleSensor {
+    fn life(&self) -> &SensorLife {
+        &self.life
+    }
 }
 
 impl ThrottleSensor {
@@ -164,13 +203,12 @@ impl ThrottleSensor {
     fn new(now: i64) -> Self {
         ThrottleSensor {
             samples: CowCell::new(Samples::new()),
-            last_record: AtomicI64::new(now),
-            removed: AtomicBool::new(false),
+            life: SensorLife::new(now),
         }
     }
 
     fn record(&self, throttle_ms: f64, now: i64, guard: &Guard) {
-        self.last_record.store(now, Relaxed);
+        self.life.touch(now);
         self.samples
             .update(guard, |s| s.record(&Self::WINDOW, throttle_ms, now));
     }
@@ -178,10 +216,6 @@ impl ThrottleSensor {
     fn average(&self, now: i64, guard: &Guard) -> f64 {
         self.samples
             .update(guard, |s| s.measure_avg(&Self::WINDOW, now))
-    }
-
-    fn expired(&self, now: i64, expiry_ms: i64) -> bool {
-        now.wrapping_sub(self.last_record.load(Relaxed)) > expiry_ms
     }
 }
 
@@ -196,8 +230,45 @@ struct Resolved {
 
 impl Resolved {
     fn live(&self) -> bool {
-        !self.quota.removed.load(Relaxed) && !self.throttle.removed.load(Relaxed)
+        !self.quota.life.removed() && !self.throttle.life.removed()
     }
+}
+
+/// Kafka's `SensorAccess.getOrCreate`: the live sensor under `tags`, or a new one.
+fn live_sensor<S: Sensor>(map: &Map<Pair, Arc<S>>, tags: &Pair, create: impl Fn() -> S) -> Arc<S> {
+    let guard = map.guard();
+    loop {
+        let sensor = map.get_or_insert_with(tags.clone(), || Arc::new(create()), &guard);
+        if !sensor.life().removed() {
+            return sensor.clone();
+        }
+        // Expired and removed while we looked: drop it if it is still there, retry.
+        let _ = map.remove_if(tags, |_, s| Arc::ptr_eq(s, sensor), &guard);
+    }
+}
+
+/// Removes (and marks) the sensors of `map` idle for longer than `expiry_ms`; yields
+/// their tags.
+fn remove_expired<S: Sensor>(
+    map: &Map<Pair, Arc<S>>,
+    now: i64,
+    expiry_ms: i64,
+) -> impl Iterator<Item = Pair> {
+    let pinned = map.pin();
+    let stale: Vec<Pair> = pinned
+        .iter()
+        .filter(|(_, s)| s.life().expired(now, expiry_ms))
+        .map(|(k, _)| k.clone())
+        .collect();
+    let mut removed = Vec::with_capacity(stale.len());
+    for tags in stale {
+        let expired = |_: &Pair, s: &Arc<S>| s.life().expired(now, expiry_ms);
+        if let Ok(Some((_, sensor))) = pinned.remove_if(&tags, expired) {
+            sensor.life().removed.store(true, Relaxed);
+            removed.push(tags);
+        }
+    }
+    removed.into_iter()
 }
 
 fn bound_of(tags: &Pair, config: &QuotaConfig) -> f64 {
@@ -368,18 +439,10 @@ impl QuotaManager {
         }
         let (u, c) = config.overrides.tags(&sanitize_user(user), client_id);
         let tags = Pair::new(&u, &c);
-        let quota = self.live_sensor(
-            &self.quota_sensors,
-            &tags,
-            |s| &s.removed,
-            || QuotaSensor::new(tags.clone(), config, now),
-        );
-        let throttle = self.live_sensor(
-            &self.throttle_sensors,
-            &tags,
-            |s| &s.removed,
-            || ThrottleSensor::new(now),
-        );
+        let quota = live_sensor(&self.quota_sensors, &tags, || {
+            QuotaSensor::new(tags.clone(), config, now)
+        });
+        let throttle = live_sensor(&self.throttle_sensors, &tags, || ThrottleSensor::new(now));
         let resolved = Resolved {
             generation: config.generation,
             expiry_round: round,
@@ -391,25 +454,6 @@ impl QuotaManager {
         self.clients
             .get(&PairRef(user, client_id), guard)
             .expect("inserted just now")
-    }
-
-    /// Kafka's `SensorAccess.getOrCreate`: the live sensor under `tags`, or a new one.
-    fn live_sensor<S>(
-        &self,
-        map: &Map<Pair, Arc<S>>,
-        tags: &Pair,
-        removed: impl Fn(&S) -> &AtomicBool,
-        create: impl Fn() -> S,
-    ) -> Arc<S> {
-        let guard = map.guard();
-        loop {
-            let sensor = map.get_or_insert_with(tags.clone(), || Arc::new(create()), &guard);
-            if !removed(sensor).load(Relaxed) {
-                return sensor.clone();
-            }
-            // Expired and removed while we looked: drop it if it is still there, retry.
-            let _ = map.remove_if(tags, |_, s| Arc::ptr_eq(s, sensor), &guard);
-        }
     }
 
     // -- the request path ------------------------------------------------------------
@@ -634,32 +678,13 @@ impl QuotaManager {
     /// returns their Kafka names, sorted. Kafka runs this every 30 s.
     pub fn expire_sensors(&self, now: i64) -> Vec<String> {
         let expiry = self.sensor_expiry_ms;
-        let mut names = Vec::new();
-        let quota = self.quota_sensors.pin();
-        let stale: Vec<Pair> = quota
-            .iter()
-            .filter(|(_, s)| s.expired(now, expiry))
-            .map(|(k, _)| k.clone())
+        let mut names: Vec<String> = remove_expired(&self.quota_sensors, now, expiry)
+            .map(|tags| self.sensor_name("", &tags))
             .collect();
-        for tags in stale {
-            if let Ok(Some((_, sensor))) = quota.remove_if(&tags, |_, s| s.expired(now, expiry)) {
-                sensor.removed.store(true, Relaxed);
-                names.push(self.sensor_name("", &tags));
-            }
-        }
-        let throttle = self.throttle_sensors.pin();
-        let stale: Vec<Pair> = throttle
-            .iter()
-            .filter(|(_, s)| s.expired(now, expiry))
-            .map(|(k, _)| k.clone())
-            .collect();
-        for tags in stale {
-            if let Ok(Some((_, sensor))) = throttle.remove_if(&tags, |_, s| s.expired(now, expiry))
-            {
-                sensor.removed.store(true, Relaxed);
-                names.push(self.sensor_name("ThrottleTime", &tags));
-            }
-        }
+        names.extend(
+            remove_expired(&self.throttle_sensors, now, expiry)
+                .map(|tags| self.sensor_name("ThrottleTime", &tags)),
+        );
         if !names.is_empty() {
             self.expiry_round.fetch_add(1, Release);
             self.clients.pin().retain(|_, r| r.live());

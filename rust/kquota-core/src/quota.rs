@@ -35,6 +35,11 @@ pub fn throttle_time(rate: f64, bound: f64, window_ms: i64) -> i64 {
 /// Measures `samples` at `t` (mutating as Kafka does) and checks the upper bound.
 pub fn check_bound(samples: &mut Samples, cfg: &WindowConfig, bound: f64, t: i64) -> Check {
     let (rate, window_ms) = samples.measure_rate(cfg, t);
+    verdict(rate, bound, window_ms)
+}
+
+/// The check of a measured `rate` (over `window_ms`) against an upper `bound`.
+pub fn verdict(rate: f64, bound: f64, window_ms: i64) -> Check {
     if rate <= bound {
         Check {
             violated: false,

@@ -104,8 +104,9 @@ mod tests {
 
     #[test]
     fn concurrent_records_lose_nothing() {
-        // 12 slots of 10 ms: times 0..=118 roll over up to 11 times but never reuse a slot,
-        // so every recorded value must still be in the ring at the end.
+        // 12 slots of 10 ms, times 0..=109: up to 10 rollovers never reuse a slot, and no
+        // sample is ever older than the 110 ms horizon (so no measurement purges one):
+        // every recorded value must still be in the ring at the end.
         let cfg = WindowConfig::new(11, 10).unwrap();
         let rate = std::sync::Arc::new(SampledRate::new(cfg, Some(1e12)).unwrap());
         let threads: Vec<_> = (0..4)
@@ -114,9 +115,9 @@ mod tests {
                 std::thread::spawn(move || {
                     for i in 0..20_000i64 {
                         if k % 2 == 0 {
-                            rate.record(1.0, i * 119 / 20_000).unwrap();
+                            rate.record(1.0, i * 110 / 20_000).unwrap();
                         } else {
-                            rate.record_no_check(1.0, i * 119 / 20_000).unwrap();
+                            rate.record_no_check(1.0, i * 110 / 20_000).unwrap();
                         }
                     }
                 })

@@ -22,7 +22,7 @@
 //! Event counts are not kept for the sample in progress: Kafka's `Rate` never reads them.
 
 use crate::cow::{AtomicBox, AtomicWord, Guard};
-use crate::quota::{check_bound, throttle_time, Check};
+use crate::quota::{check_bound, verdict, Check};
 use crate::samples::{Samples, WindowConfig};
 
 /// The seal bit of the accumulator's high half.
@@ -186,19 +186,7 @@ impl RateCell {
             return match block.bound.value {
                 Some(bound) if check => {
                     let (rate, window) = block.samples.rate_with_current(cfg, t, updated);
-                    if rate <= bound {
-                        Check {
-                            violated: false,
-                            throttle_ms: 0,
-                            rate: Some(rate),
-                        }
-                    } else {
-                        Check {
-                            violated: true,
-                            throttle_ms: throttle_time(rate, bound, window),
-                            rate: Some(rate),
-                        }
-                    }
+                    verdict(rate, bound, window)
                 }
                 _ => Check::UNCHECKED,
             };
