@@ -60,7 +60,8 @@ format: $(DEPS) ## Format Rust and Python sources
 	$(VENV)/bin/ruff format python tests benches examples
 	$(VENV)/bin/ruff check --fix python tests benches examples
 
-bench: bench-rust bench-python ## All benchmarks (not part of make test)
+bench: bench-rust bench-python ## All benchmarks (not part of make test); writes the README table
+	$(PY) benches/report.py
 
 bench-rust: ## criterion: core record-and-check, 1 and 2 threads
 	cargo bench -p kquota-core --bench record
