@@ -1,0 +1,34 @@
+"""Broker-side integration: KIP-219 throttled channels, Kafka's request-path quota logic
+and Prometheus metrics.
+
+>>> from kquota.broker import QuotaPlugin
+>>> plugin = QuotaPlugin()
+>>> plugin.on_produce("alice", "app-1", size_bytes=4096, thread_time_ns=50_000, now_ms=0)
+QuotaOutcome(throttle_time_ms=0, empty_response=False, throttled_by=None, muted_until_ms=None)
+"""
+
+from kquota.broker.channels import MAX_THROTTLE_MS, NO_CHANNEL, ThrottledChannels
+from kquota.broker.metrics import (
+    QUOTA_VALUE_METRIC_CONFIG,
+    MetricsServer,
+    MetricsServerError,
+    QuotaCollector,
+    metric_names,
+    serve_metrics,
+)
+from kquota.broker.plugin import QuotaOutcome, QuotaPlugin, QuotaType
+
+__all__ = [
+    "MAX_THROTTLE_MS",
+    "NO_CHANNEL",
+    "QUOTA_VALUE_METRIC_CONFIG",
+    "MetricsServer",
+    "MetricsServerError",
+    "QuotaCollector",
+    "QuotaOutcome",
+    "QuotaPlugin",
+    "QuotaType",
+    "ThrottledChannels",
+    "metric_names",
+    "serve_metrics",
+]

@@ -1,0 +1,284 @@
+"""What a broker-side service calls on every request: Kafka's request-path quota logic.
+
+:class:`QuotaPlugin` holds the three quota managers of a broker (produce and fetch byte
+rates, request time) and the :class:`~kquota.broker.channels.ThrottledChannels` of its
+connections, and does per request what Kafka's request handlers do with them:
+
+* produce: record the request's bytes against the produce quota and its handler-thread
+  time against the request quota (not for ``acks=0``); apply the larger throttle;
+* fetch: record handler time, then the response bytes; if either throttles, take the
+  bytes back ("unrecord") and send an empty response carrying the throttle time;
+* any other throttle-able request: the request quota only;
+* after a response went out: add the network-thread time without a check.
+
+The channel is throttled through the manager whose throttle is applied (the request
+manager when the two are equal), which records the throttle-time sensor and queues the
+channel. A throttle ``<= 0``, including one Kafka's int conversion wrapped negative,
+means "not throttled" and the response carries 0.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal
+
+from kquota._core import QuotaManager, monotonic_ms
+from kquota.broker.channels import NO_CHANNEL, ThrottledChannels
+from kquota.exceptions import ChannelError, InvalidConfigError, InvalidUsageError, InvalidValueError
+
+__all__ = ["QuotaOutcome", "QuotaPlugin", "QuotaType"]
+
+QuotaType = Literal["produce", "fetch", "request"]
+
+_INT_MAX = 2**31 - 1
+
+
+@dataclass(frozen=True, slots=True)
+class QuotaOutcome:
+    """What the quota check of one request decided.
+
+    ``throttle_time_ms`` goes into the response (>= 0). ``empty_response`` is set for a
+    throttled fetch: send an empty fetch response (its bytes were unrecorded).
+    ``throttled_by`` names the quota whose throttle was applied and ``muted_until_ms``
+    is the end of the channel's mute (both ``None`` when not throttled). With
+    ``acks=0`` Kafka sends no produce response at all but still mutes the channel.
+    """
+
+    throttle_time_ms: int = 0
+    empty_response: bool = False
+    throttled_by: QuotaType | None = None
+    muted_until_ms: int | None = None
+
+    @property
+    def throttled(self) -> bool:
+        """Whether the request was throttled (and the channel muted)."""
+        return self.throttle_time_ms > 0
+
+
+_NOT_THROTTLED = QuotaOutcome()
+
+
+class QuotaPlugin:
+    """A broker's produce, fetch and request quota managers and its throttled channels.
+
+    Managers not given are created with Kafka's defaults (11 windows of 1 s). Each
+    ``on_*`` method takes the client's principal name and client id, an optional
+    ``channel`` from :meth:`ThrottledChannels.open` (without one the throttle is still
+    accounted, but no connection is muted) and an optional ``now_ms``; without it the
+    plugin reads ``clock`` once and uses that time for every call the request makes.
+    Safe to share between threads.
+    """
+
+    def __init__(
+        self,
+        produce: QuotaManager | None = None,
+        fetch: QuotaManager | None = None,
+        request: QuotaManager | None = None,
+        *,
+        channels: ThrottledChannels | None = None,
+        clock: Callable[[], int] = monotonic_ms,
+    ) -> None:
+        self._produce = _manager("produce", produce)
+        self._fetch = _manager("fetch", fetch)
+        self._request = _manager("request", request)
+        self._clock = clock
+        self._channels = channels if channels is not None else ThrottledChannels(clock=clock)
+        for manager in self.managers:
+            self._channels.add_manager(manager)
+
+    @property
+    def produce(self) -> QuotaManager:
+        """The produce byte-rate manager (``producer_byte_rate``)."""
+        return self._produce
+
+    @property
+    def fetch(self) -> QuotaManager:
+        """The fetch byte-rate manager (``consumer_byte_rate``)."""
+        return self._fetch
+
+    @property
+    def request(self) -> QuotaManager:
+        """The request-time manager (``request_percentage``)."""
+        return self._request
+
+    @property
+    def managers(self) -> tuple[QuotaManager, QuotaManager, QuotaManager]:
+        """``(produce, fetch, request)``, e.g. for :class:`~kquota.broker.QuotaCollector`."""
+        return (self._produce, self._fetch, self._request)
+
+    @property
+    def channels(self) -> ThrottledChannels:
+        """The channels this plugin mutes; their delay queues are the managers'."""
+        return self._channels
+
+    # -- the request path -----------------------------------------------------------
+
+    def on_produce(
+        self,
+        user: str,
+        client_id: str,
+        size_bytes: float,
+        thread_time_ns: float,
+        *,
+        acks: int = -1,
+        channel: int | None = None,
+        now_ms: int | None = None,
+    ) -> QuotaOutcome:
+        """A produce request of ``size_bytes`` that took ``thread_time_ns`` of handler time.
+
+        The applied throttle is the larger of the produce and request throttles; the
+        request quota is skipped for ``acks=0``.
+        """
+        _usage("size_bytes", size_bytes)
+        _usage("thread_time_ns", thread_time_ns)
+        now = self._begin(channel, now_ms)
+        produce_ms = self._produce.record(user, client_id, size_bytes, now_ms=now)
+        request_ms = (
+            0 if acks == 0 else self._request.record(user, client_id, thread_time_ns, now_ms=now)
+        )
+        return self._apply(user, client_id, "produce", produce_ms, request_ms, channel, now)
+
+    def on_fetch(
+        self,
+        user: str,
+        client_id: str,
+        response_bytes: float,
+        thread_time_ns: float,
+        *,
+        channel: int | None = None,
+        now_ms: int | None = None,
+    ) -> QuotaOutcome:
+        """A consumer fetch whose response holds ``response_bytes``.
+
+        Records handler time against the request quota, then the bytes against the
+        fetch quota. If either throttles, the bytes are unrecorded and the outcome asks
+        for an empty response. Do not call it for replica (follower) fetches: they are
+        not subject to client quotas.
+        """
+        _usage("response_bytes", response_bytes)
+        _usage("thread_time_ns", thread_time_ns)
+        now = self._begin(channel, now_ms)
+        request_ms = self._request.record(user, client_id, thread_time_ns, now_ms=now)
+        fetch_ms = self._fetch.record(user, client_id, response_bytes, now_ms=now)
+        if max(fetch_ms, request_ms) <= 0:
+            return _NOT_THROTTLED
+        self._fetch.unrecord(user, client_id, response_bytes, now_ms=now)
+        outcome = self._apply(user, client_id, "fetch", fetch_ms, request_ms, channel, now)
+        return QuotaOutcome(
+            outcome.throttle_time_ms, True, outcome.throttled_by, outcome.muted_until_ms
+        )
+
+    def on_request(
+        self,
+        user: str,
+        client_id: str,
+        thread_time_ns: float,
+        *,
+        channel: int | None = None,
+        now_ms: int | None = None,
+    ) -> QuotaOutcome:
+        """Any other throttle-able request: the request quota only."""
+        _usage("thread_time_ns", thread_time_ns)
+        now = self._begin(channel, now_ms)
+        request_ms = self._request.record(user, client_id, thread_time_ns, now_ms=now)
+        return self._apply(user, client_id, None, 0, request_ms, channel, now)
+
+    def on_response_sent(
+        self,
+        user: str,
+        client_id: str,
+        network_thread_time_ns: float,
+        *,
+        now_ms: int | None = None,
+    ) -> None:
+        """After a response went out: add its network-thread time, without a check.
+
+        It only affects later requests (Kafka's ``recordNoThrottle``).
+        """
+        now = self._clock() if now_ms is None else now_ms
+        self._request.record_no_throttle(user, client_id, network_thread_time_ns, now_ms=now)
+
+    def fetch_max_bytes(
+        self, user: str, client_id: str, requested_max_bytes: int, *, now_ms: int | None = None
+    ) -> int:
+        """The fetch's max bytes capped by the client's fetch quota, as Kafka caps it.
+
+        The cap is ``bound * (num_samples - 1) * window_seconds`` converted to a 32-bit
+        int as Java does (saturating); with no quota it is ``2**31 - 1``.
+        """
+        if isinstance(requested_max_bytes, bool) or not isinstance(requested_max_bytes, int):
+            raise InvalidValueError(
+                f"invalid requested_max_bytes {requested_max_bytes!r}: expected an int"
+            )
+        now = self._clock() if now_ms is None else now_ms
+        cap = self._fetch.max_value_in_quota_window(user, client_id, now_ms=now)
+        return min(requested_max_bytes, _java_double_to_int(cap))
+
+    # -- internals ------------------------------------------------------------------
+
+    def _begin(self, channel: int | None, now_ms: int | None) -> int:
+        """Check the channel before anything is recorded; fix the request's time."""
+        if channel is not None and not self._channels.is_open(channel):
+            raise ChannelError(
+                f"unknown channel {channel!r}: expected an id returned by open() and not closed"
+            )
+        return self._clock() if now_ms is None else now_ms
+
+    def _apply(
+        self,
+        user: str,
+        client_id: str,
+        bytes_type: QuotaType | None,
+        bytes_ms: int,
+        request_ms: int,
+        channel: int | None,
+        now: int,
+    ) -> QuotaOutcome:
+        applied = max(bytes_ms, request_ms)
+        if applied <= 0:
+            return _NOT_THROTTLED
+        if bytes_type is not None and bytes_ms > request_ms:
+            by: QuotaType = bytes_type
+            manager = self._produce if bytes_type == "produce" else self._fetch
+        else:
+            by, manager = "request", self._request
+        if channel is None:
+            end = manager.throttle(user, client_id, applied, now_ms=now, channel=NO_CHANNEL)
+        else:
+            end = self._channels.throttle(
+                channel, applied, manager=manager, user=user, client_id=client_id, now_ms=now
+            )
+        return QuotaOutcome(applied, False, by, end)
+
+
+def _manager(quota_type: QuotaType, manager: QuotaManager | None) -> QuotaManager:
+    if manager is None:
+        return QuotaManager(quota_type)
+    if manager.quota_type != quota_type:
+        raise InvalidConfigError(
+            f"invalid {quota_type} manager: its quota type is {manager.quota_type!r},"
+            f" expected {quota_type!r}"
+        )
+    return manager
+
+
+def _usage(name: str, value: float) -> None:
+    """Reject a bad usage value before anything of the request is recorded."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 <= value < math.inf:
+        raise InvalidUsageError(
+            f"invalid usage value {name}={value!r}: expected a finite number >= 0"
+        )
+
+
+def _java_double_to_int(value: float) -> int:
+    """Java's ``(int) double``: NaN is 0, out-of-range values saturate, others truncate."""
+    if math.isnan(value):
+        return 0
+    if value >= _INT_MAX:
+        return _INT_MAX
+    if value <= -(2**31):
+        return -(2**31)
+    return int(value)
