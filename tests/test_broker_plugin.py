@@ -369,3 +369,12 @@ def test_readme_plugin_runs_and_is_under_20_lines(capsys: pytest.CaptureFixture[
     exec(compile(code, "README.md", "exec"), namespace)
     out = capsys.readouterr().out
     assert "http://127.0.0.1:" in out
+
+
+def test_package_docstring_example() -> None:
+    import doctest
+
+    import kquota.broker
+
+    result = doctest.testmod(kquota.broker)
+    assert result.attempted > 0 and result.failed == 0

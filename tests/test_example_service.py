@@ -22,6 +22,10 @@ EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "kafka_like_service
 QUOTA = 200_000.0  # bytes/s for every user
 SIZE = 2_000  # bytes per request: 1 % of a second's quota
 MEASURE_S = 10.0
+# The sensor's start-up: with 2 windows of 1 s a fresh sensor lets one window of quota
+# through at once and the next two seconds wobble around it (Kafka's padding of young
+# sensors). The 10 s measured start after it.
+WARMUP_S = 2.0
 
 
 def load_example() -> ModuleType:
@@ -63,7 +67,7 @@ def test_greedy_client_gets_its_quota_and_muted_channels_are_not_read(example: A
             assert service.metrics_url.startswith("http://127.0.0.1:")
             greedy = await example.ProduceClient.connect("127.0.0.1", service.port, "greedy", "g")
             polite = await example.ProduceClient.connect("127.0.0.1", service.port, "polite", "p")
-            stop_at = time.monotonic() + MEASURE_S + 0.5
+            stop_at = time.monotonic() + WARMUP_S + MEASURE_S + 0.5
 
             async def drive(client: Any, pause_s: float, answers: list[int]) -> None:
                 for _ in range(200_000):  # bounded in count as well as in time
@@ -99,11 +103,15 @@ def test_greedy_client_gets_its_quota_and_muted_channels_are_not_read(example: A
 
     # The greedy client, far above its quota, achieves the quota within 10 % over 10 s.
     greedy = by_user["greedy"]
-    start = greedy[0].at_ms
-    in_window = [h for h in greedy if start <= h.at_ms < start + int(MEASURE_S * 1000)]
-    achieved = sum(h.size_bytes for h in in_window) / MEASURE_S
-    print(f"greedy: {achieved:.0f} B/s = {achieved / QUOTA:.3f} x quota")
-    assert abs(achieved / QUOTA - 1) <= 0.10
+
+    def achieved(start_ms: int) -> float:
+        end_ms = start_ms + int(MEASURE_S * 1000)
+        return sum(h.size_bytes for h in greedy if start_ms <= h.at_ms < end_ms) / MEASURE_S
+
+    steady = achieved(greedy[0].at_ms + int(WARMUP_S * 1000))
+    from_first = achieved(greedy[0].at_ms)  # start-up included, for the record
+    print(f"greedy: {steady / QUOTA:.3f} x quota ({from_first / QUOTA:.3f} from its first request)")
+    assert abs(steady / QUOTA - 1) <= 0.10
     assert sum(a > 0 for a in greedy_answers) > 100  # it was throttled, again and again
     assert len(greedy_answers) == len(greedy)
 
