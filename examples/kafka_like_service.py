@@ -11,7 +11,9 @@ Kafka broker does (KIP-219), reads nothing more from that connection until the t
 has passed. A client that ignores ``throttle_time_ms`` is slowed down all the same: its
 next request waits in the socket. Metrics are served over HTTP for Prometheus.
 
-Run a 10-second demo (a greedy client and a polite one), or serve until Ctrl-C::
+Run a 10-second demo (a greedy client and a polite one), or serve until Ctrl-C. The demo
+uses 2 quota windows of 1 s (``--window-num``); with Kafka's default of 11 the greedy
+client gets its quota only on average, in bursts about 11 s apart::
 
     python examples/kafka_like_service.py
     python examples/kafka_like_service.py --serve --port 9092 --metrics-port 9404
