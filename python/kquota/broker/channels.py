@@ -241,8 +241,9 @@ class ThrottledChannels:
     def reap(self, now_ms: int | None = None) -> list[int]:
         """Drain the managers' delay queues up to ``now_ms``; return the channels unmuted.
 
-        Calls ``on_unmute`` for each of them, in the order their mutes ended. Entries of
-        closed channels and of :data:`NO_CHANNEL` only leave the queue.
+        Calls ``on_unmute`` for each of them (manager by manager, each in the order its
+        queue's entries end). Entries of closed channels, of :data:`NO_CHANNEL` and of a
+        channel that is still muted until later only leave the queue.
         """
         now = self._clock() if now_ms is None else now_ms
         expired: list[int] = []
