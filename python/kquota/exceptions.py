@@ -30,6 +30,10 @@ class ChannelError(InvalidValueError):
     """A throttled-channel call with a bad value or an unknown channel."""
 
 
+class MetricsServerError(KquotaError, OSError):
+    """The metrics endpoint could not be started (e.g. its port is in use)."""
+
+
 class TrafficError(InvalidValueError):
     """Back-test traffic input that is missing, empty or not of the documented schema."""
 
@@ -41,6 +45,7 @@ __all__ = [
     "InvalidUsageError",
     "InvalidValueError",
     "KquotaError",
+    "MetricsServerError",
     "QuotaFileError",
     "ScenarioError",
     "StoreError",

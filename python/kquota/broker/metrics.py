@@ -34,7 +34,7 @@ from prometheus_client.registry import Collector, CollectorRegistry
 from prometheus_client.samples import Sample
 
 from kquota._core import UNLIMITED, QuotaManager
-from kquota.exceptions import InvalidConfigError, KquotaError
+from kquota.exceptions import InvalidConfigError, MetricsServerError
 
 __all__ = [
     "QUOTA_VALUE_METRIC_CONFIG",
@@ -55,10 +55,6 @@ _RATE_HELP = {
     "fetch": "Fetch bytes per second of the client's quota sensor",
     "request": "Request-handler and network thread time, percent of one thread",
 }
-
-
-class MetricsServerError(KquotaError, OSError):
-    """The metrics endpoint could not be started (e.g. its port is in use)."""
 
 
 def metric_names(quota_type: str, *, quota_value_metric: bool = False) -> list[str]:
