@@ -63,8 +63,9 @@ format: $(DEPS) ## Format Rust and Python sources
 bench: bench-rust bench-python ## All benchmarks (not part of make test); writes the README table
 	$(PY) benches/report.py
 
-bench-rust: ## criterion: core record-and-check, 1 and 2 threads
+bench-rust: ## criterion: core record-and-check (vs a locked map and governor), memory per sensor
 	cargo bench -p kquota-core --bench record
+	cargo bench -p kquota-core --bench memory
 
 bench-python: $(EXT) ## pytest-benchmark: Python record against the pure-Python model
 	$(PY) -m pytest benches -p no:cacheprovider --benchmark-only --benchmark-columns=min,mean,median,ops

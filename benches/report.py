@@ -20,7 +20,9 @@ PYTHON_RESULTS = ROOT / "benches" / "results" / "python.json"
 LATEST = ROOT / "benches" / "results" / "latest.json"
 README = ROOT / "README.md"
 START, END = "<!-- bench:start -->", "<!-- bench:end -->"
-CRITERION_BASELINE = "mutex_baseline"
+MEMORY = ROOT / "target" / "kquota-bench" / "memory.json"
+SUBJECT = "kquota"
+"""Each criterion group holds ``kquota`` and one or more baselines measured in the same run."""
 
 
 def machine() -> dict[str, Any]:
@@ -41,7 +43,7 @@ def machine() -> dict[str, Any]:
 
 
 def criterion_rows() -> list[dict[str, Any]]:
-    rows = []
+    rows: list[dict[str, Any]] = []
     if not CRITERION.is_dir():
         return rows
     for group in sorted(p for p in CRITERION.iterdir() if p.is_dir() and p.name != "report"):
@@ -50,21 +52,40 @@ def criterion_rows() -> list[dict[str, Any]]:
             estimates = fn / "new" / "estimates.json"
             if estimates.is_file():
                 medians[fn.name] = json.loads(estimates.read_text())["median"]["point_estimate"]
-        base = medians.get(CRITERION_BASELINE)
-        for name, value in sorted(medians.items()):
-            if name == CRITERION_BASELINE or base is None:
+        if SUBJECT not in medians:
+            continue
+        value = medians[SUBJECT]
+        for baseline, base in sorted(medians.items()):
+            if baseline == SUBJECT:
                 continue
             rows.append(
                 {
-                    "name": f"core/{group.name}/{name}",
+                    "name": f"core/{group.name}/{SUBJECT}",
                     "value": value,
                     "unit": "ns/op",
-                    "baseline": f"core/{group.name}/{CRITERION_BASELINE}",
+                    "baseline": f"core/{group.name}/{baseline}",
                     "baseline_value": base,
                     "ratio": base / value,
                 }
             )
     return rows
+
+
+def memory_rows() -> list[dict[str, Any]]:
+    if not MEMORY.is_file():
+        return []
+    m = json.loads(MEMORY.read_text())
+    return [
+        {
+            "name": f"core/memory_{m['entities']}_entities/{SUBJECT}",
+            "value": m["bytes_per_sensor"],
+            "unit": "bytes/sensor",
+            "baseline": f"core/memory_{m['entities']}_entities/locked_map",
+            "baseline_value": m["baseline_bytes_per_sensor"],
+            "ratio": m["baseline_bytes_per_sensor"] / m["bytes_per_sensor"],
+            "bytes_after_expiry": m["bytes_after_expiry"],
+        }
+    ]
 
 
 def python_rows() -> list[dict[str, Any]]:
@@ -79,9 +100,10 @@ def python_rows() -> list[dict[str, Any]]:
 def table(rows: list[dict[str, Any]], info: dict[str, Any]) -> str:
     lines = [
         f"Measured on {info['cpu']} ({info['cores']} cores), Python {info['python']}, "
-        f"{info['platform']}. Speed-up = baseline time / kquota time, both from the same run.",
+        f"{info['platform']}. Ratio = baseline / kquota, both from the same run (above 1: kquota "
+        "is faster or smaller).",
         "",
-        "| benchmark | kquota | baseline (same run) | speed-up |",
+        "| benchmark | kquota | baseline (same run) | ratio |",
         "|---|---:|---:|---:|",
     ]
     for r in rows:
@@ -94,7 +116,7 @@ def table(rows: list[dict[str, Any]], info: dict[str, Any]) -> str:
 
 
 def main() -> int:
-    rows = criterion_rows() + python_rows()
+    rows = criterion_rows() + memory_rows() + python_rows()
     if not rows:
         print("no benchmark results found: run `make bench` first", file=sys.stderr)
         return 1

@@ -3,8 +3,10 @@
 //! Baseline measured in the same run: what a straightforward locked implementation would
 //! do: one `Mutex<HashMap<(user, client id), Samples>>` and the same sampled-window
 //! arithmetic (no precedence walk, no sensor expiry, no bound refresh: less work than
-//! kquota does). Groups: one thread and one key, one thread across 10 000 keys, two
-//! threads on the same key, two threads on distinct keys.
+//! kquota does). A second baseline is a peer: the `governor` crate's keyed rate limiter
+//! (GCRA over a concurrent hash map; a different algorithm, not Kafka's semantics).
+//! Groups: one thread and one key, one thread across 10 000 keys, two threads on the same
+//! key, two threads on distinct keys.
 
 use std::collections::HashMap;
 use std::hint::black_box;
@@ -41,6 +43,14 @@ impl LockedRates {
         s.record(&self.cfg, value, now);
         check_bound(s, &self.cfg, 1e12, now).throttle_ms
     }
+}
+
+type Governor = governor::DefaultKeyedRateLimiter<String>;
+
+fn governor() -> Governor {
+    // A quota no benchmark reaches, so every check takes the "allowed" path.
+    let per_second = std::num::NonZeroU32::new(u32::MAX).unwrap();
+    governor::RateLimiter::keyed(governor::Quota::per_second(per_second))
 }
 
 fn manager() -> QuotaManager {
@@ -96,6 +106,11 @@ fn bench(c: &mut Criterion) {
             black_box(locked.record_and_check("alice", "app-1", 100.0, now / 64))
         })
     });
+    let limiter = governor();
+    let one_key = "alice/app-1".to_owned();
+    g.bench_function("governor_keyed", |b| {
+        b.iter(|| black_box(limiter.check_key(&one_key).is_ok()))
+    });
     g.finish();
 
     let mut g = c.benchmark_group("one_thread_10k_keys");
@@ -116,6 +131,14 @@ fn bench(c: &mut Criterion) {
         b.iter(|| {
             i += 1;
             black_box(locked.record_and_check("alice", &ids[i % KEYS], 100.0, (i / 64) as i64))
+        })
+    });
+    let limiter = governor();
+    g.bench_function("governor_keyed", |b| {
+        let mut i = 0usize;
+        b.iter(|| {
+            i += 1;
+            black_box(limiter.check_key(&ids[i % KEYS]).is_ok())
         })
     });
     g.finish();
@@ -145,6 +168,15 @@ fn bench(c: &mut Criterion) {
             b.iter_custom(|iters| {
                 parallel(2, iters, |k, i| {
                     black_box(locked.record_and_check("alice", key(k), 100.0, (i / 64) as i64));
+                })
+            })
+        });
+        let limiter = governor();
+        let owned = [key(0).to_owned(), key(1).to_owned()];
+        g.bench_function("governor_keyed", |b| {
+            b.iter_custom(|iters| {
+                parallel(2, iters, |k, _| {
+                    black_box(limiter.check_key(&owned[k]).is_ok());
                 })
             })
         });

@@ -10,9 +10,9 @@ use proptest::prelude::*;
 
 #[derive(Debug, Clone)]
 enum Op {
-    Record(f64, i64),
-    RecordNoCheck(f64, i64),
-    Measure(i64),
+    Record(f64),
+    RecordNoCheck(f64),
+    Measure,
     SetQuota(Option<f64>),
 }
 
@@ -35,9 +35,9 @@ fn value() -> impl Strategy<Value = f64> {
 
 fn ops(window: i64, horizon: i64) -> impl Strategy<Value = Vec<(i64, Op)>> {
     let op = prop_oneof![
-        6 => value().prop_map(|v| Op::Record(v, 0)),
-        2 => value().prop_map(|v| Op::RecordNoCheck(v, 0)),
-        2 => Just(Op::Measure(0)),
+        6 => value().prop_map(Op::Record),
+        2 => value().prop_map(Op::RecordNoCheck),
+        2 => Just(Op::Measure),
         1 => prop::option::of(1e-3..1e6f64).prop_map(Op::SetQuota),
     ];
     prop::collection::vec((time_step(window, horizon), op), 1..120)
@@ -72,7 +72,7 @@ proptest! {
         for (step, op) in trace {
             t = t.wrapping_add(step);
             match op {
-                Op::Record(v, _) => {
+                Op::Record(v) => {
                     let got = rate.record(v, t).unwrap();
                     plain.record(&cfg, v, t);
                     let want = match bound {
@@ -81,11 +81,11 @@ proptest! {
                     };
                     prop_assert!(same_check(&got, &want), "record {v} at {t}: {got:?} != {want:?}");
                 }
-                Op::RecordNoCheck(v, _) => {
+                Op::RecordNoCheck(v) => {
                     rate.record_no_check(v, t).unwrap();
                     plain.record(&cfg, v, t);
                 }
-                Op::Measure(_) => {
+                Op::Measure => {
                     let got = rate.measure(t);
                     let want = plain.measure_rate(&cfg, t).0;
                     prop_assert!(same(got, want), "measure at {t}: {got} != {want}");
