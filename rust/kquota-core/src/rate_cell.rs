@@ -23,7 +23,7 @@
 
 use crate::cow::{AtomicBox, AtomicWord, Guard};
 use crate::quota::{check_bound, verdict, Check};
-use crate::samples::{Samples, WindowConfig};
+use crate::samples::{Samples, Summary, WindowConfig};
 
 /// The seal bit of the accumulator's high half.
 const SEALED: u64 = 1;
@@ -58,13 +58,17 @@ pub struct Bound {
     pub generation: u64,
 }
 
+/// Hot fields first, in declaration order: an in-place record reads `acc`, `base`,
+/// `bound` and `summary` (a few cache lines) and never the ring itself.
+#[repr(C)]
 struct Block {
-    /// The ring; the sample in progress's value and last-event time are in `acc`.
-    samples: Samples,
-    bound: Bound,
+    acc: AtomicWord,
     /// The time the accumulator's last-event offsets are relative to.
     base: i64,
-    acc: AtomicWord,
+    bound: Bound,
+    summary: Option<Summary>,
+    /// The ring; the sample in progress's value and last-event time are in `acc`.
+    samples: Samples,
 }
 
 impl Block {
@@ -74,10 +78,11 @@ impl Block {
             .map(|i| (samples.slots()[i].value, samples.slots()[i].last))
             .unwrap_or((0.0, 0));
         Block {
-            samples,
-            bound,
-            base,
             acc: AtomicWord::new(pack(value, 0, false)),
+            base,
+            bound,
+            summary: samples.summary(),
+            samples,
         }
     }
 
@@ -163,15 +168,10 @@ impl RateCell {
                 BoundSource::Keep => true,
                 BoundSource::Generation { generation, .. } => block.bound.generation == *generation,
             };
-            let in_place = !sealed
-                && bound_current
-                && if check {
-                    block.samples.record_stays_in_current(cfg, t)
-                } else {
-                    block.samples.current_index().is_some_and(|i| {
-                        t.wrapping_sub(block.samples.slots()[i].start) < cfg.window_ms()
-                    })
-                };
+            let Some(summary) = &block.summary else {
+                return structural();
+            };
+            let in_place = !sealed && bound_current && summary.record_in_place(cfg, t, check);
             let Some(off) = offset(t, block.base).filter(|_| in_place) else {
                 return structural();
             };
@@ -185,7 +185,7 @@ impl RateCell {
             }
             return match block.bound.value {
                 Some(bound) if check => {
-                    let (rate, window) = block.samples.rate_with_current(cfg, t, updated);
+                    let (rate, window) = summary.rate(cfg, t, updated);
                     verdict(rate, bound, window)
                 }
                 _ => Check::UNCHECKED,
@@ -197,8 +197,10 @@ impl RateCell {
     pub fn measure(&self, cfg: &WindowConfig, t: i64, guard: &Guard) -> f64 {
         let block = self.block.load(guard).get();
         let (current, off, sealed) = unpack(block.acc.load());
-        if !sealed && block.samples.measure_is_pure(cfg, t, block.base + off) {
-            return block.samples.rate_with_current(cfg, t, current).0;
+        if let Some(summary) = block.summary.as_ref().filter(|_| !sealed) {
+            if summary.measure_is_pure(cfg, t, block.base + off) {
+                return summary.rate(cfg, t, current).0;
+            }
         }
         self.structural(guard, |samples, _| samples.measure_rate(cfg, t).0)
     }

@@ -64,7 +64,7 @@ impl WindowConfig {
     }
 
     /// N * W: a slot whose last event is this old is obsolete.
-    fn horizon_ms(&self) -> i64 {
+    pub(crate) fn horizon_ms(&self) -> i64 {
         i64::from(self.num_samples) * self.window_ms
     }
 }
@@ -202,49 +202,32 @@ impl Samples {
         }
     }
 
-    /// Whether a record of any value at `t` followed by a measurement at `t` would change
-    /// nothing but the sample in progress's value and last-event time: the ring is not
-    /// empty, `t` does not complete the sample in progress, and no other sample is
-    /// obsolete at `t`.
-    pub fn record_stays_in_current(&self, cfg: &WindowConfig, t: i64) -> bool {
-        let Some(cur) = self.current_index() else {
-            return false;
-        };
-        t.wrapping_sub(self.slots[cur].start) < cfg.window_ms
-            && self
-                .slots
-                .iter()
-                .enumerate()
-                .all(|(i, s)| i == cur || !Self::obsolete(cfg, s, t))
-    }
-
-    /// Whether measuring at `t` would change nothing, given the sample in progress's
-    /// last-event time `current_last` (which may be newer than the stored one).
-    pub fn measure_is_pure(&self, cfg: &WindowConfig, t: i64, current_last: i64) -> bool {
-        let Some(cur) = self.current_index() else {
-            return false;
-        };
-        self.slots.iter().enumerate().all(|(i, s)| {
-            let last = if i == cur { current_last } else { s.last };
-            t.wrapping_sub(last) < cfg.horizon_ms()
-        })
-    }
-
-    /// The rate at `t` with the sample in progress holding `current_value`: the number
-    /// [`Self::measure_rate`] gives when measuring is pure (see [`Self::measure_is_pure`]).
-    pub fn rate_with_current(&self, cfg: &WindowConfig, t: i64, current_value: f64) -> (f64, i64) {
-        let mut sum = 0.0;
-        let mut oldest = i64::MAX;
+    /// What an in-place record or a pure measurement needs to know of this ring, in a
+    /// few contiguous words; `None` for an empty ring.
+    pub fn summary(&self) -> Option<Summary> {
+        let cur = self.current_index()?;
+        let mut prefix = 0.0;
+        let mut tail = SmallVec::new();
+        let (mut min_other_last, mut max_other_last) = (i64::MAX, i64::MIN);
         for (i, s) in self.slots.iter().enumerate() {
-            sum += if i == self.cur {
-                current_value
-            } else {
-                s.value
-            };
-            oldest = oldest.min(s.start);
+            if i < cur {
+                prefix += s.value;
+            } else if i > cur {
+                tail.push(s.value);
+            }
+            if i != cur {
+                min_other_last = min_other_last.min(s.last);
+                max_other_last = max_other_last.max(s.last);
+            }
         }
-        let window = window_from_oldest(cfg, oldest, t);
-        (sum / (window as f64 / 1000.0), window)
+        Some(Summary {
+            cur_start: self.slots[cur].start,
+            min_start: self.slots.iter().map(|s| s.start).min().unwrap_or(i64::MAX),
+            min_other_last,
+            max_other_last,
+            prefix,
+            tail,
+        })
     }
 
     /// Measures the average of the recorded values (Kafka's `Avg`): NaN with no events.
@@ -259,6 +242,62 @@ impl Samples {
         } else {
             total / count as f64
         }
+    }
+}
+
+/// A ring reduced to what the hot path reads: the sample in progress's start, the oldest
+/// start, the range of the other samples' last-event times, the sum of the values before
+/// the sample in progress and the values after it (kept apart: Kafka adds the values in
+/// slot order, and floating-point addition is not associative).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Summary {
+    cur_start: i64,
+    min_start: i64,
+    min_other_last: i64,
+    max_other_last: i64,
+    prefix: f64,
+    tail: SmallVec<[f64; INLINE_SLOTS - 1]>,
+}
+
+impl Summary {
+    /// Whether no sample but the one in progress is obsolete at `t`, and no other
+    /// sample's age at `t` wraps around (then the exact path decides).
+    fn others_live(&self, cfg: &WindowConfig, t: i64, cur_last: Option<i64>) -> bool {
+        let (mut lo, mut hi) = (self.min_other_last, self.max_other_last);
+        if let Some(last) = cur_last {
+            lo = lo.min(last);
+            hi = hi.max(last);
+        }
+        if lo > hi {
+            return true; // no sample to check
+        }
+        match (t.checked_sub(lo), t.checked_sub(hi)) {
+            (Some(oldest_age), Some(_)) => oldest_age < cfg.horizon_ms(),
+            _ => false,
+        }
+    }
+
+    /// Whether recording at `t` (and, with `check`, measuring at `t` after it) changes
+    /// only the sample in progress's value and last-event time.
+    pub fn record_in_place(&self, cfg: &WindowConfig, t: i64, check: bool) -> bool {
+        t.wrapping_sub(self.cur_start) < cfg.window_ms && (!check || self.others_live(cfg, t, None))
+    }
+
+    /// Whether measuring at `t` changes nothing, the sample in progress having last
+    /// recorded at `cur_last`.
+    pub fn measure_is_pure(&self, cfg: &WindowConfig, t: i64, cur_last: i64) -> bool {
+        self.others_live(cfg, t, Some(cur_last))
+    }
+
+    /// The rate at `t` (and its window) with the sample in progress holding `current`:
+    /// what [`Samples::measure_rate`] gives when measuring is pure, bit for bit.
+    pub fn rate(&self, cfg: &WindowConfig, t: i64, current: f64) -> (f64, i64) {
+        let mut sum = self.prefix + current;
+        for v in &self.tail {
+            sum += v;
+        }
+        let window = window_from_oldest(cfg, self.min_start, t);
+        (sum / (window as f64 / 1000.0), window)
     }
 }
 
