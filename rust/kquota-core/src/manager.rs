@@ -443,17 +443,27 @@ impl QuotaManager {
             QuotaSensor::new(tags.clone(), config, now)
         });
         let throttle = live_sensor(&self.throttle_sensors, &tags, || ThrottleSensor::new(now));
-        let resolved = Resolved {
-            generation: config.generation,
-            expiry_round: round,
-            quota,
-            throttle,
+        let insert = |_: Option<(&Pair, &Resolved)>| {
+            papaya::Operation::<Resolved, ()>::Insert(Resolved {
+                generation: config.generation,
+                expiry_round: round,
+                quota: quota.clone(),
+                throttle: throttle.clone(),
+            })
         };
-        self.clients
-            .insert(Pair::new(user, client_id), resolved, guard);
-        self.clients
-            .get(&PairRef(user, client_id), guard)
-            .expect("inserted just now")
+        // `compute` hands back the entry it inserted, even if expiry removes it at once.
+        match self
+            .clients
+            .compute(Pair::new(user, client_id), insert, guard)
+        {
+            papaya::Compute::Inserted(_, resolved)
+            | papaya::Compute::Updated {
+                new: (_, resolved), ..
+            } => resolved,
+            papaya::Compute::Removed(..) | papaya::Compute::Aborted(()) => {
+                unreachable!("the operation always inserts")
+            }
+        }
     }
 
     // -- the request path ------------------------------------------------------------
