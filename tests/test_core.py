@@ -7,6 +7,7 @@ import math
 import pickle
 import re
 import threading
+from pathlib import Path
 
 import kquota
 import numpy as np
@@ -18,6 +19,19 @@ from kquota.exceptions import (
     InvalidValueError,
     KquotaError,
 )
+
+
+def test_readme_first_screen_example_runs() -> None:
+    """The 10-line example on the README's first screen, executed as written."""
+    text = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    block = text.split("```python\n", 1)[1].split("```", 1)[0]
+    namespace: dict[str, object] = {}
+    exec(compile(block, "README.md", "exec"), namespace)
+    produce = namespace["produce"]
+    assert isinstance(produce, kquota.QuotaManager)
+    assert produce.quota(kquota.Entity(user="alice")) == 1_048_576
+    assert namespace["throttle_ms"] == 0
+    assert produce.sensor_names() == ["Produce-alice:", "ProduceThrottleTime-alice:"]
 
 
 def test_readme_example() -> None:
