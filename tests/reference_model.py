@@ -695,7 +695,7 @@ class QuotaManager:
         )
         lengths = {len(times), len(indices), len(amounts), len(drops)}
         if len(lengths) != 1:
-            raise InvalidValueError(
+            raise InvalidUsageError(
                 "now_ms, key_index, values and unrecord_if must have the same length, got "
                 f"{len(times)}, {len(indices)}, {len(amounts)} and {len(drops)}"
             )
@@ -704,7 +704,7 @@ class QuotaManager:
         ]
         for position, index in enumerate(indices.tolist()):
             if not 0 <= index < len(clients):
-                raise InvalidValueError(
+                raise InvalidUsageError(
                     f"key_index[{position}] must be in [0, {len(clients)}), got {index}"
                 )
         for position, amount in enumerate(amounts.tolist()):

@@ -260,4 +260,4 @@ class InvalidQuotaError(InvalidValueError):
     """A quota value that is zero, negative, NaN or infinite."""
 
 class InvalidUsageError(InvalidValueError):
-    """A recorded usage that is negative, NaN or infinite."""
+    """A value given to a record call that kquota does not accept: a negative, NaN or infinite usage, a throttle <= 0, batch arrays that do not match."""

@@ -59,7 +59,7 @@ fn errors(py: Python<'_>) -> PyResult<&'static Errors> {
             )?,
             usage: sub(
                 "InvalidUsageError",
-                "A recorded usage that is negative, NaN or infinite.",
+                "A value given to a record call that kquota does not accept: a negative, NaN or infinite usage, a throttle <= 0, batch arrays that do not match.",
             )?,
             base,
             value,

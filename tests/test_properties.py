@@ -1,0 +1,704 @@
+"""Property tests: the Rust core (``kquota``) against the pure-Python reference model.
+
+Hypothesis generates traces of API calls; each trace runs through a fresh core object and a
+fresh model object, and every return value must agree exactly (floats with ``==``, NaN equal
+to NaN; an exception on one side must be an exception of the same class on the other).
+After every manager step the observable state (``enabled``, ``queue_size``, ``sensor_names``,
+``quotas``) is compared too, so a rejected call that changed something is caught at once.
+
+On a failure, Hypothesis prints the shrunk trace and the notes: one line per step, written
+as the Python call that was made (``m.record('alice', 'c1', 1e+18, now_ms=1000)``; ``handle``
+is the broker's request handling, see :func:`handle`) followed by what it returned, and both
+values where core and model differ. ``--hypothesis-show-statistics`` shows what the traces
+exercised (throttles, wrapped throttles, expiry, errors, clocks going back).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final, Literal, TypeVar
+
+import kquota
+import numpy as np
+import numpy.typing as npt
+import pytest
+import reference_model as model
+from hypothesis import HealthCheck, event, given, note, settings
+from hypothesis import strategies as st
+
+# A fixed, reproducible profile for CI: no example database, no per-example deadline.
+CI: Final = settings(
+    derandomize=True,
+    database=None,
+    deadline=None,
+    print_blob=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+
+T = TypeVar("T")
+QuotaType = Literal["produce", "fetch", "request"]
+QUOTA_TYPES: Final[tuple[QuotaType, ...]] = ("produce", "fetch", "request")
+DEFAULT: Final = kquota.DEFAULT
+assert model.DEFAULT == DEFAULT
+
+# -- comparing outcomes ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Raised:
+    """A call that raised: only the class takes part in comparisons."""
+
+    cls: type[BaseException]
+    message: str = field(compare=False)
+
+    def __repr__(self) -> str:
+        return f"raised {self.cls.__name__}({self.message!r})"
+
+
+def normalize(value: object) -> object:
+    """A plain, comparable form of a return value (entities and checks become tuples)."""
+    if isinstance(value, (kquota.Check, model.Check)):
+        return ("Check", value.violated, value.throttle_ms, value.rate)
+    if isinstance(value, (kquota.Entity, model.Entity)):
+        return ("Entity", value.user, value.client_id)
+    if isinstance(value, np.ndarray):
+        return ("ndarray", str(value.dtype), value.tolist())
+    if isinstance(value, (list, tuple)):
+        return type(value)(normalize(item) for item in value)
+    return value
+
+
+def same(a: object, b: object) -> bool:
+    """Exact equality, NaN equal to NaN, and the types must match (``1`` is not ``1.0``)."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, float) and isinstance(b, float):
+        return a == b or (math.isnan(a) and math.isnan(b))
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b, strict=True))
+    return a == b
+
+
+def outcome(fn: Callable[[], object]) -> object:
+    """The normalized return value of ``fn()``, or :class:`Raised` (Rust panics included)."""
+    try:
+        return normalize(fn())
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except BaseException as error:  # a Rust PanicException is a BaseException
+        return Raised(type(error), str(error))
+
+
+def check_same(what: str, core: object, ref: object) -> None:
+    """Assert that ``core`` and ``ref`` agree; note the value (or both, when they differ)."""
+    if same(core, ref):
+        note(f"    -> {core!r}")
+        return
+    note(f"    DIFFERS: {what}\n      core:  {core!r}\n      model: {ref!r}")
+    raise AssertionError(f"{what}: core returned {core!r}, model returned {ref!r}")
+
+
+def fmt_float(value: float) -> str:
+    return repr(value) if math.isfinite(value) else f"float({str(value)!r})"
+
+
+def fmt_arg(value: object) -> str:
+    if isinstance(value, float):
+        return fmt_float(value)
+    return repr(value)
+
+
+# -- pools of names and values ------------------------------------------------------------
+
+
+def weighted(*options: tuple[int, st.SearchStrategy[T]]) -> st.SearchStrategy[T]:
+    """Draw from ``options`` with the given integer weights, simplest option first.
+
+    ``st.one_of`` cannot do this: it flattens nested ``one_of`` arguments into their
+    branches and drops repeated ones, so its weights are per distinct branch.
+    """
+    table = [strategy for weight, strategy in options for _ in range(weight)]
+    return st.sampled_from(table).flatmap(_itself)
+
+
+def _itself(strategy: st.SearchStrategy[T]) -> st.SearchStrategy[T]:
+    return strategy
+
+
+# Principals: the empty name, a principal literally called "<default>" (sanitized to
+# %3Cdefault%3E, never the default entity), non-ASCII, and the characters the sanitizer
+# treats specially (space -> %20, '+' -> %2B, '*' -> %2A, '%' -> %25).
+FREQUENT_USERS: Final = ("alice", "bob")
+USERS: Final = ("alice", "bob", "", "<default>", "é", "用户", "🦀 crab", "a b", "a+b*", "50%")
+# Client ids are used raw; "<default>" here is a client *named* "<default>".
+FREQUENT_CLIENTS: Final = ("c1", "c2")
+CLIENTS: Final = ("c1", "c2", "", "<default>", "é", "用户", "🦀", "a b", "+*%")
+
+# The frequent names come up more often, so that requests meet the overrides set for them.
+user_names = st.sampled_from(FREQUENT_USERS * 4 + USERS)
+client_names = st.sampled_from(FREQUENT_CLIENTS * 4 + CLIENTS)
+
+# Entity names: "<default>" would be the default marker, so it is left out of the names.
+ENTITY_USERS: Final = tuple(u for u in USERS if u != DEFAULT)
+ENTITY_CLIENTS: Final = tuple(c for c in CLIENTS if c != DEFAULT)
+
+
+@dataclass(frozen=True)
+class EntitySpec:
+    """An entity, built with the ``Entity`` class of whichever side runs the call."""
+
+    user: str | None
+    client_id: str | None
+
+    def build(self, entity_cls: Any) -> object:
+        return entity_cls(user=self.user, client_id=self.client_id)
+
+    def __repr__(self) -> str:
+        parts = []
+        if self.user is not None:
+            parts.append("user=DEFAULT" if self.user == DEFAULT else f"user={self.user!r}")
+        if self.client_id is not None:
+            client = self.client_id
+            parts.append("client_id=DEFAULT" if client == DEFAULT else f"client_id={client!r}")
+        return f"Entity({', '.join(parts)})"
+
+
+def _entity(shape: tuple[str, str], user: str, client_id: str) -> EntitySpec:
+    pick = {"name": None, "default": DEFAULT, "absent": None}
+    return EntitySpec(
+        user if shape[0] == "name" else pick[shape[0]],
+        client_id if shape[1] == "name" else pick[shape[1]],
+    )
+
+
+# All 8 shapes: (name | DEFAULT | absent) x (name | DEFAULT | absent), minus absent x absent.
+ENTITY_SHAPES: Final = tuple(
+    (u, c)
+    for u in ("name", "default", "absent")
+    for c in ("name", "default", "absent")
+    if (u, c) != ("absent", "absent")
+)
+entities = st.builds(
+    _entity,
+    st.sampled_from(ENTITY_SHAPES),
+    st.one_of(st.sampled_from(FREQUENT_USERS), st.sampled_from(ENTITY_USERS)),
+    st.one_of(st.sampled_from(FREQUENT_CLIENTS), st.sampled_from(ENTITY_CLIENTS)),
+)
+
+valid_quotas = st.one_of(
+    st.sampled_from([1e-9, 1.0, 10.0, 100.0, 500.0, 1024.0, 1e6, 1e15]),
+    st.floats(min_value=1e-9, max_value=1e15),
+    st.floats(min_value=1e-3, max_value=1e4),  # small enough to be violated often
+)
+invalid_quotas = st.sampled_from([0.0, -0.0, -1.0, -1e-9, math.nan, math.inf, -math.inf])
+quota_values = weighted((6, valid_quotas), (1, invalid_quotas))
+
+valid_usages: st.SearchStrategy[float | int] = st.one_of(
+    st.sampled_from([0.0, -0.0, 1e-9, 1.0, 100.0, 600.0, 1000.0, 1e6, 1e9, 1e18]),
+    st.floats(min_value=0.0, max_value=1e7),
+    st.integers(min_value=0, max_value=10**10),
+)
+invalid_usages = st.sampled_from([-1.0, -1e-9, -1e18, math.nan, math.inf, -math.inf])
+usages = weighted((8, valid_usages), (1, invalid_usages))
+
+channels = st.integers(min_value=0, max_value=3)
+
+
+@dataclass(frozen=True)
+class Gap:
+    """A clock step, symbolic in the config so that strategies are built once: ``count``
+    units (ms, W = window, (N-1)W, NW = the purge horizon, E = sensor expiry) plus
+    ``offset`` ms, backwards when ``back``."""
+
+    unit: Literal["ms", "W", "(N-1)W", "NW", "E"]
+    count: int = 1
+    offset: int = 0
+    back: bool = False
+
+    def ms(self, window_ms: int, num_samples: int, expiry_ms: int, monotonic: bool) -> int:
+        unit = {
+            "ms": 1,
+            "W": window_ms,
+            "(N-1)W": (num_samples - 1) * window_ms,
+            "NW": num_samples * window_ms,
+            "E": expiry_ms,
+        }[self.unit]
+        step = self.count * unit + self.offset
+        return -step if self.back and not monotonic else step
+
+    def __repr__(self) -> str:
+        text = f"{self.count}ms" if self.unit == "ms" else f"{self.count}*{self.unit}"
+        if self.offset:
+            text += f"{self.offset:+d}ms"
+        return f"-({text})" if self.back else f"+{text}"
+
+
+# Clock steps: mostly forward, on and around window and horizon boundaries; sometimes
+# backwards (the clock may go back; nothing may fail). Repeats in the list are weights.
+_FIXED_GAPS: Final = (
+    *[Gap("ms", 0)] * 8,
+    *[Gap("ms", 1), Gap("W", 1, -1), Gap("W", 1), Gap("W", 1, 1), Gap("W", 2)] * 2,
+    *[Gap("(N-1)W", 1), Gap("(N-1)W", 1, 1), Gap("NW", 1, -1), Gap("NW", 1), Gap("NW", 1, 1)] * 2,
+    Gap("NW", 2, 1),
+    Gap("E"),
+    Gap("E", 1, 1),
+    Gap("ms", 30_000),
+    Gap("ms", 3_600_000),
+    Gap("ms", 3_600_001),
+    Gap("ms", 1, back=True),
+    Gap("W", 1, -1, back=True),
+    Gap("W", 1, back=True),
+    Gap("W", 1, 1, back=True),
+    Gap("NW", 1, back=True),
+    Gap("ms", 3_600_000, back=True),
+)
+gaps = weighted(
+    (6, st.sampled_from(_FIXED_GAPS)),
+    (2, st.builds(Gap, st.just("ms"), st.integers(min_value=0, max_value=2500))),
+    (1, st.builds(Gap, st.just("W"), st.integers(0, 3), st.integers(-1, 1))),
+    (1, st.builds(Gap, st.just("ms"), st.integers(1, 2500), back=st.just(True))),
+)
+
+
+# -- manager traces ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Step:
+    """One call. ``gap`` moves the simulated clock before the call (every step, timed or not)."""
+
+    method: str
+    args: tuple[object, ...] = ()
+    gap: Gap = Gap("ms", 0)
+    timed: bool = False
+    channel: int | None = None
+
+    def __repr__(self) -> str:
+        args = ", ".join(fmt_arg(a) for a in self.args)
+        channel = "" if self.channel is None else f" channel={self.channel}"
+        return f"<{self.gap!r} {self.method}({args}){channel}>"
+
+    def source(self, now_ms: int, receiver: str = "m") -> str:
+        """The step as the Python call that runs it on ``receiver``."""
+        args = [fmt_arg(a) for a in self.args]
+        if self.timed:
+            args.append(f"now_ms={now_ms}")
+        if self.channel is not None:
+            args.append(f"channel={self.channel}")
+        if self.method == "enabled":
+            return f"{receiver}.enabled"
+        if self.method == "handle":
+            return f"handle({receiver}, {', '.join(args)})"
+        return f"{receiver}.{self.method}({', '.join(args)})"
+
+
+@dataclass(frozen=True)
+class ManagerConfig:
+    quota_type: QuotaType
+    num_samples: int
+    window_ms: int
+    sensor_expiry_ms: int
+    start_ms: int
+    monotonic: bool
+    """When set, backward gaps step forward instead: the clock never goes back."""
+
+    def make(self, module: Any) -> Any:
+        return module.QuotaManager(
+            self.quota_type,
+            num_samples=self.num_samples,
+            window_ms=self.window_ms,
+            sensor_expiry_ms=self.sensor_expiry_ms,
+        )
+
+    def gap_ms(self, gap: Gap) -> int:
+        return gap.ms(self.window_ms, self.num_samples, self.sensor_expiry_ms, self.monotonic)
+
+
+@st.composite
+def manager_configs(draw: st.DrawFn) -> ManagerConfig:
+    num_samples = draw(st.integers(min_value=1, max_value=12))
+    window_ms = 1000 * draw(st.integers(min_value=1, max_value=5))
+    # Mostly Kafka's hour; sometimes small, so that sensors expire within a trace.
+    expiry = draw(
+        st.one_of(
+            st.just(3_600_000),
+            st.sampled_from([0, 1, window_ms, 2 * window_ms, num_samples * window_ms, 30_000]),
+        )
+    )
+    return ManagerConfig(
+        quota_type=draw(st.sampled_from(QUOTA_TYPES)),
+        num_samples=num_samples,
+        window_ms=window_ms,
+        sensor_expiry_ms=expiry,
+        start_ms=draw(st.sampled_from([0, 5_000, 1_700_000_000_000])),
+        monotonic=draw(st.booleans()),
+    )
+
+
+def _timed(method: str, *args: st.SearchStrategy[Any]) -> st.SearchStrategy[Step]:
+    return st.builds(Step, st.just(method), st.tuples(*args), gaps, timed=st.just(True))
+
+
+def _untimed(method: str, *args: st.SearchStrategy[Any]) -> st.SearchStrategy[Step]:
+    return st.builds(Step, st.just(method), st.tuples(*args), gaps)
+
+
+def _with_channel(method: str, *args: st.SearchStrategy[Any]) -> st.SearchStrategy[Step]:
+    return st.builds(
+        Step, st.just(method), st.tuples(*args), gaps, timed=st.just(True), channel=channels
+    )
+
+
+_valid_throttles = st.one_of(
+    st.sampled_from([1, 2, 100, 999, 1000, 1001, 5000, 30_000, 2**31 - 1, 2**40]),
+    st.integers(min_value=1, max_value=50_000),
+)
+throttles = weighted((5, _valid_throttles), (1, st.sampled_from([0, -1, -(2**31)])))
+
+_client = (user_names, client_names)
+_configuration = weighted(
+    (2, _untimed("set_quota", entities, quota_values)), (1, _untimed("remove_quota", entities))
+)
+# The broker's handling of a request (see handle()).
+_handling = _with_channel("handle", *_client, valid_usages)
+_recording = st.one_of(
+    _timed("record", *_client, usages),
+    _timed("unrecord", *_client, usages),
+    _timed("record_no_throttle", *_client, usages),
+    _with_channel("throttle", *_client, throttles),
+)
+_reading = st.one_of(
+    _timed("measure", *_client),
+    _timed("throttle_time_avg", *_client),
+    _timed("max_value_in_quota_window", *_client),
+    _timed("expired_channels"),
+    _timed("expire_sensors"),
+    _untimed("bound", *_client),
+    _untimed("tags", *_client),
+    _untimed("quota_for", *_client),
+    _untimed("quota", entities),
+    _untimed("queue_size"),
+    _untimed("sensor_names"),
+    _untimed("enabled"),
+)
+manager_steps = weighted(
+    (6, _handling),
+    (2, _configuration),
+    (4, _recording),
+    (4, _reading),
+    (1, _timed("expire_sensors")),
+    (1, _timed("measure", *_client)),
+)
+
+MAX_STEPS: Final = 40
+
+
+@st.composite
+def manager_traces(draw: st.DrawFn) -> tuple[ManagerConfig, list[Step]]:
+    config = draw(manager_configs())
+    # A few valid quotas first, so that most traces have quotas enabled from the start.
+    prelude = draw(st.lists(_untimed("set_quota", entities, valid_quotas), min_size=0, max_size=3))
+    # Lists drawn by Hypothesis are short on average: draw the length first (it shrinks).
+    length = draw(st.integers(min_value=1, max_value=MAX_STEPS))
+    return config, prelude + draw(st.lists(manager_steps, min_size=length, max_size=length))
+
+
+def handle(
+    manager: Any, user: str, client_id: str, value: float, now_ms: int, channel: int
+) -> tuple[int, int | None]:
+    """The broker's handling of one request (the conformance op ``record``): record with a
+    check; a throttled fetch is unrecorded; a positive throttle mutes the channel."""
+    throttle: int = manager.record(user, client_id, value, now_ms)
+    end_ms = None
+    if throttle > 0:
+        if manager.quota_type == "fetch":
+            manager.unrecord(user, client_id, value, now_ms)
+        end_ms = manager.throttle(user, client_id, throttle, now_ms, channel=channel)
+    return throttle, end_ms
+
+
+def run_step(target: Any, module: Any, step: Step, now_ms: int) -> object:
+    """Run ``step`` on ``target`` (a manager or rate of ``module``); its outcome."""
+    args: list[Any] = [
+        a.build(module.Entity) if isinstance(a, EntitySpec) else a for a in step.args
+    ]
+    if step.method == "enabled":
+        return outcome(lambda: target.enabled)
+    if step.method == "handle":
+        user, client_id, value = args
+        channel = step.channel
+        assert channel is not None
+        return outcome(lambda: handle(target, user, client_id, value, now_ms, channel))
+    kwargs: dict[str, object] = {}
+    if step.timed:
+        kwargs["now_ms"] = now_ms
+    if step.channel is not None:
+        kwargs["channel"] = step.channel
+    method = getattr(target, step.method)
+    return outcome(lambda: method(*args, **kwargs))
+
+
+def observable_state(manager: Any) -> object:
+    """What can be read without side effects (no purge, no sensor creation)."""
+    quotas = sorted(
+        (e.user is None, e.user or "", e.client_id is None, e.client_id or "", v)
+        for e, v in manager.quotas()
+    )
+    return (manager.enabled, manager.queue_size(), manager.sensor_names(), quotas)
+
+
+def replay_manager_trace(config: ManagerConfig, steps: Sequence[Step]) -> None:
+    core, ref = config.make(kquota), config.make(model)
+    note(
+        f"m = QuotaManager({config.quota_type!r}, num_samples={config.num_samples}, "
+        f"window_ms={config.window_ms}, sensor_expiry_ms={config.sensor_expiry_ms})"
+    )
+    now = config.start_ms
+    seen: set[str] = set()
+    for index, step in enumerate(steps):
+        gap = config.gap_ms(step.gap)
+        now += gap
+        if gap < 0:
+            seen.add("clock went backwards")
+        source = step.source(now)
+        note(f"[{index}] {source}")
+        result = run_step(core, kquota, step, now)
+        check_same(f"step {index}: {source}", result, run_step(ref, model, step, now))
+        seen.update(_events(step, result))
+        core_state, ref_state = observable_state(core), observable_state(ref)
+        if core_state != ref_state:  # no NaN in there: plain equality is exact
+            check_same(f"state after step {index}", core_state, ref_state)
+    for what in sorted(seen):
+        event(what)
+
+
+def _events(step: Step, result: object) -> list[str]:
+    """What a step exercised, for ``--hypothesis-show-statistics``."""
+    if isinstance(result, Raised):
+        return [f"{step.method} raised {result.cls.__name__}"]
+    if step.method == "handle" and isinstance(result, tuple):
+        result = result[0]
+    events = []
+    if step.method in ("record", "handle") and isinstance(result, int) and result != 0:
+        events.append("throttled" if result > 0 else "throttle wrapped negative")
+    if step.method in ("expire_sensors", "expired_channels") and result:
+        events.append(f"{step.method} returned something")
+    if step.method == "measure" and isinstance(result, float) and not math.isnan(result):
+        events.append("measured a sensor")
+    return events
+
+
+@pytest.mark.slow
+@settings(CI, max_examples=400)
+@given(manager_traces())
+def test_manager_traces_agree(trace: tuple[ManagerConfig, list[Step]]) -> None:
+    replay_manager_trace(*trace)
+
+
+# -- SampledRate --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RateConfig:
+    num_samples: int
+    window_ms: int
+    quota: float | None
+    start_ms: int
+    monotonic: bool
+
+    def gap_ms(self, gap: Gap) -> int:
+        return gap.ms(self.window_ms, self.num_samples, 3_600_000, self.monotonic)
+
+
+_finite_values = st.one_of(
+    st.sampled_from([0.0, -0.0, 1e-9, -1e-9, 1.0, -1.0, 600.0, 1e18, -1e18, 1e300]),
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.floats(min_value=-1e6, max_value=1e6),
+    st.floats(min_value=-1e6, max_value=1e6),
+    st.integers(min_value=-(10**6), max_value=10**6),
+)
+rate_values = weighted((12, _finite_values), (1, st.sampled_from([math.nan, math.inf, -math.inf])))
+rate_bounds = weighted((1, st.none()), (3, valid_quotas), (1, invalid_quotas))
+rate_steps = weighted(
+    (4, _timed("record", rate_values)),
+    (2, _timed("record_no_check", rate_values)),
+    (2, _timed("measure")),
+    (1, _untimed("set_quota", rate_bounds)),
+)
+
+
+@st.composite
+def rate_traces(draw: st.DrawFn) -> tuple[RateConfig, list[Step]]:
+    config = RateConfig(
+        num_samples=draw(st.integers(min_value=1, max_value=30)),
+        window_ms=draw(
+            st.one_of(st.sampled_from([1, 2, 1000, 5000]), st.integers(min_value=1, max_value=5000))
+        ),
+        quota=draw(st.one_of(st.none(), valid_quotas)),
+        start_ms=draw(st.sampled_from([0, 1_700_000_000_000])),
+        monotonic=draw(st.booleans()),
+    )
+    length = draw(st.integers(min_value=1, max_value=MAX_STEPS))
+    return config, draw(st.lists(rate_steps, min_size=length, max_size=length))
+
+
+@settings(CI, max_examples=300)
+@given(rate_traces())
+def test_sampled_rate_traces_agree(trace: tuple[RateConfig, list[Step]]) -> None:
+    config, steps = trace
+    core = kquota.SampledRate(config.num_samples, config.window_ms, config.quota)
+    ref = model.SampledRate(config.num_samples, config.window_ms, config.quota)
+    note(
+        f"r = SampledRate(num_samples={config.num_samples}, window_ms={config.window_ms}, "
+        f"quota={config.quota!r})"
+    )
+    now = config.start_ms
+    seen: set[str] = set()
+    for index, step in enumerate(steps):
+        now += config.gap_ms(step.gap)
+        source = step.source(now, receiver="r")
+        note(f"[{index}] {source}")
+        result = run_step(core, kquota, step, now)
+        check_same(f"step {index}: {source}", result, run_step(ref, model, step, now))
+        if isinstance(result, Raised):
+            seen.add(f"{step.method} raised {result.cls.__name__}")
+        elif isinstance(result, tuple) and result[0] == "Check" and result[1]:
+            seen.add("violated" if result[2] < 2**63 - 1 else "violated, throttle saturated")
+        check_same(
+            f"config after step {index}",
+            (core.num_samples, core.window_ms, core.quota),
+            (ref.num_samples, ref.window_ms, ref.quota),
+        )
+    for what in sorted(seen):
+        event(what)
+
+
+# -- record_batch -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Batch:
+    config: ManagerConfig
+    quotas: tuple[tuple[EntitySpec, float], ...]
+    keys: tuple[tuple[str, str], ...]
+    now_ms: tuple[int, ...]
+    key_index: tuple[int, ...]
+    values: tuple[float, ...]
+    unrecord_if: tuple[bool, ...] | None
+
+    def arrays(
+        self,
+    ) -> tuple[
+        npt.NDArray[np.int64],
+        npt.NDArray[np.int64],
+        npt.NDArray[np.float64],
+        npt.NDArray[np.bool_] | None,
+    ]:
+        return (
+            np.array(self.now_ms, dtype=np.int64),
+            np.array(self.key_index, dtype=np.int64),
+            np.array(self.values, dtype=np.float64),
+            None if self.unrecord_if is None else np.array(self.unrecord_if, dtype=np.bool_),
+        )
+
+    def configured(self, module: Any) -> Any:
+        manager = self.config.make(module)
+        for entity, value in self.quotas:
+            manager.set_quota(entity.build(module.Entity), value)
+        return manager
+
+
+MAX_EVENTS: Final = 400
+
+
+@st.composite
+def batches(draw: st.DrawFn) -> Batch:
+    config = draw(manager_configs())
+    quotas = draw(st.lists(st.tuples(entities, valid_quotas), max_size=6))
+    keys = draw(st.lists(st.tuples(user_names, client_names), min_size=1, max_size=6))
+    # Events pick their clock step and value from small drawn palettes with a drawn seed:
+    # long batches at a small drawing cost (Hypothesis still shrinks n, palettes and seed).
+    n = draw(st.integers(min_value=0, max_value=MAX_EVENTS))
+    gap_palette = [config.gap_ms(g) for g in draw(st.lists(gaps, min_size=1, max_size=4))]
+    value_palette = draw(st.lists(valid_usages.map(float), min_size=1, max_size=4))
+    rng = np.random.default_rng(draw(st.integers(min_value=0, max_value=2**32 - 1)))
+    steps = [gap_palette[i] for i in rng.integers(0, len(gap_palette), n).tolist()]
+    now_ms = [config.start_ms + int(t) for t in np.cumsum(steps, dtype=np.int64).tolist()]
+    values = [value_palette[i] for i in rng.integers(0, len(value_palette), n).tolist()]
+    key_index = rng.integers(0, len(keys), n).tolist()
+    unrecord_if = (rng.random(n) < 0.2).tolist() if draw(st.booleans()) else None
+    return Batch(
+        config,
+        tuple(quotas),
+        tuple(keys),
+        tuple(now_ms),
+        tuple(key_index),
+        tuple(values),
+        None if unrecord_if is None else tuple(unrecord_if),
+    )
+
+
+def _read_client(manager: Any, user: str, client_id: str, now_ms: int) -> object:
+    def read() -> object:
+        return (manager.measure(user, client_id, now_ms), manager.bound(user, client_id))
+
+    return outcome(read)
+
+
+@settings(CI, max_examples=200)
+@given(batches())
+def test_record_batch_equals_one_at_a_time(batch: Batch) -> None:
+    note(repr(batch))
+    arrays = batch.arrays()
+    core_batch = batch.configured(kquota)
+    result = outcome(lambda: core_batch.record_batch(*arrays[:3], list(batch.keys), arrays[3]))
+
+    # The same events one at a time on a second core manager, as the broker does them.
+    core_single = batch.configured(kquota)
+    fetch = batch.config.quota_type == "fetch"
+    expected: list[int] = []
+    for i, (t, k, v) in enumerate(zip(batch.now_ms, batch.key_index, batch.values, strict=True)):
+        user, client = batch.keys[k]
+        throttle = core_single.record(user, client, v, now_ms=t)
+        if fetch and (throttle > 0 or (batch.unrecord_if is not None and batch.unrecord_if[i])):
+            core_single.unrecord(user, client, v, now_ms=t)
+        expected.append(throttle)
+    check_same("core batch vs core one at a time", result, ("ndarray", "int32", expected))
+    event(f"throttled {'no' if not any(t > 0 for t in expected) else 'some'} events")
+
+    # The model's batch.
+    ref_batch = batch.configured(model)
+    ref_result = outcome(lambda: ref_batch.record_batch(*arrays[:3], list(batch.keys), arrays[3]))
+    check_same("core batch vs model batch", result, ref_result)
+
+    # Afterwards the three managers are in the same state.
+    end = batch.now_ms[-1] if batch.now_ms else batch.config.start_ms
+    for user, client in batch.keys:
+        reads = [_read_client(m, user, client, end) for m in (core_batch, core_single, ref_batch)]
+        check_same(f"({user!r}, {client!r}) batch vs one at a time", reads[0], reads[1])
+        check_same(f"({user!r}, {client!r}) core vs model", reads[0], reads[2])
+    state = observable_state(core_batch)
+    check_same("state: batch vs one at a time", state, observable_state(core_single))
+    check_same("state: core vs model", state, observable_state(ref_batch))
+
+
+@settings(CI, max_examples=100)
+@given(batches(), st.integers(min_value=0, max_value=MAX_EVENTS), invalid_usages)
+def test_record_batch_rejects_bad_usage_before_recording(
+    batch: Batch, position: int, bad: float
+) -> None:
+    """A bad value anywhere in a batch: both raise the same class and record nothing."""
+    if not batch.values:
+        return
+    now, index, values, drops = batch.arrays()
+    values[position % len(values)] = bad
+    core, ref = batch.configured(kquota), batch.configured(model)
+    check_same(
+        "bad batch",
+        outcome(lambda: core.record_batch(now, index, values, list(batch.keys), drops)),
+        outcome(lambda: ref.record_batch(now, index, values, list(batch.keys), drops)),
+    )
+    check_same("state after a bad batch", observable_state(core), observable_state(ref))
+    assert core.sensor_names() == []
