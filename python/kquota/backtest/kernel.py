@@ -736,7 +736,7 @@ def summarize(usage: pd.DataFrame, config: QuotaConfig, quota_type: QuotaType) -
         }
     )
     frame["throttled"] = (frame["throttle"] > 0).astype(np.int64)
-    grouped = frame.groupby(keys, sort=True, dropna=False)
+    grouped = frame.groupby(keys, sort=True, dropna=False, observed=True)
     out = grouped.agg(
         requests=("throttle", "size"),
         bytes=(BYTES, "sum"),
@@ -876,10 +876,10 @@ def recommend(
         raise ValueError(f"invalid target {target!r}: expected a fraction in [0, 1)")
     rows = []
     for (user_tag, client_tag), entity in usage.groupby(
-        [SENSOR_USER, SENSOR_CLIENT], sort=True, dropna=False
+        [SENSOR_USER, SENSOR_CLIENT], sort=True, dropna=False, observed=True
     ):
         traffic = []
-        for _, part in entity.groupby(BROKER, sort=True, dropna=False):
+        for _, part in entity.groupby(BROKER, sort=True, dropna=False, observed=True):
             order = time_order(part)
             drops = (
                 part["unrecord_if"].to_numpy(dtype=np.bool_)[order]

@@ -273,16 +273,16 @@ def suggest_quotas(table: pa.Table, window: Window | None = None) -> QuotaConfig
         per_user = busy(part)
         tenants = per_user.drop(BOOTSTRAP_USER, errors="ignore")
         default = max(float(tenants.quantile(0.8)) * 1.5, 1.0)
-        merged.setdefault(Entity(user=DEFAULT), {})[prop] = round(default)
+        merged.setdefault(Entity(user=DEFAULT), {})[prop] = float(round(default))
         for user, rate in tenants[tenants > default].nlargest(3).items():
-            merged.setdefault(Entity(user=str(user)), {})[prop] = round(max(rate * 0.5, 1.0))
+            merged.setdefault(Entity(user=str(user)), {})[prop] = float(round(max(rate * 0.5, 1.0)))
     merged.setdefault(Entity(user=DEFAULT), {})["request_percentage"] = 25.0
     before_reset = frame[TS] < start + (end - start) // 2
     boot = frame[(frame[USER] == BOOTSTRAP_USER) & (frame[API] == "fetch") & before_reset]
     if not boot.empty:
         steady = float(busy(boot).iloc[0])
         boot_quotas = merged.setdefault(Entity(user=BOOTSTRAP_USER), {})
-        boot_quotas["consumer_byte_rate"] = round(max(steady * 2.0, 1.0))
+        boot_quotas["consumer_byte_rate"] = float(round(max(steady * 2.0, 1.0)))
         boot_quotas["request_percentage"] = 1.0
     return QuotaConfig(
         window, tuple(QuotaEntry(entity, config) for entity, config in merged.items())

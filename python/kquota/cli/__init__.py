@@ -10,10 +10,10 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 
-from kquota.cli import configs, conformance
+from kquota.cli import backtest, configs, conformance, gen_traffic
 from kquota.cli.common import EXIT_BAD_INPUT
 
-COMMANDS = (conformance, configs)
+COMMANDS = (conformance, configs, backtest, gen_traffic)
 
 
 def build_parser() -> argparse.ArgumentParser:

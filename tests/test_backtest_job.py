@@ -1,0 +1,378 @@
+"""The back-test on Spark (kquota.backtest.job) against a single-process replay.
+
+All tests share the session-scoped ``spark`` fixture (local[2]). The main trace has 10^5+
+requests over four brokers and sixty clients with quotas on every entity shape; the Spark
+results must equal, request by request, the kernel run in this process on each broker's
+requests (which the kernel tests check against the core one request at a time).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from kquota.backtest import kernel
+from kquota.backtest.job import BacktestOptions, BacktestResult, run
+from kquota.backtest.kernel import (
+    ADDED_LATENCY,
+    API,
+    BROKER,
+    BYTES,
+    CLIENT,
+    FETCH_THROTTLE,
+    PRODUCE_THROTTLE,
+    RECORDED,
+    REQUEST_THROTTLE,
+    SENSOR_CLIENT,
+    SENSOR_USER,
+    SENT,
+    SEQ_COLUMNS,
+    THREAD,
+    THROTTLE,
+    TIME,
+    TS,
+    USAGE,
+    USER,
+)
+from kquota.backtest.traffic import TrafficSpec, generate
+from kquota.config import QuotaConfig
+from kquota.conformance import load_scenario
+from kquota.exceptions import TrafficError
+from test_backtest_kernel import CONFORMANCE, mixed_config, scenario_traffic
+
+pytestmark = pytest.mark.slow
+
+THROTTLES = [PRODUCE_THROTTLE, FETCH_THROTTLE, REQUEST_THROTTLE, THROTTLE]
+SCALES = (0.5, 1.0)
+
+
+@pytest.fixture(scope="module")
+def trace(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, pd.DataFrame]:
+    """120 000 requests in two Parquet files, with extra columns to carry through."""
+    table = generate(
+        TrafficSpec(requests=120_000, brokers=4, users=12, clients=60, hours=1.0, bursts=4, seed=21)
+    )
+    frame = table.to_pandas()
+    frame["note"] = "r" + (frame["request_id"] % 97).astype(str)
+    frame["weight"] = frame["request_id"] * 0.25
+    folder = tmp_path_factory.mktemp("trace")
+    half = len(frame) // 2
+    for name, part in (("a.parquet", frame.iloc[:half]), ("b.parquet", frame.iloc[half:])):
+        pq.write_table(pa.Table.from_pandas(part, preserve_index=False), folder / name)
+    # the input position, as the job numbers it: files in path order, rows in file order
+    frame[SEQ_COLUMNS[0]] = 0
+    frame[SEQ_COLUMNS[1]] = np.arange(len(frame), dtype=np.int64)
+    return folder, frame
+
+
+def replay(frame: pd.DataFrame, config: QuotaConfig, closed: bool = False) -> pd.DataFrame:
+    """The single-process reference: the kernel on each broker's requests."""
+    parts = [
+        kernel.replay_closed(part, config) if closed else kernel.replay_open(part, config)
+        for _, part in frame.groupby(BROKER, sort=False)
+    ]
+    return pd.concat(parts).loc[frame.index]
+
+
+def read_requests(out: Path) -> pd.DataFrame:
+    requests = pd.read_parquet(out / "requests")
+    requests["scenario"] = requests["scenario"].astype(str)
+    return requests.sort_values(["scenario", "request_id"]).reset_index(drop=True)
+
+
+@pytest.fixture(scope="module")
+def open_run(
+    spark: Any, trace: tuple[Path, pd.DataFrame], tmp_path_factory: pytest.TempPathFactory
+) -> tuple[BacktestResult, Path]:
+    out = tmp_path_factory.mktemp("open")
+    options = BacktestOptions(
+        traffic=str(trace[0]),
+        quotas=mixed_config(),
+        out=str(out),
+        scales=SCALES,
+        recommend=True,
+        target=0.02,
+    )
+    return run(spark, options), out
+
+
+def test_open_loop_equals_the_single_process_replay(
+    open_run: tuple[BacktestResult, Path], trace: tuple[Path, pd.DataFrame]
+) -> None:
+    result, out = open_run
+    _, frame = trace
+    requests = read_requests(out)
+    assert len(requests) == len(SCALES) * len(frame)
+    assert result.rows_read == result.rows_valid == len(frame)
+    for scale, label in zip(SCALES, result.scenarios, strict=True):
+        got = requests[requests["scenario"] == label].set_index("request_id")
+        want = replay(frame, mixed_config().scaled(scale)).set_index(frame["request_id"])
+        for column in THROTTLES:
+            np.testing.assert_array_equal(got[column].to_numpy(), want[column].to_numpy())
+        np.testing.assert_array_equal(got[SENT].to_numpy(), frame[TS].to_numpy())
+        assert (got[ADDED_LATENCY] == 0).all()
+        assert (got[[PRODUCE_THROTTLE, FETCH_THROTTLE, REQUEST_THROTTLE]] > 0).any().all()
+    # every input column comes through unchanged
+    first = requests[requests["scenario"] == result.scenarios[0]].set_index("request_id")
+    for column in [TS, BROKER, USER, CLIENT, API, BYTES, THREAD, "note", "weight"]:
+        np.testing.assert_array_equal(
+            first[column].to_numpy(), frame.set_index("request_id")[column].to_numpy()
+        )
+
+
+def test_sensor_tags_are_the_cores(
+    open_run: tuple[BacktestResult, Path], trace: tuple[Path, pd.DataFrame]
+) -> None:
+    _, out = open_run
+    _, frame = trace
+    requests = read_requests(out)
+    got = requests[requests["scenario"] == "x1"].set_index("request_id").loc[frame["request_id"]]
+    config = mixed_config()
+    managers = {t: config.manager(t) for t in kernel.QUOTA_TYPES}
+    want = kernel.resolve_sensors(frame, managers)
+    for column, key in (
+        (SENSOR_USER, "byte_user"),
+        (SENSOR_CLIENT, "byte_client"),
+        ("request_sensor_user", "request_user"),
+        ("request_sensor_client_id", "request_client"),
+    ):
+        expected = pd.Series(np.asarray(want[key], dtype=object)).fillna("<none>").to_numpy()
+        np.testing.assert_array_equal(got[column].fillna("<none>").to_numpy(), expected)
+
+
+def usage_of(frame: pd.DataFrame, result: pd.DataFrame, quota_type: str) -> pd.DataFrame:
+    """One row per request recorded by a ``quota_type`` sensor, from a reference replay."""
+    config = mixed_config()
+    kind = kernel.kinds(frame[API])
+    if quota_type == "request":
+        rows = frame[THREAD].notna().to_numpy()
+        usage = frame[THREAD]
+        recorded = np.ones(len(frame), dtype=bool)
+    else:
+        rows = kind == quota_type
+        usage = frame[BYTES]
+        recorded = ~((result[FETCH_THROTTLE] > 0) | (result[REQUEST_THROTTLE] > 0)).to_numpy()
+        if quota_type == "produce":
+            recorded = np.ones(len(frame), dtype=bool)
+    tags = kernel.sensor_tags(frame[USER], frame[CLIENT], config.manager(quota_type))  # type: ignore[arg-type]
+    out = pd.DataFrame(
+        {
+            BROKER: frame[BROKER],
+            SENSOR_USER: tags[0],
+            SENSOR_CLIENT: tags[1],
+            USER: frame[USER],
+            CLIENT: frame[CLIENT],
+            TS: frame[TS],
+            TIME: result.get(SENT, frame[TS]),
+            USAGE: usage.fillna(0).astype(np.int64),
+            BYTES: frame[BYTES],
+            RECORDED: recorded,
+            THROTTLE: result[kernel.THROTTLE_OF[quota_type]],  # type: ignore[index]
+            ADDED_LATENCY: result.get(ADDED_LATENCY, 0),
+            "unrecord_if": (result[REQUEST_THROTTLE] > 0).to_numpy(),
+            SEQ_COLUMNS[0]: frame[SEQ_COLUMNS[0]],
+            SEQ_COLUMNS[1]: frame[SEQ_COLUMNS[1]],
+        }
+    )
+    return out[rows]
+
+
+def test_entities_equal_the_kernel_summaries(
+    open_run: tuple[BacktestResult, Path], trace: tuple[Path, pd.DataFrame]
+) -> None:
+    _, out = open_run
+    _, frame = trace
+    entities = pd.read_parquet(out / "entities")
+    keys = ["scenario", "quota_type", BROKER, SENSOR_USER, SENSOR_CLIENT]
+    wanted = []
+    for scale, label in zip(SCALES, ("x0.5", "x1"), strict=True):
+        config = mixed_config().scaled(scale)
+        result = replay(frame, config)
+        for quota_type in kernel.QUOTA_TYPES:
+            summary = kernel.summarize(usage_of(frame, result, quota_type), config, quota_type)
+            wanted.append(summary.assign(scenario=label))
+    want = pd.concat(wanted).sort_values(keys).reset_index(drop=True)
+    got = entities.sort_values(keys).reset_index(drop=True)[want.columns]
+    assert len(got) == len(want) > 100
+    for column in want.columns:
+        left, right = got[column].to_numpy(), want[column].to_numpy()
+        if column in ("quota", "utilization"):
+            left = np.where(pd.isna(left), np.nan, left).astype(float)
+            right = right.astype(float)
+        np.testing.assert_array_equal(left, right, err_msg=column)
+
+
+def test_recommendations_equal_the_kernel(
+    open_run: tuple[BacktestResult, Path], trace: tuple[Path, pd.DataFrame]
+) -> None:
+    result, out = open_run
+    _, frame = trace
+    got = pd.read_parquet(out / "recommendations")
+    assert result.recommendations is not None and len(result.recommendations) == len(got)
+    reference = replay(frame, mixed_config())
+    for quota_type in kernel.QUOTA_TYPES:
+        usage = usage_of(frame, reference, quota_type)
+        want = kernel.recommend(usage, mixed_config().window, quota_type, 0.02)  # type: ignore[arg-type]
+        mine = got[got["quota_type"] == quota_type].sort_values([SENSOR_USER, SENSOR_CLIENT])
+        np.testing.assert_array_equal(
+            mine["recommended_quota"].to_numpy(), want["recommended_quota"].to_numpy()
+        )
+        assert (mine["recommended_throttled_fraction"] <= 0.02).all()
+    throttled = got[got["current_throttled_fraction"] > 0.02]
+    assert len(throttled) and (throttled["recommended_quota"] > throttled["current_quota"]).all()
+
+
+def test_report(open_run: tuple[BacktestResult, Path]) -> None:
+    result, out = open_run
+    assert result.report == out / "report.html"
+    page = result.report.read_text()
+    for name in ["throttle_histogram.png", "rate_1.png", "Recommended quotas", "What-if"]:
+        assert name in page
+    assert (out / "report" / "rate_1.png").stat().st_size > 5000
+    assert list(result.totals["scenario"]) == ["x0.5", "x1"]
+    halves = result.totals.set_index("scenario")["throttled_requests"]
+    assert halves["x0.5"] > halves["x1"] > 0
+    assert not result.top_entities.empty and result.rate_series
+
+
+def test_partition_by_sensor_gives_the_same_throttles(
+    spark: Any,
+    trace: tuple[Path, pd.DataFrame],
+    open_run: tuple[BacktestResult, Path],
+    tmp_path: Path,
+) -> None:
+    options = BacktestOptions(
+        traffic=str(trace[0]),
+        quotas=mixed_config(),
+        out=str(tmp_path),
+        partition="sensor",
+        report=False,
+    )
+    run(spark, options)
+    by_sensor = read_requests(tmp_path)
+    by_broker = read_requests(open_run[1])
+    by_broker = by_broker[by_broker["scenario"] == "x1"].reset_index(drop=True)
+    pd.testing.assert_frame_equal(by_sensor[by_broker.columns], by_broker)
+
+
+def test_closed_loop_equals_the_single_process_replay(
+    spark: Any, trace: tuple[Path, pd.DataFrame], tmp_path: Path
+) -> None:
+    _, frame = trace
+    config = mixed_config(scale=0.5)
+    options = BacktestOptions(
+        traffic=str(trace[0]), quotas=config, out=str(tmp_path), mode="closed", report=False
+    )
+    result = run(spark, options)
+    got = read_requests(tmp_path).set_index("request_id")
+    want = replay(frame, config, closed=True).set_index(frame["request_id"])
+    for column in [*THROTTLES, SENT, ADDED_LATENCY]:
+        np.testing.assert_array_equal(got[column].to_numpy(), want[column].to_numpy())
+    assert (got[ADDED_LATENCY] > 0).any()
+    assert result.totals["mean_added_latency_ms"].iloc[0] > 0
+
+
+def test_a_conformance_scenario_as_csv_traffic(spark: Any, tmp_path: Path) -> None:
+    scenario = load_scenario(CONFORMANCE / "random_produce_poisson_pareto_seed101.json")
+    frame, config, expected, column = scenario_traffic(scenario)
+    frame.drop(columns=list(SEQ_COLUMNS)).to_csv(tmp_path / "traffic.csv", index=False)
+    options = BacktestOptions(
+        traffic=str(tmp_path / "traffic.csv"),
+        quotas=config,
+        out=str(tmp_path / "out"),
+        report=False,
+    )
+    result = run(spark, options)
+    assert result.rows_valid == len(expected) and not result.quarantined
+    got = pd.read_parquet(tmp_path / "out" / "requests").sort_values([TS, SEQ_COLUMNS[1]])
+    assert got[column].tolist() == expected
+    assert (got[THROTTLE] > 0).sum() == sum(1 for t in expected if t > 0)
+
+
+BAD_CSV = """ts_ms,broker,user,client_id,api,bytes,thread_time_ns,tag
+1000,b1,alice,app,produce,100,5000,ok-1
+1001,b1,alice,app,produce,,5000,missing-bytes
+1002,b1,alice,app,produce,-5,5000,negative-bytes
+yesterday,b1,alice,app,produce,100,5000,bad-time
+1004,b1,alice,app,produce,12.5,5000,fractional-bytes
+1005,b1,alice,app,fetch,100,-1,negative-thread
+1006,b1,alice,app,,100,5000,missing-api
+2024-06-03T00:00:01Z,b1,alice,,fetch,300,,iso-time
+1008,,,app,metadata,0,7000,ok-2
+"""
+
+
+def test_bad_rows_are_quarantined_or_refused(spark: Any, tmp_path: Path) -> None:
+    (tmp_path / "t.csv").write_text(BAD_CSV)
+    config = mixed_config()
+    options = BacktestOptions(
+        traffic=str(tmp_path / "t.csv"), quotas=config, out=str(tmp_path / "out"), report=False
+    )
+    result = run(spark, options)
+    assert result.rows_read == 9 and result.rows_valid == 3
+    assert result.quarantined == {
+        "api missing": 1,
+        "bytes missing": 1,
+        "bytes negative": 1,
+        "bytes not a whole number": 1,
+        "thread_time_ns negative": 1,
+        "ts_ms unparsable": 1,
+    }
+    quarantine = pd.read_parquet(tmp_path / "out" / "quarantine")
+    assert sorted(quarantine["tag"]) == sorted(
+        [
+            "missing-bytes",
+            "negative-bytes",
+            "bad-time",
+            "fractional-bytes",
+            "negative-thread",
+            "missing-api",
+        ]
+    )
+    assert quarantine.set_index("tag").loc["bad-time", "reason"] == "ts_ms unparsable"
+    requests = pd.read_parquet(tmp_path / "out" / "requests").set_index("tag")
+    assert requests.loc["iso-time", TS] == 1_717_372_801_000
+    assert requests.loc["ok-2", BROKER] == "" and requests.loc["ok-2", USER] == ""
+    assert pd.isna(requests.loc["iso-time", THREAD])
+    strict = BacktestOptions(
+        traffic=str(tmp_path / "t.csv"), quotas=config, out=str(tmp_path / "out2"), strict=True
+    )
+    with pytest.raises(TrafficError, match=r"--strict: 6 bad row\(s\).*1 ts_ms unparsable"):
+        run(spark, strict)
+
+
+def test_empty_and_missing_input(spark: Any, tmp_path: Path) -> None:
+    config = mixed_config()
+    empty = tmp_path / "empty.parquet"
+    schema = pa.schema(
+        [(TS, pa.int64()), (CLIENT, pa.string()), (API, pa.string()), (BYTES, pa.int64())]
+    )
+    pq.write_table(schema.empty_table(), empty)
+    with pytest.raises(TrafficError, match="has no rows"):
+        run(spark, BacktestOptions(traffic=str(empty), quotas=config, out=str(tmp_path / "o")))
+    with pytest.raises(TrafficError, match="does not exist"):
+        run(
+            spark,
+            BacktestOptions(traffic=str(tmp_path / "nope"), quotas=config, out=str(tmp_path / "o")),
+        )
+    (tmp_path / "header.csv").write_text("ts_ms,client_id,api,bytes\n")
+    with pytest.raises(TrafficError, match="has no rows"):
+        run(
+            spark,
+            BacktestOptions(
+                traffic=str(tmp_path / "header.csv"), quotas=config, out=str(tmp_path / "o")
+            ),
+        )
+    (tmp_path / "few.csv").write_text("ts_ms,api\n1,produce\n")
+    with pytest.raises(TrafficError, match=r"no column\(s\) \['client_id', 'bytes'\]"):
+        run(
+            spark,
+            BacktestOptions(
+                traffic=str(tmp_path / "few.csv"), quotas=config, out=str(tmp_path / "o")
+            ),
+        )
