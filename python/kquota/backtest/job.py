@@ -336,6 +336,7 @@ def read_traffic(spark: SparkSession, path: str, input_format: str = "auto") -> 
     Ties in time are replayed in input order: files in path order, rows in file order.
     CSV is read with a header and every column as a string (validation parses it).
     """
+    from py4j.protocol import Py4JJavaError  # type: ignore[import-untyped]
     from pyspark.errors import AnalysisException
     from pyspark.sql import functions as F
 
@@ -350,13 +351,15 @@ def read_traffic(spark: SparkSession, path: str, input_format: str = "auto") -> 
         if local.is_file() and local.stat().st_size == 0:
             raise TrafficError(f"traffic {path!r} is empty (0 bytes)")
     chosen = _detect_format(path, input_format)
+    if chosen == "parquet" and not _is_remote(path):
+        _check_parquet_files(_local(path))
     try:
         if chosen == "csv":
             frame = spark.read.option("header", True).option("mode", "PERMISSIVE").csv(path)
         else:
             frame = spark.read.parquet(path)
         files = sorted(frame.inputFiles())
-    except AnalysisException as exc:
+    except (AnalysisException, Py4JJavaError) as exc:
         raise TrafficError(
             f"cannot read traffic {path!r} as {chosen}: {_first_line(exc)}"
         ) from None
@@ -387,6 +390,23 @@ def read_traffic(spark: SparkSession, path: str, input_format: str = "auto") -> 
         ).alias(seq_file),
         position.cast("long").alias(seq_row),
     )
+
+
+def _check_parquet_files(path: Path) -> None:
+    """Refuse local files that are not Parquet before Spark fails on them, loudly."""
+    files = [path] if path.is_file() else sorted(path.rglob("*"))
+    for file in files:
+        if not file.is_file() or file.name.startswith(("_", ".")) or file.suffix == ".crc":
+            continue
+        with file.open("rb") as handle:
+            head = handle.read(4)
+            handle.seek(max(file.stat().st_size - 4, 0))
+            tail = handle.read(4)
+        if head != b"PAR1" or tail != b"PAR1":
+            raise TrafficError(
+                f"traffic file {str(file)!r} is not Parquet: expected Parquet, or CSV "
+                "(a .csv name or --format csv)"
+            )
 
 
 def _first_line(exc: BaseException) -> str:

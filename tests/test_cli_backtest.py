@@ -1,0 +1,150 @@
+"""``kquota backtest`` on the command line: outputs, progress and exit statuses.
+
+The command reuses the session-scoped ``spark`` fixture (an active session is used as it
+is and left running).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+from kquota.backtest import traffic
+from kquota.cli import main
+from kquota.config import SQLiteStore
+from test_backtest_job import BAD_CSV
+from test_backtest_kernel import mixed_config
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    folder = tmp_path_factory.mktemp("cli")
+    table = traffic.generate(traffic.TrafficSpec(requests=20_000, brokers=3, hours=1.0, seed=4))
+    path = traffic.write(table, folder / "traffic.parquet")
+    quotas = folder / "quotas.json"
+    quotas.write_text(traffic.suggest_quotas(table).dumps())
+    return path, quotas
+
+
+def backtest(*args: str) -> int:
+    return main(["backtest", *args])
+
+
+@pytest.mark.slow
+def test_a_run_prints_the_summary_and_where_everything_is(
+    spark: Any, inputs: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path, quotas = inputs
+    out = tmp_path / "out"
+    status = backtest(
+        "--traffic",
+        str(path),
+        "--quotas",
+        str(quotas),
+        "--out",
+        str(out),
+        "--scale",
+        "0.5,1,2",
+        "--recommend",
+        "--target",
+        "0.05",
+    )
+    captured = capsys.readouterr()
+    assert status == 0, captured.err
+    assert "replaying 20,000 requests x 3 scenario(s), open loop" in captured.err
+    lines = captured.out.splitlines()
+    assert lines[0].startswith("20,000 requests read, 20,000 replayed, 0 quarantined; open loop")
+    assert any(line.split()[:2] == ["scenario", "requests"] for line in lines)
+    assert [line.split()[0] for line in lines if line.strip().startswith("x")][:3] == [
+        "x0.5",
+        "x1",
+        "x2",
+    ]
+    assert "Recommended quotas" in captured.out
+    for name in ("requests", "entities", "recommendations"):
+        assert f"{name}: {out}/{name}/" in captured.out
+        assert (out / name).is_dir()
+    assert f"report: {out / 'report.html'}" in captured.out
+    assert not (out / "quarantine").exists()
+
+
+@pytest.mark.slow
+def test_quotas_from_a_store_equal_the_quota_file(
+    spark: Any, inputs: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path, _ = inputs
+    store = tmp_path / "quotas.sqlite"
+    SQLiteStore(store).replace(mixed_config())
+    (tmp_path / "q.json").write_text(mixed_config().dumps())
+    for source, out in ((store, "a"), (tmp_path / "q.json", "b")):
+        status = backtest(
+            "--traffic", str(path), "--quotas", str(source), "--out", str(tmp_path / out), "--quiet"
+        )
+        assert status == 0, capsys.readouterr().err
+    assert capsys.readouterr().err == ""  # --quiet: no progress
+    a = pd.read_parquet(tmp_path / "a" / "requests").sort_values("request_id")
+    b = pd.read_parquet(tmp_path / "b" / "requests").sort_values("request_id")
+    assert a["throttle_ms"].tolist() == b["throttle_ms"].tolist()
+    assert (a["throttle_ms"] > 0).any()
+
+
+def one_error(capsys: pytest.CaptureFixture[str]) -> str:
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    assert err[0].startswith("kquota backtest: ")
+    return err[0]
+
+
+def test_a_bad_quota_file_is_one_message(
+    inputs: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path, _ = inputs
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"quotas": [{"entity": {"user": "a"}, "config": {"producer_byte_rate": -1}}]}')
+    assert backtest("--traffic", str(path), "--quotas", str(bad), "--out", str(tmp_path)) == 2
+    assert "greater than 0" in one_error(capsys)
+    missing = tmp_path / "none.json"
+    assert backtest("--traffic", str(path), "--quotas", str(missing), "--out", str(tmp_path)) == 2
+    assert "cannot read quota file" in one_error(capsys)
+    args = ["--traffic", str(path), "--quotas", str(inputs[1]), "--out", str(tmp_path)]
+    assert backtest(*args, "--scale", "1,x") == 2
+    assert "invalid --scale '1,x'" in one_error(capsys)
+    assert backtest(*args, "--target", "2") == 2
+    assert "invalid target 2.0" in one_error(capsys)
+
+
+@pytest.mark.slow
+def test_bad_traffic_is_one_message(
+    spark: Any, inputs: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _, quotas = inputs
+    out = str(tmp_path / "out")
+
+    def run(traffic_path: Path, *more: str) -> str:
+        assert (
+            backtest(
+                "--traffic",
+                str(traffic_path),
+                "--quotas",
+                str(quotas),
+                "--out",
+                out,
+                "--quiet",
+                *more,
+            )
+            == 2
+        )
+        return one_error(capsys)
+
+    assert "does not exist" in run(tmp_path / "missing.parquet")
+    (tmp_path / "empty.csv").write_text("")
+    assert "is empty" in run(tmp_path / "empty.csv")
+    (tmp_path / "header.csv").write_text("ts_ms,client_id,api,bytes\n")
+    assert "has no rows" in run(tmp_path / "header.csv")
+    (tmp_path / "junk.parquet").write_text("not parquet at all")
+    assert "is not Parquet" in run(tmp_path / "junk.parquet")
+    (tmp_path / "bad.csv").write_text(BAD_CSV)
+    message = run(tmp_path / "bad.csv", "--strict")
+    assert "--strict: 6 bad row(s)" in message and "1 bytes negative" in message
