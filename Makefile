@@ -33,8 +33,10 @@ $(EXT): $(DEPS) $(RUST_SOURCES) pyproject.toml
 
 build: $(EXT) ## Build the extension (release) into .venv
 
-demo: $(EXT) ## Run the demo
-	$(PY) examples/burst.py
+demo: $(EXT) ## Back-test 3M generated requests on Spark (what-if x0.5/x1/x2, recommendations)
+	$(PY) -m kquota gen-traffic --out demo-out/traffic.parquet --requests 3000000 --quotas-out demo-out/quotas.json
+	$(PY) -m kquota backtest --traffic demo-out/traffic.parquet --quotas demo-out/quotas.json --out demo-out/backtest --scale 0.5,1,2 --recommend
+	@echo "The report is $(abspath demo-out/backtest/report.html)"
 
 test: test-rust test-loom test-python ## Run every test: core (cargo + loom) and Python
 

@@ -66,6 +66,14 @@ def _peaks(x: np.ndarray, y: np.ndarray, points: int = MAX_POINTS) -> tuple[np.n
     return x[::chunk], y_pad.max(axis=1)
 
 
+def _zoom(windows: np.ndarray, throttled: np.ndarray, window_ms: int) -> np.ndarray:
+    """Which windows to plot: the throttled stretch with some margin, when it is short."""
+    if not len(throttled) or not len(windows):
+        return np.ones(len(windows), dtype=np.bool_)
+    margin = max((int(throttled.max()) - int(throttled.min())) // 2, 600_000 // window_ms)
+    return (windows >= throttled.min() - margin) & (windows <= throttled.max() + margin)
+
+
 def _fmt(value: Any, kind: str = "") -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "-"
@@ -192,6 +200,9 @@ def _plot_rates(result: BacktestResult, folder: Path) -> list[tuple[str, str]]:
             continue
         windows, per_window = rate_over_time(series["window"], series["amount"], window.num_samples)
         rate = per_window * (1000.0 / window.window_ms)
+        throttled = series.loc[series["throttled"] > 0, "window"].to_numpy(dtype=np.int64)
+        zoomed = _zoom(windows, throttled, window.window_ms)
+        windows, rate = windows[zoomed], rate[zoomed]
         times = pd.to_datetime(windows * window.window_ms, unit="ms")
         x, y = _peaks(np.asarray(times), rate)
         fig, ax = plt.subplots(figsize=(9, 3.2))
@@ -199,10 +210,11 @@ def _plot_rates(result: BacktestResult, folder: Path) -> list[tuple[str, str]]:
         quota = record.get("quota")
         if quota is not None and not math.isnan(quota):
             ax.axhline(quota, color="tab:red", lw=1, ls="--", label=f"quota {_fmt(quota)}")
-        throttled = series[series["throttled"] > 0]
-        if not throttled.empty:
-            marks = pd.to_datetime(throttled["window"] * window.window_ms, unit="ms")
-            ax.plot(marks, np.zeros(len(marks)), "|", color="tab:red", ms=8, label="throttled")
+        marks = np.isin(windows, throttled)
+        if marks.any():
+            ax.plot(
+                np.asarray(times)[marks], rate[marks], ".", color="tab:red", ms=3, label="throttled"
+            )
         unit = _UNIT[str(record["quota_type"])]
         title = f"{record['quota_type']} · {record['entity']} · broker {record[BROKER]}"
         ax.set_title(title, fontsize=10)
@@ -235,7 +247,9 @@ def _plot_histogram(result: BacktestResult, folder: Path) -> str | None:
         counts = part.reindex(bins, fill_value=0).to_numpy()
         ax.bar(bins + i * width - 0.4 + width / 2, counts, width=width, label=scenario)
     ax.set_xticks(bins)
-    ax.set_xticklabels([_fmt(float(2**b)) for b in bins], rotation=45, fontsize=8)
+    ax.set_xticklabels(
+        [f"{2**b:,}" if b >= 0 else f"{2.0**b:g}" for b in bins], rotation=45, fontsize=8
+    )
     ax.set_yscale("log")
     ax.set_xlabel("throttle time (ms, power-of-two bins)")
     ax.set_ylabel("throttled requests")
