@@ -70,8 +70,10 @@ def _zoom(windows: np.ndarray, throttled: np.ndarray, window_ms: int) -> np.ndar
     """Which windows to plot: the throttled stretch with some margin, when it is short."""
     if not len(throttled) or not len(windows):
         return np.ones(len(windows), dtype=np.bool_)
-    margin = max((int(throttled.max()) - int(throttled.min())) // 2, 600_000 // window_ms)
-    return (windows >= throttled.min() - margin) & (windows <= throttled.max() + margin)
+    first, last = int(throttled.min()), int(throttled.max())
+    margin = max((last - first) // 2, 600_000 // window_ms)
+    keep: np.ndarray = (windows >= first - margin) & (windows <= last + margin)
+    return keep
 
 
 def _fmt(value: Any, kind: str = "") -> str:
