@@ -260,4 +260,7 @@ class InvalidQuotaError(InvalidValueError):
     """A quota value that is zero, negative, NaN or infinite."""
 
 class InvalidUsageError(InvalidValueError):
-    """A value given to a record call that kquota does not accept: a negative, NaN or infinite usage, a throttle <= 0, batch arrays that do not match."""
+    """A value given to a record call that kquota does not accept.
+
+    A negative, NaN or infinite usage, a throttle <= 0, or batch arrays that do not match.
+    """
