@@ -7,7 +7,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 from kquota.backtest.job import BacktestResult
-from kquota.backtest.report import rate_over_time, summary_text, write_report
+from kquota.backtest.report import (
+    rate_over_time,
+    scenario_totals,
+    summary_text,
+    throttle_histogram,
+    write_report,
+)
 from kquota.config import QuotaConfig, Window
 
 START = 1_717_372_800  # seconds
@@ -115,3 +121,43 @@ def test_html_report_with_plots(tmp_path: Path) -> None:
     for name in ("rate_1.png", "throttle_histogram.png"):
         png = (tmp_path / "report" / name).read_bytes()
         assert png.startswith(b"\x89PNG") and len(png) > 5000
+
+
+def test_totals_and_histogram_from_throttle_counts() -> None:
+    rng = np.random.default_rng(3)
+    requests = pd.DataFrame(
+        {
+            "scenario": rng.choice(["x1", "x2"], 5000),
+            "throttle_ms": np.where(rng.random(5000) < 0.1, rng.integers(1, 5000, 5000), 0),
+            "produce_throttle_ms": rng.integers(-1, 2, 5000),
+            "fetch_throttle_ms": 0,
+            "request_throttle_ms": rng.integers(0, 2, 5000),
+            "added_latency_ms": rng.integers(0, 100, 5000),
+        }
+    )
+    counts = (
+        requests.groupby(["scenario", "throttle_ms"])
+        .agg(
+            requests=("throttle_ms", "size"),
+            produce_throttled=("produce_throttle_ms", lambda v: int((v > 0).sum())),
+            fetch_throttled=("fetch_throttle_ms", lambda v: int((v > 0).sum())),
+            request_throttled=("request_throttle_ms", lambda v: int((v > 0).sum())),
+            added_latency_ms=("added_latency_ms", "sum"),
+            max_added_latency_ms=("added_latency_ms", "max"),
+        )
+        .reset_index()
+    )
+    totals = scenario_totals(counts, ["x1", "x2"], [1.0, 2.0]).set_index("scenario")
+    for scenario, part in requests.groupby("scenario"):
+        row = totals.loc[scenario]
+        throttles = np.sort(part["throttle_ms"].to_numpy())
+        assert row["requests"] == len(part)
+        assert row["throttled_requests"] == (throttles > 0).sum()
+        assert row["total_throttle_ms"] == throttles.sum()
+        assert row["p99_throttle_ms"] == throttles[(99 * len(part) + 99) // 100 - 1]
+        assert row["max_throttle_ms"] == throttles.max()
+        assert row["produce_throttled"] == (part["produce_throttle_ms"] > 0).sum()
+        assert row["mean_added_latency_ms"] == part["added_latency_ms"].sum() / len(part)
+    histogram = throttle_histogram(counts)
+    assert histogram["count"].sum() == (requests["throttle_ms"] > 0).sum()
+    assert set(histogram["bin"]) <= set(range(13))

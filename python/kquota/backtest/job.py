@@ -1105,6 +1105,7 @@ def _run(spark: SparkSession, options: BacktestOptions, progress: Progress) -> B
         shutil.rmtree(_local(f"{out}/recommendations"), ignore_errors=True)
 
     progress.phase("collecting summaries for the report")
+    by_throttle = _throttle_counts(requests)
     top: pd.DataFrame = (
         entities.where((F.col(SCENARIO) == base) & (F.col("throttled_requests") > 0))
         .orderBy(F.desc("total_throttle_ms"), "quota_type", BROKER, SENSOR_USER, SENSOR_CLIENT)
@@ -1119,10 +1120,10 @@ def _run(spark: SparkSession, options: BacktestOptions, progress: Progress) -> B
         mode=options.mode,
         scenarios=options.scenarios,
         base_scenario=base,
-        totals=_totals(requests, options),
+        totals=report.scenario_totals(by_throttle, options.scenarios, options.scales),
         top_entities=top,
         comparison=_comparison(entities, top),
-        histogram=_histogram(requests),
+        histogram=report.throttle_histogram(by_throttle),
         rate_series=_rate_series(usage, top.head(report.PLOTTED_ENTITIES), options, base),
         recommendations=recommendations,
         config=options.quotas,
@@ -1136,44 +1137,27 @@ def _run(spark: SparkSession, options: BacktestOptions, progress: Progress) -> B
     return result
 
 
-def _totals(requests: DataFrame, options: BacktestOptions) -> pd.DataFrame:
-    """Per scenario: requests, throttled requests and time, added latency."""
+def _throttle_counts(requests: DataFrame) -> pd.DataFrame:
+    """Per scenario and applied throttle value: requests, per-type throttled, added latency.
+
+    One small aggregate (one row per distinct throttle value) from which the report
+    derives the scenario totals and the throttle-time distribution exactly.
+    """
     from pyspark.sql import functions as F
 
-    throttled = F.col(THROTTLE) > 0
-    frame: pd.DataFrame = (
-        requests.groupBy(SCENARIO)
+    counts: pd.DataFrame = (
+        requests.groupBy(SCENARIO, THROTTLE)
         .agg(
             F.count(F.lit(1)).alias("requests"),
-            F.sum(throttled.cast("long")).alias("throttled_requests"),
             F.sum((F.col(PRODUCE_THROTTLE) > 0).cast("long")).alias("produce_throttled"),
             F.sum((F.col(FETCH_THROTTLE) > 0).cast("long")).alias("fetch_throttled"),
             F.sum((F.col(REQUEST_THROTTLE) > 0).cast("long")).alias("request_throttled"),
-            F.sum(F.col(THROTTLE).cast("long")).alias("total_throttle_ms"),
-            F.percentile_approx(THROTTLE, 0.99, 10_000).alias("p99_throttle_ms"),
-            F.max(THROTTLE).alias("max_throttle_ms"),
-            F.mean(ADDED_LATENCY).alias("mean_added_latency_ms"),
+            F.sum(ADDED_LATENCY).alias("added_latency_ms"),
             F.max(ADDED_LATENCY).alias("max_added_latency_ms"),
         )
         .toPandas()
     )
-    frame["throttled_fraction"] = frame["throttled_requests"] / frame["requests"]
-    scale = dict(zip(options.scenarios, options.scales, strict=True))
-    frame["scale"] = [scale[s] for s in frame[SCENARIO]]
-    return frame.sort_values("scale").reset_index(drop=True)
-
-
-def _histogram(requests: DataFrame) -> pd.DataFrame:
-    """Throttled requests per scenario and power-of-two throttle bin (``2**bin <= t``)."""
-    from pyspark.sql import functions as F
-
-    return (
-        requests.where(F.col(THROTTLE) > 0)
-        .groupBy(SCENARIO, F.floor(F.log2(F.col(THROTTLE))).cast("int").alias("bin"))
-        .count()
-        .orderBy(SCENARIO, "bin")
-        .toPandas()
-    )
+    return counts
 
 
 _SENSOR_KEY: Final = ("quota_type", BROKER, SENSOR_USER, SENSOR_CLIENT)

@@ -20,7 +20,15 @@ from kquota.backtest.kernel import BROKER, SENSOR_CLIENT, SENSOR_USER
 if TYPE_CHECKING:
     from kquota.backtest.job import BacktestResult
 
-__all__ = ["PLOTTED_ENTITIES", "TOP_ENTITIES", "rate_over_time", "summary_text", "write_report"]
+__all__ = [
+    "PLOTTED_ENTITIES",
+    "TOP_ENTITIES",
+    "rate_over_time",
+    "scenario_totals",
+    "summary_text",
+    "throttle_histogram",
+    "write_report",
+]
 
 TOP_ENTITIES: Final = 10
 """How many of the most throttled sensors the report lists."""
@@ -74,6 +82,71 @@ def _zoom(windows: np.ndarray, throttled: np.ndarray, window_ms: int) -> np.ndar
     margin = max((last - first) // 2, 600_000 // window_ms)
     keep: np.ndarray = (windows >= first - margin) & (windows <= last + margin)
     return keep
+
+
+def scenario_totals(
+    counts: pd.DataFrame, scenarios: Sequence[str], scales: Sequence[float]
+) -> pd.DataFrame:
+    """Per scenario, from requests counted per applied throttle value (``throttle_ms``):
+    requests, throttled requests (in all and per quota type) and their fraction, total,
+    nearest-rank p99 and largest throttle, mean and largest added latency."""
+    rows = []
+    for scenario, scale in zip(scenarios, scales, strict=True):
+        part = counts[counts["scenario"] == scenario].sort_values("throttle_ms")
+        n = int(part["requests"].sum())
+        if not n:
+            continue
+        throttle = part["throttle_ms"].to_numpy(dtype=np.int64)
+        number = part["requests"].to_numpy(dtype=np.int64)
+        rank = (99 * n + 99) // 100
+        throttled = int(number[throttle > 0].sum())
+        rows.append(
+            {
+                "scenario": scenario,
+                "scale": scale,
+                "requests": n,
+                "throttled_requests": throttled,
+                "throttled_fraction": throttled / n,
+                "produce_throttled": int(part["produce_throttled"].sum()),
+                "fetch_throttled": int(part["fetch_throttled"].sum()),
+                "request_throttled": int(part["request_throttled"].sum()),
+                "total_throttle_ms": int((throttle * number).sum()),
+                "p99_throttle_ms": int(throttle[np.searchsorted(np.cumsum(number), rank)]),
+                "max_throttle_ms": int(throttle.max()),
+                "mean_added_latency_ms": float(part["added_latency_ms"].sum()) / n,
+                "max_added_latency_ms": int(part["max_added_latency_ms"].max()),
+            }
+        )
+    return pd.DataFrame(rows, columns=[*_TOTALS])
+
+
+_TOTALS: Final = (
+    "scenario",
+    "scale",
+    "requests",
+    "throttled_requests",
+    "throttled_fraction",
+    "produce_throttled",
+    "fetch_throttled",
+    "request_throttled",
+    "total_throttle_ms",
+    "p99_throttle_ms",
+    "max_throttle_ms",
+    "mean_added_latency_ms",
+    "max_added_latency_ms",
+)
+
+
+def throttle_histogram(counts: pd.DataFrame) -> pd.DataFrame:
+    """Throttled requests per scenario and power-of-two bin ``b`` (``2**b <= throttle``)."""
+    throttled = counts[counts["throttle_ms"] > 0]
+    bins = np.floor(np.log2(throttled["throttle_ms"].to_numpy(dtype=np.float64))).astype(int)
+    return (
+        throttled.assign(bin=bins)
+        .groupby(["scenario", "bin"], as_index=False, observed=True)["requests"]
+        .sum()
+        .rename(columns={"requests": "count"})
+    )
 
 
 def _fmt(value: Any, kind: str = "") -> str:

@@ -64,10 +64,17 @@ def register(subparsers: Any) -> None:
         "--format", choices=("auto", "parquet", "csv"), default="auto", help="input format"
     )
     parser.add_argument(
+        "--partition",
+        choices=("broker", "sensor"),
+        default="broker",
+        help="open loop: split the replay by broker (one pass, the default) or by sensor "
+        "(more parallel than there are brokers; two passes with request quotas)",
+    )
+    parser.add_argument(
         "--buckets",
         type=int,
         metavar="N",
-        help="sensor hash buckets per broker and scenario (default 2 x Spark parallelism)",
+        help="--recommend: groups of entities per quota type (default 2 x Spark parallelism)",
     )
     parser.add_argument("--quiet", action="store_true", help="no progress on stderr")
     parser.set_defaults(run=run)
@@ -115,6 +122,7 @@ def run(args: argparse.Namespace) -> int:
             strict=args.strict,
             input_format=args.format,
             buckets=args.buckets,
+            partition=args.partition,
         )
     except KquotaError as exc:
         return fail("backtest", exc)
