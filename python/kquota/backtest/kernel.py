@@ -828,32 +828,62 @@ def _round_up(quota_type: QuotaType, value: float) -> float:
     return float(math.ceil(value))
 
 
+def _rate_bound(
+    traffic: Sequence[tuple[Int64Array, FloatArray, BoolArray | None]],
+    quota_type: QuotaType,
+    window: Window,
+) -> float:
+    """A rate no measurement can exceed: a quota this high throttles nothing.
+
+    A sensor's retained samples hold only usage of the last ``(num_samples + 1)`` windows,
+    and it divides by at least ``num_samples - 1`` windows, so the largest usage within any
+    such span, over that many seconds, bounds every rate it measures.
+    """
+    if window.num_samples == 1:  # a one-sample rate can be measured over one millisecond
+        total = sum(float(_rate_units(quota_type, values).sum()) for _, values, _ in traffic)
+        return max(total / 0.001, 1e-6)
+    horizon = (window.num_samples + 1) * window.window_ms + 1
+    span_s = (window.num_samples - 1) * window.window_ms / 1000.0
+    largest = 0.0
+    for times, values, _ in traffic:
+        running = np.concatenate(([0.0], np.cumsum(_rate_units(quota_type, values))))
+        first = np.searchsorted(times, times - horizon, side="right")
+        largest = max(largest, float((running[1:] - running[first]).max(initial=0.0)))
+    return max(largest / span_s, 1e-6)
+
+
 def _smallest_quota(
     traffic: Sequence[tuple[Int64Array, FloatArray, BoolArray | None]],
     quota_type: QuotaType,
     window: Window,
     target: float,
 ) -> tuple[float, float]:
-    """Bisection for the smallest quota whose throttled fraction is <= ``target``."""
-    span_s = max(window.num_samples - 1, 1) * window.window_ms / 1000.0
-    if window.num_samples == 1:
-        span_s = 0.001  # a one-sample rate can be measured over a single millisecond
-    total = sum(float(_rate_units(quota_type, values).sum()) for _, values, _ in traffic)
-    high = max(total / span_s, 1e-6) * (1 + 1e-9)
-    for _ in range(64):  # the bound above is never violated; guard against rounding anyway
-        if throttled_fraction(traffic, quota_type, window, high) <= target:
+    """Bisection (to 0.1 %) for the smallest quota whose throttled fraction is <= ``target``."""
+
+    def fine(quota: float) -> bool:
+        return throttled_fraction(traffic, quota_type, window, quota) <= target
+
+    high = _rate_bound(traffic, quota_type, window) * (1 + 1e-9)
+    for _ in range(64):  # the bound is never violated; guard against rounding anyway
+        if fine(high):
             break
         high *= 2
-    low = high * 1e-12
-    if throttled_fraction(traffic, quota_type, window, low) <= target:
-        high = low
-    while high / low > 1 + 1e-4:
+    low = high * 1e-4
+    while fine(low) and low > 1e-9:
+        high, low = low, low * 1e-4
+    while high / low > 1 + 1e-3:
         middle = math.sqrt(low * high)
-        if throttled_fraction(traffic, quota_type, window, middle) <= target:
+        if fine(middle):
             high = middle
         else:
             low = middle
+    # the fraction need not fall monotonically (unrecorded fetches change what later
+    # requests see), so the rounded value is checked and raised until it meets the target
     chosen = _round_up(quota_type, high)
+    for _ in range(10_000):
+        if fine(chosen):
+            break
+        chosen = _round_up(quota_type, chosen * (1 + 1e-3))
     return chosen, throttled_fraction(traffic, quota_type, window, chosen)
 
 
@@ -868,9 +898,11 @@ def recommend(
     :data:`BROKER`, :data:`TS` (the recorded time: recommendations replay the recorded
     timeline), :data:`USAGE`, optionally :data:`SEQ_COLUMNS` and, for fetch,
     ``unrecord_if`` (the request quota throttled it). The quota is found by bisection,
-    replaying the entity's traffic through the core under each candidate; it assumes that a
-    larger quota never throttles more requests. ``recommended_quota`` is rounded up to whole
-    bytes/s (hundredths of a percent for ``request``); ``throttled_fraction`` is at that value.
+    replaying the entity's traffic through the core under each candidate; the fraction
+    falls as the quota grows except for small wiggles (an unrecorded fetch changes what
+    later requests see), and the result is checked to meet the target.
+    ``recommended_quota`` is rounded up to whole bytes/s (hundredths of a percent for
+    ``request``), within 0.1 % of the smallest found; ``throttled_fraction`` is at that value.
     """
     if not 0.0 <= target < 1.0:
         raise ValueError(f"invalid target {target!r}: expected a fraction in [0, 1)")
