@@ -376,3 +376,40 @@ def test_empty_and_missing_input(spark: Any, tmp_path: Path) -> None:
                 traffic=str(tmp_path / "few.csv"), quotas=config, out=str(tmp_path / "o")
             ),
         )
+
+
+def test_ties_across_files_follow_path_then_row_order(spark: Any, tmp_path: Path) -> None:
+    config = QuotaConfig.from_json(
+        {"quotas": [{"entity": {"user": "u"}, "config": {"producer_byte_rate": 250}}]}
+    )
+    folder = tmp_path / "in put"  # a space: file names are compared URL-encoded
+    folder.mkdir()
+
+    def part(sizes: list[int], ids: list[str]) -> pa.Table:
+        n = len(sizes)
+        return pa.table(
+            {
+                TS: [5] * n,
+                USER: ["u"] * n,
+                CLIENT: ["c"] * n,
+                API: ["produce"] * n,
+                BYTES: sizes,
+                "id": ids,
+            }
+        )
+
+    # all at the same millisecond on one sensor: only the input order decides
+    pq.write_table(part([2000, 10], ["a0", "a1"]), folder / "a file.parquet")
+    pq.write_table(part([500], ["b0"]), folder / "b file.parquet")
+    run(
+        spark,
+        BacktestOptions(traffic=str(folder), quotas=config, out=str(tmp_path / "o"), report=False),
+    )
+    got = pd.read_parquet(tmp_path / "o" / "requests").set_index("id")
+    manager = config.manager("produce")
+    want = {
+        i: manager.record("u", "c", float(b), 5) for i, b in (("a0", 2000), ("a1", 10), ("b0", 500))
+    }
+    assert got[PRODUCE_THROTTLE].to_dict() == want
+    assert want["b0"] > 0 and want["a0"] == want["a1"] == 0
+    assert got[SEQ_COLUMNS[0]]["b0"] > got[SEQ_COLUMNS[0]]["a1"] >= 0

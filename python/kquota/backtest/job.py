@@ -26,6 +26,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import re
 import shutil
 import sys
 import threading
@@ -115,6 +116,8 @@ REQUIRED: Final = (TS, CLIENT, API, BYTES)
 
 LOG4J_CONFIG: Final = Path(__file__).with_name("log4j2.properties")
 """Quiet logging for the Spark driver kquota starts locally (errors only)."""
+
+_LOCAL_SCHEME: Final = re.compile(r"^file:/+")
 
 PartitionBy = Literal["broker", "sensor"]
 """How open-loop replay splits the work: whole brokers (one pass over the traffic), or
@@ -374,8 +377,10 @@ def read_traffic(spark: SparkSession, path: str, input_format: str = "auto") -> 
             f"traffic {path!r} has no column(s) {missing}: expected {', '.join(STANDARD)} "
             "(broker, user and thread_time_ns are optional)"
         )
-    rank = {name: i for i, name in enumerate(files)}
+    # inputFiles() says file:///x where _metadata.file_path says file:/x: compare them alike
+    rank = {_LOCAL_SCHEME.sub("file:/", name): i for i, name in enumerate(files)}
     file_rank = F.create_map(*[x for name, i in rank.items() for x in (F.lit(name), F.lit(i))])
+    file_path = F.regexp_replace(F.col("_metadata.file_path"), _LOCAL_SCHEME.pattern, "file:/")
     position = (
         F.col("_metadata.row_index")
         if chosen == "parquet"
@@ -385,8 +390,7 @@ def read_traffic(spark: SparkSession, path: str, input_format: str = "auto") -> 
     return frame.select(
         "*",
         (
-            file_rank[F.col("_metadata.file_path")].cast("long") * F.lit(1 << 44)
-            + F.col("_metadata.file_block_start")
+            file_rank[file_path].cast("long") * F.lit(1 << 44) + F.col("_metadata.file_block_start")
         ).alias(seq_file),
         position.cast("long").alias(seq_row),
     )
@@ -1040,10 +1044,14 @@ def _run(spark: SparkSession, options: BacktestOptions, progress: Progress) -> B
     progress.phase(f"reading {options.traffic}")
     raw = read_traffic(spark, options.traffic, options.input_format)
     parsed = _parsed(raw)
-    counts = {
-        (r[0] if r[0] is not None else ""): int(r[1])
-        for r in parsed.groupBy(_REASON).count().collect()
-    }
+    rows = (
+        parsed.groupBy(_REASON)
+        .agg(F.count(F.lit(1)), F.count_if(F.col(SEQ_COLUMNS[0]).isNull()))
+        .collect()
+    )
+    if any(r[2] for r in rows):  # every row must know its input position (ties need it)
+        raise TrafficError(f"cannot number the rows of {options.traffic!r} by input file")
+    counts = {(r[0] if r[0] is not None else ""): int(r[1]) for r in rows}
     valid_rows = counts.pop("", 0)
     refused = sum(counts.values())
     rows_read = valid_rows + refused
