@@ -262,6 +262,13 @@ class OpenLoop:
     def __init__(self, configs: Sequence[QuotaConfig]) -> None:
         self._configs = list(configs)
         self._managers: dict[tuple[int, str, QuotaType], QuotaManager] = {}
+        self._last: tuple[pd.DataFrame, _Batch] | None = None
+
+    def _batch(self, frame: pd.DataFrame) -> _Batch:
+        """The converted columns of ``frame``, converted once for both quota families."""
+        if self._last is None or self._last[0] is not frame:
+            self._last = (frame, _Batch(frame))
+        return self._last[1]
 
     @property
     def scenarios(self) -> int:
@@ -308,7 +315,7 @@ class OpenLoop:
 
     def request_throttles(self, frame: pd.DataFrame) -> list[Int32Array]:
         """Per scenario, the request-quota throttle of every row (0 without :data:`THREAD`)."""
-        batch = _Batch(frame)
+        batch = self._batch(frame)
         outs = []
         known = (
             np.flatnonzero(frame[THREAD].notna().to_numpy())
@@ -335,7 +342,7 @@ class OpenLoop:
         to the fetch quota (other APIs get 0 for both). A fetch throttled by either quota is
         unrecorded; ``requests`` are each scenario's request-quota throttles (default: none).
         """
-        batch = _Batch(frame)
+        batch = self._batch(frame)
         n = len(frame)
         kind = kind_codes(frame[API]) if n else np.empty(0, dtype=np.int8)
         size = frame[BYTES].to_numpy(dtype=np.float64) if n else np.empty(0)
@@ -394,7 +401,8 @@ def replay_open(frame: pd.DataFrame, config: QuotaConfig) -> pd.DataFrame:
     request-throttled); a fetch throttled by either quota is unrecorded, as Kafka does.
     """
     order = time_order(frame)
-    ordered = frame.iloc[order]
+    needed = [c for c in (BROKER, TS, USER, CLIENT, API, BYTES, THREAD) if c in frame.columns]
+    ordered = frame[needed].iloc[order]
     loop = OpenLoop([config])
     request = loop.request_throttles(ordered)[0]
     produce, fetch = loop.byte_throttles(ordered, [request])[0]
