@@ -169,6 +169,10 @@ class QuotaManager:
         """The ``(user, client-id)`` metric tags the client's requests are recorded under."""
     def quota_for(self, user: str, client_id: str) -> float | None:
         """The bound that applies to the client now, or ``None`` when none does."""
+    def _noop_record(
+        self, user: str, client_id: str, value: float, now_ms: int | None = None
+    ) -> int:
+        """Benchmark floor: parses ``record``'s arguments, does nothing, returns 0."""
     def record(self, user: str, client_id: str, value: float, now_ms: int | None = None) -> int:
         """Record usage with a quota check; return Kafka's throttle time in ms.
 

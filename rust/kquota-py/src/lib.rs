@@ -360,6 +360,21 @@ impl QuotaManager {
             .record(user, client_id, value, now_or_clock(now_ms))?)
     }
 
+    /// The benchmark floor: the same arguments as `record`, parsed the same way, and nothing
+    /// done with them. `make bench` times it beside `record` so the table shows how much of a
+    /// call is CPython's calling cost rather than the quota work.
+    #[pyo3(signature = (user, client_id, value, now_ms=None))]
+    fn _noop_record(
+        &self,
+        user: &str,
+        client_id: &str,
+        value: f64,
+        now_ms: Option<i64>,
+    ) -> i32 {
+        let _ = (user, client_id, value, now_ms);
+        0
+    }
+
     #[pyo3(signature = (user, client_id, value, now_ms=None))]
     fn unrecord(
         &self,
