@@ -1,4 +1,5 @@
-//! Bytes per live sensor with 10^6 entities, and what is left after they expire.
+//! Bytes per live sensor with 10^6 entities, and what is left after they expire; and
+//! bytes per sensor when every ring is full (a busy client).
 //!
 //! Counts the heap bytes the allocator hands out (a counting global allocator), for
 //! kquota's manager and, in the same run, for the locked-map baseline of the record
@@ -66,6 +67,23 @@ fn main() {
     let expired = (LIVE.load(Relaxed) - before) as f64;
     drop(m);
 
+    // The same with every sensor's ring full (12 windows of traffic each): a busy
+    // client's footprint. Fewer entities, the same per-sensor arithmetic.
+    let busy = ENTITIES / 10;
+    let before = LIVE.load(Relaxed);
+    let m = QuotaManager::with_defaults(QuotaType::Produce);
+    m.set_quota(&QuotaEntity::parse(None, Some("<default>")).unwrap(), 1e6)
+        .unwrap();
+    for window in 0..12i64 {
+        for id in &ids[..busy] {
+            m.record("alice", id, 100.0, window * 1000).unwrap();
+        }
+    }
+    settle();
+    let full = (LIVE.load(Relaxed) - before) as f64 / busy as f64;
+    drop(m);
+    settle();
+
     let before = LIVE.load(Relaxed);
     let mut locked: HashMap<(String, String), Samples> = HashMap::new();
     for (i, id) in ids.iter().enumerate() {
@@ -79,11 +97,15 @@ fn main() {
         "bytes per live sensor, {ENTITIES} entities: kquota {live:.0}, locked map {baseline:.0}"
     );
     println!("bytes left after every sensor expired: {expired:.0}");
+    println!(
+        "bytes per live sensor with a full ring (12 windows recorded), {busy} entities: {full:.0}"
+    );
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/kquota-bench");
     std::fs::create_dir_all(&dir).unwrap();
     let json = format!(
         "{{\"entities\": {ENTITIES}, \"bytes_per_sensor\": {live:.1}, \
-         \"baseline_bytes_per_sensor\": {baseline:.1}, \"bytes_after_expiry\": {expired:.0}}}\n"
+         \"baseline_bytes_per_sensor\": {baseline:.1}, \"bytes_after_expiry\": {expired:.0}, \
+         \"full_ring_entities\": {busy}, \"bytes_per_sensor_full\": {full:.1}}}\n"
     );
     std::fs::write(dir.join("memory.json"), json).unwrap();
 }

@@ -73,10 +73,7 @@ struct Block {
 
 impl Block {
     fn new(samples: Samples, bound: Bound) -> Block {
-        let (value, base) = samples
-            .current_index()
-            .map(|i| (samples.slots()[i].value, samples.slots()[i].last))
-            .unwrap_or((0.0, 0));
+        let (value, base) = samples.current().unwrap_or((0.0, 0));
         Block {
             acc: AtomicWord::new(pack(value, 0, false)),
             base,
@@ -185,7 +182,7 @@ impl RateCell {
             }
             return match block.bound.value {
                 Some(bound) if check => {
-                    let (rate, window) = summary.rate(cfg, t, updated);
+                    let (rate, window) = summary.rate(cfg, t, updated, block.samples.tail());
                     verdict(rate, bound, window)
                 }
                 _ => Check::UNCHECKED,
@@ -199,7 +196,7 @@ impl RateCell {
         let (current, off, sealed) = unpack(block.acc.load());
         if let Some(summary) = block.summary.as_ref().filter(|_| !sealed) {
             if summary.measure_is_pure(cfg, t, block.base + off) {
-                return summary.rate(cfg, t, current).0;
+                return summary.rate(cfg, t, current, block.samples.tail()).0;
             }
         }
         self.structural(guard, |samples, _| samples.measure_rate(cfg, t).0)

@@ -3,8 +3,6 @@
 //! [`Samples`] is plain sequential state; the thread-safe sensors wrap it in a
 //! copy-on-write cell (see [`crate::cow`]). Every rule that decides a number lives here.
 
-use smallvec::SmallVec;
-
 use crate::error::{Error, Result};
 
 /// How a sampled statistic is windowed: `num_samples` windows of `window_ms`.
@@ -69,7 +67,7 @@ impl WindowConfig {
     }
 }
 
-/// One sample slot.
+/// One sample slot, as [`Samples::slots`] reports it.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Slot {
     /// Sum of the values recorded in this window.
@@ -82,10 +80,17 @@ pub struct Slot {
     pub last: i64,
 }
 
-impl Slot {
-    fn fresh(t: i64) -> Slot {
-        Slot {
-            value: 0.0,
+/// A slot's bookkeeping; its value lives apart, in [`Samples::values`].
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Meta {
+    count: u64,
+    start: i64,
+    last: i64,
+}
+
+impl Meta {
+    fn fresh(t: i64) -> Meta {
+        Meta {
             count: 0,
             start: t,
             last: t,
@@ -93,79 +98,107 @@ impl Slot {
     }
 }
 
-/// Slots kept inline, with no allocation of their own, up to Kafka's default ring
-/// (11 samples + 1); longer rings spill to the heap.
-const INLINE_SLOTS: usize = 12;
-
 /// The ring of samples of one statistic.
+///
+/// Slots are created as windows are first used (Kafka's `SampledStat` grows its list the
+/// same way), and each allocation is exactly as long as the ring is, so a sensor that saw
+/// one window holds one slot. Values are kept apart from the bookkeeping: the hot path
+/// adds the values up and reads nothing else.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Samples {
     cur: usize,
-    slots: SmallVec<[Slot; INLINE_SLOTS]>,
+    values: Vec<f64>,
+    meta: Vec<Meta>,
 }
 
 impl Samples {
-    /// An empty ring (slots are created lazily).
+    /// An empty ring (slots are created lazily; no allocation until the first record).
     pub fn new() -> Self {
-        Samples {
-            cur: 0,
-            slots: SmallVec::new(),
-        }
+        Samples::default()
     }
 
-    /// The slots in index order (for inspection and tests).
-    pub fn slots(&self) -> &[Slot] {
-        &self.slots
+    /// The slots in index order (a copy, for inspection and tests).
+    pub fn slots(&self) -> Vec<Slot> {
+        self.values
+            .iter()
+            .zip(&self.meta)
+            .map(|(&value, m)| Slot {
+                value,
+                count: m.count,
+                start: m.start,
+                last: m.last,
+            })
+            .collect()
+    }
+
+    /// Heap bytes this ring holds (its slots), for memory accounting.
+    pub fn heap_bytes(&self) -> usize {
+        self.values.capacity() * std::mem::size_of::<f64>()
+            + self.meta.capacity() * std::mem::size_of::<Meta>()
+    }
+
+    fn push(&mut self, t: i64) {
+        // Grow one slot at a time: a ring reaches its full length once, and a sensor that
+        // stays in few windows keeps few slots.
+        self.values.reserve_exact(1);
+        self.meta.reserve_exact(1);
+        self.values.push(0.0);
+        self.meta.push(Meta::fresh(t));
+    }
+
+    fn reset(&mut self, i: usize, t: i64) {
+        self.values[i] = 0.0;
+        self.meta[i] = Meta::fresh(t);
     }
 
     /// Records `value` at `t` (section 2.2). Never purges.
     pub fn record(&mut self, cfg: &WindowConfig, value: f64, t: i64) {
-        if self.slots.is_empty() {
-            self.slots.push(Slot::fresh(t));
+        if self.values.is_empty() {
+            self.push(t);
             self.cur = 0;
         }
-        if t.wrapping_sub(self.slots[self.cur].start) >= cfg.window_ms {
+        if t.wrapping_sub(self.meta[self.cur].start) >= cfg.window_ms {
             self.cur = (self.cur + 1) % cfg.ring_len();
-            if self.cur >= self.slots.len() {
-                self.slots.push(Slot::fresh(t));
+            if self.cur >= self.values.len() {
+                self.push(t);
             } else {
-                self.slots[self.cur] = Slot::fresh(t);
+                self.reset(self.cur, t);
             }
         }
-        let slot = &mut self.slots[self.cur];
-        slot.value += value;
-        slot.count += 1;
-        slot.last = t;
+        self.values[self.cur] += value;
+        let meta = &mut self.meta[self.cur];
+        meta.count += 1;
+        meta.last = t;
     }
 
     /// Whether measuring at `t` would change the state (a purge, or an empty ring).
     pub fn measure_mutates(&self, cfg: &WindowConfig, t: i64) -> bool {
-        self.slots.is_empty() || self.slots.iter().any(|s| Self::obsolete(cfg, s, t))
+        self.values.is_empty() || self.meta.iter().any(|m| Self::obsolete(cfg, m.last, t))
     }
 
-    fn obsolete(cfg: &WindowConfig, slot: &Slot, t: i64) -> bool {
-        t.wrapping_sub(slot.last) >= cfg.horizon_ms()
+    fn obsolete(cfg: &WindowConfig, last: i64, t: i64) -> bool {
+        t.wrapping_sub(last) >= cfg.horizon_ms()
     }
 
     /// Re-initialises every obsolete slot at `t` (section 2.3).
     pub fn purge(&mut self, cfg: &WindowConfig, t: i64) {
-        for slot in &mut self.slots {
-            if Self::obsolete(cfg, slot, t) {
-                *slot = Slot::fresh(t);
+        for i in 0..self.meta.len() {
+            if Self::obsolete(cfg, self.meta[i].last, t) {
+                self.reset(i, t);
             }
         }
     }
 
     /// Sum of the values, in slot-index order (the order Kafka adds them in).
     fn sum(&self) -> f64 {
-        self.slots.iter().fold(0.0, |acc, s| acc + s.value)
+        self.values.iter().fold(0.0, |acc, v| acc + v)
     }
 
     /// The elapsed window of section 2.4, on a purged, non-empty ring. Java's arithmetic
     /// exactly: long subtraction, the count of whole windows narrowed to an int, int
     /// subtraction, all wrapping as Java's do.
     fn window_ms(&self, cfg: &WindowConfig, t: i64) -> i64 {
-        let oldest = self.slots.iter().map(|s| s.start).min().unwrap_or(t);
+        let oldest = self.meta.iter().map(|m| m.start).min().unwrap_or(t);
         window_from_oldest(cfg, oldest, t)
     }
 
@@ -173,8 +206,8 @@ impl Samples {
     /// Returns the rate and the window in ms it was divided by.
     pub fn measure_rate(&mut self, cfg: &WindowConfig, t: i64) -> (f64, i64) {
         self.purge(cfg, t);
-        if self.slots.is_empty() {
-            self.slots.push(Slot::fresh(t));
+        if self.values.is_empty() {
+            self.push(t);
             self.cur = 0;
         }
         self.rate_unchanged(cfg, t)
@@ -191,52 +224,55 @@ impl Samples {
 
     /// The index of the sample in progress, if any.
     pub fn current_index(&self) -> Option<usize> {
-        (!self.slots.is_empty()).then_some(self.cur)
+        (!self.values.is_empty()).then_some(self.cur)
+    }
+
+    /// The value and last-event time of the sample in progress, if any.
+    pub fn current(&self) -> Option<(f64, i64)> {
+        let i = self.current_index()?;
+        Some((self.values[i], self.meta[i].last))
     }
 
     /// Replaces the value and last-event time of the sample in progress (no-op when empty).
     pub fn set_current(&mut self, value: f64, last: i64) {
-        if let Some(slot) = self.slots.get_mut(self.cur) {
-            slot.value = value;
-            slot.last = last;
+        if let Some(i) = self.current_index() {
+            self.values[i] = value;
+            self.meta[i].last = last;
         }
+    }
+
+    /// The values of the samples after the one in progress, in index order (see
+    /// [`Summary::rate`]).
+    pub fn tail(&self) -> &[f64] {
+        self.values.get(self.cur + 1..).unwrap_or(&[])
     }
 
     /// What an in-place record or a pure measurement needs to know of this ring, in a
     /// few contiguous words; `None` for an empty ring.
     pub fn summary(&self) -> Option<Summary> {
         let cur = self.current_index()?;
-        let mut prefix = 0.0;
-        let mut tail = SmallVec::new();
+        let prefix = self.values[..cur].iter().fold(0.0, |acc, v| acc + v);
         let (mut min_other_last, mut max_other_last) = (i64::MAX, i64::MIN);
-        for (i, s) in self.slots.iter().enumerate() {
-            if i < cur {
-                prefix += s.value;
-            } else if i > cur {
-                tail.push(s.value);
-            }
+        for (i, m) in self.meta.iter().enumerate() {
             if i != cur {
-                min_other_last = min_other_last.min(s.last);
-                max_other_last = max_other_last.max(s.last);
+                min_other_last = min_other_last.min(m.last);
+                max_other_last = max_other_last.max(m.last);
             }
         }
         Some(Summary {
-            cur_start: self.slots[cur].start,
-            min_start: self.slots.iter().map(|s| s.start).min().unwrap_or(i64::MAX),
+            cur_start: self.meta[cur].start,
+            min_start: self.meta.iter().map(|m| m.start).min().unwrap_or(i64::MAX),
             min_other_last,
             max_other_last,
             prefix,
-            tail,
         })
     }
 
     /// Measures the average of the recorded values (Kafka's `Avg`): NaN with no events.
     pub fn measure_avg(&mut self, cfg: &WindowConfig, t: i64) -> f64 {
         self.purge(cfg, t);
-        let (total, count) = self
-            .slots
-            .iter()
-            .fold((0.0, 0u64), |(v, c), s| (v + s.value, c + s.count));
+        let total = self.sum();
+        let count: u64 = self.meta.iter().map(|m| m.count).sum();
         if count == 0 {
             f64::NAN
         } else {
@@ -246,9 +282,10 @@ impl Samples {
 }
 
 /// A ring reduced to what the hot path reads: the sample in progress's start, the oldest
-/// start, the range of the other samples' last-event times, the sum of the values before
-/// the sample in progress and the values after it (kept apart: Kafka adds the values in
-/// slot order, and floating-point addition is not associative).
+/// start, the range of the other samples' last-event times and the sum of the values
+/// before the sample in progress. The values after it are read from the ring
+/// ([`Samples::tail`]) and added one by one: Kafka adds the values in slot order, and
+/// floating-point addition is not associative.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Summary {
     cur_start: i64,
@@ -256,7 +293,6 @@ pub struct Summary {
     min_other_last: i64,
     max_other_last: i64,
     prefix: f64,
-    tail: SmallVec<[f64; INLINE_SLOTS - 1]>,
 }
 
 impl Summary {
@@ -289,11 +325,12 @@ impl Summary {
         self.others_live(cfg, t, Some(cur_last))
     }
 
-    /// The rate at `t` (and its window) with the sample in progress holding `current`:
-    /// what [`Samples::measure_rate`] gives when measuring is pure, bit for bit.
-    pub fn rate(&self, cfg: &WindowConfig, t: i64, current: f64) -> (f64, i64) {
+    /// The rate at `t` (and its window) with the sample in progress holding `current`
+    /// and `tail` the ring's [`Samples::tail`]: what [`Samples::measure_rate`] gives when
+    /// measuring is pure, bit for bit.
+    pub fn rate(&self, cfg: &WindowConfig, t: i64, current: f64, tail: &[f64]) -> (f64, i64) {
         let mut sum = self.prefix + current;
-        for v in &self.tail {
+        for v in tail {
             sum += v;
         }
         let window = window_from_oldest(cfg, self.min_start, t);
@@ -353,6 +390,7 @@ mod tests {
             s.record(&c, 1.0, i * 1000);
         }
         assert_eq!(s.slots().len(), 3);
+        assert_eq!(s.heap_bytes(), 3 * (8 + 24));
         assert_eq!(s.cur, 4 % 3);
     }
 

@@ -364,13 +364,7 @@ impl QuotaManager {
     /// done with them. `make bench` times it beside `record` so the table shows how much of a
     /// call is CPython's calling cost rather than the quota work.
     #[pyo3(signature = (user, client_id, value, now_ms=None))]
-    fn _noop_record(
-        &self,
-        user: &str,
-        client_id: &str,
-        value: f64,
-        now_ms: Option<i64>,
-    ) -> i32 {
+    fn _noop_record(&self, user: &str, client_id: &str, value: f64, now_ms: Option<i64>) -> i32 {
         let _ = (user, client_id, value, now_ms);
         0
     }
