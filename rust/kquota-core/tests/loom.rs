@@ -1,4 +1,5 @@
-//! Model checks of the rate sensors' lock-free protocol (`rate_cell`) with loom: every
+//! Model checks of the rate sensors' lock-free protocol (`rate_cell`) and of the copy-on-write
+//! cell (`cow`) with loom: every
 //! interleaving of concurrent in-place records, records that start a new sample (seal,
 //! fold, publish), measurements that purge, and threads that help a sealed block along
 //! must end in a state that some sequential order of the same operations produces.
@@ -149,4 +150,128 @@ fn in_place_records_racing_with_a_rollover_and_a_measurement() {
         vec![Op::Record(1.0, 1), Op::Record(2.0, 2), Op::Record(4.0, 3)],
         vec![Op::Record(8.0, 12), Op::Measure(13)],
     );
+}
+
+/// A bound change racing checked records: every record's verdict, not only the final
+/// samples, must be what some sequential order of the same operations gives (the check
+/// sees the bound in force before or after the change, never a mix).
+#[test]
+fn a_quota_change_racing_checked_records() {
+    use kquota_core::Check;
+
+    #[derive(Clone, Copy, Debug)]
+    enum Step {
+        Record(f64, i64),
+        SetQuota(f64),
+    }
+    type Outcome = (Observed, Vec<Option<Check>>, Vec<Option<Check>>);
+
+    fn step(state: &mut (Samples, f64), cfg: &WindowConfig, op: Step) -> Option<Check> {
+        match op {
+            Step::Record(v, t) => {
+                state.0.record(cfg, v, t);
+                Some(check_bound(&mut state.0, cfg, state.1, t))
+            }
+            Step::SetQuota(q) => {
+                state.1 = q;
+                None
+            }
+        }
+    }
+
+    fn outcomes(cfg: &WindowConfig, a: &[Step], b: &[Step]) -> Vec<Outcome> {
+        #[allow(clippy::too_many_arguments)]
+        fn go(
+            cfg: &WindowConfig,
+            s: (Samples, f64),
+            a: &[Step],
+            b: &[Step],
+            ra: Vec<Option<Check>>,
+            rb: Vec<Option<Check>>,
+            out: &mut Vec<Outcome>,
+        ) {
+            if a.is_empty() && b.is_empty() {
+                out.push((observable(&s.0), ra, rb));
+                return;
+            }
+            if let Some((&op, rest)) = a.split_first() {
+                let mut next = s.clone();
+                let mut ra = ra.clone();
+                ra.push(step(&mut next, cfg, op));
+                go(cfg, next, rest, b, ra, rb.clone(), out);
+            }
+            if let Some((&op, rest)) = b.split_first() {
+                let mut next = s;
+                let mut rb = rb;
+                rb.push(step(&mut next, cfg, op));
+                go(cfg, next, a, rest, ra, rb, out);
+            }
+        }
+        let mut out = Vec::new();
+        go(cfg, (Samples::new(), 50.0), a, b, vec![], vec![], &mut out);
+        out
+    }
+
+    fn run_step(rate: &SampledRate, op: Step) -> Option<Check> {
+        match op {
+            Step::Record(v, t) => Some(rate.record(v, t).unwrap()),
+            Step::SetQuota(q) => {
+                rate.set_quota(Some(q)).unwrap();
+                None
+            }
+        }
+    }
+
+    let cfg = WindowConfig::new(2, 10).unwrap();
+    // 600 over the padded 10 ms window breaks a bound of 50/s but not 1e9/s.
+    let a = vec![Step::Record(600.0, 1), Step::Record(1.0, 12)];
+    let b = vec![Step::SetQuota(1e9), Step::Record(2.0, 2)];
+    let allowed = outcomes(&cfg, &a, &b);
+    assert!(allowed.iter().any(|o| o.1[0].unwrap().violated));
+    assert!(allowed.iter().any(|o| !o.1[0].unwrap().violated));
+    let mut model = loom::model::Builder::new();
+    model.preemption_bound = Some(3);
+    model.check(move || {
+        let rate = Arc::new(SampledRate::new(cfg, Some(50.0)).unwrap());
+        let other = rate.clone();
+        let b = b.clone();
+        let worker =
+            thread::spawn(move || b.iter().map(|&op| run_step(&other, op)).collect::<Vec<_>>());
+        let ra: Vec<_> = a.iter().map(|&op| run_step(&rate, op)).collect();
+        let rb = worker.join().unwrap();
+        let end = (observable(&rate.samples_snapshot()), ra, rb);
+        assert!(allowed.contains(&end), "not a sequential outcome: {end:?}");
+        assert_eq!(rate.quota(), Some(1e9));
+    });
+}
+
+/// The copy-on-write cell (quota configuration, throttle-time averages): concurrent
+/// updates are never lost, and a reader sees a whole value, never half of an update.
+#[test]
+fn copy_on_write_updates_are_never_lost() {
+    use kquota_core::cow::{pin, CowCell};
+
+    let mut model = loom::model::Builder::new();
+    model.preemption_bound = Some(3);
+    model.check(|| {
+        // Two fields every update changes together: a torn read would see them differ.
+        let cell = Arc::new(CowCell::new((0u32, 0u32)));
+        let workers: Vec<_> = (0..2)
+            .map(|_| {
+                let cell = cell.clone();
+                thread::spawn(move || {
+                    cell.update(&pin(), |v| {
+                        v.0 += 1;
+                        v.1 += 1;
+                    })
+                })
+            })
+            .collect();
+        let seen = cell.read(&pin(), |v| *v);
+        assert_eq!(seen.0, seen.1, "torn read {seen:?}");
+        for w in workers {
+            w.join().unwrap();
+        }
+        assert_eq!(cell.read(&pin(), |v| *v), (2, 2));
+    });
 }
