@@ -1,15 +1,18 @@
 """Prometheus metrics (kquota.broker.metrics): real HTTP scrapes parsed with
 prometheus_client's parser, values against the core's, the quota-value switch, scrapes
-during recording from threads, 100 000 expiring entities, and a port in use."""
+during recording from threads (also while quotas change, sensors expire and channels are
+throttled, with exact totals at the end), 100 000 expiring entities, and a port in use."""
 
 from __future__ import annotations
 
 import errno
+import itertools
 import math
 import socket
 import threading
 import time
 import urllib.request
+from collections.abc import Callable
 from typing import Any
 
 import kquota
@@ -325,3 +328,132 @@ def test_expired_sensors_leave_the_metrics_100k_entities() -> None:
         assert set(small[family]) == live
     assert small["kafka_server_produce_queue_size"] == {("", ""): 0.0}
     assert small_size < 5_000 < full_size
+
+
+def test_scrapes_under_load_parse_and_stay_consistent() -> None:
+    """Two scrapers hit the endpoint while threads record (GIL-free batches), quotas change,
+    idle sensors are created and expired and channels are throttled. Every scrape parses
+    and agrees with itself; at a fixed scrape time the rates only grow, and at the end they
+    are exactly what was recorded. The server stays up throughout."""
+    t_scrape = 1_000_000  # every record lies in the 5 s before the scrape time
+    manager = kquota.QuotaManager("produce", sensor_expiry_ms=10_000)
+    manager.set_quota(kquota.Entity(client_id=kquota.DEFAULT), 1e12)
+    manager.set_quota(kquota.Entity(user="churn"), 1000.0)
+    recorders, batches, per_batch = 3, 30, 2000
+    busy = [("", f"busy-{k}") for k in range(recorders)] + [("", "shared")]
+    for user, client in busy:  # the busy sensors exist before the first scrape
+        manager.record(user, client, 1.0, now_ms=t_scrape - 5000)
+    manager.record("churn", "c", 1.0, now_ms=t_scrape - 1000)
+    manager.throttle("thr", "thr-c", 250, now_ms=t_scrape - 1000, channel=0)
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def guarded(work: Callable[..., None]) -> Callable[..., None]:
+        def run(*args: Any) -> None:
+            try:
+                work(*args)
+            except BaseException as e:  # reported by the main thread
+                errors.append(e)
+
+        return run
+
+    @guarded
+    def record(k: int) -> None:
+        keys = [("", f"busy-{k}"), ("", "shared")]
+        for b in range(batches):
+            i = np.arange(b * per_batch, (b + 1) * per_batch, dtype=np.int64)
+            now = t_scrape - 5000 + i * 5000 // (batches * per_batch)
+            manager.record_batch(now, i % 2, np.ones(per_batch), keys)
+            time.sleep(0.02)
+
+    @guarded
+    def churn() -> None:
+        flips = 0
+        while not stop.is_set():
+            manager.set_quota(kquota.Entity(user="churn"), 2000.0 if flips % 2 else 1000.0)
+            flips += 1
+            time.sleep(0.001)
+
+    expired: list[str] = []
+
+    @guarded
+    def expire() -> None:
+        for i in itertools.count():
+            if stop.is_set():
+                return
+            manager.record("", f"idle-{i}", 1.0, now_ms=t_scrape - 20_000)  # idle for 20 s
+            expired.extend(manager.expire_sensors(now_ms=t_scrape))
+            time.sleep(0.002)
+
+    throttles = [1]  # one throttle above; the queue is never drained
+
+    @guarded
+    def throttle() -> None:
+        while not stop.is_set():
+            throttles[0] += 1  # counted first: a scrape never sees more than this
+            manager.throttle("thr", "thr-c", 250, now_ms=t_scrape - 500, channel=throttles[0])
+            time.sleep(0.005)
+
+    scrapes: list[int] = [0, 0]
+
+    def check_scrapes(url: str, slot: int) -> None:
+        last_rates = dict.fromkeys(busy, 0.0)
+        last_queue = 0.0
+        while not stop.is_set():
+            got, _ = scrape(url)
+            scrapes[slot] += 1
+            rates = got["kafka_server_produce_byte_rate"]
+            quotas = got["kafka_server_produce_quota_value"]
+            utilization = got["kafka_server_produce_utilization"]
+            for key in busy:  # never expired, and only growing at a fixed scrape time
+                assert rates[key] >= last_rates[key], key
+                last_rates[key] = rates[key]
+                assert quotas[key] == 1e12
+            assert quotas[("churn", "")] in (1000.0, 2000.0)
+            assert utilization.keys() == quotas.keys()
+            for key, bound in quotas.items():
+                assert utilization[key] == rates[key] / bound
+            for (user, client), rate in rates.items():
+                assert math.isfinite(rate) and rate >= 0
+                if client.startswith("idle-"):  # recorded 20 s ago: all purged
+                    assert rate == 0.0 and user == ""
+            assert got["kafka_server_produce_throttle_time"][("", "thr-c")] == 250.0
+            queue = got["kafka_server_produce_queue_size"][("", "")]
+            assert last_queue <= queue <= throttles[0]
+            last_queue = queue
+
+    def stop_when_recorded(workers: list[threading.Thread]) -> None:
+        for worker in workers:
+            worker.join()
+        stop.set()
+
+    collector = QuotaCollector(manager, quota_value_metric=True, clock=lambda: t_scrape)
+    with serve_metrics(collector) as server:
+        workers = [threading.Thread(target=record, args=(k,)) for k in range(recorders)]
+        churners = [threading.Thread(target=f) for f in (churn, expire, throttle)]
+        scraper = threading.Thread(target=guarded(check_scrapes), args=(server.url, 1))
+        for th in [*workers, *churners, scraper]:
+            th.start()
+        try:
+            watcher = threading.Thread(target=stop_when_recorded, args=(workers,))
+            watcher.start()
+            guarded(check_scrapes)(server.url, 0)
+            watcher.join()
+        finally:
+            stop.set()
+            for th in [*workers, *churners, scraper]:
+                th.join(timeout=60)
+        assert errors == []
+        assert min(scrapes) >= 3, scrapes
+        assert expired, "idle sensors must have expired while scraping"
+
+        # The endpoint still serves, and the rates are exactly what was recorded: at the
+        # scrape time the padded window is 10 s, so a rate is its total / 10.
+        final, _ = scrape(server.url)
+    rates = final["kafka_server_produce_byte_rate"]
+    per_key = batches * per_batch // 2
+    for k in range(recorders):
+        assert rates[("", f"busy-{k}")] * 10 == 1 + per_key
+        assert rates[("", f"busy-{k}")] == manager.measure("x", f"busy-{k}", now_ms=t_scrape)
+    assert rates[("", "shared")] * 10 == 1 + recorders * per_key
+    assert final["kafka_server_produce_queue_size"] == {("", ""): float(throttles[0])}
