@@ -3,10 +3,12 @@ and the batch call against one-at-a-time records."""
 
 from __future__ import annotations
 
+import itertools
 import math
 import pickle
 import re
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import kquota
@@ -258,3 +260,124 @@ def test_threads_record_exact_totals() -> None:
     for k in range(8):
         own = m.measure("u", f"own-{k}", now_ms=5000)
         assert own is not None and own * 10 == pytest.approx(n / 2, rel=0, abs=1e-6)
+
+
+def test_threads_keep_exact_totals_while_quotas_change_and_sensors_expire() -> None:
+    """OS threads record on shared and distinct entities, through the GIL-free batch call
+    and one call at a time, while one thread keeps changing quotas and another keeps
+    creating idle sensors and expiring them; more threads share one SampledRate. Every
+    value stays inside the horizon, so each sensor's total is exactly what was recorded."""
+    m = kquota.QuotaManager("produce", num_samples=11, window_ms=1000, sensor_expiry_ms=60_000)
+    default_client = kquota.Entity(client_id=kquota.DEFAULT)
+    other = kquota.Entity(user="someone-else")
+    # Both levels are enabled before any record, so the churn never moves a client's tags.
+    m.set_quota(default_client, 1e15)
+    m.set_quota(other, 1e12)
+    rate = kquota.SampledRate(11, 1000, quota=1e15)
+    batch_threads, call_threads, rate_threads = 4, 2, 2
+    n_batch, n_call = 40_000, 10_000
+    recorded: dict[str, float] = {}
+    rate_total = [0.0]
+    lock = threading.Lock()
+    done = threading.Event()
+    errors: list[BaseException] = []
+    start = threading.Barrier(batch_threads + call_threads + rate_threads + 2)
+
+    def account(client: str, values: np.ndarray, mask: np.ndarray) -> None:
+        with lock:
+            recorded[client] = recorded.get(client, 0.0) + float(values[mask].sum())
+
+    def batches(k: int) -> None:
+        rng = np.random.default_rng(k)
+        keys = [("u", "shared"), ("u", f"batch-{k}")]
+        now = np.arange(n_batch, dtype=np.int64) * 5000 // n_batch  # 0..4999 ms
+        index = rng.integers(0, 2, n_batch).astype(np.int64)
+        values = rng.integers(0, 1000, n_batch).astype(np.float64)
+        start.wait()
+        for chunk in np.array_split(np.arange(n_batch), 20):
+            throttles = m.record_batch(now[chunk], index[chunk], values[chunk], keys)
+            assert (throttles == 0).all()
+        account("shared", values, index == 0)
+        account(f"batch-{k}", values, index == 1)
+
+    def calls(k: int) -> None:
+        rng = np.random.default_rng(100 + k)
+        values = rng.integers(0, 1000, n_call).astype(np.float64)
+        shared = rng.random(n_call) < 0.5
+        start.wait()
+        for i, (v, s) in enumerate(zip(values.tolist(), shared.tolist(), strict=True)):
+            client = "shared" if s else f"call-{k}"
+            if i % 2:
+                assert m.record("u", client, v, now_ms=i * 5000 // n_call) == 0
+            else:
+                m.record_no_throttle("u", client, v, now_ms=i * 5000 // n_call)
+        account("shared", values, shared)
+        account(f"call-{k}", values, ~shared)
+
+    def rate_records(k: int) -> None:
+        values = np.random.default_rng(200 + k).integers(-1000, 1000, n_call).astype(np.float64)
+        start.wait()
+        for i, v in enumerate(values.tolist()):
+            if i % 2:
+                rate.record_no_check(v, now_ms=i * 5000 // n_call)
+            else:
+                assert not rate.record(v, now_ms=i * 5000 // n_call).violated
+        with lock:
+            rate_total[0] += float(values.sum())
+
+    changes, expired = [0], [0]
+
+    def churn() -> None:
+        start.wait()
+        while not done.is_set():
+            # Bounds far above every rate: no record may depend on them.
+            m.set_quota(default_client, 1e15 + changes[0] % 7)
+            if changes[0] % 2:
+                m.remove_quota(other)
+            else:
+                m.set_quota(other, 1e12)
+            rate.set_quota(1e15 + changes[0] % 5)
+            changes[0] += 1
+
+    def expiry() -> None:
+        start.wait()
+        for i in itertools.count():
+            if done.is_set():
+                return
+            m.record("idle", f"c{i}", 1.0, now_ms=-100_000)  # idle for over a minute
+            expired[0] += len(m.expire_sensors(now_ms=0))
+
+    def guarded(target: Callable[..., None], *args: int) -> threading.Thread:
+        def run() -> None:
+            try:
+                target(*args)
+            except BaseException as e:  # reported below
+                errors.append(e)
+
+        return threading.Thread(target=run)
+
+    writers = [
+        *(guarded(batches, k) for k in range(batch_threads)),
+        *(guarded(calls, k) for k in range(call_threads)),
+        *(guarded(rate_records, k) for k in range(rate_threads)),
+    ]
+    background = [guarded(churn), guarded(expiry)]
+    for th in writers + background:
+        th.start()
+    for th in writers:
+        th.join()
+    done.set()
+    for th in background:
+        th.join()
+    assert errors == []
+    assert changes[0] > 10 and expired[0] > 0, "the churn must overlap the writers"
+
+    # At 5000 ms the padded window is exactly 10 s: a rate is its total / 10.
+    m.set_quota(default_client, 1e15)
+    readings = {(r.user, r.client_id): r for r in m.snapshot(now_ms=5000)}
+    assert readings.keys() == {("", client) for client in recorded}  # idle ones all expired
+    for client, total in recorded.items():
+        assert m.measure("u", client, now_ms=5000) == total / 10.0, client
+        assert readings[("", client)].rate == total / 10.0
+        assert readings[("", client)].bound == 1e15
+    assert rate.measure(now_ms=5000) == rate_total[0] / 10.0
