@@ -6,6 +6,12 @@ to NaN; an exception on one side must be an exception of the same class on the o
 After every manager step the observable state (``enabled``, ``queue_size``, ``sensor_names``,
 ``quotas``) is compared too, so a rejected call that changed something is caught at once.
 
+The traces go where callers should not: clocks that go back and jump by up to 2**60 ms,
+subnormal, zero, negative-zero and near-overflow values, and user and client names of any
+Unicode (empty, NUL, astral planes). Names with a lone surrogate cannot cross into Rust:
+there the core alone runs the call, which must raise a ValueError showing the surrogate
+and leave the state equal to the model's (which did not run it).
+
 On a failure, Hypothesis prints the shrunk trace and the notes: one line per step, written
 as the Python call that was made (``m.record('alice', 'c1', 1e+18, now_ms=1000)``; ``handle``
 is the broker's request handling, see :func:`handle`) followed by what it returned, and both
@@ -136,13 +142,49 @@ USERS: Final = ("alice", "bob", "", "<default>", "é", "用户", "🦀 crab", "a
 FREQUENT_CLIENTS: Final = ("c1", "c2")
 CLIENTS: Final = ("c1", "c2", "", "<default>", "é", "用户", "🦀", "a b", "+*%")
 
+# Any Unicode as well: every code point (NUL and other controls, astral planes, unassigned
+# ones), and the empty string. A Python str with a lone surrogate has no UTF-8 form, so it
+# cannot become a Rust string: the core must reject it with a clear error and change
+# nothing (the model, like Java, would accept it; see replay_manager_trace).
+any_text = st.text(st.characters(exclude_categories=()), max_size=6)
+
+
+def _join(*parts: str) -> str:
+    return "".join(parts)
+
+
+lone_surrogate_text = st.builds(_join, any_text, st.characters(categories=["Cs"]), any_text)
+
+
+def _texts(value: object) -> list[str]:
+    """The strs in ``value``: a str, an EntitySpec, or a tuple of them."""
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, EntitySpec):
+        return [t for t in (value.user, value.client_id) if t is not None]
+    if isinstance(value, tuple):
+        return [t for v in value for t in _texts(v)]
+    return []
+
+
+def has_lone_surrogate(value: object) -> bool:
+    """Whether ``value`` (a str, an EntitySpec or a tuple of them) holds a lone surrogate."""
+    return any(0xD800 <= ord(c) <= 0xDFFF for t in _texts(value) for c in t)
+
+
 # The frequent names come up more often, so that requests meet the overrides set for them.
-user_names = st.sampled_from(FREQUENT_USERS * 4 + USERS)
-client_names = st.sampled_from(FREQUENT_CLIENTS * 4 + CLIENTS)
+# ``encodable_*`` leave out lone surrogates (for record_batch, compared with the model).
+encodable_user_names = weighted((8, st.sampled_from(FREQUENT_USERS * 4 + USERS)), (1, any_text))
+encodable_client_names = weighted(
+    (8, st.sampled_from(FREQUENT_CLIENTS * 4 + CLIENTS)), (1, any_text)
+)
+user_names = weighted((25, encodable_user_names), (1, lone_surrogate_text))
+client_names = weighted((25, encodable_client_names), (1, lone_surrogate_text))
 
 # Entity names: "<default>" would be the default marker, so it is left out of the names.
 ENTITY_USERS: Final = tuple(u for u in USERS if u != DEFAULT)
 ENTITY_CLIENTS: Final = tuple(c for c in CLIENTS if c != DEFAULT)
+_odd_names = weighted((6, any_text), (1, lone_surrogate_text))
 
 
 @dataclass(frozen=True)
@@ -183,14 +225,32 @@ ENTITY_SHAPES: Final = tuple(
 entities = st.builds(
     _entity,
     st.sampled_from(ENTITY_SHAPES),
-    st.one_of(st.sampled_from(FREQUENT_USERS), st.sampled_from(ENTITY_USERS)),
-    st.one_of(st.sampled_from(FREQUENT_CLIENTS), st.sampled_from(ENTITY_CLIENTS)),
+    weighted(
+        (4, st.sampled_from(FREQUENT_USERS)), (4, st.sampled_from(ENTITY_USERS)), (1, _odd_names)
+    ),
+    weighted(
+        (4, st.sampled_from(FREQUENT_CLIENTS)),
+        (4, st.sampled_from(ENTITY_CLIENTS)),
+        (1, _odd_names),
+    ),
 )
 
+# Huge and tiny: subnormals (5e-324 is the smallest double > 0), the smallest normal,
+# 1e300 and the largest finite double, and any positive finite double.
+TINY_AND_HUGE: Final = (
+    5e-324,
+    1e-310,
+    2.2250738585072014e-308,
+    1e-300,
+    1e300,
+    1.7976931348623157e308,
+)
 valid_quotas = st.one_of(
     st.sampled_from([1e-9, 1.0, 10.0, 100.0, 500.0, 1024.0, 1e6, 1e15]),
     st.floats(min_value=1e-9, max_value=1e15),
     st.floats(min_value=1e-3, max_value=1e4),  # small enough to be violated often
+    st.sampled_from(TINY_AND_HUGE),
+    st.floats(min_value=0.0, exclude_min=True, allow_infinity=False),
 )
 invalid_quotas = st.sampled_from([0.0, -0.0, -1.0, -1e-9, math.nan, math.inf, -math.inf])
 quota_values = weighted((6, valid_quotas), (1, invalid_quotas))
@@ -199,6 +259,8 @@ valid_usages: st.SearchStrategy[float | int] = st.one_of(
     st.sampled_from([0.0, -0.0, 1e-9, 1.0, 100.0, 600.0, 1000.0, 1e6, 1e9, 1e18]),
     st.floats(min_value=0.0, max_value=1e7),
     st.integers(min_value=0, max_value=10**10),
+    st.sampled_from(TINY_AND_HUGE),  # two of the largest ones sum to inf
+    st.floats(min_value=0.0, allow_infinity=False),
 )
 invalid_usages = st.sampled_from([-1.0, -1e-9, -1e18, math.nan, math.inf, -math.inf])
 usages = weighted((8, valid_usages), (1, invalid_usages))
@@ -254,12 +316,32 @@ _FIXED_GAPS: Final = (
     Gap("NW", 1, back=True),
     Gap("ms", 3_600_000, back=True),
 )
-gaps = weighted(
+small_gaps = weighted(
     (6, st.sampled_from(_FIXED_GAPS)),
     (2, st.builds(Gap, st.just("ms"), st.integers(min_value=0, max_value=2500))),
     (1, st.builds(Gap, st.just("W"), st.integers(0, 3), st.integers(-1, 1))),
     (1, st.builds(Gap, st.just("ms"), st.integers(1, 2500), back=st.just(True))),
 )
+# Traces also jump by years and by up to 2**60 ms either way (see advance()).
+_HUGE_JUMPS: Final = tuple(2**k for k in (31, 40, 52, 53, 60))
+gaps = weighted(
+    (30, small_gaps),
+    (1, st.builds(Gap, st.just("ms"), st.sampled_from(_HUGE_JUMPS), back=st.booleans())),
+    (1, st.builds(Gap, st.just("ms"), st.integers(2**31, 2**60), back=st.booleans())),
+)
+
+TIME_LIMIT: Final = 2**61
+"""Trace clocks stay within +-2**61 ms, so that no difference of two times (nor a time
+plus a throttle) leaves Java's long: there the core follows Java's wrapping arithmetic
+and the model computes with unbounded ints, so they would differ by design."""
+
+
+def advance(now: int, gap: int, monotonic: bool) -> int:
+    """``now + gap``, turned around (or, for a monotonic clock, not taken) if it would
+    leave +-TIME_LIMIT; every gap is at most 2**60, so the result stays inside."""
+    if abs(now + gap) <= TIME_LIMIT:
+        return now + gap
+    return now if monotonic else now - gap
 
 
 # -- manager traces ---------------------------------------------------------------------------
@@ -332,7 +414,7 @@ def manager_configs(draw: st.DrawFn) -> ManagerConfig:
         num_samples=num_samples,
         window_ms=window_ms,
         sensor_expiry_ms=expiry,
-        start_ms=draw(st.sampled_from([0, 5_000, 1_700_000_000_000])),
+        start_ms=draw(st.sampled_from([0, 5_000, 1_700_000_000_000, -(2**60), 2**60])),
         monotonic=draw(st.booleans()),
     )
 
@@ -420,24 +502,45 @@ def handle(
 
 
 def run_step(target: Any, module: Any, step: Step, now_ms: int) -> object:
-    """Run ``step`` on ``target`` (a manager or rate of ``module``); its outcome."""
-    args: list[Any] = [
-        a.build(module.Entity) if isinstance(a, EntitySpec) else a for a in step.args
-    ]
-    if step.method == "enabled":
-        return outcome(lambda: target.enabled)
-    if step.method == "handle":
-        user, client_id, value = args
-        channel = step.channel
-        assert channel is not None
-        return outcome(lambda: handle(target, user, client_id, value, now_ms, channel))
-    kwargs: dict[str, object] = {}
-    if step.timed:
-        kwargs["now_ms"] = now_ms
-    if step.channel is not None:
-        kwargs["channel"] = step.channel
-    method = getattr(target, step.method)
-    return outcome(lambda: method(*args, **kwargs))
+    """Run ``step`` on ``target`` (a manager or rate of ``module``); its outcome (building
+    an entity is part of the call: the core's ``Entity`` rejects unencodable names)."""
+
+    def call() -> object:
+        args: list[Any] = [
+            a.build(module.Entity) if isinstance(a, EntitySpec) else a for a in step.args
+        ]
+        if step.method == "enabled":
+            return target.enabled
+        if step.method == "handle":
+            user, client_id, value = args
+            channel = step.channel
+            assert channel is not None
+            return handle(target, user, client_id, value, now_ms, channel)
+        kwargs: dict[str, object] = {}
+        if step.timed:
+            kwargs["now_ms"] = now_ms
+        if step.channel is not None:
+            kwargs["channel"] = step.channel
+        return getattr(target, step.method)(*args, **kwargs)
+
+    return outcome(call)
+
+
+def check_unencodable_rejected(what: str, step: Step, result: object) -> None:
+    """A call naming a str with a lone surrogate must raise a ValueError that shows the
+    surrogate (it then changed nothing: the caller compares the state with the model's,
+    which did not run the call)."""
+    texts = [t for a in step.args for t in _texts(a)]
+    surrogates = {f"{c!r}"[1:-1] for t in texts for c in t if 0xD800 <= ord(c) <= 0xDFFF}
+    if (
+        isinstance(result, Raised)
+        and issubclass(result.cls, ValueError)
+        and any(s in result.message for s in surrogates)
+    ):
+        note(f"    -> {result!r}")
+        return
+    note(f"    NOT REJECTED: {what}: {result!r}")
+    raise AssertionError(f"{what}: expected a ValueError naming {surrogates}, got {result!r}")
 
 
 def observable_state(manager: Any) -> object:
@@ -458,14 +561,19 @@ def replay_manager_trace(config: ManagerConfig, steps: Sequence[Step]) -> None:
     now = config.start_ms
     seen: set[str] = set()
     for index, step in enumerate(steps):
-        gap = config.gap_ms(step.gap)
-        now += gap
-        if gap < 0:
+        before, now = now, advance(now, config.gap_ms(step.gap), config.monotonic)
+        if now < before:
             seen.add("clock went backwards")
+        if abs(now - before) >= 2**31:
+            seen.add("clock jumped by 2**31 ms or more")
         source = step.source(now)
         note(f"[{index}] {source}")
         result = run_step(core, kquota, step, now)
-        check_same(f"step {index}: {source}", result, run_step(ref, model, step, now))
+        if has_lone_surrogate(step.args):
+            check_unencodable_rejected(f"step {index}: {source}", step, result)
+            seen.add("name with a lone surrogate rejected")
+        else:
+            check_same(f"step {index}: {source}", result, run_step(ref, model, step, now))
         seen.update(_events(step, result))
         core_state, ref_state = observable_state(core), observable_state(ref)
         if core_state != ref_state:  # no NaN in there: plain equality is exact
@@ -481,6 +589,11 @@ def _events(step: Step, result: object) -> list[str]:
     if step.method == "handle" and isinstance(result, tuple):
         result = result[0]
     events = []
+    texts = [t for a in step.args for t in _texts(a)]
+    if any("\x00" in t for t in texts):
+        events.append("a name with NUL")
+    if any(ord(c) > 0xFFFF for t in texts for c in t):
+        events.append("a name beyond the BMP")
     if step.method in ("record", "handle") and isinstance(result, int) and result != 0:
         events.append("throttled" if result > 0 else "throttle wrapped negative")
     if step.method in ("expire_sensors", "expired_channels") and result:
@@ -537,7 +650,7 @@ def rate_traces(draw: st.DrawFn) -> tuple[RateConfig, list[Step]]:
             st.one_of(st.sampled_from([1, 2, 1000, 5000]), st.integers(min_value=1, max_value=5000))
         ),
         quota=draw(st.one_of(st.none(), valid_quotas)),
-        start_ms=draw(st.sampled_from([0, 1_700_000_000_000])),
+        start_ms=draw(st.sampled_from([0, 1_700_000_000_000, -(2**60), 2**60])),
         monotonic=draw(st.booleans()),
     )
     length = draw(st.integers(min_value=1, max_value=MAX_STEPS))
@@ -557,7 +670,7 @@ def test_sampled_rate_traces_agree(trace: tuple[RateConfig, list[Step]]) -> None
     now = config.start_ms
     seen: set[str] = set()
     for index, step in enumerate(steps):
-        now += config.gap_ms(step.gap)
+        now = advance(now, config.gap_ms(step.gap), config.monotonic)
         source = step.source(now, receiver="r")
         note(f"[{index}] {source}")
         result = run_step(core, kquota, step, now)
@@ -617,11 +730,13 @@ MAX_EVENTS: Final = 400
 def batches(draw: st.DrawFn) -> Batch:
     config = draw(manager_configs())
     quotas = draw(st.lists(st.tuples(entities, valid_quotas), max_size=6))
-    keys = draw(st.lists(st.tuples(user_names, client_names), min_size=1, max_size=6))
+    keys = draw(
+        st.lists(st.tuples(encodable_user_names, encodable_client_names), min_size=1, max_size=6)
+    )
     # Events pick their clock step and value from small drawn palettes with a drawn seed:
     # long batches at a small drawing cost (Hypothesis still shrinks n, palettes and seed).
     n = draw(st.integers(min_value=0, max_value=MAX_EVENTS))
-    gap_palette = [config.gap_ms(g) for g in draw(st.lists(gaps, min_size=1, max_size=4))]
+    gap_palette = [config.gap_ms(g) for g in draw(st.lists(small_gaps, min_size=1, max_size=4))]
     value_palette = draw(st.lists(valid_usages.map(float), min_size=1, max_size=4))
     rng = np.random.default_rng(draw(st.integers(min_value=0, max_value=2**32 - 1)))
     steps = [gap_palette[i] for i in rng.integers(0, len(gap_palette), n).tolist()]
