@@ -10,7 +10,7 @@ RUST_SOURCES := $(shell find rust -name '*.rs' -o -name Cargo.toml) Cargo.toml C
 LOOM_TARGET  := target/loom
 
 .DEFAULT_GOAL := help
-.PHONY: help demo test test-rust test-loom test-python lint format bench bench-rust bench-python build clean
+.PHONY: help demo test test-rust test-loom test-python lint format bench bench-quick bench-rust bench-python build clean
 
 help: ## List the targets
 	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  make %-13s %s\n", $$1, $$2}'
@@ -62,14 +62,19 @@ format: $(DEPS) ## Format Rust and Python sources
 	$(VENV)/bin/ruff format python tests benches examples
 	$(VENV)/bin/ruff check --fix python tests benches examples
 
-bench: bench-rust bench-python ## All benchmarks (not part of make test); writes the README table
+bench: bench-rust bench-python ## All benchmarks (not part of make test); prints the table, writes it to README
 	$(PY) benches/report.py
 
+# The same set in a few minutes: criterion's short times, KQUOTA_BENCH_QUICK read by benches/.
+bench-quick: export KQUOTA_BENCH_QUICK := 1
+bench-quick: CRITERION_ARGS := --warm-up-time 0.5 --measurement-time 1.5
+bench-quick: bench ## make bench in under 5 minutes (fewer rounds, smaller Spark inputs)
+
 bench-rust: ## criterion: core record-and-check (vs a locked map and governor), memory per sensor
-	cargo bench -p kquota-core --bench record
+	cargo bench -p kquota-core --bench record -- $(CRITERION_ARGS)
 	cargo bench -p kquota-core --bench memory
 
-bench-python: $(EXT) ## pytest-benchmark: Python record against the pure-Python model
+bench-python: $(EXT) ## pytest-benchmark: Python record against the model, limits, token-bucket
 	$(PY) -m pytest benches -p no:cacheprovider --benchmark-only --benchmark-columns=min,mean,median,ops
 
 clean: ## Remove build outputs and the virtualenv

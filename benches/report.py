@@ -1,8 +1,12 @@
-"""Collects the latest benchmark run (criterion and pytest-benchmark) into
-``benches/results/latest.json`` and the table in README.md between the bench markers.
+"""Collects the latest benchmark run (criterion, the memory bench and pytest-benchmark) into
+``benches/results/latest.json`` and the table in README.md between the bench markers, and
+prints the table.
 
-Every row compares kquota with the baseline measured in the same run.
-Run by ``make bench`` after the benchmarks; safe to run again on its own.
+Every row compares kquota with one baseline measured in the same run. Where issue 6 sets a
+target for a number, the row says what it is and whether this run met it (``target``,
+``target_value`` in the row's unit, ``met``).
+Run by ``make bench`` and ``make bench-quick`` after the benchmarks; safe to run again on
+its own.
 """
 
 from __future__ import annotations
@@ -11,8 +15,13 @@ import json
 import os
 import platform
 import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any
+
+from quick import MODE
 
 ROOT = Path(__file__).resolve().parents[1]
 CRITERION = ROOT / "target" / "criterion"
@@ -22,7 +31,10 @@ README = ROOT / "README.md"
 START, END = "<!-- bench:start -->", "<!-- bench:end -->"
 MEMORY = ROOT / "target" / "kquota-bench" / "memory.json"
 SUBJECT = "kquota"
-"""Each criterion group holds ``kquota`` and one or more baselines measured in the same run."""
+"""Each group holds ``kquota`` and one or more baselines measured in the same run."""
+SENSOR_BYTES = "bytes_per_sensor"
+
+Row = dict[str, Any]
 
 
 def machine() -> dict[str, Any]:
@@ -42,8 +54,20 @@ def machine() -> dict[str, Any]:
     }
 
 
-def criterion_rows() -> list[dict[str, Any]]:
-    rows: list[dict[str, Any]] = []
+def row(name: str, value: float, unit: str, baseline: str, base: float, **extra: Any) -> Row:
+    return {
+        "name": name,
+        "value": value,
+        "unit": unit,
+        "baseline": baseline,
+        "baseline_value": base,
+        "ratio": base / value if value else float("inf"),
+        **extra,
+    }
+
+
+def criterion_rows() -> list[Row]:
+    rows: list[Row] = []
     if not CRITERION.is_dir():
         return rows
     for group in sorted(p for p in CRITERION.iterdir() if p.is_dir() and p.name != "report"):
@@ -54,81 +78,217 @@ def criterion_rows() -> list[dict[str, Any]]:
                 medians[fn.name] = json.loads(estimates.read_text())["median"]["point_estimate"]
         if SUBJECT not in medians:
             continue
-        value = medians[SUBJECT]
+        value = medians.pop(SUBJECT)
         for baseline, base in sorted(medians.items()):
-            if baseline == SUBJECT:
-                continue
             rows.append(
-                {
-                    "name": f"core/{group.name}/{SUBJECT}",
-                    "value": value,
-                    "unit": "ns/op",
-                    "baseline": f"core/{group.name}/{baseline}",
-                    "baseline_value": base,
-                    "ratio": base / value,
-                }
+                row(
+                    f"core/{group.name}/{SUBJECT}",
+                    value,
+                    "ns/op",
+                    f"core/{group.name}/{baseline}",
+                    base,
+                )
             )
     return rows
 
 
-def memory_rows() -> list[dict[str, Any]]:
+def memory_rows() -> list[Row]:
+    """Bytes per live sensor against the locked map, any variant the memory bench adds
+    (``bytes_per_sensor_<variant>``, against ``baseline_bytes_per_sensor_<variant>`` if it
+    is there), and the bytes left once every sensor expired against the bytes while live."""
     if not MEMORY.is_file():
         return []
     m = json.loads(MEMORY.read_text())
-    return [
-        {
-            "name": f"core/memory_{m['entities']}_entities/{SUBJECT}",
-            "value": m["bytes_per_sensor"],
-            "unit": "bytes/sensor",
-            "baseline": f"core/memory_{m['entities']}_entities/locked_map",
-            "baseline_value": m["baseline_bytes_per_sensor"],
-            "ratio": m["baseline_bytes_per_sensor"] / m["bytes_per_sensor"],
-            "bytes_after_expiry": m["bytes_after_expiry"],
-        }
-    ]
+    group = f"core/memory_{m['entities']}_entities"
+    rows = []
+    for key in sorted(k for k in m if k.startswith(SENSOR_BYTES)):
+        variant = key[len(SENSOR_BYTES) :]
+        base = m.get(f"baseline_{key}", m[f"baseline_{SENSOR_BYTES}"])
+        rows.append(
+            row(
+                f"{group}{variant}/{SUBJECT}",
+                m[key],
+                "bytes/sensor",
+                f"{group}{variant}/locked_map",
+                base,
+                **({"bytes_after_expiry": m["bytes_after_expiry"]} if not variant else {}),
+            )
+        )
+    if "bytes_after_expiry" in m:
+        live = m[SENSOR_BYTES] * m["entities"]
+        rows.append(
+            row(
+                f"{group}_expired/{SUBJECT}",
+                m["bytes_after_expiry"],
+                "bytes",
+                f"{group}/live",
+                live,
+            )
+        )
+    return rows
 
 
-def python_rows() -> list[dict[str, Any]]:
+def python_rows() -> tuple[list[Row], str | None]:
     if not PYTHON_RESULTS.is_file():
-        return []
-    return [
-        dict(row, name=f"python/{row['name']}", baseline=f"python/{row['baseline']}")
-        for row in json.loads(PYTHON_RESULTS.read_text())["rows"]
+        return [], None
+    results = json.loads(PYTHON_RESULTS.read_text())
+    rows = [
+        dict(r, name=f"python/{r['name']}", baseline=f"python/{r['baseline']}")
+        for r in results["rows"]
     ]
+    return rows, results.get("mode")
 
 
-def table(rows: list[dict[str, Any]], info: dict[str, Any]) -> str:
+# -- targets (issue 6) ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Target:
+    """A target on kquota's value in rows matching ``name`` and ``baseline`` (globs): the
+    value must be at most ``limit(row)``, in the row's unit."""
+
+    name: str
+    baseline: str
+    text: str
+    limit: Callable[[Row], float]
+    relative: bool = False
+    """The bound comes from the baseline's value in the same run (shown with the target)."""
+
+
+def at_most(bound: float) -> Callable[[Row], float]:
+    return lambda r: bound
+
+
+def times_faster(factor: float) -> Callable[[Row], float]:
+    return lambda r: float(r["baseline_value"]) / factor
+
+
+TARGETS = [
+    # absolute times go on the row against the floor, which puts them in context
+    Target("python/record_one_entity/kquota", "*/floor", "<= 120 ns", at_most(120)),
+    Target("python/record_10k_entities/kquota", "*/floor", "<= 250 ns", at_most(250)),
+    Target("python/record_*/kquota", "*/limits_*", ">= 20x faster", times_faster(20), True),
+    Target("core/one_thread_one_key/kquota", "*/mutex_baseline", "<= 40 ns", at_most(40)),
+    Target(
+        "core/one_thread_one_key/kquota",
+        "*/governor_keyed",
+        "<= 3x governor's time",
+        times_faster(1 / 3),
+        True,
+    ),
+    Target("core/memory_*_entities*/kquota", "*/locked_map", "<= 256 bytes", at_most(256)),
+]
+
+
+def apply_targets(rows: list[Row]) -> None:
+    for r in rows:
+        for t in TARGETS:
+            if fnmatchcase(r["name"], t.name) and fnmatchcase(r["baseline"], t.baseline):
+                r["target"] = t.text
+                r["target_relative"] = t.relative
+                r["target_value"] = t.limit(r)
+                r["met"] = r["value"] <= r["target_value"]
+                break
+
+
+# -- the table --------------------------------------------------------------------------------
+
+
+def number(x: float) -> str:
+    return f"{x:,.1f}" if abs(x) < 100 else f"{x:,.0f}"
+
+
+def ratio(x: float) -> str:
+    return f"{x:.2f}x" if x < 1 else f"{x:.1f}x" if x < 10 else f"{x:,.0f}x"
+
+
+def target_cells(r: Row) -> tuple[str, str]:
+    """The target (with the bound it sets in this run if it is relative) and the result."""
+    if "target" not in r:
+        return "", ""
+    unit = r["unit"].split("/", 1)[0]
+    target = r["target"]
+    if r["target_relative"]:
+        target += f" (<= {number(r['target_value'])} {unit})"
+    if r["met"]:
+        return target, "met"
+    over = r["value"] - r["target_value"]
+    return target, f"missed by {number(over)} {unit} ({over / r['target_value']:.0%})"
+
+
+GROUP_WORDS = {
+    "record_one_entity": "for one entity",
+    "record_10k_entities": "across 10 000 entities",
+}
+
+
+def floor_note(rows: list[Row]) -> str:
+    """How far kquota's ``record`` is above the floor, in words under the table."""
+    parts = []
+    for r in rows:
+        if r["name"].startswith("python/") and r["baseline"].endswith("/floor"):
+            group = r["name"].split("/")[1]
+            parts.append(
+                f"{number(r['value'] - r['baseline_value'])} ns "
+                f"{GROUP_WORDS.get(group, f'in `{group}`')} "
+                f"({number(r['value'])} ns against {number(r['baseline_value'])} ns)"
+            )
+    if not parts:
+        return ""
+    return (
+        "\n\nThe floor is `_noop_record`: the same call into the same extension, its "
+        "arguments parsed as `record` parses them, nothing done. kquota's `record` takes "
+        + " and ".join(parts)
+        + " more than the floor."
+    )
+
+
+def table(rows: list[Row], info: dict[str, Any], mode: str) -> str:
+    run = (
+        "Full run (`make bench`)"
+        if mode == "full"
+        else "Quick run (`make bench-quick`: shorter criterion times, fewer rounds, smaller "
+        "Spark inputs)"
+    )
     lines = [
-        f"Measured on {info['cpu']} ({info['cores']} cores), Python {info['python']}, "
-        f"{info['platform']}. Ratio = baseline / kquota, both from the same run (above 1: kquota "
-        "is faster or smaller).",
+        f"{run} on {info['cpu']} ({info['cores']} cores), Python {info['python']}, "
+        f"{info['platform']}. Ratio = baseline / kquota, both from the same run (above 1: "
+        "kquota is faster or smaller). Targets are issue 6's; a relative one shows the bound it "
+        "sets in this run.",
         "",
-        "| benchmark | kquota | baseline (same run) | ratio |",
-        "|---|---:|---:|---:|",
+        "| benchmark | kquota | baseline (same run) | ratio | target | result |",
+        "|---|---:|---:|---:|---|---|",
     ]
     for r in rows:
+        target, result = target_cells(r)
         lines.append(
-            f"| `{r['name']}` | {r['value']:.0f} {r['unit']} "
-            f"| {r['baseline_value']:.0f} {r['unit']} (`{r['baseline'].rsplit('/', 1)[1]}`) "
-            f"| {r['ratio']:.1f}x |"
+            f"| `{r['name']}` | {number(r['value'])} {r['unit']} "
+            f"| {number(r['baseline_value'])} {r['unit']} (`{r['baseline'].rsplit('/', 1)[1]}`) "
+            f"| {ratio(r['ratio'])} | {target} | {result} |"
         )
-    return "\n".join(lines)
+    return "\n".join(lines) + floor_note(rows)
 
 
 def main() -> int:
-    rows = criterion_rows() + memory_rows() + python_rows()
+    py_rows, py_mode = python_rows()
+    rows = criterion_rows() + memory_rows() + py_rows
     if not rows:
         print("no benchmark results found: run `make bench` first", file=sys.stderr)
         return 1
+    mode = py_mode or MODE  # how the Python benchmarks were run, else how this is run
+    apply_targets(rows)
     info = machine()
     LATEST.parent.mkdir(parents=True, exist_ok=True)
-    LATEST.write_text(json.dumps({"machine": info, "rows": rows}, indent=2) + "\n")
-    text = README.read_text()
-    if START in text and END in text:
-        head, rest = text.split(START, 1)
+    LATEST.write_text(json.dumps({"machine": info, "mode": mode, "rows": rows}, indent=2) + "\n")
+    text = table(rows, info, mode)
+    readme = README.read_text()
+    if START in readme and END in readme:
+        head, rest = readme.split(START, 1)
         _, tail = rest.split(END, 1)
-        README.write_text(f"{head}{START}\n{table(rows, info)}\n{END}{tail}")
-    print(table(rows, info))
+        README.write_text(f"{head}{START}\n{text}\n{END}{tail}")
+    print(text)
+    missed = [r for r in rows if r.get("met") is False]
+    print(f"\ntargets: {sum(r.get('met') is True for r in rows)} met, {len(missed)} missed")
     return 0
 
 

@@ -15,7 +15,9 @@
   same replay (RDD ``groupByKey`` per broker, ``QuotaManager.record`` per row).
 
 Every group measures both sides in the same run; ``extra_info["calls"]`` is the number of
-events, so the reported value is per event.
+events, so the reported value is per event. ``make bench-quick`` (benches/quick.py) runs
+fewer rounds, and Spark on 200 000 and 50 000 requests instead of 1 000 000 and 100 000:
+its fixed costs (job start, Parquet footers) then weigh more per event.
 """
 
 from __future__ import annotations
@@ -36,11 +38,13 @@ from kquota.backtest import kernel, traffic
 from kquota.backtest.job import BacktestOptions, run, spark_session
 from kquota.backtest.kernel import API, BROKER, BYTES, CLIENT, SEQ_COLUMNS, THREAD, TS, USER
 from kquota.config import QuotaConfig
+from quick import pick
 
 KERNEL_ROWS = 1_200_000  # six brokers: one broker has about 200 000 requests
 REFERENCE_ROWS = 20_000
-SPARK_ROWS = 1_000_000
-BASELINE_SPARK_ROWS = 100_000
+SPARK_ROWS = pick(1_000_000, 200_000)
+BASELINE_SPARK_ROWS = pick(100_000, 50_000)
+KERNEL_ROUNDS = pick(5, 2)
 
 
 @pytest.fixture(scope="module")
@@ -141,7 +145,9 @@ def test_kernel_vs_reference(
     benchmark.extra_info["role"] = role
     if role == "kquota":
         benchmark.extra_info["calls"] = len(frame)
-        benchmark.pedantic(kernel.replay_open, (frame, config), rounds=5, warmup_rounds=1)
+        benchmark.pedantic(
+            kernel.replay_open, (frame, config), rounds=KERNEL_ROUNDS, warmup_rounds=1
+        )
     else:
         part = frame.iloc[:REFERENCE_ROWS]
         benchmark.extra_info["calls"] = len(part)
@@ -157,11 +163,13 @@ def test_kernel_vs_numpy(
     benchmark.extra_info["role"] = role
     benchmark.extra_info["calls"] = len(frame)
     if role == "kquota":
-        benchmark.pedantic(kernel.replay_open, (frame, config), rounds=5, warmup_rounds=1)
+        benchmark.pedantic(
+            kernel.replay_open, (frame, config), rounds=KERNEL_ROUNDS, warmup_rounds=1
+        )
         return
     inputs = numpy_inputs(frame, config)
     approximate = benchmark.pedantic(
-        numpy_replay, (frame, config, inputs), rounds=5, warmup_rounds=1
+        numpy_replay, (frame, config, inputs), rounds=KERNEL_ROUNDS, warmup_rounds=1
     )
     exact = kernel.replay_open(frame, config)["throttle_ms"].to_numpy()
     benchmark.extra_info["agrees_with_kafka"] = float(np.mean(approximate == exact))
@@ -190,7 +198,7 @@ def test_record_batch_alone(benchmark: Any, broker: tuple[pd.DataFrame, QuotaCon
     benchmark.extra_info["calls"] = len(frame)
     benchmark.extra_info["records"] = int(len(frame) + produce.sum() + fetch.sum())
     benchmark.extra_info["keys"] = len(pairs)
-    benchmark.pedantic(calls, rounds=5, warmup_rounds=1)
+    benchmark.pedantic(calls, rounds=KERNEL_ROUNDS, warmup_rounds=1)
 
 
 # -- Spark end to end -------------------------------------------------------------------------
@@ -227,7 +235,7 @@ def test_spark_end_to_end(
             traffic=str(big), quotas=config, out=str(tmp_path / "out"), report=False
         )
         benchmark.extra_info["calls"] = SPARK_ROWS
-        benchmark.pedantic(run, (spark, options), rounds=2, warmup_rounds=1)
+        benchmark.pedantic(run, (spark, options), rounds=pick(2, 1), warmup_rounds=1)
         return
 
     # nested, so that Spark pickles it by value (this module is not on the workers)
@@ -262,6 +270,6 @@ def test_spark_end_to_end(
         )
 
     benchmark.extra_info["calls"] = BASELINE_SPARK_ROWS
-    benchmark.pedantic(baseline, rounds=2, warmup_rounds=1)
+    benchmark.pedantic(baseline, rounds=pick(2, 1), warmup_rounds=1)
     got = pq.read_table(tmp_path / "baseline").to_pandas().sort_values("request_id")
     assert len(got) == BASELINE_SPARK_ROWS and (got["throttle_ms"] >= 0).all()
