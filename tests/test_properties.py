@@ -12,6 +12,12 @@ Unicode (empty, NUL, astral planes). Names with a lone surrogate cannot cross in
 there the core alone runs the call, which must raise a ValueError showing the surrogate
 and leave the state equal to the model's (which did not run it).
 
+Bad input (last section): valid calls go to two managers (or two rates), invalid ones
+(NaN, infinite and negative values, quotas <= 0, throttles <= 0, wrong types, empty
+entities, unencodable names, out-of-range integers, broken batches, bad window configs)
+to the first only. Each invalid call must raise the documented exception with a message
+naming the bad value, and afterwards the two must be indistinguishable.
+
 On a failure, Hypothesis prints the shrunk trace and the notes: one line per step, written
 as the Python call that was made (``m.record('alice', 'c1', 1e+18, now_ms=1000)``; ``handle``
 is the broker's request handling, see :func:`handle`) followed by what it returned, and both
@@ -22,8 +28,10 @@ exercised (throttles, wrapped throttles, expiry, errors, clocks going back).
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Final, Literal, TypeVar
 
 import kquota
@@ -147,6 +155,7 @@ CLIENTS: Final = ("c1", "c2", "", "<default>", "é", "用户", "🦀", "a b", "+
 # cannot become a Rust string: the core must reject it with a clear error and change
 # nothing (the model, like Java, would accept it; see replay_manager_trace).
 any_text = st.text(st.characters(exclude_categories=()), max_size=6)
+encodable_text = st.text(st.characters(exclude_categories=["Cs"]), max_size=6)
 
 
 def _join(*parts: str) -> str:
@@ -174,9 +183,11 @@ def has_lone_surrogate(value: object) -> bool:
 
 # The frequent names come up more often, so that requests meet the overrides set for them.
 # ``encodable_*`` leave out lone surrogates (for record_batch, compared with the model).
-encodable_user_names = weighted((8, st.sampled_from(FREQUENT_USERS * 4 + USERS)), (1, any_text))
+encodable_user_names = weighted(
+    (8, st.sampled_from(FREQUENT_USERS * 4 + USERS)), (1, encodable_text)
+)
 encodable_client_names = weighted(
-    (8, st.sampled_from(FREQUENT_CLIENTS * 4 + CLIENTS)), (1, any_text)
+    (8, st.sampled_from(FREQUENT_CLIENTS * 4 + CLIENTS)), (1, encodable_text)
 )
 user_names = weighted((25, encodable_user_names), (1, lone_surrogate_text))
 client_names = weighted((25, encodable_client_names), (1, lone_surrogate_text))
@@ -222,18 +233,28 @@ ENTITY_SHAPES: Final = tuple(
     for c in ("name", "default", "absent")
     if (u, c) != ("absent", "absent")
 )
-entities = st.builds(
-    _entity,
-    st.sampled_from(ENTITY_SHAPES),
-    weighted(
-        (4, st.sampled_from(FREQUENT_USERS)), (4, st.sampled_from(ENTITY_USERS)), (1, _odd_names)
-    ),
-    weighted(
-        (4, st.sampled_from(FREQUENT_CLIENTS)),
-        (4, st.sampled_from(ENTITY_CLIENTS)),
-        (1, _odd_names),
-    ),
-)
+
+
+def entity_specs(odd_names: st.SearchStrategy[str]) -> st.SearchStrategy[EntitySpec]:
+    """Entities of every shape, named from the pools and sometimes by ``odd_names``."""
+    return st.builds(
+        _entity,
+        st.sampled_from(ENTITY_SHAPES),
+        weighted(
+            (4, st.sampled_from(FREQUENT_USERS)),
+            (4, st.sampled_from(ENTITY_USERS)),
+            (1, odd_names),
+        ),
+        weighted(
+            (4, st.sampled_from(FREQUENT_CLIENTS)),
+            (4, st.sampled_from(ENTITY_CLIENTS)),
+            (1, odd_names),
+        ),
+    )
+
+
+entities = entity_specs(_odd_names)
+encodable_entities = entity_specs(encodable_text)
 
 # Huge and tiny: subnormals (5e-324 is the smallest double > 0), the smallest normal,
 # 1e300 and the largest finite double, and any positive finite double.
@@ -817,3 +838,530 @@ def test_record_batch_rejects_bad_usage_before_recording(
     )
     check_same("state after a bad batch", observable_state(core), observable_state(ref))
     assert core.sensor_names() == []
+
+
+# -- bad input: a clear error, and nothing changes ------------------------------------------
+
+
+def shown(value: float) -> tuple[str, ...]:
+    """How a message may show a rejected number: Python's repr of it as a float, or Rust's
+    (``1e-9`` for ``1e-09``, ``1e300`` for ``1e+300``, ``NaN``)."""
+    number = float(value)
+    if math.isnan(number):
+        return ("NaN",)
+    text = repr(number)
+    return tuple(dict.fromkeys((text, re.sub(r"e\+?(-?)0*(\d)", r"e\1\2", text))))
+
+
+def type_shown(value: object) -> tuple[str, ...]:
+    """How a TypeError names a value of the wrong type: by its type (``None`` by itself)."""
+    return ("None",) if value is None else (type(value).__name__,)
+
+
+def surrogates_shown(*values: object) -> tuple[str, ...]:
+    """The escapes (``\\ud800``) of the lone surrogates in ``values``."""
+    texts = [t for v in values for t in _texts(v)]
+    return tuple(sorted({f"{c!r}"[1:-1] for t in texts for c in t if 0xD800 <= ord(c) <= 0xDFFF}))
+
+
+@dataclass(frozen=True)
+class BadCall:
+    """A call that must raise ``expect`` with a message showing one of ``shows`` (any
+    message when ``shows`` is empty). ``QuotaManager``, ``SampledRate`` and ``Entity``
+    are constructor calls; any other method is called on the object under test."""
+
+    method: str
+    args: tuple[object, ...]
+    kwargs: tuple[tuple[str, object], ...]
+    expect: type[BaseException]
+    shows: tuple[str, ...]
+
+    def __repr__(self) -> str:
+        args = [fmt_arg(a) for a in self.args] + [f"{k}={fmt_arg(v)}" for k, v in self.kwargs]
+        receiver = "kquota." if self.method in ("QuotaManager", "SampledRate", "Entity") else "x."
+        return f"{receiver}{self.method}({', '.join(args)}) must raise {self.expect.__name__}"
+
+    def run(self, target: Any) -> object:
+        def call() -> object:
+            args = [a.build(kquota.Entity) if isinstance(a, EntitySpec) else a for a in self.args]
+            kwargs = dict(self.kwargs)
+            if self.method in ("QuotaManager", "SampledRate", "Entity"):
+                return getattr(kquota, self.method)(*args, **kwargs)
+            return getattr(target, self.method)(*args, **kwargs)
+
+        return outcome(call)
+
+    def check(self, result: object) -> None:
+        if (
+            isinstance(result, Raised)
+            and issubclass(result.cls, self.expect)
+            and (not self.shows or any(s in result.message for s in self.shows))
+        ):
+            note(f"    -> {result!r}")
+            event(f"{self.method} raised {result.cls.__name__}")
+            return
+        note(f"    WRONG: {result!r}")
+        shows = f" naming one of {self.shows}" if self.shows else ""
+        raise AssertionError(f"{self!r}{shows}; got {result!r}")
+
+
+def _bad(
+    method: str,
+    *args: object,
+    expect: type[BaseException],
+    shows: tuple[str, ...] = (),
+    **kwargs: object,
+) -> BadCall:
+    return BadCall(method, args, tuple(kwargs.items()), expect, shows)
+
+
+_times = st.integers(min_value=-(2**62), max_value=2**62)
+_bad_usages = st.one_of(
+    st.sampled_from([math.nan, math.inf, -math.inf, -1, -(2**70), -5e-324, -1e300]),
+    st.floats(max_value=0.0, exclude_max=True, allow_infinity=False),
+)
+_bad_quotas = st.one_of(
+    st.sampled_from([0, 0.0, -0.0, -1, math.nan, math.inf, -math.inf, -5e-324]),
+    st.floats(max_value=0.0, allow_infinity=False),
+)
+_non_str: st.SearchStrategy[object] = st.sampled_from(
+    [None, 1, 1.5, b"alice", ["alice"], ("alice",)]
+)
+_non_number: st.SearchStrategy[object] = st.sampled_from(["1", None, b"1", [1.0], 1j, {}])
+_non_int: st.SearchStrategy[object] = st.sampled_from(
+    [1.5, 5.0, "5", b"5", [5]]
+)  # (None means "the clock": valid)
+_non_entity: st.SearchStrategy[object] = st.sampled_from(
+    ["alice", None, ("alice", None), {"user": "alice"}, 1]
+)
+# Integers outside what the core's i64 / u64 parameters hold.
+_outside_i64 = st.sampled_from([2**63, -(2**63) - 1, 2**64, -(2**70)])
+_outside_u64 = st.sampled_from([-1, -(2**63), 2**64])
+_names = st.tuples(encodable_user_names, encodable_client_names)
+_USAGE_METHODS: Final = ("record", "unrecord", "record_no_throttle")
+_CLIENT_METHODS: Final = (*_USAGE_METHODS, "measure", "tags", "quota_for", "bound")
+
+
+@st.composite
+def bad_manager_calls(draw: st.DrawFn) -> BadCall:
+    """One invalid call on a QuotaManager, or an invalid constructor call."""
+    kind = draw(st.integers(min_value=0, max_value=15))
+    user, client = draw(_names)
+    now = draw(_times)
+    wrong: object
+    args: tuple[object, ...]
+    if kind == 0:
+        value = draw(_bad_usages)
+        method = draw(st.sampled_from(_USAGE_METHODS))
+        return _bad(
+            method,
+            user,
+            client,
+            value,
+            now_ms=now,
+            expect=kquota.InvalidUsageError,
+            shows=shown(value),
+        )
+    if kind == 1:
+        value = draw(_bad_quotas)
+        return _bad(
+            "set_quota",
+            draw(encodable_entities),
+            value,
+            expect=kquota.InvalidQuotaError,
+            shows=shown(value),
+        )
+    if kind == 2:
+        throttle = draw(st.integers(min_value=-(2**63), max_value=0))
+        return _bad(
+            "throttle",
+            user,
+            client,
+            throttle,
+            now_ms=now,
+            expect=kquota.InvalidUsageError,
+            shows=(f"throttle_ms {throttle}",),
+        )
+    if kind == 3:  # a name that is not a str
+        wrong = draw(_non_str)
+        method = draw(st.sampled_from(_CLIENT_METHODS))
+        args = (wrong, client) if draw(st.booleans()) else (user, wrong)
+        if method in _USAGE_METHODS:
+            args += (1.0,)
+        return _bad(method, *args, expect=TypeError, shows=type_shown(wrong))
+    if kind == 4:  # a usage that is not a number
+        wrong = draw(_non_number)
+        method = draw(st.sampled_from(_USAGE_METHODS))
+        return _bad(
+            method, user, client, wrong, now_ms=now, expect=TypeError, shows=type_shown(wrong)
+        )
+    if kind == 5:  # a time, throttle or channel that is not an int
+        wrong = draw(_non_int)
+        return draw(
+            st.sampled_from(
+                [
+                    _bad(
+                        "record",
+                        user,
+                        client,
+                        1.0,
+                        now_ms=wrong,
+                        expect=TypeError,
+                        shows=type_shown(wrong),
+                    ),
+                    _bad(
+                        "measure",
+                        user,
+                        client,
+                        now_ms=wrong,
+                        expect=TypeError,
+                        shows=type_shown(wrong),
+                    ),
+                    _bad("expire_sensors", now_ms=wrong, expect=TypeError, shows=type_shown(wrong)),
+                    _bad(
+                        "throttle",
+                        user,
+                        client,
+                        wrong,
+                        now_ms=now,
+                        expect=TypeError,
+                        shows=type_shown(wrong),
+                    ),
+                    _bad(
+                        "throttle",
+                        user,
+                        client,
+                        10,
+                        now_ms=now,
+                        channel=wrong,
+                        expect=TypeError,
+                        shows=type_shown(wrong),
+                    ),
+                ]
+            )
+        )
+    if kind == 6:  # an entity that is not an Entity, or a quota that is not a number
+        wrong = draw(_non_entity)
+        method = draw(st.sampled_from(["set_quota", "remove_quota", "quota"]))
+        if method == "set_quota" and draw(st.booleans()):
+            number = draw(_non_number)
+            return _bad(
+                "set_quota",
+                draw(encodable_entities),
+                number,
+                expect=TypeError,
+                shows=type_shown(number),
+            )
+        args = (wrong, 1.0) if method == "set_quota" else (wrong,)
+        return _bad(method, *args, expect=TypeError, shows=type_shown(wrong))
+    if kind == 7:  # an entity with neither dimension, or a dimension that is not a str
+        wrong = draw(st.sampled_from([1, 1.5, b"alice", ["alice"]]))
+        return draw(
+            st.sampled_from(
+                [
+                    _bad("Entity", expect=kquota.InvalidConfigError, shows=("entity",)),
+                    _bad(
+                        "Entity",
+                        user=None,
+                        client_id=None,
+                        expect=kquota.InvalidConfigError,
+                        shows=("entity",),
+                    ),
+                    _bad("Entity", user=wrong, expect=TypeError, shows=type_shown(wrong)),
+                    _bad("Entity", "alice", wrong, expect=TypeError, shows=type_shown(wrong)),
+                ]
+            )
+        )
+    if kind == 8:  # a name with a lone surrogate: not representable in Rust
+        text = draw(lone_surrogate_text)
+        method = draw(st.sampled_from([*_CLIENT_METHODS, "throttle", "set_quota", "quota"]))
+        if method in ("set_quota", "quota"):
+            spec = EntitySpec(text, None) if draw(st.booleans()) else EntitySpec("bob", text)
+            args = (spec, 5.0) if method == "set_quota" else (spec,)
+        else:
+            args = (text, client) if draw(st.booleans()) else (user, text)
+            if method in _USAGE_METHODS:
+                args += (1.0,)
+            elif method == "throttle":
+                args += (10,)
+        return _bad(method, *args, expect=ValueError, shows=surrogates_shown(text))
+    if kind == 9:  # an integer outside the core's range (OverflowError, see test_core.py)
+        return draw(
+            st.sampled_from(
+                [
+                    _bad(
+                        "record", user, client, 1.0, now_ms=draw(_outside_i64), expect=OverflowError
+                    ),
+                    _bad("expire_sensors", now_ms=draw(_outside_i64), expect=OverflowError),
+                    _bad("throttle", user, client, 2**63, now_ms=now, expect=OverflowError),
+                    _bad(
+                        "throttle",
+                        user,
+                        client,
+                        10,
+                        now_ms=now,
+                        channel=draw(_outside_u64),
+                        expect=OverflowError,
+                    ),
+                ]
+            )
+        )
+    if kind in (10, 11):  # a bad batch
+        return draw(bad_batches(kind == 11))
+    # kind 12..15: constructors with a bad configuration
+    n = draw(st.sampled_from([0, -1, 65_536, 2**40]))
+    window = draw(st.sampled_from([0, -1000, 1, 999, 1500]))
+    expiry = draw(st.integers(max_value=-1, min_value=-(2**63)))
+    name = draw(st.sampled_from(["Produce", "bytes", "", "produce "]))
+    return [
+        _bad("QuotaManager", name, expect=kquota.InvalidConfigError, shows=(f'"{name}"',)),
+        _bad(
+            "QuotaManager",
+            "fetch",
+            num_samples=n,
+            expect=kquota.InvalidConfigError,
+            shows=(f"num_samples {n}",),
+        ),
+        _bad(
+            "QuotaManager",
+            "request",
+            window_ms=window,
+            expect=kquota.InvalidConfigError,
+            shows=(f"window_ms {window}",),
+        ),
+        _bad(
+            "QuotaManager",
+            "produce",
+            sensor_expiry_ms=expiry,
+            expect=kquota.InvalidConfigError,
+            shows=(f"sensor_expiry_ms {expiry}",),
+        ),
+    ][kind - 12]
+
+
+@st.composite
+def bad_batches(draw: st.DrawFn, wrong_length: bool) -> BadCall:
+    keys = draw(st.lists(_names, min_size=1, max_size=3))
+    n = draw(st.integers(min_value=1, max_value=6))
+    now = np.arange(n, dtype=np.int64) * 100
+    index = np.array(draw(st.lists(st.integers(0, len(keys) - 1), min_size=n, max_size=n)))
+    values = np.ones(n)
+    at = draw(st.integers(min_value=0, max_value=n - 1))
+    if wrong_length:
+        return _bad(
+            "record_batch",
+            now,
+            index[: n - 1],
+            values,
+            keys,
+            expect=kquota.InvalidUsageError,
+            shows=("differ in length",),
+        )
+    problem = draw(st.sampled_from(["index", "value", "surrogate"]))
+    if problem == "index":
+        index[at] = draw(st.sampled_from([len(keys), -1, 2**40]))
+        return _bad(
+            "record_batch",
+            now,
+            index,
+            values,
+            keys,
+            expect=kquota.InvalidUsageError,
+            shows=(f"key_index {index[at]} at event {at}",),
+        )
+    if problem == "value":
+        values[at] = draw(_bad_usages)
+        return _bad(
+            "record_batch",
+            now,
+            index,
+            values,
+            keys,
+            expect=kquota.InvalidUsageError,
+            shows=tuple(f"event {at}: invalid usage value {s}" for s in shown(values[at])),
+        )
+    text = draw(lone_surrogate_text)
+    keys[index[at]] = (text, keys[index[at]][1])
+    return _bad(
+        "record_batch", now, index, values, keys, expect=ValueError, shows=surrogates_shown(text)
+    )
+
+
+_valid_client = (encodable_user_names, encodable_client_names)
+valid_manager_steps = weighted(
+    (4, _with_channel("handle", *_valid_client, valid_usages)),
+    (2, _untimed("set_quota", encodable_entities, valid_quotas)),
+    (1, _untimed("remove_quota", encodable_entities)),
+    (1, _timed("record", *_valid_client, valid_usages)),
+    (1, _timed("unrecord", *_valid_client, valid_usages)),
+    (1, _timed("record_no_throttle", *_valid_client, valid_usages)),
+    (1, _with_channel("throttle", *_valid_client, _valid_throttles)),
+    (1, _timed("measure", *_valid_client)),
+    (1, _timed("expired_channels")),
+    (1, _timed("expire_sensors")),
+)
+
+
+@st.composite
+def mixed_manager_traces(draw: st.DrawFn) -> tuple[ManagerConfig, list[Step | BadCall]]:
+    config = draw(manager_configs())
+    prelude = draw(st.lists(_untimed("set_quota", encodable_entities, valid_quotas), max_size=2))
+    length = draw(st.integers(min_value=1, max_value=30))
+    calls = st.one_of(valid_manager_steps, bad_manager_calls())
+    return config, prelude + draw(st.lists(calls, min_size=length, max_size=length))
+
+
+def manager_state(manager: kquota.QuotaManager, now_ms: int) -> object:
+    """Everything observable, the sensors' readings at ``now_ms`` included (which purges:
+    both managers compared are read alike)."""
+    readings = sorted(
+        (r.user, r.client_id, r.rate, r.bound, r.throttle_time_avg)
+        for r in manager.snapshot(now_ms=now_ms)
+    )
+    return (observable_state(manager), manager.next_unmute_ms(), readings)
+
+
+@settings(CI, max_examples=250)
+@given(mixed_manager_traces())
+def test_bad_manager_input_raises_clearly_and_changes_nothing(
+    trace: tuple[ManagerConfig, list[Step | BadCall]],
+) -> None:
+    """Valid calls go to two managers, invalid ones to the first only: each invalid call
+    raises the documented exception naming the bad value, and afterwards the two managers
+    are indistinguishable."""
+    config, calls = trace
+    subject, twin = config.make(kquota), config.make(kquota)
+    now = config.start_ms
+    for index, call in enumerate(calls):
+        if isinstance(call, Step):
+            now = advance(now, config.gap_ms(call.gap), config.monotonic)
+            source = call.source(now)
+            note(f"[{index}] {source}")
+            check_same(
+                f"step {index}: {source}",
+                run_step(subject, kquota, call, now),
+                run_step(twin, kquota, call, now),
+            )
+            continue
+        note(f"[{index}] {call!r}")
+        call.check(call.run(subject))
+        check_same(
+            f"state after bad call {index}", manager_state(subject, now), manager_state(twin, now)
+        )
+    clients = {c.args[:2] for c in calls if isinstance(c, Step) and c.method == "measure"}
+    for user, client in sorted(clients, key=repr):
+        check_same(
+            f"measure({user!r}, {client!r})",
+            outcome(partial(subject.measure, user, client, now_ms=now)),
+            outcome(partial(twin.measure, user, client, now_ms=now)),
+        )
+
+
+_valid_rate_values = st.one_of(_finite_values, st.sampled_from(TINY_AND_HUGE))
+valid_rate_steps = weighted(
+    (4, _timed("record", _valid_rate_values)),
+    (2, _timed("record_no_check", _valid_rate_values)),
+    (2, _timed("measure")),
+    (1, _untimed("set_quota", st.one_of(st.none(), valid_quotas))),
+)
+
+
+@st.composite
+def bad_rate_calls(draw: st.DrawFn) -> BadCall:
+    """One invalid call on a SampledRate, or an invalid constructor call."""
+    kind = draw(st.integers(min_value=0, max_value=7))
+    now = draw(_times)
+    method = draw(st.sampled_from(["record", "record_no_check"]))
+    if kind == 0:
+        value = draw(st.sampled_from([math.nan, math.inf, -math.inf]))
+        return _bad(
+            method,
+            value,
+            now_ms=now,
+            expect=kquota.InvalidUsageError,
+            shows=tuple(f"recorded value {s}" for s in shown(value)),
+        )
+    if kind == 1:
+        value = draw(_bad_quotas)
+        return _bad(
+            "set_quota",
+            value,
+            expect=kquota.InvalidQuotaError,
+            shows=tuple(f"quota value {s}" for s in shown(value)),
+        )
+    if kind == 2:
+        wrong = draw(st.sampled_from(["1", b"1", [1.0], 1j, {}]))
+        which = draw(st.sampled_from([method, "set_quota"]))
+        args = (wrong,) if which == "set_quota" else (wrong, now)
+        return _bad(which, *args, expect=TypeError, shows=type_shown(wrong))
+    if kind == 3:
+        wrong = draw(_non_int)
+        return draw(
+            st.sampled_from(
+                [
+                    _bad(method, 1.0, now_ms=wrong, expect=TypeError, shows=type_shown(wrong)),
+                    _bad("measure", now_ms=wrong, expect=TypeError, shows=type_shown(wrong)),
+                ]
+            )
+        )
+    if kind == 4:
+        return _bad(method, 1.0, now_ms=draw(_outside_i64), expect=OverflowError)
+    n = draw(st.sampled_from([0, -1, 65_536, 2**40]))
+    window = draw(st.sampled_from([0, -1, -(2**62), 2**62]))
+    quota = draw(_bad_quotas)
+    return [
+        _bad("SampledRate", n, 1000, expect=kquota.InvalidConfigError, shows=(f"num_samples {n}",)),
+        _bad(
+            "SampledRate",
+            11,
+            window,
+            expect=kquota.InvalidConfigError,
+            shows=(f"window_ms {window}",),
+        ),
+        _bad(
+            "SampledRate",
+            11,
+            1000,
+            quota,
+            expect=kquota.InvalidQuotaError,
+            shows=tuple(f"quota value {s}" for s in shown(quota)),
+        ),
+    ][kind - 5]
+
+
+@st.composite
+def mixed_rate_traces(draw: st.DrawFn) -> tuple[RateConfig, list[Step | BadCall]]:
+    config = draw(rate_traces())[0]
+    length = draw(st.integers(min_value=1, max_value=30))
+    calls = st.one_of(valid_rate_steps, bad_rate_calls())
+    return config, draw(st.lists(calls, min_size=length, max_size=length))
+
+
+@settings(CI, max_examples=150)
+@given(mixed_rate_traces())
+def test_bad_rate_input_raises_clearly_and_changes_nothing(
+    trace: tuple[RateConfig, list[Step | BadCall]],
+) -> None:
+    config, calls = trace
+    subject, twin = (
+        kquota.SampledRate(config.num_samples, config.window_ms, config.quota) for _ in range(2)
+    )
+    now = config.start_ms
+    for index, call in enumerate(calls):
+        if isinstance(call, Step):
+            now = advance(now, config.gap_ms(call.gap), config.monotonic)
+            source = call.source(now, receiver="r")
+            note(f"[{index}] {source}")
+            check_same(
+                f"step {index}: {source}",
+                run_step(subject, kquota, call, now),
+                run_step(twin, kquota, call, now),
+            )
+            continue
+        note(f"[{index}] {call!r}")
+        call.check(call.run(subject))
+        check_same(
+            f"state after bad call {index}",
+            (subject.quota, subject.num_samples, subject.window_ms, subject.measure(now_ms=now)),
+            (twin.quota, twin.num_samples, twin.window_ms, twin.measure(now_ms=now)),
+        )
