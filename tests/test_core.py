@@ -381,3 +381,58 @@ def test_threads_keep_exact_totals_while_quotas_change_and_sensors_expire() -> N
         assert readings[("", client)].rate == total / 10.0
         assert readings[("", client)].bound == 1e15
     assert rate.measure(now_ms=5000) == rate_total[0] / 10.0
+
+
+def _manager_with_a_sensor() -> kquota.QuotaManager:
+    m = kquota.QuotaManager("produce")
+    m.set_quota(kquota.Entity(user="u"), 100.0)
+    m.record("u", "c", 10.0, now_ms=0)
+    return m
+
+
+@pytest.mark.parametrize(
+    ("call", "shows"),
+    [
+        (lambda m: m.record("u", "c", 1.0, now_ms=2**63), "now_ms"),
+        (lambda m: m.expire_sensors(now_ms=-(2**63) - 1), "now_ms"),
+        (lambda m: m.throttle("u", "c", 2**63, now_ms=0), "throttle_ms"),
+        (lambda m: m.throttle("u", "c", 10, now_ms=0, channel=-1), "channel"),
+        (lambda m: kquota.SampledRate(11, 2**63), "window_ms"),
+        (lambda m: m.record("u\ud800", "c", 1.0, now_ms=0), "user"),
+        (lambda m: m.set_quota(kquota.Entity(client_id="\udfff"), 1.0), "client_id"),
+        (
+            lambda m: m.record_batch(
+                np.array([0]), np.array([0]), np.array([1.0]), [("u", "c", "x")]
+            ),
+            "keys",
+        ),
+    ],
+    ids=[
+        "now_ms=2**63",
+        "now_ms=-2**63-1",
+        "throttle_ms=2**63",
+        "channel=-1",
+        "window_ms=2**63",
+        "user-surrogate",
+        "client_id-surrogate",
+        "batch-key-3-tuple",
+    ],
+)
+def test_readme_contract_for_out_of_range_and_unencodable_arguments(
+    call: Callable[[kquota.QuotaManager], object], shows: str
+) -> None:
+    """The README: bad input raises a KquotaError that is a ValueError, names the value
+    (here: the parameter), and changes nothing. Nothing changes (asserted); where the
+    error is not yet what the README says, the test reports an xfail saying so."""
+    m = _manager_with_a_sensor()
+    with pytest.raises(Exception) as info:
+        call(m)
+    assert m.measure("u", "c", now_ms=0) == 1.0 and m.queue_size() == 0  # nothing changed
+    error = info.value
+    if not (isinstance(error, KquotaError) and isinstance(error, ValueError)) or (
+        shows not in str(error)
+    ):
+        pytest.xfail(
+            f"known gap in kquota-py: {type(error).__name__}({str(error)!r}) is not a "
+            f"KquotaError naming {shows}: PyO3's own argument conversion fails first"
+        )
