@@ -750,7 +750,7 @@ MAX_EVENTS: Final = 400
 @st.composite
 def batches(draw: st.DrawFn) -> Batch:
     config = draw(manager_configs())
-    quotas = draw(st.lists(st.tuples(entities, valid_quotas), max_size=6))
+    quotas = draw(st.lists(st.tuples(encodable_entities, valid_quotas), max_size=6))
     keys = draw(
         st.lists(st.tuples(encodable_user_names, encodable_client_names), min_size=1, max_size=6)
     )
