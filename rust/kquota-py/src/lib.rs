@@ -3,6 +3,7 @@
 //! It only converts types, maps errors and releases the GIL around batch work; every
 //! quota rule lives in the core crate.
 
+use args::Text;
 use numpy::{PyArray1, PyReadonlyArray1};
 use pyo3::exceptions::{PyException, PyValueError};
 use pyo3::prelude::*;
@@ -11,6 +12,8 @@ use pyo3::types::{PyDict, PyTuple, PyType};
 use pyo3::PyTypeInfo;
 
 use kquota_core as core;
+
+mod args;
 
 /// kquota's exception classes, made once per interpreter. `InvalidValueError` derives
 /// from both `KquotaError` and `ValueError`, which `create_exception!` cannot express.
@@ -110,9 +113,12 @@ struct Entity {
 impl Entity {
     #[new]
     #[pyo3(signature = (user=None, client_id=None))]
-    fn new(user: Option<&str>, client_id: Option<&str>) -> CoreResult<Self> {
+    fn new(
+        #[pyo3(from_py_with = args::opt_user)] user: Option<Text<'_>>,
+        #[pyo3(from_py_with = args::opt_client_id)] client_id: Option<Text<'_>>,
+    ) -> CoreResult<Self> {
         Ok(Entity {
-            inner: core::QuotaEntity::parse(user, client_id)?,
+            inner: core::QuotaEntity::parse(user.as_deref(), client_id.as_deref())?,
         })
     }
 
@@ -220,7 +226,11 @@ struct SampledRate {
 impl SampledRate {
     #[new]
     #[pyo3(signature = (num_samples=11, window_ms=1000, quota=None))]
-    fn new(num_samples: i64, window_ms: i64, quota: Option<f64>) -> CoreResult<Self> {
+    fn new(
+        #[pyo3(from_py_with = args::num_samples)] num_samples: i64,
+        #[pyo3(from_py_with = args::window_ms)] window_ms: i64,
+        quota: Option<f64>,
+    ) -> CoreResult<Self> {
         let cfg = core::WindowConfig::new(num_samples, window_ms)?;
         Ok(SampledRate {
             inner: core::SampledRate::new(cfg, quota)?,
@@ -247,17 +257,25 @@ impl SampledRate {
     }
 
     #[pyo3(signature = (value, now_ms=None))]
-    fn record(&self, value: f64, now_ms: Option<i64>) -> CoreResult<Check> {
+    fn record(
+        &self,
+        value: f64,
+        #[pyo3(from_py_with = args::now_ms)] now_ms: Option<i64>,
+    ) -> CoreResult<Check> {
         Ok(self.inner.record(value, now_or_clock(now_ms))?.into())
     }
 
     #[pyo3(signature = (value, now_ms=None))]
-    fn record_no_check(&self, value: f64, now_ms: Option<i64>) -> CoreResult<()> {
+    fn record_no_check(
+        &self,
+        value: f64,
+        #[pyo3(from_py_with = args::now_ms)] now_ms: Option<i64>,
+    ) -> CoreResult<()> {
         Ok(self.inner.record_no_check(value, now_or_clock(now_ms))?)
     }
 
     #[pyo3(signature = (now_ms=None))]
-    fn measure(&self, now_ms: Option<i64>) -> f64 {
+    fn measure(&self, #[pyo3(from_py_with = args::now_ms)] now_ms: Option<i64>) -> f64 {
         self.inner.measure(now_or_clock(now_ms))
     }
 
@@ -282,12 +300,12 @@ impl QuotaManager {
     #[new]
     #[pyo3(signature = (quota_type, *, num_samples=11, window_ms=1000, sensor_expiry_ms=3600000))]
     fn new(
-        quota_type: &str,
-        num_samples: i64,
-        window_ms: i64,
-        sensor_expiry_ms: i64,
+        #[pyo3(from_py_with = args::quota_type)] quota_type: Text<'_>,
+        #[pyo3(from_py_with = args::num_samples)] num_samples: i64,
+        #[pyo3(from_py_with = args::window_ms)] window_ms: i64,
+        #[pyo3(from_py_with = args::sensor_expiry_ms)] sensor_expiry_ms: i64,
     ) -> CoreResult<Self> {
-        let quota_type: core::QuotaType = quota_type.parse()?;
+        let quota_type: core::QuotaType = (*quota_type).parse()?;
         let window = core::WindowConfig::new(num_samples, window_ms)?;
         Ok(QuotaManager {
             inner: core::QuotaManager::new(quota_type, window, sensor_expiry_ms)?,
@@ -339,78 +357,99 @@ impl QuotaManager {
             .collect()
     }
 
-    fn tags(&self, user: &str, client_id: &str) -> (String, String) {
-        self.inner.tags(user, client_id)
+    fn tags(
+        &self,
+        #[pyo3(from_py_with = args::user)] user: Text<'_>,
+        #[pyo3(from_py_with = args::client_id)] client_id: Text<'_>,
+    ) -> (String, String) {
+        self.inner.tags(&user, &client_id)
     }
 
-    fn quota_for(&self, user: &str, client_id: &str) -> Option<f64> {
-        self.inner.quota_for(user, client_id)
+    fn quota_for(
+        &self,
+        #[pyo3(from_py_with = args::user)] user: Text<'_>,
+        #[pyo3(from_py_with = args::client_id)] client_id: Text<'_>,
+    ) -> Option<f64> {
+        self.inner.quota_for(&user, &client_id)
     }
 
     #[pyo3(signature = (user, client_id, value, now_ms=None))]
     fn record(
         &self,
-        user: &str,
-        client_id: &str,
+        #[pyo3(from_py_with = args::user)] user: Text<'_>,
+        #[pyo3(from_py_with = args::client_id)] client_id: Text<'_>,
         value: f64,
-        now_ms: Option<i64>,
+        #[pyo3(from_py_with = args::now_ms)] now_ms: Option<i64>,
     ) -> CoreResult<i32> {
         Ok(self
             .inner
-            .record(user, client_id, value, now_or_clock(now_ms))?)
+            .record(&user, &client_id, value, now_or_clock(now_ms))?)
     }
 
     /// The benchmark floor: the same arguments as `record`, parsed the same way, and nothing
     /// done with them. `make bench` times it beside `record` so the table shows how much of a
     /// call is CPython's calling cost rather than the quota work.
     #[pyo3(signature = (user, client_id, value, now_ms=None))]
-    fn _noop_record(&self, user: &str, client_id: &str, value: f64, now_ms: Option<i64>) -> i32 {
-        let _ = (user, client_id, value, now_ms);
+    fn _noop_record(
+        &self,
+        #[pyo3(from_py_with = args::user)] user: Text<'_>,
+        #[pyo3(from_py_with = args::client_id)] client_id: Text<'_>,
+        value: f64,
+        #[pyo3(from_py_with = args::now_ms)] now_ms: Option<i64>,
+    ) -> i32 {
+        let _ = (&user, &client_id, value, now_ms);
         0
     }
 
     #[pyo3(signature = (user, client_id, value, now_ms=None))]
     fn unrecord(
         &self,
-        user: &str,
-        client_id: &str,
+        #[pyo3(from_py_with = args::user)] user: Text<'_>,
+        #[pyo3(from_py_with = args::client_id)] client_id: Text<'_>,
         value: f64,
-        now_ms: Option<i64>,
+        #[pyo3(from_py_with = args::now_ms)] now_ms: Option<i64>,
     ) -> CoreResult<()> {
         Ok(self
             .inner
-            .unrecord(user, client_id, value, now_or_clock(now_ms))?)
+            .unrecord(&user, &client_id, value, now_or_clock(now_ms))?)
     }
 
     #[pyo3(signature = (user, client_id, value, now_ms=None))]
     fn record_no_throttle(
         &self,
-        user: &str,
-        client_id: &str,
+        #[pyo3(from_py_with = args::user)] user: Text<'_>,
+        #[pyo3(from_py_with = args::client_id)] client_id: Text<'_>,
         value: f64,
-        now_ms: Option<i64>,
+        #[pyo3(from_py_with = args::now_ms)] now_ms: Option<i64>,
     ) -> CoreResult<()> {
         Ok(self
             .inner
-            .record_no_throttle(user, client_id, value, now_or_clock(now_ms))?)
+            .record_no_throttle(&user, &client_id, value, now_or_clock(now_ms))?)
     }
 
     #[pyo3(signature = (user, client_id, throttle_ms, now_ms=None, channel=0))]
     fn throttle(
         &self,
-        user: &str,
-        client_id: &str,
-        throttle_ms: i64,
-        now_ms: Option<i64>,
-        channel: u64,
+        #[pyo3(from_py_with = args::user)] user: Text<'_>,
+        #[pyo3(from_py_with = args::client_id)] client_id: Text<'_>,
+        #[pyo3(from_py_with = args::throttle_ms)] throttle_ms: i64,
+        #[pyo3(from_py_with = args::now_ms)] now_ms: Option<i64>,
+        #[pyo3(from_py_with = args::channel)] channel: u64,
     ) -> CoreResult<i64> {
-        Ok(self
-            .inner
-            .throttle(user, client_id, throttle_ms, now_or_clock(now_ms), channel)?)
+        Ok(self.inner.throttle(
+            &user,
+            &client_id,
+            throttle_ms,
+            now_or_clock(now_ms),
+            channel,
+        )?)
     }
 
     #[pyo3(signature = (now_ms=None))]
-    fn expired_channels(&self, now_ms: Option<i64>) -> Vec<u64> {
+    fn expired_channels(
+        &self,
+        #[pyo3(from_py_with = args::now_ms)] now_ms: Option<i64>,
+    ) -> Vec<u64> {
         self.inner.expired_channels(now_or_clock(now_ms))
     }
 
@@ -419,28 +458,50 @@ impl QuotaManager {
     }
 
     #[pyo3(signature = (user, client_id, now_ms=None))]
-    fn max_value_in_quota_window(&self, user: &str, client_id: &str, now_ms: Option<i64>) -> f64 {
+    fn max_value_in_quota_window(
+        &self,
+        #[pyo3(from_py_with = args::user)] user: Text<'_>,
+        #[pyo3(from_py_with = args::client_id)] client_id: Text<'_>,
+        #[pyo3(from_py_with = args::now_ms)] now_ms: Option<i64>,
+    ) -> f64 {
         self.inner
-            .max_value_in_quota_window(user, client_id, now_or_clock(now_ms))
+            .max_value_in_quota_window(&user, &client_id, now_or_clock(now_ms))
     }
 
     #[pyo3(signature = (user, client_id, now_ms=None))]
-    fn measure(&self, user: &str, client_id: &str, now_ms: Option<i64>) -> Option<f64> {
-        self.inner.measure(user, client_id, now_or_clock(now_ms))
+    fn measure(
+        &self,
+        #[pyo3(from_py_with = args::user)] user: Text<'_>,
+        #[pyo3(from_py_with = args::client_id)] client_id: Text<'_>,
+        #[pyo3(from_py_with = args::now_ms)] now_ms: Option<i64>,
+    ) -> Option<f64> {
+        self.inner.measure(&user, &client_id, now_or_clock(now_ms))
     }
 
-    fn bound(&self, user: &str, client_id: &str) -> Option<f64> {
-        self.inner.bound(user, client_id)
+    fn bound(
+        &self,
+        #[pyo3(from_py_with = args::user)] user: Text<'_>,
+        #[pyo3(from_py_with = args::client_id)] client_id: Text<'_>,
+    ) -> Option<f64> {
+        self.inner.bound(&user, &client_id)
     }
 
     #[pyo3(signature = (user, client_id, now_ms=None))]
-    fn throttle_time_avg(&self, user: &str, client_id: &str, now_ms: Option<i64>) -> Option<f64> {
+    fn throttle_time_avg(
+        &self,
+        #[pyo3(from_py_with = args::user)] user: Text<'_>,
+        #[pyo3(from_py_with = args::client_id)] client_id: Text<'_>,
+        #[pyo3(from_py_with = args::now_ms)] now_ms: Option<i64>,
+    ) -> Option<f64> {
         self.inner
-            .throttle_time_avg(user, client_id, now_or_clock(now_ms))
+            .throttle_time_avg(&user, &client_id, now_or_clock(now_ms))
     }
 
     #[pyo3(signature = (now_ms=None))]
-    fn expire_sensors(&self, now_ms: Option<i64>) -> Vec<String> {
+    fn expire_sensors(
+        &self,
+        #[pyo3(from_py_with = args::now_ms)] now_ms: Option<i64>,
+    ) -> Vec<String> {
         self.inner.expire_sensors(now_or_clock(now_ms))
     }
 
@@ -457,7 +518,11 @@ impl QuotaManager {
     }
 
     #[pyo3(signature = (now_ms=None))]
-    fn snapshot(&self, py: Python<'_>, now_ms: Option<i64>) -> Vec<SensorReading> {
+    fn snapshot(
+        &self,
+        py: Python<'_>,
+        #[pyo3(from_py_with = args::now_ms)] now_ms: Option<i64>,
+    ) -> Vec<SensorReading> {
         let now = now_or_clock(now_ms);
         let inner = &self.inner;
         py.detach(|| inner.snapshot(now))
@@ -470,11 +535,13 @@ impl QuotaManager {
     fn record_batch<'py>(
         &self,
         py: Python<'py>,
-        now_ms: PyReadonlyArray1<'py, i64>,
-        key_index: PyReadonlyArray1<'py, i64>,
-        values: PyReadonlyArray1<'py, f64>,
-        keys: Vec<(String, String)>,
-        unrecord_if: Option<PyReadonlyArray1<'py, bool>>,
+        #[pyo3(from_py_with = args::now_ms_array)] now_ms: PyReadonlyArray1<'py, i64>,
+        #[pyo3(from_py_with = args::key_index_array)] key_index: PyReadonlyArray1<'py, i64>,
+        #[pyo3(from_py_with = args::values_array)] values: PyReadonlyArray1<'py, f64>,
+        #[pyo3(from_py_with = args::keys)] keys: Vec<(String, String)>,
+        #[pyo3(from_py_with = args::unrecord_if_array)] unrecord_if: Option<
+            PyReadonlyArray1<'py, bool>,
+        >,
     ) -> PyResult<Bound<'py, PyArray1<i32>>> {
         // Copy into owned buffers, then run the whole batch without the GIL.
         let now_ms = now_ms.as_array().to_vec();
@@ -508,8 +575,8 @@ fn monotonic_ms() -> i64 {
 
 /// A principal name in Kafka's sanitized form.
 #[pyfunction]
-fn sanitize_user(principal: &str) -> String {
-    core::sanitize_user(principal).into_owned()
+fn sanitize_user(#[pyo3(from_py_with = args::principal)] principal: Text<'_>) -> String {
+    core::sanitize_user(&principal).into_owned()
 }
 
 #[pymodule(gil_used = false)]

@@ -1,0 +1,271 @@
+//! Argument conversion with kquota's error contract: a wrong type raises `TypeError`, a
+//! value no parameter of that kind can hold (an int out of range, text that is not valid
+//! Unicode, a malformed batch key) raises `InvalidValueError`; either way the message
+//! names the parameter and the value, and nothing has been done yet.
+//!
+//! PyO3's own conversions raise `OverflowError`/`UnicodeEncodeError` without naming the
+//! parameter, so every public argument goes through these functions
+//! (`#[pyo3(from_py_with = ...)]`). Each converter below is one parameter name.
+
+use std::fmt::Display;
+use std::ops::Deref;
+
+use numpy::{PyReadonlyArray1, PyUntypedArrayMethods};
+use pyo3::exceptions::PyTypeError;
+use pyo3::prelude::*;
+use pyo3::types::{PyString, PyTuple};
+
+use crate::errors;
+
+/// At most this many characters of a bad value are quoted in a message.
+const SHOWN: usize = 80;
+
+/// `repr(obj)`, cut short (a huge int's repr may itself fail: then a description).
+fn shown(obj: &Bound<'_, PyAny>) -> String {
+    match obj.repr() {
+        Ok(r) => {
+            let r = r.to_string_lossy().into_owned();
+            if r.chars().count() > SHOWN {
+                let cut: String = r.chars().take(SHOWN).collect();
+                format!("{cut}...")
+            } else {
+                r
+            }
+        }
+        Err(_) => format!("(a {} too large to print)", type_name(obj)),
+    }
+}
+
+fn type_name(obj: &Bound<'_, PyAny>) -> String {
+    obj.get_type()
+        .name()
+        .map(|n| n.to_string())
+        .unwrap_or_else(|_| "?".to_owned())
+}
+
+/// An `InvalidValueError` (a `KquotaError` and a `ValueError`).
+fn invalid(py: Python<'_>, message: String) -> PyErr {
+    match errors(py) {
+        Ok(e) => PyErr::from_type(e.value.bind(py).clone(), message),
+        Err(err) => err,
+    }
+}
+
+/// An `InvalidUsageError` (batch input that does not fit together).
+fn invalid_usage(py: Python<'_>, message: String) -> PyErr {
+    match errors(py) {
+        Ok(e) => PyErr::from_type(e.usage.bind(py).clone(), message),
+        Err(err) => err,
+    }
+}
+
+fn wrong_type(name: &str, expected: &str, obj: &Bound<'_, PyAny>) -> PyErr {
+    PyTypeError::new_err(format!(
+        "argument {name}: expected {expected}, got {} {}",
+        type_name(obj),
+        shown(obj)
+    ))
+}
+
+/// A Python int in `min..=max`.
+fn int_in<T: TryFrom<i128>>(
+    obj: &Bound<'_, PyAny>,
+    name: &str,
+    min: impl Display,
+    max: impl Display,
+) -> PyResult<T> {
+    let out_of_range = || {
+        invalid(
+            obj.py(),
+            format!(
+                "invalid {name} {}: it must be a whole number from {min} to {max}",
+                shown(obj)
+            ),
+        )
+    };
+    if !obj.is_instance_of::<pyo3::types::PyInt>() {
+        // Objects with __index__ (numpy integers) are ints to Python's own APIs too.
+        if obj.hasattr("__index__").unwrap_or(false) {
+            let index = obj.call_method0("__index__")?;
+            return int_in(&index, name, min, max);
+        }
+        return Err(wrong_type(name, "an int", obj));
+    }
+    let wide: i128 = obj.extract().map_err(|_| out_of_range())?;
+    T::try_from(wide).map_err(|_| out_of_range())
+}
+
+fn i64_arg(obj: &Bound<'_, PyAny>, name: &str) -> PyResult<i64> {
+    // The usual case first and cheaply; the general path only explains failures.
+    if let Ok(v) = obj.extract::<i64>() {
+        return Ok(v);
+    }
+    int_in(obj, name, i64::MIN, i64::MAX)
+}
+
+/// A Python str checked to be valid Unicode: it reads as a `&str` without copying (the
+/// UTF-8 form is cached in the str object by the check).
+pub(crate) struct Text<'py>(Bound<'py, PyString>);
+
+impl Deref for Text<'_> {
+    type Target = str;
+
+    fn deref(&self) -> &str {
+        // Cannot fail: `text` checked it, and CPython keeps the UTF-8 form it made.
+        self.0.to_str().unwrap_or_default()
+    }
+}
+
+/// Text that is valid Unicode (no lone surrogates), without copying it.
+fn text<'py>(obj: &Bound<'py, PyAny>, name: &str) -> PyResult<Text<'py>> {
+    let s = obj
+        .cast::<PyString>()
+        .map_err(|_| wrong_type(name, "a str", obj))?;
+    match s.to_str() {
+        Ok(_) => Ok(Text(s.clone())),
+        Err(_) => Err({
+            invalid(
+                obj.py(),
+                format!(
+                    "invalid {name} {}: it is not valid Unicode text (a lone surrogate cannot be \
+                 encoded as UTF-8)",
+                    shown(obj)
+                ),
+            )
+        }),
+    }
+}
+
+fn optional<'py, T>(
+    obj: &Bound<'py, PyAny>,
+    convert: impl FnOnce(&Bound<'py, PyAny>) -> PyResult<T>,
+) -> PyResult<Option<T>> {
+    if obj.is_none() {
+        Ok(None)
+    } else {
+        convert(obj).map(Some)
+    }
+}
+
+pub(crate) fn user<'py>(obj: &Bound<'py, PyAny>) -> PyResult<Text<'py>> {
+    text(obj, "user")
+}
+
+pub(crate) fn client_id<'py>(obj: &Bound<'py, PyAny>) -> PyResult<Text<'py>> {
+    text(obj, "client_id")
+}
+
+pub(crate) fn opt_user<'py>(obj: &Bound<'py, PyAny>) -> PyResult<Option<Text<'py>>> {
+    optional(obj, user)
+}
+
+pub(crate) fn opt_client_id<'py>(obj: &Bound<'py, PyAny>) -> PyResult<Option<Text<'py>>> {
+    optional(obj, client_id)
+}
+
+pub(crate) fn principal<'py>(obj: &Bound<'py, PyAny>) -> PyResult<Text<'py>> {
+    text(obj, "principal")
+}
+
+pub(crate) fn quota_type<'py>(obj: &Bound<'py, PyAny>) -> PyResult<Text<'py>> {
+    text(obj, "quota_type")
+}
+
+pub(crate) fn now_ms(obj: &Bound<'_, PyAny>) -> PyResult<Option<i64>> {
+    optional(obj, |o| i64_arg(o, "now_ms"))
+}
+
+pub(crate) fn throttle_ms(obj: &Bound<'_, PyAny>) -> PyResult<i64> {
+    i64_arg(obj, "throttle_ms")
+}
+
+pub(crate) fn channel(obj: &Bound<'_, PyAny>) -> PyResult<u64> {
+    int_in(obj, "channel", 0, u64::MAX)
+}
+
+pub(crate) fn num_samples(obj: &Bound<'_, PyAny>) -> PyResult<i64> {
+    i64_arg(obj, "num_samples")
+}
+
+pub(crate) fn window_ms(obj: &Bound<'_, PyAny>) -> PyResult<i64> {
+    i64_arg(obj, "window_ms")
+}
+
+pub(crate) fn sensor_expiry_ms(obj: &Bound<'_, PyAny>) -> PyResult<i64> {
+    i64_arg(obj, "sensor_expiry_ms")
+}
+
+fn array<'py, T: numpy::Element>(
+    obj: &Bound<'py, PyAny>,
+    name: &str,
+    dtype: &str,
+) -> PyResult<PyReadonlyArray1<'py, T>> {
+    obj.extract::<PyReadonlyArray1<'py, T>>().map_err(|_| {
+        let got = match obj.cast::<numpy::PyUntypedArray>() {
+            Ok(a) => format!("an array of {} with {} dimension(s)", a.dtype(), a.ndim()),
+            Err(_) => format!("{} {}", type_name(obj), shown(obj)),
+        };
+        PyTypeError::new_err(format!(
+            "argument {name}: expected a one-dimensional numpy array of {dtype}, got {got}"
+        ))
+    })
+}
+
+pub(crate) fn now_ms_array<'py>(obj: &Bound<'py, PyAny>) -> PyResult<PyReadonlyArray1<'py, i64>> {
+    array(obj, "now_ms", "int64")
+}
+
+pub(crate) fn key_index_array<'py>(
+    obj: &Bound<'py, PyAny>,
+) -> PyResult<PyReadonlyArray1<'py, i64>> {
+    array(obj, "key_index", "int64")
+}
+
+pub(crate) fn values_array<'py>(obj: &Bound<'py, PyAny>) -> PyResult<PyReadonlyArray1<'py, f64>> {
+    array(obj, "values", "float64")
+}
+
+pub(crate) fn unrecord_if_array<'py>(
+    obj: &Bound<'py, PyAny>,
+) -> PyResult<Option<PyReadonlyArray1<'py, bool>>> {
+    if obj.is_none() {
+        Ok(None)
+    } else {
+        array(obj, "unrecord_if", "bool").map(Some)
+    }
+}
+
+/// The batch keys: a sequence (not a str) of `(user, client_id)` pairs of str.
+pub(crate) fn keys(obj: &Bound<'_, PyAny>) -> PyResult<Vec<(String, String)>> {
+    if obj.is_instance_of::<PyString>() {
+        return Err(wrong_type(
+            "keys",
+            "a sequence of (user, client_id) pairs",
+            obj,
+        ));
+    }
+    let items = obj
+        .try_iter()
+        .map_err(|_| wrong_type("keys", "a sequence of (user, client_id) pairs", obj))?;
+    let mut out = Vec::new();
+    for (i, item) in items.enumerate() {
+        let item = item?;
+        let pair = item
+            .cast::<PyTuple>()
+            .ok()
+            .filter(|t| t.len() == 2)
+            .ok_or_else(|| {
+                invalid_usage(
+                    obj.py(),
+                    format!(
+                        "invalid keys[{i}] {}: each key must be a (user, client_id) tuple of two str",
+                        shown(&item)
+                    ),
+                )
+            })?;
+        let user = text(&pair.get_item(0)?, &format!("keys[{i}] user"))?;
+        let client = text(&pair.get_item(1)?, &format!("keys[{i}] client_id"))?;
+        out.push((String::from(&*user), String::from(&*client)));
+    }
+    Ok(out)
+}
