@@ -80,36 +80,38 @@ pub struct Slot {
     pub last: i64,
 }
 
-/// A slot's bookkeeping; its value lives apart, in [`Samples::values`].
-#[derive(Debug, Clone, Copy, PartialEq)]
-struct Meta {
-    count: u64,
-    start: i64,
-    last: i64,
-}
-
-impl Meta {
-    fn fresh(t: i64) -> Meta {
-        Meta {
-            count: 0,
-            start: t,
-            last: t,
-        }
-    }
-}
-
 /// The ring of samples of one statistic.
 ///
 /// Slots are created as windows are first used (Kafka's `SampledStat` grows its list the
-/// same way), and each allocation is exactly as long as the ring is, so a sensor that saw
-/// one window holds one slot. Values are kept apart from the bookkeeping: the hot path
-/// adds the values up and reads nothing else.
-#[derive(Debug, Clone, Default, PartialEq)]
+/// same way), and the ring's one allocation is exactly as long as the ring is, so a sensor
+/// that saw one window holds one slot. The allocation holds four columns of `len` words:
+/// the values first (the hot path adds them up and reads nothing else), then each slot's
+/// event count, start and last-event time, stored as the bits of an `f64` word.
+#[derive(Debug, Clone, Default)]
 pub struct Samples {
-    cur: usize,
-    values: Vec<f64>,
-    meta: Vec<Meta>,
+    cur: u32,
+    len: u32,
+    columns: Box<[f64]>,
 }
+
+/// Values compare as numbers (as they did as `f64` fields); the other columns by their
+/// bits, since they hold integers.
+impl PartialEq for Samples {
+    fn eq(&self, other: &Samples) -> bool {
+        let n = self.n();
+        self.cur == other.cur
+            && self.len == other.len
+            && self.values() == other.values()
+            && self.columns[n..]
+                .iter()
+                .zip(&other.columns[n..])
+                .all(|(a, b)| a.to_bits() == b.to_bits())
+    }
+}
+
+const COUNT: usize = 1;
+const START: usize = 2;
+const LAST: usize = 3;
 
 impl Samples {
     /// An empty ring (slots are created lazily; no allocation until the first record).
@@ -117,63 +119,118 @@ impl Samples {
         Samples::default()
     }
 
+    fn n(&self) -> usize {
+        self.len as usize
+    }
+
+    fn word(&self, column: usize, i: usize) -> u64 {
+        self.columns[column * self.n() + i].to_bits()
+    }
+
+    fn set_word(&mut self, column: usize, i: usize, w: u64) {
+        let n = self.n();
+        self.columns[column * n + i] = f64::from_bits(w);
+    }
+
+    fn values(&self) -> &[f64] {
+        &self.columns[..self.n()]
+    }
+
+    fn count(&self, i: usize) -> u64 {
+        self.word(COUNT, i)
+    }
+
+    fn start(&self, i: usize) -> i64 {
+        self.word(START, i) as i64
+    }
+
+    fn last(&self, i: usize) -> i64 {
+        self.word(LAST, i) as i64
+    }
+
+    fn starts(&self) -> impl Iterator<Item = i64> + '_ {
+        (0..self.n()).map(|i| self.start(i))
+    }
+
     /// The slots in index order (a copy, for inspection and tests).
     pub fn slots(&self) -> Vec<Slot> {
-        self.values
-            .iter()
-            .zip(&self.meta)
-            .map(|(&value, m)| Slot {
-                value,
-                count: m.count,
-                start: m.start,
-                last: m.last,
+        (0..self.n())
+            .map(|i| Slot {
+                value: self.values()[i],
+                count: self.count(i),
+                start: self.start(i),
+                last: self.last(i),
             })
             .collect()
     }
 
     /// Heap bytes this ring holds (its slots), for memory accounting.
     pub fn heap_bytes(&self) -> usize {
-        self.values.capacity() * std::mem::size_of::<f64>()
-            + self.meta.capacity() * std::mem::size_of::<Meta>()
+        std::mem::size_of_val(&*self.columns)
     }
 
+    /// Appends a fresh slot started at `t` (a new allocation one slot longer: a ring
+    /// reaches its full length once).
     fn push(&mut self, t: i64) {
-        // Grow one slot at a time: a ring reaches its full length once, and a sensor that
-        // stays in few windows keeps few slots.
-        self.values.reserve_exact(1);
-        self.meta.reserve_exact(1);
-        self.values.push(0.0);
-        self.meta.push(Meta::fresh(t));
+        let old = self.slots();
+        self.len += 1;
+        self.columns = vec![0.0; 4 * self.n()].into_boxed_slice();
+        for (i, slot) in old.iter().enumerate() {
+            self.write(i, slot);
+        }
+        self.reset(self.n() - 1, t);
+    }
+
+    fn write(&mut self, i: usize, slot: &Slot) {
+        let n = self.n();
+        self.columns[i] = slot.value;
+        self.set_word(COUNT, i, slot.count);
+        self.set_word(START, i, slot.start as u64);
+        self.set_word(LAST, i, slot.last as u64);
+        debug_assert_eq!(n, self.n());
     }
 
     fn reset(&mut self, i: usize, t: i64) {
-        self.values[i] = 0.0;
-        self.meta[i] = Meta::fresh(t);
+        self.write(
+            i,
+            &Slot {
+                value: 0.0,
+                count: 0,
+                start: t,
+                last: t,
+            },
+        );
+    }
+
+    fn cur(&self) -> usize {
+        self.cur as usize
     }
 
     /// Records `value` at `t` (section 2.2). Never purges.
     pub fn record(&mut self, cfg: &WindowConfig, value: f64, t: i64) {
-        if self.values.is_empty() {
+        if self.len == 0 {
             self.push(t);
             self.cur = 0;
         }
-        if t.wrapping_sub(self.meta[self.cur].start) >= cfg.window_ms {
-            self.cur = (self.cur + 1) % cfg.ring_len();
-            if self.cur >= self.values.len() {
+        if t.wrapping_sub(self.start(self.cur())) >= cfg.window_ms {
+            let next = (self.cur() + 1) % cfg.ring_len();
+            self.cur = next as u32;
+            if next >= self.n() {
                 self.push(t);
             } else {
-                self.reset(self.cur, t);
+                self.reset(next, t);
             }
         }
-        self.values[self.cur] += value;
-        let meta = &mut self.meta[self.cur];
-        meta.count += 1;
-        meta.last = t;
+        let i = self.cur();
+        self.columns[i] += value;
+        let count = self.count(i) + 1;
+        self.set_word(COUNT, i, count);
+        self.set_word(LAST, i, t as u64);
     }
 
     /// Whether measuring at `t` would change the state (a purge, or an empty ring).
     pub fn measure_mutates(&self, cfg: &WindowConfig, t: i64) -> bool {
-        self.values.is_empty() || self.meta.iter().any(|m| Self::obsolete(cfg, m.last, t))
+        self.len == 0 || (0..self.n()).any(|i| Self::obsolete(cfg, self.last(i), t))
     }
 
     fn obsolete(cfg: &WindowConfig, last: i64, t: i64) -> bool {
@@ -182,8 +239,8 @@ impl Samples {
 
     /// Re-initialises every obsolete slot at `t` (section 2.3).
     pub fn purge(&mut self, cfg: &WindowConfig, t: i64) {
-        for i in 0..self.meta.len() {
-            if Self::obsolete(cfg, self.meta[i].last, t) {
+        for i in 0..self.n() {
+            if Self::obsolete(cfg, self.last(i), t) {
                 self.reset(i, t);
             }
         }
@@ -191,14 +248,14 @@ impl Samples {
 
     /// Sum of the values, in slot-index order (the order Kafka adds them in).
     fn sum(&self) -> f64 {
-        self.values.iter().fold(0.0, |acc, v| acc + v)
+        self.values().iter().fold(0.0, |acc, v| acc + v)
     }
 
     /// The elapsed window of section 2.4, on a purged, non-empty ring. Java's arithmetic
     /// exactly: long subtraction, the count of whole windows narrowed to an int, int
     /// subtraction, all wrapping as Java's do.
     fn window_ms(&self, cfg: &WindowConfig, t: i64) -> i64 {
-        let oldest = self.meta.iter().map(|m| m.start).min().unwrap_or(t);
+        let oldest = self.starts().min().unwrap_or(t);
         window_from_oldest(cfg, oldest, t)
     }
 
@@ -206,7 +263,7 @@ impl Samples {
     /// Returns the rate and the window in ms it was divided by.
     pub fn measure_rate(&mut self, cfg: &WindowConfig, t: i64) -> (f64, i64) {
         self.purge(cfg, t);
-        if self.values.is_empty() {
+        if self.len == 0 {
             self.push(t);
             self.cur = 0;
         }
@@ -224,44 +281,42 @@ impl Samples {
 
     /// The index of the sample in progress, if any.
     pub fn current_index(&self) -> Option<usize> {
-        (!self.values.is_empty()).then_some(self.cur)
+        (self.len != 0).then_some(self.cur())
     }
 
     /// The value and last-event time of the sample in progress, if any.
     pub fn current(&self) -> Option<(f64, i64)> {
         let i = self.current_index()?;
-        Some((self.values[i], self.meta[i].last))
+        Some((self.values()[i], self.last(i)))
     }
 
     /// Replaces the value and last-event time of the sample in progress (no-op when empty).
     pub fn set_current(&mut self, value: f64, last: i64) {
         if let Some(i) = self.current_index() {
-            self.values[i] = value;
-            self.meta[i].last = last;
+            self.columns[i] = value;
+            self.set_word(LAST, i, last as u64);
         }
     }
 
     /// The values of the samples after the one in progress, in index order (see
     /// [`Summary::rate`]).
     pub fn tail(&self) -> &[f64] {
-        self.values.get(self.cur + 1..).unwrap_or(&[])
+        self.values().get(self.cur() + 1..).unwrap_or(&[])
     }
 
     /// What an in-place record or a pure measurement needs to know of this ring, in a
     /// few contiguous words; `None` for an empty ring.
     pub fn summary(&self) -> Option<Summary> {
         let cur = self.current_index()?;
-        let prefix = self.values[..cur].iter().fold(0.0, |acc, v| acc + v);
+        let prefix = self.values()[..cur].iter().fold(0.0, |acc, v| acc + v);
         let (mut min_other_last, mut max_other_last) = (i64::MAX, i64::MIN);
-        for (i, m) in self.meta.iter().enumerate() {
-            if i != cur {
-                min_other_last = min_other_last.min(m.last);
-                max_other_last = max_other_last.max(m.last);
-            }
+        for i in (0..self.n()).filter(|&i| i != cur) {
+            min_other_last = min_other_last.min(self.last(i));
+            max_other_last = max_other_last.max(self.last(i));
         }
         Some(Summary {
-            cur_start: self.meta[cur].start,
-            min_start: self.meta.iter().map(|m| m.start).min().unwrap_or(i64::MAX),
+            cur_start: self.start(cur),
+            min_start: self.starts().min().unwrap_or(i64::MAX),
             min_other_last,
             max_other_last,
             prefix,
@@ -272,7 +327,7 @@ impl Samples {
     pub fn measure_avg(&mut self, cfg: &WindowConfig, t: i64) -> f64 {
         self.purge(cfg, t);
         let total = self.sum();
-        let count: u64 = self.meta.iter().map(|m| m.count).sum();
+        let count: u64 = (0..self.n()).map(|i| self.count(i)).sum();
         if count == 0 {
             f64::NAN
         } else {
@@ -390,8 +445,10 @@ mod tests {
             s.record(&c, 1.0, i * 1000);
         }
         assert_eq!(s.slots().len(), 3);
-        assert_eq!(s.heap_bytes(), 3 * (8 + 24));
+        assert_eq!(s.heap_bytes(), 3 * 4 * 8);
         assert_eq!(s.cur, 4 % 3);
+        let counts: Vec<u64> = s.slots().iter().map(|x| x.count).collect();
+        assert_eq!(counts, [1, 1, 1]);
     }
 
     #[test]
