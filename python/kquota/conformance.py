@@ -171,7 +171,7 @@ class _Loader:
             raise ScenarioError(f"{self.path}: cannot read: {exc}") from None
         try:
             document = json.loads(text, parse_constant=_reject_constant)
-        except ValueError as exc:
+        except (ValueError, RecursionError) as exc:
             raise ScenarioError(f"{self.path}: not valid JSON: {exc}") from None
         top = self.fields(
             document,
@@ -192,6 +192,12 @@ class _Loader:
         window_ms = self.integer(config["window_ms"], "config.window_ms", minimum=1)
         if quota_type != SENSOR and window_ms % 1000:
             self.fail("config.window_ms", f"must be a multiple of 1000, got {window_ms}")
+        try:  # the core's limits (num_samples up to 65535, the horizon within an i64)
+            kquota.SampledRate(num_samples, window_ms)
+        except kquota.KquotaError as exc:
+            self.fail("config", str(exc))
+        except OverflowError:
+            self.fail("config", f"{num_samples} samples of {window_ms} ms: too large")
         quotas = self.quotas(top["quotas"], sensor=quota_type == SENSOR)
         steps = top["steps"]
         if not isinstance(steps, list):
@@ -245,7 +251,7 @@ class _Loader:
         if spec.value != "none":
             required.add("value")
         fields = self.fields(raw, where, required=required, optional={"expect"})
-        t_ms = self.integer(fields["t_ms"], f"{where}.t_ms")
+        t_ms = self.integer(fields["t_ms"], f"{where}.t_ms", minimum=-(2**63), maximum=2**63 - 1)
         user = client_id = None
         if spec.target == "client":
             user = self.string(fields["user"], f"{where}.user")
@@ -312,17 +318,26 @@ class _Loader:
             self.fail(where, f"unknown field {unknown[0]!r}")
         return raw
 
-    def integer(self, raw: object, where: str, *, minimum: int | None = None) -> int:
+    def integer(
+        self, raw: object, where: str, *, minimum: int | None = None, maximum: int | None = None
+    ) -> int:
         if not isinstance(raw, int) or isinstance(raw, bool):
             self.fail(where, f"expected an integer, got {raw!r}")
         if minimum is not None and raw < minimum:
             self.fail(where, f"expected an integer >= {minimum}, got {raw}")
+        if maximum is not None and raw > maximum:
+            self.fail(where, f"expected an integer <= {maximum}, got {raw}")
         return raw
 
     def number(self, raw: object, where: str, kind: str) -> float:
-        if isinstance(raw, bool) or not isinstance(raw, int | float) or not math.isfinite(raw):
+        if isinstance(raw, bool) or not isinstance(raw, int | float):
             self.fail(where, f"expected a finite number, got {raw!r}")
-        value = float(raw)
+        try:
+            value = float(raw)
+        except OverflowError:  # an int beyond the largest double
+            value = math.inf
+        if not math.isfinite(value):
+            self.fail(where, f"expected a finite number, got {raw!r}")
         if kind == "quota" and not value > 0.0:
             self.fail(where, f"a quota must be > 0, got {raw!r}")
         if kind == "usage" and not value >= 0.0:
@@ -332,6 +347,10 @@ class _Loader:
     def string(self, raw: object, where: str) -> str:
         if not isinstance(raw, str):
             self.fail(where, f"expected a string, got {raw!r}")
+        try:
+            raw.encode("utf-8")
+        except UnicodeEncodeError as exc:  # a lone surrogate ("\ud800" in the JSON)
+            self.fail(where, f"not valid Unicode text ({exc.reason} at {exc.start}): {raw!r}")
         return raw
 
     def name(self, raw: object, where: str) -> str | None:

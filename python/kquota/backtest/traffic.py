@@ -52,6 +52,10 @@ BOOTSTRAP_CLIENT: Final = "bootstrap-consumer"
 
 START_MS: Final = 1_717_372_800_000
 """Midnight UTC, 3 June 2024: where generated traffic starts by default."""
+MIN_HOURS: Final = 1 / 3600
+"""The shortest span generated: one second."""
+MAX_HOURS: Final = 1e6
+"""The longest span generated (about 114 years; times stay far inside an int64 of ms)."""
 
 OTHER_APIS: Final = ("metadata", "heartbeat", "offset_commit", "list_offsets", "find_coordinator")
 
@@ -80,6 +84,7 @@ class TrafficSpec:
             "clients": self.clients >= 2,
             "hours": self.hours > 0,
             "bursts": self.bursts >= 0,
+            "seed": self.seed >= 0,
         }
         for name, ok in checks.items():
             if not ok:
@@ -87,6 +92,11 @@ class TrafficSpec:
                     f"invalid {name} {getattr(self, name)!r}: expected a positive number"
                     + (" (clients >= 2)" if name == "clients" else "")
                 )
+        if not MIN_HOURS <= self.hours <= MAX_HOURS:  # also NaN and infinity
+            raise TrafficError(
+                f"invalid hours {self.hours!r}: expected from {MIN_HOURS:.6g} (one second) "
+                f"to {MAX_HOURS:g}"
+            )
 
 
 def _daily_times(rng: np.random.Generator, n: int, spec: TrafficSpec) -> IntArray:

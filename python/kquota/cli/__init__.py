@@ -8,6 +8,8 @@ returns the exit status). Add a command by adding its module to :data:`COMMANDS`
 from __future__ import annotations
 
 import argparse
+import io
+import sys
 from collections.abc import Sequence
 
 from kquota.cli import backtest, configs, conformance, gen_traffic
@@ -29,6 +31,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``kquota`` command with ``argv`` (default: ``sys.argv[1:]``); return the status."""
+    # File names from the command line may hold undecodable bytes (lone surrogates in
+    # Python): print them escaped, as Python's stderr does, instead of failing.
+    if isinstance(sys.stdout, io.TextIOWrapper):
+        sys.stdout.reconfigure(errors="backslashreplace")
     parser = build_parser()
     try:
         args = parser.parse_args(argv)

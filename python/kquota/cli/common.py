@@ -13,6 +13,10 @@ EXIT_BAD_INPUT = 2
 
 
 def fail(command: str, message: object) -> int:
-    """Print one clear line on stderr and return :data:`EXIT_BAD_INPUT`."""
-    print(f"kquota {command}: {message}", file=sys.stderr)
+    """Print one clear line on stderr and return :data:`EXIT_BAD_INPUT`.
+
+    Line breaks in the message (a file name given with one) are printed escaped.
+    """
+    text = str(message).replace("\r", "\\r").replace("\n", "\\n")
+    print(f"kquota {command}: {text}", file=sys.stderr)
     return EXIT_BAD_INPUT

@@ -20,6 +20,7 @@ from kquota.cli.common import EXIT_OK, fail
 from kquota.config.model import (
     PROPERTIES,
     QuotaConfig,
+    check_name,
     check_property,
     describe_entity,
     entity_sort_key,
@@ -31,6 +32,7 @@ from kquota.config.store import (
     Alteration,
     ChangeSet,
     QuotaStore,
+    SQLiteStore,
     open_store,
 )
 from kquota.exceptions import KquotaError, QuotaFileError, StoreError
@@ -237,6 +239,10 @@ def _run(args: argparse.Namespace) -> int:
     else:
         store = _store(args)
         config = _read(store)
+        if isinstance(store, SQLiteStore) and _same_file(Path(args.export_file), store.path):
+            raise QuotaFileError(
+                f"--export {args.export_file!r} is the store itself: give another file"
+            )
         _write_file(Path(args.export_file), config.dumps())
         print(
             f"Exported {len(config.entries)} entities from {store.describe()} "
@@ -312,6 +318,8 @@ def _entities(args: argparse.Namespace, action: str) -> EntityFilter:
     for entity_type, name in zip(types, names, strict=False):
         if name == "":
             raise QuotaFileError(f"empty --entity-name for {entity_type}")
+        if name is not None:
+            check_name(name, f"--entity-name for {entity_type}")
         if name == DEFAULT:
             raise QuotaFileError(
                 f"--entity-name {DEFAULT!r} for {entity_type}: use --entity-default for the "
@@ -395,6 +403,13 @@ def _read(store: QuotaStore) -> QuotaConfig:
     if snapshot.version == 0:
         raise StoreError(f"{store.describe()} holds no quotas yet (--alter or --import creates it)")
     return snapshot.config
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:  # either does not exist (or cannot be read)
+        return False
 
 
 def _write_file(path: Path, text: str) -> None:

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from kquota.cli.common import EXIT_OK, fail
+from kquota.config.model import check_name
 from kquota.exceptions import KquotaError
 
 SPARK_EXTRA = 'needs the spark extra (pandas, pyarrow): pip install "kquota[spark]"'
@@ -52,6 +53,7 @@ def run(args: argparse.Namespace) -> int:
         return fail("gen-traffic", f"{SPARK_EXTRA} ({exc})")
     started = time.monotonic()
     try:
+        check_name(args.out, "--out")  # pyarrow writes only UTF-8 paths
         spec = traffic.TrafficSpec(
             requests=args.requests,
             brokers=args.brokers,

@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, Literal
 
-from kquota import DEFAULT, Entity, QuotaManager
-from kquota.exceptions import QuotaFileError
+from kquota import DEFAULT, Entity, QuotaManager, SampledRate
+from kquota.exceptions import KquotaError, QuotaFileError
 
 QuotaType = Literal["produce", "fetch", "request"]
 
@@ -55,7 +55,10 @@ def check_value(name: str, value: object) -> float:
     """A quota value as Kafka's controller accepts it: a finite number greater than 0."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise QuotaFileError(f"invalid value {value!r} for {name}: expected a number")
-    number = float(value)
+    try:
+        number = float(value)
+    except OverflowError:  # an int beyond the largest double
+        number = math.inf
     if not math.isfinite(number) or number <= 0:
         raise QuotaFileError(
             f"invalid value {value!r} for {name}: a quota must be a finite number greater than 0"
@@ -90,6 +93,18 @@ def parse_value(name: str, text: str) -> float:
     return number
 
 
+def check_name(name: str, what: str) -> str:
+    """``name`` if it is Unicode text (no lone surrogate, as undecodable bytes of a command
+    line or a JSON ``\\ud800`` escape give), else a :class:`QuotaFileError`."""
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise QuotaFileError(
+            f"invalid {what} {name!r}: not valid Unicode text ({exc.reason} at {exc.start})"
+        ) from None
+    return name
+
+
 def describe_entity(entity: Entity) -> str:
     """An entity in ``kafka-configs --describe`` wording, e.g.
     ``user-principal 'bob', the default client-id``."""
@@ -119,6 +134,14 @@ class Window:
                 f"invalid window_ms {self.window_ms}: quota windows are whole seconds "
                 "(quota.window.size.seconds), e.g. 1000"
             )
+        try:  # the core's limits (num_samples up to 65535, the horizon within an i64)
+            SampledRate(self.num_samples, self.window_ms)
+        except KquotaError as exc:
+            raise QuotaFileError(str(exc)) from None
+        except OverflowError:
+            raise QuotaFileError(
+                f"invalid window {self.num_samples} x {self.window_ms} ms: too large"
+            ) from None
 
 
 @dataclass(frozen=True)
@@ -218,7 +241,7 @@ class QuotaConfig:
             ) from None
         try:
             data = json.loads(text, parse_constant=_reject_constant)
-        except (json.JSONDecodeError, QuotaFileError) as exc:
+        except (ValueError, RecursionError) as exc:  # also too many digits, too deep
             raise QuotaFileError(f"{path}: not valid JSON: {exc}") from None
         return cls.from_json(data, str(path))
 
@@ -285,6 +308,11 @@ def _parse_entries(quotas: Iterable[object]) -> Iterable[QuotaEntry]:
                 f"{where}: invalid entity {raw_entity!r}: expected 'user' and/or 'client-id' "
                 'names ("<default>" for the default entity)'
             )
+        try:
+            for key, name in raw_entity.items():
+                check_name(name, key)
+        except QuotaFileError as exc:
+            raise QuotaFileError(f"{where}: {exc}") from None
         entity = Entity(user=raw_entity.get("user"), client_id=raw_entity.get("client-id"))
         if entity in seen:
             raise QuotaFileError(f"{where}: entity {raw_entity!r} appears twice")

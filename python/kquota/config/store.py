@@ -337,7 +337,7 @@ class SQLiteStore(QuotaStore):
 
     def read(self) -> StoreSnapshot:
         """The configuration and version, read in one transaction."""
-        if not self.path.exists():
+        if not self._exists():
             return StoreSnapshot(0, QuotaConfig())
         with self._transaction("BEGIN", create=False) as conn:
             if self._schema(conn) is None:
@@ -346,7 +346,7 @@ class SQLiteStore(QuotaStore):
 
     def version(self) -> int:
         """The version: one small query, no configuration read."""
-        if not self.path.exists():
+        if not self._exists():
             return 0
         with self._transaction("BEGIN", create=False) as conn:
             if self._schema(conn) is None:
@@ -357,9 +357,10 @@ class SQLiteStore(QuotaStore):
         """Apply ``changes`` in one ``BEGIN IMMEDIATE`` transaction; return the new version."""
         if not isinstance(changes, ChangeSet):
             raise TypeError(f"expected a ChangeSet, got {type(changes).__name__}")
-        if not self.path.exists():
+        if not self._exists():
             # A change that cannot apply to an empty store must not create the file.
             changes.apply_to(QuotaConfig())
+            self._check_journal_name()
             try:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
             except OSError as exc:
@@ -378,6 +379,25 @@ class SQLiteStore(QuotaStore):
             return version
 
     # -- internals ---------------------------------------------------------------------
+
+    def _exists(self) -> bool:
+        try:
+            return self.path.exists()
+        except OSError as exc:  # e.g. a file name longer than the system allows
+            raise StoreError(f"{self.describe()}: {exc.strerror}") from None
+
+    def _check_journal_name(self) -> None:
+        """SQLite writes ``NAME-journal`` beside the file: a name too long for that would
+        leave an empty file behind a failed first write."""
+        try:
+            limit = os.pathconf(self.path.parent, "PC_NAME_MAX")
+        except (OSError, ValueError):  # no folder yet, or no limit known
+            limit = 255
+        if len(os.fsencode(self.path.name)) + len("-journal") > limit:
+            raise StoreError(
+                f"{self.describe()}: the file name is too long (SQLite adds '-journal' to it; "
+                f"at most {limit - len('-journal')} bytes)"
+            )
 
     @contextmanager
     def _transaction(self, begin: str, *, create: bool) -> Iterator[sqlite3.Connection]:
