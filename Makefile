@@ -10,7 +10,7 @@ RUST_SOURCES := $(shell find rust -name '*.rs' -o -name Cargo.toml) Cargo.toml C
 LOOM_TARGET  := target/loom
 
 .DEFAULT_GOAL := help
-.PHONY: help demo test test-rust test-loom test-python lint format bench bench-quick bench-rust bench-python build clean
+.PHONY: help demo test test-rust test-loom test-python test-fuzz lint format bench bench-quick bench-rust bench-python build clean
 
 help: ## List the targets
 	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  make %-13s %s\n", $$1, $$2}'
@@ -38,7 +38,7 @@ demo: $(EXT) ## Back-test 3M generated requests on Spark (what-if x0.5/x1/x2, re
 	$(PY) -m kquota backtest --traffic demo-out/traffic.parquet --quotas demo-out/quotas.json --out demo-out/backtest --scale 0.5,1,2 --recommend
 	@echo "The report is $(abspath demo-out/backtest/report.html)"
 
-test: test-rust test-loom test-python ## Run every test: core (cargo + loom) and Python
+test: test-rust test-loom test-python test-fuzz ## Run every test: core (cargo + loom), Python, bounded fuzzing
 
 test-rust: ## cargo test on the core crate
 	cargo test -p kquota-core --quiet
@@ -46,21 +46,26 @@ test-rust: ## cargo test on the core crate
 test-loom: ## Model-check the core's atomic protocols with loom
 	RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=$(LOOM_TARGET) cargo test -p kquota-core --release --test loom --quiet
 
+FUZZ_SECONDS ?= 30
+
+test-fuzz: $(EXT) ## Fuzz each target for FUZZ_SECONDS (cargo fuzz + atheris; fuzz/run)
+	bash fuzz/run $(FUZZ_SECONDS)
+
 test-python: $(EXT) ## pytest (conformance vectors included)
 	$(PY) -m pytest
 
 lint: $(DEPS) ## rustfmt, clippy -D warnings, ruff, mypy, stubtest of _core.pyi
 	cargo fmt --all -- --check
 	cargo clippy --workspace --all-targets -- -D warnings
-	$(VENV)/bin/ruff check python tests benches examples
-	$(VENV)/bin/ruff format --check python tests benches examples
+	$(VENV)/bin/ruff check python tests benches examples fuzz/python
+	$(VENV)/bin/ruff format --check python tests benches examples fuzz/python
 	$(VENV)/bin/mypy
 	$(PY) -m mypy.stubtest kquota._core
 
 format: $(DEPS) ## Format Rust and Python sources
 	cargo fmt --all
-	$(VENV)/bin/ruff format python tests benches examples
-	$(VENV)/bin/ruff check --fix python tests benches examples
+	$(VENV)/bin/ruff format python tests benches examples fuzz/python
+	$(VENV)/bin/ruff check --fix python tests benches examples fuzz/python
 
 bench: bench-rust bench-python ## All benchmarks (not part of make test); prints the table, writes it to README
 	$(PY) benches/report.py
