@@ -1,8 +1,8 @@
 """The atheris targets of ``fuzz/python`` run as ordinary tests (without atheris).
 
-Each target's ``test_one_input`` runs over its committed seeds and over the inputs that
-once made it fail (``fuzz/regressions``); hand-written hostile inputs check the error
-each one must give. The second half holds the regression tests of the bugs the fuzz
+Each target's ``test_one_input`` runs over its committed seeds and corpus and over the
+inputs that once made it fail (``fuzz/regressions``); hand-written hostile inputs check
+the error each one must give. The second half holds the regression tests of the bugs the fuzz
 targets found in ``python/kquota`` (each named after its input in ``fuzz/regressions``).
 """
 
@@ -47,8 +47,8 @@ def test_every_target_has_seeds_and_a_dictionary_or_vocabulary() -> None:
     assert len(fuzz_cli_args.VOCABULARY) < 255  # one byte names a word
 
 
-@pytest.mark.parametrize(("target", "path"), _inputs("seeds"))
-def test_seed(target: str, path: Path) -> None:
+@pytest.mark.parametrize(("target", "path"), _inputs("seeds") + _inputs("corpus"))
+def test_seed_and_corpus_input(target: str, path: Path) -> None:
     TARGETS[target](path.read_bytes())
 
 

@@ -11,6 +11,7 @@ the input to the artifact prefix and exits with a nonzero status.
 from __future__ import annotations
 
 import importlib
+import shlex
 import sys
 from pathlib import Path
 
@@ -29,7 +30,9 @@ def main() -> None:
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     with atheris.instrument_imports(include=["kquota", "argparse", "json", *TARGETS.values()]):
         module = importlib.import_module(TARGETS[sys.argv[1]])
-    atheris.Setup([sys.argv[0], *sys.argv[2:]], module.test_one_input)
+    # libFuzzer runs argv[0] through the shell for -merge=1 and -fork: make it this command.
+    command = shlex.join([sys.executable, str(Path(__file__).resolve()), sys.argv[1]])
+    atheris.Setup([command, *sys.argv[2:]], module.test_one_input)
     atheris.Fuzz()
 
 

@@ -28,8 +28,8 @@ use kquota_core::javamath::long_to_int;
 use kquota_core::quota::{check_bound, Check};
 use kquota_core::samples::Samples;
 use kquota_core::{
-    sanitize_user, EntityName, QuotaEntity, QuotaManager, QuotaType, SampledRate,
-    SensorSnapshot, WindowConfig, UNLIMITED,
+    sanitize_user, EntityName, QuotaEntity, QuotaManager, QuotaType, SampledRate, SensorSnapshot,
+    WindowConfig, UNLIMITED,
 };
 use libfuzzer_sys::fuzz_target;
 
@@ -322,7 +322,8 @@ impl Model {
     /// Section 6.4: the bound of the sensor with tags `(u, c)`.
     fn quota_limit(&self, (u, c): &Tags) -> Option<f64> {
         let named = |s: &str| Level::Named(s.to_owned());
-        let first = |keys: Vec<(Level, Level)>| keys.into_iter().find_map(|(a, b)| self.value(a, b));
+        let first =
+            |keys: Vec<(Level, Level)>| keys.into_iter().find_map(|(a, b)| self.value(a, b));
         match (u.is_empty(), c.is_empty()) {
             (false, false) => first(vec![
                 (named(u), named(c)),
@@ -330,8 +331,14 @@ impl Model {
                 (Level::Default, named(c)),
                 (Level::Default, Level::Default),
             ]),
-            (false, true) => first(vec![(named(u), Level::Absent), (Level::Default, Level::Absent)]),
-            (true, false) => first(vec![(Level::Absent, named(c)), (Level::Absent, Level::Default)]),
+            (false, true) => first(vec![
+                (named(u), Level::Absent),
+                (Level::Default, Level::Absent),
+            ]),
+            (true, false) => first(vec![
+                (Level::Absent, named(c)),
+                (Level::Absent, Level::Default),
+            ]),
             (true, true) => None,
         }
     }
@@ -477,8 +484,11 @@ fn same_opt(a: Option<f64>, b: Option<f64>) -> bool {
 }
 
 fn sorted_quotas(m: &QuotaManager) -> Vec<(QuotaEntity, u64)> {
-    let mut quotas: Vec<(QuotaEntity, u64)> =
-        m.quotas().into_iter().map(|(e, v)| (e, v.to_bits())).collect();
+    let mut quotas: Vec<(QuotaEntity, u64)> = m
+        .quotas()
+        .into_iter()
+        .map(|(e, v)| (e, v.to_bits()))
+        .collect();
     quotas.sort();
     quotas
 }
@@ -513,7 +523,10 @@ fn names_value(err: &Error, shown: &str) {
 
 fn check_rate(model: &Model, rate: f64, what: &str) {
     if !model.huge {
-        assert!(rate.is_finite(), "{what}: rate {rate} from values below 1e290");
+        assert!(
+            rate.is_finite(),
+            "{what}: rate {rate} from values below 1e290"
+        );
     }
 }
 
@@ -600,9 +613,7 @@ impl Run {
             Step::Ms(ms) => self.now.wrapping_add(i64::from(ms)),
             Step::Back(ms) => self.now.wrapping_sub(i64::from(ms)),
             Step::Windows(k) => self.now.wrapping_add(i64::from(k) * w),
-            Step::Horizon(k, d) => self
-                .now
-                .wrapping_add(i64::from(k) * horizon + i64::from(d)),
+            Step::Horizon(k, d) => self.now.wrapping_add(i64::from(k) * horizon + i64::from(d)),
             Step::Jump(d) => self.now.wrapping_add(d),
             Step::To(t) => t,
             Step::Edge(i) => [i64::MIN, i64::MAX, 0, 1 << 62, -(1 << 62)][usize::from(i) % 5],
@@ -623,26 +634,42 @@ impl Run {
         };
         match got {
             Ok(throttle) => {
-                assert!(value.is_finite() && value >= 0.0, "accepted usage {value:?}");
+                assert!(
+                    value.is_finite() && value >= 0.0,
+                    "accepted usage {value:?}"
+                );
                 let usage = self.model.usage(value);
                 let want = match kind {
                     0 => self.model.record(user, cid, usage, now, true),
                     1 => self.model.record(user, cid, -usage, now, false),
                     _ => self.model.record(user, cid, usage, now, false),
                 };
-                assert_eq!(throttle, want, "throttle of {value} at {now} for {user:?}/{cid:?}");
+                assert_eq!(
+                    throttle, want,
+                    "throttle of {value} at {now} for {user:?}/{cid:?}"
+                );
             }
             Err(err) => {
-                assert!(!(value.is_finite() && value >= 0.0), "rejected usage {value:?}");
+                assert!(
+                    !(value.is_finite() && value >= 0.0),
+                    "rejected usage {value:?}"
+                );
                 assert!(matches!(err, Error::InvalidUsage(_)), "{err:?}");
                 names_value(&err, &format!("{value:?}"));
-                assert_eq!(observe(&self.manager), before, "a rejected usage changed state");
+                assert_eq!(
+                    observe(&self.manager),
+                    before,
+                    "a rejected usage changed state"
+                );
             }
         }
     }
 
     fn entity(&self, user: &Option<Dim>, client: &Option<Dim>) -> Option<QuotaEntity> {
-        let entity = QuotaEntity::new(user.as_ref().map(entity_name), client.as_ref().map(entity_name));
+        let entity = QuotaEntity::new(
+            user.as_ref().map(entity_name),
+            client.as_ref().map(entity_name),
+        );
         match entity {
             Ok(e) => Some(e),
             Err(err) => {
@@ -662,13 +689,23 @@ impl Run {
             Ok(()) => {
                 assert!(value.is_finite() && value > 0.0, "accepted quota {value:?}");
                 self.model.apply(&entity, Some(value));
-                assert_eq!(self.manager.quota(&entity).map(f64::to_bits), Some(value.to_bits()));
+                assert_eq!(
+                    self.manager.quota(&entity).map(f64::to_bits),
+                    Some(value.to_bits())
+                );
             }
             Err(err) => {
-                assert!(!(value.is_finite() && value > 0.0), "rejected quota {value:?}");
+                assert!(
+                    !(value.is_finite() && value > 0.0),
+                    "rejected quota {value:?}"
+                );
                 assert!(matches!(err, Error::InvalidQuota(_)), "{err:?}");
                 names_value(&err, &format!("{value:?}"));
-                assert_eq!(observe(&self.manager), before, "a rejected quota changed state");
+                assert_eq!(
+                    observe(&self.manager),
+                    before,
+                    "a rejected quota changed state"
+                );
             }
         }
     }
@@ -700,7 +737,11 @@ impl Run {
                 assert!(ms <= 0, "rejected throttle {ms}: {err}");
                 assert!(matches!(err, Error::InvalidUsage(_)), "{err:?}");
                 names_value(&err, &ms.to_string());
-                assert_eq!(observe(&self.manager), before, "a rejected throttle changed state");
+                assert_eq!(
+                    observe(&self.manager),
+                    before,
+                    "a rejected throttle changed state"
+                );
             }
         }
     }
@@ -723,7 +764,11 @@ impl Run {
     fn read(&mut self, client: &Client) {
         let (user, cid, now) = (client.user.get(), client.client.get(), self.now);
         let tags = self.model.tags(user, cid);
-        assert_eq!(self.manager.tags(user, cid), tags, "tags of {user:?}/{cid:?}");
+        assert_eq!(
+            self.manager.tags(user, cid),
+            tags,
+            "tags of {user:?}/{cid:?}"
+        );
         let limit = self.model.quota_limit(&tags);
         assert!(same_opt(self.manager.quota_for(user, cid), limit));
         let bound = self
@@ -733,7 +778,10 @@ impl Run {
             .then(|| self.model.bound(&tags));
         assert!(same_opt(self.manager.bound(user, cid), bound), "bound");
         let avg = self.manager.throttle_time_avg(user, cid, now);
-        assert!(same_opt(avg, self.model.throttle_avg(&tags, now)), "throttle avg");
+        assert!(
+            same_opt(avg, self.model.throttle_avg(&tags, now)),
+            "throttle avg"
+        );
     }
 
     fn measure(&mut self, client: &Client) {
@@ -757,9 +805,7 @@ impl Run {
             let window = self.model.window;
             match self.model.quota_limit(&tags) {
                 Some(bound) => {
-                    bound
-                        * f64::from(window.num_samples() - 1)
-                        * (window.window_ms() / 1000) as f64
+                    bound * f64::from(window.num_samples() - 1) * (window.window_ms() / 1000) as f64
                 }
                 None => f64::MAX,
             }
@@ -787,12 +833,21 @@ impl Run {
             assert_eq!((&g.user, &g.client_id), (&w.user, &w.client_id));
             assert!(same(g.rate, w.rate), "snapshot rate {g:?} != {w:?}");
             assert!(same(g.bound, w.bound), "snapshot bound {g:?} != {w:?}");
-            assert!(same_opt(g.throttle_time_avg, w.throttle_time_avg), "{g:?} != {w:?}");
+            assert!(
+                same_opt(g.throttle_time_avg, w.throttle_time_avg),
+                "{g:?} != {w:?}"
+            );
             check_rate(&self.model, g.rate, "snapshot");
         }
     }
 
-    fn batch(&mut self, keys: &[Client], events: &[Event], unrecord_if: Option<&[bool]>, drop: bool) {
+    fn batch(
+        &mut self,
+        keys: &[Client],
+        events: &[Event],
+        unrecord_if: Option<&[bool]>,
+        drop: bool,
+    ) {
         let keys: Vec<(String, String)> = keys
             .iter()
             .take(8)
@@ -809,7 +864,10 @@ impl Run {
             values.pop();
         }
         let before = observe(&self.manager);
-        match self.manager.record_batch(&now, &index, &values, &keys, unrecord_if) {
+        match self
+            .manager
+            .record_batch(&now, &index, &values, &keys, unrecord_if)
+        {
             Ok(throttles) => {
                 let n = now.len();
                 assert!(values.len() == n && unrecord_if.is_none_or(|u| u.len() == n));
@@ -844,7 +902,11 @@ impl Run {
                 } else {
                     names_value(&err, &format!("values {}", values.len()));
                 }
-                assert_eq!(observe(&self.manager), before, "a rejected batch changed state");
+                assert_eq!(
+                    observe(&self.manager),
+                    before,
+                    "a rejected batch changed state"
+                );
             }
         }
     }
@@ -855,7 +917,9 @@ impl Run {
         let got = if check {
             self.rate.record(value, now)
         } else {
-            self.rate.record_no_check(value, now).map(|()| Check::UNCHECKED)
+            self.rate
+                .record_no_check(value, now)
+                .map(|()| Check::UNCHECKED)
         };
         match got {
             Ok(got) => {
@@ -867,7 +931,10 @@ impl Run {
                     _ => Check::UNCHECKED,
                 };
                 assert_eq!(got.violated, want.violated, "rate record {value} at {now}");
-                assert_eq!(got.throttle_ms, want.throttle_ms, "rate record {value} at {now}");
+                assert_eq!(
+                    got.throttle_ms, want.throttle_ms,
+                    "rate record {value} at {now}"
+                );
                 assert!(same_opt(got.rate, want.rate), "{got:?} != {want:?}");
             }
             Err(err) => {
@@ -925,7 +992,9 @@ fuzz_target!(|input: Input| {
             Op::Record(client, v) => run.usage_call(client, v.get(), 0),
             Op::Unrecord(client, v) => run.usage_call(client, v.get(), 1),
             Op::RecordNoThrottle(client, v) => run.usage_call(client, v.get(), 2),
-            Op::Throttle(client, ms, channel) => run.throttle(client, ms.get(), u64::from(*channel)),
+            Op::Throttle(client, ms, channel) => {
+                run.throttle(client, ms.get(), u64::from(*channel))
+            }
             Op::ExpiredChannels => run.expired_channels(),
             Op::ExpireSensors => {
                 let got = run.manager.expire_sensors(run.now);
@@ -946,7 +1015,11 @@ fuzz_target!(|input: Input| {
                 let cfg = run.rate.config();
                 let got = run.rate.measure(run.now);
                 let want = run.plain.measure_rate(&cfg, run.now).0;
-                assert!(same(got, want), "rate measure {got} != {want} at {}", run.now);
+                assert!(
+                    same(got, want),
+                    "rate measure {got} != {want} at {}",
+                    run.now
+                );
             }
             Op::RateSetQuota(v) => run.rate_set_quota(v.as_ref().map(Val::get)),
         }

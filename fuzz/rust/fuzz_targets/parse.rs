@@ -180,14 +180,20 @@ fn check_window(input: &Input) {
     let expiry = input.expiry_ms.get();
     match QuotaManager::new(quota_type, window, expiry) {
         Ok(manager) => {
-            assert!(w % 1000 == 0 && expiry >= 0, "accepted {w} ms, expiry {expiry}");
+            assert!(
+                w % 1000 == 0 && expiry >= 0,
+                "accepted {w} ms, expiry {expiry}"
+            );
             assert_eq!(manager.window(), window);
             assert_eq!(manager.sensor_expiry_ms(), expiry);
             assert_eq!(manager.quota_type(), quota_type);
             assert!(!manager.enabled());
         }
         Err(err) => {
-            assert!(w % 1000 != 0 || expiry < 0, "rejected {w} ms, expiry {expiry}");
+            assert!(
+                w % 1000 != 0 || expiry < 0,
+                "rejected {w} ms, expiry {expiry}"
+            );
             let bad = if w % 1000 != 0 { w } else { expiry };
             names_value(&err, &bad.to_string());
         }
