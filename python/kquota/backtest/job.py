@@ -88,7 +88,7 @@ REQUEST_SENSOR_CLIENT: Final = "request_sensor_client_id"
 REASON: Final = "reason"
 """Why a quarantined row was refused."""
 
-OUTPUT_COLUMNS: Final = (
+_RESULT_NAMES: Final = (
     SCENARIO,
     PRODUCE_THROTTLE,
     FETCH_THROTTLE,
@@ -96,6 +96,11 @@ OUTPUT_COLUMNS: Final = (
     THROTTLE,
     SENT,
     ADDED_LATENCY,
+)
+"""The per-request results of a replay, in output order."""
+
+OUTPUT_COLUMNS: Final = (
+    *_RESULT_NAMES,
     SENSOR_USER,
     SENSOR_CLIENT,
     REQUEST_SENSOR_USER,
@@ -640,17 +645,6 @@ def _stream(plan: _StreamPlan, batches: Iterator[pa.RecordBatch]) -> Iterator[pa
                 ],
                 names=[*base_names, *_RESULT_NAMES],
             )
-
-
-_RESULT_NAMES: Final = (
-    SCENARIO,
-    PRODUCE_THROTTLE,
-    FETCH_THROTTLE,
-    REQUEST_THROTTLE,
-    THROTTLE,
-    SENT,
-    ADDED_LATENCY,
-)
 
 
 def _closed_stage(configs: Sequence[str], base_json: str, table: pa.Table) -> pa.Table:
