@@ -9,8 +9,20 @@ EXT    := $(VENV)/.extension-built
 RUST_SOURCES := $(shell find rust -name '*.rs' -o -name Cargo.toml) Cargo.toml Cargo.lock
 LOOM_TARGET  := target/loom
 
+# Tools built from crates.io, once per machine, into a cache outside the clone that every
+# clone and CI run reuses; pinned by version (a new version builds beside the old one).
+KQUOTA_CACHE  ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/kquota
+TANSU_VERSION := 0.6.0
+TANSU         := $(KQUOTA_CACHE)/tansu-$(TANSU_VERSION)/bin/tansu
+CARGO_FUZZ_VERSION := 0.13.2
+CARGO_FUZZ    := $(KQUOTA_CACHE)/cargo-fuzz-$(CARGO_FUZZ_VERSION)/bin/cargo-fuzz
+export CARGO_FUZZ
+
+# The tests read ../shared (the semantics spec and Kafka's conformance vectors).
+SHARED ?= ../shared
+
 .DEFAULT_GOAL := help
-.PHONY: help demo test test-rust test-loom test-python test-fuzz lint format bench bench-quick bench-rust bench-python build clean
+.PHONY: help tools demo test check-shared test-rust test-loom test-python test-fuzz fuzz lint format bench bench-quick bench-rust bench-python build clean
 
 help: ## List the targets
 	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  make %-13s %s\n", $$1, $$2}'
@@ -33,12 +45,31 @@ $(EXT): $(DEPS) $(RUST_SOURCES) pyproject.toml
 
 build: $(EXT) ## Build the extension (release) into .venv
 
+# The Kafka-compatible broker behind `kquota proxy` in the tests (about 31 min on 2 cores,
+# the first time on a machine). `memory://` storage needs the dynostore feature.
+$(TANSU):
+	@echo "Building Tansu $(TANSU_VERSION) into $(dir $@) (once per machine; about 30 minutes on 2 cores)"
+	cargo install tansu --version $(TANSU_VERSION) --locked --no-default-features \
+	  --features dynostore --root $(KQUOTA_CACHE)/tansu-$(TANSU_VERSION) --quiet
+
+# cargo-fuzz, to build the cargo fuzz targets (replayed by make test, fuzzed by make fuzz).
+$(CARGO_FUZZ):
+	cargo install cargo-fuzz --version $(CARGO_FUZZ_VERSION) --locked \
+	  --root $(KQUOTA_CACHE)/cargo-fuzz-$(CARGO_FUZZ_VERSION) --quiet
+
+tools: $(TANSU) $(CARGO_FUZZ) ## Build the pinned tools from crates.io into $(KQUOTA_CACHE)
+
 demo: $(EXT) ## Back-test 3M generated requests on Spark (what-if x0.5/x1/x2, recommendations)
 	$(PY) -m kquota gen-traffic --out demo-out/traffic.parquet --requests 3000000 --quotas-out demo-out/quotas.json
 	$(PY) -m kquota backtest --traffic demo-out/traffic.parquet --quotas demo-out/quotas.json --out demo-out/backtest --scale 0.5,1,2 --recommend
 	@echo "The report is $(abspath demo-out/backtest/report.html)"
 
-test: test-rust test-loom test-python test-fuzz ## Run every test: core (cargo + loom), Python, bounded fuzzing
+test: check-shared test-rust test-loom test-python test-fuzz ## Run every test: core (cargo + loom), Python, fuzz corpora replayed
+
+check-shared:
+	@test -d $(SHARED)/conformance || { echo "make test: no $(abspath $(SHARED))/conformance:" \
+	  "the tests need the shared folder (spec and Kafka's conformance vectors) beside this" \
+	  "checkout, as ../shared" >&2; exit 2; }
 
 test-rust: ## cargo test on the core crate
 	cargo test -p kquota-core --quiet
@@ -48,10 +79,15 @@ test-loom: ## Model-check the core's atomic protocols with loom
 
 FUZZ_SECONDS ?= 30
 
-test-fuzz: $(EXT) ## Fuzz each target for FUZZ_SECONDS (cargo fuzz + atheris; fuzz/run)
+# Deterministic: every committed corpus, seed and regression input, once each. The atheris
+# targets' inputs are replayed by pytest (tests/test_fuzz_targets.py).
+test-fuzz: $(CARGO_FUZZ) ## Replay the cargo fuzz targets' committed inputs (no new inputs)
+	bash fuzz/run --replay api_sequence parse
+
+fuzz: $(EXT) $(CARGO_FUZZ) ## Fuzz each target for FUZZ_SECONDS (cargo fuzz + atheris); finds are new inputs
 	bash fuzz/run $(FUZZ_SECONDS)
 
-test-python: $(EXT) ## pytest (conformance vectors included)
+test-python: check-shared $(EXT) ## pytest (conformance vectors included)
 	$(PY) -m pytest
 
 lint: $(DEPS) ## rustfmt, clippy -D warnings, ruff, mypy, stubtest of _core.pyi

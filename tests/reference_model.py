@@ -583,9 +583,10 @@ class QuotaManager:
         client_id: str,
         throttle_ms: int,
         now_ms: int | None = None,
-        channel: int = 0,
+        channel: int | None = None,
     ) -> int:
-        """Account a throttle of ``throttle_ms`` > 0: throttle-time sensor and delay queue.
+        """Account a throttle of ``throttle_ms`` > 0: throttle-time sensor, and the delay
+        queue when it has a ``channel`` (without one nothing would drain the entry).
 
         Like Kafka's ``throttle``, this gets or creates the client's sensors even on a
         manager that has no quota (the broker never throttles through such a manager).
@@ -594,13 +595,15 @@ class QuotaManager:
         delay = _as_int("throttle_ms", throttle_ms)
         if delay <= 0:
             raise InvalidUsageError(f"throttle_ms must be > 0, got {delay}")
-        channel = _as_int("channel", channel)
+        if channel is not None:
+            channel = _as_int("channel", channel)
         now = _now(now_ms)
         sensor = self._sensors(tags, now)[1]
         sensor.last_record_ms = now
         sensor.samples.record(float(delay), now)
         end_ms = now + delay
-        heapq.heappush(self._delay_queue, (end_ms, next(self._insertions), channel))
+        if channel is not None:
+            heapq.heappush(self._delay_queue, (end_ms, next(self._insertions), channel))
         return end_ms
 
     def expired_channels(self, now_ms: int | None = None) -> list[int]:
@@ -679,12 +682,17 @@ class QuotaManager:
         keys: Sequence[tuple[str, str]],
         unrecord_if: npt.NDArray[np.bool_] | None = None,
     ) -> npt.NDArray[np.int32]:
-        """Record many requests in order; equal to calling :meth:`record` one at a time.
+        """Record many requests in order, as :meth:`record` one at a time.
 
         For a ``fetch`` manager an event whose throttle is > 0, or whose ``unrecord_if``
-        entry is true, is then unrecorded; other quota types ignore ``unrecord_if``.
+        entry is true, is then unrecorded; other quota types refuse ``unrecord_if``.
         Everything is validated before the first event is recorded.
         """
+        if unrecord_if is not None and self._quota_type != "fetch":
+            raise InvalidUsageError(
+                f"unrecord_if given to a {self._quota_type} manager: only a fetch manager "
+                "unrecords"
+            )
         times = _batch_array("now_ms", now_ms, np.int64)
         indices = _batch_array("key_index", key_index, np.int64)
         amounts = _batch_array("values", values, np.float64)

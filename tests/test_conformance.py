@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import math
 import json
 import shutil
 from pathlib import Path
@@ -81,13 +82,16 @@ def test_replay_reports_the_first_mismatch(tmp_path: Path, backend: str) -> None
     assert result.mismatch.actual == 60.0
 
 
-def test_rate_is_compared_with_a_relative_tolerance(tmp_path: Path) -> None:
-    close = copy.deepcopy(SMALL_SCENARIO)
-    close["steps"][0]["expect"]["rate"] = 60.0 * (1 + 1e-12)
-    assert replay(load_scenario(write_json(tmp_path / "close.json", close))).ok
-    far = copy.deepcopy(SMALL_SCENARIO)
-    far["steps"][0]["expect"]["rate"] = 60.0 * (1 + 1e-8)
-    assert not replay(load_scenario(write_json(tmp_path / "far.json", far))).ok
+def test_rates_are_compared_to_the_last_bit(tmp_path: Path) -> None:
+    """Every vector matches Kafka exactly, so the runner allows no tolerance: a rate one
+    unit in the last place away is a mismatch."""
+    exact = copy.deepcopy(SMALL_SCENARIO)
+    assert replay(load_scenario(write_json(tmp_path / "exact.json", exact))).ok
+    next_up = copy.deepcopy(SMALL_SCENARIO)
+    next_up["steps"][0]["expect"]["rate"] = math.nextafter(60.0, math.inf)
+    result = replay(load_scenario(write_json(tmp_path / "ulp.json", next_up)))
+    assert result.mismatch is not None and result.mismatch.field == "rate"
+    assert result.mismatch.actual == 60.0
 
 
 def test_expand_paths_sorts_folders_and_keeps_files(tmp_path: Path) -> None:

@@ -431,3 +431,84 @@ def test_readme_contract_for_out_of_range_and_unencodable_arguments(
     assert m.measure("u", "c", now_ms=0) == 1.0 and m.queue_size() == 0  # nothing changed
     assert isinstance(info.value, ValueError)
     assert shows in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("call", "parameter", "shown"),
+    [
+        (lambda m: m.record("u", "c", "1", now_ms=0), "value", "'1'"),
+        (lambda m: m.record("u", "c", True, now_ms=0), "value", "True"),
+        (lambda m: m.record("u", "c", None, now_ms=0), "value", "None"),
+        (lambda m: m.unrecord("u", "c", b"1", now_ms=0), "value", "b'1'"),
+        (lambda m: m.record_no_throttle("u", "c", [1], now_ms=0), "value", "[1]"),
+        (lambda m: m.set_quota(kquota.Entity(user="u"), "10"), "value", "'10'"),
+        (lambda m: m.set_quota("alice", 10), "entity", "'alice'"),
+        (lambda m: m.remove_quota(("u", None)), "entity", "('u', None)"),
+        (lambda m: m.quota("u"), "entity", "'u'"),
+        (lambda m: kquota.SampledRate(11, 1000, "5"), "quota", "'5'"),
+        (lambda m: kquota.SampledRate(11, 1000).set_quota(False), "quota", "False"),
+        (lambda m: kquota.SampledRate(11, 1000).record("2", now_ms=0), "value", "'2'"),
+    ],
+    ids=[
+        "record-str",
+        "record-bool",
+        "record-None",
+        "unrecord-bytes",
+        "record_no_throttle-list",
+        "set_quota-str",
+        "set_quota-entity-str",
+        "remove_quota-tuple",
+        "quota-str",
+        "SampledRate-quota-str",
+        "SampledRate.set_quota-bool",
+        "SampledRate.record-str",
+    ],
+)
+def test_wrong_types_name_the_parameter_and_the_value(
+    call: Callable[[kquota.QuotaManager], object], parameter: str, shown: str
+) -> None:
+    """Every argument goes through the binding's own converters: a wrong type is a
+    TypeError that names the parameter and shows the value, and nothing changes."""
+    m = _manager_with_a_sensor()
+    with pytest.raises(TypeError) as info:
+        call(m)
+    message = str(info.value)
+    assert f"argument {parameter}:" in message and shown in message, message
+    assert m.measure("u", "c", now_ms=0) == 1.0 and m.quota(kquota.Entity(user="u")) == 100.0
+
+
+def test_numbers_of_any_numeric_type_are_accepted() -> None:
+    """ints, floats and NumPy scalars are values and quotas; an int too large for a float
+    is an InvalidValueError naming the parameter."""
+    m = kquota.QuotaManager("produce")
+    m.set_quota(kquota.Entity(user="u"), np.int64(100))
+    assert m.quota(kquota.Entity(user="u")) == 100.0
+    for value in (10, 10.0, np.float32(10), np.int32(10), np.float64(10)):
+        m.record("u", "c", value, now_ms=0)
+    assert m.measure("u", "c", now_ms=0) == 5.0
+    with pytest.raises(kquota.InvalidValueError, match=r"invalid value 1000000000"):
+        m.record("u", "c", 10**400, now_ms=0)
+    assert m.measure("u", "c", now_ms=0) == 5.0
+
+
+def test_throttle_without_a_channel_is_not_queued() -> None:
+    """A throttle with no channel is accounted in the throttle-time sensor only: nothing
+    would ever drain a queue entry for it."""
+    m = _manager_with_a_sensor()
+    assert m.throttle("u", "c", 500, now_ms=0) == 500
+    assert m.queue_size() == 0
+    assert m.throttle_time_avg("u", "c", now_ms=0) == 500.0
+    assert m.throttle("u", "c", 300, now_ms=0, channel=3) == 300
+    assert m.queue_size() == 1
+    assert m.expired_channels(now_ms=300) == [3]
+
+
+@pytest.mark.parametrize("quota_type", ["produce", "request"])
+def test_unrecord_if_is_refused_where_nothing_is_unrecorded(quota_type: str) -> None:
+    m = kquota.QuotaManager(quota_type)
+    m.set_quota(kquota.Entity(user="u"), 100.0)
+    with pytest.raises(kquota.InvalidUsageError, match=f"unrecord_if given to a {quota_type}"):
+        m.record_batch(
+            np.array([0]), np.array([0]), np.array([1.0]), [("u", "c")], np.array([True])
+        )
+    assert m.sensor_count() == 0

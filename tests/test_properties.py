@@ -767,7 +767,9 @@ def batches(draw: st.DrawFn) -> Batch:
     now_ms = [config.start_ms + int(t) for t in np.cumsum(steps, dtype=np.int64).tolist()]
     values = [value_palette[i] for i in rng.integers(0, len(value_palette), n).tolist()]
     key_index = rng.integers(0, len(keys), n).tolist()
-    unrecord_if = (rng.random(n) < 0.2).tolist() if draw(st.booleans()) else None
+    # Only a fetch manager takes unrecord_if (the others refuse it: test_core.py).
+    with_unrecord = config.quota_type == "fetch" and draw(st.booleans())
+    unrecord_if = (rng.random(n) < 0.2).tolist() if with_unrecord else None
     return Batch(
         config,
         tuple(quotas),

@@ -194,12 +194,14 @@ class QuotaManager:
         client_id: str,
         throttle_ms: int,
         now_ms: int | None = None,
-        channel: int = 0,
+        channel: int | None = None,
     ) -> int:
-        """Account a throttle of ``throttle_ms`` > 0: throttle-time sensor and delay queue.
+        """Account a throttle of ``throttle_ms`` > 0 in the client's throttle-time sensor.
 
-        Returns the time (ms) at which the channel's mute ends. ``channel`` is an id of
-        yours that :meth:`expired_channels` hands back when the mute has ended.
+        Returns the time (ms) at which the throttle ends. With a ``channel`` (an id of
+        yours) the throttle is also queued in the delay queue, and
+        :meth:`expired_channels` hands the id back when the mute has ended; without one
+        nothing is queued (no connection waits for it).
         """
     def expired_channels(self, now_ms: int | None = None) -> list[int]:
         """Remove the delay-queue entries ending at or before ``now_ms``; return their channels."""
@@ -244,11 +246,14 @@ class QuotaManager:
     ) -> npt.NDArray[np.int32]:
         """Record many requests in order, with the GIL released.
 
-        Event ``i`` is ``record(*keys[key_index[i]], values[i], now_ms[i])``. For a
-        ``fetch`` manager a throttled fetch (its throttle > 0, or ``unrecord_if[i]``,
-        e.g. because the request quota throttled it) is then unrecorded, as the broker
-        does. Returns the throttle of every event, equal to calling :meth:`record` one
-        event at a time.
+        Event ``i`` is ``record(*keys[key_index[i]], values[i], now_ms[i])`` and its
+        throttle is what that call returns. On a ``fetch`` manager a throttled fetch (its
+        throttle > 0, or ``unrecord_if[i]``, e.g. because the request quota throttled it)
+        is then unrecorded, as the broker takes back the bytes of a fetch it answers
+        empty: so there a batch equals :meth:`record` followed by :meth:`unrecord` for each
+        throttled event, not :meth:`record` alone. ``unrecord_if`` on a ``produce`` or
+        ``request`` manager raises :class:`InvalidUsageError` (Kafka unrecords nothing
+        there). Returns the throttle of every event.
         """
 
 class KquotaError(Exception):

@@ -43,10 +43,6 @@ SENSOR: Final = "sensor"
 MANAGER_TYPES: Final = ("produce", "fetch", "request")
 """The ``quota_type`` of scenarios that drive one ``QuotaManager``."""
 
-RATE_TOLERANCE: Final = 1e-9
-"""Relative tolerance of ``rate`` comparisons; every other field compares exactly."""
-
-
 # -- the scenario format -------------------------------------------------------------------
 
 
@@ -128,21 +124,25 @@ _DOUBLE_FIELDS: Final = frozenset({"rate", "quota", "throttle_time_avg"})  # num
 def expand_paths(paths: Iterable[str | Path]) -> list[Path]:
     """The scenario files named by ``paths``: files as given, folders as their ``*.json``.
 
-    The files of a folder come in sorted order. A path that does not exist, or a folder
-    without any ``*.json`` file, raises :class:`~kquota.exceptions.ScenarioError`.
+    The files of a folder come in sorted order. A path that does not exist or cannot be
+    examined (a name too long, a folder that may not be searched), or a folder without any
+    ``*.json`` file, raises :class:`~kquota.exceptions.ScenarioError` naming it.
     """
     files: list[Path] = []
     for raw in paths:
         path = Path(raw)
-        if path.is_dir():
-            found = sorted(entry for entry in path.glob("*.json") if entry.is_file())
-            if not found:
-                raise ScenarioError(f"{path}: folder holds no *.json scenario files")
-            files.extend(found)
-        elif path.is_file():
-            files.append(path)
-        else:
-            raise ScenarioError(f"{path}: no such file or folder")
+        try:  # a name too long, a folder that may not be searched: one error naming it
+            if path.is_dir():
+                found = sorted(entry for entry in path.glob("*.json") if entry.is_file())
+                if not found:
+                    raise ScenarioError(f"{path}: folder holds no *.json scenario files")
+                files.extend(found)
+            elif path.is_file():
+                files.append(path)
+            else:
+                raise ScenarioError(f"{path}: no such file or folder")
+        except OSError as exc:
+            raise ScenarioError(f"{path}: cannot read: {exc.strerror or exc}") from None
     return files
 
 
@@ -167,7 +167,9 @@ class _Loader:
     def scenario(self) -> Scenario:
         try:
             text = self.path.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
+        except OSError as exc:
+            raise ScenarioError(f"{self.path}: cannot read: {exc.strerror or exc}") from None
+        except UnicodeDecodeError as exc:
             raise ScenarioError(f"{self.path}: cannot read: {exc}") from None
         try:
             document = json.loads(text, parse_constant=_reject_constant)
@@ -436,8 +438,8 @@ Reads that are the op itself (``measure``, ``metrics``) happen whether or not th
 def replay(scenario: Scenario, backend: Backend | None = None) -> Result:
     """Drive ``backend`` (default: :mod:`kquota`) through ``scenario`` and compare outputs.
 
-    Only the fields a step's ``expect`` lists are computed and compared: ``rate`` within
-    a relative 1e-9 (or exactly), everything else exactly, a NaN equal to ``"NaN"``.
+    Only the fields a step's ``expect`` lists are computed and compared, every one
+    exactly (rates to the last bit), a NaN equal to ``"NaN"``.
     """
     chosen: Backend = kquota if backend is None else backend
     driver: _SensorDriver | _ManagerDriver = (
@@ -510,7 +512,8 @@ class _ManagerDriver:
                 if step.op == "record" and throttle > 0:
                     if self._fetch:
                         manager.unrecord(user, client_id, value, t_ms)
-                    manager.throttle(user, client_id, throttle, t_ms)
+                    # The response went out on the client's connection: queue it.
+                    manager.throttle(user, client_id, throttle, t_ms, channel=1)
                 return {"throttle_ms": lambda: throttle, **self._client(step)}
             case "unrecord":
                 manager.unrecord(user, client_id, value, t_ms)
@@ -585,9 +588,7 @@ def _matches(field: str, expected: Any, actual: Any) -> bool:
             return bool(actual == expected)
         if _kind(actual) not in ("int", "float", "nonfinite"):
             return False
-        if actual == expected:
-            return True
-        return field == "rate" and abs(actual - expected) <= RATE_TOLERANCE * abs(expected)
+        return bool(actual == expected)  # to the last bit: Kafka's arithmetic, exactly
     return bool(actual == expected)  # tags, removed, queue_size
 
 

@@ -719,8 +719,10 @@ impl Run {
         assert_eq!(self.manager.quota(&entity), None);
     }
 
+    /// `channel` 0 stands for a throttle with no channel (accounted, never queued).
     fn throttle(&mut self, client: &Client, ms: i64, channel: u64) {
         let (user, cid, now) = (client.user.get(), client.client.get(), self.now);
+        let channel = (channel != 0).then_some(channel);
         let before = observe(&self.manager);
         match self.manager.throttle(user, cid, ms, now, channel) {
             Ok(end) => {
@@ -730,8 +732,10 @@ impl Run {
                 let sensor = self.model.throttle_sensors.get_mut(&tags).unwrap();
                 sensor.last_record = now;
                 sensor.samples.record(&THROTTLE_WINDOW, ms as f64, now);
-                self.model.queue.insert((end, self.model.queued), channel);
-                self.model.queued += 1;
+                if let Some(channel) = channel {
+                    self.model.queue.insert((end, self.model.queued), channel);
+                    self.model.queued += 1;
+                }
             }
             Err(err) => {
                 assert!(ms <= 0, "rejected throttle {ms}: {err}");
@@ -870,8 +874,9 @@ impl Run {
         {
             Ok(throttles) => {
                 let n = now.len();
-                assert!(values.len() == n && unrecord_if.is_none_or(|u| u.len() == n));
                 let fetch = self.model.quota_type == QuotaType::Fetch;
+                assert!(values.len() == n && unrecord_if.is_none_or(|u| u.len() == n));
+                assert!(fetch || unrecord_if.is_none(), "unrecord_if accepted off fetch");
                 for i in 0..n {
                     let (user, cid) = &keys[usize::try_from(index[i]).unwrap()];
                     assert!(values[i].is_finite() && values[i] >= 0.0);
@@ -887,7 +892,9 @@ impl Run {
                 assert!(matches!(err, Error::InvalidUsage(_)), "{err:?}");
                 let n = now.len();
                 let lengths_ok = values.len() == n && unrecord_if.is_none_or(|u| u.len() == n);
-                if lengths_ok {
+                if unrecord_if.is_some() && self.model.quota_type != QuotaType::Fetch {
+                    names_value(&err, "unrecord_if");
+                } else if lengths_ok {
                     let bad_index = index.iter().find(|&&k| k < 0 || k as usize >= keys.len());
                     match bad_index {
                         Some(k) => names_value(&err, &format!("invalid key_index {k}")),

@@ -522,16 +522,18 @@ impl QuotaManager {
         self.throttle_int(outcome)
     }
 
-    /// Accounts a throttle of `throttle_ms` > 0 applied to a client's channel: records it
-    /// in the throttle-time sensor and queues the channel until `now + throttle_ms`.
-    /// Returns the end of the mute.
+    /// Accounts a throttle of `throttle_ms` > 0 applied to a client: records it in the
+    /// throttle-time sensor and, when the response went out on a `channel`, queues that
+    /// channel until `now + throttle_ms` (Kafka's delay queue). A throttle with no channel
+    /// is only accounted: nothing would ever drain its queue entry. Returns the end of
+    /// the mute.
     pub fn throttle(
         &self,
         user: &str,
         client_id: &str,
         throttle_ms: i64,
         now: i64,
-        channel: u64,
+        channel: Option<u64>,
     ) -> Result<i64> {
         if throttle_ms <= 0 {
             return Err(Error::InvalidUsage(format!(
@@ -544,7 +546,9 @@ impl QuotaManager {
         let resolved = self.resolve(config, user, client_id, now, &clients);
         resolved.throttle.record(throttle_ms as f64, now, &guard);
         let end = now.saturating_add(throttle_ms);
-        self.delay_queue.push(end, channel);
+        if let Some(channel) = channel {
+            self.delay_queue.push(end, channel);
+        }
         Ok(end)
     }
 
@@ -699,8 +703,12 @@ impl QuotaManager {
 
     /// Records many requests in order: event `i` is `record(keys[key_index[i]], values[i],
     /// now[i])`, and for a `fetch` manager a throttled fetch (throttle > 0, or
-    /// `unrecord_if[i]`) is then unrecorded. Every input is checked before anything is
-    /// recorded. Returns the throttle of each event.
+    /// `unrecord_if[i]`: another quota throttled the same request) is then unrecorded, as
+    /// Kafka takes back the bytes of a fetch it answers empty. So on a fetch manager a batch
+    /// equals `record` followed by `unrecord` for each throttled event, not `record` alone.
+    /// `unrecord_if` is refused on produce and request managers, where Kafka unrecords
+    /// nothing. Every input is checked before anything is recorded. Returns the throttle
+    /// of each event.
     pub fn record_batch(
         &self,
         now: &[i64],
@@ -709,6 +717,14 @@ impl QuotaManager {
         keys: &[(String, String)],
         unrecord_if: Option<&[bool]>,
     ) -> Result<Vec<i32>> {
+        let fetch = self.quota_type == QuotaType::Fetch;
+        if unrecord_if.is_some() && !fetch {
+            return Err(Error::InvalidUsage(format!(
+                "unrecord_if given to a {} manager: only a fetch manager unrecords \
+                 (a throttled fetch is answered empty); pass None",
+                self.quota_type.as_str()
+            )));
+        }
         let n = now.len();
         if key_index.len() != n || values.len() != n || unrecord_if.is_some_and(|u| u.len() != n) {
             return Err(Error::InvalidUsage(format!(
@@ -737,7 +753,6 @@ impl QuotaManager {
                     .map_err(|e| Error::InvalidUsage(format!("event {i}: {e}")))?,
             );
         }
-        let fetch = self.quota_type == QuotaType::Fetch;
         let mut throttles = Vec::with_capacity(n);
         for i in 0..n {
             let (user, client_id) = &keys[key_index[i] as usize];
@@ -798,7 +813,7 @@ mod tests {
             assert!(m.unrecord("a", "c", bad, 0).is_err());
         }
         assert_eq!(m.measure("a", "c", 0), Some(50.0));
-        assert!(m.throttle("a", "c", 0, 0, 1).is_err());
+        assert!(m.throttle("a", "c", 0, 0, Some(1)).is_err());
         assert_eq!(m.queue_size(), 0);
         let keys = vec![("a".to_owned(), "c".to_owned())];
         assert!(m
@@ -812,6 +827,39 @@ mod tests {
             QuotaManager::new(QuotaType::Produce, WindowConfig::new(11, 1500).unwrap(), 1).is_err()
         );
         assert!("bytes".parse::<QuotaType>().is_err());
+    }
+
+    #[test]
+    fn a_throttle_without_a_channel_is_accounted_but_not_queued() {
+        let m = QuotaManager::with_defaults(QuotaType::Produce);
+        m.set_quota(&user("a"), 100.0).unwrap();
+        assert_eq!(m.throttle("a", "c", 500, 0, None).unwrap(), 500);
+        assert_eq!(m.queue_size(), 0);
+        assert_eq!(m.throttle_time_avg("a", "c", 0), Some(500.0));
+        assert_eq!(m.throttle("a", "c", 300, 0, Some(7)).unwrap(), 300);
+        assert_eq!(m.queue_size(), 1);
+        assert_eq!(m.throttle_time_avg("a", "c", 0), Some(400.0));
+        assert_eq!(m.expired_channels(300), vec![7]);
+    }
+
+    #[test]
+    fn unrecord_if_only_on_fetch_managers() {
+        let keys = vec![("a".to_owned(), "c".to_owned())];
+        for quota_type in [QuotaType::Produce, QuotaType::Request] {
+            let m = QuotaManager::with_defaults(quota_type);
+            m.set_quota(&user("a"), 100.0).unwrap();
+            let err = m
+                .record_batch(&[0], &[0], &[1.0], &keys, Some(&[true]))
+                .unwrap_err();
+            assert!(matches!(err, Error::InvalidUsage(_)), "{err:?}");
+            assert!(err.to_string().contains(quota_type.as_str()), "{err}");
+            assert_eq!(m.sensor_count(), 0, "a refused batch recorded something");
+        }
+        let m = QuotaManager::with_defaults(QuotaType::Fetch);
+        m.set_quota(&user("a"), 100.0).unwrap();
+        m.record_batch(&[0], &[0], &[1.0], &keys, Some(&[true]))
+            .unwrap();
+        assert_eq!(m.measure("a", "c", 0), Some(0.0));
     }
 
     #[test]

@@ -96,8 +96,28 @@ fn same_check(a: &Check, b: &Check) -> bool {
         }
 }
 
+/// `cases` cases from a fixed seed: `make test` runs the same cases every time (a failure
+/// is reproducible, never a matter of luck), after the saved failures of
+/// `properties.proptest-regressions`. Explore other seeds with
+/// `PROPTEST_RNG_SEED=N cargo test` or more cases with `PROPTEST_CASES=N`.
+fn fixed(cases: u32) -> ProptestConfig {
+    let seed = std::env::var("PROPTEST_RNG_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0x6b71_756f_7461);
+    let cases = std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(cases);
+    ProptestConfig {
+        cases,
+        rng_seed: proptest::test_runner::RngSeed::Fixed(seed),
+        ..ProptestConfig::default()
+    }
+}
+
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(400))]
+    #![proptest_config(fixed(400))]
 
     #[test]
     fn rate_cell_equals_sequential_samples(
@@ -205,7 +225,7 @@ fn unsanitize(text: &str) -> Vec<u8> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(300))]
+    #![proptest_config(fixed(300))]
 
     /// With one `<default>, <default>` quota, every client has a sensor of its own with
     /// that bound (unlimited when its user or client id is empty: Kafka then finds no

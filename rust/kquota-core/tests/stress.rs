@@ -129,7 +129,7 @@ fn an_expiry_clock_far_ahead_of_the_writers_fails_nothing() {
                     let t = m.record(&user, &format!("c{k}"), 100.0, i).unwrap();
                     if t > 0 {
                         m.unrecord(&user, &format!("c{k}"), 100.0, i).unwrap();
-                        m.throttle(&user, "c", i64::from(t), i, k as u64).unwrap();
+                        m.throttle(&user, "c", i64::from(t), i, Some(k as u64)).unwrap();
                         throttled += 1;
                     }
                 }

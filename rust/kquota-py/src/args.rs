@@ -13,7 +13,7 @@ use std::ops::Deref;
 use numpy::{PyReadonlyArray1, PyUntypedArrayMethods};
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
-use pyo3::types::{PyString, PyTuple};
+use pyo3::types::{PyBool, PyFloat, PyInt, PyString, PyTuple};
 
 use crate::errors;
 
@@ -179,8 +179,59 @@ pub(crate) fn throttle_ms(obj: &Bound<'_, PyAny>) -> PyResult<i64> {
     i64_arg(obj, "throttle_ms")
 }
 
-pub(crate) fn channel(obj: &Bound<'_, PyAny>) -> PyResult<u64> {
-    int_in(obj, "channel", 0, u64::MAX)
+pub(crate) fn channel(obj: &Bound<'_, PyAny>) -> PyResult<Option<u64>> {
+    optional(obj, |o| int_in(o, "channel", 0, u64::MAX))
+}
+
+/// A real number as a float: a `float`, an `int` (not a `bool`), or an object with
+/// `__float__`/`__index__` (NumPy scalars). Whether the number is acceptable (finite,
+/// >= 0, > 0) is the core's rule, checked there.
+fn real(obj: &Bound<'_, PyAny>, name: &str) -> PyResult<f64> {
+    if let Ok(f) = obj.cast_exact::<PyFloat>() {
+        return Ok(f.value());
+    }
+    if obj.is_instance_of::<PyBool>() || obj.is_instance_of::<PyString>() {
+        return Err(wrong_type(name, "a real number (int or float)", obj));
+    }
+    let numeric = obj.is_instance_of::<PyInt>()
+        || obj.is_instance_of::<PyFloat>()
+        || obj.hasattr("__float__").unwrap_or(false)
+        || obj.hasattr("__index__").unwrap_or(false);
+    if !numeric {
+        return Err(wrong_type(name, "a real number (int or float)", obj));
+    }
+    obj.extract::<f64>().map_err(|_| {
+        invalid(
+            obj.py(),
+            format!(
+                "invalid {name} {}: it does not fit in a float (at most about 1.8e308)",
+                shown(obj)
+            ),
+        )
+    })
+}
+
+pub(crate) fn value(obj: &Bound<'_, PyAny>) -> PyResult<f64> {
+    real(obj, "value")
+}
+
+pub(crate) fn quota(obj: &Bound<'_, PyAny>) -> PyResult<f64> {
+    real(obj, "quota")
+}
+
+/// A `kquota.Entity`.
+pub(crate) fn entity<'py>(obj: &Bound<'py, PyAny>) -> PyResult<Bound<'py, crate::Entity>> {
+    obj.cast::<crate::Entity>().map(|e| e.clone()).map_err(|_| {
+        wrong_type(
+            "entity",
+            "a kquota.Entity, e.g. Entity(user='alice') or Entity(client_id=DEFAULT)",
+            obj,
+        )
+    })
+}
+
+pub(crate) fn opt_quota(obj: &Bound<'_, PyAny>) -> PyResult<Option<f64>> {
+    optional(obj, quota)
 }
 
 pub(crate) fn num_samples(obj: &Bound<'_, PyAny>) -> PyResult<i64> {

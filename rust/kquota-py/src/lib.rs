@@ -229,7 +229,7 @@ impl SampledRate {
     fn new(
         #[pyo3(from_py_with = args::num_samples)] num_samples: i64,
         #[pyo3(from_py_with = args::window_ms)] window_ms: i64,
-        quota: Option<f64>,
+        #[pyo3(from_py_with = args::opt_quota)] quota: Option<f64>,
     ) -> CoreResult<Self> {
         let cfg = core::WindowConfig::new(num_samples, window_ms)?;
         Ok(SampledRate {
@@ -252,14 +252,17 @@ impl SampledRate {
         self.inner.quota()
     }
 
-    fn set_quota(&self, quota: Option<f64>) -> CoreResult<()> {
+    fn set_quota(
+        &self,
+        #[pyo3(from_py_with = args::opt_quota)] quota: Option<f64>,
+    ) -> CoreResult<()> {
         Ok(self.inner.set_quota(quota)?)
     }
 
     #[pyo3(signature = (value, now_ms=None))]
     fn record(
         &self,
-        value: f64,
+        #[pyo3(from_py_with = args::value)] value: f64,
         #[pyo3(from_py_with = args::now_ms)] now_ms: Option<i64>,
     ) -> CoreResult<Check> {
         Ok(self.inner.record(value, now_or_clock(now_ms))?.into())
@@ -268,7 +271,7 @@ impl SampledRate {
     #[pyo3(signature = (value, now_ms=None))]
     fn record_no_check(
         &self,
-        value: f64,
+        #[pyo3(from_py_with = args::value)] value: f64,
         #[pyo3(from_py_with = args::now_ms)] now_ms: Option<i64>,
     ) -> CoreResult<()> {
         Ok(self.inner.record_no_check(value, now_or_clock(now_ms))?)
@@ -337,16 +340,20 @@ impl QuotaManager {
         self.inner.enabled()
     }
 
-    fn set_quota(&self, entity: &Entity, value: f64) -> CoreResult<()> {
-        Ok(self.inner.set_quota(&entity.inner, value)?)
+    fn set_quota(
+        &self,
+        #[pyo3(from_py_with = args::entity)] entity: Bound<'_, Entity>,
+        #[pyo3(from_py_with = args::value)] value: f64,
+    ) -> CoreResult<()> {
+        Ok(self.inner.set_quota(&entity.get().inner, value)?)
     }
 
-    fn remove_quota(&self, entity: &Entity) {
-        self.inner.remove_quota(&entity.inner)
+    fn remove_quota(&self, #[pyo3(from_py_with = args::entity)] entity: Bound<'_, Entity>) {
+        self.inner.remove_quota(&entity.get().inner)
     }
 
-    fn quota(&self, entity: &Entity) -> Option<f64> {
-        self.inner.quota(&entity.inner)
+    fn quota(&self, #[pyo3(from_py_with = args::entity)] entity: Bound<'_, Entity>) -> Option<f64> {
+        self.inner.quota(&entity.get().inner)
     }
 
     fn quotas(&self) -> Vec<(Entity, f64)> {
@@ -378,7 +385,7 @@ impl QuotaManager {
         &self,
         #[pyo3(from_py_with = args::user)] user: Text<'_>,
         #[pyo3(from_py_with = args::client_id)] client_id: Text<'_>,
-        value: f64,
+        #[pyo3(from_py_with = args::value)] value: f64,
         #[pyo3(from_py_with = args::now_ms)] now_ms: Option<i64>,
     ) -> CoreResult<i32> {
         Ok(self
@@ -394,7 +401,7 @@ impl QuotaManager {
         &self,
         #[pyo3(from_py_with = args::user)] user: Text<'_>,
         #[pyo3(from_py_with = args::client_id)] client_id: Text<'_>,
-        value: f64,
+        #[pyo3(from_py_with = args::value)] value: f64,
         #[pyo3(from_py_with = args::now_ms)] now_ms: Option<i64>,
     ) -> i32 {
         let _ = (&user, &client_id, value, now_ms);
@@ -406,7 +413,7 @@ impl QuotaManager {
         &self,
         #[pyo3(from_py_with = args::user)] user: Text<'_>,
         #[pyo3(from_py_with = args::client_id)] client_id: Text<'_>,
-        value: f64,
+        #[pyo3(from_py_with = args::value)] value: f64,
         #[pyo3(from_py_with = args::now_ms)] now_ms: Option<i64>,
     ) -> CoreResult<()> {
         Ok(self
@@ -419,7 +426,7 @@ impl QuotaManager {
         &self,
         #[pyo3(from_py_with = args::user)] user: Text<'_>,
         #[pyo3(from_py_with = args::client_id)] client_id: Text<'_>,
-        value: f64,
+        #[pyo3(from_py_with = args::value)] value: f64,
         #[pyo3(from_py_with = args::now_ms)] now_ms: Option<i64>,
     ) -> CoreResult<()> {
         Ok(self
@@ -427,14 +434,14 @@ impl QuotaManager {
             .record_no_throttle(&user, &client_id, value, now_or_clock(now_ms))?)
     }
 
-    #[pyo3(signature = (user, client_id, throttle_ms, now_ms=None, channel=0))]
+    #[pyo3(signature = (user, client_id, throttle_ms, now_ms=None, channel=None))]
     fn throttle(
         &self,
         #[pyo3(from_py_with = args::user)] user: Text<'_>,
         #[pyo3(from_py_with = args::client_id)] client_id: Text<'_>,
         #[pyo3(from_py_with = args::throttle_ms)] throttle_ms: i64,
         #[pyo3(from_py_with = args::now_ms)] now_ms: Option<i64>,
-        #[pyo3(from_py_with = args::channel)] channel: u64,
+        #[pyo3(from_py_with = args::channel)] channel: Option<u64>,
     ) -> CoreResult<i64> {
         Ok(self.inner.throttle(
             &user,
