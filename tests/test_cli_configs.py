@@ -520,8 +520,15 @@ def test_reading_a_store_that_does_not_exist_creates_nothing(
     for args in (["--describe"], ["--export", str(tmp_path / "out.json")]):
         status, _, err = configs(capsys, path, *args)
         assert status == 2
-        assert "holds no quotas yet (--alter or --import creates it)" in err
+        assert f"SQLite store {str(path)!r} does not exist: check the path" in err
+        assert err.count("\n") == 1
     assert list(tmp_path.iterdir()) == []
+    path.touch()  # there, but never written
+    for args in (["--describe"], ["--export", str(tmp_path / "out.json")]):
+        status, _, err = configs(capsys, path, *args)
+        assert status == 2
+        assert "holds no quotas yet (--alter or --import creates it)" in err
+    assert sorted(tmp_path.iterdir()) == [path]
 
 
 def not_sqlite(path: Path) -> None:

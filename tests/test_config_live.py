@@ -95,17 +95,18 @@ def test_store_wins_over_static_defaults() -> None:
 
 def test_background_thread_follows_a_sqlite_store(tmp_path: Path) -> None:
     store = SQLiteStore(tmp_path / "q.sqlite")
+    store.apply(change(Entity(user="bob"), {"producer_byte_rate": 7}))
     produce = QuotaManager("produce")
     with LiveQuotas(store, produce, interval=0.05) as live:
         assert live.running
-        assert live.version == 0
+        assert live.version == 1
         start = time.monotonic()
         store.apply(change(ALICE, {"producer_byte_rate": 42}))
         while produce.quota(ALICE) is None and time.monotonic() - start < 5:
             time.sleep(0.005)
         assert produce.quota(ALICE) == 42.0
         assert time.monotonic() - start < 1.0
-        assert live.version == 1
+        assert live.version == 2
     assert not live.running
 
 
@@ -136,11 +137,45 @@ def test_background_errors_keep_the_last_config_and_recover(
 
 
 def test_start_raises_when_the_store_is_unusable(tmp_path: Path) -> None:
-    (tmp_path / "q.sqlite").write_text("nope")
-    live = LiveQuotas(SQLiteStore(tmp_path / "q.sqlite"), QuotaManager("produce"))
+    path = tmp_path / "q.sqlite"
+    SQLiteStore(path).apply(change(ALICE, {"producer_byte_rate": 42}))
+    live = LiveQuotas(SQLiteStore(path), QuotaManager("produce"))
+    path.write_text("nope")
     with pytest.raises(StoreError, match="not a SQLite database"):
         live.start()
     assert not live.running
+    with pytest.raises(StoreError, match="not a SQLite database"):  # and at construction
+        LiveQuotas(SQLiteStore(path), QuotaManager("produce"))
+
+
+@pytest.mark.parametrize("typo", ["typo.sqlite", "no/such/folder/q.sqlite"])
+def test_a_store_that_does_not_exist_raises_naming_it_and_stays_absent(
+    tmp_path: Path, typo: str
+) -> None:
+    """Reading never creates a store: a typo in its path is an error, not a store
+    serving no quotas."""
+    path = tmp_path / typo
+    store = SQLiteStore(path)
+    with pytest.raises(StoreError, match="does not exist") as raised:
+        LiveQuotas(store, QuotaManager("produce"))
+    assert str(path) in str(raised.value)
+    with pytest.raises(StoreError, match="does not exist") as raised:
+        LiveQuotas.for_store(store, ["produce"])
+    assert str(path) in str(raised.value)
+    assert list(tmp_path.iterdir()) == []  # nothing was created
+    store.apply(change(ALICE, {"producer_byte_rate": 42}))  # a write creates it
+    with LiveQuotas.for_store(store, ["produce"]) as live:
+        assert live.manager("produce").quota(ALICE) == 42.0
+
+
+def test_a_store_that_disappears_is_reported_and_its_quotas_kept(tmp_path: Path) -> None:
+    path = tmp_path / "q.sqlite"
+    SQLiteStore(path).apply(change(ALICE, {"producer_byte_rate": 42}))
+    live = LiveQuotas.for_store(SQLiteStore(path), ["produce"])
+    path.unlink()
+    with pytest.raises(StoreError, match="does not exist"):
+        live.refresh()
+    assert live.manager("produce").quota(ALICE) == 42.0
 
 
 def test_for_store_uses_the_store_window(caplog: pytest.LogCaptureFixture) -> None:

@@ -70,6 +70,8 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> QuotaStore:
 
 
 def test_a_new_store_reads_empty_at_version_0(store: QuotaStore) -> None:
+    if isinstance(store, SQLiteStore):
+        store.path.touch()  # there, but never written (a missing file is an error, below)
     assert store.read() == StoreSnapshot(0, QuotaConfig())
     assert store.version() == 0
 
@@ -154,7 +156,10 @@ def test_bad_changes_are_rejected_before_any_store() -> None:
 def test_sqlite_file_is_created_with_its_folder_by_the_first_write(tmp_path: Path) -> None:
     path = tmp_path / "a" / "b" / "quotas.sqlite"
     store = SQLiteStore(path)
-    assert store.read().version == 0
+    for read in (store.read, store.version):
+        with pytest.raises(StoreError, match="does not exist: check the path") as raised:
+            read()
+        assert str(path) in str(raised.value)
     assert not path.parent.exists()  # reading created nothing
     with pytest.raises(QuotaFileError):
         store.apply(change(ALICE, None, "producer_byte_rate"))

@@ -38,6 +38,12 @@ class TrafficError(InvalidValueError):
     """Back-test traffic input that is missing, empty or not of the documented schema."""
 
 
+class OutputError(KquotaError):
+    """A file or folder kquota was asked to write (generated traffic, back-test results)
+    that cannot be written: a name too long, a path through a file, no permission, a full
+    disk, or a write that Spark refused."""
+
+
 __all__ = [
     "ChannelError",
     "InvalidConfigError",
@@ -46,6 +52,7 @@ __all__ = [
     "InvalidValueError",
     "KquotaError",
     "MetricsServerError",
+    "OutputError",
     "QuotaFileError",
     "ScenarioError",
     "StoreError",

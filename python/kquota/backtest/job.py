@@ -23,12 +23,14 @@ executors need ``kquota`` installed (see the README's "cluster" notes).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
 import re
 import shutil
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -67,7 +69,7 @@ from kquota.backtest.kernel import (
 )
 from kquota.config import QuotaConfig
 from kquota.config.model import QuotaType
-from kquota.exceptions import TrafficError
+from kquota.exceptions import OutputError, TrafficError
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -77,7 +79,11 @@ __all__ = [
     "BacktestOptions",
     "BacktestResult",
     "Progress",
+    "check_traffic",
+    "prepare_output",
     "run",
+    "spark_errors",
+    "spark_message",
     "spark_session",
 ]
 
@@ -344,32 +350,18 @@ def read_traffic(spark: SparkSession, path: str, input_format: str = "auto") -> 
     Ties in time are replayed in input order: files in path order, rows in file order.
     CSV is read with a header and every column as a string (validation parses it).
     """
-    from py4j.protocol import Py4JJavaError  # type: ignore[import-untyped]
-    from pyspark.errors import AnalysisException
     from pyspark.sql import functions as F
 
-    if not _is_remote(path):
-        local = _local(path)
-        if not local.exists():
-            raise TrafficError(f"traffic {path!r} does not exist: expected a Parquet or CSV path")
-        if local.is_dir() and not any(
-            p.is_file() and not p.name.startswith(("_", ".")) for p in local.rglob("*")
-        ):
-            raise TrafficError(f"traffic {path!r} is empty: the folder holds no data files")
-        if local.is_file() and local.stat().st_size == 0:
-            raise TrafficError(f"traffic {path!r} is empty (0 bytes)")
-    chosen = _detect_format(path, input_format)
-    if chosen == "parquet" and not _is_remote(path):
-        _check_parquet_files(_local(path))
+    chosen = check_traffic(path, input_format)
     try:
         if chosen == "csv":
             frame = spark.read.option("header", True).option("mode", "PERMISSIVE").csv(path)
         else:
             frame = spark.read.parquet(path)
         files = sorted(frame.inputFiles())
-    except (AnalysisException, Py4JJavaError) as exc:
+    except spark_errors() as exc:
         raise TrafficError(
-            f"cannot read traffic {path!r} as {chosen}: {_first_line(exc)}"
+            f"cannot read traffic {path!r} as {chosen}: {spark_message(exc)}"
         ) from None
     clash = [c for c in frame.columns if c in OUTPUT_COLUMNS or c.startswith(_PREFIX)]
     if clash:
@@ -401,6 +393,121 @@ def read_traffic(spark: SparkSession, path: str, input_format: str = "auto") -> 
     )
 
 
+def check_traffic(path: str, input_format: str = "auto") -> str:
+    """Check traffic on the local file system before Spark starts (a remote path is left
+    to Spark); return the format it is read as (``parquet`` or ``csv``).
+
+    A path that does not exist, is empty, is not the format chosen, or cannot be read (a
+    name too long, no permission) raises :class:`~kquota.exceptions.TrafficError` naming it.
+    """
+    try:
+        if not _is_remote(path):
+            local = _local(path)
+            if not local.exists():
+                raise TrafficError(
+                    f"traffic {path!r} does not exist: expected a Parquet or CSV path"
+                )
+            if local.is_dir() and not any(
+                p.is_file() and not p.name.startswith(("_", ".")) for p in local.rglob("*")
+            ):
+                raise TrafficError(f"traffic {path!r} is empty: the folder holds no data files")
+            if local.is_file():
+                with local.open("rb") as handle:  # readable, and not empty
+                    if not handle.read(1):
+                        raise TrafficError(f"traffic {path!r} is empty (0 bytes)")
+        chosen = _detect_format(path, input_format)
+        if chosen == "parquet" and not _is_remote(path):
+            _check_parquet_files(_local(path))
+    except OSError as exc:
+        inside = f" ({exc.filename})" if exc.filename and str(exc.filename) != path else ""
+        raise TrafficError(f"cannot read traffic {path!r}: {exc.strerror or exc}{inside}") from None
+    return chosen
+
+
+def prepare_output(out: str) -> None:
+    """Create a local output folder (with its parents) and check that files can be
+    created in it, before Spark starts; a remote one is left to Spark.
+
+    Raises :class:`~kquota.exceptions.OutputError` naming ``out`` (a name too long, a path
+    through a file, no permission); folders created for a failed check are removed.
+    """
+    if _is_remote(out):
+        return
+    folder = _local(out)
+    created: list[Path] = []
+    try:
+        missing = [p for p in (folder, *folder.parents) if not p.exists()]
+        for part in reversed(missing):
+            part.mkdir()
+            created.append(part)
+        if not folder.is_dir():
+            raise OutputError(f"cannot write to --out {out!r}: it is a file, not a folder")
+        fd, probe = tempfile.mkstemp(prefix=".kquota-probe-", dir=folder)
+        os.close(fd)
+        os.unlink(probe)
+    except BaseException as exc:
+        for part in reversed(created):
+            with contextlib.suppress(OSError):
+                part.rmdir()
+        if isinstance(exc, FileExistsError):
+            raise OutputError(
+                f"cannot write to --out {out!r}: {exc.filename!r} is a file, not a folder"
+            ) from None
+        if isinstance(exc, OSError):
+            raise OutputError(f"cannot write to --out {out!r}: {exc.strerror or exc}") from None
+        raise
+
+
+def spark_errors() -> tuple[type[Exception], ...]:
+    """What a Spark call raises when Spark or Java fails: Py4J's errors (a Java exception,
+    a lost gateway) and PySpark's own (``AnalysisException``, captured Java errors,
+    ``PythonException``...). For ``except spark_errors() as exc:``."""
+    from py4j.protocol import Py4JError  # type: ignore[import-untyped]
+    from pyspark.errors import PySparkException
+
+    return (PySparkException, Py4JError)
+
+
+def spark_message(exc: BaseException) -> str:
+    """One line saying what a Spark error is: the Java exception's own first line (not
+    Py4J's "An error occurred while calling o42.parquet"), or the last line of a Python
+    worker's traceback, or the first line of the message."""
+    java = getattr(exc, "java_exception", None)
+    if java is not None:
+        try:
+            return _first_line(str(java.toString()))
+        except Exception:  # the gateway is gone: fall back to Python's text
+            pass
+    text = str(exc).strip()
+    if "Traceback (most recent call last)" in text:
+        last = [line for line in text.splitlines() if line.strip() and not line[:1].isspace()]
+        if last:
+            return last[-1].strip()
+    return _first_line(text) or type(exc).__name__
+
+
+@contextlib.contextmanager
+def _writing(path: str) -> Iterator[None]:
+    """Turn an ``OSError`` or a Spark failure while writing ``path`` into one
+    :class:`~kquota.exceptions.OutputError` naming it."""
+    try:
+        yield
+    except OSError as exc:
+        raise OutputError(f"cannot write {path!r}: {exc.strerror or exc}") from None
+    except spark_errors() as exc:
+        raise OutputError(f"cannot write {path!r}: {spark_message(exc)}") from None
+
+
+@contextlib.contextmanager
+def _reading(path: str) -> Iterator[None]:
+    """Turn a Spark failure while reading the traffic ``path`` into one
+    :class:`~kquota.exceptions.TrafficError` naming it."""
+    try:
+        yield
+    except spark_errors() as exc:
+        raise TrafficError(f"cannot read traffic {path!r}: {spark_message(exc)}") from None
+
+
 def _check_parquet_files(path: Path) -> None:
     """Refuse local files that are not Parquet before Spark fails on them, loudly."""
     files = [path] if path.is_file() else sorted(path.rglob("*"))
@@ -418,9 +525,9 @@ def _check_parquet_files(path: Path) -> None:
             )
 
 
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return text[0] if text else type(exc).__name__
+def _first_line(text: str) -> str:
+    lines = text.strip().splitlines()
+    return lines[0].strip() if lines else ""
 
 
 def _parsed(frame: DataFrame) -> DataFrame:
@@ -1031,18 +1138,18 @@ def _run(spark: SparkSession, options: BacktestOptions, progress: Progress) -> B
 
     started = time.monotonic()
     out = options.out.rstrip("/") or options.out
-    if not _is_remote(out):
-        _local(out).mkdir(parents=True, exist_ok=True)
+    prepare_output(out)
     configs = [options.quotas.scaled(s).dumps() for s in options.scales]
 
     progress.phase(f"reading {options.traffic}")
     raw = read_traffic(spark, options.traffic, options.input_format)
     parsed = _parsed(raw)
-    rows = (
-        parsed.groupBy(_REASON)
-        .agg(F.count(F.lit(1)), F.count_if(F.col(SEQ_COLUMNS[0]).isNull()))
-        .collect()
-    )
+    with _reading(options.traffic):  # the first action: Spark reads every row here
+        rows = (
+            parsed.groupBy(_REASON)
+            .agg(F.count(F.lit(1)), F.count_if(F.col(SEQ_COLUMNS[0]).isNull()))
+            .collect()
+        )
     if any(r[2] for r in rows):  # every row must know its input position (ties need it)
         raise TrafficError(f"cannot number the rows of {options.traffic!r} by input file")
     counts = {(r[0] if r[0] is not None else ""): int(r[1]) for r in rows}
@@ -1059,9 +1166,10 @@ def _run(spark: SparkSession, options: BacktestOptions, progress: Progress) -> B
     if refused:
         progress.phase(f"quarantining {refused:,} bad rows to {quarantine}/")
         original = [c for c in raw.columns if not c.startswith(_PREFIX)]
-        parsed.where(F.col(_REASON).isNotNull()).select(
-            *original, F.col(_REASON).alias(REASON)
-        ).coalesce(1).write.mode("overwrite").parquet(quarantine)
+        with _writing(quarantine):
+            parsed.where(F.col(_REASON).isNotNull()).select(
+                *original, F.col(_REASON).alias(REASON)
+            ).coalesce(1).write.mode("overwrite").parquet(quarantine)
     elif not _is_remote(out):
         shutil.rmtree(_local(quarantine), ignore_errors=True)
     if valid_rows == 0:
@@ -1082,27 +1190,30 @@ def _run(spark: SparkSession, options: BacktestOptions, progress: Progress) -> B
     replayed = _replay(spark, valid, options, configs)
     extras = [c for c in valid.columns if c not in STANDARD and not c.startswith(_PREFIX)]
     requests_path = f"{out}/requests"
-    replayed.select(
-        *STANDARD, *extras, *SEQ_COLUMNS, *(name for name, _ in _TAGS), *_RESULT_NAMES
-    ).write.mode("overwrite").partitionBy(SCENARIO).parquet(requests_path)
-    requests = spark.read.parquet(requests_path)
+    with _writing(requests_path):
+        replayed.select(
+            *STANDARD, *extras, *SEQ_COLUMNS, *(name for name, _ in _TAGS), *_RESULT_NAMES
+        ).write.mode("overwrite").partitionBy(SCENARIO).parquet(requests_path)
+        requests = spark.read.parquet(requests_path)
 
     entities_path = f"{out}/entities"
     progress.phase(f"wrote {requests_path}/; summarizing entities")
     usage = _usage_all(requests, options.quotas)
-    if usage is not None:
-        _entities(spark, usage, valid, options).write.mode("overwrite").parquet(entities_path)
-    else:
-        spark.createDataFrame([], ENTITY_SCHEMA).write.mode("overwrite").parquet(entities_path)
-    entities = spark.read.parquet(entities_path)
+    with _writing(entities_path):
+        if usage is not None:
+            _entities(spark, usage, valid, options).write.mode("overwrite").parquet(entities_path)
+        else:
+            spark.createDataFrame([], ENTITY_SCHEMA).write.mode("overwrite").parquet(entities_path)
+        entities = spark.read.parquet(entities_path)
 
     base = options.scenarios[options.base_index]
     recommendations = None
     if options.recommend:
         progress.phase(f"recommending quotas (throttled fraction <= {options.target:g}, {base})")
-        recommendations = _recommendations(
-            spark, requests, entities, options, base, f"{out}/recommendations"
-        )
+        with _writing(f"{out}/recommendations"):
+            recommendations = _recommendations(
+                spark, requests, entities, options, base, f"{out}/recommendations"
+            )
     elif not _is_remote(out):
         shutil.rmtree(_local(f"{out}/recommendations"), ignore_errors=True)
 
@@ -1134,7 +1245,8 @@ def _run(spark: SparkSession, options: BacktestOptions, progress: Progress) -> B
     if options.report and not _is_remote(out):
         progress.phase("writing the report")
         result.seconds = time.monotonic() - started
-        result.report = report.write_report(result, _local(out))
+        with _writing(f"{out}/report.html"):
+            result.report = report.write_report(result, _local(out))
     result.seconds = time.monotonic() - started
     return result
 

@@ -18,6 +18,11 @@ seconds. It has what makes quota planning interesting:
 
 from __future__ import annotations
 
+import errno
+import os
+import secrets
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
@@ -26,21 +31,26 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd  # type: ignore[import-untyped]
 import pyarrow as pa  # type: ignore[import-untyped]
+import pyarrow.csv as pcsv  # type: ignore[import-untyped]
 import pyarrow.parquet as pq  # type: ignore[import-untyped]
 
 from kquota import DEFAULT, Entity
 from kquota.backtest.kernel import API, BROKER, BYTES, CLIENT, THREAD, TS, USER
 from kquota.config import QuotaConfig, QuotaEntry, Window
-from kquota.exceptions import TrafficError
+from kquota.exceptions import OutputError, TrafficError
 
 __all__ = [
     "BOOTSTRAP_CLIENT",
     "BOOTSTRAP_USER",
     "REQUEST_ID",
     "TrafficSpec",
+    "data_file",
     "generate",
+    "output_format",
+    "staged",
     "suggest_quotas",
     "write",
+    "write_to",
 ]
 
 REQUEST_ID: Final = "request_id"
@@ -58,6 +68,15 @@ MAX_HOURS: Final = 1e6
 """The longest span generated (about 114 years; times stay far inside an int64 of ms)."""
 
 OTHER_APIS: Final = ("metadata", "heartbeat", "offset_commit", "list_offsets", "find_coordinator")
+
+CSV_SUFFIXES: Final = (".csv", ".csv.gz")
+"""Names that ``kquota backtest --format auto`` reads as CSV (and :func:`write` writes so)."""
+PARQUET_SUFFIXES: Final = (".parquet", ".pq")
+"""Names read and written as Parquet (as is a name without a suffix: a folder)."""
+_ACCEPTED: Final = (
+    "a name ending in .parquet or .pq (Parquet), .csv or .csv.gz (CSV), "
+    "or without a suffix (a folder of Parquet)"
+)
 
 IntArray = npt.NDArray[np.int64]
 
@@ -239,16 +258,125 @@ def generate(spec: TrafficSpec) -> pa.Table:
     )
 
 
-def write(table: pa.Table, path: str | Path) -> Path:
-    """Write ``table`` as one Parquet file (row groups of 1M rows); return the path."""
+def output_format(path: str | Path) -> str:
+    """The format a traffic file name says, as ``kquota backtest --format auto`` reads it:
+    ``parquet`` for ``.parquet`` and ``.pq`` and for a name without a suffix (a folder),
+    ``csv`` for ``.csv`` and ``.csv.gz``. Any other name raises
+    :class:`~kquota.exceptions.TrafficError` naming it and what is accepted."""
+    if str(path) == "":
+        raise TrafficError(f"empty traffic path: expected {_ACCEPTED}")
+    name = Path(path).name.lower()
+    if name.endswith(CSV_SUFFIXES):
+        return "csv"
+    if name.endswith(PARQUET_SUFFIXES) or Path(name).suffix == "":
+        return "parquet"
+    raise TrafficError(
+        f"invalid traffic path {str(path)!r}: the name says neither Parquet nor CSV; "
+        f"expected {_ACCEPTED}"
+    )
+
+
+def data_file(path: str | Path) -> Path:
+    """The file :func:`write` writes for ``path``: ``path/part-00000.parquet`` for a name
+    without a suffix (a folder), else ``path`` itself."""
     target = Path(path)
-    if target.suffix == "":
-        target.mkdir(parents=True, exist_ok=True)
-        target = target / "part-00000.parquet"
-    else:
-        target.parent.mkdir(parents=True, exist_ok=True)
-    pq.write_table(table, target, row_group_size=1_000_000, compression="zstd")
+    return target / "part-00000.parquet" if target.suffix == "" else target
+
+
+def write(table: pa.Table, path: str | Path) -> Path:
+    """Write ``table`` in the format its name says (:func:`output_format`); return the file.
+
+    A name without a suffix is a folder, written as ``NAME/part-00000.parquet`` (row
+    groups of 1M rows); ``.csv`` and ``.csv.gz`` are CSV with a header, as ``kquota
+    backtest`` reads them. The file is written under a temporary name and renamed, so a
+    failure leaves no half file: it raises :class:`~kquota.exceptions.OutputError` naming
+    the path (and a name no format matches, :class:`~kquota.exceptions.TrafficError`).
+    """
+    output_format(path)
+    target = data_file(path)
+    with staged(target, "traffic") as temporary:
+        write_to(table, temporary, target)
     return target
+
+
+def write_to(table: pa.Table, file: Path, name: str | Path) -> None:
+    """Write ``table`` into ``file`` (e.g. a :func:`staged` temporary) in the format that
+    ``name`` says (:func:`output_format`)."""
+    if output_format(name) == "parquet":
+        pq.write_table(table, file, row_group_size=1_000_000, compression="zstd")
+        return
+    gzip = Path(name).name.lower().endswith(".gz")
+    with (
+        pa.CompressedOutputStream(str(file), "gzip") if gzip else pa.OSFile(str(file), "wb")
+    ) as sink:
+        pcsv.write_csv(table, sink)
+
+
+@contextmanager
+def staged(path: Path, what: str) -> Iterator[Path]:
+    """A temporary file beside ``path`` (its folders created) that becomes ``path`` when
+    the block succeeds.
+
+    Any failure removes the temporary file and the folders it created, so an existing
+    ``path`` stays as it was; an ``OSError`` (also pyarrow's) becomes
+    :class:`~kquota.exceptions.OutputError` naming ``what`` and ``path``. A name too long
+    for its folder fails before the block runs.
+    """
+    created: list[Path] = []
+    temporary: Path | None = None
+
+    def failed(reason: object) -> OutputError:
+        return OutputError(f"cannot write {what} {str(path)!r}: {reason}")
+
+    try:
+        missing = [p for p in (path.parent, *path.parent.parents) if not p.exists()]
+        for folder in reversed(missing):
+            try:
+                folder.mkdir()
+            except FileExistsError:  # a file where a folder should be
+                raise failed(f"{str(folder)!r} is a file, not a folder") from None
+            created.append(folder)
+        if path.is_dir():
+            raise failed("it is a folder")
+        if len(os.fsencode(path.name)) > _name_max(path.parent):
+            raise failed(os.strerror(errno.ENAMETOOLONG))
+        temporary = _new_file(path.parent, f".{path.name[:100]}.")
+        yield temporary
+        os.replace(temporary, path)
+    except BaseException as exc:
+        if temporary is not None:
+            temporary.unlink(missing_ok=True)
+        for folder in reversed(created):
+            with suppress(OSError):
+                folder.rmdir()
+        if isinstance(exc, OSError):  # pyarrow's carry no strerror
+            raise failed(exc.strerror or _first_line(exc)) from None
+        raise
+
+
+def _new_file(folder: Path, prefix: str) -> Path:
+    """A new empty file in ``folder`` with the permissions of any new file (``umask``
+    applies, unlike :func:`tempfile.mkstemp`'s private 0600)."""
+    for _ in range(100):
+        candidate = folder / f"{prefix}{secrets.token_hex(4)}.tmp"
+        try:
+            os.close(os.open(candidate, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+        except FileExistsError:
+            continue
+        return candidate
+    raise OSError(errno.EEXIST, "no free temporary name", str(folder))
+
+
+def _name_max(folder: Path) -> int:
+    try:
+        return os.pathconf(folder, "PC_NAME_MAX")
+    except (OSError, ValueError):  # no limit known
+        return 255
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return lines[0] if lines else type(exc).__name__
 
 
 def suggest_quotas(table: pa.Table, window: Window | None = None) -> QuotaConfig:

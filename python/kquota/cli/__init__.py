@@ -3,6 +3,11 @@
 Each subcommand lives in its own module of this package with a ``register(subparsers)``
 function that adds its parser and sets ``run`` (a function of the parsed arguments that
 returns the exit status). Add a command by adding its module to :data:`COMMANDS`.
+
+Exit statuses (:mod:`kquota.cli.common`): 0 success, 1 a conformance mismatch, 2 bad input
+with one line on stderr naming it. No traceback reaches a user: each command turns the
+errors of its own reads and writes into that line, and :func:`main` turns any ``OSError``
+that still escapes (it names its file) into it too.
 """
 
 from __future__ import annotations
@@ -13,7 +18,7 @@ import sys
 from collections.abc import Sequence
 
 from kquota.cli import backtest, configs, conformance, gen_traffic
-from kquota.cli.common import EXIT_BAD_INPUT
+from kquota.cli.common import EXIT_BAD_INPUT, fail
 
 COMMANDS = (conformance, configs, backtest, gen_traffic)
 
@@ -40,8 +45,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # --help, or a usage error argparse has already reported
         return exc.code if isinstance(exc.code, int) else EXIT_BAD_INPUT
-    status: int = args.run(args)
+    try:
+        status: int = args.run(args)
+    except OSError as exc:  # a safety net: each command names its own paths first
+        return fail(args.command, _os_error(exc))
     return status
+
+
+def _os_error(exc: OSError) -> str:
+    """``'PATH': reason`` for an ``OSError`` that names a file, else its message."""
+    reason = exc.strerror or str(exc) or type(exc).__name__
+    if exc.filename is None:
+        return reason
+    names = repr(str(exc.filename))
+    if exc.filename2 is not None:
+        names += f" -> {str(exc.filename2)!r}"
+    return f"{names}: {reason}"
 
 
 if __name__ == "__main__":

@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from kquota.cli.common import EXIT_OK, fail
-from kquota.config import QuotaConfig, open_store
-from kquota.exceptions import InvalidValueError, KquotaError
+from kquota.config import QuotaConfig, QuotaStore, open_store
+from kquota.exceptions import InvalidValueError, KquotaError, QuotaFileError, StoreError
 
 SPARK_EXTRA = 'needs the spark extra: pip install "kquota[spark]"'
 SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -81,18 +81,32 @@ def register(subparsers: Any) -> None:
 
 
 def load_quotas(spec: str) -> QuotaConfig:
-    """A quota file, or the configuration of a store (SQLite file or ``SCHEME://``)."""
+    """A quota file, or the configuration of a store (SQLite file or ``SCHEME://``).
+
+    Reading never creates a store: a store or file that is not there is an error naming
+    it, as is a store never written (it holds no quotas to back-test).
+    """
     if "://" in spec:
-        return open_store(spec).read().config
+        return _store_config(open_store(spec))
     path = Path(spec)
     try:
         with path.open("rb") as handle:
             magic = handle.read(len(SQLITE_MAGIC))
-    except OSError:
-        magic = b""
+    except OSError as exc:
+        raise QuotaFileError(
+            f"cannot read quota file or store {spec!r}: {exc.strerror} (expected a quota "
+            "file, a kquota SQLite store, sqlite://PATH or SCHEME://...)"
+        ) from None
     if magic == SQLITE_MAGIC:
-        return open_store(str(path)).read().config
+        return _store_config(open_store(str(path)))
     return QuotaConfig.load(path)
+
+
+def _store_config(store: QuotaStore) -> QuotaConfig:
+    snapshot = store.read()  # a store that does not exist raises, naming it
+    if snapshot.version == 0:
+        raise StoreError(f"{store.describe()} holds no quotas yet: nothing to back-test")
+    return snapshot.config
 
 
 def _scales(text: str) -> tuple[float, ...]:
@@ -124,14 +138,23 @@ def run(args: argparse.Namespace) -> int:
             buckets=args.buckets,
             partition=args.partition,
         )
+        # Every local path is checked before Spark starts (and before a long job).
+        job.check_traffic(options.traffic, options.input_format)
+        job.prepare_output(options.out)
     except KquotaError as exc:
         return fail("backtest", exc)
-    spark, created = job.spark_session(args.master)
+    try:
+        spark, created = job.spark_session(args.master)
+    except job.spark_errors() as exc:
+        master = f" on --master {args.master!r}" if args.master else ""
+        return fail("backtest", f"cannot start Spark{master}: {job.spark_message(exc)}")
     try:
         with job.Progress(spark, None if args.quiet else sys.stderr) as progress:
             result = job.run(spark, options, progress)
     except KquotaError as exc:
         return fail("backtest", exc)
+    except job.spark_errors() as exc:  # what no read or write point translated
+        return fail("backtest", f"Spark failed: {job.spark_message(exc)}")
     finally:
         if created:
             spark.stop()

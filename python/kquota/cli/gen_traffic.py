@@ -1,15 +1,16 @@
-"""``kquota gen-traffic``: write realistic multi-tenant Kafka traffic as Parquet."""
+"""``kquota gen-traffic``: write realistic multi-tenant Kafka traffic as Parquet or CSV."""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import time
 from pathlib import Path
 from typing import Any
 
 from kquota.cli.common import EXIT_OK, fail
 from kquota.config.model import check_name
-from kquota.exceptions import KquotaError
+from kquota.exceptions import KquotaError, TrafficError
 
 SPARK_EXTRA = 'needs the spark extra (pandas, pyarrow): pip install "kquota[spark]"'
 
@@ -18,15 +19,22 @@ def register(subparsers: Any) -> None:
     """Add the ``gen-traffic`` subcommand."""
     parser = subparsers.add_parser(
         "gen-traffic",
-        help="write realistic multi-tenant Kafka traffic (Parquet) for kquota backtest",
+        help="write realistic multi-tenant Kafka traffic (Parquet or CSV) for kquota backtest",
         description=(
             "Generate seeded multi-tenant traffic: heavy-tailed client sizes, a daily pattern, "
             "producer bursts and a consumer that resets its offsets and bootstraps (KIP-13's "
-            "example). Writes one Parquet file with the columns kquota backtest reads, and "
-            "optionally a quota file that throttles some of it. Exit status 2 on bad options."
+            "example). Writes one file with the columns kquota backtest reads, in the format "
+            "its name says (Parquet or CSV), and optionally a quota file that throttles some "
+            "of it. Exit status 2 on bad options or a path that cannot be written."
         ),
     )
-    parser.add_argument("--out", required=True, metavar="PATH", help="Parquet file to write")
+    parser.add_argument(
+        "--out",
+        required=True,
+        metavar="PATH",
+        help="file to write: NAME.parquet or NAME.pq (Parquet), NAME.csv or NAME.csv.gz (CSV), "
+        "or NAME without a suffix (a folder: NAME/part-00000.parquet)",
+    )
     parser.add_argument("--requests", type=int, default=1_000_000, help="rows (default 1000000)")
     parser.add_argument("--brokers", type=int, default=6, help="brokers (default 6)")
     parser.add_argument("--users", type=int, default=40, help="tenants (default 40)")
@@ -46,7 +54,11 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Generate, write, and say what was written."""
+    """Generate, write, and say what was written.
+
+    Both files are written under temporary names and renamed at the end, so a run that
+    fails (a bad option, a path that cannot be written) leaves neither behind.
+    """
     try:
         from kquota.backtest import traffic
     except ImportError as exc:
@@ -54,6 +66,7 @@ def run(args: argparse.Namespace) -> int:
     started = time.monotonic()
     try:
         check_name(args.out, "--out")  # pyarrow writes only UTF-8 paths
+        traffic.output_format(args.out)
         spec = traffic.TrafficSpec(
             requests=args.requests,
             brokers=args.brokers,
@@ -64,14 +77,22 @@ def run(args: argparse.Namespace) -> int:
             bootstrap=not args.no_bootstrap,
             seed=args.seed,
         )
-        table = traffic.generate(spec)
-        path = traffic.write(table, args.out)
-        quotas = None
-        if args.quotas_out:
-            quotas = Path(args.quotas_out)
-            quotas.parent.mkdir(parents=True, exist_ok=True)
-            quotas.write_text(traffic.suggest_quotas(table).dumps(), encoding="utf-8")
-    except (KquotaError, OSError) as exc:
+        path = traffic.data_file(args.out)
+        quotas = Path(args.quotas_out) if args.quotas_out is not None else None
+        if quotas is not None and quotas.absolute() == path.absolute():
+            raise TrafficError(f"--quotas-out {args.quotas_out!r} is the --out file: give another")
+        with contextlib.ExitStack() as files:  # both folders checked before generating
+            data = files.enter_context(traffic.staged(path, "--out"))
+            quotas_data = (
+                files.enter_context(traffic.staged(quotas, "--quotas-out"))
+                if quotas is not None
+                else None
+            )
+            table = traffic.generate(spec)
+            traffic.write_to(table, data, path)
+            if quotas_data is not None:
+                quotas_data.write_text(traffic.suggest_quotas(table).dumps(), encoding="utf-8")
+    except KquotaError as exc:
         return fail("gen-traffic", exc)
     print(f"wrote {table.num_rows:,} requests to {path} in {time.monotonic() - started:.1f} s")
     if quotas is not None:

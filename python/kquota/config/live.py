@@ -15,6 +15,10 @@ not in the store (or in ``defaults``) is removed.
 Each override is set or removed atomically; a change set that touches several entities is
 applied one entity at a time (new and changed ones first, then removals), as Kafka's
 brokers apply quota records one by one.
+
+The store must exist: binding to one that does not (a typo in a path) raises
+:class:`~kquota.exceptions.StoreError` naming it at once, instead of serving no quotas.
+Only writes create a store.
 """
 
 from __future__ import annotations
@@ -73,7 +77,9 @@ class LiveQuotas:
     ``defaults`` (e.g. from :func:`~kquota.config.static.load_static_defaults`) apply
     under the store: a property the store sets for the same entity wins. Use it as a
     context manager, or call :meth:`start` and :meth:`stop`; :meth:`refresh` applies
-    the store's current state synchronously::
+    the store's current state synchronously. The store is asked for its version once
+    here, so a store that does not exist or cannot be used raises
+    :class:`~kquota.exceptions.StoreError` at construction::
 
         store = SQLiteStore("/var/lib/kquota/quotas.sqlite")
         with LiveQuotas.for_store(store) as live:
@@ -103,6 +109,7 @@ class LiveQuotas:
             )
         if defaults is not None and not isinstance(defaults, QuotaConfig):
             raise InvalidConfigError(f"invalid defaults {defaults!r}: expected a QuotaConfig")
+        store.version()  # fail now, naming the store, if it is not there or not usable
         self.store = store
         """The store followed."""
         self.interval = float(interval)
@@ -130,7 +137,8 @@ class LiveQuotas:
         """New managers of ``quota_types`` with the store's window, bound to ``store``.
 
         The window is read once: a store never written uses ``defaults``' window, or
-        Kafka's 11 x 1 s. Windows are fixed for a manager's life (as
+        Kafka's 11 x 1 s. A store that does not exist raises
+        :class:`~kquota.exceptions.StoreError` naming it. Windows are fixed for a manager's life (as
         ``quota.window.*`` are static broker settings): changing the store's window
         needs new managers.
         """

@@ -222,9 +222,11 @@ class QuotaStore(ABC):
     def read(self) -> StoreSnapshot:
         """The whole configuration and its version, read consistently.
 
-        A store that was never written reads as version 0 with an empty configuration
-        (Kafka's default window). Raises :class:`~kquota.exceptions.StoreError` when the
-        store cannot be used.
+        Reading never creates a store: one that does not exist raises
+        :class:`~kquota.exceptions.StoreError` naming it (only :meth:`apply` creates it).
+        A store that exists but was never written reads as version 0 with an empty
+        configuration (Kafka's default window). Raises
+        :class:`~kquota.exceptions.StoreError` when the store cannot be used.
         """
 
     @abstractmethod
@@ -246,7 +248,9 @@ class QuotaStore(ABC):
     def version(self) -> int:
         """The current version, without reading the configuration where that is cheaper.
 
-        Versions never decrease; readers compare them to notice changes.
+        Versions never decrease; readers compare them to notice changes. Like
+        :meth:`read`, raises :class:`~kquota.exceptions.StoreError` for a store that does
+        not exist.
         """
         return self.read().version
 
@@ -312,7 +316,9 @@ class SQLiteStore(QuotaStore):
     are serialized and lose nothing, and a writer killed before ``COMMIT`` leaves the
     previous state (SQLite's rollback journal). Reading never writes, except that SQLite
     rolls back what a killed writer left behind. The file is created (with its folder)
-    by the first write; before that it reads as version 0. An operation that waits more
+    by the first write; before that, reading raises :class:`~kquota.exceptions.StoreError`
+    naming the file (a typo in a path must not read as a store without quotas). An
+    empty file reads as version 0. An operation that waits more
     than ``timeout`` seconds for another process's lock, a file that is not SQLite or not
     a kquota store, and a schema from a newer kquota raise
     :class:`~kquota.exceptions.StoreError` and change nothing.
@@ -337,8 +343,7 @@ class SQLiteStore(QuotaStore):
 
     def read(self) -> StoreSnapshot:
         """The configuration and version, read in one transaction."""
-        if not self._exists():
-            return StoreSnapshot(0, QuotaConfig())
+        self._check_exists()
         with self._transaction("BEGIN", create=False) as conn:
             if self._schema(conn) is None:
                 return StoreSnapshot(0, QuotaConfig())
@@ -346,8 +351,7 @@ class SQLiteStore(QuotaStore):
 
     def version(self) -> int:
         """The version: one small query, no configuration read."""
-        if not self._exists():
-            return 0
+        self._check_exists()
         with self._transaction("BEGIN", create=False) as conn:
             if self._schema(conn) is None:
                 return 0
@@ -363,6 +367,11 @@ class SQLiteStore(QuotaStore):
             self._check_journal_name()
             try:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
+            except FileExistsError:  # a file where the folder should be
+                raise StoreError(
+                    f"cannot create the folder of {self.describe()}: "
+                    f"{str(self.path.parent)!r} is a file, not a folder"
+                ) from None
             except OSError as exc:
                 raise StoreError(
                     f"cannot create the folder of {self.describe()}: {exc.strerror}"
@@ -385,6 +394,14 @@ class SQLiteStore(QuotaStore):
             return self.path.exists()
         except OSError as exc:  # e.g. a file name longer than the system allows
             raise StoreError(f"{self.describe()}: {exc.strerror}") from None
+
+    def _check_exists(self) -> None:
+        """Reading is not writing: a store that is not there is an error naming it."""
+        if not self._exists():
+            raise StoreError(
+                f"{self.describe()} does not exist: check the path (a write creates it, "
+                "e.g. kquota configs --alter or --import)"
+            )
 
     def _check_journal_name(self) -> None:
         """SQLite writes ``NAME-journal`` beside the file: a name too long for that would
