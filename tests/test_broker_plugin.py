@@ -1,32 +1,62 @@
 """The request-path plugin (kquota.broker.plugin): Kafka's produce/fetch/request logic,
-the conformance vectors replayed through it, bad input, and the README's plugin."""
+the maintenance it runs by itself, the conformance vectors replayed through it, bad input,
+and the README's plugin."""
 
 from __future__ import annotations
 
+import asyncio
 import bisect
 import dataclasses
 import functools
+import gc
 import math
 import re
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import kquota
 import pytest
-from kquota.broker import QuotaOutcome, QuotaPlugin
+from kquota.broker import QuotaOutcome, QuotaPlugin, ThrottledChannels
 from kquota.conformance import Scenario, load_scenario
 from kquota.exceptions import ChannelError, InvalidConfigError, InvalidUsageError, InvalidValueError
 
 ROOT = Path(__file__).resolve().parents[1]
 VECTORS = ROOT.parent / "shared" / "conformance"
 USER = kquota.Entity(user="u")
+HANG_S = 30.0  # bounds a wait that would otherwise hang; never a measurement
+
+
+class SimClock:
+    """A simulated clock: time moves only when the test says so."""
+
+    def __init__(self, now: int = 0) -> None:
+        self.now = now
+
+    def __call__(self) -> int:
+        return self.now
+
+
+def background_threads() -> set[threading.Thread]:
+    return {t for t in threading.enumerate() if t.name == "kquota-channels"}
+
+
+@pytest.fixture(autouse=True)
+def no_thread_left_behind() -> Iterator[None]:
+    """Every background thread a test starts is gone once its objects are."""
+    before = background_threads()
+    yield
+    gc.collect()
+    for thread in background_threads() - before:
+        thread.join(HANG_S)
+        assert not thread.is_alive(), "a kquota-channels thread outlived its test"
 
 
 def plugin_with(
     produce: float | None = None, fetch: float | None = None, request: float | None = None
 ) -> QuotaPlugin:
-    plugin = QuotaPlugin(clock=lambda: 0)
+    plugin = QuotaPlugin(clock=SimClock())
     for manager, quota in zip(plugin.managers, (produce, fetch, request), strict=True):
         if quota is not None:
             manager.set_quota(USER, quota)
@@ -54,9 +84,11 @@ def test_request_throttle_wins_when_larger_and_on_ties() -> None:
     # Request quota 1 %: 5 s of handler time is capped at one window, 1000 ms.
     # Produce: 1100 B over 10 s is 110 B/s against 100, (110 - 100) / 100 * 10 s = 1000 ms.
     plugin = plugin_with(produce=100.0, request=1.0)
-    tie = plugin.on_produce("u", "c", 1100, 5_000_000_000, now_ms=0)
+    ch = plugin.channels.open()
+    tie = plugin.on_produce("u", "c", 1100, 5_000_000_000, channel=ch, now_ms=0)
     assert tie == QuotaOutcome(1000, False, "request", 1000)
     assert plugin.request.queue_size() == 1 and plugin.produce.queue_size() == 0
+    assert plugin.request.throttle_time_avg("u", "c", now_ms=0) == 1000.0
 
     plugin = plugin_with(produce=1e9, request=1.0)
     small_bytes = plugin.on_produce("u", "c", 10, 5_000_000_000, now_ms=0)
@@ -78,7 +110,7 @@ def test_acks_0_skips_the_request_quota() -> None:
 
 def test_a_throttle_wrapped_negative_means_not_throttled() -> None:
     # produce_tiny_quota_int_overflow: the second record's throttle wraps to -726389969.
-    plugin = QuotaPlugin()
+    plugin = QuotaPlugin(clock=SimClock())
     plugin.produce.set_quota(kquota.Entity(user="tiny"), 0.001)
     ch = plugin.channels.open()
     first = plugin.on_produce("tiny", "c", 1, 0, channel=ch, now_ms=2)
@@ -109,7 +141,8 @@ def test_throttled_fetch_is_empty_and_its_bytes_are_unrecorded() -> None:
 
 def test_fetch_throttled_by_the_request_quota_is_unrecorded_too() -> None:
     plugin = plugin_with(fetch=1e9, request=1.0)
-    outcome = plugin.on_fetch("u", "c", 4000, 5_000_000_000, now_ms=0)
+    ch = plugin.channels.open()
+    outcome = plugin.on_fetch("u", "c", 4000, 5_000_000_000, channel=ch, now_ms=0)
     assert outcome == QuotaOutcome(1000, True, "request", 1000)
     assert plugin.fetch.measure("u", "c", now_ms=0) == 0.0
     assert plugin.request.queue_size() == 1 and plugin.fetch.queue_size() == 0
@@ -122,7 +155,7 @@ def test_served_fetch_keeps_its_bytes() -> None:
 
 
 def test_fetch_max_bytes_is_capped_by_the_quota_window() -> None:
-    plugin = QuotaPlugin(fetch=kquota.QuotaManager("fetch", num_samples=4))
+    plugin = QuotaPlugin(fetch=kquota.QuotaManager("fetch", num_samples=4), clock=SimClock())
     assert plugin.fetch_max_bytes("u", "c", 52_428_800, now_ms=0) == 52_428_800  # no quotas
     plugin.fetch.set_quota(USER, 1000.0)
     assert plugin.fetch_max_bytes("u", "c", 52_428_800, now_ms=0) == 3000  # 1000 * 3 * 1 s
@@ -157,15 +190,156 @@ def test_network_thread_time_is_recorded_without_a_check() -> None:
 
 
 def test_plugin_clock_is_read_once_per_request() -> None:
-    ticks = iter(range(1000, 2000, 100))
-    plugin = QuotaPlugin(clock=lambda: next(ticks))
+    reads: list[int] = []
+
+    def clock() -> int:
+        reads.append(1000 + 100 * len(reads))  # a clock that moves on every read
+        return reads[-1]
+
+    plugin = QuotaPlugin(clock=clock)
     plugin.produce.set_quota(USER, 100.0)
     ch = plugin.channels.open()
+    before = len(reads)
     outcome = plugin.on_produce("u", "c", 2000, 0, channel=ch)
-    assert outcome.muted_until_ms == 1000 + 10_000  # the time of the request, not later
+    assert len(reads) == before + 1  # maintenance and throttle reuse the request's time
+    assert outcome.muted_until_ms == reads[-1] + 10_000  # the time of the request
+
+
+# -- throttles without a channel, and the maintenance the plugin runs ------------------
+
+
+def test_a_request_without_a_channel_is_accounted_but_never_queued() -> None:
+    plugin = plugin_with(produce=100.0, request=1.0)
+    outcome = plugin.on_produce("u", "c", 2000, 1000, now_ms=0)  # no channel
+    assert outcome == QuotaOutcome(10_000, False, "produce", 10_000)
+    assert plugin.produce.throttle_time_avg("u", "c", now_ms=0) == 10_000.0
+    assert [m.queue_size() for m in plugin.managers] == [0, 0, 0]
+    assert plugin.channels.queue_size() == 0 and plugin.channels.next_unmute_ms() is None
+
+
+def test_the_plugin_expires_idle_sensors_of_its_managers_by_itself() -> None:
+    """Nobody calls expire_sensors: other clients' requests do it, every 30 s of the clock,
+    once a client has been idle for the sensor expiry (Kafka's default, 1 hour)."""
+    clock = SimClock()
+    plugin = QuotaPlugin(clock=clock)
+    for manager in plugin.managers:
+        manager.set_quota(kquota.Entity(client_id=kquota.DEFAULT), 1e9)
+    plugin.on_produce("", "old", 100, 1000)
+    plugin.on_fetch("", "old", 100, 1000)
+    assert [len(m.sensor_names()) for m in plugin.managers] == [2, 2, 2]
+    for t in range(0, 3_600_000 + 30_001, 30_000):  # a busy client, once every 30 s
+        clock.now = t
+        plugin.on_request("", "busy", 1000)
+        plugin.on_response_sent("", "busy", 500)
+        if t == 3_600_000:  # idle for exactly the expiry: not yet (Kafka: strictly longer)
+            assert "Produce-:old" in plugin.produce.sensor_names()
+    names = [m.sensor_names() for m in plugin.managers]
+    assert names == [[], [], ["Request-:busy", "RequestThrottleTime-:busy"]]
+    # and the busy client's go too, an hour after its last request
+    clock.now += 3_600_000 + 30_000
+    plugin.fetch_max_bytes("", "someone", 1000)  # any call does it (this one reads a sensor)
+    names = [m.sensor_names() for m in plugin.managers]
+    assert names == [[], ["Fetch-:someone", "FetchThrottleTime-:someone"], []]
+
+
+def test_mutes_end_with_the_next_call_on_a_simulated_clock() -> None:
+    clock = SimClock()
+    unmuted: list[int] = []
+    channels = ThrottledChannels(on_unmute=unmuted.append, clock=clock)
+    plugin = QuotaPlugin(channels=channels, clock=clock)
+    plugin.produce.set_quota(USER, 100.0)
+    ch = channels.open()
+    outcome = plugin.on_produce("u", "c", 2000, 0, channel=ch)
+    assert outcome.muted_until_ms == 10_000 and plugin.produce.queue_size() == 1
+    clock.now = 9_999
+    plugin.on_request("someone", "else", 0)
+    assert unmuted == [] and channels.is_muted(ch)
+    clock.now = 10_000
+    plugin.on_request("someone", "else", 0)  # another client's request drains the queue
+    assert unmuted == [ch] and plugin.produce.queue_size() == 0
+    assert not channels.is_muted(ch)
+
+
+def test_a_muted_channel_is_unmuted_on_time_in_a_quiet_threaded_service() -> None:
+    """Real time, no reaper, no further request: the background thread unmutes."""
+    done = threading.Event()
+    fired: list[tuple[int, int]] = []
+    channels = ThrottledChannels(
+        on_unmute=lambda ch: (fired.append((ch, channels.now_ms())), done.set())
+    )
+    with channels, QuotaPlugin(channels=channels) as plugin:
+        plugin.produce.set_quota(USER, 1_000_000.0)
+        ch = channels.open()
+        outcome = plugin.on_produce("u", "c", 10_300_000, 0, channel=ch)  # 30 ms over
+        assert outcome.throttled and outcome.muted_until_ms is not None
+        assert done.wait(HANG_S), "the mute never ended"
+        assert fired == [(ch, fired[0][1])] and fired[0][1] >= outcome.muted_until_ms
+        # The plugin does not stop channels it was given; their owner does.
+        plugin.close()
+        assert channels.background_thread() is not None
+    assert channels.background_thread() is None
+
+
+def test_close_and_with_stop_the_thread_of_the_plugins_own_channels() -> None:
+    plugin = QuotaPlugin()
+    plugin.on_request("u", "c", 1000)
+    thread = plugin.channels.background_thread()
+    assert thread is not None and thread.is_alive()
+    plugin.close()
+    plugin.close()
+    assert not thread.is_alive()
+    assert plugin.on_request("u", "c", 1000) == QuotaOutcome()  # still works, inline only
+    assert plugin.channels.background_thread() is None
+
+    with QuotaPlugin() as plugin:
+        plugin.on_request("u", "c", 1000)
+        thread = plugin.channels.background_thread()
+        assert thread is not None
+    assert not thread.is_alive()
+    assert QuotaPlugin(background=False).channels.background is False
+    assert QuotaPlugin(clock=SimClock()).channels.background is False
+
+
+def test_background_with_channels_given_is_rejected() -> None:
+    with pytest.raises(InvalidConfigError, match="invalid background True with channels given"):
+        QuotaPlugin(channels=ThrottledChannels(clock=SimClock()), background=True)
+
+
+def test_whole_life_of_a_request_in_asyncio_on_the_real_clock() -> None:
+    """Open, check, answer, wait for the unmute, response sent, close: as a service does."""
+    answers: list[tuple[int, int | None, int]] = []
+
+    async def connection(plugin: QuotaPlugin, sizes: list[int]) -> None:
+        channel = plugin.channels.open()
+        try:
+            for size in sizes:
+                await asyncio.wait_for(plugin.channels.wait_unmuted(channel), HANG_S)
+                read_at = plugin.channels.now_ms()
+                outcome = plugin.on_produce("u", "c", size, 50_000, channel=channel)
+                answers.append((outcome.throttle_time_ms, outcome.muted_until_ms, read_at))
+                plugin.on_response_sent("u", "c", 20_000)
+        finally:
+            plugin.channels.close(channel)
+
+    with QuotaPlugin() as plugin:
+        plugin.produce.set_quota(USER, 1_000_000.0)
+        # 10.3 MB in a window of at most 11 s is over 1 MB/s whatever the timing.
+        asyncio.run(connection(plugin, [5_000_000, 5_300_000, 1000]))
+        assert len(plugin.channels) == 0
+    assert answers[0][0] == 0 and answers[1][0] > 0
+    muted_until = answers[1][1]
+    assert muted_until is not None and answers[2][2] >= muted_until  # not read while muted
 
 
 # -- bad input -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("bad", ["0", [0], 1j])
+def test_bad_now_ms_is_a_type_error_naming_it_and_records_nothing(bad: Any) -> None:
+    plugin = plugin_with(produce=100.0)
+    with pytest.raises(TypeError, match=f"argument now_ms: .*{re.escape(repr(bad))}"):
+        plugin.on_produce("u", "c", 10, 10, now_ms=bad)
+    assert plugin.produce.sensor_count() == 0
 
 
 def test_unknown_channel_is_rejected_before_anything_is_recorded() -> None:
@@ -248,24 +422,29 @@ def replay_through_plugin(scenario: Scenario) -> int:
         t: kquota.QuotaManager(t, num_samples=scenario.num_samples, window_ms=scenario.window_ms)
         for t in ("produce", "fetch", "request")
     }
-    plugin = QuotaPlugin(managers["produce"], managers["fetch"], managers["request"])
+    clock = SimClock()
+    plugin = QuotaPlugin(managers["produce"], managers["fetch"], managers["request"], clock=clock)
     manager = managers[scenario.quota_type]
     for q in scenario.quotas:
         manager.set_quota(kquota.Entity(q.user, q.client_id), q.value)
+    channels: dict[tuple[str, str], int] = {}  # one connection per client, as a broker has
     checked = 0
     for step in scenario.steps:
         t, user, client = step.t_ms, step.user or "", step.client_id or ""
-        plugin.channels.reap(now_ms=t)  # the reaper, before every step
+        clock.now = t
         actual: dict[str, Any] = {}
         if step.op == "record":
             value = step.value or 0.0
+            ch = channels.get((user, client)) or channels.setdefault(
+                (user, client), plugin.channels.open()
+            )
             if scenario.quota_type == "produce":
-                outcome = plugin.on_produce(user, client, value, 0, now_ms=t)
+                outcome = plugin.on_produce(user, client, value, 0, channel=ch, now_ms=t)
             elif scenario.quota_type == "fetch":
-                outcome = plugin.on_fetch(user, client, value, 0, now_ms=t)
+                outcome = plugin.on_fetch(user, client, value, 0, channel=ch, now_ms=t)
                 assert outcome.empty_response == outcome.throttled
             else:
-                outcome = plugin.on_request(user, client, int(value), now_ms=t)
+                outcome = plugin.on_request(user, client, int(value), channel=ch, now_ms=t)
             actual["throttle_ms"] = outcome.throttle_time_ms
         elif step.op == "record_no_throttle":
             plugin.on_response_sent(user, client, int(step.value or 0), now_ms=t)
@@ -278,6 +457,7 @@ def replay_through_plugin(scenario: Scenario) -> int:
         elif step.op == "expire_sensors":
             actual["removed"] = manager.expire_sensors(now_ms=t)
         if step.op == "metrics":
+            plugin.channels.maintain(now_ms=t)  # a reaper may have run since the last call
             actual["throttle_time_avg"] = manager.throttle_time_avg(user, client, now_ms=t)
             actual["queue_size"] = manager.queue_size()
         if step.op in ("record", "measure", "metrics"):
@@ -310,7 +490,9 @@ def test_the_vectors_cover_every_quota_type() -> None:
 
 def greedy_client(num_samples: int, quota: float, size: int, seconds: int) -> list[int]:
     """A client that sends ``size`` bytes whenever its channel is not muted, 100x its quota."""
-    plugin = QuotaPlugin(produce=kquota.QuotaManager("produce", num_samples=num_samples))
+    plugin = QuotaPlugin(
+        produce=kquota.QuotaManager("produce", num_samples=num_samples), clock=SimClock()
+    )
     plugin.produce.set_quota(USER, quota)
     ch = plugin.channels.open()
     gap = size / (100 * quota) * 1000

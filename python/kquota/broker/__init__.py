@@ -2,12 +2,12 @@
 and Prometheus metrics.
 
 >>> from kquota.broker import QuotaPlugin
->>> plugin = QuotaPlugin()
->>> plugin.on_produce("alice", "app-1", size_bytes=4096, thread_time_ns=50_000, now_ms=0)
+>>> with QuotaPlugin() as plugin:
+...     plugin.on_produce("alice", "app-1", size_bytes=4096, thread_time_ns=50_000)
 QuotaOutcome(throttle_time_ms=0, empty_response=False, throttled_by=None, muted_until_ms=None)
 """
 
-from kquota.broker.channels import MAX_THROTTLE_MS, NO_CHANNEL, ThrottledChannels
+from kquota.broker.channels import MAX_THROTTLE_MS, SENSOR_EXPIRY_INTERVAL_MS, ThrottledChannels
 from kquota.broker.metrics import (
     QUOTA_VALUE_METRIC_CONFIG,
     MetricsServer,
@@ -20,8 +20,8 @@ from kquota.broker.plugin import QuotaOutcome, QuotaPlugin, QuotaType
 
 __all__ = [
     "MAX_THROTTLE_MS",
-    "NO_CHANNEL",
     "QUOTA_VALUE_METRIC_CONFIG",
+    "SENSOR_EXPIRY_INTERVAL_MS",
     "MetricsServer",
     "MetricsServerError",
     "QuotaCollector",

@@ -13,8 +13,16 @@ connections, and does per request what Kafka's request handlers do with them:
 
 The channel is throttled through the manager whose throttle is applied (the request
 manager when the two are equal), which records the throttle-time sensor and queues the
-channel. A throttle ``<= 0``, including one Kafka's int conversion wrapped negative,
-means "not throttled" and the response carries 0.
+channel. A request without a channel is accounted in the throttle-time sensor only:
+nothing is queued, since no connection waits. A throttle ``<= 0``, including one Kafka's
+int conversion wrapped negative, means "not throttled" and the response carries 0.
+
+The plugin also keeps itself bounded: every call runs the maintenance of its
+:class:`~kquota.broker.channels.ThrottledChannels` when due (the delay queue drained as
+mutes end, idle sensors expired every 30 s of the plugin's clock, as Kafka's broker does),
+and on the real clock a daemon thread does the same while no call arrives. See
+:class:`~kquota.broker.channels.ThrottledChannels` for how; :meth:`QuotaPlugin.close` (or
+a ``with`` block) stops that thread.
 """
 
 from __future__ import annotations
@@ -23,10 +31,11 @@ import math
 import numbers
 from collections.abc import Callable
 from dataclasses import dataclass
+from types import TracebackType
 from typing import Literal
 
 from kquota._core import QuotaManager, monotonic_ms
-from kquota.broker.channels import NO_CHANNEL, ThrottledChannels
+from kquota.broker.channels import ThrottledChannels
 from kquota.exceptions import ChannelError, InvalidConfigError, InvalidUsageError, InvalidValueError
 
 __all__ = ["QuotaOutcome", "QuotaPlugin", "QuotaType"]
@@ -67,9 +76,20 @@ class QuotaPlugin:
     Managers not given are created with Kafka's defaults (11 windows of 1 s). Each
     ``on_*`` method takes the client's principal name and client id, an optional
     ``channel`` from :meth:`ThrottledChannels.open` (without one the throttle is still
-    accounted, but no connection is muted) and an optional ``now_ms``; without it the
-    plugin reads ``clock`` once and uses that time for every call the request makes.
-    Safe to share between threads.
+    accounted in the throttle-time sensor, but nothing is queued and no connection is
+    muted) and an optional ``now_ms``; without it the plugin reads ``clock`` once and uses
+    that time for every call the request makes. Use either the clock or your own times,
+    not both.
+
+    Maintenance needs nothing from you: each call first runs what is due on ``channels``
+    (:meth:`ThrottledChannels.maintain`: ended mutes drained, idle sensors of the three
+    managers expired every 30 s). With the default ``clock`` (kquota's monotonic clock) a
+    daemon thread also keeps it going between calls, so mutes end and ``on_unmute`` fires
+    on time in a quiet service; with any other clock (a simulation) time moves only with
+    the calls and no thread is started. ``background`` overrides that choice when the
+    plugin creates its channels; :meth:`close` or a ``with`` block stops the thread of
+    channels the plugin created (channels passed in belong to the caller). Safe to share
+    between threads.
     """
 
     def __init__(
@@ -80,12 +100,21 @@ class QuotaPlugin:
         *,
         channels: ThrottledChannels | None = None,
         clock: Callable[[], int] = monotonic_ms,
+        background: bool | None = None,
     ) -> None:
         self._produce = _manager("produce", produce)
         self._fetch = _manager("fetch", fetch)
         self._request = _manager("request", request)
         self._clock = clock
-        self._channels = channels if channels is not None else ThrottledChannels(clock=clock)
+        self._owns_channels = channels is None
+        if channels is None:
+            channels = ThrottledChannels(clock=clock, background=background)
+        elif background is not None:
+            raise InvalidConfigError(
+                f"invalid background {background!r} with channels given: it is an option of"
+                " the channels the plugin creates; pass it to ThrottledChannels instead"
+            )
+        self._channels = channels
         for manager in self.managers:
             self._channels.add_manager(manager)
 
@@ -113,6 +142,26 @@ class QuotaPlugin:
     def channels(self) -> ThrottledChannels:
         """The channels this plugin mutes; their delay queues are the managers'."""
         return self._channels
+
+    def close(self) -> None:
+        """Stop the background maintenance thread of the channels this plugin created.
+
+        The plugin keeps working (maintenance then runs only inline, on calls); calling
+        it again does nothing. Channels passed to the constructor are left to their owner.
+        """
+        if self._owns_channels:
+            self._channels.shutdown()
+
+    def __enter__(self) -> QuotaPlugin:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
 
     # -- the request path -----------------------------------------------------------
 
@@ -199,6 +248,7 @@ class QuotaPlugin:
         It only affects later requests (Kafka's ``recordNoThrottle``).
         """
         now = self._clock() if now_ms is None else now_ms
+        self._maintain(now)
         self._request.record_no_throttle(user, client_id, network_thread_time_ns, now_ms=now)
 
     def fetch_max_bytes(
@@ -214,18 +264,26 @@ class QuotaPlugin:
                 f"invalid requested_max_bytes {requested_max_bytes!r}: expected an int"
             )
         now = self._clock() if now_ms is None else now_ms
+        self._maintain(now)
         cap = self._fetch.max_value_in_quota_window(user, client_id, now_ms=now)
         return min(requested_max_bytes, _java_double_to_int(cap))
 
     # -- internals ------------------------------------------------------------------
 
     def _begin(self, channel: int | None, now_ms: int | None) -> int:
-        """Check the channel before anything is recorded; fix the request's time."""
+        """Check the channel before anything is recorded; fix the request's time; run the
+        maintenance if it is due."""
         if channel is not None and not self._channels.is_open(channel):
             raise ChannelError(
                 f"unknown channel {channel!r}: expected an id returned by open() and not closed"
             )
-        return self._clock() if now_ms is None else now_ms
+        now = self._clock() if now_ms is None else now_ms
+        self._maintain(now)
+        return now
+
+    def _maintain(self, now: int) -> None:
+        # The amortized check: one comparison when nothing is due.
+        self._channels._tick(now)
 
     def _apply(
         self,
@@ -245,8 +303,8 @@ class QuotaPlugin:
             manager = self._produce if bytes_type == "produce" else self._fetch
         else:
             by, manager = "request", self._request
-        if channel is None:
-            end = manager.throttle(user, client_id, applied, now_ms=now, channel=NO_CHANNEL)
+        if channel is None:  # accounted in the throttle-time sensor; nothing to queue
+            end = manager.throttle(user, client_id, applied, now_ms=now, channel=None)
         else:
             end = self._channels.throttle(
                 channel, applied, manager=manager, user=user, client_id=client_id, now_ms=now
