@@ -34,6 +34,11 @@ class MetricsServerError(KquotaError, OSError):
     """The metrics endpoint could not be started (e.g. its port is in use)."""
 
 
+class ProxyError(KquotaError):
+    """A client connection the proxy closes: a malformed or oversized frame, an unknown API
+    key or version, a response that does not match its request, or a dead upstream."""
+
+
 class TrafficError(InvalidValueError):
     """Back-test traffic input that is missing, empty or not of the documented schema."""
 
@@ -52,6 +57,7 @@ __all__ = [
     "InvalidValueError",
     "KquotaError",
     "MetricsServerError",
+    "ProxyError",
     "OutputError",
     "QuotaFileError",
     "ScenarioError",

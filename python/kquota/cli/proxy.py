@@ -1,0 +1,182 @@
+"""``kquota proxy``: Kafka's client quotas in front of a Kafka-protocol broker.
+
+Runs :class:`~kquota.proxy.ProxyServer` on ``--listen`` in front of ``--upstream``, with
+the quotas of a store followed live (``kquota configs --alter`` changes apply within a
+second) and, with ``--metrics-port``, Kafka's quota metrics in the Prometheus format.
+SIGTERM or SIGINT stops it cleanly: no new connection is accepted, requests in flight are
+answered, then every connection is closed and the status is 0. Bad options or an unusable
+store exit with status 2 and one line on stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import signal
+import sys
+from typing import Any
+
+from kquota import QuotaManager
+from kquota.cli.common import EXIT_OK, fail
+from kquota.config.store import DEFAULT_LOCK_TIMEOUT, STORE_ENV, open_store
+from kquota.exceptions import KquotaError
+
+_COMMAND = "proxy"
+
+
+def register(subparsers: Any) -> None:
+    """Add the ``proxy`` subcommand."""
+    parser = subparsers.add_parser(
+        _COMMAND,
+        help="a Kafka-protocol proxy that applies Kafka's client quotas to a broker",
+        description=(
+            "Listen for Kafka clients and forward their requests to one broker, applying\n"
+            "Kafka's produce, fetch and request quotas (KIP-13, KIP-124, KIP-219) from the\n"
+            "store, followed live. The broker must advertise the proxy's address (Tansu:\n"
+            "--advertised-listener-url; Apache Kafka: advertised.listeners).\n\n"
+            "example:\n"
+            "  kquota proxy --listen 127.0.0.1:9092 --upstream 127.0.0.1:19092 \\\n"
+            "      --store quotas.sqlite --metrics-port 9464"
+        ),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--listen", required=True, metavar="HOST:PORT", help="where clients connect (port 0: any)"
+    )
+    parser.add_argument(
+        "--upstream", required=True, metavar="HOST:PORT", help="the broker's listener"
+    )
+    parser.add_argument(
+        "--store",
+        metavar="STORE",
+        help=(
+            f"the quota store, as for kquota configs (default: ${STORE_ENV}, else"
+            " $XDG_STATE_HOME/kquota/quotas.sqlite)"
+        ),
+    )
+    parser.add_argument(
+        "--metrics-port",
+        type=int,
+        metavar="N",
+        help="serve Prometheus metrics on 127.0.0.1:N (0: any free port)",
+    )
+    parser.add_argument(
+        "--num-samples",
+        type=int,
+        default=11,
+        metavar="N",
+        help="quota.window.num: samples per quota window (default 11)",
+    )
+    parser.add_argument(
+        "--window-ms",
+        type=int,
+        default=1000,
+        metavar="MS",
+        help="quota.window.size.seconds, in ms: one sample's span (default 1000)",
+    )
+    parser.add_argument(
+        "--max-request-bytes",
+        type=int,
+        default=104_857_600,
+        metavar="BYTES",
+        help="socket.request.max.bytes: the largest request accepted (default 100 MiB)",
+    )
+    parser.add_argument(
+        "--log-level",
+        default="INFO",
+        choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+        help="log level on stderr (default INFO)",
+    )
+    parser.set_defaults(run=run)
+
+
+def _address(option: str, text: str) -> tuple[str, int]:
+    host, sep, port = text.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ValueError(f"invalid {option} {text!r}: expected HOST:PORT with a port 0-65535")
+    return host.strip("[]"), int(port)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Validate the options, then serve until SIGTERM or SIGINT."""
+    try:
+        listen = _address("--listen", args.listen)
+        upstream = _address("--upstream", args.upstream)
+        if upstream[1] == 0:
+            raise ValueError(f"invalid --upstream {args.upstream!r}: port 0")
+        if args.metrics_port is not None and not 0 <= args.metrics_port <= 65535:
+            raise ValueError(f"invalid --metrics-port {args.metrics_port}: expected 0-65535")
+        if args.num_samples < 2:
+            raise ValueError(f"invalid --num-samples {args.num_samples}: expected 2 or more")
+        if args.window_ms < 1:
+            raise ValueError(f"invalid --window-ms {args.window_ms}: expected 1 or more")
+        if not 1 <= args.max_request_bytes < 2**31:
+            raise ValueError(
+                f"invalid --max-request-bytes {args.max_request_bytes}: expected 1 to {2**31 - 1}"
+            )
+        managers = [
+            QuotaManager(t, num_samples=args.num_samples, window_ms=args.window_ms)
+            for t in ("produce", "fetch", "request")
+        ]
+        store = open_store(args.store, timeout=DEFAULT_LOCK_TIMEOUT)
+    except (ValueError, KquotaError) as exc:
+        return fail(_COMMAND, exc)
+
+    # Imported here: the proxy needs the `proxy` extra (kio), the other commands do not.
+    try:
+        from kquota.broker import QuotaCollector, QuotaPlugin, serve_metrics
+        from kquota.config.live import LiveQuotas
+        from kquota.proxy import ProxyServer
+    except ImportError as exc:
+        return fail(_COMMAND, f'{exc}: install the proxy extra: pip install "kquota[proxy]"')
+
+    logging.basicConfig(
+        level=getattr(logging, args.log_level),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    try:
+        live = LiveQuotas(store, *managers).start()
+    except KquotaError as exc:
+        return fail(_COMMAND, exc)
+    metrics = None
+    try:
+        plugin = QuotaPlugin(*managers)
+        if args.metrics_port is not None:
+            metrics = serve_metrics(QuotaCollector(*managers), port=args.metrics_port)
+        server = ProxyServer(upstream, plugin, max_request_bytes=args.max_request_bytes)
+        return asyncio.run(_serve(server, listen, metrics.port if metrics else None))
+    except (KquotaError, OSError) as exc:
+        return fail(_COMMAND, exc)
+    finally:
+        if metrics is not None:
+            metrics.close()
+        live.stop()
+
+
+async def _serve(server: Any, listen: tuple[str, int], metrics_port: int | None) -> int:
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    await server.start(*listen)
+    host, port = server.address
+    upstream_host, upstream_port = server.upstream
+    extra = f", metrics on 127.0.0.1:{metrics_port}" if metrics_port is not None else ""
+    print(
+        f"kquota proxy: listening on {host}:{port}, upstream {upstream_host}:{upstream_port}"
+        f"{extra}",
+        flush=True,
+    )
+    reaper = asyncio.create_task(server.plugin.channels.run_reaper())
+    try:
+        await stop.wait()
+        logging.getLogger("kquota.proxy").info("shutting down: answering requests in flight")
+        await server.shutdown()
+    finally:
+        reaper.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await reaper
+    return EXIT_OK

@@ -1,0 +1,13 @@
+"""``kquota proxy``: Kafka's client quotas in front of any Kafka-protocol broker.
+
+:class:`ProxyServer` sits beside one broker, which advertises the proxy's address, and
+applies a :class:`~kquota.broker.QuotaPlugin`'s produce, fetch and request quotas to
+every client connection, with Kafka's KIP-219 throttling. Kafka messages are read with
+``kio``, a codec generated from Kafka's message schemas (the ``proxy`` extra:
+``pip install "kquota[proxy]"``).
+"""
+
+from kquota.proxy.sasl import ANONYMOUS
+from kquota.proxy.server import ProxyServer
+
+__all__ = ["ANONYMOUS", "ProxyServer"]

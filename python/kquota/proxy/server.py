@@ -1,0 +1,449 @@
+"""The proxy: Kafka's client quotas in front of a Kafka-protocol broker.
+
+One asyncio task per client connection, each with its own upstream connection. Like a
+Kafka broker's socket server, a connection is served one request at a time: a request is
+read, forwarded, its response read back, the quota checked (``QuotaPlugin``), the
+throttle written into the response, the response sent, and only then is the next request
+read, after the connection's KIP-219 mute (if any) has ended. Responses therefore go out
+in request order; each one's correlation id is checked against its request's.
+
+Per API (see ``kquota.proxy.codec`` for how messages are read):
+
+* Produce: the request's size against the produce quota and the proxy's handling time
+  (this thread's CPU time for the request) against the request quota, except for
+  ``acks=0``, which has no response but still mutes the connection when throttled.
+* Fetch (from consumers): the request's ``max_bytes`` capped by the fetch quota window;
+  the response's size against the fetch quota; a throttled fetch is answered with an
+  empty fetch response carrying the throttle (its bytes are unrecorded).
+* ApiVersions: versions capped to those the codec reads, then as any other API.
+* SaslHandshake / SaslAuthenticate: never throttled (Kafka handles them in the network
+  layer); the user name of PLAIN and SCRAM is taken once the broker accepts it.
+* Any other API: the request quota.
+
+Every response with a ``throttle_time_ms`` field carries the applied throttle (the
+broker's own value is kept when it is larger). Requests are never re-encoded, and
+responses only when they are throttled fetches or ApiVersions.
+
+Bad input (a malformed or oversized frame, an unknown API key or version, a response that
+does not match) or a dead upstream closes that one connection with one log line.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any, Final
+
+from kquota.broker import QuotaOutcome, QuotaPlugin
+from kquota.exceptions import InvalidConfigError, KquotaError, ProxyError
+from kquota.proxy import codec
+from kquota.proxy.sasl import ANONYMOUS, PRINCIPAL_MECHANISMS, principal_from_auth_bytes
+
+__all__ = ["DEFAULT_UPSTREAM_TIMEOUT", "ProxyServer"]
+
+log = logging.getLogger("kquota.proxy")
+
+DEFAULT_UPSTREAM_TIMEOUT: Final = 300.0
+"""Seconds to wait for the upstream's response to one request before giving up on it."""
+
+_STREAM_LIMIT: Final = 256 * 1024
+"""Bytes a stream reader buffers before it stops reading its socket (backpressure)."""
+
+
+@dataclass(slots=True, eq=False)
+class _Connection:
+    """One client connection and its upstream connection."""
+
+    peer: str
+    channel: int
+    client_reader: asyncio.StreamReader
+    client_writer: asyncio.StreamWriter
+    upstream_reader: asyncio.StreamReader | None = None
+    upstream_writer: asyncio.StreamWriter | None = None
+    user: str = ANONYMOUS
+    client_id: str = ""
+    mechanism: str | None = None
+    pending_user: str | None = None
+    busy: bool = False
+    task: asyncio.Task[None] | None = None
+
+
+class ProxyServer:
+    """A Kafka-protocol proxy that applies ``plugin``'s quotas in front of ``upstream``.
+
+    ``upstream`` is ``(host, port)`` of the broker, which must advertise the proxy's
+    address (Metadata and FindCoordinator responses pass through unchanged).
+    ``max_request_bytes`` is Kafka's ``socket.request.max.bytes``; responses larger than
+    ``max_response_bytes`` close the connection too.
+    """
+
+    def __init__(
+        self,
+        upstream: tuple[str, int],
+        plugin: QuotaPlugin,
+        *,
+        max_request_bytes: int = codec.MAX_REQUEST_BYTES,
+        max_response_bytes: int = codec.MAX_REQUEST_BYTES,
+        connect_timeout: float = 10.0,
+        upstream_timeout: float = DEFAULT_UPSTREAM_TIMEOUT,
+    ) -> None:
+        for name, value in (
+            ("max_request_bytes", max_request_bytes),
+            ("max_response_bytes", max_response_bytes),
+        ):
+            if isinstance(value, bool) or not isinstance(value, int) or not 0 < value < 2**31:
+                raise InvalidConfigError(
+                    f"invalid {name} {value!r}: expected an int from 1 to {2**31 - 1}"
+                )
+        self.upstream = upstream
+        self.plugin = plugin
+        self.max_request_bytes = max_request_bytes
+        self.max_response_bytes = max_response_bytes
+        self.connect_timeout = connect_timeout
+        self.upstream_timeout = upstream_timeout
+        self._server: asyncio.Server | None = None
+        self._connections: set[_Connection] = set()
+        self._closing = False
+
+    # -- life cycle -----------------------------------------------------------------
+
+    async def start(self, host: str = "127.0.0.1", port: int = 0) -> None:
+        """Listen on ``host:port`` (``port=0``: any free port, see :attr:`address`)."""
+        self._server = await asyncio.start_server(
+            self._serve, host, port, limit=_STREAM_LIMIT, reuse_address=True
+        )
+
+    @property
+    def address(self) -> tuple[str, int]:
+        """The ``(host, port)`` the proxy listens on."""
+        if self._server is None or not self._server.sockets:
+            raise ProxyError("the proxy is not listening: call start() first")
+        host, port = self._server.sockets[0].getsockname()[:2]
+        return str(host), int(port)
+
+    @property
+    def connections(self) -> int:
+        """Client connections open now."""
+        return len(self._connections)
+
+    async def shutdown(self, timeout: float = 30.0) -> None:
+        """Stop accepting, answer the requests in flight, then close every connection.
+
+        Connections waiting for their next request (or for their mute to end) are
+        closed at once; those with a request in flight finish it first, for at most
+        ``timeout`` seconds.
+        """
+        self._closing = True
+        if self._server is not None:
+            self._server.close()
+        tasks = []
+        for connection in list(self._connections):
+            if connection.task is None:
+                continue
+            tasks.append(connection.task)
+            if not connection.busy:
+                connection.task.cancel()
+        if tasks:
+            _, pending = await asyncio.wait(tasks, timeout=timeout)
+            for task in pending:
+                task.cancel()
+            if pending:
+                await asyncio.wait(pending)
+        if self._server is not None:
+            await self._server.wait_closed()
+
+    # -- one connection -------------------------------------------------------------
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        peer = _describe(writer.get_extra_info("peername"))
+        if self._closing:
+            writer.close()
+            return
+        channel = self.plugin.channels.open()
+        connection = _Connection(peer, channel, reader, writer, task=asyncio.current_task())
+        self._connections.add(connection)
+        try:
+            await self._connect_upstream(connection)
+            while not self._closing:
+                await self.plugin.channels.wait_unmuted(channel)
+                connection.busy = False
+                size = await _read_size(reader, "request", self.max_request_bytes)
+                if size is None:
+                    log.debug("connection from %s closed by the client", peer)
+                    break
+                connection.busy = True
+                frame = await reader.readexactly(size)
+                await self._exchange(connection, frame)
+        except asyncio.CancelledError:
+            if not self._closing:
+                raise
+        except ProxyError as exc:
+            log.warning("closing connection from %s: %s", _who(connection), exc)
+        except asyncio.IncompleteReadError:
+            log.warning("closing connection from %s: the client closed mid-request", peer)
+        except (ConnectionError, TimeoutError, OSError) as exc:
+            log.warning("closing connection from %s: %s", _who(connection), _reason(exc))
+        except KquotaError as exc:
+            log.warning("closing connection from %s: %s", _who(connection), exc)
+        finally:
+            self._connections.discard(connection)
+            with contextlib.suppress(KquotaError):
+                self.plugin.channels.close(channel)
+            await _close(connection.upstream_writer)
+            await _close(writer)
+
+    async def _connect_upstream(self, connection: _Connection) -> None:
+        host, port = self.upstream
+        try:
+            connection.upstream_reader, connection.upstream_writer = await asyncio.wait_for(
+                asyncio.open_connection(host, port, limit=_STREAM_LIMIT), self.connect_timeout
+            )
+        except (OSError, TimeoutError) as exc:
+            raise ProxyError(f"upstream {host}:{port} unreachable: {_reason(exc)}") from None
+
+    async def _exchange(self, connection: _Connection, frame: bytes) -> None:
+        """Serve one request: forward it, check the quota, answer the client."""
+        started = time.thread_time_ns()
+        header = codec.parse_request_header(frame)
+        spec = header.api
+        connection.client_id = header.client_id
+        user, client_id, channel = connection.user, header.client_id, connection.channel
+        plugin = self.plugin
+        acks = -1
+        fetch: dict[str, object] = {}
+        if spec.key == codec.PRODUCE:
+            acks = int(_read(spec, frame, header, "acks").get("acks", -1))
+        elif spec.key == codec.FETCH:
+            frame, fetch = self._fetch_request(spec, frame, header, user, client_id)
+        elif spec.key == codec.SASL_HANDSHAKE:
+            if spec.version == 0:
+                raise ProxyError("SaslHandshake v0 (raw SASL tokens) is not supported")
+            connection.mechanism = str(_read(spec, frame, header, "mechanism")["mechanism"])
+        elif spec.key == codec.SASL_AUTHENTICATE and connection.mechanism is not None:
+            auth = _read(spec, frame, header, "auth_bytes")["auth_bytes"]
+            if connection.pending_user is None and isinstance(auth, bytes):
+                connection.pending_user = principal_from_auth_bytes(connection.mechanism, auth)
+                if (
+                    connection.pending_user is None
+                    and connection.mechanism not in PRINCIPAL_MECHANISMS
+                ):
+                    log.warning(
+                        "connection from %s: SASL %s principal unknown to the proxy;"
+                        " its quotas apply as %s",
+                        connection.peer,
+                        connection.mechanism,
+                        ANONYMOUS,
+                    )
+
+        upstream_writer = connection.upstream_writer
+        upstream_reader = connection.upstream_reader
+        assert upstream_writer is not None and upstream_reader is not None
+        upstream_writer.write(codec.int32(len(frame)))
+        upstream_writer.write(frame)
+        await upstream_writer.drain()
+
+        if spec.key == codec.PRODUCE and acks == 0:
+            # No response (Kafka sends none for acks=0); a throttle still mutes.
+            plugin.on_produce(
+                user,
+                client_id,
+                len(frame),
+                time.thread_time_ns() - started,
+                acks=0,
+                channel=channel,
+            )
+            return
+
+        handled = time.thread_time_ns() - started
+        response = await self._read_response(upstream_reader)
+        resumed = time.thread_time_ns()
+        correlation_id = codec.response_correlation_id(response)
+        if correlation_id != header.correlation_id:
+            raise ProxyError(
+                f"upstream answered correlation id {correlation_id} to request"
+                f" {header.correlation_id} ({spec.name} v{spec.version})"
+            )
+        _, body_offset = spec.response_header(response)
+        parts: list[bytes | memoryview] = [codec.int32(len(response)), response]
+
+        if spec.key in (codec.SASL_HANDSHAKE, codec.SASL_AUTHENTICATE):
+            if spec.key == codec.SASL_AUTHENTICATE:
+                self._sasl_result(connection, spec, response, body_offset)
+            await self._send(connection, parts, None)
+            return
+
+        outcome: QuotaOutcome
+        thread_ns = handled + time.thread_time_ns() - resumed
+        if spec.key == codec.PRODUCE:
+            outcome = plugin.on_produce(
+                user, client_id, len(frame), thread_ns, acks=acks, channel=channel
+            )
+        elif spec.key == codec.FETCH and fetch.get("consumer", True):
+            size = 4 + len(response) - body_offset  # Kafka's FetchResponse.sizeOf
+            outcome = plugin.on_fetch(user, client_id, size, thread_ns, channel=channel)
+            if outcome.empty_response:
+                session_id = fetch.get("session_id", 0)
+                epoch = fetch.get("session_epoch", -1)
+                incremental = isinstance(epoch, int) and epoch > 0
+                empty = codec.empty_fetch_response(
+                    spec,
+                    header.correlation_id,
+                    outcome.throttle_time_ms,
+                    int(session_id) if incremental and isinstance(session_id, int) else 0,
+                )
+                await self._send(connection, [empty], (user, client_id))
+                return
+        else:
+            outcome = plugin.on_request(user, client_id, thread_ns, channel=channel)
+
+        if spec.key == codec.API_VERSIONS:
+            throttle = outcome.throttle_time_ms if outcome.throttled else None
+            capped = codec.cap_api_versions(spec, response, body_offset, throttle)
+            if capped is not None:
+                parts = [capped]
+        elif outcome.throttled:
+            offset = spec.throttle_offset(response, body_offset)
+            if offset is not None and codec.read_int32(response, offset) < (
+                outcome.throttle_time_ms
+            ):
+                view = memoryview(response)
+                parts = [
+                    parts[0],
+                    view[:offset],
+                    codec.int32(outcome.throttle_time_ms),
+                    view[offset + 4 :],
+                ]
+        await self._send(connection, parts, (user, client_id))
+
+    def _fetch_request(
+        self,
+        spec: codec.Api,
+        frame: bytes,
+        header: codec.RequestHeader,
+        user: str,
+        client_id: str,
+    ) -> tuple[bytes, dict[str, object]]:
+        """A consumer fetch's ``max_bytes`` capped by the fetch quota (as Kafka caps it)."""
+        try:
+            found = spec.read_request_offsets(
+                frame,
+                header.body_offset,
+                "replica_id",
+                "max_bytes",
+                "session_id",
+                "session_epoch",
+            )
+        except Exception as exc:
+            raise ProxyError(f"malformed fetch v{spec.version} request: {exc}") from None
+        values: dict[str, object] = {name: value for name, (value, _) in found.items()}
+        replica = found.get("replica_id")
+        if replica is None and spec.version >= 15:  # the replica id moved to a tagged field
+            request = codec.read_fields(frame, header.body_offset, spec.request_type)
+            replica_id = int(request.replica_state.replica_id)
+        else:
+            replica_id = int(replica[0]) if replica is not None else -1  # type: ignore[call-overload]
+        values["consumer"] = replica_id < 0
+        if replica_id >= 0 or "max_bytes" not in found:
+            return frame, values
+        requested, offset = found["max_bytes"]
+        assert isinstance(requested, int)
+        capped = self.plugin.fetch_max_bytes(user, client_id, requested)
+        if capped < requested:
+            patched = bytearray(frame)
+            codec.patch_throttle(patched, offset, capped)
+            return bytes(patched), values
+        return frame, values
+
+    def _sasl_result(
+        self, connection: _Connection, spec: codec.Api, response: bytes, body_offset: int
+    ) -> None:
+        error = _read_response_field(spec, response, body_offset, "error_code")
+        if error == 0 and connection.pending_user is not None:
+            connection.user = connection.pending_user
+        elif error != 0:
+            connection.pending_user = None
+
+    async def _read_response(self, reader: asyncio.StreamReader) -> bytes:
+        try:
+            async with asyncio.timeout(self.upstream_timeout):
+                size = await _read_size(reader, "response", self.max_response_bytes)
+                if size is None:
+                    raise ProxyError("the upstream closed the connection")
+                return await reader.readexactly(size)
+        except asyncio.IncompleteReadError:
+            raise ProxyError("the upstream closed the connection mid-response") from None
+        except TimeoutError:
+            raise ProxyError(
+                f"no response from the upstream within {self.upstream_timeout:g} s"
+            ) from None
+
+    async def _send(
+        self,
+        connection: _Connection,
+        parts: list[bytes | memoryview],
+        entity: tuple[str, str] | None,
+    ) -> None:
+        started = time.thread_time_ns()
+        connection.client_writer.writelines(parts)
+        spent = time.thread_time_ns() - started
+        await connection.client_writer.drain()
+        if entity is not None:
+            self.plugin.on_response_sent(entity[0], entity[1], spent)
+
+
+def _read(spec: codec.Api, frame: bytes, header: codec.RequestHeader, name: str) -> dict[str, Any]:
+    try:
+        return spec.read_request(frame, header.body_offset, name)
+    except Exception as exc:
+        raise ProxyError(f"malformed {spec.name} v{spec.version} request: {exc}") from None
+
+
+def _read_response_field(spec: codec.Api, response: bytes, body_offset: int, name: str) -> int:
+    try:
+        found = codec._finder(spec.response_type, (name,)).read(response, body_offset)
+    except Exception as exc:
+        raise ProxyError(f"malformed {spec.name} v{spec.version} response: {exc}") from None
+    value: Any = found[name][0]
+    return int(value)
+
+
+async def _read_size(reader: asyncio.StreamReader, what: str, limit: int) -> int | None:
+    """The next frame's size, ``None`` at a clean end of stream."""
+    try:
+        prefix = await reader.readexactly(4)
+    except asyncio.IncompleteReadError as exc:
+        if not exc.partial:
+            return None
+        raise ProxyError(f"truncated {what} size ({len(exc.partial)} of 4 bytes)") from None
+    size = codec.read_int32(prefix, 0)
+    if size <= 0 or size > limit:
+        raise ProxyError(f"invalid {what} size {size}: expected 1 to {limit} bytes")
+    return size
+
+
+async def _close(writer: asyncio.StreamWriter | None) -> None:
+    if writer is None:
+        return
+    writer.close()
+    with contextlib.suppress(OSError, asyncio.CancelledError):
+        await writer.wait_closed()
+
+
+def _describe(peer: object) -> str:
+    if isinstance(peer, tuple) and len(peer) >= 2:
+        return f"{peer[0]}:{peer[1]}"
+    return str(peer)
+
+
+def _who(connection: _Connection) -> str:
+    if connection.client_id:
+        return f"{connection.peer} (client id {connection.client_id!r})"
+    return connection.peer
+
+
+def _reason(exc: BaseException) -> str:
+    text = getattr(exc, "strerror", None) or str(exc)
+    return text or type(exc).__name__
