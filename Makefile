@@ -31,11 +31,13 @@ $(PY):
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 
-# Dependencies come from pyproject.toml (runtime, `dev` and `spark` extras): one source of truth.
+# Dependencies come from pyproject.toml (runtime and every extra: dev, spark, proxy): one
+# source of truth.
 $(DEPS): pyproject.toml | $(PY)
 	$(PY) -c "import tomllib; p = tomllib.load(open('pyproject.toml', 'rb')); \
 	  b = p['build-system']['requires']; d = p['project']; x = d['optional-dependencies']; \
-	  print('\n'.join(b + d['dependencies'] + x['dev'] + x.get('spark', [])))" > $(VENV)/requirements.txt
+	  print('\n'.join(b + d['dependencies'] + [r for extra in x.values() for r in extra]))" \
+	  > $(VENV)/requirements.txt
 	$(PY) -m pip install --quiet -r $(VENV)/requirements.txt
 	touch $@
 

