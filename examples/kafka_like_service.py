@@ -9,7 +9,8 @@ For every request the service records the bytes (produce quota) and the time it 
 handling them (request quota), answers at once with the throttle time, and then, as a
 Kafka broker does (KIP-219), reads nothing more from that connection until the throttle
 has passed. A client that ignores ``throttle_time_ms`` is slowed down all the same: its
-next request waits in the socket. Metrics are served over HTTP for Prometheus.
+next request waits in the socket. Metrics are served over HTTP for Prometheus. The
+plugin drains its delay queue and expires idle sensors by itself (no reaper task here).
 
 Run a 10-second demo (a greedy client and a polite one), or serve until Ctrl-C. The demo
 uses 2 quota windows of 1 s (``--window-num``); with Kafka's default of 11 the greedy
@@ -37,15 +38,21 @@ MAX_REQUEST_BYTES = 1 << 20
 
 @dataclass(frozen=True)
 class Handled:
-    """One produce request as the service processed it (for logs and tests)."""
+    """One produce request as the service processed it (for logs and tests).
+
+    Everything the plugin was told is here, so the request can be replayed exactly.
+    """
 
     channel: int
     user: str
     client_id: str
-    at_ms: int  # when it was processed, on the plugin's clock
+    at_ms: int  # when it was read and checked, on the plugin's clock
     size_bytes: int
+    thread_time_ns: int  # handler time recorded against the request quota
     throttle_time_ms: int
     muted_until_ms: int | None
+    sent_at_ms: int  # when the answer had gone out, on the plugin's clock
+    network_thread_time_ns: int  # recorded after the answer, without a check
 
 
 class ProtocolError(Exception):
@@ -71,7 +78,11 @@ def make_plugin(
 
 
 class KafkaLikeService:
-    """The TCP service: one :class:`QuotaPlugin`, one throttled channel per connection."""
+    """The TCP service: one :class:`QuotaPlugin`, one throttled channel per connection.
+
+    The plugin is the caller's: :meth:`QuotaPlugin.close` it (or use it in a ``with``
+    block) when done, which stops its maintenance thread.
+    """
 
     def __init__(
         self,
@@ -102,11 +113,10 @@ class KafkaLikeService:
         return None if self._metrics is None else self._metrics.url
 
     async def start(self) -> None:
-        """Listen for clients, serve metrics and start the delay-queue reaper."""
+        """Listen for clients and serve metrics (the plugin maintains itself)."""
         if self._metrics_port is not None:
             collector = QuotaCollector(*self.plugin.managers, quota_value_metric=True)
             self._metrics = serve_metrics(collector, port=self._metrics_port, host=self._host)
-        self._spawn(self.plugin.channels.run_reaper())
         self._server = await asyncio.start_server(self._accept, self._host, self._port)
 
     async def close(self) -> None:
@@ -149,6 +159,13 @@ class KafkaLikeService:
                 outcome = self.plugin.on_produce(
                     user, client_id, size, handler_ns, channel=channel, now_ms=now
                 )
+
+                sending = time.perf_counter_ns()  # answer at once, throttled or not
+                writer.write(f"ACK {outcome.throttle_time_ms}\n".encode())
+                await writer.drain()
+                network_ns = time.perf_counter_ns() - sending
+                sent = channels.now_ms()
+                self.plugin.on_response_sent(user, client_id, network_ns, now_ms=sent)
                 if self._on_handled is not None:
                     self._on_handled(
                         Handled(
@@ -157,16 +174,13 @@ class KafkaLikeService:
                             client_id,
                             now,
                             size,
+                            handler_ns,
                             outcome.throttle_time_ms,
                             outcome.muted_until_ms,
+                            sent,
+                            network_ns,
                         )
                     )
-
-                sending = time.perf_counter_ns()  # answer at once, throttled or not
-                writer.write(f"ACK {outcome.throttle_time_ms}\n".encode())
-                await writer.drain()
-                network_ns = time.perf_counter_ns() - sending
-                self.plugin.on_response_sent(user, client_id, network_ns)
         except ProtocolError as e:
             writer.write(f"ERR {e}\n".encode())
             with contextlib.suppress(ConnectionError):
@@ -238,9 +252,8 @@ async def demo(seconds: float, bytes_per_s: float, num_samples: int) -> None:
         accepted[h.user] += h.size_bytes
         throttled[h.user] += h.throttle_time_ms > 0
 
-    service = KafkaLikeService(
-        make_plugin(bytes_per_s=bytes_per_s, num_samples=num_samples), on_handled=count
-    )
+    plugin = make_plugin(bytes_per_s=bytes_per_s, num_samples=num_samples)
+    service = KafkaLikeService(plugin, on_handled=count)
     await service.start()
     print(f"service on 127.0.0.1:{service.port}, metrics at {service.metrics_url}")
     size = max(1, int(bytes_per_s / 100))
@@ -262,19 +275,19 @@ async def demo(seconds: float, bytes_per_s: float, num_samples: int) -> None:
             f" {throttled[user]} throttled answers"
         )
     await service.close()
+    plugin.close()
 
 
 async def serve(host: str, port: int, metrics_port: int, bytes_per_s: float) -> None:
     """Serve until cancelled."""
-    service = KafkaLikeService(
-        make_plugin(bytes_per_s=bytes_per_s), host=host, port=port, metrics_port=metrics_port
-    )
-    await service.start()
-    print(f"service on {host}:{service.port}, metrics at {service.metrics_url}")
-    try:
-        await asyncio.Event().wait()
-    finally:
-        await service.close()
+    with make_plugin(bytes_per_s=bytes_per_s) as plugin:
+        service = KafkaLikeService(plugin, host=host, port=port, metrics_port=metrics_port)
+        await service.start()
+        print(f"service on {host}:{service.port}, metrics at {service.metrics_url}")
+        try:
+            await asyncio.Event().wait()
+        finally:
+            await service.close()
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -545,12 +545,19 @@ def readme_plugin_snippet() -> str:
 
 
 def test_readme_plugin_runs_and_is_under_20_lines(capsys: pytest.CaptureFixture[str]) -> None:
+    """The whole life of a request on the real clock, with metrics served. The sizes make
+    the first two answers timing-proof (see test_core's first-screen test)."""
     code = readme_plugin_snippet()
     assert len(code.strip().splitlines()) < 20
     namespace: dict[str, Any] = {"__name__": "readme_plugin"}
     exec(compile(code, "README.md", "exec"), namespace)
-    out = capsys.readouterr().out
-    assert "http://127.0.0.1:" in out
+    out = capsys.readouterr().out.splitlines()
+    answers = [int(line.split()[-1]) for line in out if line.startswith("alice throttle_time_ms")]
+    assert len(answers) == 3 and answers[0] == 0 and answers[1] > 0
+    assert re.fullmatch(r"http://127\.0\.0\.1:\d+/metrics", out[-1])
+    plugin = namespace["plugin"]
+    assert len(plugin.channels) == 0 and plugin.channels.background_thread() is None
+    assert plugin.produce.throttle_time_avg("alice", "app-1") is not None
 
 
 def test_package_docstring_example() -> None:
