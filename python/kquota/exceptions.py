@@ -49,6 +49,12 @@ class OutputError(KquotaError):
     disk, or a write that Spark refused."""
 
 
+class OutputError(KquotaError):
+    """A file or folder kquota was asked to write (generated traffic, back-test results)
+    that cannot be written: a name too long, a path through a file, no permission, a full
+    disk, or a write that Spark refused."""
+
+
 __all__ = [
     "ChannelError",
     "InvalidConfigError",
@@ -57,6 +63,7 @@ __all__ = [
     "InvalidValueError",
     "KquotaError",
     "MetricsServerError",
+    "OutputError",
     "ProxyError",
     "OutputError",
     "QuotaFileError",

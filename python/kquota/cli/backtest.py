@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,11 @@ from kquota.exceptions import InvalidValueError, KquotaError, QuotaFileError, St
 
 SPARK_EXTRA = 'needs the spark extra: pip install "kquota[spark]"'
 SQLITE_MAGIC = b"SQLite format 3\x00"
+MASTER = re.compile(
+    r"local(\[(\d+|\*)(,\s*\d+)?\])?|local-cluster\[\d+,\s*\d+,\s*\d+\]|yarn|(spark|k8s)://\S+"
+)
+"""The Spark master URLs Spark accepts (anything else makes spark-submit die with a Java
+stack trace before kquota can say anything)."""
 
 
 def register(subparsers: Any) -> None:
@@ -138,6 +144,11 @@ def run(args: argparse.Namespace) -> int:
             buckets=args.buckets,
             partition=args.partition,
         )
+        if args.master is not None and not MASTER.fullmatch(args.master):
+            raise InvalidValueError(
+                f"invalid --master {args.master!r}: expected local, local[N], local[*], "
+                "spark://HOST:PORT, yarn or k8s://URL"
+            )
         # Every local path is checked before Spark starts (and before a long job).
         job.check_traffic(options.traffic, options.input_format)
         job.prepare_output(options.out)
