@@ -49,12 +49,6 @@ class OutputError(KquotaError):
     disk, or a write that Spark refused."""
 
 
-class OutputError(KquotaError):
-    """A file or folder kquota was asked to write (generated traffic, back-test results)
-    that cannot be written: a name too long, a path through a file, no permission, a full
-    disk, or a write that Spark refused."""
-
-
 __all__ = [
     "ChannelError",
     "InvalidConfigError",
@@ -65,7 +59,6 @@ __all__ = [
     "MetricsServerError",
     "OutputError",
     "ProxyError",
-    "OutputError",
     "QuotaFileError",
     "ScenarioError",
     "StoreError",
