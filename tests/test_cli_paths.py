@@ -9,6 +9,7 @@ other names), and reading a store that does not exist is an error naming it.
 
 from __future__ import annotations
 
+import errno
 import gzip
 import hashlib
 import os
@@ -193,6 +194,17 @@ def test_a_path_that_cannot_be_used_is_one_line_and_exit_2(
 def test_the_unwritable_folder_really_refuses_files(unwritable: Path) -> None:
     with pytest.raises(OSError):
         (unwritable / "kquota-probe").open("x")
+
+
+def test_the_safety_net_line_names_the_file() -> None:
+    """What ``kquota.cli.main`` prints for an ``OSError`` no command translated."""
+    from kquota.cli import _os_error
+
+    too_long = OSError(errno.ENAMETOOLONG, os.strerror(errno.ENAMETOOLONG), LONG)
+    assert _os_error(too_long) == f"'{LONG}': File name too long"
+    moved = OSError(errno.EXDEV, os.strerror(errno.EXDEV), "a", None, "b")
+    assert _os_error(moved) == "'a' -> 'b': Invalid cross-device link"
+    assert _os_error(OSError("no file named")) == "no file named"
 
 
 # -- gen-traffic writes the format its name says -----------------------------------------------
