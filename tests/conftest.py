@@ -9,9 +9,23 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
+
+SHARED = Path(__file__).resolve().parents[2] / "shared"
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Stop at once, with one line, when ``../shared`` is not beside the checkout: the
+    conformance vectors and the spec the tests read live there."""
+    if not (SHARED / "conformance").is_dir():
+        pytest.exit(
+            f"the tests need the shared folder beside this checkout: no {SHARED}/conformance"
+            " (clone it as ../shared)",
+            returncode=2,
+        )
 
 
 @pytest.fixture(scope="session")

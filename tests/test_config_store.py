@@ -528,8 +528,9 @@ def test_writers_killed_at_random_moments_under_load(tmp_path: Path) -> None:
     cli_acked: set[int] = set()
     cli_killed: set[int] = set()
     cli_failures: list[str] = []
-    # At least 2 s and 10 kills (more time on a busy machine, at most 15 s).
-    start = time.monotonic()
+    # A fixed number of kills, at moments drawn from a fixed seed: where a kill lands
+    # still depends on scheduling, but every assertion below holds wherever it lands.
+    kills = 12
     done = threading.Event()
 
     def cli_writer() -> None:
@@ -576,9 +577,7 @@ def test_writers_killed_at_random_moments_under_load(tmp_path: Path) -> None:
     cli = threading.Thread(target=cli_writer)
     cli.start()
     try:
-        while len(finished) < 10 or time.monotonic() < start + 2:
-            if time.monotonic() > start + 15:
-                break
+        while len(finished) < kills:
             slot = rng.randrange(len(writers))
             victim = writers[slot]
             assert victim.proc.stdout is not None
