@@ -595,3 +595,15 @@ def test_throttles_and_reaps_from_many_threads_unmute_each_channel_once() -> Non
     assert sorted(unmuted) == ids
     assert m.queue_size() == 0
     assert not any(channels.is_muted(ch, now_ms=0) for ch in ids)
+
+
+def test_entries_queued_behind_our_back_are_drained_with_the_next_expiry() -> None:
+    m = manager()
+    clock = SimClock()
+    channels = ThrottledChannels([m], clock=clock)
+    channels.open()  # expiry at 0, next at 30 000
+    m.throttle("u", "c", 10, now_ms=0, channel=99)  # not through the channels
+    assert channels.next_due_ms() == SENSOR_EXPIRY_INTERVAL_MS  # they cannot know
+    clock.now = SENSOR_EXPIRY_INTERVAL_MS
+    channels.open()
+    assert m.queue_size() == 0

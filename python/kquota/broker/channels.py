@@ -458,14 +458,17 @@ class ThrottledChannels:
             if self._background and self._thread is None and not self._shut_down:
                 self._start_thread()
             expiry = self._next_expiry
-            if expiry is None or now >= expiry:
+            expiring = expiry is None or now >= expiry
+            if expiring:
                 for manager in self.managers:
                     manager.expire_sensors(now_ms=now)
                 with self._lock:
                     self._next_expiry = now + SENSOR_EXPIRY_INTERVAL_MS
                     self._set_due()
             unmute = self._next_unmute
-            if unmute is not None and now >= unmute:
+            # With every expiry the queues are drained too: entries queued on a manager
+            # directly (not through this object) wait 30 s at most.
+            if expiring or (unmute is not None and now >= unmute):
                 self.reap(now)
         finally:
             self._maintaining.release()

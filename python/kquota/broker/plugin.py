@@ -248,7 +248,7 @@ class QuotaPlugin:
         It only affects later requests (Kafka's ``recordNoThrottle``).
         """
         now = self._clock() if now_ms is None else now_ms
-        self._maintain(now)
+        self._channels._tick(now)  # maintenance, if due
         self._request.record_no_throttle(user, client_id, network_thread_time_ns, now_ms=now)
 
     def fetch_max_bytes(
@@ -264,7 +264,7 @@ class QuotaPlugin:
                 f"invalid requested_max_bytes {requested_max_bytes!r}: expected an int"
             )
         now = self._clock() if now_ms is None else now_ms
-        self._maintain(now)
+        self._channels._tick(now)  # maintenance, if due
         cap = self._fetch.max_value_in_quota_window(user, client_id, now_ms=now)
         return min(requested_max_bytes, _java_double_to_int(cap))
 
@@ -278,12 +278,8 @@ class QuotaPlugin:
                 f"unknown channel {channel!r}: expected an id returned by open() and not closed"
             )
         now = self._clock() if now_ms is None else now_ms
-        self._maintain(now)
+        self._channels._tick(now)  # the amortized check: one comparison when nothing is due
         return now
-
-    def _maintain(self, now: int) -> None:
-        # The amortized check: one comparison when nothing is due.
-        self._channels._tick(now)
 
     def _apply(
         self,
@@ -325,6 +321,9 @@ def _manager(quota_type: QuotaType, manager: QuotaManager | None) -> QuotaManage
 
 def _usage(name: str, value: float) -> None:
     """Reject a bad usage value before anything of the request is recorded."""
+    kind = type(value)
+    if (kind is int or kind is float) and 0 <= value < math.inf:
+        return  # the usual case, without the ABC check below
     if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 <= value < math.inf:
         raise InvalidUsageError(
             f"invalid usage value {name}={value!r}: expected a finite number >= 0"
