@@ -264,13 +264,17 @@ def test_a_muted_channel_is_unmuted_on_time_in_a_quiet_threaded_service() -> Non
     """Real time, no reaper, no further request: the background thread unmutes."""
     done = threading.Event()
     fired: list[tuple[int, int]] = []
-    channels = ThrottledChannels(
-        on_unmute=lambda ch: (fired.append((ch, channels.now_ms())), done.set())
-    )
+
+    def on_unmute(channel: int) -> None:
+        fired.append((channel, channels.now_ms()))
+        done.set()
+
+    channels = ThrottledChannels(on_unmute=on_unmute)
     with channels, QuotaPlugin(channels=channels) as plugin:
         plugin.produce.set_quota(USER, 1_000_000.0)
         ch = channels.open()
-        outcome = plugin.on_produce("u", "c", 10_300_000, 0, channel=ch)  # 30 ms over
+        # 10.3 MB at once over a fresh sensor's 10 s window: 3 % over, a 300 ms throttle.
+        outcome = plugin.on_produce("u", "c", 10_300_000, 0, channel=ch)
         assert outcome.throttled and outcome.muted_until_ms is not None
         assert done.wait(HANG_S), "the mute never ended"
         assert fired == [(ch, fired[0][1])] and fired[0][1] >= outcome.muted_until_ms
