@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import logging
 import signal
 import sys
@@ -53,7 +52,8 @@ def register(subparsers: Any) -> None:
         metavar="STORE",
         help=(
             f"the quota store, as for kquota configs (default: ${STORE_ENV}, else"
-            " $XDG_STATE_HOME/kquota/quotas.sqlite)"
+            " $XDG_STATE_HOME/kquota/quotas.sqlite); it must exist: kquota configs --alter"
+            " creates it"
         ),
     )
     parser.add_argument(
@@ -142,8 +142,8 @@ def run(args: argparse.Namespace) -> int:
     except KquotaError as exc:
         return fail(_COMMAND, exc)
     metrics = None
+    plugin = QuotaPlugin(*managers)  # its channels' maintenance thread ends mutes on time
     try:
-        plugin = QuotaPlugin(*managers)
         if args.metrics_port is not None:
             metrics = serve_metrics(QuotaCollector(*managers), port=args.metrics_port)
         server = ProxyServer(upstream, plugin, max_request_bytes=args.max_request_bytes)
@@ -153,6 +153,7 @@ def run(args: argparse.Namespace) -> int:
     finally:
         if metrics is not None:
             metrics.close()
+        plugin.close()
         live.stop()
 
 
@@ -170,13 +171,7 @@ async def _serve(server: Any, listen: tuple[str, int], metrics_port: int | None)
         f"{extra}",
         flush=True,
     )
-    reaper = asyncio.create_task(server.plugin.channels.run_reaper())
-    try:
-        await stop.wait()
-        logging.getLogger("kquota.proxy").info("shutting down: answering requests in flight")
-        await server.shutdown()
-    finally:
-        reaper.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await reaper
+    await stop.wait()
+    logging.getLogger("kquota.proxy").info("shutting down: answering requests in flight")
+    await server.shutdown()
     return EXIT_OK

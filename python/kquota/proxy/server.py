@@ -168,8 +168,8 @@ class ProxyServer:
         try:
             await self._connect_upstream(connection)
             while not self._closing:
-                await self.plugin.channels.wait_unmuted(channel)
                 connection.busy = False
+                await self.plugin.channels.wait_unmuted(channel)
                 size = await _read_size(reader, "request", self.max_request_bytes)
                 if size is None:
                     log.debug("connection from %s closed by the client", peer)
