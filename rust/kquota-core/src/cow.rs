@@ -1,5 +1,6 @@
 //! Lock-free building blocks: an atomically replaceable box ([`AtomicBox`]), a
-//! copy-on-write cell over it ([`CowCell`]), and a 128-bit atomic word ([`AtomicWord`]).
+//! copy-on-write cell over it ([`CowCell`]), a nullable non-owning pointer to a boxed
+//! value ([`AtomicRef`]), and a 128-bit atomic word ([`AtomicWord`]).
 //!
 //! An [`AtomicBox`] holds an immutable value behind an atomic pointer. A writer builds a
 //! new value and publishes it with one compare-and-swap; if another writer published
@@ -14,7 +15,7 @@
 #[cfg(not(loom))]
 mod imp {
     use crossbeam_epoch::{self as epoch, Atomic, Owned, Shared};
-    use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed};
+    use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release, SeqCst};
 
     pub use crossbeam_epoch::Guard;
 
@@ -94,6 +95,29 @@ mod imp {
                 Err(failed) => Err(failed.new.into_box()),
             }
         }
+
+        /// Publishes `new` with a sequentially consistent swap and hands back the value it
+        /// displaced, NOT retired: the caller keeps it reachable as long as it needs (see
+        /// [`crate::migrate`]) and then passes it to [`Self::retire`].
+        #[inline]
+        pub fn swap<'g>(&self, new: Box<T>, guard: &'g Guard) -> Loaded<'g, T> {
+            Loaded {
+                shared: self.ptr.swap(Owned::from(new), SeqCst, guard),
+            }
+        }
+
+        /// Frees `old` once no pinned thread can hold it.
+        ///
+        /// # Safety
+        ///
+        /// `old` came from [`Self::swap`] on this box, is retired once, and no shared
+        /// location (this box, an [`AtomicRef`]) points to it any more.
+        #[inline]
+        pub unsafe fn retire(&self, old: Loaded<'_, T>, guard: &Guard) {
+            // SAFETY: the caller's contract; readers pinned now may still hold `old`, and
+            // the epoch frees it only after they unpin.
+            unsafe { guard.defer_destroy(old.shared) };
+        }
     }
 
     impl<T> Drop for AtomicBox<T> {
@@ -103,6 +127,36 @@ mod imp {
                 let guard = epoch::unprotected();
                 drop(self.ptr.load(Relaxed, guard).into_owned());
             }
+        }
+    }
+
+    /// A nullable pointer to a value some [`AtomicBox`] owns (or displaced and has not
+    /// retired yet); it never owns nor frees what it points to.
+    pub struct AtomicRef<T> {
+        ptr: Atomic<T>,
+    }
+
+    impl<T> AtomicRef<T> {
+        /// A null reference.
+        pub fn null() -> Self {
+            AtomicRef {
+                ptr: Atomic::null(),
+            }
+        }
+
+        /// The value pointed to, if any (valid while the guard is held, provided the owner
+        /// clears this reference before it retires the value).
+        #[inline]
+        pub fn load<'g>(&self, guard: &'g Guard) -> Option<Loaded<'g, T>> {
+            let shared = self.ptr.load(Acquire, guard);
+            (!shared.is_null()).then_some(Loaded { shared })
+        }
+
+        /// Points to `value` (or to nothing), with release ordering.
+        #[inline]
+        pub fn set(&self, value: Option<Loaded<'_, T>>) {
+            self.ptr
+                .store(value.map_or(Shared::null(), |v| v.shared), Release);
         }
     }
 
@@ -129,7 +183,7 @@ mod imp {
 #[cfg(loom)]
 mod imp {
     use loom::sync::atomic::AtomicPtr;
-    use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed};
+    use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release, SeqCst};
     use std::sync::Mutex;
 
     /// Loom builds keep replaced values until the box drops (after the model's threads
@@ -197,6 +251,45 @@ mod imp {
                 Err(_) => Err(unsafe { Box::from_raw(raw) }),
             }
         }
+
+        pub fn swap<'g>(&self, new: Box<T>, _guard: &'g Guard) -> Loaded<'g, T> {
+            Loaded {
+                ptr: self.ptr.swap(Box::into_raw(new), SeqCst),
+                _guard: std::marker::PhantomData,
+            }
+        }
+
+        /// # Safety
+        ///
+        /// As the non-loom `retire`: `old` came from `swap` and is retired once.
+        pub unsafe fn retire(&self, old: Loaded<'_, T>, _guard: &Guard) {
+            self.retired.lock().unwrap().push(old.ptr as usize);
+        }
+    }
+
+    pub struct AtomicRef<T> {
+        ptr: AtomicPtr<T>,
+    }
+
+    impl<T> AtomicRef<T> {
+        pub fn null() -> Self {
+            AtomicRef {
+                ptr: AtomicPtr::new(std::ptr::null_mut()),
+            }
+        }
+
+        pub fn load<'g>(&self, _guard: &'g Guard) -> Option<Loaded<'g, T>> {
+            let ptr = self.ptr.load(Acquire);
+            (!ptr.is_null()).then_some(Loaded {
+                ptr,
+                _guard: std::marker::PhantomData,
+            })
+        }
+
+        pub fn set(&self, value: Option<Loaded<'_, T>>) {
+            self.ptr
+                .store(value.map_or(std::ptr::null_mut(), |v| v.ptr), Release);
+        }
     }
 
     impl<T> Drop for AtomicBox<T> {
@@ -236,12 +329,15 @@ mod imp {
     }
 }
 
-pub use imp::{pin, AtomicBox, AtomicWord, Guard, Loaded};
+pub use imp::{pin, AtomicBox, AtomicRef, AtomicWord, Guard, Loaded};
 
 // SAFETY: the box hands out `&T` to several threads and moves `T` values between
 // threads (a value published by one thread is freed by another).
 unsafe impl<T: Send + Sync> Send for AtomicBox<T> {}
 unsafe impl<T: Send + Sync> Sync for AtomicBox<T> {}
+// SAFETY: as for `AtomicBox`: it hands out `&T` to several threads.
+unsafe impl<T: Send + Sync> Send for AtomicRef<T> {}
+unsafe impl<T: Send + Sync> Sync for AtomicRef<T> {}
 
 /// A copy-on-write cell: every update copies the value, changes the copy and publishes
 /// it atomically. For state that changes rarely (the quota configuration, throttle-time

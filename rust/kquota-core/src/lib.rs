@@ -5,6 +5,8 @@
 //! * [`rate::SampledRate`]: one thread-safe rate sensor with an optional bound.
 //! * [`manager::QuotaManager`]: Kafka's client-quota manager for one quota type
 //!   (entities, precedence, shared sensors, dynamic quotas, expiry, delay queue).
+//! * [`migrate`]: how the manager replaces its hash maps by right-sized ones after
+//!   expiry, while other threads use them.
 //!
 //! Everything is safe to call from many threads at once; no operation takes a lock.
 //! The spec is `shared/docs/kafka-quota-semantics.md`.
@@ -18,6 +20,7 @@ pub mod error;
 pub mod javamath;
 #[cfg(not(loom))]
 pub mod manager;
+pub mod migrate;
 pub mod quota;
 pub mod rate;
 pub mod rate_cell;

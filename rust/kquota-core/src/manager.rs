@@ -4,11 +4,15 @@
 //! live in lock-free hash maps keyed by their metric tags, each sensor's samples are a
 //! copy-on-write cell, and a resolution cache maps a client (principal, client id) to
 //! its sensors for as long as the configuration it was resolved under is current.
+//!
+//! The sensor maps and the cache are replaced by fresh, right-sized ones when expiry has
+//! left them far below the size they reached (papaya's tables never shrink), without a
+//! lock and without losing or splitting a sensor: see [`crate::migrate`].
 
 use std::fmt;
 use std::str::FromStr;
 use std::sync::atomic::{
-    AtomicBool, AtomicI64, AtomicU64,
+    AtomicBool, AtomicI64, AtomicU64, AtomicUsize,
     Ordering::{Acquire, Relaxed, Release},
 };
 use std::sync::Arc;
@@ -18,6 +22,7 @@ use crate::delay_queue::DelayQueue;
 use crate::entity::{sanitize_user, Overrides, Pair, PairRef, QuotaEntity};
 use crate::error::{check_quota, check_usage, Error, Result};
 use crate::javamath::long_to_int;
+use crate::migrate::{copy_again, unlink_dead, Mortal, Table, Tables};
 use crate::quota::{Check, UNLIMITED};
 use crate::rate_cell::{Bound, BoundSource, RateCell};
 use crate::samples::{Samples, WindowConfig};
@@ -26,6 +31,11 @@ type Map<K, V> = papaya::HashMap<K, V, foldhash::fast::RandomState>;
 
 /// Kafka's sensor-expiry time for quota sensors: one hour without a record.
 pub const DEFAULT_SENSOR_EXPIRY_MS: i64 = 3_600_000;
+
+/// The maps are rebuilt right-sized once they reached at least this many entries and
+/// hold fewer than an eighth of that.
+const SHRINK_FLOOR: usize = 1024;
+const SHRINK_RATIO: usize = 8;
 
 /// Percent of one thread per second for one nanosecond of thread time (KIP-124).
 const NANOS_TO_PERCENT: f64 = 100.0 / 1_000_000_000.0;
@@ -119,6 +129,11 @@ impl SensorLife {
 
     fn removed(&self) -> bool {
         self.removed.load(Relaxed)
+    }
+
+    /// Marks the sensor removed; true for the one caller that did (it reports it).
+    fn kill(&self) -> bool {
+        !self.removed.swap(true, Relaxed)
     }
 }
 
@@ -234,41 +249,117 @@ impl Resolved {
     }
 }
 
-/// Kafka's `SensorAccess.getOrCreate`: the live sensor under `tags`, or a new one.
-fn live_sensor<S: Sensor>(map: &Map<Pair, Arc<S>>, tags: &Pair, create: impl Fn() -> S) -> Arc<S> {
-    let guard = map.guard();
-    loop {
-        let sensor = map.get_or_insert_with(tags.clone(), || Arc::new(create()), &guard);
-        if !sensor.life().removed() {
-            return sensor.clone();
-        }
-        // Expired and removed while we looked: drop it if it is still there, retry.
-        let _ = map.remove_if(tags, |_, s| Arc::ptr_eq(s, sensor), &guard);
+impl<S: Sensor> Mortal for S {
+    fn is_dead(&self) -> bool {
+        self.life().removed()
     }
 }
 
-/// Removes (and marks) the sensors of `map` idle for longer than `expiry_ms`; yields
-/// their tags.
-fn remove_expired<S: Sensor>(
-    map: &Map<Pair, Arc<S>>,
-    now: i64,
-    expiry_ms: i64,
-) -> impl Iterator<Item = Pair> {
-    let pinned = map.pin();
-    let stale: Vec<Pair> = pinned
-        .iter()
-        .filter(|(_, s)| s.life().expired(now, expiry_ms))
-        .map(|(k, _)| k.clone())
-        .collect();
-    let mut removed = Vec::with_capacity(stale.len());
-    for tags in stale {
-        let expired = |_: &Pair, s: &Arc<S>| s.life().expired(now, expiry_ms);
-        if let Ok(Some((_, sensor))) = pinned.remove_if(&tags, expired) {
-            sensor.life().removed.store(true, Relaxed);
-            removed.push(tags);
+impl<S: Sensor> Table for Map<Pair, Arc<S>> {
+    type Key = Pair;
+    type Value = S;
+
+    fn get(&self, key: &Pair) -> Option<Arc<S>> {
+        self.pin().get(key).cloned()
+    }
+
+    fn get_or_insert(&self, key: &Pair, value: Arc<S>) -> Arc<S> {
+        // (`get_or_insert_with`, as before the maps were rebuildable: papaya's
+        // `get_or_insert` was measured to leave ~40 more bytes per sensor allocated.)
+        self.pin().get_or_insert_with(key.clone(), || value).clone()
+    }
+
+    fn remove_same(&self, key: &Pair, value: &Arc<S>) {
+        let _ = self.pin().remove_if(key, |_, v| Arc::ptr_eq(v, value));
+    }
+
+    fn entries(&self) -> Vec<(Pair, Arc<S>)> {
+        self.pin()
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect()
+    }
+}
+
+/// The sensor maps and the resolution cache, replaced together by a rebuild.
+struct Maps {
+    quota_sensors: Map<Pair, Arc<QuotaSensor>>,
+    throttle_sensors: Map<Pair, Arc<ThrottleSensor>>,
+    /// (principal, client id) -> the sensors its requests record into. A cache: a
+    /// rebuild starts it empty.
+    clients: Map<Pair, Resolved>,
+    /// The most entries one of the maps held, as expiry saw it (they grow only between
+    /// two expiries): what their tables were sized for.
+    peak: AtomicUsize,
+}
+
+impl Maps {
+    fn with_capacity(sensors: usize) -> Self {
+        Maps {
+            quota_sensors: Map::with_capacity_and_hasher(sensors, Default::default()),
+            throttle_sensors: Map::with_capacity_and_hasher(sensors, Default::default()),
+            clients: Map::default(),
+            peak: AtomicUsize::new(sensors),
         }
     }
-    removed.into_iter()
+
+    /// The most entries one of the maps holds now.
+    fn len(&self) -> usize {
+        self.quota_sensors
+            .len()
+            .max(self.throttle_sensors.len())
+            .max(self.clients.len())
+    }
+
+    /// Fresh maps, sized for the live sensors of `old` and holding them (the first copy).
+    fn copy_of(old: &Maps) -> Maps {
+        let sensors = old.quota_sensors.len().max(old.throttle_sensors.len());
+        let new = Maps::with_capacity(sensors);
+        copy_again(&old.quota_sensors, &new.quota_sensors);
+        copy_again(&old.throttle_sensors, &new.throttle_sensors);
+        new
+    }
+}
+
+fn quota_sensors(m: &Maps) -> &Map<Pair, Arc<QuotaSensor>> {
+    &m.quota_sensors
+}
+
+fn throttle_sensors(m: &Maps) -> &Map<Pair, Arc<ThrottleSensor>> {
+    &m.throttle_sensors
+}
+
+/// Kills the sensors of the map `table` selects in `maps` that are idle for longer than
+/// `expiry_ms` (and unlinks any killed sensor found there); yields the tags of those this
+/// call killed. A sensor is marked before it is unlinked: a sensor missing from a map it
+/// was in is dead, which a rebuild's second copy relies on.
+fn remove_expired<S: Sensor>(
+    tables: &Tables<Maps>,
+    table: fn(&Maps) -> &Map<Pair, Arc<S>>,
+    maps: &Maps,
+    now: i64,
+    expiry_ms: i64,
+    guard: &Guard,
+) -> Vec<Pair> {
+    let gone = |s: &S| s.life().removed() || s.life().expired(now, expiry_ms);
+    let stale: Vec<(Pair, Arc<S>)> = table(maps)
+        .pin()
+        .iter()
+        .filter(|(_, s)| gone(s))
+        .map(|(k, s)| (k.clone(), s.clone()))
+        .collect();
+    let mut killed = Vec::with_capacity(stale.len());
+    for (tags, sensor) in stale {
+        // Recorded into since the scan: it stays.
+        if !gone(&sensor) {
+            continue;
+        }
+        if sensor.life().kill() {
+            killed.push(tags.clone());
+        }
+        tables.unlink(table, maps, &tags, &sensor, guard);
+    }
+    killed
 }
 
 fn bound_of(tags: &Pair, config: &QuotaConfig) -> f64 {
@@ -284,10 +375,7 @@ pub struct QuotaManager {
     window: WindowConfig,
     sensor_expiry_ms: i64,
     config: CowCell<QuotaConfig>,
-    quota_sensors: Map<Pair, Arc<QuotaSensor>>,
-    throttle_sensors: Map<Pair, Arc<ThrottleSensor>>,
-    /// (principal, client id) -> the sensors its requests record into.
-    clients: Map<Pair, Resolved>,
+    maps: Tables<Maps>,
     /// Bumped by every expiry run that removed a sensor.
     expiry_round: AtomicU64,
     delay_queue: DelayQueue,
@@ -329,9 +417,7 @@ impl QuotaManager {
             window,
             sensor_expiry_ms,
             config: CowCell::new(QuotaConfig::default()),
-            quota_sensors: Map::default(),
-            throttle_sensors: Map::default(),
-            clients: Map::default(),
+            maps: Tables::new(Maps::with_capacity(0)),
             expiry_round: AtomicU64::new(0),
             delay_queue: DelayQueue::new(),
         })
@@ -418,20 +504,24 @@ impl QuotaManager {
     }
 
     /// The client's sensors, created at `now` if they do not exist.
+    /// `maps` are the maps loaded under `guard` and `clients` a guard of their cache.
+    #[allow(clippy::too_many_arguments)]
     fn resolve<'g>(
         &self,
         config: &QuotaConfig,
+        maps: &'g Maps,
         user: &str,
         client_id: &str,
         now: i64,
-        guard: &'g papaya::LocalGuard<'_>,
+        clients: &'g papaya::LocalGuard<'_>,
+        guard: &Guard,
     ) -> &'g Resolved
     where
         Self: 'g,
     {
         loop {
             let round = self.expiry_round.load(Acquire);
-            if let Some(resolved) = self.clients.get(&PairRef(user, client_id), guard) {
+            if let Some(resolved) = maps.clients.get(&PairRef(user, client_id), clients) {
                 if resolved.generation == config.generation
                     && (resolved.expiry_round == round || resolved.live())
                 {
@@ -440,10 +530,18 @@ impl QuotaManager {
             }
             let (u, c) = config.overrides.tags(&sanitize_user(user), client_id);
             let tags = Pair::new(&u, &c);
-            let quota = live_sensor(&self.quota_sensors, &tags, || {
-                QuotaSensor::new(tags.clone(), config, now)
-            });
-            let throttle = live_sensor(&self.throttle_sensors, &tags, || ThrottleSensor::new(now));
+            // Kafka's `SensorAccess.getOrCreate`, settled against a concurrent rebuild (the
+            // sensors may come from newer maps than `maps`: caching them in `maps` is
+            // still right, their users loaded `maps` before the rebuild).
+            let quota = self.maps.live(
+                quota_sensors,
+                &tags,
+                || QuotaSensor::new(tags.clone(), config, now),
+                guard,
+            );
+            let throttle =
+                self.maps
+                    .live(throttle_sensors, &tags, || ThrottleSensor::new(now), guard);
             let resolved = Resolved {
                 generation: config.generation,
                 expiry_round: round,
@@ -453,8 +551,8 @@ impl QuotaManager {
             // (Not `compute`: a table filled through papaya's `compute` was measured to
             // make every later lookup about 20x slower.) An expiry may remove the entry
             // before we read it back: then resolve again.
-            self.clients
-                .insert(Pair::new(user, client_id), resolved, guard);
+            maps.clients
+                .insert(Pair::new(user, client_id), resolved, clients);
         }
     }
 
@@ -514,8 +612,11 @@ impl QuotaManager {
         if config.overrides.enabled == 0 {
             return 0;
         }
-        let clients = self.clients.guard();
-        let resolved = self.resolve(config, user, client_id, now, &clients);
+        // The one extra atomic load of the rebuildable maps (an acquire: a plain load on
+        // x86-64).
+        let maps = self.maps.load(&guard);
+        let clients = maps.clients.guard();
+        let resolved = self.resolve(config, maps, user, client_id, now, &clients, &guard);
         let outcome = resolved
             .quota
             .record(config, &self.window, value, now, check, &guard);
@@ -542,8 +643,11 @@ impl QuotaManager {
         }
         let guard = pin();
         let config = self.config.load(&guard);
-        let clients = self.clients.guard();
-        let resolved = self.resolve(config, user, client_id, now, &clients);
+        // The one extra atomic load of the rebuildable maps (an acquire: a plain load on
+        // x86-64).
+        let maps = self.maps.load(&guard);
+        let clients = maps.clients.guard();
+        let resolved = self.resolve(config, maps, user, client_id, now, &clients, &guard);
         resolved.throttle.record(throttle_ms as f64, now, &guard);
         let end = now.saturating_add(throttle_ms);
         if let Some(channel) = channel {
@@ -575,9 +679,10 @@ impl QuotaManager {
         if config.overrides.enabled == 0 {
             return f64::MAX;
         }
-        let clients = self.clients.guard();
+        let maps = self.maps.load(&guard);
+        let clients = maps.clients.guard();
         let tags = &self
-            .resolve(config, user, client_id, now, &clients)
+            .resolve(config, maps, user, client_id, now, &clients, &guard)
             .quota
             .tags;
         match config.overrides.quota_limit(tags.first(), tags.second()) {
@@ -592,26 +697,37 @@ impl QuotaManager {
 
     // -- reading ---------------------------------------------------------------------
 
-    fn existing_sensor<S>(
+    /// The live sensor of the client in the current maps, or in the maps a rebuild is
+    /// copying from (a read: nothing is created or moved).
+    fn existing_sensor<S: Sensor>(
         &self,
-        map: &Map<Pair, Arc<S>>,
+        table: fn(&Maps) -> &Map<Pair, Arc<S>>,
         user: &str,
         client_id: &str,
     ) -> Option<Arc<S>> {
         let (u, c) = self.tags(user, client_id);
-        map.pin().get(&PairRef(&u, &c)).cloned()
+        let key = PairRef(&u, &c);
+        let guard = pin();
+        let find = |maps: &Maps| {
+            table(maps)
+                .pin()
+                .get(&key)
+                .filter(|s| !s.life().removed())
+                .cloned()
+        };
+        find(self.maps.load(&guard)).or_else(|| self.maps.prev(&guard).and_then(find))
     }
 
     /// The client's current rate, measured at `now` (purges, like a JMX read);
     /// `None` when its sensor does not exist.
     pub fn measure(&self, user: &str, client_id: &str, now: i64) -> Option<f64> {
-        let sensor = self.existing_sensor(&self.quota_sensors, user, client_id)?;
+        let sensor = self.existing_sensor(quota_sensors, user, client_id)?;
         Some(sensor.measure(&self.window, now, &pin()))
     }
 
     /// The bound the client's existing sensor enforces.
     pub fn bound(&self, user: &str, client_id: &str) -> Option<f64> {
-        let sensor = self.existing_sensor(&self.quota_sensors, user, client_id)?;
+        let sensor = self.existing_sensor(quota_sensors, user, client_id)?;
         let guard = pin();
         let config = self.config.load(&guard);
         Some(sensor.bound(config, &guard))
@@ -620,7 +736,7 @@ impl QuotaManager {
     /// The client's throttle-time average at `now` (NaN with no throttles in the
     /// horizon); `None` when that sensor does not exist.
     pub fn throttle_time_avg(&self, user: &str, client_id: &str, now: i64) -> Option<f64> {
-        let sensor = self.existing_sensor(&self.throttle_sensors, user, client_id)?;
+        let sensor = self.existing_sensor(throttle_sensors, user, client_id)?;
         Some(sensor.average(now, &pin()))
     }
 
@@ -628,10 +744,12 @@ impl QuotaManager {
     pub fn snapshot(&self, now: i64) -> Vec<SensorSnapshot> {
         let guard = pin();
         let config = self.config.load(&guard);
-        let throttles = self.throttle_sensors.pin();
-        self.quota_sensors
-            .pin()
+        let maps = self.maps.load(&guard);
+        let throttles = maps.throttle_sensors.pin();
+        let quota = maps.quota_sensors.pin();
+        let all = quota
             .iter()
+            .filter(|(_, sensor)| !sensor.is_dead())
             .map(|(tags, sensor)| {
                 let rate = sensor.measure(&self.window, now, &guard);
                 let bound = sensor.bound(config, &guard);
@@ -644,7 +762,8 @@ impl QuotaManager {
                     throttle_time_avg,
                 }
             })
-            .collect()
+            .collect();
+        all
     }
 
     fn sensor_name(&self, kind: &str, tags: &Pair) -> String {
@@ -659,16 +778,18 @@ impl QuotaManager {
 
     /// Kafka names of the live sensors, sorted.
     pub fn sensor_names(&self) -> Vec<String> {
-        let mut names: Vec<String> = self
-            .quota_sensors
-            .pin()
-            .keys()
-            .map(|t| self.sensor_name("", t))
+        let guard = pin();
+        let maps = self.maps.load(&guard);
+        let (quota, throttle) = (maps.quota_sensors.pin(), maps.throttle_sensors.pin());
+        let mut names: Vec<String> = quota
+            .iter()
+            .filter(|(_, s)| !s.is_dead())
+            .map(|(t, _)| self.sensor_name("", t))
             .chain(
-                self.throttle_sensors
-                    .pin()
-                    .keys()
-                    .map(|t| self.sensor_name("ThrottleTime", t)),
+                throttle
+                    .iter()
+                    .filter(|(_, s)| !s.is_dead())
+                    .map(|(t, _)| self.sensor_name("ThrottleTime", t)),
             )
             .collect();
         names.sort();
@@ -677,26 +798,71 @@ impl QuotaManager {
 
     /// Number of live quota sensors.
     pub fn sensor_count(&self) -> usize {
-        self.quota_sensors.len()
+        self.maps.load(&pin()).quota_sensors.len()
+    }
+
+    /// Diagnostic (for tests and memory checks, not part of Kafka's API): how many
+    /// entries the current sensor maps and resolution cache are sized for, i.e. the most
+    /// one of them held (papaya exposes no capacity; its tables hold at least this many
+    /// entries and never shrink). Back to about the live count after an expiry that
+    /// left the maps below an eighth of this (and it was at least 1024): then
+    /// [`Self::expire_sensors`] replaced them by right-sized ones.
+    pub fn table_capacity(&self) -> usize {
+        let guard = pin();
+        let maps = self.maps.load(&guard);
+        maps.peak.load(Relaxed).max(maps.len())
     }
 
     /// Removes the sensors idle for longer than the expiry (strictly) and frees them;
-    /// returns their Kafka names, sorted. Kafka runs this every 30 s.
+    /// returns their Kafka names, sorted. Kafka runs this every 30 s. Then, if the maps
+    /// hold less than an eighth of what they once did, replaces them by right-sized
+    /// copies (unless another call is doing that already).
     pub fn expire_sensors(&self, now: i64) -> Vec<String> {
         let expiry = self.sensor_expiry_ms;
-        let mut names: Vec<String> = remove_expired(&self.quota_sensors, now, expiry)
-            .map(|tags| self.sensor_name("", &tags))
+        let guard = pin();
+        let maps = self.maps.load(&guard);
+        // The maps grow only between expiries: their size now is the most they held.
+        maps.peak.fetch_max(maps.len(), Relaxed);
+        let quota = remove_expired(&self.maps, quota_sensors, maps, now, expiry, &guard);
+        let throttle = remove_expired(&self.maps, throttle_sensors, maps, now, expiry, &guard);
+        let mut names: Vec<String> = quota
+            .iter()
+            .map(|tags| self.sensor_name("", tags))
+            .chain(
+                throttle
+                    .iter()
+                    .map(|tags| self.sensor_name("ThrottleTime", tags)),
+            )
             .collect();
-        names.extend(
-            remove_expired(&self.throttle_sensors, now, expiry)
-                .map(|tags| self.sensor_name("ThrottleTime", &tags)),
-        );
         if !names.is_empty() {
             self.expiry_round.fetch_add(1, Release);
-            self.clients.pin().retain(|_, r| r.live());
+            let current = self.maps.load(&guard);
+            current.clients.pin().retain(|_, r| r.live());
+            self.shrink(current, &guard);
         }
         names.sort();
         names
+    }
+
+    /// Replaces `maps` (the current maps) by right-sized copies if they hold less than
+    /// an eighth of what they once did.
+    fn shrink(&self, maps: &Maps, guard: &Guard) {
+        let peak = maps.peak.load(Relaxed);
+        if peak < SHRINK_FLOOR || maps.len().saturating_mul(SHRINK_RATIO) >= peak {
+            return;
+        }
+        self.maps.rebuild(
+            Maps::copy_of,
+            |old, new| {
+                copy_again(&old.quota_sensors, &new.quota_sensors);
+                copy_again(&old.throttle_sensors, &new.throttle_sensors);
+            },
+            |new| {
+                unlink_dead(&new.quota_sensors);
+                unlink_dead(&new.throttle_sensors);
+            },
+            guard,
+        );
     }
 
     // -- batch -----------------------------------------------------------------------
@@ -871,11 +1037,50 @@ mod tests {
             m.record("u", &format!("c{i}"), 1.0, 0).unwrap();
         }
         assert_eq!(m.sensor_count(), 100);
-        assert_eq!(m.clients.len(), 100);
+        assert_eq!(m.maps.load(&pin()).clients.len(), 100);
         assert!(m.expire_sensors(DEFAULT_SENSOR_EXPIRY_MS).is_empty());
         assert_eq!(m.expire_sensors(DEFAULT_SENSOR_EXPIRY_MS + 1).len(), 200);
         assert_eq!(m.sensor_count(), 0);
-        assert_eq!(m.clients.len(), 0);
+        assert_eq!(m.maps.load(&pin()).clients.len(), 0);
+    }
+
+    #[test]
+    fn an_expired_burst_gives_its_table_capacity_back() {
+        let m = QuotaManager::with_defaults(QuotaType::Produce);
+        m.set_quota(&QuotaEntity::parse(None, Some("<default>")).unwrap(), 1e9)
+            .unwrap();
+        for i in 0..100_000 {
+            m.record("u", &format!("burst-{i}"), 1.0, 0).unwrap();
+        }
+        // Ten clients still active at the expiry: they survive the rebuild.
+        for i in 0..10 {
+            m.record("u", &format!("steady-{i}"), 7.0, 0).unwrap();
+            m.record("u", &format!("steady-{i}"), 3.0, DEFAULT_SENSOR_EXPIRY_MS)
+                .unwrap();
+        }
+        assert!(m.table_capacity() >= 100_010);
+        // Every burst sensor, and the steady clients' throttle-time sensors (idle).
+        let expired = m.expire_sensors(DEFAULT_SENSOR_EXPIRY_MS + 1);
+        assert_eq!(expired.len(), 200_010);
+        assert_eq!(m.sensor_count(), 10);
+        assert!(m.table_capacity() <= 16, "{}", m.table_capacity());
+        // Measured where the steady clients' one sample starts: the rate is over 10 s.
+        let now = DEFAULT_SENSOR_EXPIRY_MS;
+        let total = |client: &str| m.measure("u", client, now).map(|r| r * 10.0);
+        for i in 0..10 {
+            assert_eq!(total(&format!("steady-{i}")), Some(3.0), "steady-{i}");
+        }
+        // Records keep working on old and new clients.
+        m.record("u", "steady-0", 1.0, now).unwrap();
+        m.record("u", "new", 5.0, now).unwrap();
+        assert_eq!(total("steady-0"), Some(4.0));
+        assert_eq!(total("new"), Some(5.0));
+        assert_eq!(m.sensor_count(), 11);
+        // (The two clients resolved again have a throttle-time sensor again.)
+        assert_eq!(m.sensor_names().len(), 13);
+        // Below the floor nothing is rebuilt.
+        assert!(m.expire_sensors(now).is_empty());
+        assert_eq!(m.table_capacity(), 11);
     }
 
     #[test]

@@ -275,3 +275,172 @@ fn copy_on_write_updates_are_never_lost() {
         assert_eq!(cell.read(&pin(), |v| *v), (2, 2));
     });
 }
+
+/// The rebuild of the manager's maps (`migrate`): a shrink racing a new client's insert
+/// (on two threads, so that one of them may find the key only through `prev`) and records
+/// on an existing sensor, one through a sensor settled before the shrink (a cached
+/// resolution) and one looked up during it. Every record must be in the one sensor each
+/// key has in the current maps afterwards.
+mod rebuild {
+    use kquota_core::cow::pin;
+    use kquota_core::migrate::{copy_again, unlink_dead, Mortal, Table, Tables};
+    use loom::sync::atomic::{AtomicBool, AtomicUsize};
+    use loom::sync::Mutex;
+    use loom::thread;
+    use std::collections::BTreeMap;
+    use std::sync::atomic::Ordering::Relaxed;
+    use std::sync::Arc;
+
+    struct Sensor {
+        records: AtomicUsize,
+        dead: AtomicBool,
+    }
+
+    impl Sensor {
+        fn new() -> Self {
+            Sensor {
+                records: AtomicUsize::new(0),
+                dead: AtomicBool::new(false),
+            }
+        }
+
+        fn record(&self) {
+            self.records.fetch_add(1, Relaxed);
+        }
+    }
+
+    impl Mortal for Sensor {
+        fn is_dead(&self) -> bool {
+            self.dead.load(Relaxed)
+        }
+    }
+
+    /// A linearizable map (as papaya's operations are): one loom mutex.
+    #[derive(Default)]
+    struct Map(Mutex<BTreeMap<u8, Arc<Sensor>>>);
+
+    impl Table for Map {
+        type Key = u8;
+        type Value = Sensor;
+
+        fn get(&self, key: &u8) -> Option<Arc<Sensor>> {
+            self.0.lock().unwrap().get(key).cloned()
+        }
+
+        fn get_or_insert(&self, key: &u8, value: Arc<Sensor>) -> Arc<Sensor> {
+            self.0.lock().unwrap().entry(*key).or_insert(value).clone()
+        }
+
+        fn remove_same(&self, key: &u8, value: &Arc<Sensor>) {
+            let mut map = self.0.lock().unwrap();
+            if map.get(key).is_some_and(|v| Arc::ptr_eq(v, value)) {
+                map.remove(key);
+            }
+        }
+
+        fn entries(&self) -> Vec<(u8, Arc<Sensor>)> {
+            let map = self.0.lock().unwrap();
+            map.iter().map(|(k, v)| (*k, v.clone())).collect()
+        }
+    }
+
+    #[derive(Default)]
+    struct Maps {
+        sensors: Map,
+    }
+
+    fn sensors(m: &Maps) -> &Map {
+        &m.sensors
+    }
+
+    const OLD: u8 = 1;
+    const NEW: u8 = 2;
+
+    fn shrink(tables: &Tables<Maps>) {
+        let rebuilt = tables.rebuild(
+            |old| {
+                let new = Maps::default();
+                copy_again(&old.sensors, &new.sensors);
+                new
+            },
+            |old, new| copy_again(&old.sensors, &new.sensors),
+            |new| unlink_dead(&new.sensors),
+            &pin(),
+        );
+        assert!(rebuilt);
+    }
+
+    fn record(tables: &Tables<Maps>, key: u8) {
+        tables.live(sensors, &key, Sensor::new, &pin()).record();
+    }
+
+    /// The sensor of each key in the current maps, and its records.
+    fn settled(tables: &Tables<Maps>) -> BTreeMap<u8, usize> {
+        let guard = pin();
+        assert!(tables.prev(&guard).is_none());
+        let entries = tables.load(&guard).sensors.entries();
+        entries
+            .iter()
+            .map(|(k, s)| {
+                assert!(!s.is_dead());
+                (*k, s.records.load(Relaxed))
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_shrink_racing_a_new_client_and_records() {
+        let mut model = loom::model::Builder::new();
+        model.preemption_bound = Some(3);
+        model.check(|| {
+            let tables = Arc::new(Tables::new(Maps::default()));
+            // The existing client, settled before the shrink (its cached resolution).
+            let cached = tables.live(sensors, &OLD, Sensor::new, &pin());
+            let shrinker = {
+                let tables = tables.clone();
+                thread::spawn(move || shrink(&tables))
+            };
+            let newcomer = {
+                let tables = tables.clone();
+                thread::spawn(move || record(&tables, NEW))
+            };
+            cached.record();
+            record(&tables, OLD);
+            record(&tables, NEW);
+            shrinker.join().unwrap();
+            newcomer.join().unwrap();
+            let end = settled(&tables);
+            assert_eq!(end, BTreeMap::from([(OLD, 2), (NEW, 2)]), "records lost");
+        });
+    }
+
+    /// Expiry killing a sensor while a shrink copies it: the dead sensor must not come
+    /// back to life in the new maps.
+    #[test]
+    fn a_shrink_racing_an_expiry() {
+        let mut model = loom::model::Builder::new();
+        model.preemption_bound = Some(3);
+        model.check(|| {
+            let tables = Arc::new(Tables::new(Maps::default()));
+            let doomed = tables.live(sensors, &OLD, Sensor::new, &pin());
+            let shrinker = {
+                let tables = tables.clone();
+                thread::spawn(move || shrink(&tables))
+            };
+            let newcomer = {
+                let tables = tables.clone();
+                thread::spawn(move || record(&tables, NEW))
+            };
+            {
+                // `remove_expired`: mark, then unlink from where it was found.
+                let guard = pin();
+                let found_in = tables.load(&guard);
+                doomed.dead.store(true, Relaxed);
+                tables.unlink(sensors, found_in, &OLD, &doomed, &guard);
+            }
+            shrinker.join().unwrap();
+            newcomer.join().unwrap();
+            assert_eq!(settled(&tables), BTreeMap::from([(NEW, 1)]));
+        });
+    }
+}

@@ -129,7 +129,8 @@ fn an_expiry_clock_far_ahead_of_the_writers_fails_nothing() {
                     let t = m.record(&user, &format!("c{k}"), 100.0, i).unwrap();
                     if t > 0 {
                         m.unrecord(&user, &format!("c{k}"), 100.0, i).unwrap();
-                        m.throttle(&user, "c", i64::from(t), i, Some(k as u64)).unwrap();
+                        m.throttle(&user, "c", i64::from(t), i, Some(k as u64))
+                            .unwrap();
                         throttled += 1;
                     }
                 }
@@ -145,4 +146,131 @@ fn an_expiry_clock_far_ahead_of_the_writers_fails_nothing() {
         m.expired_channels(i64::MAX).len(),
         m.queue_size() + throttled as usize
     );
+}
+
+#[test]
+fn records_are_exact_while_expiry_shrinks_the_maps() {
+    // Writers keep a growing set of long-lived clients busy (each recorded well within
+    // the 100 ms expiry, so none expires: new clients appear all along, racing the
+    // rebuilds) and, every other phase, create a burst of one-shot clients that expire.
+    // The expiry thread expires on the slowest writer's clock; after each burst the maps
+    // fall below an eighth of their peak and are rebuilt right-sized (the writers end a
+    // quiet phase together, once an expiry ran on a clock past the burst's expiry, so
+    // every burst is followed by a rebuild while they record). Every record into a
+    // long-lived client must be in its sensor at the end, and no sensor may be reported
+    // expired twice.
+    const PHASE: i64 = 4_000; // iterations: 400 ms of the writers' clock
+    const RECORDS: i64 = 10 * PHASE;
+    let window = WindowConfig::new(11, 1000).unwrap();
+    let m = Arc::new(QuotaManager::new(QuotaType::Produce, window, 100).unwrap());
+    m.set_quota(&QuotaEntity::parse(None, Some("<default>")).unwrap(), 1e15)
+        .unwrap();
+    let start = Arc::new(Barrier::new(WRITERS + 1));
+    let done = Arc::new(AtomicBool::new(false));
+    let clock: Arc<Vec<AtomicI64>> = Arc::new((0..WRITERS).map(|_| AtomicI64::new(0)).collect());
+    let expired_to = Arc::new(AtomicI64::new(-1));
+    let phase_end = Arc::new(Barrier::new(WRITERS));
+
+    let writers: Vec<_> = (0..WRITERS)
+        .map(|k| {
+            let (m, start, clock) = (m.clone(), start.clone(), clock.clone());
+            let (expired_to, phase_end) = (expired_to.clone(), phase_end.clone());
+            thread::spawn(move || {
+                start.wait();
+                // (client, records, time of its first record)
+                let mut live: Vec<(String, i64, i64)> = Vec::new();
+                let mut next = 0usize;
+                for i in 0..RECORDS {
+                    let now = i / 10;
+                    clock[k].store(now, Relaxed);
+                    if i % PHASE == 0 && i > 0 {
+                        if (i / PHASE) % 2 == 0 {
+                            // The end of a quiet phase: wait for an expiry past the burst.
+                            while expired_to.load(Relaxed) < now - 100 {
+                                thread::yield_now();
+                            }
+                        }
+                        phase_end.wait();
+                    }
+                    if i % 200 == 0 {
+                        live.push((format!("live-{k}-{}", live.len()), 0, -1));
+                    }
+                    if (i / PHASE) % 2 == 0 && i % 2 == 1 {
+                        m.record("u", &format!("burst-{k}-{i}"), 1.0, now).unwrap();
+                    } else {
+                        // Round robin: each live client every <= 400 iterations (40 ms).
+                        let n = live.len();
+                        let (client, count, first) = &mut live[next % n];
+                        next += 1;
+                        m.record("u", client, 1.0, now).unwrap();
+                        *count += 1;
+                        if *first < 0 {
+                            *first = now;
+                        }
+                    }
+                }
+                live
+            })
+        })
+        .collect();
+    let expiry = {
+        let (m, start, done) = (m.clone(), start.clone(), done.clone());
+        thread::spawn(move || {
+            start.wait();
+            let (mut names, mut shrinks, mut peak) = (Vec::new(), 0, 0);
+            while !done.load(Relaxed) {
+                let now = clock.iter().map(|c| c.load(Relaxed)).min().unwrap_or(0);
+                let before = m.table_capacity();
+                peak = peak.max(before);
+                names.extend(m.expire_sensors(now));
+                expired_to.store(now, Relaxed);
+                if m.table_capacity() < before / 4 {
+                    shrinks += 1;
+                }
+            }
+            (names, shrinks, peak)
+        })
+    };
+    let live: Vec<(String, i64, i64)> = writers
+        .into_iter()
+        .flat_map(|w| w.join().unwrap())
+        .collect();
+    done.store(true, Relaxed);
+    let (names, shrinks, peak) = expiry.join().unwrap();
+    assert!(
+        shrinks >= 2,
+        "the maps must have been rebuilt repeatedly ({shrinks})"
+    );
+    assert!(peak >= 1024, "bursts must have grown the maps ({peak})");
+
+    // (Throttle-time sensors of the long-lived clients, never throttled, do expire and
+    // come back: Kafka's behaviour. Quota sensors are checked.)
+    let quota: Vec<&String> = names.iter().filter(|n| n.starts_with("Produce-")).collect();
+    let unique: std::collections::HashSet<&&String> = quota.iter().collect();
+    assert_eq!(
+        unique.len(),
+        quota.len(),
+        "a sensor was reported expired twice"
+    );
+    assert!(
+        quota.iter().all(|n| n.contains(":burst-")),
+        "a long-lived client expired"
+    );
+    // Nothing is purged by 5000 ms (11 windows of 1 s): the rate is the total over the
+    // time since the first record, padded to whole windows up to 10 (Kafka's `Rate`).
+    for (client, count, first) in &live {
+        let elapsed = 5_000 - first;
+        let window = elapsed + (10 - elapsed / 1000).max(0) * 1000;
+        let total = m.measure("u", client, 5_000).unwrap() * window as f64 / 1000.0;
+        assert!(
+            (total - *count as f64).abs() < 1e-6,
+            "{client}: {total} != {count}"
+        );
+    }
+    // One quota sensor per long-lived client.
+    let sensors = m.sensor_names();
+    let unique: std::collections::HashSet<&String> = sensors.iter().collect();
+    assert_eq!(unique.len(), sensors.len());
+    let quota_live = sensors.iter().filter(|n| n.starts_with("Produce-:live-"));
+    assert_eq!(quota_live.count(), live.len());
 }
