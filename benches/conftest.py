@@ -34,6 +34,8 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     by_group: dict[str, dict[str, float]] = {}
     for bench in bs.benchmarks:
         role = bench.extra_info.get("role")
+        if role and not bench.stats.data:
+            continue  # the benchmark failed before it measured: pytest reports that failure
         if role:
             calls = bench.extra_info.get("calls", 1)
             by_group.setdefault(bench.group, {})[role] = bench.stats.median / calls

@@ -81,9 +81,9 @@ def reference_replay(frame: pd.DataFrame, config: QuotaConfig) -> None:
     size = ordered[BYTES].to_numpy(dtype=np.float64)
     for quota_type in ("produce", "fetch"):
         rows = kind == quota_type
-        managers[quota_type].record_batch(
-            times[rows], codes[rows], size[rows], pairs, request[rows] > 0
-        )
+        # Only a fetch is unrecorded when the request quota throttled it.
+        unrecord_if = request[rows] > 0 if quota_type == "fetch" else None
+        managers[quota_type].record_batch(times[rows], codes[rows], size[rows], pairs, unrecord_if)
 
 
 def numpy_replay(frame: pd.DataFrame, config: QuotaConfig, tags: dict[str, Any]) -> np.ndarray:
