@@ -32,6 +32,7 @@ from typing import Any
 
 import kquota
 import pytest
+from conftest import free_port
 from kquota import QuotaManager
 from kquota.broker import QuotaCollector, serve_metrics
 from kquota.config.live import LiveQuotas
@@ -502,3 +503,39 @@ def _sample(text: str, name: str, client_id: str) -> float:
         ]:
             return float(match.group(2))
     raise AssertionError(f"no {name} for client {client_id!r} in the scrape:\n{text}")
+
+
+@pytest.mark.parametrize("client", ["kafka-python", "librdkafka"])
+def test_kip219_clients_send_nothing_on_a_connection_while_throttled(
+    tansu: Any, client: str
+) -> None:
+    """kafka-python 3.x honours KIP-219: after a response carrying a throttle it sends
+    nothing on that connection until the throttle has passed. librdkafka does not wait by
+    itself (the proxy's mute holds it): it is the control showing that the relay, which
+    sits on the advertised address and sees every byte, catches a client that sends."""
+    from test_proxy_support import TimingRelay
+
+    quota = 200_000
+    topic = f"quota-kip219-{client}"
+    plugin = _plugin()
+    plugin.produce.set_quota(kquota.Entity(client_id="polite"), quota)
+    proxy_port = free_port()
+    bootstrap = f"127.0.0.1:{tansu.proxy_port}"
+    with run_proxy(tansu.upstream, proxy_port, plugin):
+        relay = TimingRelay(tansu.proxy_port, ("127.0.0.1", proxy_port))
+        try:
+            create_topic(bootstrap, topic)
+            if client == "kafka-python":
+                _kafka_python_greedy(bootstrap, topic, "polite", 15)
+            else:
+                GreedyProducer(bootstrap, topic, "polite").run(15)
+        finally:
+            relay.close()
+    early, throttled = relay.sent_while_throttled()
+    assert throttled > 0, "the client was never throttled"
+    assert throttled == len(plugin.throttles("produce", "polite"))
+    if client == "kafka-python":
+        assert early == 0, f"{early} requests were sent during a throttle"
+    else:
+        assert early > 0
+    print(f"{client}: {throttled} throttled responses, {early} requests sent during them")

@@ -9,6 +9,7 @@ import io
 import socket
 import struct
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -191,3 +192,124 @@ def create_topic(bootstrap: str, topic: str, partitions: int = 1) -> None:
     admin = AdminClient({"bootstrap.servers": bootstrap})
     futures = admin.create_topics([NewTopic(topic, partitions, 1)], request_timeout=30)
     futures[topic].result(timeout=60)
+
+
+class TimingRelay:
+    """A TCP relay in front of the proxy that notes when each request starts to arrive and
+    when each response (with the throttle it carries) was passed on, per connection.
+
+    It listens where the broker's advertised address points, so every connection of a
+    client goes through it; it reads the frames with the proxy's codec.
+    """
+
+    def __init__(self, listen_port: int, target: tuple[str, int]) -> None:
+        from kquota.proxy import codec
+
+        self._codec = codec
+        self.target = target
+        self.listener = socket.create_server(("127.0.0.1", listen_port))
+        self.events: list[tuple[int, float, str, int, int]] = []  # conn, t, kind, api, throttle
+        self._lock = threading.Lock()
+        self._threads: list[threading.Thread] = []
+        self._sockets: list[socket.socket] = []
+        self._next = 0
+        accept = threading.Thread(target=self._accept, name="relay-accept", daemon=True)
+        accept.start()
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):  # wakes the accept() blocked in its thread
+            self.listener.shutdown(socket.SHUT_RDWR)
+        self.listener.close()
+        for sock in list(self._sockets):
+            with contextlib.suppress(OSError):
+                sock.close()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            upstream = socket.create_connection(self.target)
+            self._sockets += [client, upstream]
+            self._next += 1
+            pending: dict[int, tuple[int, int]] = {}
+            for args in ((client, upstream, True), (upstream, client, False)):
+                thread = threading.Thread(
+                    target=self._pump, args=(self._next, *args, pending), daemon=True
+                )
+                thread.start()
+
+    def _pump(
+        self,
+        conn: int,
+        src: socket.socket,
+        dst: socket.socket,
+        requests: bool,
+        pending: dict[int, tuple[int, int]],
+    ) -> None:
+        buffer = b""
+        started: float | None = None
+        try:
+            while True:
+                chunk = src.recv(65536)
+                if not chunk:
+                    break
+                now = time.monotonic()
+                if not requests:  # a response counts from when it is passed on
+                    dst.sendall(chunk)
+                    now = time.monotonic()
+                if not buffer:
+                    started = now
+                buffer += chunk
+                while len(buffer) >= 4:
+                    size = struct.unpack_from(">i", buffer)[0]
+                    if len(buffer) < 4 + size:
+                        break
+                    frame, buffer = buffer[4 : 4 + size], buffer[4 + size :]
+                    assert started is not None
+                    self._note(conn, started if requests else now, frame, requests, pending)
+                    started = now if buffer else None
+                if requests:  # noted before the proxy can answer it
+                    dst.sendall(chunk)
+        except OSError:
+            pass
+        finally:
+            with contextlib.suppress(OSError):
+                dst.shutdown(socket.SHUT_WR)
+
+    def _note(
+        self,
+        conn: int,
+        at: float,
+        frame: bytes,
+        request: bool,
+        pending: dict[int, tuple[int, int]],
+    ) -> None:
+        codec = self._codec
+        if request:
+            header = codec.parse_request_header(frame)
+            pending[header.correlation_id] = (header.api.key, header.api.version)
+            event = (conn, at, "request", header.api.key, 0)
+        else:
+            key, version = pending.pop(codec.response_correlation_id(frame))
+            spec = codec.api(key, version)
+            _, body = spec.response_header(frame)
+            offset = spec.throttle_offset(frame, body)
+            throttle = codec.read_int32(frame, offset) if offset is not None else 0
+            event = (conn, at, "response", key, throttle)
+        with self._lock:
+            self.events.append(event)
+
+    def sent_while_throttled(self, slack_s: float = 0.02) -> tuple[int, int]:
+        """``(requests begun during a throttle the client had received, throttled responses)``."""
+        with self._lock:
+            events = sorted(self.events, key=lambda e: e[1])
+        early = 0
+        throttled = [e for e in events if e[2] == "response" and e[4] > 0]
+        for conn, at, _, _, throttle in throttled:
+            end = at + throttle / 1000 - slack_s
+            early += sum(
+                1 for c, t, kind, _, _ in events if c == conn and kind == "request" and at < t < end
+            )
+        return early, len(throttled)
