@@ -453,3 +453,57 @@ def test_api_versions_offer_only_versions_the_codec_reads(tansu: Any) -> None:
     assert 0 in offered and 1 in offered  # produce and fetch
     for key, (low, high) in offered.items():
         assert known[key][0] <= low <= high <= known[key][1], key
+
+
+def _metadata_request(correlation_id: int, client_id: str) -> bytes:
+    from kio.schema.metadata.v12.request import MetadataRequest
+    from kio.schema.request_header.v2.header import RequestHeader
+    from kio.static.primitive import i16, i32
+
+    header = RequestHeader(
+        request_api_key=i16(3),
+        request_api_version=i16(12),
+        correlation_id=i32(correlation_id),
+        client_id=client_id,
+    )
+    body = MetadataRequest(topics=(), include_topic_authorized_operations=False)
+    return encode_request(header, body)
+
+
+def test_request_quota_throttles_any_api_in_its_response_and_mutes(tansu: Any) -> None:
+    """``request_percentage`` applies to every API: the throttle is written into the
+    response's own field (Metadata v12 here), and the connection reads nothing more until
+    it has passed (the next answer comes no earlier)."""
+    import kquota
+    from kquota.broker import QuotaPlugin
+
+    plugin = QuotaPlugin()
+    plugin.request.set_quota(kquota.Entity(client_id="chatty"), 0.01)  # 0.01 % of a thread
+    spec = codec.api(3, 12)
+    with (
+        run_proxy(tansu.upstream, tansu.proxy_port, plugin),
+        socket.create_connection(("127.0.0.1", tansu.proxy_port), timeout=30) as sock,
+    ):
+        throttle = 0
+        correlation_id = 0
+        while throttle == 0 and correlation_id < 500:
+            correlation_id += 1
+            sock.sendall(_metadata_request(correlation_id, "chatty"))
+            frame = read_frame(sock)
+            assert frame is not None
+            assert codec.response_correlation_id(frame) == correlation_id
+            _, body = spec.response_header(frame)
+            offset = spec.throttle_offset(frame, body)
+            assert offset is not None
+            throttle = codec.read_int32(frame, offset)
+            answered = time.monotonic()
+        assert throttle > 0, "500 requests at 0.01 % of a thread were never throttled"
+        # the next request is read only once the throttle has passed
+        sock.sendall(_metadata_request(correlation_id + 1, "chatty"))
+        frame = read_frame(sock)
+        waited = time.monotonic() - answered
+    assert frame is not None and codec.response_correlation_id(frame) == correlation_id + 1
+    assert waited >= throttle / 1000 - 0.01
+    # the patched responses decode; the broker advertises the proxy, as it must
+    response = codec.read_fields(frame, spec.response_header(frame)[1], spec.response_type)
+    assert response.brokers[0].port == tansu.proxy_port
