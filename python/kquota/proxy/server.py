@@ -188,6 +188,13 @@ class ProxyServer:
             log.warning("closing connection from %s: %s", _who(connection), _reason(exc))
         except KquotaError as exc:
             log.warning("closing connection from %s: %s", _who(connection), exc)
+        except Exception as exc:  # a bug: still one line, and only this connection
+            log.error(
+                "closing connection from %s: internal error: %s: %s",
+                _who(connection),
+                type(exc).__name__,
+                exc,
+            )
         finally:
             self._connections.discard(connection)
             with contextlib.suppress(KquotaError):
