@@ -539,3 +539,65 @@ def test_kip219_clients_send_nothing_on_a_connection_while_throttled(
     else:
         assert early > 0
     print(f"{client}: {throttled} throttled responses, {early} requests sent during them")
+
+
+def test_kafka_python_consumer_group_is_held_to_its_fetch_quota(tansu: Any) -> None:
+    """kafka-python's fetcher keeps fetch-session state (KIP-227; Tansu 0.6 opens no
+    session): after throttled fetches answered empty it goes on without a reset or a gap."""
+    from confluent_kafka import Producer
+    from kafka import KafkaConsumer
+
+    quota = 150_000
+    run_s = 20
+    topic = "quota-fetch-kafka-python"
+    messages = 4_500
+    plugin = _plugin()
+    plugin.fetch.set_quota(kquota.Entity(client_id="kp-slow-consumer"), quota)
+    with run_proxy(tansu.upstream, tansu.proxy_port, plugin) as proxy:
+        create_topic(proxy.address, topic)
+        filler = Producer({"bootstrap.servers": proxy.address, "client.id": "filler"})
+        payload = b"z" * MESSAGE
+        for seq in range(messages):
+            filler.produce(topic, seq.to_bytes(8, "big") + payload)
+            if seq % 500 == 0:
+                filler.poll(0)
+        assert filler.flush(60) == 0
+
+        consumer = KafkaConsumer(
+            topic,
+            bootstrap_servers=proxy.address,
+            group_id="kp-slow-group",
+            client_id="kp-slow-consumer",
+            auto_offset_reset="earliest",
+            fetch_max_wait_ms=100,
+            fetch_max_bytes=BATCH,
+            max_partition_fetch_bytes=BATCH,
+        )
+        received: list[tuple[float, int, int]] = []
+        start = time.monotonic()
+        try:
+            while time.monotonic() - start < run_s:
+                for records in consumer.poll(timeout_ms=200).values():
+                    now = time.monotonic()
+                    received.extend(
+                        (now, int.from_bytes(r.value[:8], "big"), len(r.value)) for r in records
+                    )
+        finally:
+            consumer.close()
+
+    applied = plugin.throttles("fetch", "kp-slow-consumer")
+    assert applied, "the consumer was never throttled"
+    throttled = [a for a in plugin.applied if a.api == "fetch" and a.outcome.throttled]
+    assert all(a.outcome.empty_response for a in throttled)
+    sensor_max = _check_sensor(plugin, "fetch", "kp-slow-consumer", quota)
+    got = sum(size for t, _, size in received if t < start + run_s)
+    assert got <= quota * (run_s + PADDED_S) + BATCH
+    later = sum(size for t, _, size in received if start + 5 <= t < start + run_s)
+    assert later / (run_s - 5) <= 1.05 * quota
+    assert [seq for _, seq, _ in received] == list(range(len(received)))
+    assert 0 < len(received) < messages
+    print(
+        f"kafka-python consumer group, Q={quota}: {len(applied)} throttled fetches answered"
+        f" empty, sensor max {sensor_max:.3f} Q, consumed {got / run_s / quota:.3f} Q over"
+        f" the run, {later / (run_s - 5) / quota:.3f} Q from 5 s, {len(received)} in order"
+    )
