@@ -32,10 +32,6 @@ from test_proxy_support import (
 )
 
 pytestmark = pytest.mark.filterwarnings(
-    # kafka-python and aiokafka still call asyncio/selectors APIs deprecated in newer
-    # Pythons; their warnings are not about the proxy.
-    "ignore::DeprecationWarning:kafka",
-    "ignore::DeprecationWarning:aiokafka",
     # kafka-python 3.0.12 loads its schemas with importlib.resources' legacy API
     "ignore:(open_text|read_text) is deprecated:DeprecationWarning",
 )

@@ -43,9 +43,6 @@ from test_proxy_support import RecordingPlugin, create_topic, run_proxy
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.filterwarnings(
-        # kafka-python and aiokafka call asyncio/selectors APIs deprecated in newer Pythons
-        "ignore::DeprecationWarning:kafka",
-        "ignore::DeprecationWarning:aiokafka",
         # kafka-python 3.0.12 loads its schemas with importlib.resources' legacy API
         "ignore:(open_text|read_text) is deprecated:DeprecationWarning",
     ),
