@@ -26,6 +26,16 @@ mod imp {
         epoch::pin()
     }
 
+    /// Frees what was retired as soon as no other thread is pinned, rather than after the
+    /// next hundred-odd pins: each pin-and-flush moves this thread's retired values to the
+    /// collector and advances the epoch once when it can; values retired two epochs back
+    /// are freed. Call it unpinned, after retiring something large (a rebuilt table).
+    pub fn collect_garbage() {
+        for _ in 0..3 {
+            epoch::pin().flush();
+        }
+    }
+
     /// A value loaded from an [`AtomicBox`], valid while the guard is held.
     pub struct Loaded<'g, T> {
         shared: Shared<'g, T>,
@@ -195,6 +205,9 @@ mod imp {
         Guard
     }
 
+    /// The model frees retired values when the box drops.
+    pub fn collect_garbage() {}
+
     pub struct Loaded<'g, T> {
         ptr: *mut T,
         _guard: std::marker::PhantomData<&'g T>,
@@ -329,7 +342,7 @@ mod imp {
     }
 }
 
-pub use imp::{pin, AtomicBox, AtomicRef, AtomicWord, Guard, Loaded};
+pub use imp::{collect_garbage, pin, AtomicBox, AtomicRef, AtomicWord, Guard, Loaded};
 
 // SAFETY: the box hands out `&T` to several threads and moves `T` values between
 // threads (a value published by one thread is freed by another).

@@ -17,7 +17,7 @@ use std::sync::atomic::{
 };
 use std::sync::Arc;
 
-use crate::cow::{pin, CowCell, Guard};
+use crate::cow::{collect_garbage, pin, CowCell, Guard};
 use crate::delay_queue::DelayQueue;
 use crate::entity::{sanitize_user, Overrides, Pair, PairRef, QuotaEntity};
 use crate::error::{check_quota, check_usage, Error, Result};
@@ -834,11 +834,17 @@ impl QuotaManager {
                     .map(|tags| self.sensor_name("ThrottleTime", tags)),
             )
             .collect();
+        let mut shrunk = false;
         if !names.is_empty() {
             self.expiry_round.fetch_add(1, Release);
             let current = self.maps.load(&guard);
             current.clients.pin().retain(|_, r| r.live());
-            self.shrink(current, &guard);
+            shrunk = self.shrink(current, &guard);
+        }
+        drop(guard);
+        if shrunk {
+            // The old tables are retired: free them now, not after the next pins.
+            collect_garbage();
         }
         names.sort();
         names
@@ -846,10 +852,11 @@ impl QuotaManager {
 
     /// Replaces `maps` (the current maps) by right-sized copies if they hold less than
     /// an eighth of what they once did.
-    fn shrink(&self, maps: &Maps, guard: &Guard) {
+    /// Whether it replaced them.
+    fn shrink(&self, maps: &Maps, guard: &Guard) -> bool {
         let peak = maps.peak.load(Relaxed);
         if peak < SHRINK_FLOOR || maps.len().saturating_mul(SHRINK_RATIO) >= peak {
-            return;
+            return false;
         }
         self.maps.rebuild(
             Maps::copy_of,
@@ -862,7 +869,7 @@ impl QuotaManager {
                 unlink_dead(&new.throttle_sensors);
             },
             guard,
-        );
+        )
     }
 
     // -- batch -----------------------------------------------------------------------
