@@ -89,7 +89,7 @@ test-fuzz: $(CARGO_FUZZ) ## Replay the cargo fuzz targets' committed inputs (no 
 fuzz: $(EXT) $(CARGO_FUZZ) ## Fuzz each target for FUZZ_SECONDS (cargo fuzz + atheris); finds are new inputs
 	bash fuzz/run $(FUZZ_SECONDS)
 
-test-python: check-shared $(EXT) ## pytest (conformance vectors included)
+test-python: check-shared $(EXT) $(TANSU) ## pytest (conformance vectors; kquota proxy against Tansu)
 	$(PY) -m pytest
 
 lint: $(DEPS) ## rustfmt, clippy -D warnings, ruff, mypy, stubtest of _core.pyi
