@@ -690,8 +690,7 @@ class QuotaManager:
         """
         if unrecord_if is not None and self._quota_type != "fetch":
             raise InvalidUsageError(
-                f"unrecord_if given to a {self._quota_type} manager: only a fetch manager "
-                "unrecords"
+                f"unrecord_if given to a {self._quota_type} manager: only a fetch manager unrecords"
             )
         times = _batch_array("now_ms", now_ms, np.int64)
         indices = _batch_array("key_index", key_index, np.int64)

@@ -221,7 +221,7 @@ pub(crate) fn quota(obj: &Bound<'_, PyAny>) -> PyResult<f64> {
 
 /// A `kquota.Entity`.
 pub(crate) fn entity<'py>(obj: &Bound<'py, PyAny>) -> PyResult<Bound<'py, crate::Entity>> {
-    obj.cast::<crate::Entity>().map(|e| e.clone()).map_err(|_| {
+    obj.cast::<crate::Entity>().cloned().map_err(|_| {
         wrong_type(
             "entity",
             "a kquota.Entity, e.g. Entity(user='alice') or Entity(client_id=DEFAULT)",
