@@ -14,40 +14,15 @@ import logging
 import math
 import re
 import threading
-from collections.abc import Iterator
 
 import kquota
 import numpy as np
 import pytest
+from broker_support import SimClock, no_thread_left_behind  # noqa: F401 (autouse fixture)
 from kquota.broker import MAX_THROTTLE_MS, SENSOR_EXPIRY_INTERVAL_MS, ThrottledChannels
 from kquota.exceptions import ChannelError, InvalidValueError
 
 HANG_S = 30.0  # bounds a wait that would otherwise hang; never a measurement
-
-
-class SimClock:
-    """A simulated clock: time moves only when the test says so."""
-
-    def __init__(self, now: int = 0) -> None:
-        self.now = now
-
-    def __call__(self) -> int:
-        return self.now
-
-
-def background_threads() -> set[threading.Thread]:
-    return {t for t in threading.enumerate() if t.name == "kquota-channels"}
-
-
-@pytest.fixture(autouse=True)
-def no_thread_left_behind() -> Iterator[None]:
-    """Every background thread a test starts is gone once its objects are."""
-    before = background_threads()
-    yield
-    gc.collect()
-    for thread in background_threads() - before:
-        thread.join(HANG_S)
-        assert not thread.is_alive(), "a kquota-channels thread outlived its test"
 
 
 def manager(expiry_ms: int = 3_600_000) -> kquota.QuotaManager:

@@ -9,19 +9,19 @@ time budget; a deadline only bounds a hang."""
 from __future__ import annotations
 
 import errno
-import gc
 import itertools
 import math
 import socket
 import threading
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import kquota
 import numpy as np
 import pytest
+from broker_support import no_thread_left_behind  # noqa: F401 (autouse fixture)
 from kquota.broker import (
     QUOTA_VALUE_METRIC_CONFIG,
     MetricsServerError,
@@ -36,21 +36,6 @@ from prometheus_client.registry import CollectorRegistry
 
 Samples = dict[str, dict[tuple[str, str], float]]
 HANG_S = 60.0  # bounds a wait that would otherwise hang; never a measurement
-
-
-@pytest.fixture(autouse=True)
-def no_thread_left_behind() -> Iterator[None]:
-    """Every background thread of a plugin a test makes is gone once the plugin is."""
-
-    def running() -> set[threading.Thread]:
-        return {t for t in threading.enumerate() if t.name == "kquota-channels"}
-
-    before = running()
-    yield
-    gc.collect()
-    for thread in running() - before:
-        thread.join(HANG_S)
-        assert not thread.is_alive(), "a kquota-channels thread outlived its test"
 
 
 def scrape(url: str) -> tuple[Samples, int]:

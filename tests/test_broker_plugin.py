@@ -8,16 +8,16 @@ import asyncio
 import bisect
 import dataclasses
 import functools
-import gc
 import math
 import re
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import kquota
 import pytest
+from broker_support import SimClock, no_thread_left_behind  # noqa: F401 (autouse fixture)
 from kquota.broker import QuotaOutcome, QuotaPlugin, ThrottledChannels
 from kquota.conformance import Scenario, load_scenario
 from kquota.exceptions import ChannelError, InvalidConfigError, InvalidUsageError, InvalidValueError
@@ -26,31 +26,6 @@ ROOT = Path(__file__).resolve().parents[1]
 VECTORS = ROOT.parent / "shared" / "conformance"
 USER = kquota.Entity(user="u")
 HANG_S = 30.0  # bounds a wait that would otherwise hang; never a measurement
-
-
-class SimClock:
-    """A simulated clock: time moves only when the test says so."""
-
-    def __init__(self, now: int = 0) -> None:
-        self.now = now
-
-    def __call__(self) -> int:
-        return self.now
-
-
-def background_threads() -> set[threading.Thread]:
-    return {t for t in threading.enumerate() if t.name == "kquota-channels"}
-
-
-@pytest.fixture(autouse=True)
-def no_thread_left_behind() -> Iterator[None]:
-    """Every background thread a test starts is gone once its objects are."""
-    before = background_threads()
-    yield
-    gc.collect()
-    for thread in background_threads() - before:
-        thread.join(HANG_S)
-        assert not thread.is_alive(), "a kquota-channels thread outlived its test"
 
 
 def plugin_with(

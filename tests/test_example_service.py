@@ -10,19 +10,17 @@ bound a hang."""
 from __future__ import annotations
 
 import asyncio
-import gc
 import importlib.util
 import math
 import sys
-import threading
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import kquota
 import pytest
+from broker_support import SimClock, no_thread_left_behind  # noqa: F401 (autouse fixture)
 from kquota.broker import QuotaPlugin
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -52,29 +50,6 @@ def load_example() -> ModuleType:
 @pytest.fixture(scope="module")
 def example() -> ModuleType:
     return load_example()
-
-
-@pytest.fixture(autouse=True)
-def no_thread_left_behind() -> Iterator[None]:
-    """Every maintenance thread of a plugin a test makes is gone once the plugin is."""
-
-    def running() -> set[threading.Thread]:
-        return {t for t in threading.enumerate() if t.name == "kquota-channels"}
-
-    before = running()
-    yield
-    gc.collect()
-    for thread in running() - before:
-        thread.join(HANG_S)
-        assert not thread.is_alive(), "a kquota-channels thread outlived its test"
-
-
-class SimClock:
-    def __init__(self) -> None:
-        self.now = 0
-
-    def __call__(self) -> int:
-        return self.now
 
 
 def scrape(url: str) -> dict[str, dict[tuple[str, str], float]]:
