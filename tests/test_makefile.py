@@ -1,0 +1,44 @@
+"""The Makefile's own contract: `make test` without ../shared stops at once with one line,
+and `make help` lists the targets the README names."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+pytestmark = pytest.mark.skipif(shutil.which("make") is None, reason="needs make")
+
+
+def make(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["make", "--no-print-directory", "-C", str(ROOT), *args],
+        capture_output=True,
+        text=True,
+        timeout=60,  # bounds a hang only
+        check=False,
+    )
+
+
+def test_make_test_without_shared_stops_with_one_line(tmp_path: Path) -> None:
+    missing = tmp_path / "no-shared-here"
+    # `test` itself, dry of everything after the check: the check runs first and fails.
+    result = make("test", f"SHARED={missing}")
+    assert result.returncode == 2
+    lines = [line for line in result.stderr.splitlines() if not line.startswith("make:")]
+    assert len(lines) == 1, result.stderr
+    assert f"{missing}/conformance" in lines[0] and "../shared" in lines[0]
+    assert result.stdout == ""  # nothing ran before it
+
+
+def test_make_help_lists_the_commands_the_readme_gives() -> None:
+    result = make("help")
+    assert result.returncode == 0, result.stderr
+    targets = {line.split()[1] for line in result.stdout.splitlines() if line.strip()}
+    assert {"demo", "test", "fuzz", "tools", "bench", "bench-quick", "lint"} <= targets
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert "make demo" in readme and "make test" in readme
