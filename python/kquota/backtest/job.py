@@ -43,7 +43,7 @@ import pandas as pd  # type: ignore[import-untyped]
 import pyarrow as pa  # type: ignore[import-untyped]
 
 from kquota import QuotaManager
-from kquota.backtest import kernel
+from kquota.backtest import kernel, requestlog
 from kquota.backtest.kernel import (
     ADDED_LATENCY,
     API,
@@ -154,6 +154,8 @@ class BacktestOptions:
     buckets: int | None = None
     report: bool = True
     partition: PartitionBy = "broker"
+    log: requestlog.LogOptions = field(default_factory=requestlog.LogOptions)
+    """How to read Kafka's request log (``input_format`` ``kafka-request-log``)."""
 
     def __post_init__(self) -> None:
         if self.mode not in ("open", "closed"):
@@ -164,9 +166,10 @@ class BacktestOptions:
             raise TrafficError(f"invalid scales {self.scales!r}: each scale once")
         if not 0.0 <= self.target < 1.0:
             raise TrafficError(f"invalid target {self.target!r}: expected a fraction in [0, 1)")
-        if self.input_format not in ("auto", "parquet", "csv"):
+        if self.input_format not in ("auto", "parquet", "csv", requestlog.FORMAT):
             raise TrafficError(
-                f"invalid format {self.input_format!r}: expected auto, parquet or csv"
+                f"invalid format {self.input_format!r}: expected auto, parquet, csv or "
+                f"{requestlog.FORMAT}"
             )
         if self.partition not in ("broker", "sensor"):
             raise TrafficError(
@@ -395,11 +398,17 @@ def read_traffic(spark: SparkSession, path: str, input_format: str = "auto") -> 
 
 def check_traffic(path: str, input_format: str = "auto") -> str:
     """Check traffic on the local file system before Spark starts (a remote path is left
-    to Spark); return the format it is read as (``parquet`` or ``csv``).
+    to Spark); return the format it is read as (``parquet``, ``csv`` or, for Kafka's
+    request log, :data:`~kquota.backtest.requestlog.FORMAT`).
 
     A path that does not exist, is empty, is not the format chosen, or cannot be read (a
     name too long, no permission) raises :class:`~kquota.exceptions.TrafficError` naming it.
     """
+    if input_format == requestlog.FORMAT or (
+        input_format == "auto" and requestlog.is_request_log(path)
+    ):
+        requestlog.log_files(path)  # raises naming what is missing or empty
+        return requestlog.FORMAT
     try:
         if not _is_remote(path):
             local = _local(path)
@@ -1141,8 +1150,17 @@ def _run(spark: SparkSession, options: BacktestOptions, progress: Progress) -> B
     prepare_output(out)
     configs = [options.quotas.scaled(s).dumps() for s in options.scales]
 
-    progress.phase(f"reading {options.traffic}")
-    raw = read_traffic(spark, options.traffic, options.input_format)
+    traffic_path, traffic_format = options.traffic, options.input_format
+    log_notes: list[str] = []
+    if check_traffic(traffic_path, traffic_format) == requestlog.FORMAT:
+        # Kafka's request log: parsed once, into DIR/traffic/, then back-tested from there
+        traffic_path, traffic_format = f"{out}/traffic", "parquet"
+        progress.phase(f"reading the request log {options.traffic} into {traffic_path}/")
+        summary = requestlog.import_log(spark, options.traffic, traffic_path, options.log)
+        progress.note(f"{summary.lines:,} lines, {summary.lines_skipped:,} skipped")
+        log_notes = summary.notes()
+    progress.phase(f"reading {traffic_path}")
+    raw = read_traffic(spark, traffic_path, traffic_format)
     parsed = _parsed(raw)
     with _reading(options.traffic):  # the first action: Spark reads every row here
         rows = (
@@ -1178,7 +1196,7 @@ def _run(spark: SparkSession, options: BacktestOptions, progress: Progress) -> B
             f"{quarantine}/)"
         )
     valid = _valid(parsed, raw.columns)
-    notes: list[str] = []
+    notes: list[str] = log_notes
     if options.quotas.quotas("request") and THREAD not in raw.columns:
         notes.append("the traffic has no thread_time_ns: request quotas throttle nothing")
     if not options.quotas.entries:

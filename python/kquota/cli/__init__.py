@@ -17,10 +17,10 @@ import io
 import sys
 from collections.abc import Sequence
 
-from kquota.cli import backtest, configs, conformance, gen_traffic, proxy
+from kquota.cli import backtest, configs, conformance, gen_traffic, proxy, traffic
 from kquota.cli.common import EXIT_BAD_INPUT, fail
 
-COMMANDS = (conformance, configs, backtest, gen_traffic, proxy)
+COMMANDS = (conformance, configs, backtest, gen_traffic, traffic, proxy)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -67,8 +67,15 @@ def register(subparsers: Any) -> None:
         "--strict", action="store_true", help="refuse traffic with any bad row (exit 2)"
     )
     parser.add_argument(
-        "--format", choices=("auto", "parquet", "csv"), default="auto", help="input format"
+        "--traffic-format",
+        "--format",
+        dest="format",
+        choices=("auto", "parquet", "csv", "kafka-request-log"),
+        default="auto",
+        help="input format (auto: kafka-request.log* files, folders of them and globs are "
+        "Kafka's request log; else by name)",
     )
+    add_log_options(parser)
     parser.add_argument(
         "--partition",
         choices=("broker", "sensor"),
@@ -84,6 +91,36 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument("--quiet", action="store_true", help="no progress on stderr")
     parser.set_defaults(run=run)
+
+
+def add_log_options(parser: argparse.ArgumentParser) -> None:
+    """``--broker-id-from``/``--broker-id`` and ``--log-timezone`` (Kafka's request log)."""
+    broker = parser.add_mutually_exclusive_group()
+    broker.add_argument(
+        "--broker-id-from",
+        metavar="REGEX",
+        default=r"([^/]+)/[^/]+$",
+        help="request log: the broker id is the first group of REGEX in each file's path "
+        "(default: the folder holding the file, one folder per broker)",
+    )
+    broker.add_argument(
+        "--broker-id", type=int, metavar="N", help="request log: every file is broker N's"
+    )
+    parser.add_argument(
+        "--log-timezone",
+        metavar="ZONE",
+        default="UTC",
+        help="request log: the brokers' time zone (the log does not print it; default UTC)",
+    )
+
+
+def log_options(args: argparse.Namespace) -> Any:
+    """The :class:`~kquota.backtest.requestlog.LogOptions` of the parsed arguments."""
+    from kquota.backtest.requestlog import LogOptions
+
+    return LogOptions(
+        broker_id_from=args.broker_id_from, broker_id=args.broker_id, timezone=args.log_timezone
+    )
 
 
 def load_quotas(spec: str) -> QuotaConfig:
@@ -143,6 +180,7 @@ def run(args: argparse.Namespace) -> int:
             input_format=args.format,
             buckets=args.buckets,
             partition=args.partition,
+            log=log_options(args),
         )
         if args.master is not None and not MASTER.fullmatch(args.master):
             raise InvalidValueError(
