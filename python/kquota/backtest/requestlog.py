@@ -85,9 +85,13 @@ DEFAULT_BROKER_ID_FROM: Final = r"([^/]+)/[^/]+$"
 """The broker of a file, by default: the name of the folder holding it (one folder per
 broker, e.g. ``logs/broker-1/kafka-request.log``)."""
 MAX_LINE_BYTES: Final = 16 * 1024 * 1024
-"""Longer lines are counted as ``line too long`` and not parsed. A Produce or Fetch line
-of thousands of partitions is a few MB; the bound keeps a corrupt file without newlines
-from being parsed as one line (Spark still reads it: see tests/test_request_log.py)."""
+"""Longer lines are not read: Hadoop's line reader (under Spark's text source) keeps at
+most this much of a line and drops longer ones, so a corrupt file without newlines costs
+bounded memory (a 100 MB line otherwise needs several copies of itself on one executor:
+out of memory at Spark's default 1 GB). A Produce or Fetch line of thousands of partitions
+is a few MB. Dropped lines are counted as :data:`TOO_LONG` from the bytes of plain (not
+``.gz``) files that no line read accounts for: at least one line when that is
+``>= MAX_LINE_BYTES``; in ``.gz`` files they go uncounted."""
 EXAMPLES: Final = 5
 """Examples kept per reason."""
 EXAMPLE_CHARS: Final = 300
@@ -119,7 +123,7 @@ EXEMPT_API_KEYS: Final = {
 
 # Why a line gives no row, in the order they are tested (the first that applies wins).
 NOT_UTF8: Final = "not UTF-8"
-TOO_LONG: Final = "line too long"
+TOO_LONG: Final = "line over 16 MiB (not read; counted from missing bytes)"
 TRACE_LINE: Final = "RequestChannel$ TRACE line"
 OTHER_LINE: Final = "not a Completed request line"
 OLD_FORMAT: Final = "pre-2.8 text format (unsupported)"
@@ -229,6 +233,8 @@ class LogFiles:
     path: str
     files: tuple[str, ...]
     empty: tuple[str, ...] = ()
+    plain_bytes: int | None = None
+    """The size of the files that are not ``.gz`` (None for a remote path)."""
 
 
 def _is_remote(path: str) -> bool:
@@ -282,7 +288,8 @@ def log_files(path: str) -> LogFiles:
         raise TrafficError(
             f"traffic {path!r} has no line to read: all {len(empty):,} file(s) are empty"
         )
-    return LogFiles(path, tuple(files), tuple(empty))
+    plain = sum(Path(f).stat().st_size for f in files if not f.endswith(".gz"))
+    return LogFiles(path, tuple(files), tuple(empty), plain)
 
 
 def is_request_log(path: str) -> bool:
@@ -573,6 +580,7 @@ class _Lines:
 _REASON: Final = "_kq_reason"
 _EXAMPLE: Final = "_kq_example"
 _FILE: Final = "_kq_file"
+_PLAIN: Final = "_kq_plain_bytes"
 
 
 def read(spark: SparkSession, path: str, options: LogOptions | None = None) -> _Lines:
@@ -588,7 +596,9 @@ def read(spark: SparkSession, path: str, options: LogOptions | None = None) -> _
     options = options or LogOptions()
     files = log_files(path)
     try:
-        text = spark.read.text(list(files.files))
+        text = spark.read.option(
+            "mapreduce.input.linerecordreader.line.maxlength", str(MAX_LINE_BYTES)
+        ).text(list(files.files))
         found = sorted(text.inputFiles())
     except spark_errors() as exc:
         raise TrafficError(f"cannot read traffic {path!r}: {spark_message(exc)}") from None
@@ -667,7 +677,6 @@ def read(spark: SparkSession, path: str, options: LogOptions | None = None) -> _
     produce, fetch = key == PRODUCE, key == FETCH
     reason = (
         F.when(~F.col("_kq_utf8"), F.lit(NOT_UTF8))
-        .when(F.col("_kq_size") > MAX_LINE_BYTES, F.lit(TOO_LONG))
         .when((head_len == 0) & value.endswith(F.lit(_TRACE_SUFFIX)), F.lit(TRACE_LINE))
         .when(head_len == 0, F.lit(OTHER_LINE))
         .when(F.substring(head, -1, 1) != "{", F.lit(OLD_FORMAT))
@@ -713,6 +722,7 @@ def read(spark: SparkSession, path: str, options: LogOptions | None = None) -> _
         reason.alias(_REASON),
         F.when(reason.isNotNull(), example).alias(_EXAMPLE),
         F.col(_FILE),
+        F.when(~F.col(_FILE).endswith(".gz"), F.col("_kq_size") + 1).alias(_PLAIN),
     )
     return _Lines(frame, files, tuple(found))
 
@@ -728,6 +738,7 @@ def _metrics() -> list[Column]:
         F.count_if(reason.isNull()).alias("rows"),
         F.collect_set(F.col(_FILE)).alias("files_with_lines"),
         F.collect_set(F.when(reason.isNull(), F.col(_FILE))).alias("files_with_rows"),
+        F.sum(F.col(_PLAIN)).alias("plain_bytes"),
     ]
     for i, name in enumerate(REASONS):
         hit = reason == name
@@ -748,6 +759,11 @@ def _summary(lines: _Lines, values: dict[str, Any]) -> LogSummary:
         if count:
             skipped[name] = count
             examples[name] = [e for e in (values.get(f"e{i}") or []) if e is not None]
+    read_bytes = int(values.get("plain_bytes") or 0)
+    missing = (lines.files.plain_bytes or 0) - read_bytes
+    if lines.files.plain_bytes is not None and missing >= MAX_LINE_BYTES:
+        skipped = {TOO_LONG: 1, **skipped}
+        examples[TOO_LONG] = [f"{missing:,} bytes of the input are in lines not read"]
     summary = LogSummary(
         path=lines.files.path,
         files=len(lines.read),
