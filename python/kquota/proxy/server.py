@@ -41,6 +41,7 @@ from kquota.broker import QuotaOutcome, QuotaPlugin
 from kquota.exceptions import InvalidConfigError, KquotaError, ProxyError
 from kquota.proxy import codec
 from kquota.proxy.sasl import ANONYMOUS, PRINCIPAL_MECHANISMS, principal_from_auth_bytes
+from kquota.proxy.stream import Peer
 
 __all__ = ["DEFAULT_UPSTREAM_TIMEOUT", "ProxyServer"]
 
@@ -52,6 +53,11 @@ DEFAULT_UPSTREAM_TIMEOUT: Final = 300.0
 _STREAM_LIMIT: Final = 256 * 1024
 """Bytes a stream reader buffers before it stops reading its socket (backpressure)."""
 
+_HEAD_BYTES: Final = 16 * 1024
+"""A request larger than this is read in two steps: its first ``_HEAD_BYTES``, then, if
+they are a produce request's header, transactional id and acks (all the proxy reads of
+it), its records are forwarded as they arrive; any other request is read whole."""
+
 
 @dataclass(slots=True, eq=False)
 class _Connection:
@@ -59,10 +65,8 @@ class _Connection:
 
     peer: str
     channel: int
-    client_reader: asyncio.StreamReader
-    client_writer: asyncio.StreamWriter
-    upstream_reader: asyncio.StreamReader | None = None
-    upstream_writer: asyncio.StreamWriter | None = None
+    client: Peer
+    upstream: Peer | None = None
     user: str = ANONYMOUS
     client_id: str = ""
     mechanism: str | None = None
@@ -106,14 +110,16 @@ class ProxyServer:
         self.upstream_timeout = upstream_timeout
         self._server: asyncio.Server | None = None
         self._connections: set[_Connection] = set()
+        self._tasks: set[asyncio.Task[None]] = set()
         self._closing = False
 
     # -- life cycle -----------------------------------------------------------------
 
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> None:
         """Listen on ``host:port`` (``port=0``: any free port, see :attr:`address`)."""
-        self._server = await asyncio.start_server(
-            self._serve, host, port, limit=_STREAM_LIMIT, reuse_address=True
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(
+            lambda: Peer(_STREAM_LIMIT, on_made=self._accept), host, port, reuse_address=True
         )
 
     @property
@@ -157,26 +163,32 @@ class ProxyServer:
 
     # -- one connection -------------------------------------------------------------
 
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        peer = _describe(writer.get_extra_info("peername"))
+    def _accept(self, client: Peer) -> None:
+        task = asyncio.get_running_loop().create_task(self._serve(client))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _serve(self, client: Peer) -> None:
+        assert client.transport is not None
+        peer = _describe(client.transport.get_extra_info("peername"))
         if self._closing:
-            writer.close()
+            await client.close()
             return
         channel = self.plugin.channels.open()
-        connection = _Connection(peer, channel, reader, writer, task=asyncio.current_task())
+        connection = _Connection(peer, channel, client, task=asyncio.current_task())
         self._connections.add(connection)
         try:
             await self._connect_upstream(connection)
             while not self._closing:
                 connection.busy = False
                 await self.plugin.channels.wait_unmuted(channel)
-                size = await _read_size(reader, "request", self.max_request_bytes)
+                size = await _read_size(client, "request", self.max_request_bytes)
                 if size is None:
                     log.debug("connection from %s closed by the client", peer)
                     break
                 connection.busy = True
-                frame = await reader.readexactly(size)
-                await self._exchange(connection, frame)
+                frame = await client.read_exactly(min(size, _HEAD_BYTES))
+                await self._exchange(connection, frame, size)
         except asyncio.CancelledError:
             if not self._closing:
                 raise
@@ -199,22 +211,36 @@ class ProxyServer:
             self._connections.discard(connection)
             with contextlib.suppress(KquotaError):
                 self.plugin.channels.close(channel)
-            await _close(connection.upstream_writer)
-            await _close(writer)
+            if connection.upstream is not None:
+                await connection.upstream.close()
+            await client.close()
 
     async def _connect_upstream(self, connection: _Connection) -> None:
         host, port = self.upstream
+        loop = asyncio.get_running_loop()
         try:
-            connection.upstream_reader, connection.upstream_writer = await asyncio.wait_for(
-                asyncio.open_connection(host, port, limit=_STREAM_LIMIT), self.connect_timeout
+            _, connection.upstream = await asyncio.wait_for(
+                loop.create_connection(lambda: Peer(_STREAM_LIMIT), host, port),
+                self.connect_timeout,
             )
         except (OSError, TimeoutError) as exc:
             raise ProxyError(f"upstream {host}:{port} unreachable: {_reason(exc)}") from None
 
-    async def _exchange(self, connection: _Connection, frame: bytes) -> None:
-        """Serve one request: forward it, check the quota, answer the client."""
+    async def _exchange(self, connection: _Connection, frame: bytes, size: int) -> None:
+        """Serve one request: forward it, check the quota, answer the client.
+
+        ``frame`` is the request's first bytes, all ``size`` of them unless it is larger
+        than ``_HEAD_BYTES``: then a produce request's rest is forwarded as it arrives,
+        and any other request's rest is read first.
+        """
         started = time.thread_time_ns()
-        header = codec.parse_request_header(frame)
+        rest = size - len(frame)
+        header = _produce_head(frame) if rest else None
+        if rest and header is None:
+            frame += await connection.client.read_exactly(rest)
+            rest = 0
+        if header is None:
+            header = codec.parse_request_header(frame)
         spec = header.api
         connection.client_id = header.client_id
         user, client_id, channel = connection.user, header.client_id, connection.channel
@@ -245,19 +271,19 @@ class ProxyServer:
                         ANONYMOUS,
                     )
 
-        upstream_writer = connection.upstream_writer
-        upstream_reader = connection.upstream_reader
-        assert upstream_writer is not None and upstream_reader is not None
-        upstream_writer.write(codec.int32(len(frame)))
-        upstream_writer.write(frame)
-        await upstream_writer.drain()
+        upstream = connection.upstream
+        assert upstream is not None
+        upstream.write((codec.int32(size), frame))
+        if rest:  # a large produce request: its records go on as they arrive
+            await connection.client.forward(rest, upstream)
+        await upstream.drain()
 
         if spec.key == codec.PRODUCE and acks == 0:
             # No response (Kafka sends none for acks=0); a throttle still mutes.
             plugin.on_produce(
                 user,
                 client_id,
-                len(frame),
+                size,
                 time.thread_time_ns() - started,
                 acks=0,
                 channel=channel,
@@ -265,7 +291,7 @@ class ProxyServer:
             return
 
         handled = time.thread_time_ns() - started
-        response = await self._read_response(upstream_reader)
+        response = await self._read_response(upstream)
         resumed = time.thread_time_ns()
         correlation_id = codec.response_correlation_id(response)
         if correlation_id != header.correlation_id:
@@ -286,7 +312,7 @@ class ProxyServer:
         thread_ns = handled + time.thread_time_ns() - resumed
         if spec.key == codec.PRODUCE:
             outcome = plugin.on_produce(
-                user, client_id, len(frame), thread_ns, acks=acks, channel=channel
+                user, client_id, size, thread_ns, acks=acks, channel=channel
             )
         elif spec.key == codec.FETCH and fetch.get("consumer", True):
             size = 4 + len(response) - body_offset  # Kafka's FetchResponse.sizeOf
@@ -373,13 +399,13 @@ class ProxyServer:
         elif error != 0:
             connection.pending_user = None
 
-    async def _read_response(self, reader: asyncio.StreamReader) -> bytes:
+    async def _read_response(self, reader: Peer) -> bytes:
         try:
             async with asyncio.timeout(self.upstream_timeout):
                 size = await _read_size(reader, "response", self.max_response_bytes)
                 if size is None:
                     raise ProxyError("the upstream closed the connection")
-                return await reader.readexactly(size)
+                return await reader.read_exactly(size)
         except asyncio.IncompleteReadError:
             raise ProxyError("the upstream closed the connection mid-response") from None
         except TimeoutError:
@@ -394,9 +420,9 @@ class ProxyServer:
         entity: tuple[str, str] | None,
     ) -> None:
         started = time.thread_time_ns()
-        connection.client_writer.writelines(parts)
+        connection.client.write(parts)
         spent = time.thread_time_ns() - started
-        await connection.client_writer.drain()
+        await connection.client.drain()
         if entity is not None:
             self.plugin.on_response_sent(entity[0], entity[1], spent)
 
@@ -408,6 +434,19 @@ def _read(spec: codec.Api, frame: bytes, header: codec.RequestHeader, name: str)
         raise ProxyError(f"malformed {spec.name} v{spec.version} request: {exc}") from None
 
 
+def _produce_head(head: bytes) -> codec.RequestHeader | None:
+    """The header of a produce request whose first bytes are ``head``, if they hold its
+    header and acks; ``None`` otherwise (read the request whole and parse it then)."""
+    try:
+        header = codec.parse_request_header(head)
+        if header.api.key != codec.PRODUCE:
+            return None
+        header.api.read_request(head, header.body_offset, "acks")
+    except Exception:
+        return None
+    return header
+
+
 def _read_response_field(spec: codec.Api, response: bytes, body_offset: int, name: str) -> int:
     try:
         found = codec._finder(spec.response_type, (name,)).read(response, body_offset)
@@ -417,10 +456,10 @@ def _read_response_field(spec: codec.Api, response: bytes, body_offset: int, nam
     return int(value)
 
 
-async def _read_size(reader: asyncio.StreamReader, what: str, limit: int) -> int | None:
+async def _read_size(reader: Peer, what: str, limit: int) -> int | None:
     """The next frame's size, ``None`` at a clean end of stream."""
     try:
-        prefix = await reader.readexactly(4)
+        prefix = await reader.read_exactly(4)
     except asyncio.IncompleteReadError as exc:
         if not exc.partial:
             return None
@@ -429,14 +468,6 @@ async def _read_size(reader: asyncio.StreamReader, what: str, limit: int) -> int
     if size <= 0 or size > limit:
         raise ProxyError(f"invalid {what} size {size}: expected 1 to {limit} bytes")
     return size
-
-
-async def _close(writer: asyncio.StreamWriter | None) -> None:
-    if writer is None:
-        return
-    writer.close()
-    with contextlib.suppress(OSError, asyncio.CancelledError):
-        await writer.wait_closed()
 
 
 def _describe(peer: object) -> str:
