@@ -62,10 +62,10 @@ ROLES = ("direct", "relay", "kquota")
 TANSU_VERSION = "0.6.0"
 MESSAGE = b"x" * 1024
 TOPIC = "bench"
-MESSAGES = pick(200_000, 50_000)
-ROUNDS = pick(5, 2)
+MESSAGES = pick(200_000, 100_000)
+ROUNDS = pick(7, 3)
 LATENCY_MESSAGES = pick(1_000, 300)
-LATENCY_ROUNDS = pick(5, 2)
+LATENCY_ROUNDS = pick(5, 3)
 
 
 # -- the relay (baseline), run as its own process ------------------------------------------
@@ -93,6 +93,7 @@ class _Relay(asyncio.Protocol):
     async def _link(self, transport: asyncio.Transport) -> None:
         upstream = _Relay(self)
         loop = asyncio.get_running_loop()
+        assert self.upstream_port is not None
         try:
             await loop.create_connection(lambda: upstream, "127.0.0.1", self.upstream_port)
         except OSError:

@@ -6,6 +6,8 @@ read, forwarded, its response read back, the quota checked (``QuotaPlugin``), th
 throttle written into the response, the response sent, and only then is the next request
 read, after the connection's KIP-219 mute (if any) has ended. Responses therefore go out
 in request order; each one's correlation id is checked against its request's.
+A produce request larger than ``_HEAD_BYTES`` is forwarded as it is read, once its
+header and acks are (cut-through, ``kquota.proxy.stream``): still one request at a time.
 
 Per API (see ``kquota.proxy.codec`` for how messages are read):
 
