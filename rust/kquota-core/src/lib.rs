@@ -5,6 +5,8 @@
 //! * [`rate::SampledRate`]: one thread-safe rate sensor with an optional bound.
 //! * [`manager::QuotaManager`]: Kafka's client-quota manager for one quota type
 //!   (entities, precedence, shared sensors, dynamic quotas, expiry, delay queue).
+//! * [`request_path::RequestPath`]: Kafka's request handling over the three managers
+//!   (which quotas a request is checked against, the applied throttle, the fetch unrecord).
 //! * [`migrate`]: how the manager replaces its hash maps by right-sized ones after
 //!   expiry, while other threads use them.
 //!
@@ -24,6 +26,8 @@ pub mod migrate;
 pub mod quota;
 pub mod rate;
 pub mod rate_cell;
+#[cfg(not(loom))]
+pub mod request_path;
 pub mod samples;
 
 #[cfg(not(loom))]
@@ -33,6 +37,8 @@ pub use error::{Error, Result};
 pub use manager::{QuotaManager, QuotaType, SensorSnapshot, DEFAULT_SENSOR_EXPIRY_MS};
 pub use quota::{Check, UNLIMITED};
 pub use rate::SampledRate;
+#[cfg(not(loom))]
+pub use request_path::{ApiKind, Outcome, Request, RequestPath};
 pub use samples::WindowConfig;
 
 /// Milliseconds on a monotonic clock (since the first call in this process); what the
