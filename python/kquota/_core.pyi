@@ -1,6 +1,8 @@
 """Type stubs for ``kquota._core``, the compiled binding over the Rust core.
 
-Everything here is re-exported from :mod:`kquota`; import it from there.
+Everything here is re-exported from :mod:`kquota`; import it from there (except, for
+now, :class:`RequestPath`, :class:`RequestOutcome`, :func:`applied_throttles` and
+:func:`double_to_int`: import those from ``kquota._core``).
 Times are integer milliseconds. Every ``now_ms`` parameter is optional: when it
 is omitted the core reads a monotonic clock (milliseconds since an arbitrary
 origin), so use either caller-supplied times or the clock with one manager,
@@ -24,9 +26,13 @@ __all__ = [
     "InvalidValueError",
     "KquotaError",
     "QuotaManager",
+    "RequestOutcome",
+    "RequestPath",
     "SampledRate",
     "SensorReading",
     "__version__",
+    "applied_throttles",
+    "double_to_int",
     "monotonic_ms",
     "sanitize_user",
 ]
@@ -255,6 +261,123 @@ class QuotaManager:
         ``request`` manager raises :class:`InvalidUsageError` (Kafka unrecords nothing
         there). Returns the throttle of every event.
         """
+
+@final
+class RequestOutcome:
+    """What the quota check of one request decided (:meth:`RequestPath.record`).
+
+    The three ``*_throttle_ms`` are each manager's throttle as Kafka's int (0 when the
+    request was not recorded there; a pathological quota can make one wrap negative, which
+    means "not throttled"). ``throttle_ms`` is the applied one, what the response carries
+    (> 0, or 0 when not throttled); ``throttled_by`` the quota that applied it.
+    ``unrecorded`` is set for a fetch whose bytes were taken back (send an empty
+    response). ``muted_until_ms`` is the end of the throttle once accounted
+    (:meth:`RequestPath.handle`), else ``None``.
+    """
+
+    @property
+    def produce_throttle_ms(self) -> int: ...
+    @property
+    def fetch_throttle_ms(self) -> int: ...
+    @property
+    def request_throttle_ms(self) -> int: ...
+    @property
+    def throttle_ms(self) -> int: ...
+    @property
+    def throttled_by(self) -> Literal["produce", "fetch", "request"] | None: ...
+    @property
+    def unrecorded(self) -> bool: ...
+    @property
+    def muted_until_ms(self) -> int | None: ...
+    @property
+    def throttled(self) -> bool:
+        """Whether the request was throttled (``throttle_ms > 0``)."""
+
+@final
+class RequestPath:
+    """Kafka's request handling over a broker's produce, fetch and request managers.
+
+    * ``produce``: ``size_bytes`` on the produce quota, ``thread_time_ns`` on the request
+      quota (not with ``acks=0``);
+    * ``fetch``: ``thread_time_ns`` on the request quota, then ``size_bytes`` (the
+      response) on the fetch quota; if either throttles, the bytes are unrecorded;
+    * ``other``: the request quota only.
+
+    The applied throttle is the larger one, ties to the request quota; ``<= 0`` is no
+    throttle. ``thread_time_ns=None`` (not known, e.g. in a traffic trace) skips the
+    request quota. The managers must be of the produce, fetch and request type
+    (:class:`InvalidConfigError` otherwise). Safe to share between threads.
+    """
+
+    def __new__(cls, produce: QuotaManager, fetch: QuotaManager, request: QuotaManager) -> Self: ...
+    @property
+    def produce(self) -> QuotaManager: ...
+    @property
+    def fetch(self) -> QuotaManager: ...
+    @property
+    def request(self) -> QuotaManager: ...
+    def manager(self, quota_type: Literal["produce", "fetch", "request"]) -> QuotaManager:
+        """The manager of ``quota_type``: the one a ``throttled_by`` names."""
+
+    def record(
+        self,
+        user: str,
+        client_id: str,
+        kind: Literal["produce", "fetch", "other"],
+        size_bytes: float = 0.0,
+        thread_time_ns: float | None = None,
+        *,
+        acks: int = -1,
+        now_ms: int | None = None,
+    ) -> RequestOutcome:
+        """Record the request on its quotas, unrecord a throttled fetch, decide the throttle.
+
+        Accounts no throttle (``muted_until_ms`` is ``None``): throttle the client with
+        ``manager(outcome.throttled_by).throttle(...)``, or use :meth:`handle`. A bad value
+        raises before anything is recorded.
+        """
+
+    def handle(
+        self,
+        user: str,
+        client_id: str,
+        kind: Literal["produce", "fetch", "other"],
+        size_bytes: float = 0.0,
+        thread_time_ns: float | None = None,
+        *,
+        acks: int = -1,
+        now_ms: int | None = None,
+        channel: int | None = None,
+    ) -> RequestOutcome:
+        """:meth:`record`, then throttle the client through the manager whose throttle applied.
+
+        That manager's :meth:`QuotaManager.throttle` accounts the throttle-time sensor and,
+        with a ``channel``, queues it until ``muted_until_ms``; without one the throttle is
+        accounted only.
+        """
+
+    def fetch_max_bytes(
+        self, user: str, client_id: str, requested_max_bytes: int, now_ms: int | None = None
+    ) -> int:
+        """The fetch's max bytes capped by the client's fetch quota, as Kafka caps it.
+
+        ``min(requested_max_bytes, (int) max_value_in_quota_window(...))`` with Java's
+        double-to-int cast (saturating); the cap is ``2**31 - 1`` with no quota.
+        """
+
+def applied_throttles(
+    produce_ms: npt.NDArray[np.int32],
+    fetch_ms: npt.NDArray[np.int32],
+    request_ms: npt.NDArray[np.int32],
+) -> npt.NDArray[np.int32]:
+    """Per event, the throttle :class:`RequestPath` applies given its three quotas' throttles.
+
+    The largest, 0 when none is > 0. The arrays must have one length
+    (:class:`InvalidUsageError` otherwise). The GIL is released.
+    """
+
+def double_to_int(value: float) -> int:
+    """Java's ``(int)`` cast of a double: truncation toward zero, saturating, NaN to 0."""
 
 class KquotaError(Exception):
     """The base of every error kquota raises."""

@@ -320,3 +320,69 @@ pub(crate) fn keys(obj: &Bound<'_, PyAny>) -> PyResult<Vec<(String, String)>> {
     }
     Ok(out)
 }
+
+pub(crate) fn kind<'py>(obj: &Bound<'py, PyAny>) -> PyResult<Text<'py>> {
+    text(obj, "kind")
+}
+
+pub(crate) fn size_bytes(obj: &Bound<'_, PyAny>) -> PyResult<f64> {
+    real(obj, "size_bytes")
+}
+
+pub(crate) fn opt_thread_time_ns(obj: &Bound<'_, PyAny>) -> PyResult<Option<f64>> {
+    optional(obj, |o| real(o, "thread_time_ns"))
+}
+
+pub(crate) fn acks(obj: &Bound<'_, PyAny>) -> PyResult<i16> {
+    int_in(obj, "acks", i16::MIN, i16::MAX)
+}
+
+pub(crate) fn requested_max_bytes(obj: &Bound<'_, PyAny>) -> PyResult<i64> {
+    i64_arg(obj, "requested_max_bytes")
+}
+
+/// A `kquota.QuotaManager`, for the parameter `name`.
+fn manager<'py>(obj: &Bound<'py, PyAny>, name: &str) -> PyResult<Py<crate::QuotaManager>> {
+    obj.cast::<crate::QuotaManager>()
+        .map(|m| m.clone().unbind())
+        .map_err(|_| wrong_type(name, "a kquota.QuotaManager", obj))
+}
+
+pub(crate) fn produce(obj: &Bound<'_, PyAny>) -> PyResult<Py<crate::QuotaManager>> {
+    manager(obj, "produce")
+}
+
+pub(crate) fn fetch(obj: &Bound<'_, PyAny>) -> PyResult<Py<crate::QuotaManager>> {
+    manager(obj, "fetch")
+}
+
+pub(crate) fn request(obj: &Bound<'_, PyAny>) -> PyResult<Py<crate::QuotaManager>> {
+    manager(obj, "request")
+}
+
+pub(crate) fn java_double(obj: &Bound<'_, PyAny>) -> PyResult<f64> {
+    real(obj, "value")
+}
+
+fn throttles_array<'py>(
+    obj: &Bound<'py, PyAny>,
+    name: &str,
+) -> PyResult<PyReadonlyArray1<'py, i32>> {
+    array(obj, name, "int32")
+}
+
+pub(crate) fn produce_ms_array<'py>(
+    obj: &Bound<'py, PyAny>,
+) -> PyResult<PyReadonlyArray1<'py, i32>> {
+    throttles_array(obj, "produce_ms")
+}
+
+pub(crate) fn fetch_ms_array<'py>(obj: &Bound<'py, PyAny>) -> PyResult<PyReadonlyArray1<'py, i32>> {
+    throttles_array(obj, "fetch_ms")
+}
+
+pub(crate) fn request_ms_array<'py>(
+    obj: &Bound<'py, PyAny>,
+) -> PyResult<PyReadonlyArray1<'py, i32>> {
+    throttles_array(obj, "request_ms")
+}

@@ -584,6 +584,226 @@ impl QuotaManager {
     }
 }
 
+/// What the quota check of one request decided (`kquota_core::Outcome`).
+#[pyclass(module = "kquota._core", frozen, get_all, eq)]
+#[derive(PartialEq)]
+struct RequestOutcome {
+    produce_throttle_ms: i32,
+    fetch_throttle_ms: i32,
+    request_throttle_ms: i32,
+    throttle_ms: i32,
+    throttled_by: Option<&'static str>,
+    unrecorded: bool,
+    muted_until_ms: Option<i64>,
+}
+
+#[pymethods]
+impl RequestOutcome {
+    #[getter]
+    fn throttled(&self) -> bool {
+        self.throttle_ms > 0
+    }
+
+    fn __repr__(&self) -> String {
+        let py_bool = |b: bool| if b { "True" } else { "False" };
+        format!(
+            "RequestOutcome(produce_throttle_ms={}, fetch_throttle_ms={}, request_throttle_ms={}, \
+             throttle_ms={}, throttled_by={}, unrecorded={}, muted_until_ms={})",
+            self.produce_throttle_ms,
+            self.fetch_throttle_ms,
+            self.request_throttle_ms,
+            self.throttle_ms,
+            self.throttled_by
+                .map_or("None".to_owned(), |t| format!("'{t}'")),
+            py_bool(self.unrecorded),
+            self.muted_until_ms
+                .map_or("None".to_owned(), |t| t.to_string())
+        )
+    }
+}
+
+impl From<core::Outcome> for RequestOutcome {
+    fn from(o: core::Outcome) -> Self {
+        RequestOutcome {
+            produce_throttle_ms: o.produce_throttle_ms,
+            fetch_throttle_ms: o.fetch_throttle_ms,
+            request_throttle_ms: o.request_throttle_ms,
+            throttle_ms: o.throttle_ms,
+            throttled_by: o.throttled_by.map(core::QuotaType::as_str),
+            unrecorded: o.unrecorded,
+            muted_until_ms: o.muted_until_ms,
+        }
+    }
+}
+
+/// Kafka's request handling over a broker's produce, fetch and request managers.
+#[pyclass(module = "kquota._core", frozen)]
+struct RequestPath {
+    produce: Py<QuotaManager>,
+    fetch: Py<QuotaManager>,
+    request: Py<QuotaManager>,
+}
+
+impl RequestPath {
+    fn core(&self) -> core::RequestPath<'_> {
+        // The types were checked by `new`; a manager's type never changes.
+        core::RequestPath::new(
+            &self.produce.get().inner,
+            &self.fetch.get().inner,
+            &self.request.get().inner,
+        )
+        .expect("managers checked at construction")
+    }
+
+    fn request_of(
+        kind: &str,
+        size_bytes: f64,
+        thread_time_ns: Option<f64>,
+        acks: i16,
+    ) -> CoreResult<core::Request> {
+        Ok(core::Request {
+            kind: kind.parse()?,
+            bytes: size_bytes,
+            thread_time_ns,
+            acks,
+        })
+    }
+}
+
+#[pymethods]
+impl RequestPath {
+    #[new]
+    fn new(
+        #[pyo3(from_py_with = args::produce)] produce: Py<QuotaManager>,
+        #[pyo3(from_py_with = args::fetch)] fetch: Py<QuotaManager>,
+        #[pyo3(from_py_with = args::request)] request: Py<QuotaManager>,
+    ) -> CoreResult<Self> {
+        core::RequestPath::new(
+            &produce.get().inner,
+            &fetch.get().inner,
+            &request.get().inner,
+        )?;
+        Ok(RequestPath {
+            produce,
+            fetch,
+            request,
+        })
+    }
+
+    #[getter]
+    fn produce(&self, py: Python<'_>) -> Py<QuotaManager> {
+        self.produce.clone_ref(py)
+    }
+
+    #[getter]
+    fn fetch(&self, py: Python<'_>) -> Py<QuotaManager> {
+        self.fetch.clone_ref(py)
+    }
+
+    #[getter]
+    fn request(&self, py: Python<'_>) -> Py<QuotaManager> {
+        self.request.clone_ref(py)
+    }
+
+    fn manager(
+        &self,
+        py: Python<'_>,
+        #[pyo3(from_py_with = args::quota_type)] quota_type: Text<'_>,
+    ) -> CoreResult<Py<QuotaManager>> {
+        Ok(match (*quota_type).parse()? {
+            core::QuotaType::Produce => self.produce.clone_ref(py),
+            core::QuotaType::Fetch => self.fetch.clone_ref(py),
+            core::QuotaType::Request => self.request.clone_ref(py),
+        })
+    }
+
+    #[pyo3(signature = (user, client_id, kind, size_bytes=0.0, thread_time_ns=None, *, acks=-1, now_ms=None))]
+    #[pyo3(
+        text_signature = "($self, user, client_id, kind, size_bytes=0.0, thread_time_ns=None, *, acks=-1, now_ms=None)"
+    )]
+    #[allow(clippy::too_many_arguments)]
+    fn record(
+        &self,
+        #[pyo3(from_py_with = args::user)] user: Text<'_>,
+        #[pyo3(from_py_with = args::client_id)] client_id: Text<'_>,
+        #[pyo3(from_py_with = args::kind)] kind: Text<'_>,
+        #[pyo3(from_py_with = args::size_bytes)] size_bytes: f64,
+        #[pyo3(from_py_with = args::opt_thread_time_ns)] thread_time_ns: Option<f64>,
+        #[pyo3(from_py_with = args::acks)] acks: i16,
+        #[pyo3(from_py_with = args::now_ms)] now_ms: Option<i64>,
+    ) -> CoreResult<RequestOutcome> {
+        let request = Self::request_of(&kind, size_bytes, thread_time_ns, acks)?;
+        let outcome = self
+            .core()
+            .record(&user, &client_id, &request, now_or_clock(now_ms))?;
+        Ok(outcome.into())
+    }
+
+    #[pyo3(signature = (user, client_id, kind, size_bytes=0.0, thread_time_ns=None, *, acks=-1, now_ms=None, channel=None))]
+    #[pyo3(
+        text_signature = "($self, user, client_id, kind, size_bytes=0.0, thread_time_ns=None, *, acks=-1, now_ms=None, channel=None)"
+    )]
+    #[allow(clippy::too_many_arguments)]
+    fn handle(
+        &self,
+        #[pyo3(from_py_with = args::user)] user: Text<'_>,
+        #[pyo3(from_py_with = args::client_id)] client_id: Text<'_>,
+        #[pyo3(from_py_with = args::kind)] kind: Text<'_>,
+        #[pyo3(from_py_with = args::size_bytes)] size_bytes: f64,
+        #[pyo3(from_py_with = args::opt_thread_time_ns)] thread_time_ns: Option<f64>,
+        #[pyo3(from_py_with = args::acks)] acks: i16,
+        #[pyo3(from_py_with = args::now_ms)] now_ms: Option<i64>,
+        #[pyo3(from_py_with = args::channel)] channel: Option<u64>,
+    ) -> CoreResult<RequestOutcome> {
+        let request = Self::request_of(&kind, size_bytes, thread_time_ns, acks)?;
+        let outcome =
+            self.core()
+                .handle(&user, &client_id, &request, now_or_clock(now_ms), channel)?;
+        Ok(outcome.into())
+    }
+
+    #[pyo3(signature = (user, client_id, requested_max_bytes, now_ms=None))]
+    fn fetch_max_bytes(
+        &self,
+        #[pyo3(from_py_with = args::user)] user: Text<'_>,
+        #[pyo3(from_py_with = args::client_id)] client_id: Text<'_>,
+        #[pyo3(from_py_with = args::requested_max_bytes)] requested_max_bytes: i64,
+        #[pyo3(from_py_with = args::now_ms)] now_ms: Option<i64>,
+    ) -> i64 {
+        self.core()
+            .fetch_max_bytes(&user, &client_id, requested_max_bytes, now_or_clock(now_ms))
+    }
+
+    fn __repr__(&self) -> String {
+        "RequestPath(produce, fetch, request)".to_owned()
+    }
+}
+
+/// The applied throttle of each event from its three quotas' throttles.
+#[pyfunction]
+fn applied_throttles<'py>(
+    py: Python<'py>,
+    #[pyo3(from_py_with = args::produce_ms_array)] produce_ms: PyReadonlyArray1<'py, i32>,
+    #[pyo3(from_py_with = args::fetch_ms_array)] fetch_ms: PyReadonlyArray1<'py, i32>,
+    #[pyo3(from_py_with = args::request_ms_array)] request_ms: PyReadonlyArray1<'py, i32>,
+) -> PyResult<Bound<'py, PyArray1<i32>>> {
+    let (p, f, r) = (
+        produce_ms.as_array().to_vec(),
+        fetch_ms.as_array().to_vec(),
+        request_ms.as_array().to_vec(),
+    );
+    let applied = py
+        .detach(|| core::request_path::applied_throttles(&p, &f, &r))
+        .map_err(CoreError)?;
+    Ok(PyArray1::from_vec(py, applied))
+}
+
+/// Java's `(int)` cast of a double: truncation, saturating, NaN to 0.
+#[pyfunction]
+fn double_to_int(#[pyo3(from_py_with = args::java_double)] value: f64) -> i32 {
+    core::javamath::double_to_int(value)
+}
+
 /// An expiry that removes at least this many sensors (or shrinks the tables) hands the
 /// freed memory back.
 const RELEASE_AFTER_EXPIRED: usize = 4096;
@@ -630,6 +850,10 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<SensorReading>()?;
     m.add_class::<SampledRate>()?;
     m.add_class::<QuotaManager>()?;
+    m.add_class::<RequestOutcome>()?;
+    m.add_class::<RequestPath>()?;
+    m.add_function(wrap_pyfunction!(applied_throttles, m)?)?;
+    m.add_function(wrap_pyfunction!(double_to_int, m)?)?;
     m.add_function(wrap_pyfunction!(monotonic_ms, m)?)?;
     m.add_function(wrap_pyfunction!(sanitize_user, m)?)?;
     let errors = errors(py)?;
