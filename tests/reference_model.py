@@ -65,6 +65,8 @@ __all__ = [
     "KquotaError",
     "QuotaManager",
     "QuotaType",
+    "RequestOutcome",
+    "RequestPath",
     "SampledRate",
     "monotonic_ms",
     "sanitize_user",
@@ -819,3 +821,120 @@ def _batch_array(name: str, values: object, dtype: type[_ScalarT]) -> npt.NDArra
     if array.size and not np.can_cast(array.dtype, dtype, casting="same_kind"):
         raise TypeError(f"{name} must hold {np.dtype(dtype).name} values, got {array.dtype}")
     return array.astype(dtype, copy=False)
+
+
+# -- the request path --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RequestOutcome:
+    """What the quota check of one request decided (``kquota.RequestOutcome``)."""
+
+    produce_throttle_ms: int
+    fetch_throttle_ms: int
+    request_throttle_ms: int
+    throttle_ms: int
+    throttled_by: QuotaType | None
+    unrecorded: bool
+    muted_until_ms: int | None
+
+    @property
+    def throttled(self) -> bool:
+        return self.throttle_ms > 0
+
+
+class RequestPath:
+    """Kafka's request handling written out as the per-manager calls its handlers make
+    (``KafkaApis.handleProduceRequest``/``handleFetchRequest``, spec sections 9-11).
+
+    Duck-typed over the managers: it runs on this model's managers or on kquota's, so the
+    property tests use it as the plain composition the core's path must equal.
+    """
+
+    def __init__(self, produce: QuotaManager, fetch: QuotaManager, request: QuotaManager) -> None:
+        for expected, manager in (("produce", produce), ("fetch", fetch), ("request", request)):
+            if manager.quota_type != expected:
+                raise InvalidConfigError(
+                    f"invalid {expected} manager: its quota type is {manager.quota_type!r}"
+                )
+        self.produce, self.fetch, self.request = produce, fetch, request
+
+    def manager(self, quota_type: QuotaType) -> QuotaManager:
+        return {"produce": self.produce, "fetch": self.fetch, "request": self.request}[quota_type]
+
+    def record(
+        self,
+        user: str,
+        client_id: str,
+        kind: str,
+        size_bytes: float = 0.0,
+        thread_time_ns: float | None = None,
+        *,
+        acks: int = -1,
+        now_ms: int | None = None,
+    ) -> RequestOutcome:
+        if kind not in ("produce", "fetch", "other"):
+            raise InvalidUsageError(f"invalid kind {kind!r}")
+        if kind != "other":
+            _usage_value(size_bytes)
+        if thread_time_ns is not None:
+            _usage_value(thread_time_ns)
+        now = _now(now_ms)
+        checks_request = thread_time_ns is not None and not (kind == "produce" and acks == 0)
+        produce_ms = fetch_ms = request_ms = 0
+        if kind == "produce":
+            produce_ms = self.produce.record(user, client_id, size_bytes, now)
+        if checks_request:
+            request_ms = self.request.record(user, client_id, thread_time_ns, now)
+        unrecorded = False
+        if kind == "fetch":
+            fetch_ms = self.fetch.record(user, client_id, size_bytes, now)
+            if fetch_ms > 0 or request_ms > 0:
+                self.fetch.unrecord(user, client_id, size_bytes, now)
+                unrecorded = True
+        bytes_ms = max(produce_ms, fetch_ms)
+        applied = max(bytes_ms, request_ms)
+        by: QuotaType | None = None
+        if applied > 0:
+            if bytes_ms <= request_ms:
+                by = "request"
+            else:
+                by = "produce" if kind == "produce" else "fetch"
+        return RequestOutcome(
+            produce_ms, fetch_ms, request_ms, max(applied, 0), by, unrecorded, None
+        )
+
+    def handle(
+        self,
+        user: str,
+        client_id: str,
+        kind: str,
+        size_bytes: float = 0.0,
+        thread_time_ns: float | None = None,
+        *,
+        acks: int = -1,
+        now_ms: int | None = None,
+        channel: int | None = None,
+    ) -> RequestOutcome:
+        now = _now(now_ms)
+        out = self.record(user, client_id, kind, size_bytes, thread_time_ns, acks=acks, now_ms=now)
+        if out.throttled_by is None:
+            return out
+        manager = self.manager(out.throttled_by)
+        end = manager.throttle(user, client_id, out.throttle_ms, now, channel=channel)
+        return RequestOutcome(
+            out.produce_throttle_ms,
+            out.fetch_throttle_ms,
+            out.request_throttle_ms,
+            out.throttle_ms,
+            out.throttled_by,
+            out.unrecorded,
+            end,
+        )
+
+    def fetch_max_bytes(
+        self, user: str, client_id: str, requested_max_bytes: int, now_ms: int | None = None
+    ) -> int:
+        cap = self.fetch.max_value_in_quota_window(user, client_id, _now(now_ms))
+        as_int = 0 if math.isnan(cap) else int(max(min(cap, 2**31 - 1), -(2**31)))
+        return min(requested_max_bytes, as_int)

@@ -1,8 +1,7 @@
 """Type stubs for ``kquota._core``, the compiled binding over the Rust core.
 
-Everything here is re-exported from :mod:`kquota`; import it from there (except, for
-now, :class:`RequestPath`, :class:`RequestOutcome`, :func:`applied_throttles` and
-:func:`double_to_int`: import those from ``kquota._core``).
+Everything here is re-exported from :mod:`kquota`; import it from there (except the
+helpers :func:`applied_throttles` and :func:`double_to_int` of kquota's own modules).
 Times are integer milliseconds. Every ``now_ms`` parameter is optional: when it
 is omitted the core reads a monotonic clock (milliseconds since an arbitrary
 origin), so use either caller-supplied times or the clock with one manager,

@@ -5,9 +5,10 @@ configuration and a list of timed steps whose expected outputs came from Apache 
 own classes. :func:`load_scenario` validates one file, :func:`replay` drives a backend
 through it and reports the first step whose outputs differ from the expectations.
 
-A backend is anything with ``Entity``, ``QuotaManager`` and ``SampledRate`` attributes
-that behave like :mod:`kquota`'s (the default), e.g. the pure-Python reference model of
-the test suite.
+A backend is anything with ``Entity``, ``QuotaManager``, ``SampledRate`` and
+``RequestPath`` attributes that behave like :mod:`kquota`'s (the default), e.g. the
+pure-Python reference model of the test suite. A ``record`` step is the broker's handling
+of a request, through the backend's ``RequestPath``.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from pathlib import Path
 from typing import Any, Final, Literal, NoReturn, Protocol
 
 import kquota
+from kquota._core import double_to_int
 from kquota.exceptions import ScenarioError
 
 __all__ = [
@@ -390,6 +392,8 @@ class Backend(Protocol):
     def QuotaManager(self) -> Callable[..., Any]: ...
     @property
     def SampledRate(self) -> Callable[..., Any]: ...
+    @property
+    def RequestPath(self) -> Callable[..., Any]: ...
 
 
 @dataclass(frozen=True)
@@ -496,24 +500,48 @@ class _ManagerDriver:
     def __init__(self, scenario: Scenario, backend: Backend) -> None:
         self._entity = backend.Entity
         self._fetch = scenario.quota_type == "fetch"
+        self._request = scenario.quota_type == "request"
         self._manager = backend.QuotaManager(
             scenario.quota_type, num_samples=scenario.num_samples, window_ms=scenario.window_ms
         )
         for quota in scenario.quotas:
             self._manager.set_quota(self._entity(quota.user, quota.client_id), quota.value)
+        # "record" is the broker's handling of a request: the request path, with quotas of
+        # the scenario's type only (the other two managers never get one, so they measure
+        # nothing) and the request quota's usage as the handler time of an "other" request.
+        managers = {
+            quota_type: self._manager
+            if quota_type == scenario.quota_type
+            else backend.QuotaManager(
+                quota_type, num_samples=scenario.num_samples, window_ms=scenario.window_ms
+            )
+            for quota_type in MANAGER_TYPES
+        }
+        self._path = backend.RequestPath(
+            managers["produce"], managers["fetch"], managers["request"]
+        )
+        self._throttle_of = f"{scenario.quota_type}_throttle_ms"
 
     def apply(self, step: Step) -> _Outputs:
         manager, t_ms = self._manager, step.t_ms
         user, client_id, value = step.user, step.client_id, step.value
         manager.expired_channels(t_ms)  # the reaper thread, before every step
         match step.op:
-            case "record" | "record_raw":
+            case "record":
+                # The response went out on the client's connection: channel 1 is queued.
+                if self._request:
+                    handled = self._path.handle(
+                        user, client_id, "other", 0.0, value, now_ms=t_ms, channel=1
+                    )
+                else:
+                    kind = "fetch" if self._fetch else "produce"
+                    handled = self._path.handle(
+                        user, client_id, kind, value, None, now_ms=t_ms, channel=1
+                    )
+                throttle = getattr(handled, self._throttle_of)
+                return {"throttle_ms": lambda: throttle, **self._client(step)}
+            case "record_raw":
                 throttle = manager.record(user, client_id, value, t_ms)
-                if step.op == "record" and throttle > 0:
-                    if self._fetch:
-                        manager.unrecord(user, client_id, value, t_ms)
-                    # The response went out on the client's connection: queue it.
-                    manager.throttle(user, client_id, throttle, t_ms, channel=1)
                 return {"throttle_ms": lambda: throttle, **self._client(step)}
             case "unrecord":
                 manager.unrecord(user, client_id, value, t_ms)
@@ -539,7 +567,7 @@ class _ManagerDriver:
                 }
             case "max_value_in_quota_window":
                 cap = manager.max_value_in_quota_window(user, client_id, t_ms)
-                return {"value": lambda: cap, "as_int": lambda: _java_int(cap)}
+                return {"value": lambda: cap, "as_int": lambda: double_to_int(cap)}
             case "expire_sensors":
                 removed = manager.expire_sensors(t_ms)
                 return {"removed": lambda: removed}
@@ -558,17 +586,6 @@ class _ManagerDriver:
             "quota": lambda: manager.bound(user, client_id),
             "tags": tags,
         }
-
-
-def _java_int(value: float) -> int:
-    """Java's ``(int)`` cast of a double: truncation, saturating, NaN -> 0."""
-    if math.isnan(value):
-        return 0
-    if value >= 2**31 - 1:
-        return 2**31 - 1
-    if value <= -(2**31):
-        return -(2**31)
-    return int(value)
 
 
 def _plain(actual: Any) -> Any:

@@ -11,6 +11,7 @@ connections, and does per request what Kafka's request handlers do with them:
 * any other throttle-able request: the request quota only;
 * after a response went out: add the network-thread time without a check.
 
+These rules are the core's :class:`kquota._core.RequestPath`, called once per request.
 The channel is throttled through the manager whose throttle is applied (the request
 manager when the two are equal), which records the throttle-time sensor and queues the
 channel. A request without a channel is accounted in the throttle-time sensor only:
@@ -34,15 +35,13 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Literal
 
-from kquota._core import QuotaManager, monotonic_ms
+from kquota._core import QuotaManager, RequestPath, monotonic_ms
 from kquota.broker.channels import ThrottledChannels
 from kquota.exceptions import ChannelError, InvalidConfigError, InvalidUsageError, InvalidValueError
 
 __all__ = ["QuotaOutcome", "QuotaPlugin", "QuotaType"]
 
 QuotaType = Literal["produce", "fetch", "request"]
-
-_INT_MAX = 2**31 - 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,6 +104,7 @@ class QuotaPlugin:
         self._produce = _manager("produce", produce)
         self._fetch = _manager("fetch", fetch)
         self._request = _manager("request", request)
+        self._path = RequestPath(self._produce, self._fetch, self._request)
         self._clock = clock
         self._owns_channels = channels is None
         if channels is None:
@@ -184,11 +184,9 @@ class QuotaPlugin:
         _usage("size_bytes", size_bytes)
         _usage("thread_time_ns", thread_time_ns)
         now = self._begin(channel, now_ms)
-        produce_ms = self._produce.record(user, client_id, size_bytes, now_ms=now)
-        request_ms = (
-            0 if acks == 0 else self._request.record(user, client_id, thread_time_ns, now_ms=now)
+        return self._check(
+            user, client_id, "produce", size_bytes, thread_time_ns, acks, channel, now
         )
-        return self._apply(user, client_id, "produce", produce_ms, request_ms, channel, now)
 
     def on_fetch(
         self,
@@ -210,14 +208,8 @@ class QuotaPlugin:
         _usage("response_bytes", response_bytes)
         _usage("thread_time_ns", thread_time_ns)
         now = self._begin(channel, now_ms)
-        request_ms = self._request.record(user, client_id, thread_time_ns, now_ms=now)
-        fetch_ms = self._fetch.record(user, client_id, response_bytes, now_ms=now)
-        if max(fetch_ms, request_ms) <= 0:
-            return _NOT_THROTTLED
-        self._fetch.unrecord(user, client_id, response_bytes, now_ms=now)
-        outcome = self._apply(user, client_id, "fetch", fetch_ms, request_ms, channel, now)
-        return QuotaOutcome(
-            outcome.throttle_time_ms, True, outcome.throttled_by, outcome.muted_until_ms
+        return self._check(
+            user, client_id, "fetch", response_bytes, thread_time_ns, -1, channel, now
         )
 
     def on_request(
@@ -232,8 +224,7 @@ class QuotaPlugin:
         """Any other throttle-able request: the request quota only."""
         _usage("thread_time_ns", thread_time_ns)
         now = self._begin(channel, now_ms)
-        request_ms = self._request.record(user, client_id, thread_time_ns, now_ms=now)
-        return self._apply(user, client_id, None, 0, request_ms, channel, now)
+        return self._check(user, client_id, "other", 0.0, thread_time_ns, -1, channel, now)
 
     def on_response_sent(
         self,
@@ -265,8 +256,7 @@ class QuotaPlugin:
             )
         now = self._clock() if now_ms is None else now_ms
         self._channels._tick(now)  # maintenance, if due
-        cap = self._fetch.max_value_in_quota_window(user, client_id, now_ms=now)
-        return min(requested_max_bytes, _java_double_to_int(cap))
+        return self._path.fetch_max_bytes(user, client_id, requested_max_bytes, now_ms=now)
 
     # -- internals ------------------------------------------------------------------
 
@@ -281,31 +271,43 @@ class QuotaPlugin:
         self._channels._tick(now)  # the amortized check: one comparison when nothing is due
         return now
 
-    def _apply(
+    def _check(
         self,
         user: str,
         client_id: str,
-        bytes_type: QuotaType | None,
-        bytes_ms: int,
-        request_ms: int,
+        kind: Literal["produce", "fetch", "other"],
+        size_bytes: float,
+        thread_time_ns: float,
+        acks: int,
         channel: int | None,
         now: int,
     ) -> QuotaOutcome:
-        applied = max(bytes_ms, request_ms)
-        if applied <= 0:
-            return _NOT_THROTTLED
-        if bytes_type is not None and bytes_ms > request_ms:
-            by: QuotaType = bytes_type
-            manager = self._produce if bytes_type == "produce" else self._fetch
-        else:
-            by, manager = "request", self._request
+        """The core's request path; a channel is muted through :class:`ThrottledChannels`."""
+        path = self._path
         if channel is None:  # accounted in the throttle-time sensor; nothing to queue
-            end = manager.throttle(user, client_id, applied, now_ms=now, channel=None)
-        else:
-            end = self._channels.throttle(
-                channel, applied, manager=manager, user=user, client_id=client_id, now_ms=now
+            outcome = path.handle(
+                user, client_id, kind, size_bytes, thread_time_ns, acks=acks, now_ms=now
             )
-        return QuotaOutcome(applied, False, by, end)
+            end = outcome.muted_until_ms
+        else:
+            outcome = path.record(
+                user, client_id, kind, size_bytes, thread_time_ns, acks=acks, now_ms=now
+            )
+            if outcome.throttled_by is None:
+                return _NOT_THROTTLED
+            # The channels queue it and note its mute under their lock (so a reap between
+            # the two cannot lose the unmute), through the manager whose throttle applied.
+            end = self._channels.throttle(
+                channel,
+                outcome.throttle_ms,
+                manager=path.manager(outcome.throttled_by),
+                user=user,
+                client_id=client_id,
+                now_ms=now,
+            )
+        if outcome.throttled_by is None:
+            return _NOT_THROTTLED
+        return QuotaOutcome(outcome.throttle_ms, outcome.unrecorded, outcome.throttled_by, end)
 
 
 def _manager(quota_type: QuotaType, manager: QuotaManager | None) -> QuotaManager:
@@ -328,14 +330,3 @@ def _usage(name: str, value: float) -> None:
         raise InvalidUsageError(
             f"invalid usage value {name}={value!r}: expected a finite number >= 0"
         )
-
-
-def _java_double_to_int(value: float) -> int:
-    """Java's ``(int) double``: NaN is 0, out-of-range values saturate, others truncate."""
-    if math.isnan(value):
-        return 0
-    if value >= _INT_MAX:
-        return _INT_MAX
-    if value <= -(2**31):
-        return -(2**31)
-    return int(value)
