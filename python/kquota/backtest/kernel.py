@@ -10,9 +10,10 @@ per broker in Kafka). Its columns are those of the traffic table (:data:`TS`, :d
 ties broken by :data:`SEQ_COLUMNS` (the position of the row in the input), and returns its
 results in the group's own row order.
 
-Every throttle comes from the core (:meth:`kquota.QuotaManager.record_batch` in open loop,
-:meth:`~kquota.QuotaManager.record` one event at a time in closed loop), on managers built
-from the :class:`~kquota.config.QuotaConfig` with Kafka's own precedence rules.
+Every throttle comes from the core (:meth:`kquota.QuotaManager.record_batch` per quota type
+in open loop, :meth:`kquota.RequestPath.record` one request at a time in closed loop), on
+managers built from the :class:`~kquota.config.QuotaConfig` with Kafka's own precedence
+rules.
 """
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd  # type: ignore[import-untyped]
 
-from kquota import DEFAULT, Entity, QuotaManager
+from kquota import DEFAULT, Entity, QuotaManager, RequestPath
+from kquota._core import applied_throttles
 from kquota.config import QuotaConfig, Window
 from kquota.config.model import QuotaType
 
@@ -358,7 +360,7 @@ class OpenLoop:
             throttled = (
                 np.zeros(len(fetch_rows), dtype=np.bool_)
                 if requests is None
-                else np.asarray(requests[scenario])[fetch_rows] > 0
+                else _unrecord_if(np.asarray(requests[scenario])[fetch_rows])
             )
             fetch[fetch_rows] = self._record(
                 scenario, "fetch", batch, fetch_rows, size[fetch_rows], throttled
@@ -381,13 +383,30 @@ class _Batch:
             self.broker_names = [""]
 
 
-def applied_throttle(*throttles: npt.ArrayLike) -> Int32Array:
-    """What the broker applies and returns: the larger throttle, 0 when none is positive."""
-    first = np.asarray(throttles[0])
-    out = np.zeros(len(first), dtype=np.int32)
-    for throttle in throttles:
-        np.maximum(out, np.asarray(throttle, dtype=np.int32), out=out)
-    return out
+def applied_throttle(
+    produce: npt.ArrayLike, fetch: npt.ArrayLike, request: npt.ArrayLike
+) -> Int32Array:
+    """What the broker applies and returns, per request, from its three quotas' throttles:
+    the core's rule (:func:`kquota._core.applied_throttles`, the throttle
+    :class:`kquota.RequestPath` applies): the larger, 0 when none is positive."""
+    return applied_throttles(
+        np.asarray(produce, dtype=np.int32),
+        np.asarray(fetch, dtype=np.int32),
+        np.asarray(request, dtype=np.int32),
+    )
+
+
+def _unrecord_if(request_throttles: npt.ArrayLike) -> BoolArray:
+    """Which fetches the request quota throttled, for the fetch manager's batch call.
+
+    The open loop records each quota type as one batch, so it cannot call the core's
+    per-request :class:`kquota.RequestPath`; it applies the same rule in two halves.
+    :class:`~kquota.RequestPath` unrecords a fetch when its fetch or its request throttle
+    is > 0 (a throttle <= 0, wrapped or not, is none): ``record_batch`` on the fetch
+    manager takes the fetch half itself, and this is the request half, passed as its
+    ``unrecord_if``. The property tests check the open loop against the core's path.
+    """
+    return np.asarray(request_throttles) > 0
 
 
 def replay_open(frame: pd.DataFrame, config: QuotaConfig) -> pd.DataFrame:
@@ -459,9 +478,12 @@ def replay_closed(frame: pd.DataFrame, config: QuotaConfig) -> pd.DataFrame:
         values = column.to_numpy(dtype=np.float64, na_value=np.nan).tolist()
         threads = [v if k else None for v, k in zip(values, known.tolist(), strict=True)]
 
-    request_mgr = config.manager("request") if config.quotas("request") else None
-    produce_mgr = config.manager("produce") if config.quotas("produce") else None
-    fetch_mgr = config.manager("fetch") if config.quotas("fetch") else None
+    # Kafka's request handling, one request at a time, in the core (a manager without
+    # quotas measures nothing; an unknown thread time skips the request quota).
+    path = RequestPath(
+        config.manager("produce"), config.manager("fetch"), config.manager("request")
+    )
+    record = path.record
 
     shift = [0] * len(pairs)
     mute_end = [-(2**62)] * len(pairs)
@@ -474,20 +496,12 @@ def replay_closed(frame: pd.DataFrame, config: QuotaConfig) -> pd.DataFrame:
         now, _, c = heapq.heappop(heap)
         i = queues[c][cursor[c]]
         user, client = pairs[c]
-        r = 0
-        thread = threads[i]
-        if request_mgr is not None and thread is not None:
-            r = request_mgr.record(user, client, thread, now)
-        p = f = 0
-        k = kind[i]
-        if k == KIND_PRODUCE and produce_mgr is not None:
-            p = produce_mgr.record(user, client, size[i], now)
-        elif k == KIND_FETCH and fetch_mgr is not None:
-            f = fetch_mgr.record(user, client, size[i], now)
-            if f > 0 or r > 0:
-                fetch_mgr.unrecord(user, client, size[i], now)
-        out_produce[i], out_fetch[i], out_request[i], out_sent[i] = p, f, r, now
-        applied = max(p, f, r)
+        outcome = record(user, client, kind[i], size[i], threads[i], now_ms=now)
+        out_produce[i] = outcome.produce_throttle_ms
+        out_fetch[i] = outcome.fetch_throttle_ms
+        out_request[i] = outcome.request_throttle_ms
+        out_sent[i] = now
+        applied = outcome.throttle_ms
         if applied > 0 and now + applied > mute_end[c]:
             mute_end[c] = now + applied
         cursor[c] += 1
