@@ -103,8 +103,8 @@ def test_paths_that_name_nothing_are_errors(tmp_path: Path) -> None:
         requestlog.log_files(str(tmp_path / "*.log"))
 
 
-def test_java_doubles() -> None:
-    assert [gen.java_double(x) for x in (0.0, 0.05, 12.0, 1.0e7, 12_345_678.0)] == [
+def test_logged_doubles_print_as_java_does() -> None:
+    assert [gen.logged_double(x) for x in (0.0, 0.05, 12.0, 1.0e7, 12_345_678.0)] == [
         "0.0",
         "0.05",
         "12.0",

@@ -49,7 +49,7 @@ __all__ = [
     "encoded_size",
     "expected_bytes",
     "generate",
-    "java_double",
+    "logged_double",
     "kafka_json",
     "legacy_fields",
     "line",
@@ -284,7 +284,7 @@ def expected_bytes(logged: LoggedRequest) -> int:
 # -- lines ----------------------------------------------------------------------------------
 
 
-def java_double(value: float) -> str:
+def logged_double(value: float) -> str:
     """``value`` as Java's ``Double.toString`` prints it: ``0.05``, ``12.0``, ``1.0E7``."""
     if value == 0:
         return "0.0"
@@ -342,13 +342,13 @@ def _document(
         f'"request":{_body(request)}',
         f'"response":{_body(response)}',
         f'"connection":{_dumps(connection)}',
-        f'"totalTimeMs":{java_double(times["total"])}',
-        f'"requestQueueTimeMs":{java_double(times["queue"])}',
-        f'"localTimeMs":{java_double(times["local"])}',
-        f'"remoteTimeMs":{java_double(times["remote"])}',
+        f'"totalTimeMs":{logged_double(times["total"])}',
+        f'"requestQueueTimeMs":{logged_double(times["queue"])}',
+        f'"localTimeMs":{logged_double(times["local"])}',
+        f'"remoteTimeMs":{logged_double(times["remote"])}',
         f'"throttleTimeMs":{throttle}',
-        f'"responseQueueTimeMs":{java_double(times["responseQueue"])}',
-        f'"sendTimeMs":{java_double(times["send"])}',
+        f'"responseQueueTimeMs":{logged_double(times["responseQueue"])}',
+        f'"sendTimeMs":{logged_double(times["send"])}',
         '"securityProtocol":"SASL_SSL"',
         f'"principal":{_dumps(principal)}',
         '"listener":"SASL_SSL"',
@@ -657,7 +657,7 @@ def generate(spec: LogSpec) -> tuple[list[LoggedRequest], dict[str, list[str]]]:
         if key == 0 and rng.random() < 0.3:
             extra["temporaryMemoryBytes"] = rng.randrange(1, 10**6)
         if rng.random() < 0.05:
-            extra["messageConversionsTime"] = java_double(0.25)
+            extra["messageConversionsTime"] = logged_double(0.25)
         document = _document(
             header_json,
             request_text,
