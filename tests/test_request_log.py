@@ -325,3 +325,21 @@ def test_a_file_with_no_usable_line_is_an_error_naming_it(spark: Any, tmp_path: 
     with pytest.raises(TrafficError, match=r"b2/kafka-request\.log'.*no usable Completed request"):
         requestlog.import_log(spark, str(tmp_path), str(tmp_path / "out"))
     assert not (tmp_path / "out").exists()
+
+
+def test_import_and_describe_parse_each_line_once(
+    spark: Any, written: tuple[Path, list[gen.LoggedRequest]]
+) -> None:
+    # a filter on the skip reason pushed below the parsing projection would inline
+    # from_json (and the head's regex) once per use of a parsed field: ~20 times a line
+    from pyspark.sql import Observation
+
+    folder, _ = written
+    lines = requestlog.read(spark, str(folder))
+    for query in (
+        requestlog._import_rows(lines, Observation("kquota-test-import")),
+        requestlog._describe_apis(lines, Observation("kquota-test-describe")),
+    ):
+        plan = query._jdf.queryExecution().executedPlan().toString()
+        assert plan.count("from_json(") == 1
+        assert plan.count("regexp_extract(") == 1
