@@ -49,10 +49,10 @@ __all__ = [
     "encoded_size",
     "expected_bytes",
     "generate",
-    "logged_double",
     "kafka_json",
     "legacy_fields",
     "line",
+    "logged_double",
     "write",
     "write_repeated",
 ]
