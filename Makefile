@@ -22,7 +22,7 @@ export CARGO_FUZZ
 SHARED ?= ../shared
 
 .DEFAULT_GOAL := help
-.PHONY: help tools demo test check-shared test-rust test-loom test-python test-fuzz fuzz lint format bench bench-quick bench-rust bench-python build clean
+.PHONY: help tools demo test check-shared test-rust test-loom test-python test-corpora fuzz lint format bench bench-quick bench-rust bench-python build clean
 
 help: ## List the targets
 	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  make %-13s %s\n", $$1, $$2}'
@@ -66,7 +66,7 @@ demo: $(EXT) ## Back-test 3M generated requests on Spark (what-if x0.5/x1/x2, re
 	$(PY) -m kquota backtest --traffic demo-out/traffic.parquet --quotas demo-out/quotas.json --out demo-out/backtest --scale 0.5,1,2 --recommend
 	@echo "The report is $(abspath demo-out/backtest/report.html)"
 
-test: check-shared test-rust test-loom test-python test-fuzz ## Run every test: core (cargo + loom), Python, fuzz corpora replayed
+test: check-shared test-rust test-loom test-python test-corpora ## Run every test: core (cargo + loom), Python, fuzz corpora replayed
 
 check-shared:
 	@test -d $(SHARED)/conformance || { echo "make test: no $(abspath $(SHARED))/conformance:" \
@@ -83,7 +83,7 @@ FUZZ_SECONDS ?= 30
 
 # Deterministic: every committed corpus, seed and regression input, once each. The atheris
 # targets' inputs are replayed by pytest (tests/test_fuzz_targets.py).
-test-fuzz: $(CARGO_FUZZ) ## Replay the cargo fuzz targets' committed inputs (no new inputs)
+test-corpora: $(CARGO_FUZZ) ## Replay the cargo fuzz targets' committed inputs (no new inputs)
 	bash fuzz/run --replay api_sequence parse
 
 fuzz: $(EXT) $(CARGO_FUZZ) ## Fuzz each target for FUZZ_SECONDS (cargo fuzz + atheris); finds are new inputs
