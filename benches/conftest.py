@@ -10,7 +10,9 @@ so values are per call.
 from __future__ import annotations
 
 import json
+import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +26,18 @@ from report import machine  # benches/report.py, next to this file
 
 RESULTS = Path(__file__).resolve().parent / "results" / "python.json"
 SUBJECT = "kquota"
+
+
+@pytest.fixture(scope="module")
+def spark() -> Iterator[Any]:
+    """A local[2] SparkSession for one bench module (the Spark benches)."""
+    from kquota.backtest.job import spark_session
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    session, created = spark_session("local[2]", "kquota bench")
+    yield session
+    if created:
+        session.stop()
 
 
 @pytest.hookimpl(trylast=True)

@@ -23,8 +23,6 @@ its fixed costs (job start, Parquet footers) then weigh more per event.
 from __future__ import annotations
 
 import json
-import os
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -35,7 +33,7 @@ import pyarrow.parquet as pq
 import pytest
 import reference_model
 from kquota.backtest import kernel, traffic
-from kquota.backtest.job import BacktestOptions, run, spark_session
+from kquota.backtest.job import BacktestOptions, run
 from kquota.backtest.kernel import API, BROKER, BYTES, CLIENT, SEQ_COLUMNS, THREAD, TS, USER
 from kquota.config import QuotaConfig
 from quick import pick
@@ -202,15 +200,6 @@ def test_record_batch_alone(benchmark: Any, broker: tuple[pd.DataFrame, QuotaCon
 
 
 # -- Spark end to end -------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def spark() -> Iterator[Any]:
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    session, created = spark_session("local[2]", "kquota bench")
-    yield session
-    if created:
-        session.stop()
 
 
 @pytest.fixture(scope="module")

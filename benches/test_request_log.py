@@ -15,9 +15,6 @@ ids: 10^7 in ``make bench``, 2 * 10^5 with ``KQUOTA_BENCH_QUICK`` (benches/quick
 
 from __future__ import annotations
 
-import os
-import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +22,7 @@ import pyarrow.parquet as pq
 import pytest
 from kquota.backtest import requestlog, traffic
 from kquota.backtest import requestlog_gen as gen
-from kquota.backtest.job import BacktestOptions, run, spark_session
+from kquota.backtest.job import BacktestOptions, run
 from kquota.config import QuotaConfig
 from quick import pick
 
@@ -33,15 +30,6 @@ pytest.importorskip("kio", reason='the generator needs kio: pip install "kquota[
 
 LINES = pick(10_000_000, 200_000)
 ROUNDS = pick(2, 1)
-
-
-@pytest.fixture(scope="module")
-def spark() -> Iterator[Any]:
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    session, created = spark_session("local[2]", "kquota bench")
-    yield session
-    if created:
-        session.stop()
 
 
 @pytest.fixture(scope="module")

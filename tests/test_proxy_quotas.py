@@ -71,6 +71,32 @@ def _check_sensor(plugin: RecordingPlugin, api: str, client_id: str, quota: floa
     return max(rates) / quota
 
 
+def _check_consumer_held(
+    plugin: RecordingPlugin,
+    client_id: str,
+    quota: float,
+    received: list[tuple[float, int, int]],
+    start: float,
+    run_s: float,
+    messages: int,
+) -> tuple[float, int, int]:
+    """A consumer under ``consumer_byte_rate``: throttled, each throttled fetch answered
+    empty (its bytes not recorded), within its quota over the run and from second 5, and
+    what it got in order, once each, no gap. Returns the sensor's maximum (in Q), the
+    bytes consumed over the run and those from second 5."""
+    assert plugin.throttles("fetch", client_id), "the consumer was never throttled"
+    throttled = [a for a in plugin.applied if a.api == "fetch" and a.outcome.throttled]
+    assert all(a.outcome.empty_response for a in throttled)
+    sensor_max = _check_sensor(plugin, "fetch", client_id, quota)
+    got = sum(size for t, _, size in received if t < start + run_s)
+    assert got <= quota * (run_s + PADDED_S) + BATCH
+    later = sum(size for t, _, size in received if start + 5 <= t < start + run_s)
+    assert later / (run_s - 5) <= 1.05 * quota
+    assert [seq for _, seq, _ in received] == list(range(len(received)))
+    assert 0 < len(received) < messages
+    return sensor_max, got, later
+
+
 def _plugin() -> RecordingPlugin:
     managers = [
         QuotaManager(t, num_samples=NUM_SAMPLES, window_ms=WINDOW_S * 1000)
@@ -352,19 +378,10 @@ def test_librdkafka_consumer_group_is_held_to_its_fetch_quota(tansu: Any) -> Non
             consumer.close()
 
     applied = plugin.throttles("fetch", "slow-consumer")
-    assert applied, "the consumer was never throttled"
     assert throttles_ms == applied
-    # a throttled fetch is answered empty and its bytes are not recorded
-    empty = [a for a in plugin.applied if a.api == "fetch" and a.outcome.throttled]
-    assert all(a.outcome.empty_response for a in empty)
-    sensor_max = _check_sensor(plugin, "fetch", "slow-consumer", quota)
-    got = sum(size for t, _, size in received if t < start + run_s)
-    assert got <= quota * (run_s + PADDED_S) + BATCH
-    later = sum(size for t, _, size in received if start + 5 <= t < start + run_s)
-    assert later / (run_s - 5) <= 1.05 * quota
-    # in order, once each, no gap
-    assert [seq for _, seq, _ in received] == list(range(len(received)))
-    assert 0 < len(received) < messages
+    sensor_max, got, later = _check_consumer_held(
+        plugin, "slow-consumer", quota, received, start, run_s, messages
+    )
     print(
         f"librdkafka consumer group, Q={quota}: {len(applied)} throttled fetches answered"
         f" empty (max {max(applied)} ms), sensor max {sensor_max:.3f} Q, consumed"
@@ -583,16 +600,9 @@ def test_kafka_python_consumer_group_is_held_to_its_fetch_quota(tansu: Any) -> N
             consumer.close()
 
     applied = plugin.throttles("fetch", "kp-slow-consumer")
-    assert applied, "the consumer was never throttled"
-    throttled = [a for a in plugin.applied if a.api == "fetch" and a.outcome.throttled]
-    assert all(a.outcome.empty_response for a in throttled)
-    sensor_max = _check_sensor(plugin, "fetch", "kp-slow-consumer", quota)
-    got = sum(size for t, _, size in received if t < start + run_s)
-    assert got <= quota * (run_s + PADDED_S) + BATCH
-    later = sum(size for t, _, size in received if start + 5 <= t < start + run_s)
-    assert later / (run_s - 5) <= 1.05 * quota
-    assert [seq for _, seq, _ in received] == list(range(len(received)))
-    assert 0 < len(received) < messages
+    sensor_max, got, later = _check_consumer_held(
+        plugin, "kp-slow-consumer", quota, received, start, run_s, messages
+    )
     print(
         f"kafka-python consumer group, Q={quota}: {len(applied)} throttled fetches answered"
         f" empty, sensor max {sensor_max:.3f} Q, consumed {got / run_s / quota:.3f} Q over"
