@@ -1,13 +1,24 @@
 """The proxy: Kafka's client quotas in front of a Kafka-protocol broker.
 
-One asyncio task per client connection, each with its own upstream connection. Like a
-Kafka broker's socket server, a connection is served one request at a time: a request is
-read, forwarded, its response read back, the quota checked (``QuotaPlugin``), the
-throttle written into the response, the response sent, and only then is the next request
-read, after the connection's KIP-219 mute (if any) has ended. Responses therefore go out
-in request order; each one's correlation id is checked against its request's.
+One asyncio task per client connection, each with its own upstream connection, and in it
+two: a reader (client to upstream) and a responder (upstream to client). Like a Kafka
+broker's socket server, requests are handled one at a time and in order: the responder
+takes each response in turn, checks the quota (``QuotaPlugin``) at that moment, writes
+the throttle into the response and sends it; responses go out in request order and each
+one's correlation id is checked against its request's. A KIP-219 mute holds both: the
+reader reads nothing more and the responder handles nothing more until it ends.
+
+The one liberty taken: a Produce request may be forwarded while earlier Produce requests
+of the same connection still wait for their responses (at most ``_PIPELINE_DEPTH``, and
+never while the connection is muted), as a client pipelines them, so that the broker
+is not idle while a response travels back through the proxy. Its quota is still checked
+when its turn comes, after the mute its predecessor's response may have started, so the
+throttles and the times the client gets its responses are those of Kafka; only the
+broker's append can come earlier. Any other request (fetch, SASL, ApiVersions, ...) is
+forwarded only once every earlier one has been answered: a fetch's ``max_bytes`` is capped
+by the quota as it stands after them, and SASL changes whose quota applies.
 A produce request larger than ``_HEAD_BYTES`` is forwarded as it is read, once its
-header and acks are (cut-through, ``kquota.proxy.stream``): still one request at a time.
+header and acks are (cut-through, ``kquota.proxy.stream``).
 
 Per API (see ``kquota.proxy.codec`` for how messages are read):
 
@@ -33,10 +44,11 @@ does not match) or a dead upstream closes that one connection with one log line.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 from kquota.broker import QuotaOutcome, QuotaPlugin
@@ -60,6 +72,22 @@ _HEAD_BYTES: Final = 16 * 1024
 they are a produce request's header, transactional id and acks (all the proxy reads of
 it), its records are forwarded as they arrive; any other request is read whole."""
 
+_PIPELINE_DEPTH: Final = 8
+"""Produce requests of one connection forwarded and not yet answered, at most."""
+
+
+@dataclass(slots=True, eq=False)
+class _Pending:
+    """A request forwarded to the upstream whose response the client has not had yet."""
+
+    header: codec.RequestHeader
+    user: str
+    size: int
+    acks: int
+    fetch: dict[str, object]
+    thread_ns: int
+    """The proxy's CPU time on the request so far (reading and forwarding it)."""
+
 
 @dataclass(slots=True, eq=False)
 class _Connection:
@@ -73,8 +101,16 @@ class _Connection:
     client_id: str = ""
     mechanism: str | None = None
     pending_user: str | None = None
-    busy: bool = False
+    reading: bool = False
+    """The reader is forwarding a request (from its turn to its last byte)."""
     task: asyncio.Task[None] | None = None
+    reader: asyncio.Task[None] | None = None
+    pending: collections.deque[_Pending] = field(default_factory=collections.deque)
+    produces: int = 0
+    """Produce requests in ``pending``."""
+    reader_done: bool = False
+    arrived: asyncio.Event = field(default_factory=asyncio.Event)
+    answered: asyncio.Event = field(default_factory=asyncio.Event)
 
 
 class ProxyServer:
@@ -140,9 +176,10 @@ class ProxyServer:
     async def shutdown(self, timeout: float = 30.0) -> None:
         """Stop accepting, answer the requests in flight, then close every connection.
 
-        Connections waiting for their next request (or for their mute to end) are
-        closed at once; those with a request in flight finish it first, for at most
-        ``timeout`` seconds.
+        Connections waiting for their next request (or for their mute to end, or for
+        their turn to forward one: it is dropped unread, as a muted broker leaves it) are
+        closed at once; those with requests in flight (being forwarded, or forwarded and
+        not yet answered) finish them first, for at most ``timeout`` seconds.
         """
         self._closing = True
         if self._server is not None:
@@ -152,8 +189,8 @@ class ProxyServer:
             if connection.task is None:
                 continue
             tasks.append(connection.task)
-            if not connection.busy:
-                connection.task.cancel()
+            if not connection.reading and connection.reader is not None:
+                connection.reader.cancel()  # its in-flight requests are still answered
         if tasks:
             _, pending = await asyncio.wait(tasks, timeout=timeout)
             for task in pending:
@@ -179,18 +216,17 @@ class ProxyServer:
         channel = self.plugin.channels.open()
         connection = _Connection(peer, channel, client, task=asyncio.current_task())
         self._connections.add(connection)
+        reader = responder = None
         try:
             await self._connect_upstream(connection)
-            while not self._closing:
-                connection.busy = False
-                await self.plugin.channels.wait_unmuted(channel)
-                size = await _read_size(client, "request", self.max_request_bytes)
-                if size is None:
-                    log.debug("connection from %s closed by the client", peer)
-                    break
-                connection.busy = True
-                frame = await client.read_exactly(min(size, _HEAD_BYTES))
-                await self._exchange(connection, frame, size)
+            loop = asyncio.get_running_loop()
+            reader = connection.reader = loop.create_task(self._read_requests(connection))
+            responder = loop.create_task(self._respond(connection))
+            await asyncio.wait((reader, responder), return_when=asyncio.FIRST_EXCEPTION)
+            for task in (reader, responder):
+                error = task.exception() if task.done() and not task.cancelled() else None
+                if error is not None:
+                    raise error
         except asyncio.CancelledError:
             if not self._closing:
                 raise
@@ -210,6 +246,7 @@ class ProxyServer:
                 exc,
             )
         finally:
+            await _stop(reader, responder)
             self._connections.discard(connection)
             with contextlib.suppress(KquotaError):
                 self.plugin.channels.close(channel)
@@ -228,8 +265,60 @@ class ProxyServer:
         except (OSError, TimeoutError) as exc:
             raise ProxyError(f"upstream {host}:{port} unreachable: {_reason(exc)}") from None
 
-    async def _exchange(self, connection: _Connection, frame: bytes, size: int) -> None:
-        """Serve one request: forward it, check the quota, answer the client.
+    async def _read_requests(self, connection: _Connection) -> None:
+        """The reader: each request read, checked and forwarded, then queued for the
+        responder; ends at the client's end of stream or when the proxy shuts down."""
+        client, peer = connection.client, connection.peer
+        try:
+            while not self._closing:
+                connection.reading = False
+                await self.plugin.channels.wait_unmuted(connection.channel)
+                size = await _read_size(client, "request", self.max_request_bytes)
+                if size is None:
+                    log.debug("connection from %s closed by the client", peer)
+                    break
+                frame = await client.read_exactly(min(size, _HEAD_BYTES))
+                await self._forward(connection, frame, size)
+        except asyncio.CancelledError:
+            if not self._closing:
+                raise
+        finally:
+            connection.reading = False
+            connection.reader_done = True
+            connection.arrived.set()
+
+    async def _respond(self, connection: _Connection) -> None:
+        """The responder: each forwarded request's response in turn, once the
+        connection's mute (if any) has ended; ends when the reader has and every
+        forwarded request is answered."""
+        while True:
+            while not connection.pending:
+                if connection.reader_done:
+                    return
+                connection.arrived.clear()
+                await connection.arrived.wait()
+            await self.plugin.channels.wait_unmuted(connection.channel)
+            entry = connection.pending[0]
+            await self._answer(connection, entry)
+            connection.pending.popleft()
+            if entry.header.api.key == codec.PRODUCE:
+                connection.produces -= 1
+            connection.answered.set()
+
+    async def _turn(self, connection: _Connection, produce: bool) -> None:
+        """Wait until this request may go upstream: the connection not muted, and every
+        earlier request answered, or (a produce request) only produce requests in
+        flight, fewer than ``_PIPELINE_DEPTH``."""
+        while True:
+            await self.plugin.channels.wait_unmuted(connection.channel)
+            in_flight = len(connection.pending)
+            if not in_flight or (produce and connection.produces == in_flight < _PIPELINE_DEPTH):
+                return
+            connection.answered.clear()
+            await connection.answered.wait()
+
+    async def _forward(self, connection: _Connection, frame: bytes, size: int) -> None:
+        """Forward one request (once it may go) and queue it for the responder.
 
         ``frame`` is the request's first bytes, all ``size`` of them unless it is larger
         than ``_HEAD_BYTES``: then a produce request's rest is forwarded as it arrives,
@@ -244,15 +333,20 @@ class ProxyServer:
         if header is None:
             header = codec.parse_request_header(frame)
         spec = header.api
+        produce = spec.key == codec.PRODUCE
         connection.client_id = header.client_id
-        user, client_id, channel = connection.user, header.client_id, connection.channel
-        plugin = self.plugin
+        spent = time.thread_time_ns() - started
+        await self._turn(connection, produce)
+        connection.reading = True  # from here on, shutting down waits for it
+        started = time.thread_time_ns()
         acks = -1
         fetch: dict[str, object] = {}
-        if spec.key == codec.PRODUCE:
+        if produce:
             acks = int(_read(spec, frame, header, "acks").get("acks", -1))
         elif spec.key == codec.FETCH:
-            frame, fetch = self._fetch_request(spec, frame, header, user, client_id)
+            frame, fetch = self._fetch_request(
+                spec, frame, header, connection.user, header.client_id
+            )
         elif spec.key == codec.SASL_HANDSHAKE:
             if spec.version == 0:
                 raise ProxyError("SaslHandshake v0 (raw SASL tokens) is not supported")
@@ -278,21 +372,32 @@ class ProxyServer:
         upstream.write((codec.int32(size), frame))
         if rest:  # a large produce request: its records go on as they arrive
             await connection.client.forward(rest, upstream)
+        spent += time.thread_time_ns() - started
+        connection.pending.append(_Pending(header, connection.user, size, acks, fetch, spent))
+        if produce:
+            connection.produces += 1
+        connection.arrived.set()
         await upstream.drain()
 
+    async def _answer(self, connection: _Connection, entry: _Pending) -> None:
+        """Check the quota of one forwarded request and answer the client."""
+        header, user, size, acks, fetch = (
+            entry.header,
+            entry.user,
+            entry.size,
+            entry.acks,
+            entry.fetch,
+        )
+        spec = header.api
+        client_id, channel = header.client_id, connection.channel
+        plugin = self.plugin
         if spec.key == codec.PRODUCE and acks == 0:
             # No response (Kafka sends none for acks=0); a throttle still mutes.
-            plugin.on_produce(
-                user,
-                client_id,
-                size,
-                time.thread_time_ns() - started,
-                acks=0,
-                channel=channel,
-            )
+            plugin.on_produce(user, client_id, size, entry.thread_ns, acks=0, channel=channel)
             return
 
-        handled = time.thread_time_ns() - started
+        upstream = connection.upstream
+        assert upstream is not None
         response = await self._read_response(upstream)
         resumed = time.thread_time_ns()
         correlation_id = codec.response_correlation_id(response)
@@ -311,7 +416,7 @@ class ProxyServer:
             return
 
         outcome: QuotaOutcome
-        thread_ns = handled + time.thread_time_ns() - resumed
+        thread_ns = entry.thread_ns + time.thread_time_ns() - resumed
         if spec.key == codec.PRODUCE:
             outcome = plugin.on_produce(
                 user, client_id, size, thread_ns, acks=acks, channel=channel
@@ -427,6 +532,19 @@ class ProxyServer:
         await connection.client.drain()
         if entity is not None:
             self.plugin.on_response_sent(entity[0], entity[1], spent)
+
+
+async def _stop(*tasks: asyncio.Task[None] | None) -> None:
+    """Cancel the tasks still running and wait for them; their errors are already
+    reported (or do not matter once the connection closes)."""
+    running = [task for task in tasks if task is not None and not task.done()]
+    for one in running:
+        one.cancel()
+    if running:
+        await asyncio.wait(running)
+    for ended in tasks:
+        if ended is not None and not ended.cancelled():
+            ended.exception()  # retrieved: asyncio does not log it again
 
 
 def _read(spec: codec.Api, frame: bytes, header: codec.RequestHeader, name: str) -> dict[str, Any]:
