@@ -51,16 +51,21 @@ class RecordingPlugin(QuotaPlugin):
             self.applied.append(Applied(api, user, client_id, size, out, now, rate))
 
     def on_produce(self, user: str, client_id: str, size_bytes: float, *a: Any, **kw: Any) -> Any:
-        now = self.channels.now_ms()  # the plugin's clock, read once as the plugin does
+        now = self._now(kw)  # the plugin's clock, read once as the plugin does
         out = super().on_produce(user, client_id, size_bytes, *a, now_ms=now, **kw)
         self._keep("produce", user, client_id, size_bytes, out, now)
         return out
 
     def on_fetch(self, user: str, client_id: str, response_bytes: float, *a: Any, **kw: Any) -> Any:
-        now = self.channels.now_ms()
+        now = self._now(kw)
         out = super().on_fetch(user, client_id, response_bytes, *a, now_ms=now, **kw)
         self._keep("fetch", user, client_id, response_bytes, out, now)
         return out
+
+    def _now(self, kw: dict[str, Any]) -> int:
+        """The time the caller gave (``now_ms``, taken out of ``kw``), else the clock's."""
+        now = kw.pop("now_ms", None)
+        return self.channels.now_ms() if now is None else int(now)
 
     def rates_after(self, api: str, client_id: str, start_ms: int) -> list[float]:
         """The sensor's rate at each of ``client_id``'s ``api`` requests from ``start_ms``."""

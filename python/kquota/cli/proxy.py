@@ -21,6 +21,7 @@ from kquota import QuotaManager
 from kquota.cli.common import EXIT_OK, fail
 from kquota.config.store import DEFAULT_LOCK_TIMEOUT, STORE_ENV, open_store
 from kquota.exceptions import KquotaError
+from kquota.proxy.capture import DEFAULT_ROLL_BYTES, DEFAULT_ROLL_SECONDS
 
 _COMMAND = "proxy"
 
@@ -84,6 +85,33 @@ def register(subparsers: Any) -> None:
         help="socket.request.max.bytes: the largest request accepted (default 100 MiB)",
     )
     parser.add_argument(
+        "--capture",
+        metavar="DIR",
+        help=(
+            "write every request the proxy checks to DIR as Parquet traffic for kquota"
+            " backtest (created if missing; files appear complete, rolled by size or age)"
+        ),
+    )
+    parser.add_argument(
+        "--capture-broker",
+        metavar="NAME",
+        help="the broker column of the capture (default: the --upstream HOST:PORT)",
+    )
+    parser.add_argument(
+        "--capture-roll-mb",
+        type=int,
+        default=DEFAULT_ROLL_BYTES // (1024 * 1024),
+        metavar="MB",
+        help="start a new capture file once one holds this many MiB (default %(default)s)",
+    )
+    parser.add_argument(
+        "--capture-roll-seconds",
+        type=float,
+        default=DEFAULT_ROLL_SECONDS,
+        metavar="S",
+        help="... or once it is this old (default %(default)g)",
+    )
+    parser.add_argument(
         "--log-level",
         default="INFO",
         choices=["DEBUG", "INFO", "WARNING", "ERROR"],
@@ -116,6 +144,23 @@ def run(args: argparse.Namespace) -> int:
             raise ValueError(
                 f"invalid --max-request-bytes {args.max_request_bytes}: expected 1 to {2**31 - 1}"
             )
+        if args.capture is None:
+            for option, value, default in (
+                ("--capture-broker", args.capture_broker, None),
+                ("--capture-roll-mb", args.capture_roll_mb, DEFAULT_ROLL_BYTES // 2**20),
+                ("--capture-roll-seconds", args.capture_roll_seconds, DEFAULT_ROLL_SECONDS),
+            ):
+                if value != default:
+                    raise ValueError(f"{option} {value} needs --capture DIR")
+        elif args.capture_roll_mb < 1:
+            raise ValueError(
+                f"invalid --capture-roll-mb {args.capture_roll_mb}: expected 1 or more"
+            )
+        elif not args.capture_roll_seconds > 0:
+            raise ValueError(
+                f"invalid --capture-roll-seconds {args.capture_roll_seconds:g}:"
+                " expected more than 0"
+            )
         managers = [
             QuotaManager(t, num_samples=args.num_samples, window_ms=args.window_ms)
             for t in ("produce", "fetch", "request")
@@ -137,20 +182,39 @@ def run(args: argparse.Namespace) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
+    capture = None
+    if args.capture is not None:
+        from kquota.proxy.capture import TrafficCapture
+
+        try:
+            capture = TrafficCapture(
+                args.capture,
+                args.capture_broker or args.upstream,
+                roll_bytes=args.capture_roll_mb * 1024 * 1024,
+                roll_seconds=args.capture_roll_seconds,
+            )
+        except KquotaError as exc:
+            return fail(_COMMAND, exc)
     try:
         live = LiveQuotas(store, *managers).start()
     except KquotaError as exc:
+        if capture is not None:
+            capture.close()
         return fail(_COMMAND, exc)
     metrics = None
     plugin = QuotaPlugin(*managers)  # its channels' maintenance thread ends mutes on time
     try:
         if args.metrics_port is not None:
             metrics = serve_metrics(QuotaCollector(*managers), port=args.metrics_port)
-        server = ProxyServer(upstream, plugin, max_request_bytes=args.max_request_bytes)
+        server = ProxyServer(
+            upstream, plugin, max_request_bytes=args.max_request_bytes, capture=capture
+        )
         return asyncio.run(_serve(server, listen, metrics.port if metrics else None))
     except (KquotaError, OSError) as exc:
         return fail(_COMMAND, exc)
     finally:
+        if capture is not None:
+            capture.close()  # what the server has not closed yet: the rest of the rows
         if metrics is not None:
             metrics.close()
         plugin.close()

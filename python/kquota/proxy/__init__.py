@@ -4,10 +4,12 @@
 applies a :class:`~kquota.broker.QuotaPlugin`'s produce, fetch and request quotas to
 every client connection, with Kafka's KIP-219 throttling. Kafka messages are read with
 ``kio``, a codec generated from Kafka's message schemas (the ``proxy`` extra:
-``pip install "kquota[proxy]"``).
+``pip install "kquota[proxy]"``). A :class:`TrafficCapture` given to it writes the traffic it
+sees as Parquet for ``kquota backtest`` (``kquota proxy --capture DIR``; needs pyarrow).
 """
 
+from kquota.proxy.capture import TrafficCapture
 from kquota.proxy.sasl import ANONYMOUS
 from kquota.proxy.server import ProxyServer
 
-__all__ = ["ANONYMOUS", "ProxyServer"]
+__all__ = ["ANONYMOUS", "ProxyServer", "TrafficCapture"]

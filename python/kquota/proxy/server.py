@@ -54,6 +54,7 @@ from typing import Any, Final
 from kquota.broker import QuotaOutcome, QuotaPlugin
 from kquota.exceptions import InvalidConfigError, KquotaError, ProxyError
 from kquota.proxy import codec
+from kquota.proxy.capture import TrafficCapture
 from kquota.proxy.sasl import ANONYMOUS, PRINCIPAL_MECHANISMS, principal_from_auth_bytes
 from kquota.proxy.stream import Peer
 
@@ -71,6 +72,10 @@ _HEAD_BYTES: Final = 16 * 1024
 """A request larger than this is read in two steps: its first ``_HEAD_BYTES``, then, if
 they are a produce request's header, transactional id and acks (all the proxy reads of
 it), its records are forwarded as they arrive; any other request is read whole."""
+
+_FOLLOWER_FETCH: Final = "follower_fetch"
+"""The API a fetch from a replica is captured as: the proxy applies only the request
+quota to it, as the back-test does to any API it does not know."""
 
 _PIPELINE_DEPTH: Final = 8
 """Produce requests of one connection forwarded and not yet answered, at most."""
@@ -119,7 +124,8 @@ class ProxyServer:
     ``upstream`` is ``(host, port)`` of the broker, which must advertise the proxy's
     address (Metadata and FindCoordinator responses pass through unchanged).
     ``max_request_bytes`` is Kafka's ``socket.request.max.bytes``; responses larger than
-    ``max_response_bytes`` close the connection too.
+    ``max_response_bytes`` close the connection too. With ``capture``, every request whose
+    quota the proxy checks is added to it, as it was checked (``kquota proxy --capture``).
     """
 
     def __init__(
@@ -131,6 +137,7 @@ class ProxyServer:
         max_response_bytes: int = codec.MAX_REQUEST_BYTES,
         connect_timeout: float = 10.0,
         upstream_timeout: float = DEFAULT_UPSTREAM_TIMEOUT,
+        capture: TrafficCapture | None = None,
     ) -> None:
         for name, value in (
             ("max_request_bytes", max_request_bytes),
@@ -146,6 +153,8 @@ class ProxyServer:
         self.max_response_bytes = max_response_bytes
         self.connect_timeout = connect_timeout
         self.upstream_timeout = upstream_timeout
+        self.capture = capture
+        self._capture_ticker: asyncio.Task[None] | None = None
         self._server: asyncio.Server | None = None
         self._connections: set[_Connection] = set()
         self._tasks: set[asyncio.Task[None]] = set()
@@ -159,6 +168,9 @@ class ProxyServer:
         self._server = await loop.create_server(
             lambda: Peer(_STREAM_LIMIT, on_made=self._accept), host, port, reuse_address=True
         )
+        if self.capture is not None:
+            self.capture.align(self.plugin.channels.now_ms())
+            self._capture_ticker = loop.create_task(_tick(self.capture))
 
     @property
     def address(self) -> tuple[str, int]:
@@ -199,6 +211,10 @@ class ProxyServer:
                 await asyncio.wait(pending)
         if self._server is not None:
             await self._server.wait_closed()
+        if self._capture_ticker is not None:
+            await _stop(self._capture_ticker)
+        if self.capture is not None:
+            await asyncio.get_running_loop().run_in_executor(None, self.capture.close)
 
     # -- one connection -------------------------------------------------------------
 
@@ -393,7 +409,11 @@ class ProxyServer:
         plugin = self.plugin
         if spec.key == codec.PRODUCE and acks == 0:
             # No response (Kafka sends none for acks=0); a throttle still mutes.
-            plugin.on_produce(user, client_id, size, entry.thread_ns, acks=0, channel=channel)
+            now = plugin.channels.now_ms()
+            silent = plugin.on_produce(
+                user, client_id, size, entry.thread_ns, acks=0, channel=channel, now_ms=now
+            )
+            self._captured(connection, now, entry, spec.name, size, None, silent)
             return
 
         upstream = connection.upstream
@@ -417,14 +437,17 @@ class ProxyServer:
 
         outcome: QuotaOutcome
         thread_ns = entry.thread_ns + time.thread_time_ns() - resumed
+        now = plugin.channels.now_ms()
+        api = spec.name
         if spec.key == codec.PRODUCE:
             outcome = plugin.on_produce(
-                user, client_id, size, thread_ns, acks=acks, channel=channel
+                user, client_id, size, thread_ns, acks=acks, channel=channel, now_ms=now
             )
         elif spec.key == codec.FETCH and fetch.get("consumer", True):
             size = 4 + len(response) - body_offset  # Kafka's FetchResponse.sizeOf
-            outcome = plugin.on_fetch(user, client_id, size, thread_ns, channel=channel)
+            outcome = plugin.on_fetch(user, client_id, size, thread_ns, channel=channel, now_ms=now)
             if outcome.empty_response:
+                self._captured(connection, now, entry, api, size, thread_ns, outcome)
                 session_id = fetch.get("session_id", 0)
                 epoch = fetch.get("session_epoch", -1)
                 incremental = isinstance(epoch, int) and epoch > 0
@@ -437,7 +460,11 @@ class ProxyServer:
                 await self._send(connection, [empty], (user, client_id))
                 return
         else:
-            outcome = plugin.on_request(user, client_id, thread_ns, channel=channel)
+            outcome = plugin.on_request(user, client_id, thread_ns, channel=channel, now_ms=now)
+            size = 0
+            if spec.key == codec.FETCH:
+                api = _FOLLOWER_FETCH
+        self._captured(connection, now, entry, api, size, thread_ns, outcome)
 
         if spec.key == codec.API_VERSIONS:
             throttle = outcome.throttle_time_ms if outcome.throttled else None
@@ -457,6 +484,33 @@ class ProxyServer:
                     view[offset + 4 :],
                 ]
         await self._send(connection, parts, (user, client_id))
+
+    def _captured(
+        self,
+        connection: _Connection,
+        now: int,
+        entry: _Pending,
+        api: str,
+        size: int,
+        thread_ns: int | None,
+        outcome: QuotaOutcome,
+    ) -> None:
+        capture = self.capture
+        if capture is not None:
+            header = entry.header
+            capture.add(
+                now,
+                entry.user,
+                header.client_id,
+                api,
+                size,
+                thread_ns,
+                entry.acks if header.api.key == codec.PRODUCE else None,
+                outcome.throttle_time_ms if outcome.throttled else 0,
+                header.api.version,
+                header.correlation_id,
+                connection.peer,
+            )
 
     def _fetch_request(
         self,
@@ -532,6 +586,14 @@ class ProxyServer:
         await connection.client.drain()
         if entity is not None:
             self.plugin.on_response_sent(entity[0], entity[1], spent)
+
+
+async def _tick(capture: TrafficCapture) -> None:
+    """Hand the capture's rows to its writer at least every second, also when no request
+    comes to do it."""
+    while True:
+        await asyncio.sleep(1.0)
+        capture.flush_due()
 
 
 async def _stop(*tasks: asyncio.Task[None] | None) -> None:
