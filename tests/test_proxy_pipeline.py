@@ -11,12 +11,7 @@ clock. It speaks Kafka through kio, like the clients' frames below.
 from __future__ import annotations
 
 import asyncio
-import datetime
-import io
-import queue
 import socket
-import struct
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -25,159 +20,17 @@ from typing import Any
 import kquota
 import pytest
 from conftest import free_port
-from kio.serial import entity_writer
-from kio.static.primitive import Records, i16, i32, i32Timedelta, i64
 from kquota.proxy import codec
 from kquota.proxy.server import _PIPELINE_DEPTH
-from test_proxy_support import RecordingPlugin, encode_request, read_frame, run_proxy
-
-HANG_S = 30.0
-"""How long a step may take before the test fails as hung (never reached when it works)."""
-QUIET_S = 0.3
-"""How long the broker listens for a request that must not come."""
-
-
-def produce_request(correlation_id: int, client_id: str, size: int, acks: int = 1) -> bytes:
-    """A Produce v9 request whose records are ``size`` opaque bytes (the proxy reads none
-    of them; the stand-in broker stores nothing)."""
-    from kio.schema.produce.v9.request import (
-        PartitionProduceData,
-        ProduceRequest,
-        TopicProduceData,
-    )
-    from kio.schema.request_header.v2.header import RequestHeader
-
-    header = RequestHeader(
-        request_api_key=i16(0),
-        request_api_version=i16(9),
-        correlation_id=i32(correlation_id),
-        client_id=client_id,
-    )
-    body = ProduceRequest(
-        transactional_id=None,
-        acks=i16(acks),
-        timeout=i32Timedelta.parse(datetime.timedelta(seconds=30)),
-        topic_data=(
-            TopicProduceData(
-                name="t",  # type: ignore[arg-type]
-                partition_data=(PartitionProduceData(index=i32(0), records=Records(b"r" * size)),),
-            ),
-        ),
-    )
-    return encode_request(header, body)
-
-
-def metadata_request(correlation_id: int, client_id: str) -> bytes:
-    from kio.schema.metadata.v12.request import MetadataRequest
-    from kio.schema.request_header.v2.header import RequestHeader
-
-    header = RequestHeader(
-        request_api_key=i16(3),
-        request_api_version=i16(12),
-        correlation_id=i32(correlation_id),
-        client_id=client_id,
-    )
-    return encode_request(
-        header, MetadataRequest(topics=(), include_topic_authorized_operations=False)
-    )
-
-
-def _response(correlation_id: int, api_key: int) -> bytes:
-    from kio.schema.errors import ErrorCode
-    from kio.schema.metadata.v12.response import MetadataResponse
-    from kio.schema.produce.v9.response import (
-        PartitionProduceResponse,
-        ProduceResponse,
-        TopicProduceResponse,
-    )
-    from kio.schema.response_header.v1.header import ResponseHeader
-
-    no_throttle = i32Timedelta.parse(datetime.timedelta(0))
-    body: Any
-    if api_key == 0:
-        body = ProduceResponse(
-            responses=(
-                TopicProduceResponse(
-                    name="t",  # type: ignore[arg-type]
-                    partition_responses=(
-                        PartitionProduceResponse(
-                            index=i32(0),
-                            error_code=ErrorCode.none,
-                            base_offset=i64(correlation_id),
-                            log_append_time=None,
-                            log_start_offset=i64(0),
-                            record_errors=(),
-                            error_message=None,
-                        ),
-                    ),
-                ),
-            ),
-            throttle_time=no_throttle,
-        )
-    else:
-        body = MetadataResponse(
-            throttle_time=no_throttle,
-            brokers=(),
-            cluster_id=None,
-            controller_id=i32(-1),  # type: ignore[arg-type]
-            topics=(),
-        )
-    out = io.BytesIO()
-    header = ResponseHeader(correlation_id=i32(correlation_id))
-    entity_writer(type(header))(out, header)
-    entity_writer(type(body))(out, body)
-    data = out.getvalue()
-    return struct.pack(">i", len(data)) + data
-
-
-class ScriptedBroker:
-    """A stand-in broker for one connection: notes each request frame as it arrives
-    (:meth:`next_request`) and answers one only when told (:meth:`answer`)."""
-
-    def __init__(self) -> None:
-        self.listener = socket.create_server(("127.0.0.1", 0))
-        self.port: int = self.listener.getsockname()[1]
-        self.requests: queue.Queue[tuple[int, int]] = queue.Queue()
-        self.connection: socket.socket | None = None
-        self._ready = threading.Event()
-        threading.Thread(target=self._serve, name="scripted-broker", daemon=True).start()
-
-    def _serve(self) -> None:
-        try:
-            self.connection, _ = self.listener.accept()
-        except OSError:
-            return
-        self._ready.set()
-        while True:
-            try:
-                frame = read_frame(self.connection)
-            except OSError:
-                return
-            if frame is None:
-                return
-            api_key, _, correlation_id = struct.unpack_from(">hhi", frame)
-            self.requests.put((correlation_id, api_key))
-
-    def next_request(self) -> tuple[int, int]:
-        """``(correlation id, api key)`` of the next request to arrive."""
-        return self.requests.get(timeout=HANG_S)
-
-    def nothing_more(self) -> bool:
-        """No further request arrives within ``QUIET_S``."""
-        try:
-            self.requests.get(timeout=QUIET_S)
-        except queue.Empty:
-            return True
-        return False
-
-    def answer(self, correlation_id: int, api_key: int) -> None:
-        assert self._ready.wait(HANG_S) and self.connection is not None
-        self.connection.sendall(_response(correlation_id, api_key))
-
-    def close(self) -> None:
-        self.listener.close()
-        if self.connection is not None:
-            self.connection.close()
+from test_proxy_support import (
+    SCRIPT_HANG_S,
+    RecordingPlugin,
+    ScriptedBroker,
+    metadata_request,
+    produce_request,
+    read_frame,
+    run_proxy,
+)
 
 
 @contextmanager
@@ -188,7 +41,7 @@ def proxied(
     try:
         with (
             run_proxy(("127.0.0.1", broker.port), free_port(), plugin) as proxy,
-            socket.create_connection(proxy.server.address, timeout=HANG_S) as client,
+            socket.create_connection(proxy.server.address, timeout=SCRIPT_HANG_S) as client,
         ):
             yield broker, client, proxy
     finally:
@@ -285,10 +138,12 @@ def test_shutdown_answers_pipelined_requests(acks: int) -> None:
     plugin = RecordingPlugin()
     try:
         with run_proxy(("127.0.0.1", broker.port), free_port(), plugin) as proxy:
-            client = socket.create_connection(proxy.server.address, timeout=HANG_S)
+            client = socket.create_connection(proxy.server.address, timeout=SCRIPT_HANG_S)
             client.sendall(produce_request(1, "p", 10) + produce_request(2, "p", 10, acks=acks))
             assert [broker.next_request() for _ in range(2)] == [(1, 0), (2, 0)]
-            stopping = asyncio.run_coroutine_threadsafe(proxy.server.shutdown(HANG_S), proxy.loop)
+            stopping = asyncio.run_coroutine_threadsafe(
+                proxy.server.shutdown(SCRIPT_HANG_S), proxy.loop
+            )
             broker.answer(1, 0)
             if acks:
                 broker.answer(2, 0)
@@ -297,7 +152,7 @@ def test_shutdown_answers_pipelined_requests(acks: int) -> None:
                 assert _answered(client) == 2
             assert read_frame(client) is None  # then closed
             client.close()
-            stopping.result(HANG_S)
+            stopping.result(SCRIPT_HANG_S)
     finally:
         broker.close()
     assert [a.size > 0 for a in plugin.applied if a.api == "produce"] == [True, True]

@@ -318,3 +318,198 @@ class TimingRelay:
                 1 for c, t, kind, _, _ in events if c == conn and kind == "request" and at < t < end
             )
         return early, len(throttled)
+
+
+# -- a stand-in broker, for what Tansu cannot be made to do on cue -------------------------
+
+SCRIPT_HANG_S = 30.0
+"""How long a scripted step may take before the test fails as hung (never reached when
+the proxy works)."""
+SCRIPT_QUIET_S = 0.3
+"""How long :meth:`ScriptedBroker.nothing_more` listens for a request that must not come."""
+
+
+def request_frame(correlation_id: int, client_id: str, body: Any) -> bytes:
+    """A request frame of kio message ``body``, with the request header its API and
+    version use."""
+    header = body.__header_schema__(
+        request_api_key=i16(body.__api_key__),
+        request_api_version=i16(body.__version__),
+        correlation_id=i32(correlation_id),
+        client_id=client_id,
+    )
+    return encode_request(header, body)
+
+
+def produce_request(correlation_id: int, client_id: str, size: int, acks: int = 1) -> bytes:
+    """A Produce v9 request whose records are ``size`` opaque bytes (the proxy reads none
+    of them; a stand-in broker stores nothing)."""
+    import datetime
+
+    from kio.schema.produce.v9.request import (
+        PartitionProduceData,
+        ProduceRequest,
+        TopicProduceData,
+    )
+    from kio.static.primitive import Records, i32Timedelta
+
+    body = ProduceRequest(
+        transactional_id=None,
+        acks=i16(acks),
+        timeout=i32Timedelta.parse(datetime.timedelta(seconds=30)),
+        topic_data=(
+            TopicProduceData(
+                name="t",  # type: ignore[arg-type]
+                partition_data=(PartitionProduceData(index=i32(0), records=Records(b"r" * size)),),
+            ),
+        ),
+    )
+    return request_frame(correlation_id, client_id, body)
+
+
+def metadata_request(correlation_id: int, client_id: str) -> bytes:
+    from kio.schema.metadata.v12.request import MetadataRequest
+
+    body = MetadataRequest(topics=(), include_topic_authorized_operations=False)
+    return request_frame(correlation_id, client_id, body)
+
+
+def sasl_handshake_request(correlation_id: int, mechanism: str) -> bytes:
+    from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
+
+    body = SaslHandshakeRequest(mechanism=mechanism)
+    return request_frame(correlation_id, "sasl", body)
+
+
+def sasl_authenticate_request(correlation_id: int, auth_bytes: bytes) -> bytes:
+    from kio.schema.sasl_authenticate.v2.request import SaslAuthenticateRequest
+
+    body = SaslAuthenticateRequest(auth_bytes=auth_bytes)
+    return request_frame(correlation_id, "sasl", body)
+
+
+def _response_body(api_key: int, correlation_id: int, error: int) -> Any:
+    """A minimal response of ``api_key`` (the versions the requests above use)."""
+    import datetime
+
+    from kio.schema.errors import ErrorCode
+    from kio.static.primitive import i32Timedelta, i64, i64Timedelta
+
+    no_throttle = i32Timedelta.parse(datetime.timedelta(0))
+    if api_key == 0:
+        from kio.schema.produce.v9 import response as produce
+
+        partition = produce.PartitionProduceResponse(
+            index=i32(0),
+            error_code=ErrorCode(error),
+            base_offset=i64(correlation_id),
+            log_append_time=None,
+            log_start_offset=i64(0),
+            record_errors=(),
+            error_message=None,
+        )
+        topic = produce.TopicProduceResponse(name="t", partition_responses=(partition,))  # type: ignore[arg-type]
+        return produce.ProduceResponse(responses=(topic,), throttle_time=no_throttle)
+    if api_key == 3:
+        from kio.schema.metadata.v12.response import MetadataResponse
+
+        return MetadataResponse(
+            throttle_time=no_throttle,
+            brokers=(),
+            cluster_id=None,
+            controller_id=i32(-1),  # type: ignore[arg-type]
+            topics=(),
+        )
+    if api_key == 17:
+        from kio.schema.sasl_handshake.v1.response import SaslHandshakeResponse
+
+        return SaslHandshakeResponse(
+            error_code=ErrorCode(error), mechanisms=("PLAIN", "SCRAM-SHA-256")
+        )
+    if api_key == 36:
+        from kio.schema.sasl_authenticate.v2.response import SaslAuthenticateResponse
+
+        return SaslAuthenticateResponse(
+            error_code=ErrorCode(error),
+            error_message=None if error == 0 else "authentication failed",
+            auth_bytes=b"server-message",
+            session_lifetime=i64Timedelta.parse(datetime.timedelta(0)),
+        )
+    raise ValueError(f"no scripted response for API {api_key}")
+
+
+def response_frame(api_key: int, correlation_id: int, error: int = 0) -> bytes:
+    """A response frame (size prefix included), encoded with kio, with the response
+    header of the response's own module."""
+    body = _response_body(api_key, correlation_id, error)
+    header = body.__header_schema__(correlation_id=i32(correlation_id))
+    out = io.BytesIO()
+    entity_writer(type(header))(out, header)
+    entity_writer(type(body))(out, body)
+    data = out.getvalue()
+    return struct.pack(">i", len(data)) + data
+
+
+class ScriptedBroker:
+    """A stand-in broker for one connection: notes each request frame as it arrives
+    (:meth:`next_request`) and answers one only when told (:meth:`answer`)."""
+
+    def __init__(self) -> None:
+        import queue
+
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port: int = self.listener.getsockname()[1]
+        self.requests: queue.Queue[tuple[int, int]] = queue.Queue()
+        self.connection: socket.socket | None = None
+        self._ready = threading.Event()
+        threading.Thread(target=self._serve, name="scripted-broker", daemon=True).start()
+
+    @property
+    def address(self) -> tuple[str, int]:
+        return ("127.0.0.1", self.port)
+
+    def _serve(self) -> None:
+        try:
+            self.connection, _ = self.listener.accept()
+        except OSError:
+            return
+        self._ready.set()
+        while True:
+            try:
+                frame = read_frame(self.connection)
+            except OSError:
+                return
+            if frame is None:
+                return
+            api_key, _, correlation_id = struct.unpack_from(">hhi", frame)
+            self.requests.put((correlation_id, api_key))
+
+    def next_request(self) -> tuple[int, int]:
+        """``(correlation id, api key)`` of the next request to arrive."""
+        return self.requests.get(timeout=SCRIPT_HANG_S)
+
+    def nothing_more(self) -> bool:
+        """No further request arrives within :data:`SCRIPT_QUIET_S`."""
+        import queue
+
+        try:
+            self.requests.get(timeout=SCRIPT_QUIET_S)
+        except queue.Empty:
+            return True
+        return False
+
+    def answer(self, correlation_id: int, api_key: int, error: int = 0) -> None:
+        assert self._ready.wait(SCRIPT_HANG_S) and self.connection is not None
+        self.connection.sendall(response_frame(api_key, correlation_id, error))
+
+    def exchange(self, api_key: int, error: int = 0) -> int:
+        """Take the next request, which must be of ``api_key``, and answer it."""
+        correlation_id, key = self.next_request()
+        assert key == api_key, (key, api_key)
+        self.answer(correlation_id, api_key, error)
+        return correlation_id
+
+    def close(self) -> None:
+        self.listener.close()
+        if self.connection is not None:
+            self.connection.close()
