@@ -7,6 +7,8 @@
 //!   (entities, precedence, shared sensors, dynamic quotas, expiry, delay queue).
 //! * [`request_path::RequestPath`]: Kafka's request handling over the three managers
 //!   (which quotas a request is checked against, the applied throttle, the fetch unrecord).
+//! * [`replay::ReplayKernel`]: the same request path replayed sequentially over columns
+//!   of events, for back-testing (several scenarios in one pass, open or closed loop).
 //! * [`migrate`]: how the manager replaces its hash maps by right-sized ones after
 //!   expiry, while other threads use them.
 //!
@@ -27,6 +29,8 @@ pub mod quota;
 pub mod rate;
 pub mod rate_cell;
 #[cfg(not(loom))]
+pub mod replay;
+#[cfg(not(loom))]
 pub mod request_path;
 pub mod samples;
 
@@ -37,6 +41,8 @@ pub use error::{Error, Result};
 pub use manager::{QuotaManager, QuotaType, SensorSnapshot, DEFAULT_SENSOR_EXPIRY_MS};
 pub use quota::{Check, UNLIMITED};
 pub use rate::SampledRate;
+#[cfg(not(loom))]
+pub use replay::{EntitySummary, Events, Output, ReplayKernel, ReplayOptions};
 #[cfg(not(loom))]
 pub use request_path::{ApiKind, Outcome, Request, RequestPath};
 pub use samples::WindowConfig;
