@@ -59,6 +59,17 @@ pub fn throttle_int(quota_type: QuotaType, window: &WindowConfig, check: Check) 
     }
 }
 
+/// Kafka's fetch-size cap for a client whose sensor enforces `bound` (`None`: no quota
+/// applies): `bound * (num_samples - 1) * window_seconds`, or `f64::MAX`.
+pub fn max_value_in_quota_window(bound: Option<f64>, window: &WindowConfig) -> f64 {
+    match bound {
+        Some(bound) => {
+            bound * f64::from(window.num_samples() - 1) * (window.window_ms() / 1000) as f64
+        }
+        None => f64::MAX,
+    }
+}
+
 /// Whether a sensor that last recorded at `last_record` is expired at `now`: idle for
 /// strictly longer than `expiry_ms` (Kafka's `Sensor.hasExpired`).
 pub fn sensor_expired(last_record: i64, now: i64, expiry_ms: i64) -> bool {
@@ -704,14 +715,10 @@ impl QuotaManager {
             .resolve(config, maps, user, client_id, now, &clients, &guard)
             .quota
             .tags;
-        match config.overrides.quota_limit(tags.first(), tags.second()) {
-            Some(bound) => {
-                bound
-                    * f64::from(self.window.num_samples() - 1)
-                    * (self.window.window_ms() / 1000) as f64
-            }
-            None => f64::MAX,
-        }
+        max_value_in_quota_window(
+            config.overrides.quota_limit(tags.first(), tags.second()),
+            &self.window,
+        )
     }
 
     // -- reading ---------------------------------------------------------------------

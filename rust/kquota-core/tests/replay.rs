@@ -400,6 +400,9 @@ fn oracle(trace: &Trace, closed: bool) -> (Vec<Row>, Measured) {
     (out, measured)
 }
 
+/// Event columns being gathered for a batch: time, pair, kind, bytes, thread ns, acks.
+type Columns = (Vec<i64>, Vec<i32>, Vec<i8>, Vec<f64>, Vec<f64>, Vec<i16>);
+
 /// The kernel fed the trace in batches cut at `trace.cuts` (and at every operation).
 fn kernel(trace: &Trace, closed: bool) -> (Vec<Row>, Measured) {
     let brokers: Vec<Broker> = trace
@@ -416,12 +419,10 @@ fn kernel(trace: &Trace, closed: bool) -> (Vec<Row>, Measured) {
     let all = entities();
     let mut out = Vec::new();
     let mut measured = Vec::new();
-    let mut cols: (Vec<i64>, Vec<i32>, Vec<i8>, Vec<f64>, Vec<f64>, Vec<i16>) = Default::default();
+    let mut cols: Columns = Default::default();
     let mut cuts = trace.cuts.iter().cycle();
     let mut next_cut = *cuts.next().unwrap();
-    let flush = |k: &mut ReplayKernel,
-                 cols: &mut (Vec<i64>, Vec<i32>, Vec<i8>, Vec<f64>, Vec<f64>, Vec<i16>),
-                 out: &mut Vec<Row>| {
+    let flush = |k: &mut ReplayKernel, cols: &mut Columns, out: &mut Vec<Row>| {
         let events = Events {
             time_ms: &cols.0,
             pair: &cols.1,

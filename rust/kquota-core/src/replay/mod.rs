@@ -108,7 +108,7 @@ pub struct Events<'a> {
 
 impl Events<'_> {
     /// The number of events; an error naming the lengths if the columns differ.
-    pub fn len(&self) -> Result<usize> {
+    pub fn checked_len(&self) -> Result<usize> {
         let n = self.time_ms.len();
         let lens = [
             self.pair.len(),
@@ -521,7 +521,7 @@ impl ReplayKernel {
 
     /// Checks every column of `events` and converts them; nothing is changed.
     fn check(&self, events: &Events<'_>) -> Result<Vec<Event>> {
-        let n = events.len()?;
+        let n = events.checked_len()?;
         let mut out = Vec::with_capacity(n);
         let mut previous = self.horizon;
         for i in 0..n {
@@ -766,6 +766,20 @@ impl ReplayKernel {
         let pair = self.check_pair(pair)?;
         let s = self.scenario(scenario)?;
         Ok(s.tables[table_index(quota_type)].quota_of(pair))
+    }
+
+    /// The fetch-size cap of `pair` from its `quota_type` quota in `scenario`: the
+    /// manager's `max_value_in_quota_window` (`f64::MAX` with no quota; Kafka caps a fetch
+    /// with its fetch quota's).
+    pub fn max_value_in_quota_window(
+        &self,
+        scenario: usize,
+        quota_type: QuotaType,
+        pair: usize,
+    ) -> Result<f64> {
+        let pair = self.check_pair(pair)?;
+        let s = self.scenario(scenario)?;
+        Ok(s.tables[table_index(quota_type)].max_value_in_quota_window(pair))
     }
 
     fn scenario(&self, scenario: usize) -> Result<&Scenario> {

@@ -10,7 +10,9 @@ use std::collections::HashMap;
 
 use super::stats::{EntityStats, EntitySummary, Usage};
 use crate::entity::Overrides;
-use crate::manager::{rate_units, sensor_expired, throttle_int, QuotaType};
+use crate::manager::{
+    max_value_in_quota_window, rate_units, sensor_expired, throttle_int, QuotaType,
+};
 use crate::quota::{check_bound, verdict, Check};
 use crate::samples::{Samples, Summary, WindowConfig};
 
@@ -126,6 +128,15 @@ impl SensorTable {
     pub fn quota_of(&self, pair: u32) -> Option<f64> {
         let (u, c) = self.tags_of(pair);
         self.overrides.quota_limit(u, c)
+    }
+
+    /// The fetch-size cap of `pair` ([`max_value_in_quota_window`]); `f64::MAX` while
+    /// nothing is enabled.
+    pub fn max_value_in_quota_window(&self, pair: u32) -> f64 {
+        if !self.enabled() {
+            return f64::MAX;
+        }
+        max_value_in_quota_window(self.quota_of(pair), &self.window)
     }
 
     /// Adds one event to the summary of `pair`'s sensor.
