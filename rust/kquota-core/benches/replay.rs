@@ -78,9 +78,9 @@ fn managers() -> [QuotaManager; 3] {
     QuotaType::ALL.map(|t| {
         let m = QuotaManager::with_defaults(t);
         let quota = match t {
-            QuotaType::Produce => 20_000.0,
-            QuotaType::Fetch => 15_000.0,
-            QuotaType::Request => 0.25,
+            QuotaType::Produce => 14_000.0,
+            QuotaType::Fetch => 10_500.0,
+            QuotaType::Request => 0.175,
         };
         m.set_quota(&defaults, quota).unwrap();
         m

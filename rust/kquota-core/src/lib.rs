@@ -47,6 +47,31 @@ pub use replay::{EntitySummary, Events, Output, ReplayKernel, ReplayOptions};
 pub use request_path::{ApiKind, Outcome, Request, RequestPath};
 pub use samples::WindowConfig;
 
+/// A hint to bring the cache line at `p` into cache; never faults, changes nothing.
+#[inline(always)]
+pub(crate) fn prefetch<T>(p: *const T) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: a prefetch is a hint: it reads nothing the program sees and cannot fault,
+    // whatever the address.
+    unsafe {
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(p.cast());
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = p;
+}
+
+/// [`prefetch`] of every cache line of `*p`.
+#[cfg(not(loom))]
+#[inline(always)]
+pub(crate) fn prefetch_all<T>(p: *const T) {
+    let bytes = p.cast::<u8>();
+    let mut offset = 0;
+    while offset < std::mem::size_of::<T>() {
+        prefetch(bytes.wrapping_add(offset));
+        offset += 64;
+    }
+}
+
 /// Milliseconds on a monotonic clock (since the first call in this process); what the
 /// callers use when they pass no time.
 pub fn monotonic_ms() -> i64 {

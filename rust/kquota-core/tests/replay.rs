@@ -11,7 +11,7 @@ use std::collections::BinaryHeap;
 use kquota_core::replay::{quota_code, Events, Output, BY_NONE};
 use kquota_core::samples::WindowConfig;
 use kquota_core::{
-    QuotaEntity, QuotaManager, QuotaType, ReplayKernel, ReplayOptions, Request, RequestPath,
+    Error, QuotaEntity, QuotaManager, QuotaType, ReplayKernel, ReplayOptions, Request, RequestPath,
 };
 use proptest::prelude::*;
 
@@ -523,4 +523,142 @@ fn traces_cover_every_branch() {
     assert!(by.iter().all(|&n| n > 50), "throttles by type: {by:?}");
     assert!(delayed > 100, "closed loop delayed {delayed} events");
     let _ = wrapped;
+}
+
+fn one_broker(quota: f64) -> Broker {
+    let window = WindowConfig::QUOTA_DEFAULT;
+    let managers = QuotaType::ALL.map(|t| QuotaManager::new(t, window, 3_600_000).unwrap());
+    let user = QuotaEntity::parse(Some("u"), None).unwrap();
+    for m in &managers {
+        m.set_quota(&user, quota).unwrap();
+    }
+    Broker { managers }
+}
+
+fn events<'a>(cols: &'a Columns) -> Events<'a> {
+    Events {
+        time_ms: &cols.0,
+        pair: &cols.1,
+        kind: &cols.2,
+        bytes: &cols.3,
+        thread_ns: &cols.4,
+        acks: &cols.5,
+    }
+}
+
+fn batch(start: i64) -> Columns {
+    (
+        vec![start, start + 10, start + 10, start + 500],
+        vec![0, 1, 0, 1],
+        vec![0, 1, 2, 0],
+        vec![50_000.0, 70_000.0, 0.0, 9_000.0],
+        vec![4e6, f64::NAN, 2e6, 1e6],
+        vec![-1, -1, -1, 0],
+    )
+}
+
+#[test]
+fn bad_input_is_refused_naming_the_value_and_changes_nothing() {
+    let broker = one_broker(1000.0);
+    let pairs = [("u", "a"), ("u", "b")];
+    let new = || ReplayKernel::new(&pairs, &[broker.path()], ReplayOptions::default()).unwrap();
+    let (mut k, mut fresh) = (new(), new());
+    let first = batch(0);
+    assert_eq!(k.feed(&events(&first)), fresh.feed(&events(&first)));
+    let bad: Vec<(Box<dyn Fn(&mut Columns)>, &str)> = vec![
+        (
+            Box::new(|c| c.1.pop().map(drop).unwrap_or(())),
+            "differ in length: time_ms 4, pair 3",
+        ),
+        (Box::new(|c| c.2[2] = 3), "invalid kind 3 at row 2"),
+        (Box::new(|c| c.1[1] = 2), "invalid pair 2 at row 1"),
+        (Box::new(|c| c.1[3] = -7), "invalid pair -7 at row 3"),
+        (
+            Box::new(|c| c.3[0] = f64::NAN),
+            "bytes at row 0: invalid usage value NaN",
+        ),
+        (
+            Box::new(|c| c.3[1] = -1.0),
+            "bytes at row 1: invalid usage value -1.0",
+        ),
+        (
+            Box::new(|c| c.4[0] = f64::INFINITY),
+            "thread_ns at row 0: invalid usage value inf",
+        ),
+        (
+            Box::new(|c| c.0[2] = 1005),
+            "time_ms[2] = 1005 is before time_ms[1] = 1010",
+        ),
+        (
+            Box::new(|c| c.0[0] = 499),
+            "time_ms[0] = 499 is before the last time",
+        ),
+    ];
+    for (spoil, message) in bad {
+        let mut cols = batch(1000);
+        spoil(&mut cols);
+        let err = k.feed(&events(&cols)).unwrap_err();
+        assert!(matches!(err, Error::InvalidUsage(_)), "{err:?}");
+        assert!(err.to_string().contains(message), "{err} / {message}");
+    }
+    let e = k.set_quota(0, QuotaType::Produce, &entities()[0], f64::NAN, 2000);
+    assert!(matches!(e, Err(Error::InvalidQuota(_))));
+    assert!(k.measure(1, QuotaType::Produce, 0, 2000).is_err());
+    assert!(k.record_no_throttle(2, 1.0, 2000).is_err());
+    assert!(k.expire_sensors(10).is_err());
+    // nothing changed: the same as a kernel that saw only the good batches
+    let good = batch(1000);
+    assert_eq!(k.feed(&events(&good)), fresh.feed(&events(&good)));
+    assert_eq!(k.summaries(), fresh.summaries());
+    let options = ReplayOptions {
+        expiry_task_ms: Some(0),
+        ..ReplayOptions::default()
+    };
+    assert!(matches!(
+        ReplayKernel::new(&pairs, &[broker.path()], options),
+        Err(Error::InvalidConfig(_))
+    ));
+}
+
+#[test]
+fn summaries_by_hand() {
+    // 1000 B/s produce quota for user u (11 x 1 s): 20 000 B at t=0 throttles 10 000 ms
+    // (2000 B/s over 10 s), then small requests.
+    let broker = one_broker(1000.0);
+    let pairs = [("u", "a")];
+    let mut k = ReplayKernel::new(&pairs, &[broker.path()], ReplayOptions::default()).unwrap();
+    let cols: Columns = (
+        vec![0, 100, 1500, 2500],
+        vec![0; 4],
+        vec![0; 4],
+        vec![20_000.0, 100.0, 100.0, 100.0],
+        vec![f64::NAN; 4],
+        vec![-1; 4],
+    );
+    let out = k.feed(&events(&cols)).unwrap();
+    assert_eq!(out.throttle_ms[0], 10_000);
+    assert_eq!(out.throttled_by[0], quota_code(QuotaType::Produce));
+    let s = &k.summaries()[0];
+    assert_eq!((s.user.as_str(), s.client_id.as_str()), ("u", ""));
+    assert_eq!(s.quota_type, QuotaType::Produce);
+    assert_eq!(s.quota, Some(1000.0));
+    assert_eq!((s.requests, s.bytes, s.usage), (4, 20_300, 20_300));
+    assert_eq!(
+        s.throttled_requests as usize,
+        out.throttle_ms.iter().filter(|&&t| t > 0).count()
+    );
+    let mut sorted: Vec<i64> = out
+        .throttle_ms
+        .iter()
+        .map(|&t| i64::from(t.max(0)))
+        .collect();
+    sorted.sort();
+    assert_eq!(s.p99_throttle_ms, sorted[3]);
+    assert_eq!(s.p50_throttle_ms, sorted[1]);
+    assert_eq!(s.max_throttle_ms, 10_000);
+    assert_eq!(s.total_throttle_ms, sorted.iter().sum::<i64>());
+    // the peak: all 20 300 B within 10 windows, over 10 s
+    assert_eq!(s.peak_rate, 2030.0);
+    assert_eq!(s.utilization(), 2.03);
+    assert_eq!(s.mean_added_latency_ms(), 0.0);
 }

@@ -307,7 +307,40 @@ fn table_index(quota_type: QuotaType) -> usize {
     quota_code(quota_type) as usize
 }
 
+/// How many events ahead the open loop prefetches sensors, then their rings.
+const PREFETCH_FAR: usize = 16;
+const PREFETCH_NEAR: usize = 8;
+
 impl Scenario {
+    /// The tables an event records into.
+    #[inline]
+    fn touched(&self, e: &Event) -> [Option<&SensorTable>; 2] {
+        let [produce, fetch, request] = &self.tables;
+        let bytes = match e.kind {
+            ApiKind::Produce => Some(produce),
+            ApiKind::Fetch => Some(fetch),
+            ApiKind::Other => None,
+        };
+        let thread = e
+            .thread
+            .filter(|_| checks_request_quota(e.kind, e.acks))
+            .map(|_| request);
+        [bytes, thread]
+    }
+
+    #[inline]
+    fn prefetch(&self, e: &Event, deep: bool) {
+        for table in self.touched(e).into_iter().flatten() {
+            if table.enabled() {
+                if deep {
+                    table.prefetch_deep(e.pair);
+                } else {
+                    table.prefetch(e.pair);
+                }
+            }
+        }
+    }
+
     /// Kafka's handling of one request at `now` ([`RequestPath::record`]) and its
     /// entity summaries.
     #[inline]
@@ -597,7 +630,13 @@ impl ReplayKernel {
         if !self.closed_loop {
             let mut out = Output::with_capacity(n * self.scenarios.len());
             for (index, s) in self.scenarios.iter_mut().enumerate() {
-                for e in &batch {
+                for (i, e) in batch.iter().enumerate() {
+                    if let Some(ahead) = batch.get(i + PREFETCH_FAR) {
+                        s.prefetch(ahead, false);
+                    }
+                    if let Some(ahead) = batch.get(i + PREFETCH_NEAR) {
+                        s.prefetch(ahead, true);
+                    }
                     let d = s.handle(e, e.time);
                     out.push(index, e, e.time, &d);
                 }

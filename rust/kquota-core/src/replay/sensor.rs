@@ -13,7 +13,7 @@ use crate::entity::Overrides;
 use crate::manager::{
     max_value_in_quota_window, rate_units, sensor_expired, throttle_int, QuotaType,
 };
-use crate::quota::{check_bound, verdict, Check};
+use crate::quota::{verdict, Check};
 use crate::samples::{Samples, Summary, WindowConfig};
 
 /// One rate sensor without atomics: the samples and the [`Summary`] that lets an ordinary
@@ -27,7 +27,8 @@ pub(crate) struct PlainRate {
 
 impl PlainRate {
     /// Records `value` at `t` and, with `check`, checks `bound` as Kafka's
-    /// `Sensor.record` does; bit for bit [`Samples::record`] then [`check_bound`].
+    /// `Sensor.record` does; bit for bit [`Samples::record`] then
+    /// [`crate::quota::check_bound`].
     pub fn record(
         &mut self,
         cfg: &WindowConfig,
@@ -48,14 +49,14 @@ impl PlainRate {
                 return verdict(rate, bound, window);
             }
         }
+        if check {
+            let ((rate, window), summary) = self.samples.record_and_measure(cfg, value, t);
+            self.summary = Some(summary);
+            return verdict(rate, bound, window);
+        }
         self.samples.record(cfg, value, t);
-        let outcome = if check {
-            check_bound(&mut self.samples, cfg, bound, t)
-        } else {
-            Check::UNCHECKED
-        };
         self.summary = self.samples.summary();
-        outcome
+        Check::UNCHECKED
     }
 
     /// The rate at `t` (purges as Kafka's measurement does).
@@ -128,6 +129,25 @@ impl SensorTable {
     pub fn quota_of(&self, pair: u32) -> Option<f64> {
         let (u, c) = self.tags_of(pair);
         self.overrides.quota_limit(u, c)
+    }
+
+    /// Prefetch, first stage: the sensor and summary records of `pair` (a hint).
+    #[inline]
+    pub fn prefetch(&self, pair: u32) {
+        if let Some(&id) = self.pair_sensor.get(pair as usize) {
+            crate::prefetch_all(self.sensors.as_ptr().wrapping_add(id as usize));
+            crate::prefetch_all(self.stats.as_ptr().wrapping_add(id as usize));
+        }
+    }
+
+    /// Prefetch, second stage (once the first has arrived): the sensor's sample ring and
+    /// its summary's windows.
+    #[inline]
+    pub fn prefetch_deep(&self, pair: u32) {
+        if let Some(&id) = self.pair_sensor.get(pair as usize) {
+            self.sensors[id as usize].rate.samples.prefetch();
+            self.stats[id as usize].prefetch();
+        }
     }
 
     /// The fetch-size cap of `pair` ([`max_value_in_quota_window`]); `f64::MAX` while

@@ -86,6 +86,14 @@ impl EntityStats {
         self.peak = self.peak.max(self.in_span);
     }
 
+    /// Prefetch hint for the windows of the peak.
+    #[inline]
+    pub fn prefetch(&self) {
+        let (front, back) = self.windows.as_slices();
+        crate::prefetch(front.as_ptr());
+        crate::prefetch(back.as_ptr());
+    }
+
     /// Nearest-rank percentile (`ceil(percent * n / 100)`-th smallest) of the throttles.
     fn percentile(&self, percent: u64) -> i64 {
         if self.requests == 0 {
