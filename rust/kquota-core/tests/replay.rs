@@ -557,6 +557,9 @@ fn batch(start: i64) -> Columns {
     )
 }
 
+/// A change that makes a good batch bad.
+type Spoil = Box<dyn Fn(&mut Columns)>;
+
 #[test]
 fn bad_input_is_refused_naming_the_value_and_changes_nothing() {
     let broker = one_broker(1000.0);
@@ -565,7 +568,7 @@ fn bad_input_is_refused_naming_the_value_and_changes_nothing() {
     let (mut k, mut fresh) = (new(), new());
     let first = batch(0);
     assert_eq!(k.feed(&events(&first)), fresh.feed(&events(&first)));
-    let bad: Vec<(Box<dyn Fn(&mut Columns)>, &str)> = vec![
+    let bad: Vec<(Spoil, &str)> = vec![
         (
             Box::new(|c| c.1.pop().map(drop).unwrap_or(())),
             "differ in length: time_ms 4, pair 3",
