@@ -5,14 +5,15 @@
 //! * Counts and sums are exact integers.
 //! * The p99 throttle is the nearest-rank percentile, which needs every value: most
 //!   requests are not throttled, so zeros are only counted, and the positive throttles
-//!   are kept as a histogram (value -> count). That is exact and holds one entry per
-//!   *distinct* throttle value of the entity (request throttles are at most one window,
-//!   so at most 1000 values with 1 s windows), not one per request.
+//!   are kept as a histogram (value -> count, [`Histogram`]). That is exact and holds one
+//!   entry per *distinct* throttle value of the entity (request throttles are at most one
+//!   window, so at most 1000 values with 1 s windows), not one per request; new values
+//!   are appended to a short buffer first and merged in sorted batches.
 //! * The peak rate is the largest usage in `num_samples - 1` consecutive whole windows
 //!   (`floor(t / window_ms)`), as `summarize`'s `peak_rates`: each entity's events come in
 //!   time order, so only the last `num_samples - 1` non-empty windows are kept.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::VecDeque;
 
 use crate::manager::{QuotaType, NANOS_TO_PERCENT};
 use crate::samples::WindowConfig;
@@ -43,14 +44,16 @@ pub(crate) struct EntityStats {
     throttled: u64,
     total_throttle: i64,
     max_throttle: i64,
-    /// Positive throttle value -> how many requests got it.
-    positive: BTreeMap<i32, u64>,
+    /// The positive throttles.
+    positive: Histogram,
     total_latency: i64,
     max_latency: i64,
     /// The non-empty windows of the last `span`, oldest first: (window index, usage).
     windows: VecDeque<(i64, i64)>,
     in_span: i64,
     peak: i64,
+    /// The window of the last event: its index and time range `[lo, hi)`.
+    window: (i64, i64, i64),
 }
 
 impl EntityStats {
@@ -61,7 +64,7 @@ impl EntityStats {
         let throttle = u.throttle_ms.max(0);
         if throttle > 0 {
             self.throttled += 1;
-            *self.positive.entry(throttle).or_insert(0) += 1;
+            self.positive.add(throttle);
         }
         self.total_throttle += i64::from(throttle);
         self.max_throttle = self.max_throttle.max(i64::from(throttle));
@@ -69,7 +72,13 @@ impl EntityStats {
         self.max_latency = self.max_latency.max(u.added_latency_ms);
         // the peak over `span` consecutive windows
         let span = i64::from(window.num_samples().saturating_sub(1).max(1));
-        let index = u.time_ms.div_euclid(window.window_ms());
+        let (mut index, lo, hi) = self.window;
+        if !(lo..hi).contains(&u.time_ms) {
+            let w = window.window_ms();
+            index = u.time_ms.div_euclid(w);
+            let start = index.saturating_mul(w);
+            self.window = (index, start, start.saturating_add(w));
+        }
         let amount = if u.recorded { u.usage } else { 0 };
         while let Some(&(w, sum)) = self.windows.front() {
             if w > index - span {
@@ -105,7 +114,7 @@ impl EntityStats {
             return 0;
         }
         let mut seen = zeros;
-        for (&value, &count) in &self.positive {
+        for (value, count) in self.positive.counts() {
             seen += count;
             if seen >= rank {
                 return i64::from(value);
@@ -151,6 +160,56 @@ impl EntityStats {
             total_added_latency_ms: self.total_latency,
             max_added_latency_ms: self.max_latency,
         }
+    }
+}
+
+/// An exact histogram of values: distinct values with their counts, sorted, plus the
+/// values added since the last merge.
+#[derive(Debug, Clone, Default)]
+struct Histogram {
+    counts: Vec<(i32, u64)>,
+    recent: Vec<i32>,
+}
+
+impl Histogram {
+    /// Values added between two merges, at least (and at least as many as there are
+    /// distinct values: merging costs O(distinct values + buffer), so amortized O(log)).
+    const BUFFER: usize = 256;
+
+    #[inline]
+    fn add(&mut self, value: i32) {
+        self.recent.push(value);
+        if self.recent.len() >= Self::BUFFER.max(self.counts.len()) {
+            self.counts = self.merged();
+            self.recent.clear();
+        }
+    }
+
+    /// `counts` with `recent` merged in.
+    fn merged(&self) -> Vec<(i32, u64)> {
+        let mut recent = self.recent.clone();
+        recent.sort_unstable();
+        let mut out: Vec<(i32, u64)> = Vec::with_capacity(self.counts.len() + recent.len());
+        let mut push = |v: i32, c: u64| match out.last_mut() {
+            Some((last, n)) if *last == v => *n += c,
+            _ => out.push((v, c)),
+        };
+        let (mut i, mut j) = (0, 0);
+        while i < self.counts.len() || j < recent.len() {
+            if j == recent.len() || (i < self.counts.len() && self.counts[i].0 <= recent[j]) {
+                push(self.counts[i].0, self.counts[i].1);
+                i += 1;
+            } else {
+                push(recent[j], 1);
+                j += 1;
+            }
+        }
+        out
+    }
+
+    /// (value, count) in increasing value order.
+    fn counts(&self) -> Vec<(i32, u64)> {
+        self.merged()
     }
 }
 
@@ -211,5 +270,57 @@ impl EntitySummary {
     /// Peak rate / quota (NaN when unlimited).
     pub fn utilization(&self) -> f64 {
         self.peak_rate / self.quota.unwrap_or(f64::NAN)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn histogram_merges_exactly() {
+        let mut h = Histogram::default();
+        let mut all = Vec::new();
+        let mut x: u64 = 7;
+        for _ in 0..3000 {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let v = (x >> 33) as i32 % 97 + 1;
+            h.add(v);
+            all.push(v);
+        }
+        all.sort_unstable();
+        let expanded: Vec<i32> = h
+            .counts()
+            .into_iter()
+            .flat_map(|(v, c)| std::iter::repeat_n(v, c as usize))
+            .collect();
+        assert_eq!(expanded, all);
+        assert!(h.counts.len() <= 97 && h.recent.len() < Histogram::BUFFER);
+    }
+
+    #[test]
+    fn nearest_rank_with_zeros_counted() {
+        let w = WindowConfig::QUOTA_DEFAULT;
+        let mut s = EntityStats::default();
+        for (i, t) in [0, 0, 5, 0, 9, 0, 0, 3, 0, 0].iter().enumerate() {
+            s.add(
+                &Usage {
+                    time_ms: i as i64,
+                    bytes: 1,
+                    usage: 1,
+                    recorded: true,
+                    throttle_ms: *t,
+                    added_latency_ms: 0,
+                },
+                &w,
+            );
+        }
+        // sorted: 0 0 0 0 0 0 0 3 5 9
+        assert_eq!(s.percentile(50), 0);
+        assert_eq!(s.percentile(80), 3);
+        assert_eq!(s.percentile(90), 5);
+        assert_eq!(s.percentile(99), 9);
     }
 }
