@@ -222,7 +222,12 @@ impl Samples {
             self.cur = 0;
         }
         if t.wrapping_sub(self.start(self.cur())) >= cfg.window_ms {
-            let next = (self.cur() + 1) % cfg.ring_len();
+            // (cur + 1) mod ring length, without a division
+            let next = if self.cur() + 1 >= cfg.ring_len() {
+                0
+            } else {
+                self.cur() + 1
+            };
             self.cur = next as u32;
             if next >= self.n() {
                 self.push(t);
