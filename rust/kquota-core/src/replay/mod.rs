@@ -552,10 +552,9 @@ impl ReplayKernel {
             .sum()
     }
 
-    /// Checks every column of `events` and converts them; nothing is changed.
-    fn check(&self, events: &Events<'_>) -> Result<Vec<Event>> {
+    /// Checks every column of `events`; returns their number. Nothing is changed.
+    fn check(&self, events: &Events<'_>) -> Result<usize> {
         let n = events.checked_len()?;
-        let mut out = Vec::with_capacity(n);
         let mut previous = self.horizon;
         for i in 0..n {
             let time = events.time_ms[i];
@@ -592,26 +591,30 @@ impl ReplayKernel {
                     .map_err(|e| Error::InvalidUsage(format!("bytes at row {i}: {e}")))?;
             }
             let ns = events.thread_ns[i];
-            let thread = if ns.is_nan() {
-                None
-            } else {
-                Some(check_usage(ns).map_err(|e| {
+            if !ns.is_nan() {
+                check_usage(ns).map_err(|e| {
                     Error::InvalidUsage(format!(
                         "thread_ns at row {i}: {e}; NaN means the thread time is unknown"
                     ))
-                })?)
-            };
-            out.push(Event {
-                time,
-                seq: self.next_seq + i as u64,
-                pair: pair as u32,
-                kind,
-                acks: events.acks[i],
-                bytes,
-                thread,
-            });
+                })?;
+            }
         }
-        Ok(out)
+        Ok(n)
+    }
+
+    /// Event `i` of checked columns, `first_seq` being the position of event 0.
+    #[inline]
+    fn event(events: &Events<'_>, i: usize, first_seq: u64) -> Event {
+        let ns = events.thread_ns[i];
+        Event {
+            time: events.time_ms[i],
+            seq: first_seq + i as u64,
+            pair: events.pair[i] as u32,
+            kind: kind_of(events.kind[i]).unwrap_or(ApiKind::Other),
+            acks: events.acks[i],
+            bytes: events.bytes[i],
+            thread: (!ns.is_nan()).then_some(ns),
+        }
     }
 
     /// Replays a batch of events (see the module documentation for the order they must
@@ -620,25 +623,26 @@ impl ReplayKernel {
     /// those sent by now (and any replayed by an earlier quota change or expiry run).
     /// A refused batch changes nothing.
     pub fn feed(&mut self, events: &Events<'_>) -> Result<Output> {
-        let batch = self.check(events)?;
-        let n = batch.len();
+        let n = self.check(events)?;
+        let first = self.next_seq;
         self.next_seq += n as u64;
-        let Some(last) = batch.last().map(|e| e.time) else {
+        let Some(&last) = events.time_ms.last() else {
             return Ok(std::mem::take(&mut self.held));
         };
         self.horizon = Some(last);
         if !self.closed_loop {
             let mut out = Output::with_capacity(n * self.scenarios.len());
             for (index, s) in self.scenarios.iter_mut().enumerate() {
-                for (i, e) in batch.iter().enumerate() {
-                    if let Some(ahead) = batch.get(i + PREFETCH_FAR) {
-                        s.prefetch(ahead, false);
+                for i in 0..n {
+                    if i + PREFETCH_FAR < n {
+                        s.prefetch(&Self::event(events, i + PREFETCH_FAR, first), false);
                     }
-                    if let Some(ahead) = batch.get(i + PREFETCH_NEAR) {
-                        s.prefetch(ahead, true);
+                    if i + PREFETCH_NEAR < n {
+                        s.prefetch(&Self::event(events, i + PREFETCH_NEAR, first), true);
                     }
-                    let d = s.handle(e, e.time);
-                    out.push(index, e, e.time, &d);
+                    let e = Self::event(events, i, first);
+                    let d = s.handle(&e, e.time);
+                    out.push(index, &e, e.time, &d);
                 }
             }
             return Ok(out);
@@ -646,8 +650,9 @@ impl ReplayKernel {
         let mut out = std::mem::take(&mut self.held);
         for (index, s) in self.scenarios.iter_mut().enumerate() {
             let closed = s.closed.as_mut().expect("closed loop");
-            for e in &batch {
-                closed.clients[e.pair as usize].queue.push_back(*e);
+            for i in 0..n {
+                let e = Self::event(events, i, first);
+                closed.clients[e.pair as usize].queue.push_back(e);
                 closed.schedule(e.pair);
             }
             s.drain(index, last, &mut out);
