@@ -113,8 +113,9 @@ bench-quick: export KQUOTA_BENCH_QUICK := 1
 bench-quick: CRITERION_ARGS := --warm-up-time 0.5 --measurement-time 1.5
 bench-quick: bench ## make bench in under 5 minutes (fewer rounds, smaller Spark inputs)
 
-bench-rust: ## criterion: core record-and-check (vs a locked map and governor), memory per sensor
+bench-rust: ## criterion: core record-and-check (vs a locked map and governor), replay kernel, memory per sensor
 	cargo bench -p kquota-core --bench record -- $(CRITERION_ARGS)
+	cargo bench -p kquota-core --bench replay -- $(CRITERION_ARGS)
 	cargo bench -p kquota-core --bench memory
 
 bench-python: $(EXT) ## pytest-benchmark: Python record against the model, limits, token-bucket

@@ -9,7 +9,7 @@ not both.
 """
 
 from collections.abc import Sequence
-from typing import Final, Literal, Self, final
+from typing import Any, Final, Literal, Self, final
 
 import numpy as np
 import numpy.typing as npt
@@ -25,6 +25,7 @@ __all__ = [
     "InvalidValueError",
     "KquotaError",
     "QuotaManager",
+    "ReplayKernel",
     "RequestOutcome",
     "RequestPath",
     "SampledRate",
@@ -362,6 +363,145 @@ class RequestPath:
 
         ``min(requested_max_bytes, (int) max_value_in_quota_window(...))`` with Java's
         double-to-int cast (saturating); the cap is ``2**31 - 1`` with no quota.
+        """
+
+@final
+class ReplayKernel:
+    """A sequential replay of one broker's requests under several quota configurations.
+
+    The same rules as :class:`RequestPath` over :class:`QuotaManager` per request, in the
+    Rust core, for back-testing: every scenario (one :class:`RequestPath` each: its three
+    managers' window, sensor expiry and quotas as they are now; their sensors are not
+    touched) is replayed in the same pass over the events.
+
+    ``pairs`` are the distinct ``(user, client_id)`` of the trace (principal names as the
+    client authenticates); an event names its pair by position. Events come as NumPy
+    columns (:meth:`feed`) **in time order, ties in input order**, across batches too: an
+    event before the one before it raises :class:`InvalidUsageError` naming both rows.
+
+    ``closed_loop=False`` replays each event at its time. ``closed_loop=True``: clients
+    honour KIP-219 (a throttled client sends nothing until its throttle ends and its
+    later requests shift by what it waited, as ``kquota.backtest.kernel.replay_closed``);
+    events are held until nothing fed later can come before them, so :meth:`feed` returns
+    the rows replayed so far and :meth:`finish` the rest.
+
+    The broker's sensor-expiry task runs every ``expiry_task_ms`` (Kafka: 30 000; at the
+    multiples of it, before that millisecond's events), removing sensors idle for longer
+    than the manager's ``sensor_expiry_ms``; ``None`` never expires sensors.
+    One kernel is used from one thread at a time (another thread gets a
+    :class:`KquotaError`); the GIL is released while a batch is replayed.
+    """
+
+    def __new__(
+        cls,
+        pairs: Sequence[tuple[str, str]],
+        scenarios: Sequence[RequestPath],
+        *,
+        closed_loop: bool = False,
+        expiry_task_ms: int | None = 30000,
+    ) -> Self: ...
+    @property
+    def closed_loop(self) -> bool: ...
+    @property
+    def pair_count(self) -> int: ...
+    @property
+    def scenario_count(self) -> int: ...
+    @property
+    def pending(self) -> int:
+        """Closed loop: events fed and not replayed yet (summed over scenarios)."""
+
+    def add_pairs(self, pairs: Sequence[tuple[str, str]]) -> int:
+        """Append pairs to the pair table; returns the position of the first."""
+
+    def feed(
+        self,
+        time_ms: npt.NDArray[np.int64],
+        pair: npt.NDArray[np.int32],
+        kind: npt.NDArray[np.int8],
+        bytes: npt.NDArray[np.float64],
+        thread_ns: npt.NDArray[np.float64],
+        acks: npt.NDArray[np.int16],
+    ) -> dict[str, npt.NDArray[Any]]:
+        """Replay a batch of events; returns the rows replayed, as columns.
+
+        ``kind``: 0 produce, 1 fetch, 2 other. ``bytes``: finite and >= 0 (ignored for
+        other). ``thread_ns``: handler-thread nanoseconds, NaN when unknown (then the
+        request quota is not consulted). ``acks``: 0 skips the request quota of a produce.
+        Every column is checked first: a bad value raises :class:`InvalidUsageError`
+        naming its row, and nothing is replayed.
+
+        The columns: ``scenario``, ``seq`` (the event's position over every batch fed),
+        ``throttle_ms`` (applied), ``throttled_by`` (0 produce, 1 fetch, 2 request, -1
+        none), ``produce_throttle_ms``, ``fetch_throttle_ms``, ``request_throttle_ms``
+        (each manager's int, may be negative after Kafka's wrap), ``sent_ms`` and
+        ``added_latency_ms``. Open loop: every event of the batch, scenario by scenario.
+        """
+
+    def finish(self) -> dict[str, npt.NDArray[Any]]:
+        """Closed loop: replay every event still held (the end of the trace)."""
+
+    def set_quota(
+        self,
+        scenario: int,
+        quota_type: Literal["produce", "fetch", "request"],
+        entity: Entity,
+        value: float,
+        now_ms: int,
+    ) -> None:
+        """Set an override in one scenario at ``now_ms`` (not before what was fed)."""
+
+    def remove_quota(
+        self,
+        scenario: int,
+        quota_type: Literal["produce", "fetch", "request"],
+        entity: Entity,
+        now_ms: int,
+    ) -> None:
+        """Remove an override in one scenario at ``now_ms``."""
+
+    def expire_sensors(self, now_ms: int) -> None:
+        """Run the broker's sensor-expiry task at ``now_ms`` in every scenario."""
+
+    def record_no_throttle(self, pair: int, thread_time_ns: float, now_ms: int) -> None:
+        """Record network-thread time on the request quota without a check."""
+
+    def measure(
+        self,
+        scenario: int,
+        quota_type: Literal["produce", "fetch", "request"],
+        pair: int,
+        now_ms: int,
+    ) -> float | None:
+        """The pair's sensor rate at ``now_ms`` (purges, as a metrics read); ``None``: none."""
+
+    def tags(
+        self, scenario: int, quota_type: Literal["produce", "fetch", "request"], pair: int
+    ) -> tuple[str, str]:
+        """The metric tags ``(user, client-id)`` of the pair's sensor."""
+
+    def quota_for(
+        self, scenario: int, quota_type: Literal["produce", "fetch", "request"], pair: int
+    ) -> float | None:
+        """The quota that applies to the pair (``None``: none)."""
+
+    def max_value_in_quota_window(
+        self, scenario: int, quota_type: Literal["produce", "fetch", "request"], pair: int
+    ) -> float:
+        """The pair's fetch-size cap from its ``quota_type`` bound: bound x (num_samples - 1)
+        x window seconds, or the largest double with no quota (``maxValueInQuotaWindow``;
+        Kafka caps a fetch with the fetch quota's)."""
+
+    def summaries(self) -> dict[str, Any]:
+        """Per scenario, quota type and sensor tags that recorded something: the summary.
+
+        Columns (lists of str for the text ones, NumPy arrays otherwise): ``scenario``,
+        ``quota_type``, ``sensor_user``, ``sensor_client_id``, ``quota`` (NaN when
+        unlimited), ``requests``, ``bytes``, ``usage``, ``throttled_requests``,
+        ``throttled_fraction``, ``total_throttle_ms``, ``mean_throttle_ms``,
+        ``p50_throttle_ms``, ``p99_throttle_ms``, ``max_throttle_ms`` (nearest rank;
+        negative throttles count as 0), ``peak_rate`` (largest usage in ``num_samples - 1``
+        whole windows, per second), ``utilization``, ``mean_added_latency_ms``,
+        ``max_added_latency_ms``; as ``kquota.backtest.kernel.summarize`` defines them.
         """
 
 def applied_throttles(

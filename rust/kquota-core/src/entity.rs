@@ -221,6 +221,13 @@ impl Overrides {
         }
     }
 
+    /// The bound of a sensor with these tags: [`Self::quota_limit`], or
+    /// [`crate::UNLIMITED`] when no quota applies.
+    pub fn bound(&self, user: &str, client: &str) -> f64 {
+        self.quota_limit(user, client)
+            .unwrap_or(crate::quota::UNLIMITED)
+    }
+
     /// The quota that applies to a sensor with these tags, `None` when none does
     /// (section 6.4).
     pub fn quota_limit(&self, user: &str, client: &str) -> Option<f64> {

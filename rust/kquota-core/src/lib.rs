@@ -7,6 +7,8 @@
 //!   (entities, precedence, shared sensors, dynamic quotas, expiry, delay queue).
 //! * [`request_path::RequestPath`]: Kafka's request handling over the three managers
 //!   (which quotas a request is checked against, the applied throttle, the fetch unrecord).
+//! * [`replay::ReplayKernel`]: the same request path replayed sequentially over columns
+//!   of events, for back-testing (several scenarios in one pass, open or closed loop).
 //! * [`migrate`]: how the manager replaces its hash maps by right-sized ones after
 //!   expiry, while other threads use them.
 //!
@@ -27,6 +29,8 @@ pub mod quota;
 pub mod rate;
 pub mod rate_cell;
 #[cfg(not(loom))]
+pub mod replay;
+#[cfg(not(loom))]
 pub mod request_path;
 pub mod samples;
 
@@ -38,8 +42,35 @@ pub use manager::{QuotaManager, QuotaType, SensorSnapshot, DEFAULT_SENSOR_EXPIRY
 pub use quota::{Check, UNLIMITED};
 pub use rate::SampledRate;
 #[cfg(not(loom))]
+pub use replay::{EntitySummary, Events, Output, ReplayKernel, ReplayOptions};
+#[cfg(not(loom))]
 pub use request_path::{ApiKind, Outcome, Request, RequestPath};
 pub use samples::WindowConfig;
+
+/// A hint to bring the cache line at `p` into cache; never faults, changes nothing.
+#[inline(always)]
+pub(crate) fn prefetch<T>(p: *const T) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: a prefetch is a hint: it reads nothing the program sees and cannot fault,
+    // whatever the address.
+    unsafe {
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(p.cast());
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = p;
+}
+
+/// [`prefetch`] of every cache line of `*p`.
+#[cfg(not(loom))]
+#[inline(always)]
+pub(crate) fn prefetch_all<T>(p: *const T) {
+    let bytes = p.cast::<u8>();
+    let mut offset = 0;
+    while offset < std::mem::size_of::<T>() {
+        prefetch(bytes.wrapping_add(offset));
+        offset += 64;
+    }
+}
 
 /// Milliseconds on a monotonic clock (since the first call in this process); what the
 /// callers use when they pass no time.

@@ -23,7 +23,7 @@ use crate::entity::{sanitize_user, Overrides, Pair, PairRef, QuotaEntity};
 use crate::error::{check_quota, check_usage, Error, Result};
 use crate::javamath::long_to_int;
 use crate::migrate::{copy_again, unlink_dead, Mortal, Table, Tables};
-use crate::quota::{Check, UNLIMITED};
+use crate::quota::Check;
 use crate::rate_cell::{Bound, BoundSource, RateCell};
 use crate::samples::{Samples, WindowConfig};
 
@@ -38,7 +38,43 @@ const SHRINK_FLOOR: usize = 1024;
 const SHRINK_RATIO: usize = 8;
 
 /// Percent of one thread per second for one nanosecond of thread time (KIP-124).
-const NANOS_TO_PERCENT: f64 = 100.0 / 1_000_000_000.0;
+pub const NANOS_TO_PERCENT: f64 = 100.0 / 1_000_000_000.0;
+
+/// A valid usage value in the unit of `quota_type`'s rate: bytes stay bytes, request
+/// thread nanoseconds become percent of a thread (`nanos * (100.0 / 1e9)`, KIP-124).
+pub fn rate_units(quota_type: QuotaType, value: f64) -> f64 {
+    match quota_type {
+        QuotaType::Request => value * NANOS_TO_PERCENT,
+        _ => value,
+    }
+}
+
+/// Kafka's throttle as a quota manager returns it from a check on windows `window`: the
+/// int of the long (wrapping), and for `request` first capped at one window (KIP-124).
+pub fn throttle_int(quota_type: QuotaType, window: &WindowConfig, check: Check) -> i32 {
+    let t = check.throttle_ms;
+    match quota_type {
+        QuotaType::Request => long_to_int(t.min(window.window_ms())),
+        _ => long_to_int(t),
+    }
+}
+
+/// Kafka's fetch-size cap for a client whose sensor enforces `bound` (`None`: no quota
+/// applies): `bound * (num_samples - 1) * window_seconds`, or `f64::MAX`.
+pub fn max_value_in_quota_window(bound: Option<f64>, window: &WindowConfig) -> f64 {
+    match bound {
+        Some(bound) => {
+            bound * f64::from(window.num_samples() - 1) * (window.window_ms() / 1000) as f64
+        }
+        None => f64::MAX,
+    }
+}
+
+/// Whether a sensor that last recorded at `last_record` is expired at `now`: idle for
+/// strictly longer than `expiry_ms` (Kafka's `Sensor.hasExpired`).
+pub fn sensor_expired(last_record: i64, now: i64, expiry_ms: i64) -> bool {
+    now.wrapping_sub(last_record) > expiry_ms
+}
 
 /// The three client-quota types.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -124,7 +160,7 @@ impl SensorLife {
 
     /// Idle for strictly longer than `expiry_ms`.
     fn expired(&self, now: i64, expiry_ms: i64) -> bool {
-        now.wrapping_sub(self.last_record.load(Relaxed)) > expiry_ms
+        sensor_expired(self.last_record.load(Relaxed), now, expiry_ms)
     }
 
     fn removed(&self) -> bool {
@@ -363,10 +399,7 @@ fn remove_expired<S: Sensor>(
 }
 
 fn bound_of(tags: &Pair, config: &QuotaConfig) -> f64 {
-    config
-        .overrides
-        .quota_limit(tags.first(), tags.second())
-        .unwrap_or(UNLIMITED)
+    config.overrides.bound(tags.first(), tags.second())
 }
 
 /// Kafka's client-quota manager for one quota type. Safe to share between threads.
@@ -390,7 +423,7 @@ pub struct SensorSnapshot {
     pub client_id: String,
     /// The measured rate (bytes/s, or percent of a thread for `request`).
     pub rate: f64,
-    /// The bound the sensor enforces ([`UNLIMITED`] when no quota applies).
+    /// The bound the sensor enforces ([`crate::UNLIMITED`] when no quota applies).
     pub bound: f64,
     /// The throttle-time average (NaN with no throttles), if that sensor is live.
     pub throttle_time_avg: Option<f64>,
@@ -479,6 +512,11 @@ impl QuotaManager {
         self.config.read(&pin(), |c| c.overrides.get(entity))
     }
 
+    /// A copy of the overrides and enabled levels (what a replay starts from).
+    pub(crate) fn overrides(&self) -> Overrides {
+        self.config.read(&pin(), |c| c.overrides.clone())
+    }
+
     /// Every override.
     pub fn quotas(&self) -> Vec<(QuotaEntity, f64)> {
         self.config.read(&pin(), |c| {
@@ -561,21 +599,13 @@ impl QuotaManager {
     /// Checks a usage value and converts it to the unit of the rate (nanoseconds to
     /// percent of a thread for `request`).
     fn usage(&self, value: f64) -> Result<f64> {
-        let value = check_usage(value)?;
-        Ok(match self.quota_type {
-            QuotaType::Request => value * NANOS_TO_PERCENT,
-            _ => value,
-        })
+        Ok(rate_units(self.quota_type, check_usage(value)?))
     }
 
     /// Kafka's throttle as the manager returns it: the int of the long (wrapping), and
     /// for `request` first capped at one window.
     fn throttle_int(&self, check: Check) -> i32 {
-        let t = check.throttle_ms;
-        match self.quota_type {
-            QuotaType::Request => long_to_int(t.min(self.window.window_ms())),
-            _ => long_to_int(t),
-        }
+        throttle_int(self.quota_type, &self.window, check)
     }
 
     /// Records usage with a quota check and returns Kafka's throttle time in ms
@@ -685,14 +715,10 @@ impl QuotaManager {
             .resolve(config, maps, user, client_id, now, &clients, &guard)
             .quota
             .tags;
-        match config.overrides.quota_limit(tags.first(), tags.second()) {
-            Some(bound) => {
-                bound
-                    * f64::from(self.window.num_samples() - 1)
-                    * (self.window.window_ms() / 1000) as f64
-            }
-            None => f64::MAX,
-        }
+        max_value_in_quota_window(
+            config.overrides.quota_limit(tags.first(), tags.second()),
+            &self.window,
+        )
     }
 
     // -- reading ---------------------------------------------------------------------

@@ -104,10 +104,8 @@ impl Request {
     /// Whether the request quota is checked: thread time known, and not a produce with
     /// `acks=0`.
     fn checks_request_quota(&self) -> Option<f64> {
-        match self.kind {
-            ApiKind::Produce if self.acks == 0 => None,
-            _ => self.thread_time_ns,
-        }
+        self.thread_time_ns
+            .filter(|_| checks_request_quota(self.kind, self.acks))
     }
 
     /// Checks both usage values before anything is recorded.
@@ -196,6 +194,12 @@ pub fn applied_throttles(
     Ok((0..n)
         .map(|i| applied_throttle(produce_ms[i], fetch_ms[i], request_ms[i]).0)
         .collect())
+}
+
+/// Whether a request of `kind` with `acks` is checked against the request quota (when its
+/// thread time is known): every request but a produce with `acks=0`, which gets no response.
+pub fn checks_request_quota(kind: ApiKind, acks: i16) -> bool {
+    !(kind == ApiKind::Produce && acks == 0)
 }
 
 /// Whether a fetch's bytes are taken back: its fetch or its request quota throttled it.

@@ -164,6 +164,15 @@ impl Samples {
             .collect()
     }
 
+    /// Asks the CPU to bring the ring's slots into cache (a hint; does nothing else): a
+    /// sequential caller that knows which sensor comes next hides the memory latency.
+    #[inline]
+    pub fn prefetch(&self) {
+        for line in self.columns.chunks(8) {
+            crate::prefetch(line.as_ptr());
+        }
+    }
+
     /// Heap bytes this ring holds (its slots), for memory accounting.
     pub fn heap_bytes(&self) -> usize {
         std::mem::size_of_val(&*self.columns)
@@ -213,7 +222,12 @@ impl Samples {
             self.cur = 0;
         }
         if t.wrapping_sub(self.start(self.cur())) >= cfg.window_ms {
-            let next = (self.cur() + 1) % cfg.ring_len();
+            // (cur + 1) mod ring length, without a division
+            let next = if self.cur() + 1 >= cfg.ring_len() {
+                0
+            } else {
+                self.cur() + 1
+            };
             self.cur = next as u32;
             if next >= self.n() {
                 self.push(t);
@@ -226,6 +240,54 @@ impl Samples {
         let count = self.count(i) + 1;
         self.set_word(COUNT, i, count);
         self.set_word(LAST, i, t as u64);
+    }
+
+    /// [`Self::record`] of `value` at `t`, then [`Self::measure_rate`] at `t`, and the
+    /// [`Summary`] of the ring after both, in one pass over the ring: the same numbers
+    /// bit for bit (every obsolete slot is purged, then the values are added in slot
+    /// order). For a sequential caller that records with a quota check.
+    pub fn record_and_measure(
+        &mut self,
+        cfg: &WindowConfig,
+        value: f64,
+        t: i64,
+    ) -> ((f64, i64), Summary) {
+        self.record(cfg, value, t);
+        let n = self.n();
+        let cur = self.cur();
+        let (values, rest) = self.columns.split_at_mut(n);
+        let (counts, rest) = rest.split_at_mut(n);
+        let (starts, lasts) = rest.split_at_mut(n);
+        let (mut sum, mut prefix) = (0.0, 0.0);
+        let mut min_start = i64::MAX;
+        let (mut min_other_last, mut max_other_last) = (i64::MAX, i64::MIN);
+        for i in 0..n {
+            let mut last = lasts[i].to_bits() as i64;
+            if Self::obsolete(cfg, last, t) {
+                values[i] = 0.0;
+                counts[i] = f64::from_bits(0);
+                starts[i] = f64::from_bits(t as u64);
+                lasts[i] = f64::from_bits(t as u64);
+                last = t;
+            }
+            if i == cur {
+                prefix = sum;
+            } else {
+                min_other_last = min_other_last.min(last);
+                max_other_last = max_other_last.max(last);
+            }
+            sum += values[i];
+            min_start = min_start.min(starts[i].to_bits() as i64);
+        }
+        let window = window_from_oldest(cfg, min_start, t);
+        let summary = Summary {
+            cur_start: starts[cur].to_bits() as i64,
+            min_start,
+            min_other_last,
+            max_other_last,
+            prefix,
+        };
+        ((sum / (window as f64 / 1000.0), window), summary)
     }
 
     /// Whether measuring at `t` would change the state (a purge, or an empty ring).
@@ -469,6 +531,25 @@ mod tests {
         s.record(&c, 10.0, 0);
         s.record(&c, 20.0, 1);
         assert_eq!(s.measure_avg(&c, 2), 15.0);
+    }
+
+    #[test]
+    fn record_and_measure_is_record_then_measure() {
+        let c = cfg(3, 100);
+        let (mut a, mut b) = (Samples::new(), Samples::new());
+        for (i, t) in [0i64, 5, 99, 100, 150, 420, 421, 300, 900, 901, 1500, 1500]
+            .iter()
+            .enumerate()
+        {
+            let v = (i as f64) * 7.5 - 10.0;
+            b.record(&c, v, *t);
+            let expected = b.measure_rate(&c, *t);
+            let (got, summary) = a.record_and_measure(&c, v, *t);
+            assert_eq!(got.0.to_bits(), expected.0.to_bits(), "t={t}");
+            assert_eq!(got.1, expected.1, "t={t}");
+            assert_eq!(a, b, "t={t}");
+            assert_eq!(Some(summary), b.summary(), "t={t}");
+        }
     }
 
     #[test]

@@ -288,16 +288,25 @@ pub(crate) fn unrecord_if_array<'py>(
 
 /// The batch keys: a sequence (not a str) of `(user, client_id)` pairs of str.
 pub(crate) fn keys(obj: &Bound<'_, PyAny>) -> PyResult<Vec<(String, String)>> {
+    user_client_pairs(obj, "keys")
+}
+
+/// A replay's pair table: a sequence of `(user, client_id)` pairs of str.
+pub(crate) fn pairs(obj: &Bound<'_, PyAny>) -> PyResult<Vec<(String, String)>> {
+    user_client_pairs(obj, "pairs")
+}
+
+fn user_client_pairs(obj: &Bound<'_, PyAny>, name: &str) -> PyResult<Vec<(String, String)>> {
     if obj.is_instance_of::<PyString>() {
         return Err(wrong_type(
-            "keys",
+            name,
             "a sequence of (user, client_id) pairs",
             obj,
         ));
     }
     let items = obj
         .try_iter()
-        .map_err(|_| wrong_type("keys", "a sequence of (user, client_id) pairs", obj))?;
+        .map_err(|_| wrong_type(name, "a sequence of (user, client_id) pairs", obj))?;
     let mut out = Vec::new();
     for (i, item) in items.enumerate() {
         let item = item?;
@@ -309,13 +318,13 @@ pub(crate) fn keys(obj: &Bound<'_, PyAny>) -> PyResult<Vec<(String, String)>> {
                 invalid_usage(
                     obj.py(),
                     format!(
-                        "invalid keys[{i}] {}: each key must be a (user, client_id) tuple of two str",
+                        "invalid {name}[{i}] {}: each must be a (user, client_id) tuple of two str",
                         shown(&item)
                     ),
                 )
             })?;
-        let user = text(&pair.get_item(0)?, &format!("keys[{i}] user"))?;
-        let client = text(&pair.get_item(1)?, &format!("keys[{i}] client_id"))?;
+        let user = text(&pair.get_item(0)?, &format!("{name}[{i}] user"))?;
+        let client = text(&pair.get_item(1)?, &format!("{name}[{i}] client_id"))?;
         out.push((String::from(&*user), String::from(&*client)));
     }
     Ok(out)
@@ -385,4 +394,76 @@ pub(crate) fn request_ms_array<'py>(
     obj: &Bound<'py, PyAny>,
 ) -> PyResult<PyReadonlyArray1<'py, i32>> {
     throttles_array(obj, "request_ms")
+}
+
+pub(crate) fn time_ms_array<'py>(obj: &Bound<'py, PyAny>) -> PyResult<PyReadonlyArray1<'py, i64>> {
+    array(obj, "time_ms", "int64")
+}
+
+pub(crate) fn pair_array<'py>(obj: &Bound<'py, PyAny>) -> PyResult<PyReadonlyArray1<'py, i32>> {
+    array(obj, "pair", "int32")
+}
+
+pub(crate) fn kind_array<'py>(obj: &Bound<'py, PyAny>) -> PyResult<PyReadonlyArray1<'py, i8>> {
+    array(obj, "kind", "int8")
+}
+
+pub(crate) fn bytes_array<'py>(obj: &Bound<'py, PyAny>) -> PyResult<PyReadonlyArray1<'py, f64>> {
+    array(obj, "bytes", "float64")
+}
+
+pub(crate) fn thread_ns_array<'py>(
+    obj: &Bound<'py, PyAny>,
+) -> PyResult<PyReadonlyArray1<'py, f64>> {
+    array(obj, "thread_ns", "float64")
+}
+
+pub(crate) fn acks_array<'py>(obj: &Bound<'py, PyAny>) -> PyResult<PyReadonlyArray1<'py, i16>> {
+    array(obj, "acks", "int16")
+}
+
+/// The scenarios of a replay: a sequence of `kquota.RequestPath`.
+pub(crate) fn scenarios(obj: &Bound<'_, PyAny>) -> PyResult<Vec<Py<crate::RequestPath>>> {
+    let expected = "a sequence of kquota.RequestPath (one per scenario)";
+    if obj.is_instance_of::<PyString>() {
+        return Err(wrong_type("scenarios", expected, obj));
+    }
+    let items = obj
+        .try_iter()
+        .map_err(|_| wrong_type("scenarios", expected, obj))?;
+    let mut out = Vec::new();
+    for (i, item) in items.enumerate() {
+        let item = item?;
+        let path = item
+            .cast::<crate::RequestPath>()
+            .map_err(|_| wrong_type(&format!("scenarios[{i}]"), "a kquota.RequestPath", &item))?;
+        out.push(path.clone().unbind());
+    }
+    Ok(out)
+}
+
+pub(crate) fn closed_loop(obj: &Bound<'_, PyAny>) -> PyResult<bool> {
+    obj.cast::<PyBool>()
+        .map(|b| b.is_true())
+        .map_err(|_| wrong_type("closed_loop", "a bool", obj))
+}
+
+pub(crate) fn expiry_task_ms(obj: &Bound<'_, PyAny>) -> PyResult<Option<i64>> {
+    optional(obj, |o| i64_arg(o, "expiry_task_ms"))
+}
+
+pub(crate) fn scenario(obj: &Bound<'_, PyAny>) -> PyResult<usize> {
+    int_in(obj, "scenario", 0, usize::MAX)
+}
+
+pub(crate) fn pair(obj: &Bound<'_, PyAny>) -> PyResult<usize> {
+    int_in(obj, "pair", 0, usize::MAX)
+}
+
+pub(crate) fn thread_time_ns(obj: &Bound<'_, PyAny>) -> PyResult<f64> {
+    real(obj, "thread_time_ns")
+}
+
+pub(crate) fn required_now_ms(obj: &Bound<'_, PyAny>) -> PyResult<i64> {
+    i64_arg(obj, "now_ms")
 }

@@ -14,6 +14,7 @@ use pyo3::PyTypeInfo;
 use kquota_core as core;
 
 mod args;
+mod replay;
 
 /// kquota's exception classes, made once per interpreter. `InvalidValueError` derives
 /// from both `KquotaError` and `ValueError`, which `create_exception!` cannot express.
@@ -852,6 +853,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<QuotaManager>()?;
     m.add_class::<RequestOutcome>()?;
     m.add_class::<RequestPath>()?;
+    m.add_class::<replay::ReplayKernel>()?;
     m.add_function(wrap_pyfunction!(applied_throttles, m)?)?;
     m.add_function(wrap_pyfunction!(double_to_int, m)?)?;
     m.add_function(wrap_pyfunction!(monotonic_ms, m)?)?;

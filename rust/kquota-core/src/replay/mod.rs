@@ -1,0 +1,858 @@
+//! [`ReplayKernel`]: a sequential replay of one broker's requests through Kafka's quota
+//! rules, for back-testing: several scenarios (quota configurations) side by side, in
+//! one pass over columns of events, fed batch after batch.
+//!
+//! It does what [`crate::RequestPath`] over three [`crate::QuotaManager`]s does for each
+//! request, with the same rules ([`crate::request_path`]'s functions, the manager's
+//! precedence, units, int conversion and expiry rule, [`crate::samples`]' arithmetic),
+//! but for one thread: each distinct `(user, client-id)` pair of the trace is resolved
+//! once to a dense sensor id per quota type (again only when a quota changes), and the
+//! sensors live in plain vectors. No atomics, no hash lookup per event.
+//!
+//! **Events** are columns ([`Events`]): time in ms, a pair id into the pair table given
+//! at construction (or added with [`ReplayKernel::add_pairs`]), the API kind
+//! ([`KIND_PRODUCE`], [`KIND_FETCH`], [`KIND_OTHER`]), bytes, handler-thread time in ns
+//! (NaN = unknown: the request quota is then not consulted, as `RequestPath` with
+//! `thread_time_ns=None`) and the produce `acks`. They must come in time order (ties in
+//! input order), within a batch and across batches: the caller sorts; an event earlier
+//! than the one before it is refused, naming both. Every column is checked before
+//! anything is replayed, so a refused batch changes nothing.
+//!
+//! **Open loop** replays each event at its time. **Closed loop** lets clients honour
+//! KIP-219: a client (one pair) throttled for `T` ms at `t` sends nothing before `t + T`,
+//! and its later requests shift later by what it waited (the shift never shrinks):
+//! `sent = max(recorded + shift, mute end)`; events are replayed in order of `sent`, ties
+//! in input order. This is the back-test's `replay_closed`, streamed: an event is replayed
+//! once no event fed later can come before it (it is sent at or before the last time fed),
+//! so only the events not sent yet are held, per client in time order; [`ReplayKernel::finish`]
+//! replays the rest. Outputs come out as events are replayed, with their input position.
+//!
+//! **Sensor expiry** is Kafka's: the broker's expiry task runs every
+//! [`ReplayOptions::expiry_task_ms`] (Kafka: 30 s; here at the multiples of it, before
+//! the events of that millisecond) and removes sensors idle for longer than the manager's
+//! `sensor_expiry_ms`; the next request re-creates its sensor empty. An explicit
+//! [`ReplayKernel::expire_sensors`] runs it at a given time. Between runs an idle sensor
+//! keeps working, as in Kafka. `expiry_task_ms = None` never runs it (the back-test's
+//! Python kernel does not).
+//!
+//! **Quota changes** ([`ReplayKernel::set_quota`], [`ReplayKernel::remove_quota`]) apply
+//! at a time, between batches, as a manager's `set_quota` does: bounds refresh, samples
+//! stay, and a pair whose tags change moves to another sensor.
+//!
+//! **Summaries** ([`ReplayKernel::summaries`]) are accumulated in the same pass, per
+//! scenario, quota type and sensor tags (see [`stats`]).
+
+mod sensor;
+mod stats;
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, VecDeque};
+
+use crate::entity::{sanitize_user, QuotaEntity};
+use crate::error::{check_quota, check_usage, Error, Result};
+use crate::manager::QuotaType;
+use crate::request_path::{
+    applied_throttle, checks_request_quota, fetch_unrecorded, ApiKind, RequestPath,
+};
+use sensor::SensorTable;
+pub use stats::EntitySummary;
+use stats::Usage;
+
+/// How often Kafka's broker runs its sensor-expiry task, ms.
+pub const EXPIRY_TASK_MS: i64 = 30_000;
+
+/// Event kind code of a produce request.
+pub const KIND_PRODUCE: i8 = 0;
+/// Event kind code of a consumer fetch.
+pub const KIND_FETCH: i8 = 1;
+/// Event kind code of any other throttle-able request.
+pub const KIND_OTHER: i8 = 2;
+
+/// `throttled_by` code: not throttled.
+pub const BY_NONE: i8 = -1;
+
+/// The `throttled_by` code of a quota type: its index in [`QuotaType::ALL`].
+pub fn quota_code(quota_type: QuotaType) -> i8 {
+    match quota_type {
+        QuotaType::Produce => 0,
+        QuotaType::Fetch => 1,
+        QuotaType::Request => 2,
+    }
+}
+
+fn kind_of(code: i8) -> Option<ApiKind> {
+    match code {
+        KIND_PRODUCE => Some(ApiKind::Produce),
+        KIND_FETCH => Some(ApiKind::Fetch),
+        KIND_OTHER => Some(ApiKind::Other),
+        _ => None,
+    }
+}
+
+/// A batch of events, as columns of equal length, in time order.
+#[derive(Debug, Clone, Copy)]
+pub struct Events<'a> {
+    /// When the request was handled (open loop) or recorded (closed loop), ms.
+    pub time_ms: &'a [i64],
+    /// Index into the kernel's pair table.
+    pub pair: &'a [i32],
+    /// [`KIND_PRODUCE`], [`KIND_FETCH`] or [`KIND_OTHER`].
+    pub kind: &'a [i8],
+    /// Produce request size or fetch response size (finite, >= 0; ignored for other).
+    pub bytes: &'a [f64],
+    /// Handler-thread time in ns (finite, >= 0), or NaN when unknown.
+    pub thread_ns: &'a [f64],
+    /// The produce request's `acks` (`0` skips the request quota; ignored otherwise).
+    pub acks: &'a [i16],
+}
+
+impl Events<'_> {
+    /// The number of events; an error naming the lengths if the columns differ.
+    pub fn checked_len(&self) -> Result<usize> {
+        let n = self.time_ms.len();
+        let lens = [
+            self.pair.len(),
+            self.kind.len(),
+            self.bytes.len(),
+            self.thread_ns.len(),
+            self.acks.len(),
+        ];
+        if lens.iter().any(|&l| l != n) {
+            return Err(Error::InvalidUsage(format!(
+                "event columns differ in length: time_ms {n}, pair {}, kind {}, bytes {}, \
+                 thread_ns {}, acks {}",
+                lens[0], lens[1], lens[2], lens[3], lens[4]
+            )));
+        }
+        Ok(n)
+    }
+}
+
+/// What the replay decided for each event, per scenario: one row per (scenario, event),
+/// in the order they were replayed.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Output {
+    /// The scenario's index.
+    pub scenario: Vec<u32>,
+    /// The event's position in the input, counted over every batch fed (from 0).
+    pub seq: Vec<u64>,
+    /// The applied throttle (what the response carries): > 0, or 0.
+    pub throttle_ms: Vec<i32>,
+    /// The quota whose throttle applied ([`quota_code`]), or [`BY_NONE`].
+    pub throttled_by: Vec<i8>,
+    /// The produce manager's throttle (Kafka's int; may be negative after a wrap).
+    pub produce_throttle_ms: Vec<i32>,
+    /// The fetch manager's throttle.
+    pub fetch_throttle_ms: Vec<i32>,
+    /// The request manager's throttle.
+    pub request_throttle_ms: Vec<i32>,
+    /// When the request reached the broker (its time in open loop).
+    pub sent_ms: Vec<i64>,
+    /// `sent_ms` minus the event's time (0 in open loop).
+    pub added_latency_ms: Vec<i64>,
+}
+
+impl Output {
+    fn with_capacity(n: usize) -> Self {
+        Output {
+            scenario: Vec::with_capacity(n),
+            seq: Vec::with_capacity(n),
+            throttle_ms: Vec::with_capacity(n),
+            throttled_by: Vec::with_capacity(n),
+            produce_throttle_ms: Vec::with_capacity(n),
+            fetch_throttle_ms: Vec::with_capacity(n),
+            request_throttle_ms: Vec::with_capacity(n),
+            sent_ms: Vec::with_capacity(n),
+            added_latency_ms: Vec::with_capacity(n),
+        }
+    }
+
+    /// Number of rows.
+    pub fn len(&self) -> usize {
+        self.seq.len()
+    }
+
+    /// Whether there is no row.
+    pub fn is_empty(&self) -> bool {
+        self.seq.is_empty()
+    }
+
+    fn push(&mut self, scenario: usize, e: &Event, sent: i64, d: &Decision) {
+        self.scenario.push(scenario as u32);
+        self.seq.push(e.seq);
+        self.throttle_ms.push(d.applied);
+        self.throttled_by.push(d.by.map_or(BY_NONE, quota_code));
+        self.produce_throttle_ms.push(d.produce);
+        self.fetch_throttle_ms.push(d.fetch);
+        self.request_throttle_ms.push(d.request);
+        self.sent_ms.push(sent);
+        self.added_latency_ms.push(sent - e.time);
+    }
+}
+
+/// How a [`ReplayKernel`] replays.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReplayOptions {
+    /// Closed loop (clients honour KIP-219) instead of open loop.
+    pub closed_loop: bool,
+    /// The period of the broker's sensor-expiry task, ms (> 0); `None`: never expire.
+    pub expiry_task_ms: Option<i64>,
+}
+
+impl Default for ReplayOptions {
+    /// Open loop, Kafka's expiry task every 30 s.
+    fn default() -> Self {
+        ReplayOptions {
+            closed_loop: false,
+            expiry_task_ms: Some(EXPIRY_TASK_MS),
+        }
+    }
+}
+
+/// One checked event.
+#[derive(Debug, Clone, Copy)]
+struct Event {
+    time: i64,
+    seq: u64,
+    pair: u32,
+    kind: ApiKind,
+    acks: i16,
+    bytes: f64,
+    thread: Option<f64>,
+}
+
+/// The three managers' throttles of one event and what applied.
+#[derive(Debug, Clone, Copy)]
+struct Decision {
+    produce: i32,
+    fetch: i32,
+    request: i32,
+    applied: i32,
+    by: Option<QuotaType>,
+}
+
+/// When the expiry task last ran, as seen from the replay's clock.
+#[derive(Debug, Clone)]
+struct Clock {
+    task_ms: Option<i64>,
+    /// The latest explicit run.
+    explicit: Option<i64>,
+    /// The latest periodic run at or before the clock, and the next one after it.
+    tick: Option<i64>,
+    next_tick: i64,
+}
+
+impl Clock {
+    /// The latest expiry run at or before `now` (which never goes backwards).
+    #[inline]
+    fn run_at(&mut self, now: i64) -> Option<i64> {
+        if let Some(period) = self.task_ms {
+            if now >= self.next_tick {
+                let start = now.div_euclid(period) * period;
+                self.tick = Some(start);
+                self.next_tick = start.saturating_add(period);
+            }
+        }
+        self.explicit.max(self.tick)
+    }
+}
+
+/// One client's closed-loop state.
+#[derive(Debug, Clone, Default)]
+struct Client {
+    shift: i64,
+    mute_end: Option<i64>,
+    /// Fed events not replayed yet, in time order; the first is in the heap when
+    /// `scheduled`.
+    queue: VecDeque<Event>,
+    scheduled: bool,
+}
+
+#[derive(Debug, Clone, Default)]
+struct ClosedLoop {
+    clients: Vec<Client>,
+    /// (sent, seq, pair) of each client's next event.
+    heap: BinaryHeap<Reverse<(i64, u64, u32)>>,
+}
+
+impl ClosedLoop {
+    fn schedule(&mut self, pair: u32) {
+        let client = &mut self.clients[pair as usize];
+        if client.scheduled {
+            return;
+        }
+        let Some(e) = client.queue.front() else {
+            return;
+        };
+        let mut due = e.time + client.shift;
+        if let Some(end) = client.mute_end {
+            due = due.max(end);
+        }
+        client.shift = due - e.time;
+        client.scheduled = true;
+        self.heap.push(Reverse((due, e.seq, pair)));
+    }
+}
+
+/// One scenario: a broker's three quota types under one configuration.
+#[derive(Debug, Clone)]
+struct Scenario {
+    /// Produce, fetch, request.
+    tables: [SensorTable; 3],
+    clock: Clock,
+    closed: Option<ClosedLoop>,
+}
+
+fn table_index(quota_type: QuotaType) -> usize {
+    quota_code(quota_type) as usize
+}
+
+/// How many events ahead the open loop prefetches sensors, then their rings.
+const PREFETCH_FAR: usize = 16;
+const PREFETCH_NEAR: usize = 8;
+
+impl Scenario {
+    /// The tables an event records into.
+    #[inline]
+    fn touched(&self, e: &Event) -> [Option<&SensorTable>; 2] {
+        let [produce, fetch, request] = &self.tables;
+        let bytes = match e.kind {
+            ApiKind::Produce => Some(produce),
+            ApiKind::Fetch => Some(fetch),
+            ApiKind::Other => None,
+        };
+        let thread = e
+            .thread
+            .filter(|_| checks_request_quota(e.kind, e.acks))
+            .map(|_| request);
+        [bytes, thread]
+    }
+
+    #[inline]
+    fn prefetch(&self, e: &Event, deep: bool) {
+        for table in self.touched(e).into_iter().flatten() {
+            if table.enabled() {
+                if deep {
+                    table.prefetch_deep(e.pair);
+                } else {
+                    table.prefetch(e.pair);
+                }
+            }
+        }
+    }
+
+    /// Kafka's handling of one request at `now` ([`RequestPath::record`]) and its
+    /// entity summaries.
+    #[inline]
+    fn handle(&mut self, e: &Event, now: i64) -> Decision {
+        let run = self.clock.run_at(now);
+        let [produce, fetch, request] = &mut self.tables;
+        let thread = e.thread.filter(|_| checks_request_quota(e.kind, e.acks));
+        let (mut p, mut f, mut r) = (0, 0, 0);
+        let mut unrecorded = false;
+        match e.kind {
+            ApiKind::Produce => {
+                p = produce.record(e.pair, e.bytes, now, true, run);
+                if let Some(ns) = thread {
+                    r = request.record(e.pair, ns, now, true, run);
+                }
+            }
+            ApiKind::Fetch => {
+                if let Some(ns) = thread {
+                    r = request.record(e.pair, ns, now, true, run);
+                }
+                f = fetch.record(e.pair, e.bytes, now, true, run);
+                if fetch_unrecorded(f, r) {
+                    fetch.record(e.pair, -e.bytes, now, false, run);
+                    unrecorded = true;
+                }
+            }
+            ApiKind::Other => {
+                if let Some(ns) = thread {
+                    r = request.record(e.pair, ns, now, true, run);
+                }
+            }
+        }
+        let (applied, by) = applied_throttle(p, f, r);
+        // the summaries
+        let latency = now - e.time;
+        let bytes = e.bytes as i64;
+        let usage = |usage: i64, recorded: bool, throttle_ms: i32| Usage {
+            time_ms: now,
+            bytes,
+            usage,
+            recorded,
+            throttle_ms,
+            added_latency_ms: latency,
+        };
+        match e.kind {
+            ApiKind::Produce if produce.enabled() => {
+                produce.count(e.pair, &usage(bytes, true, p));
+            }
+            ApiKind::Fetch if fetch.enabled() => {
+                fetch.count(e.pair, &usage(bytes, !unrecorded, f));
+            }
+            _ => {}
+        }
+        if let Some(ns) = thread.filter(|_| request.enabled()) {
+            request.count(e.pair, &usage(ns as i64, true, r));
+        }
+        Decision {
+            produce: p,
+            fetch: f,
+            request: r,
+            applied,
+            by,
+        }
+    }
+
+    /// Closed loop: replays the held events sent at or before `limit`.
+    fn drain(&mut self, index: usize, limit: i64, out: &mut Output) {
+        let Some(mut closed) = self.closed.take() else {
+            return;
+        };
+        while let Some(&Reverse((due, _, pair))) = closed.heap.peek() {
+            if due > limit {
+                break;
+            }
+            closed.heap.pop();
+            let client = &mut closed.clients[pair as usize];
+            client.scheduled = false;
+            let e = client
+                .queue
+                .pop_front()
+                .expect("a scheduled client holds an event");
+            let d = self.handle(&e, due);
+            out.push(index, &e, due, &d);
+            let client = &mut closed.clients[pair as usize];
+            if d.applied > 0 {
+                let end = due + i64::from(d.applied);
+                if client.mute_end.is_none_or(|m| end > m) {
+                    client.mute_end = Some(end);
+                }
+            }
+            closed.schedule(pair);
+        }
+        self.closed = Some(closed);
+    }
+}
+
+/// A sequential replay of one broker's requests under several quota configurations.
+/// See the module documentation.
+#[derive(Debug, Clone)]
+pub struct ReplayKernel {
+    /// (sanitized user, client id) of each pair id.
+    pairs: Vec<(String, String)>,
+    scenarios: Vec<Scenario>,
+    closed_loop: bool,
+    /// The position of the next event fed.
+    next_seq: u64,
+    /// Nothing fed or applied may come before this time.
+    horizon: Option<i64>,
+    /// Closed loop: rows replayed by a quota change or an expiry run, handed out with the
+    /// next batch's.
+    held: Output,
+}
+
+impl ReplayKernel {
+    /// A kernel over the distinct `(user, client_id)` pairs of the trace (principal names
+    /// as the client authenticates; pair id = position) and one scenario per
+    /// [`RequestPath`]: its managers' configurations (window, sensor expiry, quota
+    /// overrides and enabled levels) as they are now. Their sensors are not read or
+    /// changed.
+    pub fn new<U: AsRef<str>, C: AsRef<str>>(
+        pairs: &[(U, C)],
+        scenarios: &[RequestPath<'_>],
+        options: ReplayOptions,
+    ) -> Result<Self> {
+        if let Some(period) = options.expiry_task_ms.filter(|&p| p <= 0) {
+            return Err(Error::InvalidConfig(format!(
+                "invalid expiry_task_ms {period}: it must be > 0 (Kafka runs the task every \
+                 30000 ms), or None to never expire sensors"
+            )));
+        }
+        let mut kernel = ReplayKernel {
+            pairs: Vec::new(),
+            scenarios: scenarios
+                .iter()
+                .map(|path| Scenario {
+                    tables: QuotaType::ALL.map(|t| {
+                        let m = path.manager(t);
+                        SensorTable::new(t, m.window(), m.sensor_expiry_ms(), m.overrides())
+                    }),
+                    clock: Clock {
+                        task_ms: options.expiry_task_ms,
+                        explicit: None,
+                        tick: None,
+                        next_tick: i64::MIN,
+                    },
+                    closed: options.closed_loop.then(ClosedLoop::default),
+                })
+                .collect(),
+            closed_loop: options.closed_loop,
+            next_seq: 0,
+            horizon: None,
+            held: Output::default(),
+        };
+        kernel.add_pairs(pairs)?;
+        Ok(kernel)
+    }
+
+    /// Appends pairs to the pair table; returns the id of the first one added.
+    pub fn add_pairs<U: AsRef<str>, C: AsRef<str>>(&mut self, pairs: &[(U, C)]) -> Result<u32> {
+        let first = self.pairs.len();
+        if first + pairs.len() > i32::MAX as usize {
+            return Err(Error::InvalidUsage(format!(
+                "too many pairs: {} + {}, at most {}",
+                first,
+                pairs.len(),
+                i32::MAX
+            )));
+        }
+        self.pairs.extend(pairs.iter().map(|(u, c)| {
+            (
+                sanitize_user(u.as_ref()).into_owned(),
+                c.as_ref().to_owned(),
+            )
+        }));
+        for s in &mut self.scenarios {
+            for table in &mut s.tables {
+                table.resolve(&self.pairs, first);
+            }
+            if let Some(closed) = &mut s.closed {
+                closed
+                    .clients
+                    .resize_with(self.pairs.len(), Client::default);
+            }
+        }
+        Ok(first as u32)
+    }
+
+    /// Number of pairs in the pair table.
+    pub fn pair_count(&self) -> usize {
+        self.pairs.len()
+    }
+
+    /// Number of scenarios.
+    pub fn scenario_count(&self) -> usize {
+        self.scenarios.len()
+    }
+
+    /// Whether the kernel replays in closed loop.
+    pub fn closed_loop(&self) -> bool {
+        self.closed_loop
+    }
+
+    /// Closed loop: events fed and not replayed yet (per scenario, summed).
+    pub fn pending(&self) -> usize {
+        self.scenarios
+            .iter()
+            .filter_map(|s| s.closed.as_ref())
+            .flat_map(|c| c.clients.iter().map(|q| q.queue.len()))
+            .sum()
+    }
+
+    /// Checks every column of `events`; returns their number. Nothing is changed.
+    fn check(&self, events: &Events<'_>) -> Result<usize> {
+        let n = events.checked_len()?;
+        let mut previous = self.horizon;
+        for i in 0..n {
+            let time = events.time_ms[i];
+            if let Some(p) = previous.filter(|&p| time < p) {
+                let what = if i == 0 {
+                    format!("the last time already replayed or applied, {p}")
+                } else {
+                    format!("time_ms[{}] = {p}", i - 1)
+                };
+                return Err(Error::InvalidUsage(format!(
+                    "time_ms[{i}] = {time} is before {what}: events must come in time order \
+                     (sort by time, ties in input order)"
+                )));
+            }
+            previous = Some(time);
+            let code = events.kind[i];
+            let kind = kind_of(code).ok_or_else(|| {
+                Error::InvalidUsage(format!(
+                    "invalid kind {code} at row {i}: expected {KIND_PRODUCE} (produce), \
+                     {KIND_FETCH} (fetch) or {KIND_OTHER} (other)"
+                ))
+            })?;
+            let pair = events.pair[i];
+            if pair < 0 || pair as usize >= self.pairs.len() {
+                return Err(Error::InvalidUsage(format!(
+                    "invalid pair {pair} at row {i}: it must index the {} pairs (0 to {})",
+                    self.pairs.len(),
+                    self.pairs.len() as i64 - 1
+                )));
+            }
+            let bytes = events.bytes[i];
+            if kind != ApiKind::Other {
+                check_usage(bytes)
+                    .map_err(|e| Error::InvalidUsage(format!("bytes at row {i}: {e}")))?;
+            }
+            let ns = events.thread_ns[i];
+            if !ns.is_nan() {
+                check_usage(ns).map_err(|e| {
+                    Error::InvalidUsage(format!(
+                        "thread_ns at row {i}: {e}; NaN means the thread time is unknown"
+                    ))
+                })?;
+            }
+        }
+        Ok(n)
+    }
+
+    /// Event `i` of checked columns, `first_seq` being the position of event 0.
+    #[inline]
+    fn event(events: &Events<'_>, i: usize, first_seq: u64) -> Event {
+        let ns = events.thread_ns[i];
+        Event {
+            time: events.time_ms[i],
+            seq: first_seq + i as u64,
+            pair: events.pair[i] as u32,
+            kind: kind_of(events.kind[i]).unwrap_or(ApiKind::Other),
+            acks: events.acks[i],
+            bytes: events.bytes[i],
+            thread: (!ns.is_nan()).then_some(ns),
+        }
+    }
+
+    /// Replays a batch of events (see the module documentation for the order they must
+    /// come in). Returns the rows replayed by this call: in open loop every event of the
+    /// batch for each scenario (scenario by scenario, events in order); in closed loop
+    /// those sent by now (and any replayed by an earlier quota change or expiry run).
+    /// A refused batch changes nothing.
+    pub fn feed(&mut self, events: &Events<'_>) -> Result<Output> {
+        let n = self.check(events)?;
+        let first = self.next_seq;
+        self.next_seq += n as u64;
+        let Some(&last) = events.time_ms.last() else {
+            return Ok(std::mem::take(&mut self.held));
+        };
+        self.horizon = Some(last);
+        if !self.closed_loop {
+            let mut out = Output::with_capacity(n * self.scenarios.len());
+            for (index, s) in self.scenarios.iter_mut().enumerate() {
+                for i in 0..n {
+                    if i + PREFETCH_FAR < n {
+                        s.prefetch(&Self::event(events, i + PREFETCH_FAR, first), false);
+                    }
+                    if i + PREFETCH_NEAR < n {
+                        s.prefetch(&Self::event(events, i + PREFETCH_NEAR, first), true);
+                    }
+                    let e = Self::event(events, i, first);
+                    let d = s.handle(&e, e.time);
+                    out.push(index, &e, e.time, &d);
+                }
+            }
+            return Ok(out);
+        }
+        let mut out = std::mem::take(&mut self.held);
+        for (index, s) in self.scenarios.iter_mut().enumerate() {
+            let closed = s.closed.as_mut().expect("closed loop");
+            for i in 0..n {
+                let e = Self::event(events, i, first);
+                closed.clients[e.pair as usize].queue.push_back(e);
+                closed.schedule(e.pair);
+            }
+            s.drain(index, last, &mut out);
+        }
+        Ok(out)
+    }
+
+    /// Closed loop: replays every event still held (the end of the trace); open loop:
+    /// nothing is held. Returns the rows.
+    pub fn finish(&mut self) -> Output {
+        let mut out = std::mem::take(&mut self.held);
+        for (index, s) in self.scenarios.iter_mut().enumerate() {
+            s.drain(index, i64::MAX, &mut out);
+        }
+        out
+    }
+
+    /// Moves the replay to `now` before an operation at that time: refuses a time before
+    /// what was fed, and in closed loop replays the events sent at or before `now`.
+    fn advance(&mut self, now: i64) -> Result<()> {
+        if let Some(h) = self.horizon.filter(|&h| now < h) {
+            return Err(Error::InvalidUsage(format!(
+                "invalid now_ms {now}: it is before the last time already replayed or \
+                 applied, {h}"
+            )));
+        }
+        self.horizon = Some(now);
+        let mut held = std::mem::take(&mut self.held);
+        for (index, s) in self.scenarios.iter_mut().enumerate() {
+            s.drain(index, now, &mut held);
+        }
+        self.held = held;
+        Ok(())
+    }
+
+    fn scenario_mut(&mut self, scenario: usize) -> Result<&mut Scenario> {
+        let n = self.scenarios.len();
+        self.scenarios.get_mut(scenario).ok_or_else(|| {
+            Error::InvalidUsage(format!(
+                "invalid scenario {scenario}: there are {n} scenarios (0 to {})",
+                n as i64 - 1
+            ))
+        })
+    }
+
+    fn check_pair(&self, pair: usize) -> Result<u32> {
+        if pair >= self.pairs.len() {
+            return Err(Error::InvalidUsage(format!(
+                "invalid pair {pair}: it must index the {} pairs",
+                self.pairs.len()
+            )));
+        }
+        Ok(pair as u32)
+    }
+
+    /// Sets the override of `entity` for `quota_type` in `scenario` at `now`, as the
+    /// manager's `set_quota` (a finite value > 0).
+    pub fn set_quota(
+        &mut self,
+        scenario: usize,
+        quota_type: QuotaType,
+        entity: &QuotaEntity,
+        value: f64,
+        now: i64,
+    ) -> Result<()> {
+        let value = check_quota(value)?;
+        self.change_quota(scenario, quota_type, entity, Some(value), now)
+    }
+
+    /// Removes the override of `entity` for `quota_type` in `scenario` at `now`.
+    pub fn remove_quota(
+        &mut self,
+        scenario: usize,
+        quota_type: QuotaType,
+        entity: &QuotaEntity,
+        now: i64,
+    ) -> Result<()> {
+        self.change_quota(scenario, quota_type, entity, None, now)
+    }
+
+    fn change_quota(
+        &mut self,
+        scenario: usize,
+        quota_type: QuotaType,
+        entity: &QuotaEntity,
+        value: Option<f64>,
+        now: i64,
+    ) -> Result<()> {
+        self.scenario_mut(scenario)?;
+        self.advance(now)?;
+        let pairs = &self.pairs;
+        self.scenarios[scenario].tables[table_index(quota_type)].apply(entity, value, pairs);
+        Ok(())
+    }
+
+    /// Runs the broker's sensor-expiry task at `now` in every scenario.
+    pub fn expire_sensors(&mut self, now: i64) -> Result<()> {
+        self.advance(now)?;
+        for s in &mut self.scenarios {
+            s.clock.explicit = Some(now);
+        }
+        Ok(())
+    }
+
+    /// Records network-thread time of `pair` on the request quota at `now` without a
+    /// check (Kafka's `recordNoThrottle` after a response is sent), in every scenario;
+    /// nothing where no request quota was ever configured.
+    pub fn record_no_throttle(&mut self, pair: usize, thread_ns: f64, now: i64) -> Result<()> {
+        let pair = self.check_pair(pair)?;
+        let ns = check_usage(thread_ns)?;
+        self.advance(now)?;
+        for s in &mut self.scenarios {
+            let run = s.clock.run_at(now);
+            s.tables[table_index(QuotaType::Request)].record(pair, ns, now, false, run);
+        }
+        Ok(())
+    }
+
+    /// The rate of `pair`'s `quota_type` sensor in `scenario` at `now` (purges, as a
+    /// metrics read does); `None` when that sensor does not exist.
+    pub fn measure(
+        &mut self,
+        scenario: usize,
+        quota_type: QuotaType,
+        pair: usize,
+        now: i64,
+    ) -> Result<Option<f64>> {
+        let pair = self.check_pair(pair)?;
+        self.scenario_mut(scenario)?;
+        self.advance(now)?;
+        let s = &mut self.scenarios[scenario];
+        let run = s.clock.run_at(now);
+        Ok(s.tables[table_index(quota_type)].measure(pair, now, run))
+    }
+
+    /// The metric tags `(user, client-id)` of `pair` for `quota_type` in `scenario`.
+    pub fn tags(
+        &self,
+        scenario: usize,
+        quota_type: QuotaType,
+        pair: usize,
+    ) -> Result<(String, String)> {
+        let pair = self.check_pair(pair)?;
+        let s = self.scenario(scenario)?;
+        Ok(s.tables[table_index(quota_type)].tags_of(pair).clone())
+    }
+
+    /// The quota that applies to `pair` for `quota_type` in `scenario` (`None`: none).
+    pub fn quota_for(
+        &self,
+        scenario: usize,
+        quota_type: QuotaType,
+        pair: usize,
+    ) -> Result<Option<f64>> {
+        let pair = self.check_pair(pair)?;
+        let s = self.scenario(scenario)?;
+        Ok(s.tables[table_index(quota_type)].quota_of(pair))
+    }
+
+    /// The fetch-size cap of `pair` from its `quota_type` quota in `scenario`: the
+    /// manager's `max_value_in_quota_window` (`f64::MAX` with no quota; Kafka caps a fetch
+    /// with its fetch quota's).
+    pub fn max_value_in_quota_window(
+        &self,
+        scenario: usize,
+        quota_type: QuotaType,
+        pair: usize,
+    ) -> Result<f64> {
+        let pair = self.check_pair(pair)?;
+        let s = self.scenario(scenario)?;
+        Ok(s.tables[table_index(quota_type)].max_value_in_quota_window(pair))
+    }
+
+    fn scenario(&self, scenario: usize) -> Result<&Scenario> {
+        let n = self.scenarios.len();
+        self.scenarios.get(scenario).ok_or_else(|| {
+            Error::InvalidUsage(format!(
+                "invalid scenario {scenario}: there are {n} scenarios (0 to {})",
+                n as i64 - 1
+            ))
+        })
+    }
+
+    /// The summaries of every entity that recorded something so far, by scenario, quota
+    /// type (produce, fetch, request) and tags.
+    pub fn summaries(&self) -> Vec<EntitySummary> {
+        let mut all: Vec<EntitySummary> = self
+            .scenarios
+            .iter()
+            .enumerate()
+            .flat_map(|(i, s)| s.tables.iter().flat_map(move |t| t.summaries(i)))
+            .collect();
+        all.sort_by(|a, b| {
+            (a.scenario, quota_code(a.quota_type), &a.user, &a.client_id).cmp(&(
+                b.scenario,
+                quota_code(b.quota_type),
+                &b.user,
+                &b.client_id,
+            ))
+        });
+        all
+    }
+}

@@ -1,0 +1,326 @@
+//! Per-entity summaries accumulated while replaying: what the back-test's `summarize`
+//! reports for a sensor (one entity = one sensor's tags of one quota type), computed
+//! from the stream in one pass.
+//!
+//! * Counts and sums are exact integers.
+//! * The p99 throttle is the nearest-rank percentile, which needs every value: most
+//!   requests are not throttled, so zeros are only counted, and the positive throttles
+//!   are kept as a histogram (value -> count, [`Histogram`]). That is exact and holds one
+//!   entry per *distinct* throttle value of the entity (request throttles are at most one
+//!   window, so at most 1000 values with 1 s windows), not one per request; new values
+//!   are appended to a short buffer first and merged in sorted batches.
+//! * The peak rate is the largest usage in `num_samples - 1` consecutive whole windows
+//!   (`floor(t / window_ms)`), as `summarize`'s `peak_rates`: each entity's events come in
+//!   time order, so only the last `num_samples - 1` non-empty windows are kept.
+
+use std::collections::VecDeque;
+
+use crate::manager::{QuotaType, NANOS_TO_PERCENT};
+use crate::samples::WindowConfig;
+
+/// One event as an entity's summary sees it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Usage {
+    /// When it was recorded (sent, in closed loop).
+    pub time_ms: i64,
+    /// The request's bytes, as a whole number.
+    pub bytes: i64,
+    /// Its usage of this quota (bytes or thread nanoseconds), as a whole number.
+    pub usage: i64,
+    /// Whether the usage stayed recorded (a throttled fetch is taken back).
+    pub recorded: bool,
+    /// This quota type's throttle (a negative, wrapped one counts as 0).
+    pub throttle_ms: i32,
+    /// How much later than recorded it was sent (closed loop).
+    pub added_latency_ms: i64,
+}
+
+/// What one entity has seen so far.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct EntityStats {
+    requests: u64,
+    bytes: i64,
+    usage: i64,
+    throttled: u64,
+    total_throttle: i64,
+    max_throttle: i64,
+    /// The positive throttles.
+    positive: Histogram,
+    total_latency: i64,
+    max_latency: i64,
+    /// The non-empty windows of the last `span`, oldest first: (window index, usage).
+    windows: VecDeque<(i64, i64)>,
+    in_span: i64,
+    peak: i64,
+    /// The window of the last event: its index and time range `[lo, hi)`.
+    window: (i64, i64, i64),
+}
+
+impl EntityStats {
+    pub fn add(&mut self, u: &Usage, window: &WindowConfig) {
+        self.requests += 1;
+        self.bytes = self.bytes.wrapping_add(u.bytes);
+        self.usage = self.usage.wrapping_add(u.usage);
+        let throttle = u.throttle_ms.max(0);
+        if throttle > 0 {
+            self.throttled += 1;
+            self.positive.add(throttle);
+        }
+        self.total_throttle += i64::from(throttle);
+        self.max_throttle = self.max_throttle.max(i64::from(throttle));
+        self.total_latency = self.total_latency.wrapping_add(u.added_latency_ms);
+        self.max_latency = self.max_latency.max(u.added_latency_ms);
+        // the peak over `span` consecutive windows
+        let span = i64::from(window.num_samples().saturating_sub(1).max(1));
+        let (mut index, lo, hi) = self.window;
+        if !(lo..hi).contains(&u.time_ms) {
+            let w = window.window_ms();
+            index = u.time_ms.div_euclid(w);
+            let start = index.saturating_mul(w);
+            self.window = (index, start, start.saturating_add(w));
+        }
+        let amount = if u.recorded { u.usage } else { 0 };
+        while let Some(&(w, sum)) = self.windows.front() {
+            if w > index - span {
+                break;
+            }
+            self.in_span -= sum;
+            self.windows.pop_front();
+        }
+        match self.windows.back_mut() {
+            Some((w, sum)) if *w == index => *sum += amount,
+            _ => self.windows.push_back((index, amount)),
+        }
+        self.in_span += amount;
+        self.peak = self.peak.max(self.in_span);
+    }
+
+    /// Prefetch hint for the windows of the peak.
+    #[inline]
+    pub fn prefetch(&self) {
+        let (front, back) = self.windows.as_slices();
+        crate::prefetch(front.as_ptr());
+        crate::prefetch(back.as_ptr());
+    }
+
+    /// Nearest-rank percentile (`ceil(percent * n / 100)`-th smallest) of the throttles.
+    fn percentile(&self, percent: u64) -> i64 {
+        if self.requests == 0 {
+            return 0;
+        }
+        let rank = (percent * self.requests).div_ceil(100);
+        let zeros = self.requests - self.throttled;
+        if rank <= zeros {
+            return 0;
+        }
+        let mut seen = zeros;
+        for (value, count) in self.positive.counts() {
+            seen += count;
+            if seen >= rank {
+                return i64::from(value);
+            }
+        }
+        self.max_throttle
+    }
+
+    pub fn requests(&self) -> u64 {
+        self.requests
+    }
+
+    pub fn summary(
+        &self,
+        scenario: usize,
+        quota_type: QuotaType,
+        tags: &(String, String),
+        quota: Option<f64>,
+        window: &WindowConfig,
+    ) -> EntitySummary {
+        let unit = match quota_type {
+            QuotaType::Request => NANOS_TO_PERCENT,
+            _ => 1.0,
+        };
+        let span_s = f64::from(window.num_samples().saturating_sub(1).max(1))
+            * window.window_ms() as f64
+            / 1000.0;
+        EntitySummary {
+            scenario,
+            quota_type,
+            user: tags.0.clone(),
+            client_id: tags.1.clone(),
+            quota,
+            requests: self.requests,
+            bytes: self.bytes,
+            usage: self.usage,
+            throttled_requests: self.throttled,
+            total_throttle_ms: self.total_throttle,
+            p50_throttle_ms: self.percentile(50),
+            p99_throttle_ms: self.percentile(99),
+            max_throttle_ms: self.max_throttle,
+            peak_rate: self.peak as f64 * unit / span_s,
+            total_added_latency_ms: self.total_latency,
+            max_added_latency_ms: self.max_latency,
+        }
+    }
+}
+
+/// An exact histogram of values: distinct values with their counts, sorted, plus the
+/// values added since the last merge.
+#[derive(Debug, Clone, Default)]
+struct Histogram {
+    counts: Vec<(i32, u64)>,
+    recent: Vec<i32>,
+}
+
+impl Histogram {
+    /// Values added between two merges, at least (and at least as many as there are
+    /// distinct values: merging costs O(distinct values + buffer), so amortized O(log)).
+    const BUFFER: usize = 256;
+
+    #[inline]
+    fn add(&mut self, value: i32) {
+        self.recent.push(value);
+        if self.recent.len() >= Self::BUFFER.max(self.counts.len()) {
+            self.counts = self.merged();
+            self.recent.clear();
+        }
+    }
+
+    /// `counts` with `recent` merged in.
+    fn merged(&self) -> Vec<(i32, u64)> {
+        let mut recent = self.recent.clone();
+        recent.sort_unstable();
+        let mut out: Vec<(i32, u64)> = Vec::with_capacity(self.counts.len() + recent.len());
+        let mut push = |v: i32, c: u64| match out.last_mut() {
+            Some((last, n)) if *last == v => *n += c,
+            _ => out.push((v, c)),
+        };
+        let (mut i, mut j) = (0, 0);
+        while i < self.counts.len() || j < recent.len() {
+            if j == recent.len() || (i < self.counts.len() && self.counts[i].0 <= recent[j]) {
+                push(self.counts[i].0, self.counts[i].1);
+                i += 1;
+            } else {
+                push(recent[j], 1);
+                j += 1;
+            }
+        }
+        out
+    }
+
+    /// (value, count) in increasing value order.
+    fn counts(&self) -> Vec<(i32, u64)> {
+        self.merged()
+    }
+}
+
+/// One entity's summary: a sensor of one quota type in one scenario, by its metric tags.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EntitySummary {
+    /// The scenario's index.
+    pub scenario: usize,
+    /// The quota type of the sensor.
+    pub quota_type: QuotaType,
+    /// The sensor's `user` tag (sanitized; empty when not per user).
+    pub user: String,
+    /// The sensor's `client-id` tag (empty when not per client id).
+    pub client_id: String,
+    /// The bound under the configuration at the end of the replay; `None` when unlimited.
+    pub quota: Option<f64>,
+    /// Requests recorded by the sensor.
+    pub requests: u64,
+    /// Sum of those requests' bytes (whole bytes).
+    pub bytes: i64,
+    /// Sum of their usage of this quota: bytes, or thread nanoseconds for `request`.
+    pub usage: i64,
+    /// Requests this quota throttled (its throttle > 0).
+    pub throttled_requests: u64,
+    /// Sum of this quota's throttles (negative, wrapped ones count as 0), ms.
+    pub total_throttle_ms: i64,
+    /// Median throttle by nearest rank, ms.
+    pub p50_throttle_ms: i64,
+    /// 99th percentile throttle by nearest rank, ms.
+    pub p99_throttle_ms: i64,
+    /// Largest throttle, ms.
+    pub max_throttle_ms: i64,
+    /// Largest usage in `num_samples - 1` consecutive windows, per second (bytes/s or
+    /// percent of a thread); usage of fetches taken back counts 0.
+    pub peak_rate: f64,
+    /// Sum of the requests' added latency (closed loop; 0 in open loop), ms.
+    pub total_added_latency_ms: i64,
+    /// Largest added latency, ms.
+    pub max_added_latency_ms: i64,
+}
+
+impl EntitySummary {
+    /// Throttled requests / requests.
+    pub fn throttled_fraction(&self) -> f64 {
+        self.throttled_requests as f64 / self.requests as f64
+    }
+
+    /// Total throttle / requests, ms.
+    pub fn mean_throttle_ms(&self) -> f64 {
+        self.total_throttle_ms as f64 / self.requests as f64
+    }
+
+    /// Total added latency / requests, ms.
+    pub fn mean_added_latency_ms(&self) -> f64 {
+        self.total_added_latency_ms as f64 / self.requests as f64
+    }
+
+    /// Peak rate / quota (NaN when unlimited).
+    pub fn utilization(&self) -> f64 {
+        self.peak_rate / self.quota.unwrap_or(f64::NAN)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn histogram_merges_exactly() {
+        let mut h = Histogram::default();
+        let mut all = Vec::new();
+        let mut x: u64 = 7;
+        for _ in 0..3000 {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let v = (x >> 33) as i32 % 97 + 1;
+            h.add(v);
+            all.push(v);
+        }
+        all.sort_unstable();
+        let expanded: Vec<i32> = h
+            .counts()
+            .into_iter()
+            .flat_map(|(v, c)| std::iter::repeat_n(v, c as usize))
+            .collect();
+        assert_eq!(expanded, all);
+        assert!(h.counts.len() <= 97 && h.recent.len() < Histogram::BUFFER);
+    }
+
+    #[test]
+    fn nearest_rank_with_zeros_counted() {
+        let w = WindowConfig::QUOTA_DEFAULT;
+        let mut s = EntityStats::default();
+        for (i, t) in [0, 0, 5, 0, 9, 0, 0, 3, 0, 0].iter().enumerate() {
+            s.add(
+                &Usage {
+                    time_ms: i as i64,
+                    bytes: 1,
+                    usage: 1,
+                    recorded: true,
+                    throttle_ms: *t,
+                    added_latency_ms: 0,
+                },
+                &w,
+            );
+        }
+        // sorted: 0 0 0 0 0 0 0 3 5 9
+        assert_eq!(s.percentile(50), 0);
+        assert_eq!(s.percentile(80), 3);
+        assert_eq!(s.percentile(90), 5);
+        assert_eq!(s.percentile(99), 9);
+    }
+}
