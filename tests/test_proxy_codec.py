@@ -129,6 +129,28 @@ def test_request_header(client_id: str | None, version: int) -> None:
     assert frame[parsed.body_offset :] == b"body"
 
 
+def _tagged(*fields: tuple[int, bytes]) -> bytes:
+    """A tagged-field section (each tag and size fit one varint byte here)."""
+    return bytes([len(fields)]) + b"".join(bytes([tag, len(data)]) + data for tag, data in fields)
+
+
+def test_unknown_tagged_fields_in_headers_are_skipped() -> None:
+    """Kafka's protocol lets a newer peer add tagged fields: a broker skips the ones it
+    does not know, and so must the proxy (kio's reader refuses them)."""
+    fixed = struct.pack(">hhih", 3, 12, 41, 3) + b"app"  # Metadata v12: header v2
+    frame = fixed + _tagged((7, b"\xaa\xbb"), (120, b"")) + b"body"
+    parsed = codec.parse_request_header(frame)
+    assert (parsed.correlation_id, parsed.client_id) == (41, "app")
+    assert frame[parsed.body_offset :] == b"body"
+    produce = codec.api(0, 9)  # response header v1
+    response = struct.pack(">i", 41) + _tagged((3, b"\x01\x02\x03")) + b"body"
+    assert produce.response_header(response) == (41, len(response) - 4)
+    assert codec.api(18, 3).response_header(struct.pack(">i", 41) + b"\x00") == (41, 4)  # v0
+    for bad in (fixed, fixed + b"\x01\x07", fixed + b"\x01\x07\x09ab", fixed + b"\xff" * 6):
+        with pytest.raises(ProxyError, match="malformed metadata v12 request header"):
+            codec.parse_request_header(bad)
+
+
 @settings(max_examples=500, deadline=None)
 @given(st.binary(max_size=64))
 def test_bad_bytes_raise_only_proxy_error(frame: bytes) -> None:

@@ -66,6 +66,7 @@ THROTTLE_FIELD: Final = "throttle_time"
 """kio's name of Kafka's ``ThrottleTimeMs`` field."""
 
 _INT16: Final = struct.Struct(">h")
+_HEADER_START: Final = struct.Struct(">hhi")  # api key, api version, correlation id
 _INT32: Final = struct.Struct(">i")
 
 
@@ -112,8 +113,10 @@ class Api:
     request_type: type[Entity]
     response_type: type[Entity]
     has_throttle_field: bool
-    _request_header_reader: Callable[[Buffer, int], tuple[Any, int]]
-    _response_header_reader: Callable[[Buffer, int], tuple[Any, int]]
+    request_header_version: int
+    """0: no client id; 1: a client id; 2: a client id and tagged fields."""
+    response_header_version: int
+    """0: the correlation id; 1: and tagged fields (ApiVersions keeps 0, as Kafka)."""
     _throttle: _FieldFinder | None
 
     def throttle_offset(self, frame: Buffer, body_offset: int) -> int | None:
@@ -126,12 +129,18 @@ class Api:
             raise _decode_error(f"{self.name} v{self.version} response", exc) from None
 
     def response_header(self, frame: Buffer) -> tuple[int, int]:
-        """``(correlation_id, header size)`` of a response frame of this API version."""
-        try:
-            header, size = self._response_header_reader(frame, 0)
-        except Exception as exc:
-            raise _decode_error(f"{self.name} v{self.version} response header", exc) from None
-        return int(header.correlation_id), size
+        """``(correlation_id, header size)`` of a response frame of this API version.
+
+        Tagged fields in the header are skipped, whatever their tags: Kafka's protocol
+        lets a newer peer send ones this codec does not know.
+        """
+        view = memoryview(frame)
+        if len(view) < 4:
+            raise ProxyError(f"malformed {self.name} v{self.version} response header: truncated")
+        size = 4
+        if self.response_header_version >= 1:
+            size = _skip_tagged_fields(view, size, f"{self.name} v{self.version} response header")
+        return int(_INT32.unpack_from(view, 0)[0]), size
 
     def read_request(self, frame: Buffer, body_offset: int, *names: str) -> dict[str, Any]:
         """The values of ``names`` (absent ones left out) in this request's body."""
@@ -177,10 +186,45 @@ def api(key: int, version: int) -> Api:
         request_type=request_type,
         response_type=response_type,
         has_throttle_field=has_throttle,
-        _request_header_reader=entity_reader(request_type.__header_schema__),  # type: ignore[attr-defined]
-        _response_header_reader=entity_reader(response_type.__header_schema__),  # type: ignore[attr-defined]
+        request_header_version=_header_version(request_type),
+        response_header_version=_header_version(response_type),
         _throttle=_FieldFinder(response_type, (THROTTLE_FIELD,)) if has_throttle else None,
     )
+
+
+def _header_version(entity_type: type[Entity]) -> int:
+    """The version of the header kio's schema gives ``entity_type`` (its module is
+    ``kio.schema.request_header.vN.header`` or ``kio.schema.response_header.vN.header``)."""
+    module: str = entity_type.__header_schema__.__module__  # type: ignore[attr-defined]
+    return int(module.split(".")[-2].removeprefix("v"))
+
+
+def _uvarint(view: memoryview, offset: int, what: str) -> tuple[int, int]:
+    """An unsigned varint at ``offset``: ``(value, offset after it)``."""
+    value = shift = 0
+    while True:
+        if offset >= len(view):
+            raise ProxyError(f"malformed {what}: truncated varint")
+        byte = view[offset]
+        offset += 1
+        value |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return value, offset
+        shift += 7
+        if shift > 28:
+            raise ProxyError(f"malformed {what}: varint longer than 5 bytes")
+
+
+def _skip_tagged_fields(view: memoryview, offset: int, what: str) -> int:
+    """The offset after the tagged-field section at ``offset``, every field skipped."""
+    count, offset = _uvarint(view, offset, what)
+    for _ in range(count):
+        _, offset = _uvarint(view, offset, what)
+        size, offset = _uvarint(view, offset, what)
+        offset += size
+        if offset > len(view):
+            raise ProxyError(f"malformed {what}: a tagged field overruns the frame")
+    return offset
 
 
 @functools.cache
@@ -217,14 +261,24 @@ def parse_request_header(frame: Buffer) -> RequestHeader:
     view = memoryview(frame)
     if len(view) < 8:
         raise ProxyError(f"malformed request: a frame of {len(view)} bytes has no header")
-    key = _INT16.unpack_from(view, 0)[0]
-    version = _INT16.unpack_from(view, 2)[0]
+    key, version, correlation_id = _HEADER_START.unpack_from(view, 0)
     spec = api(key, version)
-    try:
-        header, size = spec._request_header_reader(view, 0)
-    except Exception as exc:
-        raise _decode_error(f"{spec.name} v{version} request header", exc) from None
-    return RequestHeader(spec, int(header.correlation_id), header.client_id or "", size)
+    what = f"{spec.name} v{version} request header"
+    offset, client_id = 8, ""
+    if spec.request_header_version >= 1:  # a nullable string, int16 length
+        if len(view) < 10:
+            raise ProxyError(f"malformed {what}: truncated client id")
+        length = _INT16.unpack_from(view, 8)[0]
+        offset = 10 + max(length, 0)
+        if length < -1 or offset > len(view):
+            raise ProxyError(f"malformed {what}: client id of {length} bytes")
+        try:
+            client_id = str(view[10:offset], "utf-8")
+        except UnicodeDecodeError:
+            raise ProxyError(f"malformed {what}: client id is not UTF-8") from None
+    if spec.request_header_version >= 2:  # tagged fields: none known, all skipped
+        offset = _skip_tagged_fields(view, offset, what)
+    return RequestHeader(spec, int(correlation_id), client_id, offset)
 
 
 def read_fields(frame: Buffer, offset: int, entity_type: type[Entity]) -> Any:
