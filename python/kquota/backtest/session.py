@@ -105,12 +105,16 @@ def spark_session(
     ``spark-submit``'s ``spark.master`` or else ``local[*]``. A local session gets the
     current Python for its workers, UTC as its time zone and quiet logs.
     """
-    from pyspark import SparkConf
+    from pyspark import SparkConf, SparkContext
     from pyspark.sql import SparkSession
 
     active = SparkSession.getActiveSession()
     if active is not None:
         return active, False
+    if "PYSPARK_GATEWAY_PORT" in os.environ:
+        # spark-submit started the JVM with its --master and --conf; SparkConf() reads them
+        # only once PySpark is connected to it (unconnected, it is empty: local[*] below)
+        SparkContext._ensure_initialized()
     conf = SparkConf()
     chosen = master or conf.get("spark.master", None) or "local[*]"
     builder = SparkSession.builder.appName(app_name).master(chosen)
