@@ -32,7 +32,10 @@ from pathlib import Path
 from typing import Any
 
 import kquota.backtest as kquota_backtest
+import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from conftest import free_port
 from kquota.cli import main as cli_main
@@ -47,6 +50,9 @@ RUN_SECONDS = 300
 REQUESTS = 10_000
 SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions=4"
 """Small data: a few shuffle partitions rather than 200 (for every driver alike)."""
+ZONE = "Asia/Kolkata"
+"""Every JVM's own time zone here (UTC+05:30): the traffic's times carry no zone, and every
+session kquota starts must read them as UTC, on a cluster as on ``local[*]``."""
 KQUOTA = Path(sys.executable).with_name("kquota")
 """The ``kquota`` script pip installed beside this interpreter."""
 
@@ -147,6 +153,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         "PYSPARK_SUBMIT_ARGS": f"--conf {SHUFFLE_PARTITIONS} pyspark-shell",
         # short-lived JVMs on 2 shared cores: the quick JIT only, no parallel GC threads
         "JAVA_TOOL_OPTIONS": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
+        "TZ": ZONE,
     }
     port, web_port = free_port(), free_port()
     spark_class = str(home / "bin" / "spark-class")
@@ -279,12 +286,17 @@ def table(path: Path, keys: Sequence[str]) -> pd.DataFrame:
 
 @pytest.fixture(scope="module")
 def generated(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    """Small traffic from ``kquota gen-traffic`` and the quota file it suggests."""
+    """Small traffic from ``kquota gen-traffic`` and the quota file it suggests, with its
+    times rewritten as ISO-8601 text without a zone (read as UTC: see :data:`ZONE`)."""
     folder = tmp_path_factory.mktemp("traffic")
     traffic, quotas = folder / "traffic.parquet", folder / "quotas.json"
     args = ["--requests", str(REQUESTS), "--brokers", "3", "--hours", "1", "--seed", "3"]
     status = cli_main(["gen-traffic", "--out", str(traffic), *args, "--quotas-out", str(quotas)])
     assert status == 0
+    table = pq.read_table(traffic)
+    millis = table.column("ts_ms").to_numpy().astype("datetime64[ms]")
+    iso = pa.array(np.datetime_as_string(millis, unit="ms"))  # 2024-06-03T00:00:00.123
+    pq.write_table(table.set_column(table.schema.get_field_index("ts_ms"), "ts_ms", iso), traffic)
     return traffic, quotas
 
 

@@ -102,8 +102,9 @@ def spark_session(
 
     A session that already exists (a notebook, ``spark-submit``, the tests) is used as it
     is and left running. Otherwise a session is started on ``master``; without one,
-    ``spark-submit``'s ``spark.master`` or else ``local[*]``. A local session gets the
-    current Python for its workers, UTC as its time zone and quiet logs.
+    ``spark-submit``'s ``spark.master`` or else ``local[*]``. On any master, a session
+    started here reads times without a zone as UTC; a local one also gets the current
+    Python for its workers and quiet logs.
     """
     from pyspark import SparkConf, SparkContext
     from pyspark.sql import SparkSession
@@ -120,10 +121,10 @@ def spark_session(
     builder = SparkSession.builder.appName(app_name).master(chosen)
     builder = builder.config("spark.sql.execution.arrow.pyspark.enabled", "true")
     builder = builder.config("spark.ui.showConsoleProgress", "false")
+    builder = builder.config("spark.sql.session.timeZone", "UTC")  # zone-less times are UTC
     if chosen.startswith("local"):
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
         os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-        builder = builder.config("spark.sql.session.timeZone", "UTC")
         if conf.get("spark.driver.memory", None) is None:
             builder = builder.config("spark.driver.memory", "4g")
         if LOG4J_CONFIG.exists() and conf.get("spark.driver.extraJavaOptions", None) is None:
