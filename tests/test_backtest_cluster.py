@@ -10,9 +10,10 @@ by three driver processes, each started as a user would start it:
 * ``spark-submit --master spark://127.0.0.1:PORT .../kquota/backtest/__main__.py``;
 
 and the three must write equal per-request and per-entity tables and recommendations, and
-print the same summary. The master's JSON says that the two cluster runs ran on it, on both
-workers. Every process started here is stopped at the end, and none is left working in the
-test's folders.
+print the same summary. The traffic's times are ISO-8601 text without a zone and every JVM
+runs in UTC+05:30: all three must read them as UTC. The master's JSON says that the two
+cluster runs ran on it, on both workers. Every process started here is stopped at the
+end, and none is left working in the test's folders.
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ Steps (each Spark action is announced by :class:`~kquota.backtest.session.Progre
 
 The job never collects the traffic to the driver. Functions shipped to executors are
 module-level functions of this package with the configuration passed as JSON, so the
-executors need ``kquota`` installed (see the README's "cluster" notes).
+executors need ``kquota`` installed (the README: "Running on an existing Spark cluster").
 """
 
 from __future__ import annotations
