@@ -31,7 +31,7 @@ SUBJECT = "kquota"
 @pytest.fixture(scope="module")
 def spark() -> Iterator[Any]:
     """A local[2] SparkSession for one bench module (the Spark benches)."""
-    from kquota.backtest.job import spark_session
+    from kquota.backtest.session import spark_session
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     session, created = spark_session("local[2]", "kquota bench")

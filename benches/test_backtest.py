@@ -33,8 +33,9 @@ import pyarrow.parquet as pq
 import pytest
 import reference_model
 from kquota.backtest import kernel, traffic
-from kquota.backtest.job import BacktestOptions, run
+from kquota.backtest.job import run
 from kquota.backtest.kernel import API, BROKER, BYTES, CLIENT, SEQ_COLUMNS, THREAD, TS, USER
+from kquota.backtest.options import BacktestOptions
 from kquota.config import QuotaConfig
 from quick import pick
 

@@ -22,7 +22,8 @@ import pyarrow.parquet as pq
 import pytest
 from kquota.backtest import requestlog, traffic
 from kquota.backtest import requestlog_gen as gen
-from kquota.backtest.job import BacktestOptions, run
+from kquota.backtest.job import run
+from kquota.backtest.options import BacktestOptions
 from kquota.config import QuotaConfig
 from quick import pick
 

@@ -31,7 +31,7 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
     pytest.importorskip("pyspark", reason='needs the spark extra: pip install "kquota[spark]"')
-    from kquota.backtest.job import LOG4J_CONFIG
+    from kquota.backtest.session import LOG4J_CONFIG
     from pyspark.sql import SparkSession
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)

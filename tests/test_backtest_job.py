@@ -17,7 +17,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from kquota.backtest import kernel
-from kquota.backtest.job import BacktestOptions, BacktestResult, run
+from kquota.backtest.job import run
 from kquota.backtest.kernel import (
     ADDED_LATENCY,
     API,
@@ -39,6 +39,7 @@ from kquota.backtest.kernel import (
     USAGE,
     USER,
 )
+from kquota.backtest.options import BacktestOptions, BacktestResult
 from kquota.backtest.traffic import TrafficSpec, generate
 from kquota.config import QuotaConfig
 from kquota.conformance import load_scenario

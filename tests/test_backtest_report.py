@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from kquota.backtest.job import BacktestResult
+from kquota.backtest.options import BacktestResult
 from kquota.backtest.report import (
     rate_over_time,
     scenario_totals,

@@ -23,7 +23,7 @@ import pyarrow.csv as pcsv
 import pyarrow.parquet as pq
 import pytest
 from kquota import Entity
-from kquota.backtest import job, traffic
+from kquota.backtest import inputs, traffic
 from kquota.cli import main
 from kquota.config import QuotaConfig, QuotaEntry, SQLiteStore, Window
 
@@ -238,7 +238,7 @@ def test_gen_traffic_writes_csv_for_csv_names_and_parquet_for_parquet_names(
     # What backtest --format auto reads each name as is what was written.
     for name in names:
         wanted = "csv" if "csv" in name.lower() else "parquet"
-        assert job.check_traffic(str(tmp_path / name)) == wanted, name
+        assert inputs.check_traffic(str(tmp_path / name)) == wanted, name
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(names)  # no temporary left
 
 

@@ -101,10 +101,10 @@ def test_the_format_is_recognised_and_one_broker_id_can_be_given(
     one = folder / "broker-1" / "kafka-request.log.2024-06-03-00.gz"
     assert main(["traffic", "import", str(one), "--out", str(out), "--broker-id", "7"]) == 0
     assert set(pq.read_table(out).column("broker").to_pylist()) == {"7"}
-    from kquota.backtest import job
+    from kquota.backtest import inputs
 
-    assert job.check_traffic(str(folder)) == requestlog.FORMAT
-    assert job.check_traffic(str(one)) == requestlog.FORMAT
+    assert inputs.check_traffic(str(folder)) == requestlog.FORMAT
+    assert inputs.check_traffic(str(one)) == requestlog.FORMAT
     capsys.readouterr()
 
 

@@ -284,7 +284,7 @@ def _environment(box: Sandbox) -> Iterator[None]:
 
 def _no_spark_no_large_traffic(patches: contextlib.ExitStack) -> None:
     try:
-        from kquota.backtest import job, traffic
+        from kquota.backtest import session, traffic
     except ImportError:  # without the spark extra both commands stop with status 2
         return
     real_generate = traffic.generate
@@ -297,7 +297,7 @@ def _no_spark_no_large_traffic(patches: contextlib.ExitStack) -> None:
             raise WouldGenerate
         return real_generate(spec)
 
-    patches.enter_context(mock.patch.object(job, "spark_session", spark_session))
+    patches.enter_context(mock.patch.object(session, "spark_session", spark_session))
     patches.enter_context(mock.patch.object(traffic, "generate", generate))
 
 

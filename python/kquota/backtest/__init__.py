@@ -1,8 +1,24 @@
 """Back-testing quota configurations over recorded traffic (``kquota backtest``).
 
 :mod:`kquota.backtest.kernel` holds the plain pandas/NumPy functions that replay one
-broker's requests through the core; :mod:`kquota.backtest.job` wires them into a Spark job;
-:mod:`kquota.backtest.report` renders the results; :mod:`kquota.backtest.traffic` generates
-realistic demo traffic. Only the job and the report need the ``spark`` extra
+broker's requests through the core. The Spark job is wired in small modules around it:
+
+* :mod:`~kquota.backtest.options`: what a back-test takes and gives (``BacktestOptions``,
+  ``BacktestResult``, the output column names);
+* :mod:`~kquota.backtest.session`: the SparkSession, progress lines, Spark's errors as
+  kquota's;
+* :mod:`~kquota.backtest.inputs`: checking and reading the traffic, validating its rows,
+  preparing the output folder;
+* :mod:`~kquota.backtest.stages`: the Arrow functions the executors run (``mapInArrow``,
+  ``applyInArrow``);
+* :mod:`~kquota.backtest.summaries`: the per-sensor summaries, recommendations and report
+  tables Spark aggregates after the replay;
+* :mod:`~kquota.backtest.job`: :func:`~kquota.backtest.job.run`, the order of the steps;
+* ``python -m kquota.backtest``: the spark-submit entry point (``kquota backtest``'s
+  arguments).
+
+:mod:`kquota.backtest.report` renders the results; :mod:`kquota.backtest.traffic`
+generates realistic demo traffic and :mod:`kquota.backtest.requestlog` reads Kafka's
+request log. Only the Spark modules and the report need the ``spark`` extra
 (``pip install "kquota[spark]"``).
 """

@@ -1,6 +1,6 @@
 """The back-test report: ``DIR/report.html`` with PNG plots, and the terminal summary.
 
-Everything here works on the small tables a :class:`~kquota.backtest.job.BacktestResult`
+Everything here works on the small tables a :class:`~kquota.backtest.options.BacktestResult`
 holds (collected aggregates, never the traffic), so it is plain pandas and matplotlib.
 """
 
@@ -18,7 +18,7 @@ import pandas as pd  # type: ignore[import-untyped]
 from kquota.backtest.kernel import BROKER, SENSOR_CLIENT, SENSOR_USER
 
 if TYPE_CHECKING:
-    from kquota.backtest.job import BacktestResult
+    from kquota.backtest.options import BacktestResult
 
 __all__ = [
     "PLOTTED_ENTITIES",

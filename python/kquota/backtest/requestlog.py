@@ -591,7 +591,7 @@ def read(spark: SparkSession, path: str, options: LogOptions | None = None) -> _
     that cannot be read or a file whose broker id cannot be found."""
     from pyspark.sql import functions as F
 
-    from kquota.backtest.job import spark_errors, spark_message
+    from kquota.backtest.session import spark_errors, spark_message
 
     options = options or LogOptions()
     files = log_files(path)
@@ -792,7 +792,7 @@ def _summary(lines: _Lines, values: dict[str, Any]) -> LogSummary:
 
 
 def _spark_call(path: str) -> Any:
-    from kquota.backtest.job import _reading
+    from kquota.backtest.session import reading_traffic as _reading
 
     return _reading(path)
 
@@ -820,7 +820,7 @@ def import_log(
 
     from pyspark.sql import Observation
 
-    from kquota.backtest.job import _writing
+    from kquota.backtest.session import writing_output as _writing
 
     started = time.monotonic()
     lines = read(spark, path, options)

@@ -164,11 +164,12 @@ def _scales(text: str) -> tuple[float, ...]:
 def run(args: argparse.Namespace) -> int:
     """Run the job; print the summary table and where the report is."""
     try:
-        from kquota.backtest import job, report
+        from kquota.backtest import inputs, job, report, session
+        from kquota.backtest.options import BacktestOptions
     except ImportError as exc:
         return fail("backtest", f"{SPARK_EXTRA} ({exc})")
     try:
-        options = job.BacktestOptions(
+        options = BacktestOptions(
             traffic=args.traffic,
             quotas=load_quotas(args.quotas),
             out=args.out,
@@ -188,22 +189,22 @@ def run(args: argparse.Namespace) -> int:
                 "spark://HOST:PORT, yarn or k8s://URL"
             )
         # Every local path is checked before Spark starts (and before a long job).
-        job.check_traffic(options.traffic, options.input_format)
-        job.prepare_output(options.out)
+        inputs.check_traffic(options.traffic, options.input_format)
+        inputs.prepare_output(options.out)
     except KquotaError as exc:
         return fail("backtest", exc)
     try:
-        spark, created = job.spark_session(args.master)
-    except job.spark_errors() as exc:
+        spark, created = session.spark_session(args.master)
+    except session.spark_errors() as exc:
         master = f" on --master {args.master!r}" if args.master else ""
-        return fail("backtest", f"cannot start Spark{master}: {job.spark_message(exc)}")
+        return fail("backtest", f"cannot start Spark{master}: {session.spark_message(exc)}")
     try:
-        with job.Progress(spark, None if args.quiet else sys.stderr) as progress:
+        with session.Progress(spark, None if args.quiet else sys.stderr) as progress:
             result = job.run(spark, options, progress)
     except KquotaError as exc:
         return fail("backtest", exc)
-    except job.spark_errors() as exc:  # what no read or write point translated
-        return fail("backtest", f"Spark failed: {job.spark_message(exc)}")
+    except session.spark_errors() as exc:  # what no read or write point translated
+        return fail("backtest", f"Spark failed: {session.spark_message(exc)}")
     finally:
         if created:
             spark.stop()

@@ -45,7 +45,7 @@ def register(subparsers: Any) -> None:
 
 
 def _session(args: argparse.Namespace, command: str) -> Any:
-    from kquota.backtest import job
+    from kquota.backtest import session
 
     if args.master is not None and not MASTER.fullmatch(args.master):
         raise InvalidValueError(
@@ -53,21 +53,21 @@ def _session(args: argparse.Namespace, command: str) -> Any:
             "spark://HOST:PORT, yarn or k8s://URL"
         )
     try:
-        return job.spark_session(args.master, f"kquota {command}")
-    except job.spark_errors() as exc:
-        raise InvalidValueError(f"cannot start Spark: {job.spark_message(exc)}") from None
+        return session.spark_session(args.master, f"kquota {command}")
+    except session.spark_errors() as exc:
+        raise InvalidValueError(f"cannot start Spark: {session.spark_message(exc)}") from None
 
 
 def _run(args: argparse.Namespace, command: str, action: Any) -> int:
     try:
-        from kquota.backtest import job, requestlog
+        from kquota.backtest import inputs, requestlog, session
     except ImportError as exc:
         return fail(command, f"{SPARK_EXTRA} ({exc})")
     try:
         options = log_options(args)
         requestlog.log_files(args.path)  # before Spark starts: missing, empty, unreadable
         if command == "traffic import":
-            job.prepare_output(str(Path(args.out).absolute().parent))
+            inputs.prepare_output(str(Path(args.out).absolute().parent))
         spark, created = _session(args, command)
     except KquotaError as exc:
         return fail(command, exc)
@@ -75,8 +75,8 @@ def _run(args: argparse.Namespace, command: str, action: Any) -> int:
         return int(action(spark, requestlog, options))
     except KquotaError as exc:
         return fail(command, exc)
-    except job.spark_errors() as exc:
-        return fail(command, f"Spark failed: {job.spark_message(exc)}")
+    except session.spark_errors() as exc:
+        return fail(command, f"Spark failed: {session.spark_message(exc)}")
     finally:
         if created:
             spark.stop()

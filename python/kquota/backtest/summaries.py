@@ -1,0 +1,373 @@
+"""After the replay: what Spark aggregates from ``DIR/requests/`` — the per-sensor summaries
+(``DIR/entities/``), the recommended quotas (``DIR/recommendations/``) and the small tables
+the report draws (the only data collected to the driver).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Final
+
+import pandas as pd  # type: ignore[import-untyped]
+import pyarrow as pa  # type: ignore[import-untyped]
+
+from kquota.backtest import kernel, stages
+from kquota.backtest.kernel import (
+    ADDED_LATENCY,
+    API,
+    BROKER,
+    BYTES,
+    CLIENT,
+    FETCH_THROTTLE,
+    PRODUCE_THROTTLE,
+    RECORDED,
+    REQUEST_THROTTLE,
+    SENSOR_CLIENT,
+    SENSOR_USER,
+    SENT,
+    SEQ_COLUMNS,
+    THREAD,
+    THROTTLE,
+    THROTTLE_OF,
+    TIME,
+    TS,
+    USAGE,
+    USER,
+)
+from kquota.backtest.options import (
+    REQUEST_SENSOR_CLIENT,
+    REQUEST_SENSOR_USER,
+    SCENARIO,
+    BacktestOptions,
+)
+from kquota.config import QuotaConfig
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+__all__ = [
+    "ENTITY_SCHEMA",
+    "RECOMMENDATION_SCHEMA",
+    "comparison",
+    "entities",
+    "rate_series",
+    "recommendations",
+    "throttle_counts",
+    "usage_all",
+]
+
+_BUCKET: Final = "_kq_bucket"
+
+
+def usage_all(requests: DataFrame, config: QuotaConfig) -> DataFrame | None:
+    """One row per request and sensor it was recorded by (one scan of the requests).
+
+    Columns: scenario, ``quota_type``, broker, the sensor's tags, user, client_id, ts_ms,
+    ``time_ms`` (when it was recorded), ``usage`` (bytes or thread nanoseconds), bytes,
+    ``recorded`` (false for an unrecorded fetch), ``throttle_ms`` (that quota type's),
+    added latency, ``unrecord_if`` (the request quota throttled it) and the input position.
+    """
+    from pyspark.sql import functions as F
+
+    kind = F.lower(F.col(API))
+    items = []
+    for quota_type in kernel.QUOTA_TYPES:
+        if not config.quotas(quota_type):
+            continue
+        if quota_type == "request":
+            present = F.col(THREAD).isNotNull()
+            tags = (F.col(REQUEST_SENSOR_USER), F.col(REQUEST_SENSOR_CLIENT))
+            usage, recorded = F.col(THREAD), F.lit(True)
+        else:
+            present = kind == quota_type
+            tags = (F.col(SENSOR_USER), F.col(SENSOR_CLIENT))
+            usage = F.col(BYTES)
+            recorded = (
+                (F.col(FETCH_THROTTLE) <= 0) & (F.col(REQUEST_THROTTLE) <= 0)
+                if quota_type == "fetch"
+                else F.lit(True)
+            )
+        item = F.struct(
+            F.lit(quota_type).alias("quota_type"),
+            tags[0].alias(SENSOR_USER),
+            tags[1].alias(SENSOR_CLIENT),
+            usage.cast("long").alias(USAGE),
+            recorded.alias(RECORDED),
+            F.col(THROTTLE_OF[quota_type]).alias(THROTTLE),
+        )
+        items.append(F.when(present, item))
+    if not items:
+        return None
+    recorded_by = F.filter(F.array(*items), lambda item: item.isNotNull())
+    return requests.select(
+        F.col(SCENARIO),
+        F.col(BROKER),
+        F.col(USER),
+        F.col(CLIENT),
+        F.col(TS),
+        F.col(SENT).alias(TIME),
+        F.col(BYTES),
+        F.col(ADDED_LATENCY),
+        (F.col(REQUEST_THROTTLE) > 0).alias("unrecord_if"),
+        *SEQ_COLUMNS,
+        F.explode(recorded_by).alias("_item"),
+    ).select(
+        SCENARIO,
+        "_item.quota_type",
+        BROKER,
+        f"_item.{SENSOR_USER}",
+        f"_item.{SENSOR_CLIENT}",
+        USER,
+        CLIENT,
+        TS,
+        TIME,
+        f"_item.{USAGE}",
+        BYTES,
+        f"_item.{RECORDED}",
+        f"_item.{THROTTLE}",
+        ADDED_LATENCY,
+        "unrecord_if",
+        *SEQ_COLUMNS,
+    )
+
+
+ENTITY_SCHEMA: Final = (
+    f"{SCENARIO} string, quota_type string, {BROKER} string, {SENSOR_USER} string, "
+    f"{SENSOR_CLIENT} string, entity string, quota double, requests long, {BYTES} long, "
+    f"{USAGE} long, throttled_requests long, throttled_fraction double, "
+    "total_throttle_ms long, mean_throttle_ms double, p99_throttle_ms long, "
+    "max_throttle_ms long, peak_rate double, utilization double, "
+    "mean_added_latency_ms double, max_added_latency_ms long"
+)
+"""The schema of ``DIR/entities/``: one row per (scenario, quota type, broker, sensor)."""
+
+RECOMMENDATION_SCHEMA: Final = (
+    f"quota_type string, {SENSOR_USER} string, {SENSOR_CLIENT} string, entity string, "
+    "brokers long, requests long, recommended_quota double, throttled_fraction double"
+)
+"""The schema the recommend stage returns (``DIR/recommendations/`` adds current values)."""
+
+
+def _arrow_schema(ddl: str) -> pa.Schema:
+    from pyspark.sql.pandas.types import to_arrow_schema
+    from pyspark.sql.types import StructType
+
+    schema = StructType.fromDDL(ddl)
+    assert isinstance(schema, StructType)
+    return to_arrow_schema(schema)
+
+
+def entities(
+    spark: SparkSession,
+    usage: DataFrame,
+    valid: DataFrame,
+    options: BacktestOptions,
+) -> DataFrame:
+    """Per sensor and scenario: :func:`kernel.summarize`'s columns, with Spark doing the sums.
+
+    The same definitions as the kernel: exact integer sums and counts aggregated by Spark;
+    the windowed peak and the nearest-rank p99 from :func:`kernel.sensor_peaks` on
+    partitions that hold whole sensors; the bounds from the core, per sensor of the
+    configuration (a scenario's bound is the base bound times its scale, exactly as
+    :meth:`~kquota.config.QuotaConfig.scaled` computes it).
+    """
+    from pyspark.sql import functions as F
+
+    keys = [SCENARIO, "quota_type", BROKER, SENSOR_USER, SENSOR_CLIENT]
+    window = options.quotas.window
+    # a 64-bit id per sensor keeps the heavy aggregations on one fixed-width key
+    usage = usage.withColumn("_sid", F.xxhash64(*keys))
+    throttle = F.greatest(F.col(THROTTLE), F.lit(0))
+    stats = usage.groupBy("_sid", *keys).agg(
+        F.count(F.lit(1)).alias("requests"),
+        F.sum(BYTES).alias(BYTES),
+        F.sum(USAGE).alias(USAGE),
+        F.sum((throttle > 0).cast("long")).alias("throttled_requests"),
+        F.sum(throttle.cast("long")).alias("total_throttle_ms"),
+        F.max(throttle).cast("long").alias("max_throttle_ms"),
+        F.sum(ADDED_LATENCY).alias("_latency"),
+        F.max(ADDED_LATENCY).alias("max_added_latency_ms"),
+    )
+    window_json = QuotaConfig(window).dumps()
+    amount = F.when(F.col(RECORDED), F.col(USAGE)).otherwise(F.lit(0)).cast("long")
+    peaks = (
+        usage.select("_sid", TIME, amount.alias("_amount"), THROTTLE)
+        .repartition("_sid")
+        .mapInArrow(
+            lambda batches: stages.peak_batches(window_json, batches),
+            "_sid long, _peak long, p99_throttle_ms long",
+        )
+    )
+    base_json = options.quotas.dumps()
+    bounds = (
+        valid.select(USER, CLIENT)
+        .distinct()
+        .mapInArrow(
+            lambda batches: stages.pair_batches(base_json, batches),
+            f"quota_type string, {SENSOR_USER} string, {SENSOR_CLIENT} string, quota double",
+        )
+        .where(~F.isnan("quota"))
+        .groupBy("quota_type", SENSOR_USER, SENSOR_CLIENT)
+        .agg(F.max("quota").alias("_quota"))
+    )
+    scales = spark.createDataFrame(
+        list(zip(options.scenarios, options.scales, strict=True)),
+        f"{SCENARIO} string, _scale double",
+    )
+    unit = F.when(F.col("quota_type") == "request", F.lit(kernel.NANOS_TO_PERCENT)).otherwise(
+        F.lit(1.0)
+    )
+    quota = F.col("_quota") * F.col("_scale")
+    peak_rate = F.col("_peak").cast("double") * unit / F.lit(kernel.rate_span_seconds(window))
+    entities = (
+        stats.join(peaks, "_sid")
+        .join(F.broadcast(scales), SCENARIO)
+        .join(bounds, ["quota_type", SENSOR_USER, SENSOR_CLIENT], "left")
+        .select(
+            *keys,
+            F.lit(None).cast("string").alias("entity"),
+            quota.alias("quota"),
+            "requests",
+            BYTES,
+            USAGE,
+            "throttled_requests",
+            (F.col("throttled_requests") / F.col("requests")).alias("throttled_fraction"),
+            "total_throttle_ms",
+            (F.col("total_throttle_ms") / F.col("requests")).alias("mean_throttle_ms"),
+            "p99_throttle_ms",
+            "max_throttle_ms",
+            peak_rate.alias("peak_rate"),
+            (peak_rate / quota).alias("utilization"),
+            (F.col("_latency") / F.col("requests")).alias("mean_added_latency_ms"),
+            "max_added_latency_ms",
+        )
+    )
+    return entities.mapInArrow(stages.label_batches, entities.schema)
+
+
+def throttle_counts(requests: DataFrame) -> pd.DataFrame:
+    """Per scenario and applied throttle value: requests, per-type throttled, added latency.
+
+    One small aggregate (one row per distinct throttle value) from which the report
+    derives the scenario totals and the throttle-time distribution exactly.
+    """
+    from pyspark.sql import functions as F
+
+    counts: pd.DataFrame = (
+        requests.groupBy(SCENARIO, THROTTLE)
+        .agg(
+            F.count(F.lit(1)).alias("requests"),
+            F.sum((F.col(PRODUCE_THROTTLE) > 0).cast("long")).alias("produce_throttled"),
+            F.sum((F.col(FETCH_THROTTLE) > 0).cast("long")).alias("fetch_throttled"),
+            F.sum((F.col(REQUEST_THROTTLE) > 0).cast("long")).alias("request_throttled"),
+            F.sum(ADDED_LATENCY).alias("added_latency_ms"),
+            F.max(ADDED_LATENCY).alias("max_added_latency_ms"),
+        )
+        .toPandas()
+    )
+    return counts
+
+
+_SENSOR_KEY: Final = ("quota_type", BROKER, SENSOR_USER, SENSOR_CLIENT)
+
+
+def comparison(entities: DataFrame, top: pd.DataFrame) -> pd.DataFrame:
+    """The top entities' summaries in every scenario (the what-if table)."""
+    from pyspark.sql import functions as F
+
+    if top.empty:
+        return pd.DataFrame()
+    wanted = entities.sparkSession.createDataFrame(top[list(_SENSOR_KEY)])
+    return (
+        entities.join(F.broadcast(wanted), list(_SENSOR_KEY))
+        .select(
+            *_SENSOR_KEY,
+            "entity",
+            SCENARIO,
+            "quota",
+            "throttled_fraction",
+            "total_throttle_ms",
+            "utilization",
+        )
+        .toPandas()
+    )
+
+
+def rate_series(
+    usage: DataFrame | None, top: pd.DataFrame, options: BacktestOptions, base: str
+) -> dict[str, pd.DataFrame]:
+    """For the plotted sensors (base scenario): recorded usage per window, in quota units."""
+    from pyspark.sql import functions as F
+
+    if usage is None or top.empty:
+        return {}
+    wanted = usage.sparkSession.createDataFrame(top[list(_SENSOR_KEY)])
+    w = options.quotas.window.window_ms
+    unit = F.when(F.col("quota_type") == "request", F.lit(kernel.NANOS_TO_PERCENT)).otherwise(
+        F.lit(1.0)
+    )
+    amount = F.when(F.col(RECORDED), F.col(USAGE)).otherwise(F.lit(0)).cast("double") * unit
+    frame: pd.DataFrame = (
+        usage.where(F.col(SCENARIO) == base)
+        .join(F.broadcast(wanted), list(_SENSOR_KEY))
+        .groupBy(*_SENSOR_KEY, F.expr(f"({TIME} - pmod({TIME}, {w})) div {w}").alias("window"))
+        .agg(
+            F.sum(amount).alias("amount"),
+            F.sum((F.col(THROTTLE) > 0).cast("long")).alias("throttled"),
+            F.count(F.lit(1)).alias("requests"),
+        )
+        .orderBy(*_SENSOR_KEY, "window")
+        .toPandas()
+    )
+    return {
+        "|".join(str(k) for k in key): part.reset_index(drop=True)
+        for key, part in frame.groupby(list(_SENSOR_KEY), sort=False, observed=True)
+    }
+
+
+def recommendations(
+    spark: SparkSession,
+    requests: DataFrame,
+    entities: DataFrame,
+    options: BacktestOptions,
+    base: str,
+    path: str,
+) -> pd.DataFrame:
+    """Per entity (across brokers): current quota and fraction, and the recommended quota."""
+    from pyspark.sql import functions as F
+
+    usage = usage_all(requests.where(F.col(SCENARIO) == base), options.quotas)
+    if usage is None:
+        return pd.DataFrame()
+    keys = ["quota_type", SENSOR_USER, SENSOR_CLIENT]
+    buckets = options.buckets or max(2 * spark.sparkContext.defaultParallelism, 2)
+    usage = usage.withColumn(
+        _BUCKET, F.pmod(F.xxhash64(SENSOR_USER, SENSOR_CLIENT), F.lit(buckets))
+    )
+    schema = _arrow_schema(RECOMMENDATION_SCHEMA)
+    base_json = options.quotas.dumps()
+    target = options.target
+    recommended = usage.groupBy("quota_type", _BUCKET).applyInArrow(
+        lambda table: stages.recommend_stage(base_json, target, schema, table),
+        RECOMMENDATION_SCHEMA,
+    )
+    current = (
+        entities.where(F.col(SCENARIO) == base)
+        .groupBy(*keys)
+        .agg(
+            F.max("quota").alias("current_quota"),
+            (F.sum("throttled_requests") / F.sum("requests")).alias("current_throttled_fraction"),
+        )
+    )
+    recommended.join(current, keys, "left").select(
+        "quota_type",
+        SENSOR_USER,
+        SENSOR_CLIENT,
+        "entity",
+        "brokers",
+        "requests",
+        "current_quota",
+        "current_throttled_fraction",
+        "recommended_quota",
+        F.col("throttled_fraction").alias("recommended_throttled_fraction"),
+    ).coalesce(1).write.mode("overwrite").parquet(path)
+    return spark.read.parquet(path).orderBy(F.desc("current_throttled_fraction"), *keys).toPandas()
