@@ -241,6 +241,42 @@ def test_report(open_run: tuple[BacktestResult, Path]) -> None:
     assert not result.top_entities.empty and result.rate_series
 
 
+def test_what_the_broker_did_is_reported_beside_the_replay(
+    spark: Any, trace: tuple[Path, pd.DataFrame], tmp_path: Path
+) -> None:
+    """Traffic that says which throttle each request got (``kafka_throttle_ms``, as an
+    imported request log or a proxy capture has it): the report counts both, per scenario."""
+    _, frame = trace
+    config = mixed_config()
+    reference = replay(frame, config)[THROTTLE].to_numpy()
+    rng = np.random.default_rng(7)
+    # the broker agreed on two thirds of the requests, and throttled others at random
+    broker = np.where(
+        rng.random(len(frame)) < 2 / 3, reference, rng.integers(0, 3, len(frame)) * 40
+    )
+    traffic = frame.drop(columns=list(SEQ_COLUMNS)).assign(kafka_throttle_ms=broker.astype("int32"))
+    pq.write_table(pa.Table.from_pandas(traffic, preserve_index=False), tmp_path / "in.parquet")
+    options = BacktestOptions(
+        traffic=str(tmp_path / "in.parquet"), quotas=config, out=str(tmp_path / "out")
+    )
+    result = run(spark, options)
+    assert result.broker is not None
+    (row,) = result.broker.to_dict("records")
+    live, replayed = broker > 0, reference > 0
+    assert row == {
+        "scenario": "x1",
+        "requests": len(frame),
+        "broker_throttled": int(live.sum()),
+        "replay_throttled": int(replayed.sum()),
+        "both_throttled": int((live & replayed).sum()),
+        "agree": int((live == replayed).sum()),
+        "broker_throttle_ms": int(broker.sum()),
+        "replay_throttle_ms": int(reference.sum()),
+    }
+    assert 0 < row["both_throttled"] < row["broker_throttled"]
+    assert result.report is not None and "What the broker did" in result.report.read_text()
+
+
 def test_partition_by_sensor_gives_the_same_throttles(
     spark: Any,
     trace: tuple[Path, pd.DataFrame],

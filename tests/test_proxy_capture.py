@@ -320,6 +320,12 @@ def test_backtest_over_a_capture_gives_the_throttles_the_proxy_applied(
     assert len(both) == len(live) > 0
     mismatched = both[both["kafka_throttle_ms"] != both["throttle_ms"]]
     assert mismatched.empty, mismatched[[*key, "api", "kafka_throttle_ms", "throttle_ms"]]
+    # the report puts what the proxy did beside the replay: they agree on every request
+    assert "What the broker did" in done.stdout
+    (agree_row,) = [line for line in done.stdout.splitlines() if line.lstrip().startswith("x1 ")][
+        -1:
+    ]
+    assert "100.00%" in agree_row, done.stdout
     # the times are epoch ms of the run
     assert live["ts_ms"].between(started_ms, time.time_ns() // 1_000_000).all()
     print(

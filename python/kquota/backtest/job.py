@@ -216,6 +216,7 @@ def _run(spark: SparkSession, options: BacktestOptions, progress: Progress) -> B
         recommendations=recommendations,
         config=options.quotas,
         notes=notes,
+        broker=summaries.broker_comparison(requests),
     )
     if options.report and not inputs.is_remote(out):
         progress.phase("writing the report")

@@ -151,6 +151,9 @@ class BacktestResult:
     seconds: float = 0.0
     notes: list[str] = field(default_factory=list)
     report: Path | None = None
+    broker: pd.DataFrame | None = None
+    """What the broker did beside the replay, per scenario, when the traffic has the
+    throttle each request got (see :func:`kquota.backtest.summaries.broker_comparison`)."""
 
     @property
     def rows_quarantined(self) -> int:

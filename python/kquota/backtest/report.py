@@ -189,6 +189,27 @@ _TOTAL_COLUMNS: Final = (
     ("mean added latency ms", "mean_added_latency_ms", "ms"),
 )
 
+_BROKER_COLUMNS: Final = (
+    ("scenario", "scenario", ""),
+    ("requests", "requests", ""),
+    ("throttled by the broker", "broker_throttled", ""),
+    ("throttled in the replay", "replay_throttled", ""),
+    ("both", "both_throttled", ""),
+    ("agree", "agree_fraction", "pct"),
+    ("broker throttle ms", "broker_throttle_ms", "ms"),
+    ("replay throttle ms", "replay_throttle_ms", "ms"),
+)
+_BROKER_TITLE: Final = "What the broker did (the throttles in the traffic) beside this replay"
+
+
+def _broker_table(result: BacktestResult) -> pd.DataFrame | None:
+    if result.broker is None:
+        return None
+    table = result.broker.copy()
+    table["agree_fraction"] = table["agree"] / table["requests"].where(table["requests"] > 0)
+    return table
+
+
 _ENTITY_COLUMNS: Final = (
     ("type", "quota_type", ""),
     ("broker", BROKER, ""),
@@ -234,6 +255,11 @@ def summary_text(result: BacktestResult) -> str:
     parts.extend(f"  note: {note}" for note in result.notes)
     parts.append("")
     parts.append(_table(_rows(result.totals, _TOTAL_COLUMNS), [c[0] for c in _TOTAL_COLUMNS]))
+    broker = _broker_table(result)
+    if broker is not None:
+        parts.append("")
+        parts.append(f"{_BROKER_TITLE}:")
+        parts.append(_table(_rows(broker, _BROKER_COLUMNS), [c[0] for c in _BROKER_COLUMNS]))
     if not result.top_entities.empty:
         parts.append("")
         parts.append(f"Most throttled sensors ({result.base_scenario}):")
@@ -372,6 +398,17 @@ def write_report(result: BacktestResult, out: Path) -> Path:
     body.extend(f"<p>Note: {esc(note)}</p>" for note in result.notes)
     body.append("<h2>Scenarios</h2>")
     body.append(_html_table(result.totals, _TOTAL_COLUMNS))
+    broker = _broker_table(result)
+    if broker is not None:
+        body.append(f"<h2>{esc(_BROKER_TITLE)}</h2>")
+        body.append(
+            "<p>The traffic records the throttle each request got "
+            "(<code>kafka_throttle_ms</code>: Kafka's request log, or "
+            "<code>kquota proxy --capture</code>). <i>Agree</i> is the fraction of requests "
+            "throttled in both or in neither. The replay sees only these requests: a broker "
+            "whose log misses some, or whose quotas differed, disagrees.</p>"
+        )
+        body.append(_html_table(broker, _BROKER_COLUMNS))
     body.append(f"<h2>Most throttled sensors ({esc(result.base_scenario)})</h2>")
     if result.top_entities.empty:
         body.append("<p>No request was throttled.</p>")

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Final
 import pandas as pd  # type: ignore[import-untyped]
 import pyarrow as pa  # type: ignore[import-untyped]
 
-from kquota.backtest import kernel, stages
+from kquota.backtest import kernel, requestlog, stages
 from kquota.backtest.kernel import (
     ADDED_LATENCY,
     API,
@@ -265,6 +265,38 @@ def throttle_counts(requests: DataFrame) -> pd.DataFrame:
         .toPandas()
     )
     return counts
+
+
+def broker_comparison(requests: DataFrame) -> pd.DataFrame | None:
+    """What the broker did beside what the replayed configuration does, per scenario,
+    when the traffic says which throttle each request got (``kafka_throttle_ms``: Kafka's
+    request log, or ``kquota proxy --capture``); ``None`` otherwise.
+
+    Columns: ``scenario``, ``requests``, ``broker_throttled`` and ``replay_throttled``
+    (requests with a positive throttle), ``both_throttled``, ``agree`` (requests throttled
+    in both or in neither), ``broker_throttle_ms`` and ``replay_throttle_ms`` (totals).
+    """
+    from pyspark.sql import functions as F
+
+    if requestlog.KAFKA_THROTTLE not in requests.columns:
+        return None
+    live = F.coalesce(F.col(requestlog.KAFKA_THROTTLE), F.lit(0))
+    replay = F.col(THROTTLE)
+    counted: pd.DataFrame = (
+        requests.groupBy(SCENARIO)
+        .agg(
+            F.count(F.lit(1)).alias("requests"),
+            F.sum((live > 0).cast("long")).alias("broker_throttled"),
+            F.sum((replay > 0).cast("long")).alias("replay_throttled"),
+            F.sum(((live > 0) & (replay > 0)).cast("long")).alias("both_throttled"),
+            F.sum(((live > 0) == (replay > 0)).cast("long")).alias("agree"),
+            F.sum(F.greatest(live, F.lit(0)).cast("long")).alias("broker_throttle_ms"),
+            F.sum(replay.cast("long")).alias("replay_throttle_ms"),
+        )
+        .orderBy(SCENARIO)
+        .toPandas()
+    )
+    return counted
 
 
 _SENSOR_KEY: Final = ("quota_type", BROKER, SENSOR_USER, SENSOR_CLIENT)
