@@ -7,12 +7,20 @@
 //!   (entities, precedence, shared sensors, dynamic quotas, expiry, delay queue).
 //! * [`request_path::RequestPath`]: Kafka's request handling over the three managers
 //!   (which quotas a request is checked against, the applied throttle, the fetch unrecord).
+//! * [`token_bucket`]: Kafka's `TokenBucket` stat (KIP-599) and a lock-free bucket.
+//! * [`mutation::ControllerMutationQuotaManager`]: the controller-mutation quota
+//!   (`controller_mutation_rate`), strict and permissive.
+//! * [`connection_rate`] / [`connection_quota::ConnectionQuotas`]: the connection-creation
+//!   rate quotas (KIP-612): per IP, per listener and broker-wide.
 //! * [`migrate`]: how the manager replaces its hash maps by right-sized ones after
 //!   expiry, while other threads use them.
 //!
 //! Everything is safe to call from many threads at once; no operation takes a lock.
 //! The spec is `shared/docs/kafka-quota-semantics.md`.
 
+#[cfg(not(loom))]
+pub mod connection_quota;
+pub mod connection_rate;
 pub mod cow;
 #[cfg(not(loom))]
 pub mod delay_queue;
@@ -23,23 +31,32 @@ pub mod javamath;
 #[cfg(not(loom))]
 pub mod manager;
 pub mod migrate;
+#[cfg(not(loom))]
+pub mod mutation;
 pub mod quota;
 pub mod rate;
 pub mod rate_cell;
 #[cfg(not(loom))]
 pub mod request_path;
 pub mod samples;
+pub mod token_bucket;
 
+#[cfg(not(loom))]
+pub use connection_quota::{ConnectionDecision, ConnectionQuotas};
+pub use connection_rate::UNLIMITED_CONNECTION_RATE;
 #[cfg(not(loom))]
 pub use entity::{sanitize_user, EntityName, QuotaEntity, DEFAULT_MARKER};
 pub use error::{Error, Result};
 #[cfg(not(loom))]
 pub use manager::{QuotaManager, QuotaType, SensorSnapshot, DEFAULT_SENSOR_EXPIRY_MS};
+#[cfg(not(loom))]
+pub use mutation::{ControllerMutationQuotaManager, MutationApi, MutationRequestQuota};
 pub use quota::{Check, UNLIMITED};
 pub use rate::SampledRate;
 #[cfg(not(loom))]
 pub use request_path::{ApiKind, Outcome, Request, RequestPath};
 pub use samples::WindowConfig;
+pub use token_bucket::{BucketCell, MutationCheck};
 
 /// Milliseconds on a monotonic clock (since the first call in this process); what the
 /// callers use when they pass no time.
