@@ -265,15 +265,18 @@ impl ControllerMutationQuotaManager {
         })
     }
 
-    /// Runs `op` on the client's bucket with the bound now in force; `None` when quotas
-    /// were never enabled.
-    fn with_bucket<R>(
+    /// Runs `op` on the client's bucket with the bound now in force (creating the
+    /// client's bucket and throttle-time sensors, as Kafka's `getOrCreateQuotaSensors`
+    /// does); `None` when quotas were never enabled. The bucket counts as recorded into
+    /// (for expiry) only when the mutation was accepted: a strict refusal records
+    /// nothing in Kafka.
+    fn with_bucket(
         &self,
         user: &str,
         client_id: &str,
         now: i64,
-        op: impl FnOnce(&BucketCell, f64) -> R,
-    ) -> Option<R> {
+        op: impl FnOnce(&BucketCell, f64) -> MutationCheck,
+    ) -> Option<MutationCheck> {
         let guard = pin();
         let config = self.config.load(&guard);
         if config.overrides.enabled == 0 {
@@ -281,12 +284,20 @@ impl ControllerMutationQuotaManager {
         }
         let (u, c) = config.overrides.tags(&sanitize_user(user), client_id);
         let bound = config.overrides.quota_limit(&u, &c).unwrap_or(UNLIMITED);
-        let sensor = get_or_create(&self.buckets, &Pair::new(&u, &c), || BucketSensor {
+        let tags = Pair::new(&u, &c);
+        let sensor = get_or_create(&self.buckets, &tags, || BucketSensor {
             bucket: BucketCell::new(),
             life: Life::new(now),
         });
-        sensor.life.last_record.store(now, Relaxed);
-        Some(op(&sensor.bucket, bound))
+        get_or_create(&self.throttles, &tags, || ThrottleSensor {
+            samples: CowCell::new(Samples::new()),
+            life: Life::new(now),
+        });
+        let check = op(&sensor.bucket, bound);
+        if check.accepted {
+            sensor.life.last_record.store(now, Relaxed);
+        }
+        Some(check)
     }
 
     /// Strict enforcement (new request versions): if the client's bucket is already
@@ -612,7 +623,10 @@ mod tests {
         assert_eq!(m.tokens("u", "c", t + 500), Some(0.0));
         assert_eq!(
             m.expire_sensors(t + 1501),
-            vec!["ControllerMutation-:c".to_owned()]
+            vec![
+                "ControllerMutation-:c".to_owned(),
+                "ControllerMutationThrottleTime-:c".to_owned()
+            ]
         );
         assert_eq!(m.sensor_count(), 0);
     }
