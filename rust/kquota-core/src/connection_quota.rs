@@ -161,8 +161,8 @@ impl Bounded<'_> {
 pub struct ConnectionDecision {
     /// How long the acceptor waits before accepting (broker / listener rate), >= 0.
     pub accept_delay_ms: i32,
-    /// > 0: the IP is over its rate; the connection is accepted and closed after this
-    /// many ms (Kafka's `ConnectionThrottledException`). 0: admitted.
+    /// 0: admitted. Positive: the IP is over its rate; the connection is accepted and
+    /// closed after this many ms (Kafka's `ConnectionThrottledException`).
     pub ip_throttle_ms: i32,
 }
 
