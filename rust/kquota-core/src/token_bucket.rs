@@ -5,10 +5,12 @@
 //! `clients/.../metrics/stats/TokenBucket.java`) the arithmetic is, with quota Q (the
 //! metric config's bound, mutations per second), N samples and windows of W ms:
 //!
-//! * burst `B = (N * (W / 1000.0)) * Q` — the full `quota.window.num` samples, so with
-//!   Kafka's defaults (11 x 1 s) a bucket holds 11 seconds of quota. (KIP-599 as proposed
-//!   and Kafka 2.7's first implementation used the same product; later Kafka versions
-//!   did not change it up to the pinned commit. This crate follows the pinned commit.)
+//! * burst `B = (N * (W / 1000.0)) * Q` — all `quota.window.num` samples, so with
+//!   Kafka's defaults (11 x 1 s) a bucket holds 11 seconds of quota (the sampled rate's
+//!   padded window is 10 s). `TokenBucket.java` has computed it this way since it was
+//!   added (apache/kafka b5f90daf, KAFKA-10162, first released in 2.7.0) and the pinned
+//!   commit still does; its quota updates reach the sensor since KAFKA-10458 (also
+//!   2.7.0). This crate follows the pinned commit.
 //! * refill at `t`: `tokens = min(B, tokens + Q * ((t - last) / 1000.0))`, `last = t`;
 //!   a measurement refills, so *measuring changes the state*, as in Kafka.
 //! * record `v` at `t`: refill, then `tokens = min(B, tokens - v)` (a negative `v` gives
