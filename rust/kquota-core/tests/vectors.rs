@@ -54,6 +54,8 @@ fn check(name: &str, step: usize, expect: &Value, got: &Value) {
             let have = &got[k];
             if let (Some(r), true) = (want.get("epsilon"), k == "rate") {
                 let (w, e, h) = (f(&want["value"]), f(r), f(have));
+                // Shown with --nocapture: how close the replay comes to Kafka's rate.
+                eprintln!("{name} step {step}: rate {h} (Kafka's test: {w} +- {e})");
                 assert!(
                     (h - w).abs() <= e,
                     "{name} step {step}: rate {h} not within {e} of {w}"
