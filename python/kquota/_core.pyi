@@ -17,24 +17,33 @@ import numpy.typing as npt
 __all__ = [
     "DEFAULT",
     "UNLIMITED",
+    "UNLIMITED_CONNECTION_RATE",
     "Check",
+    "ConnectionDecision",
+    "ConnectionQuotas",
+    "ControllerMutationQuotaManager",
     "Entity",
     "InvalidConfigError",
     "InvalidQuotaError",
     "InvalidUsageError",
     "InvalidValueError",
     "KquotaError",
+    "MutationCheck",
+    "MutationRequestQuota",
     "QuotaManager",
     "ReplayKernel",
     "RequestOutcome",
     "RequestPath",
     "SampledRate",
     "SensorReading",
+    "TokenBucket",
     "__version__",
     "applied_throttles",
     "double_to_int",
     "monotonic_ms",
+    "mutation_is_strict",
     "sanitize_user",
+    "token_bucket_throttle_time",
 ]
 
 __version__: Final[str]
@@ -535,3 +544,213 @@ class InvalidUsageError(InvalidValueError):
 
     A negative, NaN or infinite usage, a throttle <= 0, or batch arrays that do not match.
     """
+
+# -- KIP-599: the controller-mutation quota ----------------------------------------------
+
+_MutationApi = Literal["create_topics", "create_partitions", "delete_topics"]
+
+UNLIMITED_CONNECTION_RATE: Final[int]
+"""``2**31 - 1``: Kafka's "no limit" of every connection-rate setting."""
+
+@final
+class MutationCheck:
+    """The outcome of a strict or permissive controller-mutation record."""
+
+    @property
+    def accepted(self) -> bool:
+        """Whether the mutation was recorded (strict refuses it when already overdrawn)."""
+    @property
+    def violated(self) -> bool:
+        """Whether the check found the bucket below zero tokens."""
+    @property
+    def throttle_ms(self) -> int:
+        """Kafka's throttle, ``Math.round(-tokens / quota * 1000)`` (0 when not violated)."""
+
+@final
+class TokenBucket:
+    """Kafka's ``TokenBucket`` stat with a bound: refills ``quota`` tokens per second up to
+    a burst of ``num_samples * window_ms / 1000 * quota`` (at Kafka's pinned commit).
+
+    A new bucket has 0 tokens, last updated at time 0 (so it is full at a wall-clock
+    time). Every operation is atomic; safe to share between threads.
+    """
+
+    def __new__(cls, quota: float, *, num_samples: int = 11, window_ms: int = 1000) -> Self: ...
+    @property
+    def quota(self) -> float: ...
+    def set_quota(self, quota: float) -> None:
+        """Replace the bound; the tokens are kept."""
+    @property
+    def num_samples(self) -> int: ...
+    @property
+    def window_ms(self) -> int: ...
+    @property
+    def burst(self) -> float: ...
+    @property
+    def state(self) -> tuple[float, int]:
+        """``(tokens, last_update_ms)`` as stored (no refill)."""
+    def measure(self, now_ms: int | None = None) -> float:
+        """The tokens at ``now_ms``; refills, so it changes the state (as in Kafka)."""
+    def record(self, value: float, now_ms: int | None = None) -> None:
+        """Take ``value`` tokens (any finite float; negative gives back, up to the burst)."""
+    def record_strict(self, permits: float, now_ms: int | None = None) -> MutationCheck:
+        """Refuse (with the throttle) if already below zero, else take ``permits``."""
+    def record_permissive(self, permits: float, now_ms: int | None = None) -> MutationCheck:
+        """Take ``permits``, then check: always accepted, throttled if overdrawn."""
+
+def token_bucket_throttle_time(tokens: float, quota: float) -> int:
+    """``Math.round(-tokens / quota * 1000)``: the throttle of an overdrawn bucket."""
+
+def mutation_is_strict(api: _MutationApi, version: int) -> bool:
+    """Whether Kafka enforces the quota strictly on ``api`` at request ``version``.
+
+    Strict since CreateTopics v6, CreatePartitions v3, DeleteTopics v5.
+    """
+
+@final
+class ControllerMutationQuotaManager:
+    """Kafka's controller-mutation quota (``controller_mutation_rate``, KIP-599).
+
+    Partitions created or deleted per second, per user / client id with the same
+    entities and precedence as :class:`QuotaManager`, measured by a token bucket.
+    Nothing is measured until a quota is set. Safe to share between threads.
+    """
+
+    def __new__(
+        cls, *, num_samples: int = 11, window_ms: int = 1000, sensor_expiry_ms: int = 3600000
+    ) -> Self: ...
+    @property
+    def num_samples(self) -> int: ...
+    @property
+    def window_ms(self) -> int: ...
+    @property
+    def enabled(self) -> bool: ...
+    def set_quota(self, entity: Entity, value: float) -> None: ...
+    def remove_quota(self, entity: Entity) -> None: ...
+    def quota(self, entity: Entity) -> float | None: ...
+    def quotas(self) -> list[tuple[Entity, float]]: ...
+    def tags(self, user: str, client_id: str) -> tuple[str, str]: ...
+    def quota_for(self, user: str, client_id: str) -> float | None: ...
+    def record(self, user: str, client_id: str, permits: float, now_ms: int | None = None) -> int:
+        """Kafka's ``maybeRecordAndGetThrottleTimeMs`` (strict), the throttle as an int."""
+    def record_strict(
+        self, user: str, client_id: str, permits: float, now_ms: int | None = None
+    ) -> MutationCheck:
+        """Refused (THROTTLING_QUOTA_EXCEEDED) with the throttle when already overdrawn."""
+    def record_permissive(
+        self, user: str, client_id: str, permits: float, now_ms: int | None = None
+    ) -> MutationCheck:
+        """Always accepted; throttled when the record overdrew the bucket."""
+    def record_for(
+        self,
+        api: _MutationApi,
+        version: int,
+        user: str,
+        client_id: str,
+        permits: float,
+        now_ms: int | None = None,
+    ) -> MutationCheck:
+        """Strict or permissive as Kafka picks for ``api`` at request ``version``."""
+    def request_quota(self, user: str, client_id: str, strict: bool) -> MutationRequestQuota:
+        """The quota of one request (Kafka's Strict/PermissiveControllerMutationQuota)."""
+    def tokens(self, user: str, client_id: str, now_ms: int | None = None) -> float | None:
+        """The client's tokens at ``now_ms`` (refills); ``None`` without a bucket."""
+    def throttle(
+        self,
+        user: str,
+        client_id: str,
+        throttle_ms: int,
+        now_ms: int | None = None,
+        channel: int | None = None,
+    ) -> int:
+        """Account a throttle > 0 (and queue ``channel`` until it ends); returns the end."""
+    def throttle_time_avg(
+        self, user: str, client_id: str, now_ms: int | None = None
+    ) -> float | None: ...
+    def expired_channels(self, now_ms: int | None = None) -> list[int]: ...
+    @property
+    def queue_size(self) -> int: ...
+    def sensor_names(self) -> list[str]: ...
+    @property
+    def sensor_count(self) -> int: ...
+    def expire_sensors(self, now_ms: int | None = None) -> list[str]: ...
+
+@final
+class MutationRequestQuota:
+    """One mutation request's quota: records each topic's partitions in turn."""
+
+    @property
+    def strict(self) -> bool: ...
+    def record(self, permits: float, now_ms: int | None = None) -> MutationCheck: ...
+    @property
+    def is_exceeded(self) -> bool:
+        """A strict quota that refused a record (a permissive one never is)."""
+    def throttle_time(self, now_ms: int | None = None) -> int:
+        """The last throttle minus the time since it was computed, at least 0."""
+
+# -- KIP-612: connection-creation rates ----------------------------------------------------
+
+@final
+class ConnectionDecision:
+    """What the broker does with a new connection."""
+
+    @property
+    def accept_delay_ms(self) -> int:
+        """How long the acceptor waits before accepting (broker/listener rate)."""
+    @property
+    def ip_throttle_ms(self) -> int:
+        """> 0: the IP is over its rate; accepted, then closed after this many ms."""
+
+@final
+class ConnectionQuotas:
+    """Kafka's connection-creation-rate quotas of one broker (KIP-612).
+
+    Per IP (``connection_creation_rate`` with overrides and a ``<default>``), per
+    listener and broker-wide (``max.connection.creation.rate``). Rates are whole
+    connections per second; :data:`UNLIMITED_CONNECTION_RATE` means no limit. Safe to
+    share between threads.
+    """
+
+    def __new__(
+        cls,
+        *,
+        num_samples: int = 11,
+        window_ms: int = 1000,
+        max_connection_creation_rate: int = 2147483647,
+        inter_broker_listener: str | None = None,
+    ) -> Self: ...
+    @property
+    def num_samples(self) -> int: ...
+    @property
+    def window_ms(self) -> int: ...
+    def set_ip_quota(self, ip: str | None, rate: int | None) -> None:
+        """Set (``rate=None``: remove) the quota of ``ip``, or of the ``<default>`` IP."""
+    def ip_quota(self, ip: str) -> int: ...
+    def ip_quotas(self) -> tuple[list[tuple[str, int]], int | None]: ...
+    def set_broker_max_rate(self, rate: int) -> None: ...
+    @property
+    def broker_max_rate(self) -> int: ...
+    def add_listener(
+        self, listener: str, max_connection_creation_rate: int | None = None
+    ) -> None: ...
+    def set_listener_max_rate(self, listener: str, rate: int | None) -> None: ...
+    def remove_listener(self, listener: str) -> bool: ...
+    def listeners(self) -> list[tuple[str, int]]: ...
+    def accept_delay(self, listener: str, now_ms: int | None = None) -> int:
+        """Record a new connection in the broker and listener rates; the acceptor's delay."""
+    def admit_ip(self, listener: str, ip: str, now_ms: int | None = None) -> int:
+        """The IP check after the delay: 0 admitted, else close after that many ms."""
+    def on_new_connection(
+        self, listener: str, ip: str, now_ms: int | None = None
+    ) -> ConnectionDecision:
+        """Both steps: the delay, then the IP check at ``now_ms + delay``."""
+    def broker_rate(self, now_ms: int | None = None) -> float: ...
+    def listener_rate(self, listener: str, now_ms: int | None = None) -> float: ...
+    def ip_rate(self, ip: str, now_ms: int | None = None) -> float | None: ...
+    def ip_bound(self, ip: str) -> float | None: ...
+    def listener_throttle_avgs(
+        self, listener: str, now_ms: int | None = None
+    ) -> tuple[float, float]:
+        """Average accept delay and average IP throttle of a listener (NaN when none)."""
+    def ip_sensor_names(self) -> list[str]: ...
+    def expire_sensors(self, now_ms: int | None = None) -> list[str]: ...

@@ -9,12 +9,20 @@
 //!   (which quotas a request is checked against, the applied throttle, the fetch unrecord).
 //! * [`replay::ReplayKernel`]: the same request path replayed sequentially over columns
 //!   of events, for back-testing (several scenarios in one pass, open or closed loop).
+//! * [`token_bucket`]: Kafka's `TokenBucket` stat (KIP-599) and a lock-free bucket.
+//! * [`mutation::ControllerMutationQuotaManager`]: the controller-mutation quota
+//!   (`controller_mutation_rate`), strict and permissive.
+//! * [`connection_rate`] / [`connection_quota::ConnectionQuotas`]: the connection-creation
+//!   rate quotas (KIP-612): per IP, per listener and broker-wide.
 //! * [`migrate`]: how the manager replaces its hash maps by right-sized ones after
 //!   expiry, while other threads use them.
 //!
 //! Everything is safe to call from many threads at once; no operation takes a lock.
 //! The spec is `shared/docs/kafka-quota-semantics.md`.
 
+#[cfg(not(loom))]
+pub mod connection_quota;
+pub mod connection_rate;
 pub mod cow;
 #[cfg(not(loom))]
 pub mod delay_queue;
@@ -25,6 +33,8 @@ pub mod javamath;
 #[cfg(not(loom))]
 pub mod manager;
 pub mod migrate;
+#[cfg(not(loom))]
+pub mod mutation;
 pub mod quota;
 pub mod rate;
 pub mod rate_cell;
@@ -33,12 +43,18 @@ pub mod replay;
 #[cfg(not(loom))]
 pub mod request_path;
 pub mod samples;
+pub mod token_bucket;
 
+#[cfg(not(loom))]
+pub use connection_quota::{ConnectionDecision, ConnectionQuotas};
+pub use connection_rate::UNLIMITED_CONNECTION_RATE;
 #[cfg(not(loom))]
 pub use entity::{sanitize_user, EntityName, QuotaEntity, DEFAULT_MARKER};
 pub use error::{Error, Result};
 #[cfg(not(loom))]
 pub use manager::{QuotaManager, QuotaType, SensorSnapshot, DEFAULT_SENSOR_EXPIRY_MS};
+#[cfg(not(loom))]
+pub use mutation::{ControllerMutationQuotaManager, MutationApi, MutationRequestQuota};
 pub use quota::{Check, UNLIMITED};
 pub use rate::SampledRate;
 #[cfg(not(loom))]
@@ -46,6 +62,7 @@ pub use replay::{EntitySummary, Events, Output, ReplayKernel, ReplayOptions};
 #[cfg(not(loom))]
 pub use request_path::{ApiKind, Outcome, Request, RequestPath};
 pub use samples::WindowConfig;
+pub use token_bucket::{BucketCell, MutationCheck};
 
 /// A hint to bring the cache line at `p` into cache; never faults, changes nothing.
 #[inline(always)]

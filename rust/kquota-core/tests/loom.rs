@@ -444,3 +444,153 @@ mod rebuild {
         });
     }
 }
+
+// -- KIP-599: the token bucket cell ----------------------------------------------------
+
+mod token_bucket_model {
+    use kquota_core::token_bucket::{Bucket, BucketCell, MutationCheck};
+    use kquota_core::WindowConfig;
+    use loom::sync::Arc;
+    use loom::thread;
+
+    #[derive(Clone, Copy, Debug)]
+    enum Op {
+        Strict(f64, i64),
+        Permissive(f64, i64),
+        Measure(i64),
+    }
+
+    const QUOTA: f64 = 10.0;
+
+    fn apply(b: &mut Bucket, cfg: &WindowConfig, op: Op) -> (Option<MutationCheck>, u64) {
+        match op {
+            Op::Strict(v, t) => (Some(b.record_strict(cfg, QUOTA, v, t)), 0),
+            Op::Permissive(v, t) => (Some(b.record_permissive(cfg, QUOTA, v, t)), 0),
+            Op::Measure(t) => (None, b.measure(cfg, QUOTA, t).to_bits()),
+        }
+    }
+
+    fn run(cell: &BucketCell, cfg: &WindowConfig, op: Op) -> (Option<MutationCheck>, u64) {
+        match op {
+            Op::Strict(v, t) => (Some(cell.record_strict(cfg, QUOTA, v, t)), 0),
+            Op::Permissive(v, t) => (Some(cell.record_permissive(cfg, QUOTA, v, t)), 0),
+            Op::Measure(t) => (None, cell.measure(cfg, QUOTA, t).to_bits()),
+        }
+    }
+
+    type Outcome = (
+        Vec<(Option<MutationCheck>, u64)>,
+        Vec<(Option<MutationCheck>, u64)>,
+        (u64, i64),
+    );
+
+    /// Every (results of a, results of b, final state) of a sequential interleaving.
+    fn sequential(cfg: &WindowConfig, a: &[Op], b: &[Op]) -> Vec<Outcome> {
+        let mut out = Vec::new();
+        let n = a.len() + b.len();
+        for mask in 0u32..(1 << n) {
+            if mask.count_ones() as usize != b.len() {
+                continue;
+            }
+            let (mut ia, mut ib) = (0, 0);
+            let (mut ra, mut rb) = (Vec::new(), Vec::new());
+            let mut bucket = Bucket::NEW;
+            for k in 0..n {
+                if mask & (1 << k) != 0 {
+                    rb.push(apply(&mut bucket, cfg, b[ib]));
+                    ib += 1;
+                } else {
+                    ra.push(apply(&mut bucket, cfg, a[ia]));
+                    ia += 1;
+                }
+            }
+            out.push((ra, rb, (bucket.tokens.to_bits(), bucket.last_update_ms)));
+        }
+        out
+    }
+
+    fn check(a: Vec<Op>, b: Vec<Op>) {
+        let cfg = WindowConfig::new(10, 1000).unwrap();
+        let allowed = sequential(&cfg, &a, &b);
+        loom::model(move || {
+            let cell = Arc::new(BucketCell::new());
+            let other = cell.clone();
+            let b = b.clone();
+            let worker = thread::spawn(move || {
+                b.iter()
+                    .map(|&op| run(&other, &cfg, op))
+                    .collect::<Vec<_>>()
+            });
+            let ra: Vec<_> = a.iter().map(|&op| run(&cell, &cfg, op)).collect();
+            let rb = worker.join().unwrap();
+            let end = cell.get();
+            let got = (ra, rb, (end.tokens.to_bits(), end.last_update_ms));
+            assert!(allowed.contains(&got), "not a sequential outcome: {got:?}");
+        });
+    }
+
+    #[test]
+    fn strict_records_racing_for_the_last_tokens() {
+        // Full bucket (100) at 10 s: the second strict record of 90 overdraws it, the
+        // third is refused; which thread gets refused depends on the order only.
+        check(
+            vec![Op::Strict(90.0, 10_000), Op::Strict(90.0, 10_000)],
+            vec![Op::Strict(90.0, 10_000)],
+        );
+    }
+
+    #[test]
+    fn permissive_record_racing_a_refilling_measurement() {
+        check(
+            vec![Op::Permissive(150.0, 10_000), Op::Measure(12_000)],
+            vec![Op::Strict(5.0, 11_000)],
+        );
+    }
+}
+
+// -- KIP-612: an IP's connection taken back out of the rates ---------------------------
+
+mod connection_model {
+    use kquota_core::connection_rate::{accept_delay, admit_ip};
+    use kquota_core::{SampledRate, WindowConfig};
+    use loom::sync::Arc;
+    use loom::thread;
+
+    fn total(rate: &SampledRate) -> f64 {
+        rate.samples_snapshot()
+            .slots()
+            .iter()
+            .map(|s| s.value)
+            .sum()
+    }
+
+    #[test]
+    fn two_connections_of_one_ip_over_a_quota_of_one() {
+        // IP quota 1/s, broker and listener unbounded, both connections at the same
+        // instant: exactly one is admitted, and every sensor ends up counting just it.
+        let cfg = WindowConfig::new(2, 1000).unwrap();
+        let mut model = loom::model::Builder::new();
+        model.preemption_bound = Some(3);
+        model.check(move || {
+            let ip = Arc::new(SampledRate::new(cfg, Some(1.0)).unwrap());
+            let broker = Arc::new(SampledRate::new(cfg, None).unwrap());
+            let listener = Arc::new(SampledRate::new(cfg, None).unwrap());
+            let connect = {
+                let (ip, broker, listener) = (ip.clone(), broker.clone(), listener.clone());
+                move || {
+                    assert_eq!(accept_delay(Some(&*broker), &*listener, 0, 1000), 0);
+                    admit_ip(&*ip, Some(&*broker), &*listener, 0, 1000)
+                }
+            };
+            let other = thread::spawn(connect.clone());
+            let mine = connect();
+            let theirs = other.join().unwrap();
+            let admitted = [mine, theirs].iter().filter(|&&t| t == 0).count();
+            assert_eq!(admitted, 1, "throttles {mine}, {theirs}");
+            assert_eq!([mine, theirs].iter().max(), Some(&1000));
+            for rate in [&ip, &broker, &listener] {
+                assert_eq!(total(rate), 1.0);
+            }
+        });
+    }
+}

@@ -317,3 +317,76 @@ proptest! {
         prop_assert_eq!(m.sensor_count(), plain.len());
     }
 }
+
+// -- KIP-599 token bucket ----------------------------------------------------------------
+
+mod token_bucket_properties {
+    use super::fixed;
+    use kquota_core::token_bucket::{burst, Bucket, BucketCell};
+    use kquota_core::WindowConfig;
+    use proptest::prelude::*;
+
+    #[derive(Debug, Clone)]
+    enum BucketOp {
+        Strict(f64),
+        Permissive(f64),
+        Record(f64),
+        Measure,
+    }
+
+    fn bucket_ops() -> impl Strategy<Value = Vec<(i64, BucketOp)>> {
+        let value = prop_oneof![0.0..1000.0f64, Just(0.0), -50.0..0.0f64];
+        let op = prop_oneof![
+            value.clone().prop_map(BucketOp::Strict),
+            value.clone().prop_map(BucketOp::Permissive),
+            value.prop_map(BucketOp::Record),
+            Just(BucketOp::Measure),
+        ];
+        prop::collection::vec((-500i64..5000, op), 1..60)
+    }
+
+    proptest! {
+        #![proptest_config(fixed(300))]
+
+        /// The atomic cell gives exactly what the plain bucket gives; tokens never exceed
+        /// the burst; a strict record is refused exactly when the bucket is overdrawn,
+        /// and every throttle is Kafka's formula of the overdraft (never negative).
+        #[test]
+        fn bucket_cell_equals_plain_bucket(
+            n in 1i64..20, secs in 1i64..5, quota in 0.001f64..1e6,
+            t0 in 0i64..2_000_000_000_000, trace in bucket_ops(),
+        ) {
+            let cfg = WindowConfig::new(n, secs * 1000).unwrap();
+            let cell = BucketCell::new();
+            let mut plain = Bucket::NEW;
+            let mut t = t0;
+            for (step, op) in trace {
+                t += step;
+                match op {
+                    BucketOp::Strict(v) => {
+                        let before = { let mut b = plain; b.measure(&cfg, quota, t) };
+                        let got = cell.record_strict(&cfg, quota, v, t);
+                        prop_assert_eq!(got, plain.record_strict(&cfg, quota, v, t));
+                        prop_assert_eq!(got.accepted, before >= 0.0);
+                        prop_assert!(got.throttle_ms >= 0);
+                    }
+                    BucketOp::Permissive(v) => {
+                        let got = cell.record_permissive(&cfg, quota, v, t);
+                        prop_assert_eq!(got, plain.record_permissive(&cfg, quota, v, t));
+                        prop_assert!(got.accepted && got.throttle_ms >= 0);
+                        prop_assert_eq!(got.violated, plain.tokens < 0.0);
+                    }
+                    BucketOp::Record(v) => {
+                        cell.record(&cfg, quota, v, t);
+                        plain.record(&cfg, quota, v, t);
+                    }
+                    BucketOp::Measure => {
+                        prop_assert_eq!(cell.measure(&cfg, quota, t).to_bits(), plain.measure(&cfg, quota, t).to_bits());
+                    }
+                }
+                prop_assert_eq!(cell.get(), plain);
+                prop_assert!(plain.tokens <= burst(&cfg, quota));
+            }
+        }
+    }
+}

@@ -274,3 +274,90 @@ fn records_are_exact_while_expiry_shrinks_the_maps() {
     let quota_live = sensors.iter().filter(|n| n.starts_with("Produce-:live-"));
     assert_eq!(quota_live.count(), live.len());
 }
+
+#[test]
+fn strict_mutations_never_overdraw_by_more_than_one_request() {
+    // Quota 10/s over 10 x 1 s: a full bucket of 100 at a frozen instant. Strict records
+    // of 1 permit from many threads: exactly 101 are accepted (the 101st finds 0 tokens,
+    // not < 0, and overdraws to -1), every later one is refused with 100 ms.
+    use kquota_core::ControllerMutationQuotaManager;
+    let m = Arc::new(
+        ControllerMutationQuotaManager::new(WindowConfig::new(10, 1000).unwrap(), 3_600_000)
+            .unwrap(),
+    );
+    m.set_quota(&QuotaEntity::parse(Some("u"), None).unwrap(), 10.0)
+        .unwrap();
+    let start = Arc::new(Barrier::new(WRITERS));
+    let t = 1_000_000;
+    let threads: Vec<_> = (0..WRITERS)
+        .map(|k| {
+            let (m, start) = (m.clone(), start.clone());
+            thread::spawn(move || {
+                start.wait();
+                let mut accepted = 0;
+                for _ in 0..1000 {
+                    let c = m.record_strict("u", &format!("c{k}"), 1.0, t).unwrap();
+                    if c.accepted {
+                        accepted += 1;
+                    } else {
+                        assert_eq!(c.throttle_ms, 100);
+                    }
+                }
+                accepted
+            })
+        })
+        .collect();
+    let accepted: i64 = threads.into_iter().map(|h| h.join().unwrap()).sum();
+    assert_eq!(accepted, 101);
+    assert_eq!(m.tokens("u", "any", t), Some(-1.0));
+}
+
+#[test]
+fn connections_of_one_ip_admit_exactly_its_quota() {
+    // ConnectionQuotasTest's 2 x 1 s windows, IP quota 20, a frozen clock: of 4 x 500
+    // connections from one IP exactly 20 are admitted, and the listener and broker rates
+    // count exactly the admitted connections of every IP.
+    use kquota_core::ConnectionQuotas;
+    let q = Arc::new(
+        ConnectionQuotas::new(
+            WindowConfig::new(2, 1000).unwrap(),
+            i64::from(i32::MAX),
+            None,
+        )
+        .unwrap(),
+    );
+    q.add_listener("EXTERNAL", None).unwrap();
+    q.set_ip_quota(Some("10.0.0.1"), Some(20)).unwrap();
+    let start = Arc::new(Barrier::new(WRITERS));
+    let t = 5_000;
+    let threads: Vec<_> = (0..WRITERS)
+        .map(|k| {
+            let (q, start) = (q.clone(), start.clone());
+            thread::spawn(move || {
+                start.wait();
+                let mut admitted = 0;
+                for i in 0..500 {
+                    // Every other connection from an IP without a quota.
+                    let ip = if i % 2 == 0 {
+                        "10.0.0.1".to_owned()
+                    } else {
+                        format!("10.1.0.{k}")
+                    };
+                    if q.on_new_connection("EXTERNAL", &ip, t)
+                        .unwrap()
+                        .ip_throttle_ms
+                        == 0
+                    {
+                        admitted += 1;
+                    }
+                }
+                admitted
+            })
+        })
+        .collect();
+    let admitted: i64 = threads.into_iter().map(|h| h.join().unwrap()).sum();
+    assert_eq!(admitted, 20 + (WRITERS as i64) * 250);
+    assert_eq!(q.ip_rate("10.0.0.1", t).unwrap(), Some(20.0));
+    assert_eq!(q.broker_rate(t), admitted as f64);
+    assert_eq!(q.listener_rate("EXTERNAL", t).unwrap(), admitted as f64);
+}

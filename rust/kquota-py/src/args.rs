@@ -467,3 +467,52 @@ pub(crate) fn thread_time_ns(obj: &Bound<'_, PyAny>) -> PyResult<f64> {
 pub(crate) fn required_now_ms(obj: &Bound<'_, PyAny>) -> PyResult<i64> {
     i64_arg(obj, "now_ms")
 }
+
+// -- KIP-599 / KIP-612 arguments (the `mutation` module) ---------------------------------
+
+pub(crate) fn permits(obj: &Bound<'_, PyAny>) -> PyResult<f64> {
+    real(obj, "permits")
+}
+
+pub(crate) fn tokens(obj: &Bound<'_, PyAny>) -> PyResult<f64> {
+    real(obj, "tokens")
+}
+
+pub(crate) fn version(obj: &Bound<'_, PyAny>) -> PyResult<i16> {
+    int_in(obj, "version", i16::MIN, i16::MAX)
+}
+
+pub(crate) fn strict(obj: &Bound<'_, PyAny>) -> PyResult<bool> {
+    obj.cast::<PyBool>()
+        .map(|b| b.is_true())
+        .map_err(|_| wrong_type("strict", "a bool", obj))
+}
+
+pub(crate) fn api<'py>(obj: &Bound<'py, PyAny>) -> PyResult<Text<'py>> {
+    text(obj, "api")
+}
+
+pub(crate) fn ip<'py>(obj: &Bound<'py, PyAny>) -> PyResult<Text<'py>> {
+    text(obj, "ip")
+}
+
+pub(crate) fn opt_ip<'py>(obj: &Bound<'py, PyAny>) -> PyResult<Option<Text<'py>>> {
+    optional(obj, ip)
+}
+
+pub(crate) fn listener<'py>(obj: &Bound<'py, PyAny>) -> PyResult<Text<'py>> {
+    text(obj, "listener")
+}
+
+pub(crate) fn opt_listener<'py>(obj: &Bound<'py, PyAny>) -> PyResult<Option<Text<'py>>> {
+    optional(obj, listener)
+}
+
+/// A connection rate: any int (the core says which are accepted, naming the setting).
+pub(crate) fn rate(obj: &Bound<'_, PyAny>) -> PyResult<i64> {
+    i64_arg(obj, "rate")
+}
+
+pub(crate) fn opt_rate(obj: &Bound<'_, PyAny>) -> PyResult<Option<i64>> {
+    optional(obj, rate)
+}

@@ -15,6 +15,7 @@ use kquota_core as core;
 
 mod args;
 mod replay;
+mod mutation;
 
 /// kquota's exception classes, made once per interpreter. `InvalidValueError` derives
 /// from both `KquotaError` and `ValueError`, which `create_exception!` cannot express.
@@ -858,6 +859,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(double_to_int, m)?)?;
     m.add_function(wrap_pyfunction!(monotonic_ms, m)?)?;
     m.add_function(wrap_pyfunction!(sanitize_user, m)?)?;
+    mutation::register(m)?;
     let errors = errors(py)?;
     m.add("KquotaError", errors.base.bind(py))?;
     m.add("InvalidValueError", errors.value.bind(py))?;

@@ -1,0 +1,652 @@
+//! [`ControllerMutationQuotaManager`]: Kafka's controller-mutation quota (KIP-599,
+//! `controller_mutation_rate`): partitions created or deleted per second by CreateTopics,
+//! CreatePartitions and DeleteTopics, per user / client id with the same entities,
+//! precedence and sensor sharing as the other client quotas (spec section 6, reused from
+//! [`crate::entity`]), measured by a [`crate::token_bucket`] instead of a sampled rate.
+//!
+//! Lock-free: the configuration is one copy-on-write snapshot, the sensors live in
+//! lock-free hash maps keyed by their metric tags, each bucket is one atomic word and
+//! the bound of a bucket is looked up from the configuration in force at each operation
+//! (so a quota change is effective at once; the tokens are kept, as Kafka keeps them).
+
+use std::sync::atomic::{
+    AtomicBool, AtomicI64,
+    Ordering::{Relaxed, Release},
+};
+use std::sync::Arc;
+
+use crate::cow::{pin, CowCell};
+use crate::delay_queue::DelayQueue;
+use crate::entity::{sanitize_user, Overrides, Pair, PairRef, QuotaEntity};
+use crate::error::{check_quota, Error, Result};
+use crate::javamath::long_to_int;
+use crate::manager::DEFAULT_SENSOR_EXPIRY_MS;
+use crate::quota::UNLIMITED;
+use crate::samples::{Samples, WindowConfig};
+use crate::token_bucket::{check_permits, BucketCell, MutationCheck};
+
+type Map<K, V> = papaya::HashMap<K, V, foldhash::fast::RandomState>;
+
+/// The requests that mutate partitions and the first version of each that Kafka
+/// enforces strictly (`ControllerApis` / `KafkaApis`: `strictSinceVersion`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum MutationApi {
+    /// CreateTopics: strict since v6.
+    CreateTopics,
+    /// CreatePartitions: strict since v3.
+    CreatePartitions,
+    /// DeleteTopics: strict since v5.
+    DeleteTopics,
+}
+
+impl MutationApi {
+    /// Every mutation API.
+    pub const ALL: [MutationApi; 3] = [
+        MutationApi::CreateTopics,
+        MutationApi::CreatePartitions,
+        MutationApi::DeleteTopics,
+    ];
+
+    /// The first request version on which the quota is strict.
+    pub fn strict_since_version(self) -> i16 {
+        match self {
+            MutationApi::CreateTopics => 6,
+            MutationApi::CreatePartitions => 3,
+            MutationApi::DeleteTopics => 5,
+        }
+    }
+
+    /// Whether a request of `version` is enforced strictly (else permissively).
+    pub fn is_strict(self, version: i16) -> bool {
+        version >= self.strict_since_version()
+    }
+
+    /// `"create_topics"`, `"create_partitions"` or `"delete_topics"`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MutationApi::CreateTopics => "create_topics",
+            MutationApi::CreatePartitions => "create_partitions",
+            MutationApi::DeleteTopics => "delete_topics",
+        }
+    }
+}
+
+impl std::str::FromStr for MutationApi {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<Self> {
+        MutationApi::ALL
+            .into_iter()
+            .find(|a| a.as_str() == s)
+            .ok_or_else(|| {
+                Error::InvalidUsage(format!(
+                    "unknown mutation api {s:?}: expected \"create_topics\", \
+                     \"create_partitions\" or \"delete_topics\""
+                ))
+            })
+    }
+}
+
+/// When a sensor last recorded and whether expiry removed it.
+struct Life {
+    last_record: AtomicI64,
+    removed: AtomicBool,
+}
+
+impl Life {
+    fn new(now: i64) -> Self {
+        Life {
+            last_record: AtomicI64::new(now),
+            removed: AtomicBool::new(false),
+        }
+    }
+}
+
+/// The `tokens` sensor of one tag pair.
+struct BucketSensor {
+    bucket: BucketCell,
+    life: Life,
+}
+
+/// The throttle-time `Avg` sensor of one tag pair (broker default windows, 2 x 30 s).
+struct ThrottleSensor {
+    samples: CowCell<Samples>,
+    life: Life,
+}
+
+trait Alive {
+    fn life(&self) -> &Life;
+}
+
+impl Alive for BucketSensor {
+    fn life(&self) -> &Life {
+        &self.life
+    }
+}
+
+impl Alive for ThrottleSensor {
+    fn life(&self) -> &Life {
+        &self.life
+    }
+}
+
+/// The live sensor under `key`, created with `create` when there is none (or only one
+/// that expiry removed).
+fn get_or_create<S: Alive>(map: &Map<Pair, Arc<S>>, key: &Pair, create: impl Fn() -> S) -> Arc<S> {
+    let m = map.pin();
+    loop {
+        let sensor = m
+            .get_or_insert_with(key.clone(), || Arc::new(create()))
+            .clone();
+        if !sensor.life().removed.load(Relaxed) {
+            return sensor;
+        }
+        let _ = m.remove_if(key, |_, v| Arc::ptr_eq(v, &sensor));
+    }
+}
+
+fn expire<S: Alive>(map: &Map<Pair, Arc<S>>, now: i64, expiry_ms: i64) -> Vec<Pair> {
+    let m = map.pin();
+    let stale: Vec<(Pair, Arc<S>)> = m
+        .iter()
+        .filter(|(_, s)| now.wrapping_sub(s.life().last_record.load(Relaxed)) > expiry_ms)
+        .map(|(k, s)| (k.clone(), s.clone()))
+        .collect();
+    let mut removed = Vec::new();
+    for (key, sensor) in stale {
+        if now.wrapping_sub(sensor.life().last_record.load(Relaxed)) <= expiry_ms {
+            continue;
+        }
+        if !sensor.life().removed.swap(true, Release) {
+            removed.push(key.clone());
+        }
+        let _ = m.remove_if(&key, |_, v| Arc::ptr_eq(v, &sensor));
+    }
+    removed
+}
+
+#[derive(Clone, Default)]
+struct MutationConfig {
+    overrides: Overrides,
+}
+
+/// Kafka's `ControllerMutationQuotaManager`. Safe to share between threads.
+pub struct ControllerMutationQuotaManager {
+    window: WindowConfig,
+    sensor_expiry_ms: i64,
+    config: CowCell<MutationConfig>,
+    buckets: Map<Pair, Arc<BucketSensor>>,
+    throttles: Map<Pair, Arc<ThrottleSensor>>,
+    delay_queue: DelayQueue,
+}
+
+impl ControllerMutationQuotaManager {
+    /// A manager whose buckets hold `window.num_samples() * window seconds` of quota; the
+    /// window is a whole number of seconds (`quota.window.size.seconds`). Sensors expire
+    /// after `sensor_expiry_ms` without a record.
+    pub fn new(window: WindowConfig, sensor_expiry_ms: i64) -> Result<Self> {
+        if window.window_ms() % 1000 != 0 {
+            return Err(Error::InvalidConfig(format!(
+                "invalid window_ms {}: a quota manager's window is a whole number of seconds \
+                 (quota.window.size.seconds), e.g. 1000",
+                window.window_ms()
+            )));
+        }
+        if sensor_expiry_ms < 0 {
+            return Err(Error::InvalidConfig(format!(
+                "invalid sensor_expiry_ms {sensor_expiry_ms}: it must be >= 0"
+            )));
+        }
+        Ok(ControllerMutationQuotaManager {
+            window,
+            sensor_expiry_ms,
+            config: CowCell::new(MutationConfig::default()),
+            buckets: Map::default(),
+            throttles: Map::default(),
+            delay_queue: DelayQueue::new(),
+        })
+    }
+
+    /// Kafka's defaults: 11 windows of 1 s (a burst of 11 s of quota), one hour expiry.
+    pub fn with_defaults() -> Self {
+        Self::new(WindowConfig::QUOTA_DEFAULT, DEFAULT_SENSOR_EXPIRY_MS)
+            .expect("Kafka's defaults are valid")
+    }
+
+    /// The sample configuration the burst is computed from.
+    pub fn window(&self) -> WindowConfig {
+        self.window
+    }
+
+    /// Whether any quota was ever set or removed (`quotasEnabled`): until then nothing is
+    /// measured and every mutation is free.
+    pub fn enabled(&self) -> bool {
+        self.config.read(&pin(), |c| c.overrides.enabled != 0)
+    }
+
+    /// Sets the `controller_mutation_rate` of `entity` (mutations per second, finite > 0).
+    pub fn set_quota(&self, entity: &QuotaEntity, value: f64) -> Result<()> {
+        let value = check_quota(value)?;
+        self.config
+            .update(&pin(), |c| c.overrides.apply(entity, Some(value)));
+        Ok(())
+    }
+
+    /// Removes the override of `entity`.
+    pub fn remove_quota(&self, entity: &QuotaEntity) {
+        self.config
+            .update(&pin(), |c| c.overrides.apply(entity, None));
+    }
+
+    /// The override of exactly `entity`.
+    pub fn quota(&self, entity: &QuotaEntity) -> Option<f64> {
+        self.config.read(&pin(), |c| c.overrides.get(entity))
+    }
+
+    /// Every override.
+    pub fn quotas(&self) -> Vec<(QuotaEntity, f64)> {
+        self.config.read(&pin(), |c| {
+            c.overrides.iter().map(|(e, v)| (e.clone(), v)).collect()
+        })
+    }
+
+    /// The metric tags `(user, client-id)` a request from `user` with `client_id` uses.
+    pub fn tags(&self, user: &str, client_id: &str) -> (String, String) {
+        self.config.read(&pin(), |c| {
+            c.overrides.tags(&sanitize_user(user), client_id)
+        })
+    }
+
+    /// The quota that applies to the client now (`None` when none does).
+    pub fn quota_for(&self, user: &str, client_id: &str) -> Option<f64> {
+        self.config.read(&pin(), |c| {
+            let (u, ci) = c.overrides.tags(&sanitize_user(user), client_id);
+            c.overrides.quota_limit(&u, &ci)
+        })
+    }
+
+    /// Runs `op` on the client's bucket with the bound now in force (creating the
+    /// client's bucket and throttle-time sensors, as Kafka's `getOrCreateQuotaSensors`
+    /// does); `None` when quotas were never enabled. The bucket counts as recorded into
+    /// (for expiry) only when the mutation was accepted: a strict refusal records
+    /// nothing in Kafka.
+    fn with_bucket(
+        &self,
+        user: &str,
+        client_id: &str,
+        now: i64,
+        op: impl FnOnce(&BucketCell, f64) -> MutationCheck,
+    ) -> Option<MutationCheck> {
+        let guard = pin();
+        let config = self.config.load(&guard);
+        if config.overrides.enabled == 0 {
+            return None;
+        }
+        let (u, c) = config.overrides.tags(&sanitize_user(user), client_id);
+        let bound = config.overrides.quota_limit(&u, &c).unwrap_or(UNLIMITED);
+        let tags = Pair::new(&u, &c);
+        let sensor = get_or_create(&self.buckets, &tags, || BucketSensor {
+            bucket: BucketCell::new(),
+            life: Life::new(now),
+        });
+        get_or_create(&self.throttles, &tags, || ThrottleSensor {
+            samples: CowCell::new(Samples::new()),
+            life: Life::new(now),
+        });
+        let check = op(&sensor.bucket, bound);
+        if check.accepted {
+            sensor.life.last_record.store(now, Relaxed);
+        }
+        Some(check)
+    }
+
+    /// Strict enforcement (new request versions): if the client's bucket is already
+    /// overdrawn at `now` the mutation of `permits` partitions is refused with the
+    /// throttle (Kafka fails the topic with THROTTLING_QUOTA_EXCEEDED); otherwise it is
+    /// recorded, even if it overdraws the bucket, and not throttled.
+    pub fn record_strict(
+        &self,
+        user: &str,
+        client_id: &str,
+        permits: f64,
+        now: i64,
+    ) -> Result<MutationCheck> {
+        let permits = check_permits(permits)?;
+        let cfg = self.window;
+        Ok(self
+            .with_bucket(user, client_id, now, |b, q| {
+                b.record_strict(&cfg, q, permits, now)
+            })
+            .unwrap_or(MutationCheck::FREE))
+    }
+
+    /// Permissive enforcement (old request versions): records `permits`, then gives the
+    /// throttle if that overdrew the bucket. Always accepted.
+    pub fn record_permissive(
+        &self,
+        user: &str,
+        client_id: &str,
+        permits: f64,
+        now: i64,
+    ) -> Result<MutationCheck> {
+        let permits = check_permits(permits)?;
+        let cfg = self.window;
+        Ok(self
+            .with_bucket(user, client_id, now, |b, q| {
+                b.record_permissive(&cfg, q, permits, now)
+            })
+            .unwrap_or(MutationCheck::FREE))
+    }
+
+    /// Strict or permissive as Kafka picks for `api` at request `version`.
+    pub fn record_for(
+        &self,
+        api: MutationApi,
+        version: i16,
+        user: &str,
+        client_id: &str,
+        permits: f64,
+        now: i64,
+    ) -> Result<MutationCheck> {
+        if api.is_strict(version) {
+            self.record_strict(user, client_id, permits, now)
+        } else {
+            self.record_permissive(user, client_id, permits, now)
+        }
+    }
+
+    /// Kafka's `maybeRecordAndGetThrottleTimeMs` on this manager: the strict record, its
+    /// throttle as an int (the low 32 bits of the long); 0 while quotas are disabled.
+    pub fn record(&self, user: &str, client_id: &str, permits: f64, now: i64) -> Result<i32> {
+        Ok(long_to_int(
+            self.record_strict(user, client_id, permits, now)?
+                .throttle_ms,
+        ))
+    }
+
+    /// The client's remaining tokens at `now` (refills, as a metrics read does); `None`
+    /// when its bucket does not exist.
+    pub fn tokens(&self, user: &str, client_id: &str, now: i64) -> Option<f64> {
+        let guard = pin();
+        let config = self.config.load(&guard);
+        let (u, c) = config.overrides.tags(&sanitize_user(user), client_id);
+        let bound = config.overrides.quota_limit(&u, &c).unwrap_or(UNLIMITED);
+        let m = self.buckets.pin();
+        let sensor = m
+            .get(&PairRef(&u, &c))
+            .filter(|s| !s.life.removed.load(Relaxed))?;
+        Some(sensor.bucket.measure(&self.window, bound, now))
+    }
+
+    /// Accounts a throttle of `throttle_ms` > 0 applied to a client (throttle-time sensor)
+    /// and, with a `channel`, queues it until `now + throttle_ms`. Returns the end.
+    pub fn throttle(
+        &self,
+        user: &str,
+        client_id: &str,
+        throttle_ms: i64,
+        now: i64,
+        channel: Option<u64>,
+    ) -> Result<i64> {
+        if throttle_ms <= 0 {
+            return Err(Error::InvalidUsage(format!(
+                "invalid throttle_ms {throttle_ms}: only a throttle > 0 mutes a channel"
+            )));
+        }
+        let (u, c) = self.tags(user, client_id);
+        let sensor = get_or_create(&self.throttles, &Pair::new(&u, &c), || ThrottleSensor {
+            samples: CowCell::new(Samples::new()),
+            life: Life::new(now),
+        });
+        sensor.life.last_record.store(now, Relaxed);
+        sensor.samples.update(&pin(), |s| {
+            s.record(&WindowConfig::METRICS_DEFAULT, throttle_ms as f64, now)
+        });
+        let end = now.saturating_add(throttle_ms);
+        if let Some(channel) = channel {
+            self.delay_queue.push(end, channel);
+        }
+        Ok(end)
+    }
+
+    /// The client's throttle-time average (NaN with none in the horizon); `None` when
+    /// that sensor does not exist.
+    pub fn throttle_time_avg(&self, user: &str, client_id: &str, now: i64) -> Option<f64> {
+        let (u, c) = self.tags(user, client_id);
+        let m = self.throttles.pin();
+        let sensor = m
+            .get(&PairRef(&u, &c))
+            .filter(|s| !s.life.removed.load(Relaxed))?;
+        Some(sensor.samples.update(&pin(), |s| {
+            s.measure_avg(&WindowConfig::METRICS_DEFAULT, now)
+        }))
+    }
+
+    /// Removes the delay-queue entries ending at or before `now`; returns their channels.
+    pub fn expired_channels(&self, now: i64) -> Vec<u64> {
+        self.delay_queue.expire(now)
+    }
+
+    /// Channels waiting in the delay queue (`queue-size`).
+    pub fn queue_size(&self) -> usize {
+        self.delay_queue.len()
+    }
+
+    fn sensor_name(kind: &str, tags: &Pair) -> String {
+        format!(
+            "ControllerMutation{kind}-{}:{}",
+            tags.first(),
+            tags.second()
+        )
+    }
+
+    /// Kafka names of the live sensors, sorted.
+    pub fn sensor_names(&self) -> Vec<String> {
+        let b = self.buckets.pin();
+        let t = self.throttles.pin();
+        let mut names: Vec<String> = b
+            .iter()
+            .filter(|(_, s)| !s.life.removed.load(Relaxed))
+            .map(|(k, _)| Self::sensor_name("", k))
+            .chain(
+                t.iter()
+                    .filter(|(_, s)| !s.life.removed.load(Relaxed))
+                    .map(|(k, _)| Self::sensor_name("ThrottleTime", k)),
+            )
+            .collect();
+        names.sort();
+        names
+    }
+
+    /// Number of live buckets.
+    pub fn sensor_count(&self) -> usize {
+        self.buckets.len()
+    }
+
+    /// Removes the sensors idle for strictly longer than the expiry; returns their Kafka
+    /// names, sorted. A bucket created again later starts as a new one.
+    pub fn expire_sensors(&self, now: i64) -> Vec<String> {
+        let mut names: Vec<String> = expire(&self.buckets, now, self.sensor_expiry_ms)
+            .iter()
+            .map(|k| Self::sensor_name("", k))
+            .chain(
+                expire(&self.throttles, now, self.sensor_expiry_ms)
+                    .iter()
+                    .map(|k| Self::sensor_name("ThrottleTime", k)),
+            )
+            .collect();
+        names.sort();
+        names
+    }
+}
+
+/// One mutation request's view of the quota (Kafka's `StrictControllerMutationQuota` /
+/// `PermissiveControllerMutationQuota`): records the permits of each topic in turn and
+/// remembers the last throttle, which the response reports minus the time the request
+/// waited since. Shareable (atomics), though a request normally uses it from one thread.
+pub struct MutationRequestQuota {
+    manager: Arc<ControllerMutationQuotaManager>,
+    user: String,
+    client_id: String,
+    strict: bool,
+    last_throttle_ms: AtomicI64,
+    last_recorded_ms: AtomicI64,
+}
+
+impl MutationRequestQuota {
+    /// The quota of one request from `user` / `client_id`, strict or permissive.
+    pub fn new(
+        manager: Arc<ControllerMutationQuotaManager>,
+        user: &str,
+        client_id: &str,
+        strict: bool,
+    ) -> Self {
+        MutationRequestQuota {
+            manager,
+            user: user.to_owned(),
+            client_id: client_id.to_owned(),
+            strict,
+            last_throttle_ms: AtomicI64::new(0),
+            last_recorded_ms: AtomicI64::new(0),
+        }
+    }
+
+    /// Whether this request's quota is strict.
+    pub fn strict(&self) -> bool {
+        self.strict
+    }
+
+    /// Records the permits of one topic at `now`. A strict quota refuses it (the topic
+    /// fails with THROTTLING_QUOTA_EXCEEDED) when the bucket is already overdrawn.
+    pub fn record(&self, permits: f64, now: i64) -> Result<MutationCheck> {
+        let check = if self.strict {
+            self.manager
+                .record_strict(&self.user, &self.client_id, permits, now)?
+        } else {
+            self.manager
+                .record_permissive(&self.user, &self.client_id, permits, now)?
+        };
+        if check.violated {
+            self.last_throttle_ms.store(check.throttle_ms, Relaxed);
+            self.last_recorded_ms.store(now, Relaxed);
+        }
+        Ok(check)
+    }
+
+    /// `isExceeded`: a strict quota that refused a record (a permissive one never is).
+    pub fn is_exceeded(&self) -> bool {
+        self.strict && self.last_throttle_ms.load(Relaxed) > 0
+    }
+
+    /// The throttle to put in the response at `now`: the last throttle minus the time
+    /// since it was computed, at least 0.
+    pub fn throttle_time(&self, now: i64) -> i32 {
+        crate::token_bucket::remaining_throttle(
+            self.last_throttle_ms.load(Relaxed),
+            self.last_recorded_ms.load(Relaxed),
+            now,
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pair(user: &str, client: &str) -> QuotaEntity {
+        QuotaEntity::parse(Some(user), Some(client)).unwrap()
+    }
+
+    #[test]
+    fn kafka_manager_test_quota_violation() {
+        // ControllerMutationQuotaManagerTest.testControllerMutationQuotaViolation:
+        // 10 samples of 1 s, quota 10 for (ANONYMOUS, test-client).
+        let m =
+            ControllerMutationQuotaManager::new(WindowConfig::new(10, 1000).unwrap(), 3_600_000)
+                .unwrap();
+        m.set_quota(&pair("ANONYMOUS", "test-client"), 10.0)
+            .unwrap();
+        let mut t = 1_700_000_000_000;
+        for _ in 0..10 {
+            assert_eq!(m.record("ANONYMOUS", "test-client", 10.0, t).unwrap(), 0);
+            t += 1000;
+        }
+        assert_eq!(m.record("ANONYMOUS", "test-client", 110.0, t).unwrap(), 0);
+        let throttle = m.record("ANONYMOUS", "test-client", 110.0, t).unwrap();
+        assert_eq!(throttle, 1000);
+        m.throttle("ANONYMOUS", "test-client", 1000, t, Some(1))
+            .unwrap();
+        assert_eq!(m.queue_size(), 1);
+        assert!(m.expired_channels(t).is_empty());
+        t += 1000;
+        assert_eq!(m.expired_channels(t), vec![1]);
+        assert_eq!(m.record("ANONYMOUS", "test-client", 110.0, t).unwrap(), 0);
+    }
+
+    #[test]
+    fn disabled_until_a_quota_is_set_and_bad_input_changes_nothing() {
+        let m = ControllerMutationQuotaManager::with_defaults();
+        assert_eq!(m.record("u", "c", 1e9, 0).unwrap(), 0);
+        assert_eq!(m.sensor_count(), 0);
+        let e = QuotaEntity::parse(Some("u"), None).unwrap();
+        for bad in [0.0, -1.0, f64::NAN, f64::INFINITY] {
+            assert!(matches!(m.set_quota(&e, bad), Err(Error::InvalidQuota(_))));
+        }
+        assert!(!m.enabled());
+        m.set_quota(&e, 5.0).unwrap();
+        assert_eq!(m.tags("u", "c"), ("u".to_owned(), String::new()));
+        m.record_strict("u", "c", 3.0, 10_000).unwrap();
+        let before = m.tokens("u", "c", 10_000);
+        for bad in [-1.0, f64::NAN, f64::INFINITY] {
+            assert!(matches!(
+                m.record_strict("u", "c", bad, 10_000),
+                Err(Error::InvalidUsage(_))
+            ));
+            assert!(m.record_permissive("u", "c", bad, 10_000).is_err());
+        }
+        assert_eq!(m.tokens("u", "c", 10_000), before);
+        assert_eq!(before, Some(47.0));
+    }
+
+    #[test]
+    fn quota_change_is_effective_at_once_and_keeps_tokens() {
+        let m = ControllerMutationQuotaManager::new(WindowConfig::new(10, 1000).unwrap(), 1000)
+            .unwrap();
+        let e = QuotaEntity::parse(None, Some("<default>")).unwrap();
+        m.set_quota(&e, 10.0).unwrap();
+        let t = 1_000_000;
+        m.record_strict("u", "c", 150.0, t).unwrap();
+        assert_eq!(m.tokens("u", "c", t), Some(-50.0));
+        m.set_quota(&e, 100.0).unwrap();
+        let refused = m.record_strict("u", "c", 1.0, t).unwrap();
+        assert_eq!((refused.accepted, refused.throttle_ms), (false, 500));
+        assert_eq!(m.tokens("u", "c", t + 500), Some(0.0));
+        assert_eq!(
+            m.expire_sensors(t + 1501),
+            vec![
+                "ControllerMutation-:c".to_owned(),
+                "ControllerMutationThrottleTime-:c".to_owned()
+            ]
+        );
+        assert_eq!(m.sensor_count(), 0);
+    }
+
+    #[test]
+    fn request_quota_remembers_and_decays_its_throttle() {
+        let m = Arc::new(
+            ControllerMutationQuotaManager::new(WindowConfig::new(10, 1000).unwrap(), 1000)
+                .unwrap(),
+        );
+        m.set_quota(&pair("u", "c"), 10.0).unwrap();
+        let t = 1_000_000;
+        let strict = MutationRequestQuota::new(m.clone(), "u", "c", true);
+        assert!(strict.record(90.0, t).unwrap().accepted);
+        assert!(strict.record(90.0, t).unwrap().accepted);
+        assert!(!strict.record(90.0, t).unwrap().accepted);
+        assert!(strict.is_exceeded());
+        assert_eq!(strict.throttle_time(t + 5000), 3000);
+        assert!(MutationApi::CreateTopics.is_strict(6));
+        assert!(!MutationApi::DeleteTopics.is_strict(4));
+        assert!("alter_topics".parse::<MutationApi>().is_err());
+    }
+}
