@@ -386,7 +386,7 @@ BAD_ARGS: list[tuple[str, str, str]] = [
     (
         "unknown entity type",
         "--alter $ADD --entity-type topics --entity-name t",
-        "unknown entity type 'topics': expected users or clients",
+        "unknown entity type 'topics': expected users, clients or ips",
     ),
     ("singular entity type", "--describe --entity-type user", "unknown entity type 'user'"),
     (
@@ -572,7 +572,7 @@ STORE_ACTIONS = [
     [
         (not_sqlite, "the file is not a SQLite database"),
         (other_database, "is a SQLite database but not a kquota store"),
-        (future_schema, "has schema version 7, newer than the version 1"),
+        (future_schema, "has schema version 7, newer than the version 2"),
     ],
 )
 def test_unusable_store_exits_2_and_stays_byte_for_byte(

@@ -40,8 +40,10 @@ def test_properties_and_quota_types() -> None:
     }
     assert {PROPERTY_OF[t] for t in ("produce", "fetch", "request")} == set(PROPERTIES)
     assert check_property("request_percentage") == "request_percentage"
-    with pytest.raises(QuotaFileError, match="unknown quota property 'controller_mutation_rate'"):
-        check_property("controller_mutation_rate")
+    assert check_property("controller_mutation_rate") == "controller_mutation_rate"
+    assert check_property("connection_creation_rate") == "connection_creation_rate"
+    with pytest.raises(QuotaFileError, match="unknown quota property 'replica_byte_rate'"):
+        check_property("replica_byte_rate")
 
 
 @pytest.mark.parametrize("bad", [0, -1, math.nan, math.inf, -math.inf, "5", True, None])
@@ -148,7 +150,7 @@ def test_manager_and_scaled() -> None:
         ({"quotas": {}}, "expected a list"),
         ({"quotas": [{"entity": {"user": "a"}}]}, r"quotas\[0\]: expected"),
         ({"quotas": [{"entity": {}, "config": {}}]}, r"quotas\[0\]: invalid entity"),
-        ({"quotas": [{"entity": {"ip": "1.2.3.4"}, "config": {}}]}, "invalid entity"),
+        ({"quotas": [{"entity": {"host": "1.2.3.4"}, "config": {}}]}, "invalid entity"),
         ({"quotas": [{"entity": {"user": 5}, "config": {}}]}, "invalid entity"),
         ({"quotas": [{"entity": {"user": "a"}, "config": {}}]}, "expected properties"),
         (

@@ -201,7 +201,7 @@ def other_database(path: Path) -> None:
 def future_schema(path: Path) -> None:
     SQLiteStore(path).apply(change(ALICE, {"producer_byte_rate": 1}))
     with sqlite3.connect(path) as conn:
-        conn.execute("PRAGMA user_version = 2")
+        conn.execute("PRAGMA user_version = 3")
     conn.close()
 
 
@@ -218,7 +218,7 @@ def damaged_value(path: Path) -> None:
         (not_sqlite, "not a SQLite database"),
         (random_bytes, "not a SQLite database"),
         (other_database, "a SQLite database but not a kquota store"),
-        (future_schema, "schema version 2, newer than the version 1"),
+        (future_schema, "schema version 3, newer than the version 2"),
         (damaged_value, "invalid configuration: invalid value -5.0"),
     ],
 )

@@ -18,8 +18,12 @@ from typing import Any, Final
 from kquota import DEFAULT, Entity
 from kquota.cli.common import EXIT_OK, fail
 from kquota.config.model import (
-    PROPERTIES,
+    CLIENT_PROPERTIES,
+    IP_PROPERTIES,
+    AnyEntity,
+    IpEntity,
     QuotaConfig,
+    check_ip,
     check_name,
     check_property,
     describe_entity,
@@ -37,7 +41,7 @@ from kquota.config.store import (
 )
 from kquota.exceptions import KquotaError, QuotaFileError, StoreError
 
-ENTITY_TYPES: Final = ("users", "clients")
+ENTITY_TYPES: Final = ("users", "clients", "ips")
 """The entity types of client quotas, as ``kafka-configs --entity-type`` names them."""
 
 
@@ -46,21 +50,28 @@ class EntityFilter:
     """Entity types given on the command line, each with a name, the default, or any."""
 
     parts: tuple[tuple[str, str | None], ...]
-    """``(entity type, name)``: a name, :data:`~kquota.DEFAULT`, or ``None`` for any."""
+    """``(entity type, name)``: a name, :data:`~kquota.DEFAULT`, or ``None`` for any.
+    An ``ips`` name is the canonical address (see :func:`~kquota.config.model.check_ip`)."""
 
-    def entity(self) -> Entity:
+    def entity(self) -> AnyEntity:
         """The one entity an ``--alter`` names (every type has a name or the default)."""
         names = dict(self.parts)
+        if "ips" in names:
+            return IpEntity(names["ips"] or DEFAULT)
         return Entity(user=names.get("users"), client_id=names.get("clients"))
 
-    def matches(self, entity: Entity) -> bool:
+    def matches(self, entity: AnyEntity) -> bool:
         """Kafka's ``containsOnly``: exactly these entity types, with the names given.
 
         No types at all matches every entity.
         """
         if not self.parts:
             return True
-        values = {"users": entity.user, "clients": entity.client_id}
+        values = (
+            {"ips": entity.ip}
+            if isinstance(entity, IpEntity)
+            else {"users": entity.user, "clients": entity.client_id}
+        )
         types = {t for t, _ in self.parts}
         if {t for t, v in values.items() if v is not None} != types:
             return False
@@ -75,8 +86,9 @@ def register(subparsers: Any) -> None:
         description=(
             "Alter, describe, import or export the client quotas of a store, with\n"
             "kafka-configs.sh's options. Entity types: users and clients, alone or together\n"
-            "(a user's clients), each with --entity-name NAME or --entity-default.\n"
-            f"Properties: {', '.join(PROPERTIES)}.\n"
+            "(a user's clients), or ips alone; each with --entity-name NAME or --entity-default.\n"
+            f"Properties of users and clients: {', '.join(CLIENT_PROPERTIES)}.\n"
+            f"Properties of ips (an IPv4 or IPv6 address): {', '.join(IP_PROPERTIES)}.\n"
             "Every change is one transaction. Bad input exits with status 2 and changes nothing."
         ),
         epilog=(
@@ -85,8 +97,13 @@ def register(subparsers: Any) -> None:
             "--entity-type users --entity-name alice\n"
             "  kquota configs --alter --delete-config producer_byte_rate "
             "--entity-type users --entity-default\n"
+            "  kquota configs --alter --add-config controller_mutation_rate=10 "
+            "--client-defaults\n"
+            "  kquota configs --alter --add-config connection_creation_rate=20 "
+            "--entity-type ips --entity-name 10.0.0.1\n"
             "  kquota configs --describe --entity-type users --entity-name bob "
             "--entity-type clients --entity-name app-1\n"
+            "  kquota configs --describe --entity-type ips\n"
             "  kquota configs --export quotas.json\n"
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -146,7 +163,7 @@ def register(subparsers: Any) -> None:
         action="append",
         dest="entity_types",
         metavar="TYPE",
-        help="users or clients; give both (in either order) for a user's clients",
+        help="users, clients or ips; give users and clients (in either order) for a user's clients",
     )
     entity.add_argument(
         "--entity-name",
@@ -189,6 +206,20 @@ def register(subparsers: Any) -> None:
         const=None,
         dest="client_flags",
         help="= --entity-type clients --entity-default",
+    )
+    entity.add_argument(
+        "--ip",
+        action="append",
+        dest="ip_flags",
+        metavar="IP",
+        help="= --entity-type ips --entity-name IP",
+    )
+    entity.add_argument(
+        "--ip-defaults",
+        action="append_const",
+        const=None,
+        dest="ip_flags",
+        help="= --entity-type ips --entity-default",
     )
     parser.add_argument(
         "--json", action="store_true", help="with --describe: print the quota file format"
@@ -280,12 +311,14 @@ def _entities(args: argparse.Namespace, action: str) -> EntityFilter:
     # Names and defaults in command-line order; None stands for --entity-default.
     types: list[str] = list(args.entity_types or [])
     names: list[str | None] = list(args.entity_names or [])
-    flags = [("users", n) for n in args.user_flags or []] + [
-        ("clients", n) for n in args.client_flags or []
-    ]
+    flags = (
+        [("users", n) for n in args.user_flags or []]
+        + [("clients", n) for n in args.client_flags or []]
+        + [("ips", n) for n in args.ip_flags or []]
+    )
     if flags and (types or names):
         raise QuotaFileError(
-            "--user/--client(-defaults) cannot be combined with --entity-type/-name/-default"
+            "--user/--client/--ip(-defaults) cannot be combined with --entity-type/-name/-default"
         )
     if flags:
         types, names = [t for t, _ in flags], [n for _, n in flags]
@@ -295,9 +328,17 @@ def _entities(args: argparse.Namespace, action: str) -> EntityFilter:
         return EntityFilter(())
     for entity_type in types:
         if entity_type not in ENTITY_TYPES:
-            raise QuotaFileError(f"unknown entity type {entity_type!r}: expected users or clients")
+            raise QuotaFileError(
+                f"unknown entity type {entity_type!r}: expected users, clients or ips"
+            )
     if len(set(types)) != len(types):
         raise QuotaFileError(f"entity type {types[-1]!r} given twice")
+    if "ips" in types and len(types) > 1:
+        others = " and ".join(t for t in types if t != "ips")
+        raise QuotaFileError(
+            f"entity type ips cannot be combined with {others}: only users and clients may "
+            "be given together"
+        )
     if len(names) > len(types):
         given = [n for n in names if n is not None]
         if len(types) == 1 and given and None in names:
@@ -326,10 +367,18 @@ def _entities(args: argparse.Namespace, action: str) -> EntityFilter:
                 "default entity"
             )
     parts = tuple(
-        (t, (DEFAULT if names[i] is None else names[i]) if i < len(names) else None)
-        for i, t in enumerate(types)
+        (t, _entity_name(t, names[i]) if i < len(names) else None) for i, t in enumerate(types)
     )
     return EntityFilter(parts)
+
+
+def _entity_name(entity_type: str, name: str | None) -> str:
+    """A checked ``--entity-name`` (an ``ips`` one canonical), or the default for ``None``."""
+    if name is None:
+        return DEFAULT
+    if entity_type == "ips":
+        return check_ip(name, "ip")
+    return name
 
 
 def parse_add_config(text: str) -> dict[str, float]:

@@ -8,8 +8,13 @@
 
 from kquota.config.live import LiveQuotas
 from kquota.config.model import (
+    ALL_PROPERTIES,
+    CONNECTION_CREATION_RATE,
+    CONTROLLER_MUTATION_RATE,
     PROPERTIES,
     PROPERTY_OF,
+    AnyEntity,
+    IpEntity,
     QuotaConfig,
     QuotaEntry,
     Window,
@@ -26,10 +31,15 @@ from kquota.config.store import (
 )
 
 __all__ = [
+    "ALL_PROPERTIES",
+    "CONNECTION_CREATION_RATE",
+    "CONTROLLER_MUTATION_RATE",
     "PROPERTIES",
     "PROPERTY_OF",
     "Alteration",
+    "AnyEntity",
     "ChangeSet",
+    "IpEntity",
     "LiveQuotas",
     "MemoryStore",
     "QuotaConfig",

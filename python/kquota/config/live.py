@@ -1,7 +1,10 @@
 """Live quota updates: quota managers that follow a store, without a restart.
 
 :class:`LiveQuotas` binds one or more :class:`~kquota.QuotaManager` (produce, fetch,
-request) to a :class:`~kquota.config.store.QuotaStore`. A daemon thread reads the store's
+request), and optionally a :class:`~kquota.ControllerMutationQuotaManager`
+(``controller_mutation_rate``) and a :class:`~kquota.ConnectionQuotas`
+(``connection_creation_rate`` of IP entities), to a
+:class:`~kquota.config.store.QuotaStore`. A daemon thread reads the store's
 version every ``interval`` seconds (0.5 s by default) and, when it changed, reads the
 configuration and applies the difference to each manager: new and changed overrides are
 set, deleted ones removed, unchanged ones left alone. A change committed by any process
@@ -10,7 +13,9 @@ set, deleted ones removed, unchanged ones left alone. A change committed by any 
 
 As in Kafka, a change affects existing sensors at once and keeps their samples: only the
 bound moves. The store owns the overrides of the bound managers: an override that is
-not in the store (or in ``defaults``) is removed.
+not in the store (or in ``defaults``) is removed, which restores Kafka's behaviour without
+it: the next quota in precedence, or no limit (for an IP, the ``<default>`` IP's rate, and
+without one 2147483647 connections per second, Kafka's "unlimited").
 
 Each override is set or removed atomically; a change set that touches several entities is
 applied one entity at a time (new and changed ones first, then removals), as Kafka's
@@ -30,8 +35,20 @@ from collections.abc import Iterable
 from types import TracebackType
 from typing import Final, Self
 
-from kquota import QuotaManager
-from kquota.config.model import QuotaConfig, QuotaType, Window
+from kquota import (
+    UNLIMITED_CONNECTION_RATE,
+    ConnectionQuotas,
+    ControllerMutationQuotaManager,
+    QuotaManager,
+)
+from kquota.config.model import (
+    CONTROLLER_MUTATION_RATE,
+    PROPERTY_OF,
+    QuotaConfig,
+    QuotaType,
+    Window,
+    check_ip,
+)
 from kquota.config.store import QuotaStore, StoreSnapshot
 from kquota.exceptions import InvalidConfigError
 
@@ -54,10 +71,18 @@ def merge(defaults: QuotaConfig | None, config: QuotaConfig) -> QuotaConfig:
     return QuotaConfig.from_entities(entities, config.window)
 
 
-def apply_config(manager: QuotaManager, config: QuotaConfig) -> int:
-    """Make ``manager``'s overrides equal ``config``'s for its quota type, changing only
-    the difference; return how many overrides were set or removed."""
-    wanted = dict(config.quotas(manager.quota_type))
+def apply_config(
+    manager: QuotaManager | ControllerMutationQuotaManager, config: QuotaConfig
+) -> int:
+    """Make ``manager``'s overrides equal ``config``'s for its quota type (its property:
+    ``controller_mutation_rate`` for a :class:`~kquota.ControllerMutationQuotaManager`),
+    changing only the difference; return how many overrides were set or removed."""
+    prop = (
+        CONTROLLER_MUTATION_RATE
+        if isinstance(manager, ControllerMutationQuotaManager)
+        else PROPERTY_OF[manager.quota_type]
+    )
+    wanted = dict(config.client_quotas(prop))
     current = dict(manager.quotas())
     changed = 0
     for entity, value in wanted.items():
@@ -68,6 +93,32 @@ def apply_config(manager: QuotaManager, config: QuotaConfig) -> int:
         if entity not in wanted:
             manager.remove_quota(entity)
             changed += 1
+    return changed
+
+
+def apply_ip_config(quotas: ConnectionQuotas, config: QuotaConfig) -> int:
+    """Make ``quotas``' per-IP rates equal ``config``'s ``connection_creation_rate`` of IP
+    entities (whole numbers, as the broker applies them), changing only the difference;
+    return how many IP quotas were set or removed. The ``<default>`` IP without a rate is
+    unlimited (2147483647), as in Kafka."""
+    wanted = dict(config.ip_quotas())
+    wanted_default = wanted.pop(None, UNLIMITED_CONNECTION_RATE)
+    listed, default = quotas.ip_quotas()
+    current = {check_ip(ip): rate for ip, rate in listed}
+    changed = 0
+    for ip, rate in wanted.items():
+        assert ip is not None  # popped above
+        if current.get(ip) != rate:
+            quotas.set_ip_quota(ip, rate)
+            changed += 1
+    for ip in current:
+        if ip not in wanted:
+            quotas.set_ip_quota(ip, None)
+            changed += 1
+    if wanted_default != (UNLIMITED_CONNECTION_RATE if default is None else default):
+        unlimited = wanted_default == UNLIMITED_CONNECTION_RATE
+        quotas.set_ip_quota(None, None if unlimited else wanted_default)
+        changed += 1
     return changed
 
 
@@ -91,13 +142,33 @@ class LiveQuotas:
         self,
         store: QuotaStore,
         *managers: QuotaManager,
+        mutation: ControllerMutationQuotaManager | None = None,
+        connections: ConnectionQuotas | None = None,
         interval: float = DEFAULT_INTERVAL,
         defaults: QuotaConfig | None = None,
     ) -> None:
         if not isinstance(store, QuotaStore):
             raise InvalidConfigError(f"expected a QuotaStore, got {type(store).__name__}")
-        if not managers or not all(isinstance(m, QuotaManager) for m in managers):
-            raise InvalidConfigError("LiveQuotas needs one or more QuotaManager instances")
+        for m in managers:
+            if not isinstance(m, QuotaManager):
+                raise InvalidConfigError(
+                    f"LiveQuotas needs one or more QuotaManager instances as positional "
+                    f"arguments, got {m!r} (a ControllerMutationQuotaManager goes as "
+                    "mutation=, a ConnectionQuotas as connections=)"
+                )
+        if mutation is not None and not isinstance(mutation, ControllerMutationQuotaManager):
+            raise InvalidConfigError(
+                f"invalid mutation {mutation!r}: expected a ControllerMutationQuotaManager"
+            )
+        if connections is not None and not isinstance(connections, ConnectionQuotas):
+            raise InvalidConfigError(
+                f"invalid connections {connections!r}: expected a ConnectionQuotas"
+            )
+        if not managers and mutation is None and connections is None:
+            raise InvalidConfigError(
+                "LiveQuotas needs one or more QuotaManager instances, a mutation manager or "
+                "connection quotas"
+            )
         if (
             isinstance(interval, bool)
             or not isinstance(interval, int | float)
@@ -117,6 +188,8 @@ class LiveQuotas:
         self.defaults = defaults
         """Quotas applied under the store's (static defaults), or ``None``."""
         self._managers = tuple(managers)
+        self._mutation = mutation
+        self._connections = connections
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -133,8 +206,15 @@ class LiveQuotas:
         interval: float = DEFAULT_INTERVAL,
         defaults: QuotaConfig | None = None,
         sensor_expiry_ms: int = 3_600_000,
+        controller_mutation: bool = False,
+        connection_quotas: bool = False,
     ) -> LiveQuotas:
         """New managers of ``quota_types`` with the store's window, bound to ``store``.
+
+        ``controller_mutation=True`` adds a :class:`~kquota.ControllerMutationQuotaManager`
+        (:attr:`mutation_manager`) and ``connection_quotas=True`` a
+        :class:`~kquota.ConnectionQuotas` (:attr:`connection_quotas`; add its listeners and
+        broker-wide limit yourself), both with the store's window too.
 
         The window is read once: a store never written uses ``defaults``' window, or
         Kafka's 11 x 1 s. A store that does not exist raises
@@ -157,7 +237,28 @@ class LiveQuotas:
             )
             for quota_type in quota_types
         ]
-        live = cls(store, *managers, interval=interval, defaults=defaults)
+        mutation = (
+            ControllerMutationQuotaManager(
+                num_samples=window.num_samples,
+                window_ms=window.window_ms,
+                sensor_expiry_ms=sensor_expiry_ms,
+            )
+            if controller_mutation
+            else None
+        )
+        connections = (
+            ConnectionQuotas(num_samples=window.num_samples, window_ms=window.window_ms)
+            if connection_quotas
+            else None
+        )
+        live = cls(
+            store,
+            *managers,
+            mutation=mutation,
+            connections=connections,
+            interval=interval,
+            defaults=defaults,
+        )
         live._apply(snapshot)
         return live
 
@@ -166,12 +267,22 @@ class LiveQuotas:
         """The bound managers."""
         return self._managers
 
+    @property
+    def mutation_manager(self) -> ControllerMutationQuotaManager | None:
+        """The bound controller-mutation manager (``controller_mutation_rate``), if any."""
+        return self._mutation
+
+    @property
+    def connection_quotas(self) -> ConnectionQuotas | None:
+        """The bound connection quotas (``connection_creation_rate`` of IPs), if any."""
+        return self._connections
+
     def manager(self, quota_type: QuotaType) -> QuotaManager:
         """The (first) bound manager of ``quota_type``."""
         for manager in self._managers:
             if manager.quota_type == quota_type:
                 return manager
-        bound = ", ".join(m.quota_type for m in self._managers)
+        bound = ", ".join(m.quota_type for m in self._managers) or "none"
         raise InvalidConfigError(f"no {quota_type!r} manager is bound (bound: {bound})")
 
     @property
@@ -208,12 +319,25 @@ class LiveQuotas:
     def _apply(self, snapshot: StoreSnapshot) -> None:
         config = merge(self.defaults, snapshot.config)
         changed = sum(apply_config(manager, config) for manager in self._managers)
+        if self._mutation is not None:
+            changed += apply_config(self._mutation, config)
+        if self._connections is not None:
+            changed += apply_ip_config(self._connections, config)
         if snapshot.version > 0 and snapshot.config.window != self._warned_window:
             window = snapshot.config.window
+            windows: list[tuple[str, int, int]] = [
+                (m.quota_type, m.num_samples, m.window_ms) for m in self._managers
+            ]
+            if self._mutation is not None:
+                m = self._mutation
+                windows.append(("controller-mutation", m.num_samples, m.window_ms))
+            if self._connections is not None:
+                c = self._connections
+                windows.append(("connection", c.num_samples, c.window_ms))
             differing = [
-                m.quota_type
-                for m in self._managers
-                if (m.num_samples, m.window_ms) != (window.num_samples, window.window_ms)
+                name
+                for name, num_samples, window_ms in windows
+                if (num_samples, window_ms) != (window.num_samples, window.window_ms)
             ]
             if differing:
                 log.warning(

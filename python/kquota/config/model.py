@@ -1,30 +1,61 @@
 """The quota configuration in Kafka's vocabulary, and the quota file format.
 
 A configuration is a window (``quota.window.num`` samples of ``quota.window.size.seconds``)
-and a list of entities, each with some of the three client-quota properties::
+and a list of entities, each with some of Kafka's client-quota properties::
 
     {"window": {"num_samples": 11, "window_ms": 1000},
      "quotas": [
       {"entity": {"user": "alice"}, "config": {"producer_byte_rate": 1048576}},
       {"entity": {"user": "<default>"}, "config": {"consumer_byte_rate": 2097152}},
-      {"entity": {"user": "bob", "client-id": "app-1"}, "config": {"request_percentage": 50}}
+      {"entity": {"user": "bob", "client-id": "app-1"}, "config": {"request_percentage": 50}},
+      {"entity": {"client-id": "admin"}, "config": {"controller_mutation_rate": 10}},
+      {"entity": {"ip": "10.0.0.1"}, "config": {"connection_creation_rate": 20}},
+      {"entity": {"ip": "<default>"}, "config": {"connection_creation_rate": 100}}
      ]}
 
+Entities and properties follow Kafka's controller (``ClientQuotaControlManager`` and
+``QuotaConfig`` at the pinned commit):
+
+* ``user``, ``client-id`` or both (each a name or ``"<default>"``) take
+  ``producer_byte_rate``, ``consumer_byte_rate``, ``request_percentage`` and
+  ``controller_mutation_rate`` (KIP-599: partitions created or deleted per second; a
+  double): a finite number greater than 0.
+* ``ip`` (an IP address or ``"<default>"``) takes only ``connection_creation_rate``
+  (KIP-612: connections accepted per second from that address), and cannot be combined
+  with ``user`` or ``client-id``. Kafka declares it an INT: greater than 0, at most
+  2147483647, and whole (Kafka's controller tolerates a fraction up to 1e-6, which the
+  broker then truncates; so does kquota).
+* An IP must be an IPv4 or IPv6 address literal. Kafka also accepts a host name and
+  resolves it (``InetAddress.getByName``) when the broker applies the quota; kquota does
+  not resolve names, so a quota cannot depend on what a resolver answers at that moment.
+  The address is stored in its canonical form (``::1``, not ``0:0:0:0:0:0:0:1``); an
+  IPv4-mapped IPv6 address is the IPv4 address, as Java's ``InetAddress`` makes it.
+
 This file format is what ``kquota configs --import/--export`` reads and writes and what
-``kquota backtest --quotas`` takes.
+``kquota backtest --quotas`` takes (the back-test replays the produce, fetch and request
+quotas; it ignores the other two).
 """
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import math
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, TypeAlias
 
-from kquota import DEFAULT, Entity, QuotaManager, SampledRate
+from kquota import (
+    DEFAULT,
+    UNLIMITED_CONNECTION_RATE,
+    ConnectionQuotas,
+    ControllerMutationQuotaManager,
+    Entity,
+    QuotaManager,
+    SampledRate,
+)
 from kquota.exceptions import KquotaError, QuotaFileError
 
 QuotaType = Literal["produce", "fetch", "request"]
@@ -39,31 +70,102 @@ PROPERTIES: Final[dict[str, QuotaType]] = {
 PROPERTY_OF: Final[dict[QuotaType, str]] = {v: k for k, v in PROPERTIES.items()}
 """The property that sets each quota type."""
 
+CONTROLLER_MUTATION_RATE: Final = "controller_mutation_rate"
+"""KIP-599's property on users and clients: partitions created or deleted per second."""
+
+CONNECTION_CREATION_RATE: Final = "connection_creation_rate"
+"""KIP-612's property on IPs: connections accepted per second (a whole number)."""
+
+CLIENT_PROPERTIES: Final = (*PROPERTIES, CONTROLLER_MUTATION_RATE)
+"""The properties of ``user`` / ``client-id`` entities (Kafka's user-and-client configs)."""
+
+IP_PROPERTIES: Final = (CONNECTION_CREATION_RATE,)
+"""The properties of ``ip`` entities (Kafka's IP configs)."""
+
+ALL_PROPERTIES: Final = (*CLIENT_PROPERTIES, *IP_PROPERTIES)
+"""Every quota property a configuration may hold."""
+
 ENTITY_KEYS: Final = ("user", "client-id")
-"""Entity keys of the file format (Kafka's entity types ``users`` and ``clients``)."""
+"""Entity keys of the file format for clients (Kafka's entity types ``users`` and
+``clients``); an IP entity has the key :data:`IP_KEY` alone."""
+
+IP_KEY: Final = "ip"
+"""The entity key of the file format for IPs (Kafka's entity type ``ips``)."""
+
+MAX_CONNECTION_CREATION_RATE: Final = UNLIMITED_CONNECTION_RATE
+"""The largest ``connection_creation_rate``: Java's ``Integer.MAX_VALUE`` (Kafka's INT)."""
+
+_INTEGRAL_TOLERANCE: Final = 1e-6
+"""The fraction Kafka's controller tolerates in an INT quota (``getErrorForIntegralQuotaValue``)."""
 
 
 def check_property(name: str) -> str:
-    """``name`` if it is one of :data:`PROPERTIES`, else a :class:`QuotaFileError`."""
-    if name not in PROPERTIES:
-        known = ", ".join(PROPERTIES)
+    """``name`` if it is one of :data:`ALL_PROPERTIES`, else a :class:`QuotaFileError`."""
+    if name not in ALL_PROPERTIES:
+        known = ", ".join(ALL_PROPERTIES)
         raise QuotaFileError(f"unknown quota property {name!r}: expected one of {known}")
     return name
 
 
 def check_value(name: str, value: object) -> float:
-    """A quota value as Kafka's controller accepts it: a finite number greater than 0."""
+    """A quota value as Kafka's controller accepts it: a finite number greater than 0,
+    and for ``connection_creation_rate`` (an INT) a whole number up to 2147483647."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise QuotaFileError(f"invalid value {value!r} for {name}: expected a number")
     try:
         number = float(value)
     except OverflowError:  # an int beyond the largest double
         number = math.inf
+    return _check_number(name, number, repr(value))
+
+
+def _check_number(name: str, number: float, shown: str) -> float:
     if not math.isfinite(number) or number <= 0:
         raise QuotaFileError(
-            f"invalid value {value!r} for {name}: a quota must be a finite number greater than 0"
+            f"invalid value {shown} for {name}: a quota must be a finite number greater than 0"
         )
+    if name == CONNECTION_CREATION_RATE:
+        if number > MAX_CONNECTION_CREATION_RATE:
+            raise QuotaFileError(
+                f"invalid value {shown} for {name}: too large for an INT "
+                f"(at most {MAX_CONNECTION_CREATION_RATE} connections per second)"
+            )
+        if math.fmod(number, 1.0) > _INTEGRAL_TOLERANCE:
+            raise QuotaFileError(
+                f"invalid value {shown} for {name}: connections per second must be a whole "
+                "number, e.g. 20"
+            )
     return number
+
+
+def connection_rate(value: float) -> int:
+    """The whole ``connection_creation_rate`` a broker applies: Java's ``toInt``
+    (truncation) of a value :func:`check_value` accepted."""
+    return int(value)
+
+
+def check_ip(text: str, what: str = "ip") -> str:
+    """An IP entity name in canonical form, or :data:`~kquota.DEFAULT` unchanged.
+
+    IPv4 or IPv6 address literals only (see the module documentation); an IPv4-mapped
+    IPv6 address becomes its IPv4 address. Raises a :class:`QuotaFileError` naming
+    ``text``.
+    """
+    if text == DEFAULT:
+        return text
+    check_name(text, what)
+    try:
+        address = ipaddress.ip_address(text)
+    except ValueError:
+        address = None
+    if address is None or (isinstance(address, ipaddress.IPv6Address) and address.scope_id):
+        raise QuotaFileError(
+            f"invalid {what} {text!r}: expected an IPv4 or IPv6 address such as 192.168.0.1 "
+            "or 2001:db8::1 (host names are not resolved)"
+        )
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        return str(address.ipv4_mapped)
+    return str(address)
 
 
 _DECIMAL = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
@@ -85,12 +187,7 @@ def parse_value(name: str, text: str) -> float:
         raise QuotaFileError(
             f"invalid value {text!r} for {name}: expected a decimal number such as 1048576"
         )
-    number = float(stripped)
-    if not math.isfinite(number) or number <= 0:
-        raise QuotaFileError(
-            f"invalid value {text!r} for {name}: a quota must be a finite number greater than 0"
-        )
-    return number
+    return _check_number(name, float(stripped), repr(text))
 
 
 def check_name(name: str, what: str) -> str:
@@ -105,9 +202,62 @@ def check_name(name: str, what: str) -> str:
     return name
 
 
-def describe_entity(entity: Entity) -> str:
+@dataclass(frozen=True)
+class IpEntity:
+    """A quota entity of Kafka's entity type ``ips``: one address, or the default IP.
+
+    ``ip`` is an address literal, stored canonical (see :func:`check_ip`), or
+    :data:`~kquota.DEFAULT` for the ``<default>`` IP. Immutable and hashable.
+    """
+
+    ip: str
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.ip, str):
+            raise QuotaFileError(
+                f"invalid ip {self.ip!r}: expected an IP address or {DEFAULT!r} as a string"
+            )
+        object.__setattr__(self, "ip", check_ip(self.ip))
+
+    @property
+    def is_default(self) -> bool:
+        """Whether this is the ``<default>`` IP."""
+        return self.ip == DEFAULT
+
+
+AnyEntity: TypeAlias = Entity | IpEntity
+"""A quota entity of either kind: a user / client-id :class:`~kquota.Entity` or an
+:class:`IpEntity`."""
+
+
+def allowed_properties(entity: AnyEntity) -> tuple[str, ...]:
+    """The properties ``entity`` may have: :data:`IP_PROPERTIES` on an IP, else
+    :data:`CLIENT_PROPERTIES`."""
+    return IP_PROPERTIES if isinstance(entity, IpEntity) else CLIENT_PROPERTIES
+
+
+def check_property_of(entity: AnyEntity, name: str) -> str:
+    """``name`` if it is a property of ``entity``'s kind, else a :class:`QuotaFileError`
+    naming both (as Kafka's controller refuses a key of the other kind)."""
+    check_property(name)
+    if name not in allowed_properties(entity):
+        if isinstance(entity, IpEntity):
+            raise QuotaFileError(
+                f"{name} cannot be set on {describe_entity(entity)}: an ip entity takes "
+                f"only {CONNECTION_CREATION_RATE}"
+            )
+        raise QuotaFileError(
+            f"{name} cannot be set on {describe_entity(entity)}: it goes on ip entities "
+            f"only (user and client-id entities take {', '.join(CLIENT_PROPERTIES)})"
+        )
+    return name
+
+
+def describe_entity(entity: AnyEntity) -> str:
     """An entity in ``kafka-configs --describe`` wording, e.g.
-    ``user-principal 'bob', the default client-id``."""
+    ``user-principal 'bob', the default client-id`` or ``ip '10.0.0.1'``."""
+    if isinstance(entity, IpEntity):
+        return "the default ip" if entity.is_default else f"ip '{entity.ip}'"
     parts = []
     for kind, name in (("user-principal", entity.user), ("client-id", entity.client_id)):
         if name == DEFAULT:
@@ -146,14 +296,18 @@ class Window:
 
 @dataclass(frozen=True)
 class QuotaEntry:
-    """One entity and the quota properties set on it."""
+    """One entity and the quota properties set on it (properties of its kind only)."""
 
-    entity: Entity
+    entity: AnyEntity
     config: Mapping[str, float]
 
     def __post_init__(self) -> None:
+        if not isinstance(self.entity, Entity | IpEntity):
+            raise QuotaFileError(
+                f"invalid entity {self.entity!r}: expected a kquota.Entity or an IpEntity"
+            )
         for name, value in self.config.items():
-            check_property(name)
+            check_property_of(self.entity, name)
             check_value(name, value)
 
 
@@ -166,7 +320,7 @@ class QuotaConfig:
 
     @classmethod
     def from_entities(
-        cls, entities: Mapping[Entity, Mapping[str, float]], window: Window | None = None
+        cls, entities: Mapping[AnyEntity, Mapping[str, float]], window: Window | None = None
     ) -> QuotaConfig:
         """A configuration from ``{entity: {property: value}}``; entities without
         properties are left out."""
@@ -175,14 +329,36 @@ class QuotaConfig:
             tuple(QuotaEntry(e, dict(c)) for e, c in entities.items() if c),
         )
 
-    def by_entity(self) -> dict[Entity, dict[str, float]]:
+    def by_entity(self) -> dict[AnyEntity, dict[str, float]]:
         """``{entity: {property: value}}``, a fresh dict the caller may change."""
         return {e.entity: dict(e.config) for e in self.entries}
 
     def quotas(self, quota_type: QuotaType) -> list[tuple[Entity, float]]:
         """The overrides of one quota type."""
-        prop = PROPERTY_OF[quota_type]
-        return [(e.entity, e.config[prop]) for e in self.entries if prop in e.config]
+        return self.client_quotas(PROPERTY_OF[quota_type])
+
+    def client_quotas(self, prop: str) -> list[tuple[Entity, float]]:
+        """The user / client-id overrides of one property (e.g. ``controller_mutation_rate``)."""
+        return [
+            (e.entity, e.config[prop])
+            for e in self.entries
+            if prop in e.config and isinstance(e.entity, Entity)
+        ]
+
+    def mutation_quotas(self) -> list[tuple[Entity, float]]:
+        """The ``controller_mutation_rate`` overrides."""
+        return self.client_quotas(CONTROLLER_MUTATION_RATE)
+
+    def ip_quotas(self) -> list[tuple[str | None, int]]:
+        """The ``connection_creation_rate`` of each IP entity as the broker applies it
+        (a whole number); ``None`` stands for the ``<default>`` IP, as in
+        :meth:`kquota.ConnectionQuotas.set_ip_quota`."""
+        return [
+            (None if e.entity.is_default else e.entity.ip, connection_rate(value))
+            for e in self.entries
+            if isinstance(e.entity, IpEntity)
+            and (value := e.config.get(CONNECTION_CREATION_RATE)) is not None
+        ]
 
     def manager(self, quota_type: QuotaType, **kwargs: Any) -> QuotaManager:
         """A new :class:`~kquota.QuotaManager` of ``quota_type`` with this configuration."""
@@ -196,13 +372,44 @@ class QuotaConfig:
             manager.set_quota(entity, value)
         return manager
 
+    def mutation_manager(self, **kwargs: Any) -> ControllerMutationQuotaManager:
+        """A new :class:`~kquota.ControllerMutationQuotaManager` with this window and the
+        ``controller_mutation_rate`` overrides (``kwargs``: e.g. ``sensor_expiry_ms``).
+
+        Kafka gives this quota its own window settings (``controller.quota.window.num`` and
+        ``controller.quota.window.size.seconds``, with the same defaults); a configuration
+        has one window, used for both.
+        """
+        manager = ControllerMutationQuotaManager(
+            num_samples=self.window.num_samples, window_ms=self.window.window_ms, **kwargs
+        )
+        for entity, value in self.mutation_quotas():
+            manager.set_quota(entity, value)
+        return manager
+
+    def connection_quotas(self, **kwargs: Any) -> ConnectionQuotas:
+        """A new :class:`~kquota.ConnectionQuotas` with this window and the
+        ``connection_creation_rate`` of every IP entity (``kwargs``: e.g.
+        ``max_connection_creation_rate``, ``inter_broker_listener``)."""
+        quotas = ConnectionQuotas(
+            num_samples=self.window.num_samples, window_ms=self.window.window_ms, **kwargs
+        )
+        for ip, rate in self.ip_quotas():
+            quotas.set_ip_quota(ip, rate)
+        return quotas
+
     def scaled(self, factor: float) -> QuotaConfig:
-        """The same configuration with every quota multiplied by ``factor`` (> 0)."""
+        """The same configuration with every produce, fetch and request quota multiplied by
+        ``factor`` (> 0): the quotas a back-test replays. ``controller_mutation_rate`` and
+        ``connection_creation_rate`` are kept as they are."""
         check_value("scale", factor)
         return QuotaConfig(
             self.window,
             tuple(
-                QuotaEntry(e.entity, {k: v * factor for k, v in e.config.items()})
+                QuotaEntry(
+                    e.entity,
+                    {k: v * factor if k in PROPERTIES else v for k, v in e.config.items()},
+                )
                 for e in self.entries
             ),
         )
@@ -214,7 +421,7 @@ class QuotaConfig:
         return {
             "window": {"num_samples": self.window.num_samples, "window_ms": self.window.window_ms},
             "quotas": [
-                {"entity": entity_to_json(e.entity), "config": dict(sorted(e.config.items()))}
+                {"entity": entity_to_json(e.entity), "config": _config_to_json(e.config)}
                 for e in sorted(self.entries, key=lambda e: entity_sort_key(e.entity))
             ],
         }
@@ -250,8 +457,10 @@ class QuotaConfig:
         return json.dumps(self.to_json(), indent=2) + "\n"
 
 
-def entity_to_json(entity: Entity) -> dict[str, str]:
-    """``{"user": ..., "client-id": ...}`` with absent dimensions left out."""
+def entity_to_json(entity: AnyEntity) -> dict[str, str]:
+    """``{"user": ..., "client-id": ...}`` with absent dimensions left out, or ``{"ip": ...}``."""
+    if isinstance(entity, IpEntity):
+        return {IP_KEY: entity.ip}
     out = {}
     if entity.user is not None:
         out["user"] = entity.user
@@ -260,8 +469,23 @@ def entity_to_json(entity: Entity) -> dict[str, str]:
     return out
 
 
-def entity_sort_key(entity: Entity) -> tuple[str, str, str, str]:
-    """Users first, then clients; defaults before names."""
+def _config_to_json(config: Mapping[str, float]) -> dict[str, float | int]:
+    """Properties sorted by name; a whole ``connection_creation_rate`` as a JSON integer."""
+    out: dict[str, float | int] = {}
+    for name, value in sorted(config.items()):
+        whole = name == CONNECTION_CREATION_RATE and value.is_integer()
+        out[name] = int(value) if whole else value
+    return out
+
+
+def entity_sort_key(entity: AnyEntity) -> tuple[str, ...]:
+    """Users first, then clients, then IPs (the default IP first, then addresses in
+    numeric order); defaults before names."""
+    if isinstance(entity, IpEntity):
+        if entity.is_default:
+            return ("3", "0")
+        address = ipaddress.ip_address(entity.ip)
+        return ("3", "1", str(address.version), f"{int(address):040x}")
 
     def part(v: str | None) -> tuple[str, str]:
         return ("0" if v is None else "1" if v == DEFAULT else "2", v or "")
@@ -292,7 +516,7 @@ def _parse(data: object) -> QuotaConfig:
 
 
 def _parse_entries(quotas: Iterable[object]) -> Iterable[QuotaEntry]:
-    seen: set[Entity] = set()
+    seen: set[AnyEntity] = set()
     for i, item in enumerate(quotas):
         where = f"quotas[{i}]"
         if not isinstance(item, dict) or set(item) != {"entity", "config"}:
@@ -301,26 +525,38 @@ def _parse_entries(quotas: Iterable[object]) -> Iterable[QuotaEntry]:
         if (
             not isinstance(raw_entity, dict)
             or not raw_entity
-            or set(raw_entity) - set(ENTITY_KEYS)
+            or set(raw_entity) - {*ENTITY_KEYS, IP_KEY}
             or not all(isinstance(v, str) for v in raw_entity.values())
         ):
             raise QuotaFileError(
                 f"{where}: invalid entity {raw_entity!r}: expected 'user' and/or 'client-id' "
-                'names ("<default>" for the default entity)'
+                "names, or an 'ip' address "
+                '("<default>" for the default entity)'
             )
+        if IP_KEY in raw_entity and len(raw_entity) > 1:
+            raise QuotaFileError(
+                f"{where}: invalid entity {raw_entity!r}: an ip entity cannot be combined "
+                "with user or client-id"
+            )
+        entity: AnyEntity
         try:
             for key, name in raw_entity.items():
                 check_name(name, key)
+            if IP_KEY in raw_entity:
+                entity = IpEntity(raw_entity[IP_KEY])
+            else:
+                entity = Entity(user=raw_entity.get("user"), client_id=raw_entity.get("client-id"))
         except QuotaFileError as exc:
             raise QuotaFileError(f"{where}: {exc}") from None
-        entity = Entity(user=raw_entity.get("user"), client_id=raw_entity.get("client-id"))
         if entity in seen:
             raise QuotaFileError(f"{where}: entity {raw_entity!r} appears twice")
         seen.add(entity)
         if not isinstance(raw_config, dict) or not raw_config:
             raise QuotaFileError(f"{where}: invalid config {raw_config!r}: expected properties")
         try:
-            config = {check_property(k): check_value(k, v) for k, v in raw_config.items()}
+            config = {
+                check_property_of(entity, k): check_value(k, v) for k, v in raw_config.items()
+            }
         except QuotaFileError as exc:
             raise QuotaFileError(f"{where}: {exc}") from None
         yield QuotaEntry(entity, config)

@@ -10,6 +10,22 @@ one number.
 and a writer killed mid-write leaves the previous state. :class:`MemoryStore` keeps the
 configuration in one process (tests, embedding).
 
+SQLite schema versions
+----------------------
+The schema version is SQLite's ``PRAGMA user_version``; the number in ``kquota_meta``
+(``version``) is the version of the configuration, bumped by every write.
+
+1. ``kquota_quota``: user / client-id quotas (and the window in ``kquota_meta``).
+2. adds ``kquota_ip_quota``: ``connection_creation_rate`` of IP entities.
+
+A store is created at version 1 and upgraded by the first write that stores an IP entity,
+inside that write's ``BEGIN IMMEDIATE`` transaction: the upgrade and the write commit
+together or not at all, concurrent writers are serialized so one of them upgrades and the
+others find it done, and every quota already stored is kept. Until then the file stays
+readable by kquota versions that know only schema 1 (they refuse a newer schema with
+"upgrade kquota" and change nothing), so processes following the store keep working
+during an upgrade unless IP quotas are used. Reading never upgrades.
+
 Plugging in another backend
 ---------------------------
 Subclass :class:`QuotaStore` and implement :meth:`~QuotaStore.read`,
@@ -25,6 +41,7 @@ named after a URL scheme: ``--store redis://host/0`` then calls the factory regi
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import re
@@ -40,14 +57,18 @@ from typing import Final
 
 from kquota import Entity
 from kquota.config.model import (
+    AnyEntity,
+    IpEntity,
     QuotaConfig,
     QuotaEntry,
     Window,
-    check_property,
+    check_property_of,
     check_value,
     describe_entity,
 )
 from kquota.exceptions import KquotaError, QuotaFileError, StoreError
+
+log = logging.getLogger(__name__)
 
 STORE_ENV: Final = "KQUOTA_STORE"
 """The environment variable naming the store when ``--store`` is not given."""
@@ -58,8 +79,12 @@ DEFAULT_LOCK_TIMEOUT: Final = 5.0
 ENTRY_POINT_GROUP: Final = "kquota.stores"
 """The entry-point group of store backends, named after the URL scheme they serve."""
 
-SCHEMA_VERSION: Final = 1
-"""The SQLite schema this version of kquota reads and writes."""
+SCHEMA_VERSION: Final = 2
+"""The newest SQLite schema this version of kquota reads and writes (see the module
+documentation: schema 1 is read and written too, and upgraded when an IP entity is stored)."""
+
+IP_SCHEMA_VERSION: Final = 2
+"""The first SQLite schema that can hold IP entities."""
 
 APPLICATION_ID: Final = 0x6B71756F
 """SQLite ``application_id`` that marks a file as a kquota store (ASCII ``kquo``)."""
@@ -129,17 +154,19 @@ class Alteration:
     the entity does not have is an error when the change is applied (as in Kafka).
     """
 
-    entity: Entity
+    entity: AnyEntity
     add: Mapping[str, float] = field(default_factory=dict)
     delete: Collection[str] = frozenset()
 
     def __post_init__(self) -> None:
-        if not isinstance(self.entity, Entity):
-            raise QuotaFileError(f"invalid entity {self.entity!r}: expected a kquota.Entity")
-        add = {check_property(k): check_value(k, v) for k, v in self.add.items()}
+        if not isinstance(self.entity, Entity | IpEntity):
+            raise QuotaFileError(
+                f"invalid entity {self.entity!r}: expected a kquota.Entity or an IpEntity"
+            )
+        add = {check_property_of(self.entity, k): check_value(k, v) for k, v in self.add.items()}
         if isinstance(self.delete, str):  # a lone name, not its characters
             raise QuotaFileError(f"delete must be a collection of names, got {self.delete!r}")
-        delete = frozenset(check_property(k) for k in self.delete)
+        delete = frozenset(check_property_of(self.entity, k) for k in self.delete)
         both = sorted(delete & add.keys())
         if both:
             raise QuotaFileError(f"{', '.join(both)} cannot be both added and deleted")
@@ -292,7 +319,7 @@ class MemoryStore(QuotaStore):
 
 # -- SQLite ----------------------------------------------------------------------------
 
-_CREATE = (
+_CREATE = (  # schema 1
     "CREATE TABLE kquota_meta (key TEXT PRIMARY KEY NOT NULL, value INTEGER NOT NULL)",
     "INSERT INTO kquota_meta (key, value) VALUES "
     "('version', 0), ('num_samples', 11), ('window_ms', 1000)",
@@ -302,10 +329,21 @@ _CREATE = (
     "CREATE UNIQUE INDEX kquota_quota_key ON kquota_quota "
     "(user IS NULL, ifnull(user, ''), client_id IS NULL, ifnull(client_id, ''), property)",
     f"PRAGMA application_id = {APPLICATION_ID}",
-    f"PRAGMA user_version = {SCHEMA_VERSION}",
+    "PRAGMA user_version = 1",
 )
 
+_UPGRADES: Final[dict[int, tuple[str, ...]]] = {
+    # To schema 2: IP entities. ip is the canonical address literal, or '<default>'.
+    2: (
+        "CREATE TABLE kquota_ip_quota (ip TEXT NOT NULL, property TEXT NOT NULL, "
+        "value REAL NOT NULL, PRIMARY KEY (ip, property))",
+        "PRAGMA user_version = 2",
+    ),
+}
+"""The statements that take a store from the schema before each key to that schema."""
+
 _Row = tuple[str | None, str | None, str]
+_IpRow = tuple[str, str]
 
 
 class SQLiteStore(QuotaStore):
@@ -345,7 +383,8 @@ class SQLiteStore(QuotaStore):
         """The configuration and version, read in one transaction."""
         self._check_exists()
         with self._transaction("BEGIN", create=False) as conn:
-            if self._schema(conn) is None:
+            schema = self._schema(conn)
+            if schema is None:
                 return StoreSnapshot(0, QuotaConfig())
             return self._load(conn)
 
@@ -377,11 +416,15 @@ class SQLiteStore(QuotaStore):
                     f"cannot create the folder of {self.describe()}: {exc.strerror}"
                 ) from None
         with self._transaction("BEGIN IMMEDIATE", create=True) as conn:
-            if self._schema(conn) is None:
+            schema = self._schema(conn)
+            if schema is None:
                 for statement in _CREATE:
                     conn.execute(statement)
+                schema = 1
             before = self._load(conn)
             after = changes.apply_to(before.config)
+            if schema < IP_SCHEMA_VERSION and _ip_rows(after):
+                self._upgrade(conn, schema, IP_SCHEMA_VERSION)
             self._write(conn, before.config, after)
             version = before.version + 1
             conn.execute("UPDATE kquota_meta SET value = ? WHERE key = 'version'", (version,))
@@ -475,6 +518,19 @@ class SQLiteStore(QuotaStore):
             raise StoreError(f"{self.describe()} has an invalid schema version {schema}")
         return int(schema)
 
+    def _upgrade(self, conn: sqlite3.Connection, schema: int, target: int) -> None:
+        """Run the upgrades from ``schema`` to ``target`` inside the caller's write
+        transaction (they commit with it)."""
+        for version in range(schema + 1, target + 1):
+            for statement in _UPGRADES[version]:
+                conn.execute(statement)
+        log.info("%s: upgraded the schema from version %d to %d", self.describe(), schema, target)
+
+    @staticmethod
+    def _schema_in(conn: sqlite3.Connection) -> int:
+        """The schema version of an existing store (already checked by :meth:`_schema`)."""
+        return int(conn.execute("PRAGMA user_version").fetchone()[0])
+
     def _version(self, conn: sqlite3.Connection) -> int:
         row = conn.execute("SELECT value FROM kquota_meta WHERE key = 'version'").fetchone()
         if row is None or not isinstance(row[0], int):
@@ -483,13 +539,21 @@ class SQLiteStore(QuotaStore):
 
     def _load(self, conn: sqlite3.Connection) -> StoreSnapshot:
         meta = dict(conn.execute("SELECT key, value FROM kquota_meta").fetchall())
-        entities: dict[Entity, dict[str, float]] = {}
+        entities: dict[AnyEntity, dict[str, float]] = {}
         try:
             window = Window(meta.get("num_samples", 0), meta.get("window_ms", 0))
             rows = conn.execute("SELECT user, client_id, property, value FROM kquota_quota")
             for user, client_id, prop, value in rows:
-                entity = Entity(user=user, client_id=client_id)
-                entities.setdefault(entity, {})[check_property(prop)] = check_value(prop, value)
+                entity: AnyEntity = Entity(user=user, client_id=client_id)
+                entities.setdefault(entity, {})[prop] = check_value(prop, value)
+            if self._schema_in(conn) >= IP_SCHEMA_VERSION:
+                for ip, prop, value in conn.execute(
+                    "SELECT ip, property, value FROM kquota_ip_quota"
+                ):
+                    entity = IpEntity(ip)
+                    if entity.ip != ip:  # written by kquota: always canonical
+                        raise QuotaFileError(f"ip {ip!r} is not in canonical form")
+                    entities.setdefault(entity, {})[prop] = check_value(prop, value)
             config = QuotaConfig(window, tuple(QuotaEntry(e, c) for e, c in entities.items()))
         except (ValueError, TypeError) as exc:
             raise StoreError(f"{self.describe()} holds an invalid configuration: {exc}") from None
@@ -506,6 +570,16 @@ class SQLiteStore(QuotaStore):
             "INSERT INTO kquota_quota (user, client_id, property, value) VALUES (?, ?, ?, ?)",
             added,
         )
+        if self._schema_in(conn) >= IP_SCHEMA_VERSION:
+            old_ips, new_ips = _ip_rows(before), _ip_rows(after)
+            conn.executemany(
+                "DELETE FROM kquota_ip_quota WHERE ip = ? AND property = ?",
+                [key for key, value in old_ips.items() if new_ips.get(key) != value],
+            )
+            conn.executemany(
+                "INSERT INTO kquota_ip_quota (ip, property, value) VALUES (?, ?, ?)",
+                [(*key, value) for key, value in new_ips.items() if old_ips.get(key) != value],
+            )
         if after.window != before.window:
             for key, value in (
                 ("num_samples", after.window.num_samples),
@@ -518,5 +592,15 @@ def _rows(config: QuotaConfig) -> dict[_Row, float]:
     return {
         (e.entity.user, e.entity.client_id, prop): value
         for e in config.entries
+        if isinstance(e.entity, Entity)
+        for prop, value in e.config.items()
+    }
+
+
+def _ip_rows(config: QuotaConfig) -> dict[_IpRow, float]:
+    return {
+        (e.entity.ip, prop): value
+        for e in config.entries
+        if isinstance(e.entity, IpEntity)
         for prop, value in e.config.items()
     }
