@@ -9,9 +9,13 @@ QuotaOutcome(throttle_time_ms=0, empty_response=False, throttled_by=None, muted_
 
 from kquota.broker.channels import MAX_THROTTLE_MS, SENSOR_EXPIRY_INTERVAL_MS, ThrottledChannels
 from kquota.broker.metrics import (
+    CONNECTION_METRIC_NAMES,
+    MUTATION_METRIC_NAMES,
     QUOTA_VALUE_METRIC_CONFIG,
+    ConnectionQuotaCollector,
     MetricsServer,
     MetricsServerError,
+    MutationQuotaCollector,
     QuotaCollector,
     metric_names,
     serve_metrics,
@@ -19,11 +23,15 @@ from kquota.broker.metrics import (
 from kquota.broker.plugin import QuotaOutcome, QuotaPlugin, QuotaType
 
 __all__ = [
+    "CONNECTION_METRIC_NAMES",
     "MAX_THROTTLE_MS",
+    "MUTATION_METRIC_NAMES",
     "QUOTA_VALUE_METRIC_CONFIG",
     "SENSOR_EXPIRY_INTERVAL_MS",
+    "ConnectionQuotaCollector",
     "MetricsServer",
     "MetricsServerError",
+    "MutationQuotaCollector",
     "QuotaCollector",
     "QuotaOutcome",
     "QuotaPlugin",

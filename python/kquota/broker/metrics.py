@@ -19,6 +19,21 @@ set. ``user`` is the sanitized principal, as in Kafka's tags (``CN%3Da%20b``).
 
 Throttle time with no throttle in its window is NaN, as Kafka reports it; a client whose
 throttle-time sensor expired has no sample.
+
+Two more collectors follow the same rules for the quotas of KIP-599 and KIP-612:
+
+* :class:`MutationQuotaCollector` reads a :class:`kquota.ControllerMutationQuotaManager`:
+  Kafka's ``kafka.server:type=ControllerMutation,user=<u>,client-id=<c>`` attributes
+  ``tokens`` and ``throttle-time``, and ``queue-size``, as
+  ``kafka_server_controllermutation_<name>``.
+* :class:`ConnectionQuotaCollector` reads a :class:`kquota.ConnectionQuotas`: Kafka's
+  ``kafka.server:type=socket-server-metrics`` attributes ``broker-connection-accept-rate``
+  (no tag), ``connection-accept-rate`` (tag ``listener``, or ``ip`` for a per-IP sensor),
+  ``connection-accept-throttle-time`` and ``ip-connection-accept-throttle-time`` (tag
+  ``listener``), as ``kafka_server_socket_server_metrics_<name>``. The per-listener and
+  per-IP rates share one family with the labels ``listener`` and ``ip``, the one a sample
+  does not have being empty (as JMX leaves it out). ``ip`` is Kafka's tag:
+  ``InetAddress.getHostAddress()``, so an IPv6 address has eight uncompressed groups.
 """
 
 from __future__ import annotations
@@ -26,6 +41,7 @@ from __future__ import annotations
 import errno
 import threading
 from collections.abc import Callable, Iterable, Mapping
+from urllib.parse import unquote
 from wsgiref.simple_server import WSGIServer
 
 from prometheus_client.exposition import start_wsgi_server
@@ -33,13 +49,22 @@ from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 from prometheus_client.samples import Sample
 
-from kquota._core import UNLIMITED, QuotaManager
+from kquota._core import (
+    UNLIMITED,
+    ConnectionQuotas,
+    ControllerMutationQuotaManager,
+    QuotaManager,
+)
 from kquota.exceptions import InvalidConfigError, MetricsServerError
 
 __all__ = [
+    "CONNECTION_METRIC_NAMES",
+    "MUTATION_METRIC_NAMES",
     "QUOTA_VALUE_METRIC_CONFIG",
+    "ConnectionQuotaCollector",
     "MetricsServer",
     "MetricsServerError",
+    "MutationQuotaCollector",
     "QuotaCollector",
     "metric_names",
     "serve_metrics",
@@ -202,6 +227,188 @@ class QuotaCollector(Collector):
                 )
             )
         return families
+
+
+_MUTATION_PREFIX = "kafka_server_controllermutation"
+MUTATION_METRIC_NAMES = (
+    f"{_MUTATION_PREFIX}_tokens",
+    f"{_MUTATION_PREFIX}_throttle_time",
+    f"{_MUTATION_PREFIX}_queue_size",
+)
+"""The families of :class:`MutationQuotaCollector`, in scrape order."""
+
+_BUCKET_SENSOR = "ControllerMutation-"
+_MUTATION_THROTTLE_SENSOR = "ControllerMutationThrottleTime-"
+
+
+def _sensor_tags(rest: str) -> tuple[str, str]:
+    """``(user tag, client-id tag)`` of a quota sensor name's ``<user>:<client-id>`` part
+    (the user tag is sanitized, so it holds no colon; the client id may)."""
+    user, _, client_id = rest.partition(":")
+    return user, client_id
+
+
+class MutationQuotaCollector(Collector):
+    """A Prometheus collector over a :class:`kquota.ControllerMutationQuotaManager`.
+
+    * ``kafka_server_controllermutation_tokens``: the tokens left in each client's bucket
+      (negative when overdrawn), read as a JMX read does (the bucket refills to now);
+    * ``kafka_server_controllermutation_throttle_time``: the throttle-time average (ms; NaN
+      with no throttle in its window);
+    * ``kafka_server_controllermutation_queue_size``: channels waiting in the delay queue.
+
+    Kafka also has ``mutation-rate`` (a sampled rate of the partitions mutated); the core
+    does not measure it, so it is not exported. Each sensor is read by its metric tags, so
+    a sensor whose tags no longer resolve to it (the quotas changed since its last record)
+    is skipped until it records again or expires. ``clock`` as for :class:`QuotaCollector`.
+    """
+
+    def __init__(
+        self, manager: ControllerMutationQuotaManager, *, clock: Callable[[], int] | None = None
+    ) -> None:
+        if not isinstance(manager, ControllerMutationQuotaManager):
+            raise InvalidConfigError(
+                f"expected a ControllerMutationQuotaManager, got {type(manager).__name__}"
+            )
+        self._manager = manager
+        self._clock = clock
+
+    @property
+    def manager(self) -> ControllerMutationQuotaManager:
+        """The manager this collector reads."""
+        return self._manager
+
+    def describe(self) -> Iterable[Metric]:
+        """The families, without samples."""
+        return self._families()
+
+    def collect(self) -> Iterable[Metric]:
+        """Read the manager's sensors now and return their families."""
+        now = None if self._clock is None else self._clock()
+        manager = self._manager
+        tokens, throttle, queue = families = self._families()
+        for name in manager.sensor_names():
+            if name.startswith(_MUTATION_THROTTLE_SENSOR):
+                user, client_id = _sensor_tags(name[len(_MUTATION_THROTTLE_SENSOR) :])
+                value = manager.throttle_time_avg(unquote(user), client_id, now_ms=now)
+                family = throttle
+            elif name.startswith(_BUCKET_SENSOR):
+                user, client_id = _sensor_tags(name[len(_BUCKET_SENSOR) :])
+                value = manager.tokens(unquote(user), client_id, now_ms=now)
+                family = tokens
+            else:  # pragma: no cover (the core names no other sensor)
+                continue
+            if value is not None:
+                family.samples.append(
+                    Sample(family.name, {"user": user, "client_id": client_id}, value)
+                )
+        queue.add_metric((), float(manager.queue_size))
+        return families
+
+    @staticmethod
+    def _families() -> list[GaugeMetricFamily]:
+        tokens, throttle, queue = MUTATION_METRIC_NAMES
+        return [
+            GaugeMetricFamily(
+                tokens,
+                "Tokens left in the client's controller-mutation bucket (partitions)",
+                labels=_LABELS,
+            ),
+            GaugeMetricFamily(
+                throttle,
+                "Average controller-mutation throttle time in ms (NaN with no recent throttle)",
+                labels=_LABELS,
+            ),
+            GaugeMetricFamily(
+                queue, "Throttled channels waiting to be unmuted (controller-mutation quota)"
+            ),
+        ]
+
+
+_SOCKET_PREFIX = "kafka_server_socket_server_metrics"
+CONNECTION_METRIC_NAMES = (
+    f"{_SOCKET_PREFIX}_broker_connection_accept_rate",
+    f"{_SOCKET_PREFIX}_connection_accept_rate",
+    f"{_SOCKET_PREFIX}_connection_accept_throttle_time",
+    f"{_SOCKET_PREFIX}_ip_connection_accept_throttle_time",
+)
+"""The families of :class:`ConnectionQuotaCollector`, in scrape order."""
+
+_IP_SENSOR = "Connection-Accept-Rate-"
+
+
+class ConnectionQuotaCollector(Collector):
+    """A Prometheus collector over a :class:`kquota.ConnectionQuotas` (KIP-612).
+
+    * ``kafka_server_socket_server_metrics_broker_connection_accept_rate``: new connections
+      per second on the whole broker;
+    * ``kafka_server_socket_server_metrics_connection_accept_rate``: per listener
+      (``listener`` label) and per IP with a live sensor (``ip`` label);
+    * ``kafka_server_socket_server_metrics_connection_accept_throttle_time``: per listener,
+      the average accept delay of the broker and listener rates (ms, NaN with none);
+    * ``kafka_server_socket_server_metrics_ip_connection_accept_throttle_time``: per
+      listener, the average IP throttle (ms, NaN with none).
+
+    ``clock`` as for :class:`QuotaCollector`.
+    """
+
+    def __init__(self, quotas: ConnectionQuotas, *, clock: Callable[[], int] | None = None) -> None:
+        if not isinstance(quotas, ConnectionQuotas):
+            raise InvalidConfigError(f"expected a ConnectionQuotas, got {type(quotas).__name__}")
+        self._quotas = quotas
+        self._clock = clock
+
+    @property
+    def quotas(self) -> ConnectionQuotas:
+        """The connection quotas this collector reads."""
+        return self._quotas
+
+    def describe(self) -> Iterable[Metric]:
+        """The families, without samples."""
+        return self._families()
+
+    def collect(self) -> Iterable[Metric]:
+        """Read the rates now and return their families."""
+        now = None if self._clock is None else self._clock()
+        quotas = self._quotas
+        broker, rate, throttle, ip_throttle = families = self._families()
+        broker.add_metric((), quotas.broker_rate(now_ms=now))
+        for listener, _ in quotas.listeners():
+            rate.add_metric((listener, ""), quotas.listener_rate(listener, now_ms=now))
+            delay, ip_delay = quotas.listener_throttle_avgs(listener, now_ms=now)
+            throttle.add_metric((listener,), delay)
+            ip_throttle.add_metric((listener,), ip_delay)
+        for name in quotas.ip_sensor_names():
+            if not name.startswith(_IP_SENSOR):  # pragma: no cover (the core's names)
+                continue
+            ip = name[len(_IP_SENSOR) :]
+            value = quotas.ip_rate(ip, now_ms=now)
+            if value is not None:  # expired since it was listed
+                rate.add_metric(("", ip), value)
+        return families
+
+    @staticmethod
+    def _families() -> list[GaugeMetricFamily]:
+        broker, rate, throttle, ip_throttle = CONNECTION_METRIC_NAMES
+        return [
+            GaugeMetricFamily(broker, "New connections accepted per second by the broker"),
+            GaugeMetricFamily(
+                rate,
+                "New connections accepted per second, per listener or per IP",
+                labels=("listener", "ip"),
+            ),
+            GaugeMetricFamily(
+                throttle,
+                "Average accept delay in ms from the broker and listener connection rates "
+                "(NaN with none)",
+                labels=("listener",),
+            ),
+            GaugeMetricFamily(
+                ip_throttle,
+                "Average throttle in ms from the per-IP connection rates (NaN with none)",
+                labels=("listener",),
+            ),
+        ]
 
 
 class MetricsServer:
