@@ -10,6 +10,7 @@ import sqlite3
 import subprocess
 import sys
 from collections.abc import Callable
+from contextlib import closing
 from pathlib import Path
 
 import pytest
@@ -441,6 +442,99 @@ BAD_ARGS: list[tuple[str, str, str]] = [
     ("entity with export", "--export out.json --user a", "--export works on the whole store"),
     ("bad lock timeout", "--lock-timeout -1 --describe", "invalid lock timeout -1.0"),
     ("unknown scheme", "--describe --store zk://localhost:2181", "no store backend for zk://"),
+    # KIP-599 and KIP-612: IP entities, connection_creation_rate, controller_mutation_rate
+    (
+        "ip with users",
+        "--alter --entity-type ips --entity-name 10.0.0.1 --entity-type users --entity-name a "
+        "--add-config connection_creation_rate=1",
+        "entity type ips cannot be combined with users: only users and clients may be given",
+    ),
+    (
+        "ip flag with client flag",
+        "--alter --ip 10.0.0.1 --client app --add-config connection_creation_rate=1",
+        "entity type ips cannot be combined with clients",
+    ),
+    (
+        "ip flag with entity type",
+        "--alter --ip 10.0.0.1 --entity-type users --entity-name a $ADD",
+        "--user/--client/--ip\\(-defaults\\) cannot be combined",
+    ),
+    (
+        "host name",
+        "--alter --entity-type ips --entity-name broker-1.example "
+        "--add-config connection_creation_rate=1",
+        "invalid ip 'broker-1.example': expected an IPv4 or IPv6 address .*host names are not "
+        "resolved",
+    ),
+    (
+        "bad ip flag",
+        "--describe --ip 300.1.2.3",
+        "invalid ip '300.1.2.3'",
+    ),
+    (
+        "ip without name",
+        "--alter --entity-type ips --add-config connection_creation_rate=1",
+        "--alter needs an entity: --entity-type ips with --entity-name NAME or --entity-default",
+    ),
+    (
+        "client property on an ip",
+        "--alter --ip 10.0.0.1 --add-config producer_byte_rate=1",
+        "producer_byte_rate cannot be set on ip '10.0.0.1': an ip entity takes only "
+        "connection_creation_rate",
+    ),
+    (
+        "mutation rate on an ip",
+        "--alter --ip-defaults --add-config controller_mutation_rate=1",
+        "controller_mutation_rate cannot be set on the default ip",
+    ),
+    (
+        "delete a client property of an ip",
+        "--alter --ip ::1 --delete-config request_percentage",
+        "request_percentage cannot be set on ip '::1'",
+    ),
+    (
+        "connection rate on a user",
+        "$ALICE --add-config connection_creation_rate=5",
+        "connection_creation_rate cannot be set on user-principal 'alice': it goes on ip "
+        "entities only",
+    ),
+    (
+        "connection rate on a user's client",
+        "--alter --user bob --client-defaults --add-config connection_creation_rate=5",
+        "connection_creation_rate cannot be set on user-principal 'bob', the default client-id",
+    ),
+    (
+        "fractional connection rate",
+        "--alter --ip 10.0.0.1 --add-config connection_creation_rate=2.5",
+        "invalid value '2.5' for connection_creation_rate: connections per second must be a "
+        "whole number",
+    ),
+    (
+        "connection rate too large",
+        "--alter --ip 10.0.0.1 --add-config connection_creation_rate=2147483648",
+        "invalid value '2147483648' for connection_creation_rate: too large for an INT",
+    ),
+    (
+        "zero connection rate",
+        "--alter --ip-defaults --add-config connection_creation_rate=0",
+        "invalid value '0' for connection_creation_rate: a quota must be a finite number "
+        "greater than 0",
+    ),
+    (
+        "zero mutation rate",
+        "--alter --client-defaults --add-config controller_mutation_rate=0",
+        "invalid value '0' for controller_mutation_rate: a quota must be",
+    ),
+    (
+        "mutation rate not a number",
+        "$ALICE --add-config controller_mutation_rate=fast",
+        "invalid value 'fast' for controller_mutation_rate: expected a decimal number",
+    ),
+    (
+        "delete an unset ip",
+        "--alter --ip 10.0.0.9 --delete-config connection_creation_rate",
+        "cannot delete connection_creation_rate of ip '10.0.0.9': not set",
+    ),
 ]
 
 
@@ -481,6 +575,26 @@ BAD_FILES: list[tuple[str, bytes, str]] = [
     ("bad window", b'{"window": {"num_samples": 11, "window_ms": 500}}', "invalid window_ms 500"),
     ("not UTF-8", b"\xff\xfe{}", "not UTF-8"),
     ("a list", b"[]", "expected a JSON object"),
+    (
+        "ip and user",
+        quota_file({"connection_creation_rate": 1}, {"ip": "10.0.0.1", "user": "a"}),
+        "an ip entity cannot be combined with user or client-id",
+    ),
+    (
+        "host name",
+        quota_file({"connection_creation_rate": 1}, {"ip": "localhost"}),
+        "invalid ip 'localhost'",
+    ),
+    (
+        "fractional connection rate",
+        quota_file({"connection_creation_rate": 0.5}, {"ip": "<default>"}),
+        "invalid value 0.5 for connection_creation_rate",
+    ),
+    (
+        "connection rate on a client",
+        quota_file({"connection_creation_rate": 1}, {"client-id": "c"}),
+        "connection_creation_rate cannot be set on client-id 'c'",
+    ),
 ]
 
 
@@ -624,3 +738,143 @@ def test_locked_store_exits_2_and_changes_nothing(
         holder.execute("ROLLBACK")
         holder.close()
     assert sha256(store) == before
+
+
+# -- KIP-599 and KIP-612: controller_mutation_rate and IP entities ----------------------
+
+# The IP entity shapes: the options that name them, the entity name in the file format, and
+# --describe's wording (ConfigCommand's "ip '<name>'" / "the default ip").
+IP_SHAPES: list[tuple[str, str, str]] = [
+    ("--entity-type ips --entity-name 10.0.0.1", "10.0.0.1", "ip '10.0.0.1'"),
+    ("--ip 2001:DB8:0:0:0:0:0:1", "2001:db8::1", "ip '2001:db8::1'"),  # stored canonical
+    ("--entity-type ips --entity-default", "<default>", "the default ip"),
+    ("--ip ::ffff:192.168.0.9", "192.168.0.9", "ip '192.168.0.9'"),  # IPv4-mapped: IPv4
+]
+
+
+def test_ip_entities_alter_describe_and_round_trip(
+    store: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for i, (options, _, wording) in enumerate(IP_SHAPES):
+        status, out, err = configs(
+            capsys, store, f"--alter --add-config connection_creation_rate={10 * (i + 1)} {options}"
+        )
+        assert (status, err) == (0, "")
+        assert out == (
+            f"Completed updating quota configs for {wording} in "
+            f"SQLite store {str(store)!r} (version {i + 3}).\n"
+        )
+    status, out, err = configs(
+        capsys, store, "--alter --add-config controller_mutation_rate=2.5 --user alice"
+    )
+    assert (status, err) == (0, "")
+    status, out, err = configs(
+        capsys,
+        store,
+        "--alter --add-config controller_mutation_rate=10 --entity-type clients --entity-default",
+    )
+    assert (status, err) == (0, "")
+
+    alice = (
+        "Quota configs for user-principal 'alice' are controller_mutation_rate=2.5, "
+        "producer_byte_rate=1048576.0"
+    )
+    default_client = "Quota configs for the default client-id are controller_mutation_rate=10.0"
+    bob = "Quota configs for user-principal 'bob', client-id 'app-1' are request_percentage=50.0"
+    ip = {
+        wording: f"Quota configs for {wording} are connection_creation_rate={10.0 * (i + 1)!r}"
+        for i, (_, _, wording) in enumerate(IP_SHAPES)
+    }
+    ips = [ip["the default ip"], ip["ip '10.0.0.1'"], ip["ip '192.168.0.9'"]]
+    ips.append(ip["ip '2001:db8::1'"])  # IPv4 before IPv6, numerically
+    assert configs(capsys, store, "--describe") == (
+        0,
+        "".join(f"{line}\n" for line in [default_client, alice, bob, *ips]),
+        "",
+    )
+    for args, lines in [
+        ("--entity-type ips", ips),
+        ("--entity-type ips --entity-default", [ip["the default ip"]]),
+        ("--ip-defaults", [ip["the default ip"]]),
+        ("--ip 10.0.0.1", [ip["ip '10.0.0.1'"]]),
+        ("--entity-type ips --entity-name 2001:db8::0:1", [ip["ip '2001:db8::1'"]]),
+        ("--ip 10.0.0.2", []),
+        ("--entity-type users", [alice]),
+        ("--entity-type clients", [default_client]),
+    ]:
+        assert configs(capsys, store, f"--describe {args}") == (
+            0,
+            "".join(f"{x}\n" for x in lines),
+            "",
+        ), args
+
+    # --export and --import round-trip every entity and property.
+    exported, again = tmp_path / "exported.json", tmp_path / "again.json"
+    second = tmp_path / "second.sqlite"
+    assert configs(capsys, store, "--export", str(exported))[0] == 0
+    assert configs(capsys, second, "--import", str(exported))[0] == 0
+    assert configs(capsys, second, "--export", str(again))[0] == 0
+    assert again.read_text() == exported.read_text()
+    written = json.loads(exported.read_text())["quotas"]
+    assert [q for q in written if "ip" in q["entity"]] == [
+        {"entity": {"ip": "<default>"}, "config": {"connection_creation_rate": 30}},
+        {"entity": {"ip": "10.0.0.1"}, "config": {"connection_creation_rate": 10}},
+        {"entity": {"ip": "192.168.0.9"}, "config": {"connection_creation_rate": 40}},
+        {"entity": {"ip": "2001:db8::1"}, "config": {"connection_creation_rate": 20}},
+    ]
+    assert SQLiteStore(second).read().config.by_entity() == (
+        SQLiteStore(store).read().config.by_entity()
+    )
+
+    # --delete-config removes an IP's rate; the entity is gone with its last property.
+    status, out, _ = configs(
+        capsys, store, "--alter --delete-config connection_creation_rate --ip 10.0.0.1"
+    )
+    assert status == 0
+    assert configs(capsys, store, "--describe --ip 10.0.0.1") == (0, "", "")
+
+
+def test_describe_json_of_ips(store: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert (
+        configs(capsys, store, "--alter --add-config connection_creation_rate=20 --ip ::1")[0] == 0
+    )
+    status, out, _ = configs(capsys, store, "--describe --json --entity-type ips")
+    assert status == 0
+    assert json.loads(out) == {
+        "window": {"num_samples": 11, "window_ms": 1000},
+        "quotas": [{"entity": {"ip": "::1"}, "config": {"connection_creation_rate": 20}}],
+    }
+
+
+def test_an_old_store_gets_ips_through_the_cli(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "quotas.sqlite"
+    assert configs(capsys, path, "--alter --add-config producer_byte_rate=5 --user a")[0] == 0
+    with closing(sqlite3.connect(path)) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone() == (1,)
+    assert (
+        configs(capsys, path, "--alter --add-config connection_creation_rate=5 --ip-defaults")[0]
+        == 0
+    )
+    with closing(sqlite3.connect(path)) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone() == (2,)
+    assert configs(capsys, path, "--describe")[1] == (
+        "Quota configs for user-principal 'a' are producer_byte_rate=5.0\n"
+        "Quota configs for the default ip are connection_creation_rate=5.0\n"
+    )
+
+
+def test_help_names_the_new_entity_type_and_properties(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["configs", "--help"]) == 0
+    text = capsys.readouterr().out
+    for needle in (
+        "--ip IP",
+        "--ip-defaults",
+        "controller_mutation_rate",
+        "connection_creation_rate",
+        "users, clients or ips",
+    ):
+        assert needle in text

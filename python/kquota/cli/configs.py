@@ -87,8 +87,9 @@ def register(subparsers: Any) -> None:
             "Alter, describe, import or export the client quotas of a store, with\n"
             "kafka-configs.sh's options. Entity types: users and clients, alone or together\n"
             "(a user's clients), or ips alone; each with --entity-name NAME or --entity-default.\n"
-            f"Properties of users and clients: {', '.join(CLIENT_PROPERTIES)}.\n"
-            f"Properties of ips (an IPv4 or IPv6 address): {', '.join(IP_PROPERTIES)}.\n"
+            "Properties of users and clients:\n"
+            f"  {', '.join(CLIENT_PROPERTIES)}.\n"
+            f"Properties of ips (IPv4 or IPv6 addresses): {', '.join(IP_PROPERTIES)}.\n"
             "Every change is one transaction. Bad input exits with status 2 and changes nothing."
         ),
         epilog=(
