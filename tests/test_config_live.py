@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import queue
@@ -11,13 +12,22 @@ import sys
 import textwrap
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from kquota import DEFAULT, UNLIMITED, Entity, QuotaManager
-from kquota.config.live import LiveQuotas, apply_config, merge
-from kquota.config.model import QuotaConfig, Window
+from kquota import (
+    DEFAULT,
+    UNLIMITED,
+    UNLIMITED_CONNECTION_RATE,
+    ConnectionQuotas,
+    ControllerMutationQuotaManager,
+    Entity,
+    QuotaManager,
+)
+from kquota.config.live import LiveQuotas, apply_config, apply_ip_config, merge
+from kquota.config.model import AnyEntity, IpEntity, QuotaConfig, Window
 from kquota.config.store import Alteration, ChangeSet, MemoryStore, SQLiteStore
 from kquota.exceptions import InvalidConfigError, StoreError
 
@@ -25,7 +35,7 @@ ALICE = Entity(user="alice")
 README = Path(__file__).resolve().parents[1] / "README.md"
 
 
-def change(entity: Entity, add: dict[str, float] | None = None, *delete: str) -> ChangeSet:
+def change(entity: AnyEntity, add: dict[str, float] | None = None, *delete: str) -> ChangeSet:
     return ChangeSet((Alteration(entity, add or {}, delete),))
 
 
@@ -375,3 +385,243 @@ def test_cli_change_reaches_recording_processes(tmp_path: Path) -> None:
         # measurement, not asserted: wait_for's timeout only bounds a hang).
         assert new["at"] > altered and free["at"] > deleted
         assert replay(reported) <= 2
+
+
+# -- KIP-599 and KIP-612: the controller-mutation manager and connection quotas -----------
+
+IP_1 = IpEntity("10.0.0.1")
+DEFAULT_IP = IpEntity(DEFAULT)
+
+
+def test_mutation_and_ip_quotas_follow_the_store_and_removal_restores_kafkas_defaults() -> None:
+    store = MemoryStore()
+    mutation, connections = ControllerMutationQuotaManager(), ConnectionQuotas()
+    stale = Entity(user="stale")
+    mutation.set_quota(stale, 1.0)  # not in the store: the store owns the overrides
+    connections.set_ip_quota("10.9.9.9", 3)
+    live = LiveQuotas(store, mutation=mutation, connections=connections)
+    assert live.managers == ()
+    assert live.mutation_manager is mutation and live.connection_quotas is connections
+    live.refresh()
+    assert mutation.quotas() == [] and connections.ip_quotas() == ([], None)
+
+    store.apply(
+        ChangeSet(
+            (
+                Alteration(ALICE, {"controller_mutation_rate": 2.0, "producer_byte_rate": 5.0}),
+                Alteration(Entity(client_id=DEFAULT), {"controller_mutation_rate": 10.0}),
+                Alteration(IP_1, {"connection_creation_rate": 3}),
+                Alteration(IpEntity("::1"), {"connection_creation_rate": 20.0000004}),
+                Alteration(DEFAULT_IP, {"connection_creation_rate": 50}),
+            )
+        )
+    )
+    assert live.refresh() is True
+    assert mutation.quota_for("alice", "app") == 2.0
+    assert mutation.quota_for("bob", "app") == 10.0
+    assert connections.ip_quotas() == (
+        [("0:0:0:0:0:0:0:1", 20), ("10.0.0.1", 3)],  # 20.0000004 applied as 20, as Kafka
+        50,
+    )
+    assert connections.ip_quota("10.0.0.2") == 50
+
+    # Only the difference is applied; an unchanged store changes nothing.
+    assert apply_config(mutation, merge(None, store.read().config)) == 0
+    assert apply_ip_config(connections, store.read().config) == 0
+
+    # Removing each override restores what Kafka does without it.
+    store.apply(
+        ChangeSet(
+            (
+                Alteration(ALICE, {}, {"controller_mutation_rate"}),
+                Alteration(IP_1, {}, {"connection_creation_rate"}),
+            )
+        )
+    )
+    live.refresh()
+    assert mutation.quota_for("alice", "app") == 10.0  # the <default> client-id's
+    assert connections.ip_quota("10.0.0.1") == 50  # the <default> IP's
+    store.apply(
+        ChangeSet(
+            (
+                Alteration(Entity(client_id=DEFAULT), {}, {"controller_mutation_rate"}),
+                Alteration(DEFAULT_IP, {}, {"connection_creation_rate"}),
+            )
+        )
+    )
+    live.refresh()
+    assert mutation.quota_for("alice", "app") is None  # no quota: unlimited
+    assert mutation.quotas() == []
+    assert connections.ip_quota("10.0.0.1") == UNLIMITED_CONNECTION_RATE  # Kafka's default
+    assert connections.ip_quotas() == ([("0:0:0:0:0:0:0:1", 20)], None)
+    assert store.read().config.by_entity()[ALICE] == {"producer_byte_rate": 5.0}
+
+
+def test_a_default_ip_rate_of_int_max_is_no_default() -> None:
+    connections = ConnectionQuotas()
+    config = QuotaConfig.from_entities(
+        {DEFAULT_IP: {"connection_creation_rate": float(UNLIMITED_CONNECTION_RATE)}}
+    )
+    assert apply_ip_config(connections, config) == 0  # the same as no <default> IP
+    assert connections.ip_quota("10.0.0.1") == UNLIMITED_CONNECTION_RATE
+
+
+def test_for_store_builds_the_new_managers_with_the_store_window(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    store = MemoryStore(
+        QuotaConfig.from_entities(
+            {
+                ALICE: {"controller_mutation_rate": 4.0},
+                IP_1: {"connection_creation_rate": 7.0},
+            },
+            Window(5, 2000),
+        )
+    )
+    live = LiveQuotas.for_store(store, (), controller_mutation=True, connection_quotas=True)
+    mutation, connections = live.mutation_manager, live.connection_quotas
+    assert mutation is not None and connections is not None
+    assert (mutation.num_samples, mutation.window_ms) == (5, 2000)
+    assert (connections.num_samples, connections.window_ms) == (5, 2000)
+    assert mutation.quota(ALICE) == 4.0
+    assert connections.ip_quota("10.0.0.1") == 7
+    with pytest.raises(InvalidConfigError, match=r"no 'produce' manager is bound \(bound: none\)"):
+        live.manager("produce")
+    assert LiveQuotas.for_store(store).mutation_manager is None  # only when asked for
+    store.replace(QuotaConfig.from_entities({ALICE: {"controller_mutation_rate": 1.0}}))
+    live.refresh()
+    assert mutation.quota(ALICE) == 1.0
+    assert "the controller-mutation, connection manager(s) keep their own window" in caplog.text
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({}, "one or more QuotaManager instances, a mutation manager or connection quotas"),
+        ({"mutation": QuotaManager("produce")}, "invalid mutation .*expected a Controller"),
+        ({"connections": ControllerMutationQuotaManager()}, "invalid connections"),
+    ],
+)
+def test_bad_new_arguments(kwargs: dict[str, Any], message: str) -> None:
+    with pytest.raises(InvalidConfigError, match=message):
+        LiveQuotas(MemoryStore(), **kwargs)
+    with pytest.raises(InvalidConfigError, match="a ControllerMutationQuotaManager goes as"):
+        LiveQuotas(MemoryStore(), ControllerMutationQuotaManager())  # type: ignore[arg-type]
+
+
+def wait_for(condition: Callable[[], bool], what: str) -> float:
+    """Seconds until ``condition()`` holds; HANG_S only bounds a hang."""
+    start = time.monotonic()
+    while not condition():
+        assert time.monotonic() - start < HANG_S, f"never saw {what}"
+        time.sleep(0.002)
+    return time.monotonic() - start
+
+
+HANG_S = 30.0
+
+
+def test_threads_enforce_changes_to_the_new_quotas_while_they_arrive(tmp_path: Path) -> None:
+    """Recording threads (partition mutations, new connections) keep going while another
+    thread changes the store; a LiveQuotas thread (default interval) applies each change,
+    and the recorders see it enforced."""
+    store = SQLiteStore(tmp_path / "q.sqlite")
+    store.apply(change(Entity(client_id="unrelated"), {"controller_mutation_rate": 1}))
+    stop = threading.Event()
+    seen: dict[str, set[object]] = {"refused": set(), "ip_throttled": set()}
+    errors: list[BaseException] = []
+    clock = itertools.count(1_000_000, 1)  # simulated ms, shared, strictly increasing
+
+    with LiveQuotas.for_store(store, (), controller_mutation=True, connection_quotas=True) as live:
+        mutation, connections = live.mutation_manager, live.connection_quotas
+        assert mutation is not None and connections is not None
+        connections.add_listener("PLAINTEXT")
+
+        def mutate() -> None:
+            try:
+                while not stop.is_set():
+                    check = mutation.record_strict("alice", "admin", 1, now_ms=next(clock))
+                    if not check.accepted:
+                        seen["refused"].add(mutation.quota_for("alice", "admin"))
+            except BaseException as exc:  # reported by the main thread
+                errors.append(exc)
+
+        def connect() -> None:
+            try:
+                while not stop.is_set():
+                    decision = connections.on_new_connection(
+                        "PLAINTEXT", "10.0.0.1", now_ms=next(clock)
+                    )
+                    if decision.ip_throttle_ms > 0:
+                        seen["ip_throttled"].add(connections.ip_quota("10.0.0.1"))
+            except BaseException as exc:
+                errors.append(exc)
+
+        threads = [threading.Thread(target=f) for f in (mutate, connect, mutate, connect)]
+        for thread in threads:
+            thread.start()
+        try:
+            time.sleep(0.2)
+            assert seen == {"refused": set(), "ip_throttled": set()}  # nothing limited yet
+            store.apply(
+                ChangeSet(
+                    (
+                        Alteration(Entity(user="alice"), {"controller_mutation_rate": 5}),
+                        Alteration(IP_1, {"connection_creation_rate": 2}),
+                    )
+                )
+            )
+            wait_for(lambda: 5.0 in seen["refused"], "mutations refused at 5/s")
+            wait_for(lambda: 2 in seen["ip_throttled"], "connections throttled at 2/s")
+            # Removal: back to no limit (Kafka's default), enforced while recording goes on.
+            store.apply(
+                ChangeSet(
+                    (
+                        Alteration(Entity(user="alice"), {}, {"controller_mutation_rate"}),
+                        Alteration(IP_1, {}, {"connection_creation_rate"}),
+                    )
+                )
+            )
+            wait_for(lambda: mutation.quota_for("alice", "admin") is None, "the removal")
+            wait_for(
+                lambda: connections.ip_quota("10.0.0.1") == UNLIMITED_CONNECTION_RATE,
+                "the IP removal",
+            )
+            seen["refused"].clear()
+            seen["ip_throttled"].clear()
+            time.sleep(0.2)
+            assert mutation.record_strict("alice", "admin", 1e9, now_ms=next(clock)).accepted
+            assert (
+                connections.on_new_connection(
+                    "PLAINTEXT", "10.0.0.1", now_ms=next(clock)
+                ).ip_throttle_ms
+                == 0
+            )
+        finally:
+            stop.set()
+            for thread in threads:
+                thread.join(timeout=HANG_S)
+    assert errors == []
+    assert not any(thread.is_alive() for thread in threads)
+    assert live.last_error is None
+
+
+def test_a_cli_change_in_another_process_reaches_the_new_quotas(tmp_path: Path) -> None:
+    path = tmp_path / "q.sqlite"
+    SQLiteStore(path).apply(change(ALICE, {"producer_byte_rate": 1}))  # a schema-1 store
+    with LiveQuotas.for_store(
+        SQLiteStore(path), ["produce"], controller_mutation=True, connection_quotas=True
+    ) as live:
+        mutation, connections = live.mutation_manager, live.connection_quotas
+        assert mutation is not None and connections is not None
+        cli(path, "--alter", "--add-config", "connection_creation_rate=9", "--ip-defaults")
+        cli(path, "--alter", "--add-config", "controller_mutation_rate=0.5", "--client-defaults")
+        # How soon is a measurement (about the 0.5 s interval), not asserted.
+        wait_for(lambda: connections.ip_quota("192.168.1.1") == 9, "the <default> IP rate")
+        wait_for(lambda: mutation.quota_for("u", "c") == 0.5, "the <default> client-id rate")
+        assert live.manager("produce").quota(ALICE) == 1.0
+        cli(path, "--alter", "--delete-config", "connection_creation_rate", "--ip-defaults")
+        wait_for(
+            lambda: connections.ip_quota("192.168.1.1") == UNLIMITED_CONNECTION_RATE,
+            "the removal",
+        )
