@@ -23,8 +23,12 @@ import numpy as np
 import pytest
 from broker_support import no_thread_left_behind  # noqa: F401 (autouse fixture)
 from kquota.broker import (
+    CONNECTION_METRIC_NAMES,
+    MUTATION_METRIC_NAMES,
     QUOTA_VALUE_METRIC_CONFIG,
+    ConnectionQuotaCollector,
     MetricsServerError,
+    MutationQuotaCollector,
     QuotaCollector,
     QuotaPlugin,
     metric_names,
@@ -467,3 +471,201 @@ def test_scrapes_under_load_parse_and_stay_consistent() -> None:
         assert rates[("", f"busy-{k}")] == manager.measure("x", f"busy-{k}", now_ms=t_scrape)
     assert rates[("", "shared")] * 10 == 1 + recorders * per_key
     assert final["kafka_server_produce_queue_size"] == {("", ""): float(throttles[0])}
+
+
+# -- KIP-599 and KIP-612: the controller-mutation quota and connection-creation rates ------
+
+Labelled = dict[str, dict[tuple[tuple[str, str], ...], float]]
+
+
+def scrape_labelled(url: str) -> Labelled:
+    """GET the endpoint; {family: {sorted label pairs: value}}."""
+    with urllib.request.urlopen(url, timeout=30) as response:
+        assert response.status == 200
+        body = response.read().decode()
+    families: Labelled = {}
+    for family in text_string_to_metric_families(body):
+        values = families.setdefault(family.name, {})
+        for sample in family.samples:
+            values[tuple(sorted(sample.labels.items()))] = sample.value
+    return families
+
+
+def ul(user: str, client_id: str) -> tuple[tuple[str, str], ...]:
+    return (("client_id", client_id), ("user", user))
+
+
+def mutations() -> kquota.ControllerMutationQuotaManager:
+    """A user quota (a principal that sanitizes), a <default> client-id quota shared by a
+    client id with a colon, one throttle with a channel queued."""
+    manager = kquota.ControllerMutationQuotaManager()
+    manager.set_quota(kquota.Entity(user="CN=a:b"), 2.0)
+    manager.set_quota(kquota.Entity(client_id=kquota.DEFAULT), 3.0)
+    assert manager.record_strict("CN=a:b", "x", 50, now_ms=1000).accepted
+    assert manager.record_strict("bob", "c:1", 5, now_ms=1000).accepted
+    refused = manager.record_strict("bob", "c:1", 5, now_ms=1100)
+    assert not refused.accepted
+    manager.throttle("bob", "c:1", refused.throttle_ms, now_ms=1100, channel=7)
+    return manager
+
+
+def test_mutation_scrape_has_kafkas_names_and_the_cores_values() -> None:
+    manager = mutations()
+    collector = MutationQuotaCollector(manager, clock=lambda: 2000)
+    with serve_metrics(collector) as server:
+        got = scrape_labelled(server.url)
+    assert (
+        set(got)
+        == set(MUTATION_METRIC_NAMES)
+        == {
+            "kafka_server_controllermutation_tokens",
+            "kafka_server_controllermutation_throttle_time",
+            "kafka_server_controllermutation_queue_size",
+        }
+    )
+    # TokenBucket: a new bucket fills at quota/s from time 0 up to the burst (11 x 1 s x
+    # quota): alice had 2 at 1000 ms, took 50 (-48), refilled 2 by 2000 ms.
+    assert got["kafka_server_controllermutation_tokens"] == {
+        ul("CN%3Da%3Ab", ""): -46.0,  # the sanitized principal, as Kafka's user tag
+        ul("", "c:1"): manager.tokens("", "c:1", now_ms=2000),
+    }
+    assert got["kafka_server_controllermutation_tokens"][ul("", "c:1")] == pytest.approx(1.0)
+    throttle = got["kafka_server_controllermutation_throttle_time"]
+    # The refused request's throttle: 3 - 5 + 0.3 = -1.7 tokens at 3/s, round(1.7 / 3 s).
+    assert throttle[ul("", "c:1")] == 567.0
+    assert math.isnan(throttle[ul("CN%3Da%3Ab", "")])  # no throttle in its window
+    assert got["kafka_server_controllermutation_queue_size"] == {(): 1.0}
+
+
+def test_mutation_sensors_that_expired_or_no_longer_resolve_are_left_out() -> None:
+    manager = mutations()
+    collector = MutationQuotaCollector(manager, clock=lambda: 2000)
+    manager.remove_quota(kquota.Entity(user="CN=a:b"))  # alice now resolves elsewhere
+    families = {m.name: m for m in collector.collect()}
+    users = {s.labels["user"] for s in families["kafka_server_controllermutation_tokens"].samples}
+    assert "CN%3Da%3Ab" not in users
+    manager.expire_sensors(now_ms=10_000_000)
+    families = {m.name: m for m in collector.collect()}
+    assert families["kafka_server_controllermutation_tokens"].samples == []
+    assert families["kafka_server_controllermutation_throttle_time"].samples == []
+
+
+def connections() -> kquota.ConnectionQuotas:
+    """Two listeners; a broker-wide limit that delays accepts; a per-IP rate that
+    throttles an IPv6 client; an unlimited IPv4 client."""
+    quotas = kquota.ConnectionQuotas(max_connection_creation_rate=2)
+    quotas.add_listener("PLAINTEXT")
+    quotas.add_listener("SSL", 1)
+    quotas.set_ip_quota("2001:db8::1", 1)
+    for t in range(0, 300, 10):  # 30 per listener in 0.3 s: over every limit
+        quotas.on_new_connection("PLAINTEXT", "2001:db8::1", now_ms=1000 + t)
+        quotas.on_new_connection("SSL", "10.0.0.1", now_ms=1001 + t)
+    return quotas
+
+
+def test_connection_scrape_has_kafkas_names_and_the_cores_values() -> None:
+    quotas = connections()
+    now = 1500
+    collector = ConnectionQuotaCollector(quotas, clock=lambda: now)
+    with serve_metrics(collector) as server:
+        got = scrape_labelled(server.url)
+    prefix = "kafka_server_socket_server_metrics_"
+    assert (
+        set(got)
+        == set(CONNECTION_METRIC_NAMES)
+        == {
+            f"{prefix}broker_connection_accept_rate",
+            f"{prefix}connection_accept_rate",
+            f"{prefix}connection_accept_throttle_time",
+            f"{prefix}ip_connection_accept_throttle_time",
+        }
+    )
+    assert got[f"{prefix}broker_connection_accept_rate"] == {(): quotas.broker_rate(now_ms=now)}
+    ipv6 = "2001:db8:0:0:0:0:0:1"  # Kafka's tag: InetAddress.getHostAddress()
+    assert got[f"{prefix}connection_accept_rate"] == {
+        (("ip", ""), ("listener", "PLAINTEXT")): quotas.listener_rate("PLAINTEXT", now_ms=now),
+        (("ip", ""), ("listener", "SSL")): quotas.listener_rate("SSL", now_ms=now),
+        (("ip", ipv6), ("listener", "")): quotas.ip_rate(ipv6, now_ms=now),
+        # 10.0.0.1 has no IP quota: as in Kafka, no per-IP sensor is kept for it.
+    }
+    assert quotas.ip_rate("10.0.0.1", now_ms=now) is None
+    assert all(v > 0 for v in got[f"{prefix}connection_accept_rate"].values())
+    for listener in ("PLAINTEXT", "SSL"):
+        delay, ip_delay = quotas.listener_throttle_avgs(listener, now_ms=now)
+        for name, value in (
+            (f"{prefix}connection_accept_throttle_time", delay),
+            (f"{prefix}ip_connection_accept_throttle_time", ip_delay),
+        ):
+            scraped = got[name][(("listener", listener),)]
+            assert scraped == value or (math.isnan(scraped) and math.isnan(value))
+    # The broker limit delayed accepts, the IP limit throttled the IPv6 client on PLAINTEXT.
+    assert got[f"{prefix}connection_accept_throttle_time"][(("listener", "PLAINTEXT"),)] > 0
+    assert got[f"{prefix}ip_connection_accept_throttle_time"][(("listener", "PLAINTEXT"),)] > 0
+    assert math.isnan(got[f"{prefix}ip_connection_accept_throttle_time"][(("listener", "SSL"),)])
+
+
+def test_new_collectors_describe_without_reading_and_check_their_argument() -> None:
+    registry = CollectorRegistry(auto_describe=True)
+    manager, quotas = kquota.ControllerMutationQuotaManager(), kquota.ConnectionQuotas()
+    registry.register(MutationQuotaCollector(manager))
+    registry.register(ConnectionQuotaCollector(quotas))
+    assert manager.sensor_names() == [] and quotas.ip_sensor_names() == []
+    with pytest.raises(InvalidConfigError, match="expected a ControllerMutationQuotaManager"):
+        MutationQuotaCollector(kquota.QuotaManager("produce"))  # type: ignore[arg-type]
+    with pytest.raises(InvalidConfigError, match="expected a ConnectionQuotas"):
+        ConnectionQuotaCollector(manager)  # type: ignore[arg-type]
+
+
+def test_scrapes_while_threads_record_mutations_and_connections() -> None:
+    """Threads record for 40 clients and 40 IPs while another scrapes over HTTP; every
+    scrape parses, and once recording stops a scrape equals the core's reads."""
+    manager = kquota.ControllerMutationQuotaManager()
+    manager.set_quota(kquota.Entity(user=kquota.DEFAULT), 5.0)
+    quotas = kquota.ConnectionQuotas(max_connection_creation_rate=1000)
+    quotas.add_listener("PLAINTEXT")
+    quotas.set_ip_quota(None, 3)
+    clock = itertools.count(10_000)  # simulated ms shared by recorders and scrapes
+    scrape_at = [0]
+    stop = threading.Event()
+
+    def record(worker: int) -> None:
+        for i in itertools.count():
+            if stop.is_set():
+                return
+            t = next(clock)
+            manager.record_permissive(f"u{(worker + i) % 40}", "app", 1, now_ms=t)
+            quotas.on_new_connection("PLAINTEXT", f"10.1.0.{(worker + i) % 40}", now_ms=t)
+
+    collectors = (
+        MutationQuotaCollector(manager, clock=lambda: scrape_at[0]),
+        ConnectionQuotaCollector(quotas, clock=lambda: scrape_at[0]),
+    )
+    with serve_metrics(*collectors) as server:
+        threads = [threading.Thread(target=record, args=(w,)) for w in range(4)]
+        for thread in threads:
+            thread.start()
+        try:
+            deadline = time.monotonic() + HANG_S
+            seen_all = False
+            while not seen_all:  # until every client and IP has appeared in a scrape
+                assert time.monotonic() < deadline, "not every sensor appeared"
+                scrape_at[0] = next(clock)
+                during = scrape_labelled(server.url)  # parses while the sensors change
+                seen_all = (
+                    len(during.get("kafka_server_controllermutation_tokens", {})) == 40
+                    and len(during["kafka_server_socket_server_metrics_connection_accept_rate"])
+                    == 41
+                )
+        finally:
+            stop.set()
+            for thread in threads:
+                thread.join(HANG_S)
+        now = scrape_at[0] = next(clock)
+        got = scrape_labelled(server.url)
+    tokens = got["kafka_server_controllermutation_tokens"]
+    assert tokens == {ul(f"u{i}", ""): manager.tokens(f"u{i}", "", now_ms=now) for i in range(40)}
+    rates = got["kafka_server_socket_server_metrics_connection_accept_rate"]
+    assert len(rates) == 41  # the listener and 40 IPs
+    for i in range(40):
+        ip = f"10.1.0.{i}"
+        assert rates[(("ip", ip), ("listener", ""))] == quotas.ip_rate(ip, now_ms=now)
