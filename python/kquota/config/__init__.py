@@ -1,6 +1,8 @@
 """Quota configuration: Kafka's vocabulary, the quota file format, stores and live updates.
 
-* :mod:`kquota.config.model`: :class:`QuotaConfig` and the quota file format.
+* :mod:`kquota.config.model`: :class:`QuotaConfig`, the quota file format, and the
+  entities and properties Kafka's controller accepts (user / client-id entities, and
+  :class:`IpEntity` for ``connection_creation_rate``).
 * :mod:`kquota.config.static`: KIP-13 static defaults from a properties file.
 * :mod:`kquota.config.store`: :class:`QuotaStore`, :class:`SQLiteStore`, :class:`MemoryStore`.
 * :mod:`kquota.config.live`: :class:`LiveQuotas`, managers that follow a store.
