@@ -14,8 +14,8 @@ use pyo3::PyTypeInfo;
 use kquota_core as core;
 
 mod args;
-mod replay;
 mod mutation;
+mod replay;
 
 /// kquota's exception classes, made once per interpreter. `InvalidValueError` derives
 /// from both `KquotaError` and `ValueError`, which `create_exception!` cannot express.
