@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
 import json
 import logging
 import queue
@@ -530,7 +529,13 @@ def test_threads_enforce_changes_to_the_new_quotas_while_they_arrive(tmp_path: P
     stop = threading.Event()
     seen: dict[str, set[object]] = {"refused": set(), "ip_throttled": set()}
     errors: list[BaseException] = []
-    clock = itertools.count(1_000_000, 1)  # simulated ms, shared, strictly increasing
+
+    def clock() -> int:
+        """The time as Kafka's threads read it: each thread's readings never go back, but a
+        thread may record after others recorded later times (a shared simulated counter
+        let a descheduled thread fall seconds behind, and an unlimited bucket refilled
+        over minus eleven seconds goes negative, as Kafka's would)."""
+        return time.monotonic_ns() // 1_000_000
 
     with LiveQuotas.for_store(store, (), controller_mutation=True, connection_quotas=True) as live:
         mutation, connections = live.mutation_manager, live.connection_quotas
@@ -540,7 +545,7 @@ def test_threads_enforce_changes_to_the_new_quotas_while_they_arrive(tmp_path: P
         def mutate() -> None:
             try:
                 while not stop.is_set():
-                    check = mutation.record_strict("alice", "admin", 1, now_ms=next(clock))
+                    check = mutation.record_strict("alice", "admin", 1, now_ms=clock())
                     if not check.accepted:
                         seen["refused"].add(mutation.quota_for("alice", "admin"))
             except BaseException as exc:  # reported by the main thread
@@ -550,7 +555,7 @@ def test_threads_enforce_changes_to_the_new_quotas_while_they_arrive(tmp_path: P
             try:
                 while not stop.is_set():
                     decision = connections.on_new_connection(
-                        "PLAINTEXT", "10.0.0.1", now_ms=next(clock)
+                        "PLAINTEXT", "10.0.0.1", now_ms=clock()
                     )
                     if decision.ip_throttle_ms > 0:
                         seen["ip_throttled"].add(connections.ip_quota("10.0.0.1"))
@@ -590,10 +595,10 @@ def test_threads_enforce_changes_to_the_new_quotas_while_they_arrive(tmp_path: P
             seen["refused"].clear()
             seen["ip_throttled"].clear()
             time.sleep(0.2)
-            assert mutation.record_strict("alice", "admin", 1e9, now_ms=next(clock)).accepted
+            assert mutation.record_strict("alice", "admin", 1e9, now_ms=clock()).accepted
             assert (
                 connections.on_new_connection(
-                    "PLAINTEXT", "10.0.0.1", now_ms=next(clock)
+                    "PLAINTEXT", "10.0.0.1", now_ms=clock()
                 ).ip_throttle_ms
                 == 0
             )
