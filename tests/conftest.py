@@ -53,6 +53,19 @@ def spark() -> Iterator[Any]:
     session.stop()
 
 
+@pytest.fixture(autouse=True)
+def _no_kafka_client_outlives_its_test(request: pytest.FixtureRequest) -> Iterator[None]:
+    """After a test with the broker: collect reference cycles, so that a librdkafka client
+    the test left behind (its callbacks refer back to the object holding it) is destroyed
+    now, not when the collector next runs: until then it reconnects to the address the
+    next test's proxy listens on, and that proxy counts a connection it did not expect."""
+    yield
+    if "tansu" in request.fixturenames:
+        import gc
+
+        gc.collect()
+
+
 # -- Tansu: the real Kafka-compatible broker behind `kquota proxy` -------------------------
 
 TANSU_VERSION = "0.6.0"

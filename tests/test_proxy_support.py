@@ -109,6 +109,10 @@ class RunningProxy:
     def connections(self) -> int:
         return self.server.connections
 
+    def peers(self) -> set[str]:
+        """The client addresses (``HOST:PORT``) of the connections open now."""
+        return {c.peer for c in self.server._connections}
+
 
 @contextlib.contextmanager
 def run_proxy(
