@@ -267,32 +267,21 @@ def _replay(
     config = options.quotas
     labels = tuple(options.scenarios)
     order = [F.col(TS), *(F.col(c) for c in SEQ_COLUMNS)]
-    if options.mode == "closed":
-        scenarios = spark.createDataFrame(
-            [(label, i) for i, label in enumerate(labels)],
-            f"{SCENARIO} string, {stages.SCENARIO_INDEX} int",
+    if options.mode == "closed" or options.partition == "broker":
+        # one pass, one shuffle for every scenario: a partition holds whole brokers, each
+        # replayed in time order through the core's kernel
+        rows = valid.repartition(F.col(BROKER)).sortWithinPartitions(*order)
+        whole = stages.ReplayPlan(
+            tuple(configs), labels, base_json, closed=options.mode == "closed"
         )
-        rows = valid.crossJoin(F.broadcast(scenarios))
-        fields = [f for f in _result_fields() if f[0] != SCENARIO]
-        schema = _with_field(rows.schema, *_tag_fields(), *fields)
-        return (
-            rows.groupBy(stages.SCENARIO_INDEX, BROKER)
-            .applyInArrow(lambda table: stages.closed_stage(configs, base_json, table), schema)
-            .drop(stages.SCENARIO_INDEX)
-        )
+        schema = _with_field(valid.schema, *_tag_fields(), *_result_fields())
+        return rows.mapInArrow(lambda batches: stages.replay(whole, batches), schema)
 
     request = bool(config.quotas("request")) and THREAD in valid.columns
     replay_bytes = bool(config.quotas("produce") or config.quotas("fetch"))
     plan = functools.partial(
         stages.StreamPlan, tuple(configs), labels, base_json, replay_bytes=replay_bytes
     )
-    if options.partition == "broker":
-        # one pass: a partition holds whole brokers, every sensor of them in time order
-        rows = valid.repartition(F.col(BROKER)).sortWithinPartitions(*order)
-        final = plan(resolve=True, request=request, final=True)
-        schema = _with_field(valid.schema, *_tag_fields(), *_result_fields())
-        return rows.mapInArrow(lambda batches: stages.stream(final, batches), schema)
-
     # by sensor: resolve the sensors first, then one pass per quota family
     tag_type = ", ".join(f"{name}: string" for name in (stages.KIND, *(n for n, _ in stages.TAGS)))
 
