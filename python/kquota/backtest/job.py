@@ -30,7 +30,7 @@ import functools
 import shutil
 import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, cast
 
 import pandas as pd  # type: ignore[import-untyped]
 import pyarrow as pa  # type: ignore[import-untyped]
@@ -67,6 +67,7 @@ from kquota.backtest.session import Progress, reading_traffic, writing_output
 from kquota.exceptions import TrafficError
 
 if TYPE_CHECKING:
+    from pyspark import Accumulator, AccumulatorParam
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.types import DataType, StructType
 
@@ -158,7 +159,13 @@ def _run(spark: SparkSession, options: BacktestOptions, progress: Progress) -> B
     progress.phase(
         f"replaying {valid_rows:,} requests x {len(configs)} scenario(s), {options.mode} loop"
     )
-    replayed = _replay(spark, valid, options, configs)
+    # the kernel's entity summaries come back with the replay (whole brokers per task)
+    by_kernel = options.mode == "closed" or options.partition == "broker"
+    sink: Accumulator[dict[str, dict[str, Any]]] | None = None
+    if by_kernel:
+        param = cast("AccumulatorParam[dict[str, dict[str, Any]]]", stages.SummarySink())
+        sink = spark.sparkContext.accumulator({}, param)
+    replayed = _replay(spark, valid, options, configs, sink)
     extras = [c for c in valid.columns if c not in STANDARD and not c.startswith(inputs.PREFIX)]
     requests_path = f"{out}/requests"
     with writing_output(requests_path):
@@ -171,7 +178,11 @@ def _run(spark: SparkSession, options: BacktestOptions, progress: Progress) -> B
     progress.phase(f"wrote {requests_path}/; summarizing entities")
     usage = summaries.usage_all(requests, options.quotas)
     with writing_output(entities_path):
-        if usage is not None:
+        if sink is not None:
+            summaries.kernel_entities(spark, sink.value, options).write.mode("overwrite").parquet(
+                entities_path
+            )
+        elif usage is not None:
             summaries.entities(spark, usage, valid, options).write.mode("overwrite").parquet(
                 entities_path
             )
@@ -257,7 +268,11 @@ def _tag_fields() -> list[tuple[str, DataType]]:
 
 
 def _replay(
-    spark: SparkSession, valid: DataFrame, options: BacktestOptions, configs: Sequence[str]
+    spark: SparkSession,
+    valid: DataFrame,
+    options: BacktestOptions,
+    configs: Sequence[str],
+    sink: Accumulator[dict[str, dict[str, Any]]] | None = None,
 ) -> DataFrame:
     """Every request once per scenario, with its throttles, sending time and sensor tags."""
     from pyspark.sql import functions as F
@@ -272,7 +287,7 @@ def _replay(
         # replayed in time order through the core's kernel
         rows = valid.repartition(F.col(BROKER)).sortWithinPartitions(*order)
         whole = stages.ReplayPlan(
-            tuple(configs), labels, base_json, closed=options.mode == "closed"
+            tuple(configs), labels, base_json, closed=options.mode == "closed", summaries=sink
         )
         schema = _with_field(valid.schema, *_tag_fields(), *_result_fields())
         return rows.mapInArrow(lambda batches: stages.replay(whole, batches), schema)

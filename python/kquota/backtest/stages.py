@@ -52,6 +52,7 @@ __all__ = [
     "TAGS",
     "ReplayPlan",
     "StreamPlan",
+    "SummarySink",
     "closed_stage",
     "label_batches",
     "pair_batches",
@@ -203,12 +204,35 @@ def stream(plan: StreamPlan, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.R
 
 @dataclass(frozen=True)
 class ReplayPlan:
-    """What :func:`replay` does: every scenario in one pass, open or closed loop."""
+    """What :func:`replay` does: every scenario in one pass, open or closed loop.
+
+    ``summaries``, a Spark accumulator of :class:`SummarySink`, receives the kernel's
+    entity summaries of every broker replayed (its ``add`` of ``{broker: columns}``).
+    """
 
     configs: tuple[str, ...]
     labels: tuple[str, ...]
     base: str
     closed: bool
+    summaries: Any = None
+
+
+class SummarySink:
+    """A Spark ``AccumulatorParam`` of ``{broker: the kernel's summaries() columns}``.
+
+    A broker is replayed whole by one task: a task that runs again (a retry, a speculative
+    copy) sends the same broker's summaries again, and they replace the first ones.
+    """
+
+    def zero(self, value: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+        del value
+        return {}
+
+    def addInPlace(  # Spark's name
+        self, value: dict[str, dict[str, Any]], other: dict[str, dict[str, Any]]
+    ) -> dict[str, dict[str, Any]]:
+        value.update(other)
+        return value
 
 
 @functools.lru_cache(maxsize=16)
@@ -378,6 +402,8 @@ def replay(plan: ReplayPlan, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.R
     for state in brokers.values():
         if plan.closed:
             yield from _emit(plan, labels, state, None, state.kernel.finish())
+    if plan.summaries is not None and brokers:
+        plan.summaries.add({name: state.kernel.summaries() for name, state in brokers.items()})
 
 
 _RESULTS: Final = (
