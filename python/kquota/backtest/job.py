@@ -7,19 +7,25 @@ Steps (each Spark action is announced by :class:`~kquota.backtest.session.Progre
    replayed in input order) (:mod:`~kquota.backtest.inputs`);
 2. validate: bad rows (missing or negative bytes, unparsable times, wrong types) get a
    reason, are counted and written to ``DIR/quarantine/``; ``strict`` refuses them;
-3. resolve every request's sensors with the core's precedence rules (``mapInArrow``);
-4. replicate the rows once per scenario (``--scale``) and replay: in open loop, group by
-   (scenario, broker, hash bucket of the request-quota sensor) for the request quota, then
-   by (scenario, broker, API, hash bucket of the byte-rate sensor) for produce and fetch
-   (``applyInArrow``; a sensor always falls into one group, replayed in time order); in
-   closed loop, group by (scenario, broker), which is sequential (:func:`_replay`; the
-   functions the executors run are in :mod:`~kquota.backtest.stages`);
-5. write ``DIR/requests/`` (partitioned by scenario), read it back for ``DIR/entities/``
-   (one row per sensor) and, with ``recommend``, ``DIR/recommendations/``
+3. resolve every request's sensors with the core's precedence rules (once per distinct
+   ``(user, client_id)``, in the replay);
+4. replay every scenario (``--scale``) in one pass: repartition by broker (one shuffle for
+   all scenarios), sort by time within partitions and stream the Arrow batches through the
+   core's :class:`~kquota.ReplayKernel` (``mapInArrow``, :func:`stages.replay`: strings
+   become dictionary codes once per batch, results come back as Arrow columns), in open
+   or closed loop; each row comes out once per scenario. ``--partition sensor`` (open
+   loop) resolves the sensors first (Arrow UDF), then groups by (broker, request-quota
+   sensor) for the request quota and by (broker, API, byte-rate sensor) for produce and
+   fetch (a sensor always falls into one group, replayed in time order; more parallel
+   than there are brokers);
+5. write ``DIR/requests/`` (partitioned by scenario); ``DIR/entities/`` (one row per
+   sensor) from the kernels' summaries, sent back with the replay (by sensor: aggregated
+   by Spark from ``DIR/requests/``); with ``recommend``, ``DIR/recommendations/``
    (:mod:`~kquota.backtest.summaries`);
 6. collect only small aggregates for the report (:mod:`~kquota.backtest.report`).
 
-The job never collects the traffic to the driver. Functions shipped to executors are
+The job never collects the traffic to the driver (the kernels' entity summaries, a row per
+sensor, come through it on their way to ``DIR/entities/``). Functions shipped to executors are
 module-level functions of this package with the configuration passed as JSON, so the
 executors need ``kquota`` installed (the README: "Running on an existing Spark cluster").
 """

@@ -1,6 +1,6 @@
 """What runs on the executors: the functions Spark's ``mapInArrow`` and ``applyInArrow``
-call, each a thin adapter from Arrow batches to a plain function of
-:mod:`kquota.backtest.kernel`.
+call, each a thin adapter from Arrow batches to the core's :class:`~kquota.ReplayKernel`
+(:func:`replay`) or a plain function of :mod:`kquota.backtest.kernel`.
 
 They are module-level functions with the configuration passed as JSON (parsed once per
 executor and cached), so Spark ships them by name: the executors need ``kquota`` installed.
@@ -48,12 +48,10 @@ from kquota.config.model import QuotaType
 
 __all__ = [
     "KIND",
-    "SCENARIO_INDEX",
     "TAGS",
     "ReplayPlan",
     "StreamPlan",
     "SummarySink",
-    "closed_stage",
     "label_batches",
     "pair_batches",
     "peak_batches",
@@ -64,8 +62,6 @@ __all__ = [
     "stream",
 ]
 
-SCENARIO_INDEX: Final = "_kq_scn"
-"""Closed loop: the index of a row's scenario in the list of configurations."""
 KIND: Final = "_kq_kind"
 """By-sensor replay: a request's kind (:func:`resolve_arrays`), for the byte-rate pass."""
 
@@ -468,25 +464,6 @@ def _emit(
     while state.held and state.done[0] == state.held[0].num_rows * len(labels):
         state.first += state.held[0].num_rows
         del state.held[0], state.done[0]
-
-
-def closed_stage(configs: Sequence[str], base_json: str, table: pa.Table) -> pa.Table:
-    """applyInArrow: the closed-loop replay of one (scenario, broker) group."""
-    frame = _frame(table, (*_KERNEL_COLUMNS, *SEQ_COLUMNS))
-    result = kernel.replay_closed(frame, _config(configs[table.column(SCENARIO_INDEX)[0].as_py()]))
-    resolved = kernel.resolve_sensors(frame, _managers(base_json))
-    for name, key in TAGS:
-        table = table.append_column(name, _string_column(resolved[key]))
-    for name, kind in (
-        (PRODUCE_THROTTLE, pa.int32()),
-        (FETCH_THROTTLE, pa.int32()),
-        (REQUEST_THROTTLE, pa.int32()),
-        (THROTTLE, pa.int32()),
-        (SENT, pa.int64()),
-        (ADDED_LATENCY, pa.int64()),
-    ):
-        table = table.append_column(name, pa.array(result[name].to_numpy(), kind))
-    return table
 
 
 def peak_batches(window_json: str, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
