@@ -61,9 +61,20 @@ $(CARGO_FUZZ):
 
 tools: $(TANSU) $(CARGO_FUZZ) ## Build the pinned tools from crates.io into $(KQUOTA_CACHE)
 
+# The demo times the back-test and, on the same traffic, the floor job of issue 14
+# (benches/floor_job.py: read, repartition by broker, sort by time, identity mapInArrow,
+# write two columns), both as whole processes on the same master.
+DEMO_MASTER ?= local[*]
 demo: $(EXT) ## Back-test 3M generated requests on Spark (what-if x0.5/x1/x2, recommendations)
 	$(PY) -m kquota gen-traffic --out demo-out/traffic.parquet --requests 3000000 --quotas-out demo-out/quotas.json
-	$(PY) -m kquota backtest --traffic demo-out/traffic.parquet --quotas demo-out/quotas.json --out demo-out/backtest --scale 0.5,1,2 --recommend
+	@start=$$(date +%s.%N); \
+	$(PY) -m kquota backtest --traffic demo-out/traffic.parquet --quotas demo-out/quotas.json --out demo-out/backtest --scale 0.5,1,2 --recommend --master '$(DEMO_MASTER)' || exit $$?; \
+	middle=$$(date +%s.%N); \
+	echo "Timing the floor job on the same traffic (benches/floor_job.py)"; \
+	$(PY) benches/floor_job.py --traffic demo-out/traffic.parquet --out demo-out/floor --master '$(DEMO_MASTER)' > /dev/null || exit $$?; \
+	end=$$(date +%s.%N); \
+	awk -v s=$$start -v m=$$middle -v e=$$end 'BEGIN { b = m - s; f = e - m; \
+	  printf "back-test: %.1f s; floor job: %.1f s; back-test / floor = %.2fx (issue 14: at most 3x)\n", b, f, b / f }'
 	@echo "The report is $(abspath demo-out/backtest/report.html)"
 
 test: check-shared test-rust test-loom test-python test-corpora ## Run every test: core (cargo + loom), Python, fuzz corpora replayed

@@ -2,7 +2,7 @@
 ``benches/results/latest.json`` and the table in README.md between the bench markers, and
 prints the table.
 
-Every row compares kquota with one baseline measured in the same run. Where issue 6 sets a
+Every row compares kquota with one baseline measured in the same run. Where issues 6 and 14 set a
 target for a number, the row says what it is and whether this run met it (``target``,
 ``target_value`` in the row's unit, ``met``).
 Run by ``make bench`` and ``make bench-quick`` after the benchmarks; safe to run again on
@@ -139,7 +139,7 @@ def python_rows() -> tuple[list[Row], str | None]:
     return rows, results.get("mode")
 
 
-# -- targets (issue 6) ----------------------------------------------------------------------
+# -- targets (issues 6 and 14) ---------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -183,6 +183,22 @@ TARGETS = [
         "*/request_path",
         "<= 20 ns (>= 50 M requests/s)",
         at_most(20),
+    ),
+    # issue 14: Spark end to end on local[2] (benches/test_backtest_floor.py), both timed as
+    # whole processes on the same traffic, against the floor job (benches/floor_job.py)
+    Target(
+        "python/backtest_floor_1_scenario/kquota",
+        "*/floor_job",
+        "<= 2x the floor job's time",
+        times_faster(1 / 2),
+        True,
+    ),
+    Target(
+        "python/backtest_floor_3_scenarios/kquota",
+        "*/floor_job",
+        "<= 3x the floor job's time",
+        times_faster(1 / 3),
+        True,
     ),
 ]
 
@@ -260,8 +276,8 @@ def table(rows: list[Row], info: dict[str, Any], mode: str) -> str:
     lines = [
         f"{run} on {info['cpu']} ({info['cores']} cores), Python {info['python']}, "
         f"{info['platform']}. Ratio = baseline / kquota, both from the same run (above 1: "
-        "kquota is faster or smaller). Targets are issue 6's; a relative one shows the bound it "
-        "sets in this run.",
+        "kquota is faster or smaller). Targets are issues 6 and 14's; a relative one shows the "
+        "bound it sets in this run.",
         "",
         "| benchmark | kquota | baseline (same run) | ratio | target | result |",
         "|---|---:|---:|---:|---|---|",

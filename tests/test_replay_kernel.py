@@ -1,6 +1,7 @@
 """kquota.ReplayKernel: the core's sequential replay against the back-test's Python kernel
-(``replay_open``, ``replay_closed``, ``summarize``) on generated traffic, the conformance
-vectors replayed through it, and its handling of bad input."""
+(``replay_open``, ``summarize``) and the closed loop in plain Python (closed_loop_reference.py,
+the back-test's former ``replay_closed``) on generated traffic, the conformance vectors
+replayed through it, and its handling of bad input."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd  # type: ignore[import-untyped]
 import pytest
+from closed_loop_reference import replay_closed
 from kquota import (
     DEFAULT,
     UNLIMITED,
@@ -152,7 +154,7 @@ def test_closed_loop_equals_replay_closed(frame: pd.DataFrame) -> None:
     configs = [mixed_config().scaled(s) for s in (0.5, 1.0)]
     got, _ = replay(frame, configs, closed_loop=True, batch=613)
     for config, result in zip(configs, got, strict=True):
-        want = kernel.replay_closed(frame, config)
+        want = replay_closed(frame, config)
         for name in (*THROTTLES, SENT, ADDED_LATENCY):
             np.testing.assert_array_equal(result[name].to_numpy(), want[name].to_numpy(), name)
         assert (result[ADDED_LATENCY] > 0).any()

@@ -7,19 +7,25 @@ Steps (each Spark action is announced by :class:`~kquota.backtest.session.Progre
    replayed in input order) (:mod:`~kquota.backtest.inputs`);
 2. validate: bad rows (missing or negative bytes, unparsable times, wrong types) get a
    reason, are counted and written to ``DIR/quarantine/``; ``strict`` refuses them;
-3. resolve every request's sensors with the core's precedence rules (``mapInArrow``);
-4. replicate the rows once per scenario (``--scale``) and replay: in open loop, group by
-   (scenario, broker, hash bucket of the request-quota sensor) for the request quota, then
-   by (scenario, broker, API, hash bucket of the byte-rate sensor) for produce and fetch
-   (``applyInArrow``; a sensor always falls into one group, replayed in time order); in
-   closed loop, group by (scenario, broker), which is sequential (:func:`_replay`; the
-   functions the executors run are in :mod:`~kquota.backtest.stages`);
-5. write ``DIR/requests/`` (partitioned by scenario), read it back for ``DIR/entities/``
-   (one row per sensor) and, with ``recommend``, ``DIR/recommendations/``
+3. resolve every request's sensors with the core's precedence rules (once per distinct
+   ``(user, client_id)``, in the replay);
+4. replay every scenario (``--scale``) in one pass: repartition by broker (one shuffle for
+   all scenarios), sort by time within partitions and stream the Arrow batches through the
+   core's :class:`~kquota.ReplayKernel` (``mapInArrow``, :func:`stages.replay`: strings
+   become dictionary codes once per batch, results come back as Arrow columns), in open
+   or closed loop; each row comes out once per scenario. ``--partition sensor`` (open
+   loop) resolves the sensors first (Arrow UDF), then groups by (broker, request-quota
+   sensor) for the request quota and by (broker, API, byte-rate sensor) for produce and
+   fetch (a sensor always falls into one group, replayed in time order; more parallel
+   than there are brokers);
+5. write ``DIR/requests/`` (partitioned by scenario); ``DIR/entities/`` (one row per
+   sensor) from the kernels' summaries, sent back with the replay (by sensor: aggregated
+   by Spark from ``DIR/requests/``); with ``recommend``, ``DIR/recommendations/``
    (:mod:`~kquota.backtest.summaries`);
 6. collect only small aggregates for the report (:mod:`~kquota.backtest.report`).
 
-The job never collects the traffic to the driver. Functions shipped to executors are
+The job never collects the traffic to the driver (the kernels' entity summaries, a row per
+sensor, come through it on their way to ``DIR/entities/``). Functions shipped to executors are
 module-level functions of this package with the configuration passed as JSON, so the
 executors need ``kquota`` installed (the README: "Running on an existing Spark cluster").
 """
@@ -30,7 +36,7 @@ import functools
 import shutil
 import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, cast
 
 import pandas as pd  # type: ignore[import-untyped]
 import pyarrow as pa  # type: ignore[import-untyped]
@@ -67,6 +73,7 @@ from kquota.backtest.session import Progress, reading_traffic, writing_output
 from kquota.exceptions import TrafficError
 
 if TYPE_CHECKING:
+    from pyspark import Accumulator, AccumulatorParam
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.types import DataType, StructType
 
@@ -158,7 +165,13 @@ def _run(spark: SparkSession, options: BacktestOptions, progress: Progress) -> B
     progress.phase(
         f"replaying {valid_rows:,} requests x {len(configs)} scenario(s), {options.mode} loop"
     )
-    replayed = _replay(spark, valid, options, configs)
+    # the kernel's entity summaries come back with the replay (whole brokers per task)
+    by_kernel = options.mode == "closed" or options.partition == "broker"
+    sink: Accumulator[dict[str, dict[str, Any]]] | None = None
+    if by_kernel:
+        param = cast("AccumulatorParam[dict[str, dict[str, Any]]]", stages.SummarySink())
+        sink = spark.sparkContext.accumulator({}, param)
+    replayed = _replay(spark, valid, options, configs, sink)
     extras = [c for c in valid.columns if c not in STANDARD and not c.startswith(inputs.PREFIX)]
     requests_path = f"{out}/requests"
     with writing_output(requests_path):
@@ -171,7 +184,11 @@ def _run(spark: SparkSession, options: BacktestOptions, progress: Progress) -> B
     progress.phase(f"wrote {requests_path}/; summarizing entities")
     usage = summaries.usage_all(requests, options.quotas)
     with writing_output(entities_path):
-        if usage is not None:
+        if sink is not None:
+            summaries.kernel_entities(spark, sink.value, options).write.mode("overwrite").parquet(
+                entities_path
+            )
+        elif usage is not None:
             summaries.entities(spark, usage, valid, options).write.mode("overwrite").parquet(
                 entities_path
             )
@@ -258,7 +275,11 @@ def _tag_fields() -> list[tuple[str, DataType]]:
 
 
 def _replay(
-    spark: SparkSession, valid: DataFrame, options: BacktestOptions, configs: Sequence[str]
+    spark: SparkSession,
+    valid: DataFrame,
+    options: BacktestOptions,
+    configs: Sequence[str],
+    sink: Accumulator[dict[str, dict[str, Any]]] | None = None,
 ) -> DataFrame:
     """Every request once per scenario, with its throttles, sending time and sensor tags."""
     from pyspark.sql import functions as F
@@ -268,32 +289,21 @@ def _replay(
     config = options.quotas
     labels = tuple(options.scenarios)
     order = [F.col(TS), *(F.col(c) for c in SEQ_COLUMNS)]
-    if options.mode == "closed":
-        scenarios = spark.createDataFrame(
-            [(label, i) for i, label in enumerate(labels)],
-            f"{SCENARIO} string, {stages.SCENARIO_INDEX} int",
+    if options.mode == "closed" or options.partition == "broker":
+        # one pass, one shuffle for every scenario: a partition holds whole brokers, each
+        # replayed in time order through the core's kernel
+        rows = valid.repartition(F.col(BROKER)).sortWithinPartitions(*order)
+        whole = stages.ReplayPlan(
+            tuple(configs), labels, base_json, closed=options.mode == "closed", summaries=sink
         )
-        rows = valid.crossJoin(F.broadcast(scenarios))
-        fields = [f for f in _result_fields() if f[0] != SCENARIO]
-        schema = _with_field(rows.schema, *_tag_fields(), *fields)
-        return (
-            rows.groupBy(stages.SCENARIO_INDEX, BROKER)
-            .applyInArrow(lambda table: stages.closed_stage(configs, base_json, table), schema)
-            .drop(stages.SCENARIO_INDEX)
-        )
+        schema = _with_field(valid.schema, *_tag_fields(), *_result_fields())
+        return rows.mapInArrow(lambda batches: stages.replay(whole, batches), schema)
 
     request = bool(config.quotas("request")) and THREAD in valid.columns
     replay_bytes = bool(config.quotas("produce") or config.quotas("fetch"))
     plan = functools.partial(
         stages.StreamPlan, tuple(configs), labels, base_json, replay_bytes=replay_bytes
     )
-    if options.partition == "broker":
-        # one pass: a partition holds whole brokers, every sensor of them in time order
-        rows = valid.repartition(F.col(BROKER)).sortWithinPartitions(*order)
-        final = plan(resolve=True, request=request, final=True)
-        schema = _with_field(valid.schema, *_tag_fields(), *_result_fields())
-        return rows.mapInArrow(lambda batches: stages.stream(final, batches), schema)
-
     # by sensor: resolve the sensors first, then one pass per quota family
     tag_type = ", ".join(f"{name}: string" for name in (stages.KIND, *(n for n, _ in stages.TAGS)))
 

@@ -1,6 +1,6 @@
 """What runs on the executors: the functions Spark's ``mapInArrow`` and ``applyInArrow``
-call, each a thin adapter from Arrow batches to a plain function of
-:mod:`kquota.backtest.kernel`.
+call, each a thin adapter from Arrow batches to the core's :class:`~kquota.ReplayKernel`
+(:func:`replay`) or a plain function of :mod:`kquota.backtest.kernel`.
 
 They are module-level functions with the configuration passed as JSON (parsed once per
 executor and cached), so Spark ships them by name: the executors need ``kquota`` installed.
@@ -12,13 +12,15 @@ import functools
 import json
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
 import numpy as np
+import numpy.typing as npt
 import pandas as pd  # type: ignore[import-untyped]
 import pyarrow as pa  # type: ignore[import-untyped]
+import pyarrow.compute as pc  # type: ignore[import-untyped]
 
-from kquota import QuotaManager
+from kquota import QuotaManager, ReplayKernel, RequestPath
 from kquota.backtest import kernel
 from kquota.backtest.kernel import (
     ADDED_LATENCY,
@@ -46,21 +48,20 @@ from kquota.config.model import QuotaType
 
 __all__ = [
     "KIND",
-    "SCENARIO_INDEX",
     "TAGS",
+    "ReplayPlan",
     "StreamPlan",
-    "closed_stage",
+    "SummarySink",
     "label_batches",
     "pair_batches",
     "peak_batches",
     "recommend_stage",
+    "replay",
     "request_column",
     "resolve_arrays",
     "stream",
 ]
 
-SCENARIO_INDEX: Final = "_kq_scn"
-"""Closed loop: the index of a row's scenario in the list of configurations."""
 KIND: Final = "_kq_kind"
 """By-sensor replay: a request's kind (:func:`resolve_arrays`), for the byte-rate pass."""
 
@@ -194,23 +195,275 @@ def stream(plan: StreamPlan, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.R
             )
 
 
-def closed_stage(configs: Sequence[str], base_json: str, table: pa.Table) -> pa.Table:
-    """applyInArrow: the closed-loop replay of one (scenario, broker) group."""
-    frame = _frame(table, (*_KERNEL_COLUMNS, *SEQ_COLUMNS))
-    result = kernel.replay_closed(frame, _config(configs[table.column(SCENARIO_INDEX)[0].as_py()]))
-    resolved = kernel.resolve_sensors(frame, _managers(base_json))
-    for name, key in TAGS:
-        table = table.append_column(name, _string_column(resolved[key]))
-    for name, kind in (
-        (PRODUCE_THROTTLE, pa.int32()),
-        (FETCH_THROTTLE, pa.int32()),
-        (REQUEST_THROTTLE, pa.int32()),
-        (THROTTLE, pa.int32()),
-        (SENT, pa.int64()),
-        (ADDED_LATENCY, pa.int64()),
-    ):
-        table = table.append_column(name, pa.array(result[name].to_numpy(), kind))
-    return table
+# -- the replay through the core's sequential kernel --------------------------------------------
+
+
+@dataclass(frozen=True)
+class ReplayPlan:
+    """What :func:`replay` does: every scenario in one pass, open or closed loop.
+
+    ``summaries``, a Spark accumulator of :class:`SummarySink`, receives the kernel's
+    entity summaries of every broker replayed (its ``add`` of ``{broker: columns}``).
+    """
+
+    configs: tuple[str, ...]
+    labels: tuple[str, ...]
+    base: str
+    closed: bool
+    summaries: Any = None
+
+
+class SummarySink:
+    """A Spark ``AccumulatorParam`` of ``{broker: the kernel's summaries() columns}``.
+
+    A broker is replayed whole by one task: a task that runs again (a retry, a speculative
+    copy) sends the same broker's summaries again, and they replace the first ones.
+    """
+
+    def zero(self, value: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+        del value
+        return {}
+
+    def addInPlace(  # Spark's name
+        self, value: dict[str, dict[str, Any]], other: dict[str, dict[str, Any]]
+    ) -> dict[str, dict[str, Any]]:
+        value.update(other)
+        return value
+
+
+@functools.lru_cache(maxsize=16)
+def _paths(configs: tuple[str, ...]) -> list[RequestPath]:
+    """One request path per scenario: the broker's three managers, as configured."""
+    paths = []
+    for text in configs:
+        config = _config(text)
+        paths.append(
+            RequestPath(
+                config.manager("produce"), config.manager("fetch"), config.manager("request")
+            )
+        )
+    return paths
+
+
+def _encode(column: pa.Array) -> tuple[npt.NDArray[np.int32], list[str]]:
+    """A string column as dictionary codes (once per batch; a null is ``""``)."""
+    if column.null_count:
+        column = pc.fill_null(column, "")
+    encoded = column.dictionary_encode()
+    return (
+        encoded.indices.to_numpy(zero_copy_only=False).astype(np.int32, copy=False),
+        encoded.dictionary.to_pylist(),
+    )
+
+
+def _dense_codes(keys: npt.NDArray[np.int64], size: int) -> tuple[npt.NDArray[np.int64], ...]:
+    """The distinct values of ``keys`` (all in ``[0, size)``) and each key's index in them."""
+    if size <= 4 * len(keys) + 1024:
+        seen = np.bincount(keys, minlength=size)
+        distinct = np.flatnonzero(seen)
+        index = np.full(size, -1, dtype=np.int64)
+        index[distinct] = np.arange(len(distinct), dtype=np.int64)
+        return distinct, index[keys]
+    distinct, inverse = np.unique(keys, return_inverse=True)
+    return distinct, inverse.ravel().astype(np.int64)
+
+
+class _Broker:
+    """One broker's replay: its kernel (every scenario) and the ids of its pairs."""
+
+    def __init__(self, plan: ReplayPlan) -> None:
+        self.kernel = ReplayKernel(
+            [], _paths(plan.configs), closed_loop=plan.closed, expiry_task_ms=None
+        )
+        self.ids: dict[tuple[str, str], int] = {}
+        # closed loop: the rows fed and not all replayed yet, from seq ``self.first``
+        self.held: list[pa.RecordBatch] = []
+        self.done: list[int] = []
+        self.first = 0
+        self.fed = 0
+
+    def pair_ids(self, pairs: Sequence[tuple[str, str]]) -> npt.NDArray[np.int32]:
+        new = [p for p in dict.fromkeys(pairs) if p not in self.ids]
+        if new:
+            first = self.kernel.add_pairs(new)
+            self.ids.update((p, first + i) for i, p in enumerate(new))
+        return np.fromiter((self.ids[p] for p in pairs), dtype=np.int32, count=len(pairs))
+
+
+class _Tags:
+    """Each pair's sensor tags (the base configuration's; the same for every scale)."""
+
+    def __init__(self, base: str) -> None:
+        self.managers = _managers(base)
+        self.cache: dict[tuple[str, str], tuple[str | None, ...]] = {}
+
+    def of(self, pair: tuple[str, str]) -> tuple[str | None, ...]:
+        """Produce user/client, fetch user/client, request user/client (None: no quota)."""
+        tags = self.cache.get(pair)
+        if tags is None:
+            found: list[str | None] = []
+            for quota_type in kernel.QUOTA_TYPES:
+                manager = self.managers.get(quota_type)
+                found += manager.tags(*pair) if manager is not None else (None, None)
+            tags = self.cache[pair] = tuple(found)
+        return tags
+
+    def columns(
+        self,
+        pairs: Sequence[tuple[str, str]],
+        pair_index: npt.NDArray[np.int64],
+        kind: npt.NDArray[np.int8],
+    ) -> list[pa.Array]:
+        """The :data:`TAGS` columns of a batch whose rows have these pairs and kinds."""
+        per_pair = [self.of(p) for p in pairs]
+        n_pairs = len(pairs)
+        by_kind = np.where(kind == 0, pair_index, np.where(kind == 1, pair_index + n_pairs, -1))
+        has_bytes = by_kind >= 0
+        byte_index = pa.array(by_kind, mask=None if has_bytes.all() else ~has_bytes)
+        request_index = pa.array(pair_index)
+        out = []
+        for produce, fetch in ((0, 2), (1, 3)):
+            values = [t[produce] for t in per_pair] + [t[fetch] for t in per_pair]
+            out.append(pa.array(values, pa.string()).take(byte_index))
+        for position in (4, 5):
+            values = [t[position] for t in per_pair]
+            out.append(pa.array(values, pa.string()).take(request_index))
+        return out
+
+
+def _kind_codes(apis: Sequence[str]) -> npt.NDArray[np.int8]:
+    names = {kernel.KIND_PRODUCE: 0, kernel.KIND_FETCH: 1}
+    return np.array([names.get(a.lower(), 2) for a in apis] or [2], dtype=np.int8)
+
+
+def replay(plan: ReplayPlan, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """mapInArrow over a partition holding whole brokers, sorted by time (ties by input
+    position): every request through the core's :class:`~kquota.ReplayKernel`, every
+    scenario in the same pass; each row comes out once per scenario with its sensor tags
+    and results. No pandas: strings become dictionary codes once per batch, columns go to
+    NumPy, results come back as Arrow columns."""
+    brokers: dict[str, _Broker] = {}
+    tags = _Tags(plan.base)
+    labels = [pa.scalar(label, pa.string()) for label in plan.labels]
+    for batch in batches:
+        n = batch.num_rows
+        if not n:
+            continue
+        names = batch.schema.names
+        broker_codes, broker_names = _encode(batch.column(names.index(BROKER)))
+        user_codes, users = _encode(batch.column(names.index(USER)))
+        client_codes, clients = _encode(batch.column(names.index(CLIENT)))
+        api_codes, apis = _encode(batch.column(names.index(API)))
+        kind = _kind_codes(apis)[api_codes]
+        keys = user_codes.astype(np.int64) * max(len(clients), 1) + client_codes
+        distinct, pair_index = _dense_codes(keys, max(len(users) * len(clients), 1))
+        pairs = [(users[k // len(clients)], clients[k % len(clients)]) for k in distinct.tolist()]
+        times = batch.column(names.index(TS)).to_numpy(zero_copy_only=False)
+        size = pc.cast(batch.column(names.index(BYTES)), pa.float64()).to_numpy(
+            zero_copy_only=False
+        )
+        thread = pc.cast(batch.column(names.index(THREAD)), pa.float64()).to_numpy(
+            zero_copy_only=False
+        )
+        acks = np.full(n, -1, dtype=np.int16)  # a produce with acks=0 has no thread time
+        tag_columns = tags.columns(pairs, pair_index, kind)
+        rows = batch
+        for (name, _), column in zip(TAGS, tag_columns, strict=True):
+            rows = rows.append_column(name, column)
+        present = np.flatnonzero(np.bincount(broker_codes, minlength=len(broker_names)))
+        for code in present.tolist():
+            state = brokers.get(broker_names[code])
+            if state is None:
+                state = brokers[broker_names[code]] = _Broker(plan)
+            mine = None if len(present) == 1 else np.flatnonzero(broker_codes == code)
+
+            def part(values: npt.NDArray[Any], mine: npt.NDArray[np.int64] | None = mine) -> Any:
+                return values if mine is None else values[mine]
+
+            ids = state.pair_ids(pairs)
+            out = state.kernel.feed(
+                part(times),
+                part(ids[pair_index]),
+                part(kind),
+                part(size),
+                part(thread),
+                part(acks),
+            )
+            own = rows if mine is None else rows.take(pa.array(mine))
+            if plan.closed:
+                state.held.append(own)
+                state.done.append(0)
+                state.fed += own.num_rows
+            yield from _emit(plan, labels, state, own, out)
+    for state in brokers.values():
+        if plan.closed:
+            yield from _emit(plan, labels, state, None, state.kernel.finish())
+    if plan.summaries is not None and brokers:
+        plan.summaries.add({name: state.kernel.summaries() for name, state in brokers.items()})
+
+
+_RESULTS: Final = (
+    (PRODUCE_THROTTLE, pa.int32()),
+    (FETCH_THROTTLE, pa.int32()),
+    (REQUEST_THROTTLE, pa.int32()),
+    (THROTTLE, pa.int32()),
+    (SENT, pa.int64()),
+    (ADDED_LATENCY, pa.int64()),
+)
+
+
+def _with_results(
+    rows: pa.RecordBatch | pa.Table,
+    label: pa.Scalar,
+    out: dict[str, npt.NDArray[Any]],
+    pick: slice | npt.NDArray[np.int64],
+) -> list[pa.Array]:
+    n = rows.num_rows
+    return [
+        *rows.columns,
+        pa.repeat(label, n),
+        *(pa.array(out[name][pick], kind) for name, kind in _RESULTS),
+    ]
+
+
+def _emit(
+    plan: ReplayPlan,
+    labels: Sequence[pa.Scalar],
+    state: _Broker,
+    own: pa.RecordBatch | None,
+    out: dict[str, npt.NDArray[Any]],
+) -> Iterator[pa.RecordBatch]:
+    """The kernel's rows ``out`` joined to their requests, one batch per scenario."""
+    if not len(out["seq"]):
+        return
+    if not plan.closed:  # every event of ``own``, scenario by scenario, in order
+        assert own is not None
+        m = own.num_rows
+        names = [*own.schema.names, *RESULT_COLUMNS]
+        for s, label in enumerate(labels):
+            columns = _with_results(own, label, out, slice(s * m, (s + 1) * m))
+            yield pa.RecordBatch.from_arrays(columns, names=names)
+        return
+    # closed loop: the rows replayed so far, in the order they were sent
+    held = pa.Table.from_batches(state.held)
+    seq = out["seq"].astype(np.int64) - state.first
+    scenario = out["scenario"]
+    names = [*held.schema.names, *RESULT_COLUMNS]
+    for s, label in enumerate(labels):
+        pick = np.flatnonzero(scenario == s)
+        if not len(pick):
+            continue
+        rows = held.take(pa.array(seq[pick])).combine_chunks()
+        columns = _with_results(rows, label, out, pick)
+        yield from pa.Table.from_arrays(columns, names=names).to_batches()
+    # forget the batches whose rows were all replayed, in every scenario
+    starts = np.cumsum([0, *(b.num_rows for b in state.held)])
+    counts = np.bincount(np.searchsorted(starts, seq, side="right") - 1, minlength=len(state.held))
+    for i, count in enumerate(counts.tolist()):
+        state.done[i] += count
+    while state.held and state.done[0] == state.held[0].num_rows * len(labels):
+        state.first += state.held[0].num_rows
+        del state.held[0], state.done[0]
 
 
 def peak_batches(window_json: str, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:

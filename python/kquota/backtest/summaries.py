@@ -5,7 +5,7 @@ the report draws (the only data collected to the driver).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import pandas as pd  # type: ignore[import-untyped]
 import pyarrow as pa  # type: ignore[import-untyped]
@@ -49,6 +49,7 @@ __all__ = [
     "RECOMMENDATION_SCHEMA",
     "comparison",
     "entities",
+    "kernel_entities",
     "rate_series",
     "recommendations",
     "throttle_counts",
@@ -242,6 +243,42 @@ def entities(
         )
     )
     return entities.mapInArrow(stages.label_batches, entities.schema)
+
+
+_KERNEL_ONLY: Final = ("scenario", "p50_throttle_ms")
+"""Columns of the kernel's summaries that ``DIR/entities/`` does not have (as they are)."""
+
+
+def kernel_entities(
+    spark: SparkSession, parts: dict[str, dict[str, Any]], options: BacktestOptions
+) -> DataFrame:
+    """``DIR/entities/`` from the replay kernels' summaries (``{broker: summaries()}``).
+
+    The kernel accumulates :func:`kernel.summarize`'s columns while it replays (the tests
+    check it equals ``summarize``), so no pass over ``DIR/requests/`` is needed: one row per
+    (scenario, quota type, broker, sensor), collected from the executors (a row per sensor,
+    not per request) and written by Spark. An unlimited sensor's quota and utilization are
+    null, as the Spark aggregation gives them.
+    """
+    import numpy as np
+
+    names = [name.split(" ")[0] for name in ENTITY_SCHEMA.split(", ")]
+    frames = []
+    for broker, columns in sorted(parts.items()):
+        frame = pd.DataFrame({k: v for k, v in columns.items() if k not in _KERNEL_ONLY})
+        frame.insert(0, SCENARIO, np.asarray(options.scenarios, dtype=object)[columns["scenario"]])
+        frame[BROKER] = broker
+        frames.append(frame)
+    if not frames:
+        return spark.createDataFrame([], ENTITY_SCHEMA)
+    out = pd.concat(frames, ignore_index=True)
+    out["entity"] = [
+        kernel.entity_label(u, c) for u, c in zip(out[SENSOR_USER], out[SENSOR_CLIENT], strict=True)
+    ]
+    unlimited = out["quota"].isna()
+    out["quota"] = out["quota"].astype(object).where(~unlimited, None)
+    out["utilization"] = out["utilization"].astype(object).where(~unlimited, None)
+    return spark.createDataFrame(out[names], ENTITY_SCHEMA)
 
 
 def throttle_counts(requests: DataFrame) -> pd.DataFrame:
