@@ -41,8 +41,11 @@ import weakref
 from collections.abc import Callable, Iterable
 from types import TracebackType
 
-from kquota._core import QuotaManager, monotonic_ms
+from kquota._core import ControllerMutationQuotaManager, QuotaManager, monotonic_ms
 from kquota.exceptions import ChannelError
+
+_Manager = QuotaManager | ControllerMutationQuotaManager
+"""A manager with a delay queue: a client quota's, or the controller-mutation quota's."""
 
 __all__ = ["MAX_THROTTLE_MS", "SENSOR_EXPIRY_INTERVAL_MS", "ThrottledChannels"]
 
@@ -124,7 +127,7 @@ class ThrottledChannels:
 
     def __init__(
         self,
-        managers: Iterable[QuotaManager] = (),
+        managers: Iterable[_Manager] = (),
         *,
         on_unmute: Callable[[int], object] | None = None,
         clock: Callable[[], int] = monotonic_ms,
@@ -133,7 +136,7 @@ class ThrottledChannels:
         if background is not None and not isinstance(background, bool):
             raise ChannelError(f"invalid background {background!r}: expected True, False or None")
         self._lock = threading.Lock()
-        self._managers: list[QuotaManager] = []
+        self._managers: list[_Manager] = []
         # open channel -> end of its mute (ms), or None when not muted
         self._muted_until: dict[int, int | None] = {}
         self._waiters: dict[int, list[_Waiter]] = {}
@@ -158,12 +161,12 @@ class ThrottledChannels:
     # -- set-up ---------------------------------------------------------------------
 
     @property
-    def managers(self) -> tuple[QuotaManager, ...]:
+    def managers(self) -> tuple[_Manager, ...]:
         """The quota managers whose delay queues this object drains."""
         with self._lock:
             return tuple(self._managers)
 
-    def add_manager(self, manager: QuotaManager) -> None:
+    def add_manager(self, manager: _Manager) -> None:
         """Drain ``manager``'s delay queue and expire its sensors from now on (adding it
         twice changes nothing)."""
         with self._lock:
@@ -253,7 +256,7 @@ class ThrottledChannels:
         channel: int,
         throttle_ms: int,
         *,
-        manager: QuotaManager,
+        manager: _Manager,
         user: str,
         client_id: str,
         now_ms: int | None = None,
@@ -398,7 +401,10 @@ class ThrottledChannels:
 
     def queue_size(self) -> int:
         """Entries waiting in the managers' delay queues (the sum of their ``queue-size``)."""
-        return sum(m.queue_size() for m in self.managers)
+        return sum(
+            m.queue_size if isinstance(m, ControllerMutationQuotaManager) else m.queue_size()
+            for m in self.managers
+        )
 
     async def run_reaper(self, max_wait_ms: int = 1000) -> None:
         """Drain the delay queues as mutes end, until cancelled (Kafka's reaper, in asyncio).

@@ -9,6 +9,9 @@ connections, and does per request what Kafka's request handlers do with them:
 * fetch: record handler time, then the response bytes; if either throttles, take the
   bytes back ("unrecord") and send an empty response carrying the throttle time;
 * any other throttle-able request: the request quota only;
+* CreateTopics, CreatePartitions, DeleteTopics: the request quota, and the throttle of
+  the request's controller-mutation quota (KIP-599); the larger one is applied, through
+  its own manager (Kafka's ``sendResponseMaybeThrottleWithControllerQuota``);
 * after a response went out: add the network-thread time without a check.
 
 These rules are the core's :class:`kquota._core.RequestPath`, called once per request.
@@ -35,13 +38,16 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Literal
 
-from kquota._core import QuotaManager, RequestPath, monotonic_ms
+from kquota._core import ControllerMutationQuotaManager, QuotaManager, RequestPath, monotonic_ms
 from kquota.broker.channels import ThrottledChannels
 from kquota.exceptions import ChannelError, InvalidConfigError, InvalidUsageError, InvalidValueError
 
 __all__ = ["QuotaOutcome", "QuotaPlugin", "QuotaType"]
 
 QuotaType = Literal["produce", "fetch", "request"]
+
+ThrottledBy = Literal["produce", "fetch", "request", "controller_mutation"]
+"""The quota whose throttle a :class:`QuotaOutcome` applied."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,7 +63,7 @@ class QuotaOutcome:
 
     throttle_time_ms: int = 0
     empty_response: bool = False
-    throttled_by: QuotaType | None = None
+    throttled_by: ThrottledBy | None = None
     muted_until_ms: int | None = None
 
     @property
@@ -225,6 +231,57 @@ class QuotaPlugin:
         _usage("thread_time_ns", thread_time_ns)
         now = self._begin(channel, now_ms)
         return self._check(user, client_id, "other", 0.0, thread_time_ns, -1, channel, now)
+
+    def on_mutation(
+        self,
+        user: str,
+        client_id: str,
+        thread_time_ns: float,
+        mutation_throttle_ms: int,
+        mutation: ControllerMutationQuotaManager,
+        *,
+        channel: int | None = None,
+        now_ms: int | None = None,
+    ) -> QuotaOutcome:
+        """A CreateTopics, CreatePartitions or DeleteTopics response about to be sent.
+
+        ``mutation_throttle_ms`` is the request's controller-mutation throttle
+        (:meth:`kquota.MutationRequestQuota.throttle_time` at ``now_ms``). The request
+        quota is recorded as for any request; the response carries the larger of the two
+        throttles, and the channel is muted through the manager of the larger one (the
+        request manager when they are equal), as Kafka's
+        ``sendResponseMaybeThrottleWithControllerQuota`` does.
+        """
+        _usage("thread_time_ns", thread_time_ns)
+        if not isinstance(mutation, ControllerMutationQuotaManager):
+            raise InvalidConfigError(
+                f"invalid mutation {mutation!r}: expected a ControllerMutationQuotaManager"
+            )
+        if isinstance(mutation_throttle_ms, bool) or not isinstance(mutation_throttle_ms, int):
+            raise InvalidUsageError(
+                f"invalid mutation_throttle_ms {mutation_throttle_ms!r}: expected an int"
+            )
+        now = self._begin(channel, now_ms)
+        outcome = self._path.record(
+            user, client_id, "other", 0.0, thread_time_ns, acks=-1, now_ms=now
+        )
+        request_ms = outcome.throttle_ms if outcome.throttled_by is not None else 0
+        throttle = max(mutation_throttle_ms, request_ms)
+        if throttle <= 0:
+            return _NOT_THROTTLED
+        by: ThrottledBy
+        manager: QuotaManager | ControllerMutationQuotaManager
+        if mutation_throttle_ms > request_ms:
+            by, manager = "controller_mutation", mutation
+        else:
+            by, manager = "request", self._request
+        if channel is None:
+            end = manager.throttle(user, client_id, throttle, now_ms=now)
+        else:
+            end = self._channels.throttle(
+                channel, throttle, manager=manager, user=user, client_id=client_id, now_ms=now
+            )
+        return QuotaOutcome(throttle, False, by, end)
 
     def on_response_sent(
         self,

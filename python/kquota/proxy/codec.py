@@ -47,10 +47,12 @@ __all__ = [
     "api",
     "cap_api_versions",
     "empty_fetch_response",
+    "encode",
     "parse_request_header",
     "read_fields",
     "response_correlation_id",
     "supported_versions",
+    "throttle_value",
 ]
 
 PRODUCE: Final = 0
@@ -296,7 +298,8 @@ def response_correlation_id(frame: Buffer) -> int:
     return int(_INT32.unpack_from(frame, 0)[0])
 
 
-def _encode(header: Any, body: Any) -> bytes:
+def encode(header: Any, body: Any) -> bytes:
+    """A message frame (size prefix included) of a kio header and body."""
     out = io.BytesIO()
     out.write(b"\0\0\0\0")
     entity_writer(type(header))(out, header)
@@ -307,7 +310,8 @@ def _encode(header: Any, body: Any) -> bytes:
     return out.getvalue()
 
 
-def _throttle_value(throttle_ms: int) -> i32Timedelta:
+def throttle_value(throttle_ms: int) -> i32Timedelta:
+    """``throttle_ms`` as kio's value of a ``throttle_time_ms`` field."""
     return i32Timedelta.parse(datetime.timedelta(milliseconds=throttle_ms))
 
 
@@ -322,13 +326,13 @@ def empty_fetch_response(
     names = {f.name for f in dataclasses.fields(response_type)}
     values: dict[str, Any] = {"responses": ()}
     if THROTTLE_FIELD in names:
-        values[THROTTLE_FIELD] = _throttle_value(throttle_ms)
+        values[THROTTLE_FIELD] = throttle_value(throttle_ms)
     if "error_code" in names:
         values["error_code"] = ErrorCode.none
     if "session_id" in names:
         values["session_id"] = i32(session_id)
     header = response_type.__header_schema__(correlation_id=i32(correlation_id))
-    return _encode(header, response_type(**values))
+    return encode(header, response_type(**values))
 
 
 def cap_api_versions(
@@ -355,8 +359,8 @@ def cap_api_versions(
             entries.append(dataclasses.replace(entry, min_version=i16(low), max_version=i16(high)))
     changes: dict[str, Any] = {"api_keys": tuple(entries)}
     if throttle_ms is not None and spec.has_throttle_field:
-        changes[THROTTLE_FIELD] = _throttle_value(throttle_ms)
-    return _encode(header, dataclasses.replace(response, **changes))
+        changes[THROTTLE_FIELD] = throttle_value(throttle_ms)
+    return encode(header, dataclasses.replace(response, **changes))
 
 
 def patch_throttle(frame: bytearray | memoryview, offset: int, throttle_ms: int) -> None:

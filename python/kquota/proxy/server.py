@@ -31,7 +31,22 @@ Per API (see ``kquota.proxy.codec`` for how messages are read):
 * ApiVersions: versions capped to those the codec reads, then as any other API.
 * SaslHandshake / SaslAuthenticate: never throttled (Kafka handles them in the network
   layer); the user name of PLAIN and SCRAM is taken once the broker accepts it.
+* CreateTopics, CreatePartitions, DeleteTopics, with a ``mutation`` manager whose quotas
+  are enabled: the controller-mutation quota (KIP-599, ``kquota.proxy.mutation``). The
+  partitions of each topic are counted as Kafka's controller counts them (the topics'
+  partitions now come from a Metadata request the proxy sends upstream first) and
+  recorded in request order. At strict versions (CreateTopics v6+, CreatePartitions v3+,
+  DeleteTopics v5+) the topics a quota refuses are taken out of the request and answered
+  with ``THROTTLING_QUOTA_EXCEEDED``, merged with the broker's results in the request's
+  order (no request goes upstream when every topic is refused); at older versions every
+  topic is forwarded and recorded. The response carries the larger of the mutation and
+  request throttles and the connection is muted for it, as Kafka does.
 * Any other API: the request quota.
+
+With ``connection_quotas`` (KIP-612), each new connection is first held to the broker's
+and the listener's ``max.connection.creation.rate`` (accepting waits, one connection at a
+time, as Kafka's acceptor does), then to its IP's ``connection_creation_rate``: a
+connection over it is accepted and closed after the throttle time, unread.
 
 Every response with a ``throttle_time_ms`` field carries the applied throttle (the
 broker's own value is kept when it is larger). Requests are never re-encoded, and
@@ -46,14 +61,22 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import itertools
 import logging
 import time
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from kquota import (
+    ConnectionQuotas,
+    ControllerMutationQuotaManager,
+    MutationRequestQuota,
+    mutation_is_strict,
+)
 from kquota.broker import QuotaOutcome, QuotaPlugin
 from kquota.exceptions import InvalidConfigError, KquotaError, ProxyError
 from kquota.proxy import codec
+from kquota.proxy import mutation as mutations
 from kquota.proxy.capture import TrafficCapture
 from kquota.proxy.sasl import ANONYMOUS, PRINCIPAL_MECHANISMS, principal_from_auth_bytes
 from kquota.proxy.stream import Peer
@@ -80,6 +103,26 @@ quota to it, as the back-test does to any API it does not know."""
 _PIPELINE_DEPTH: Final = 8
 """Produce requests of one connection forwarded and not yet answered, at most."""
 
+DEFAULT_LISTENER: Final = "PLAINTEXT"
+"""The listener name the proxy's connections count under in the connection quotas."""
+
+_OWN_CORRELATION_IDS: Final = 0x7F000000
+"""Where the correlation ids of the proxy's own Metadata requests start."""
+
+
+@dataclass(slots=True, eq=False)
+class _Mutation:
+    """A mutation request under the controller-mutation quota, as recorded."""
+
+    request: mutations.MutationRequest
+    quota: MutationRequestQuota
+    rewritten: bool
+    """Some topics were refused: the response is merged by the proxy."""
+    local: bool
+    """Every topic was refused: nothing went upstream."""
+    permits: int
+    """Partitions recorded (accepted)."""
+
 
 @dataclass(slots=True, eq=False)
 class _Pending:
@@ -92,6 +135,7 @@ class _Pending:
     fetch: dict[str, object]
     thread_ns: int
     """The proxy's CPU time on the request so far (reading and forwarding it)."""
+    mutation: _Mutation | None = None
 
 
 @dataclass(slots=True, eq=False)
@@ -126,6 +170,13 @@ class ProxyServer:
     ``max_request_bytes`` is Kafka's ``socket.request.max.bytes``; responses larger than
     ``max_response_bytes`` close the connection too. With ``capture``, every request whose
     quota the proxy checks is added to it, as it was checked (``kquota proxy --capture``).
+
+    ``mutation`` enables the controller-mutation quota of CreateTopics, CreatePartitions
+    and DeleteTopics (``default_num_partitions`` is the broker's ``num.partitions``, what
+    a CreateTopics topic with -1 partitions gets); ``connection_quotas`` the connection
+    creation rates, counted under ``listener`` (added to them at :meth:`start` if they
+    lack it). Both are read live: a :class:`~kquota.config.live.LiveQuotas` may update
+    them while the proxy runs.
     """
 
     def __init__(
@@ -138,7 +189,30 @@ class ProxyServer:
         connect_timeout: float = 10.0,
         upstream_timeout: float = DEFAULT_UPSTREAM_TIMEOUT,
         capture: TrafficCapture | None = None,
+        mutation: ControllerMutationQuotaManager | None = None,
+        connection_quotas: ConnectionQuotas | None = None,
+        listener: str = DEFAULT_LISTENER,
+        default_num_partitions: int = 1,
     ) -> None:
+        if mutation is not None and not isinstance(mutation, ControllerMutationQuotaManager):
+            raise InvalidConfigError(
+                f"invalid mutation {mutation!r}: expected a ControllerMutationQuotaManager"
+            )
+        if connection_quotas is not None and not isinstance(connection_quotas, ConnectionQuotas):
+            raise InvalidConfigError(
+                f"invalid connection_quotas {connection_quotas!r}: expected a ConnectionQuotas"
+            )
+        if not isinstance(listener, str) or not listener:
+            raise InvalidConfigError(f"invalid listener {listener!r}: expected a non-empty name")
+        if (
+            isinstance(default_num_partitions, bool)
+            or not isinstance(default_num_partitions, int)
+            or not 0 < default_num_partitions < 2**31
+        ):
+            raise InvalidConfigError(
+                f"invalid default_num_partitions {default_num_partitions!r}:"
+                f" expected an int from 1 to {2**31 - 1}"
+            )
         for name, value in (
             ("max_request_bytes", max_request_bytes),
             ("max_response_bytes", max_response_bytes),
@@ -154,6 +228,15 @@ class ProxyServer:
         self.connect_timeout = connect_timeout
         self.upstream_timeout = upstream_timeout
         self.capture = capture
+        self.mutation = mutation
+        self.connection_quotas = connection_quotas
+        self.listener = listener
+        self.default_num_partitions = default_num_partitions
+        if mutation is not None:
+            plugin.channels.add_manager(mutation)  # its delay queue and sensors kept
+        self._acceptor: asyncio.Lock | None = None
+        self._closing_later: set[asyncio.Task[None]] = set()
+        self._own_ids = itertools.count(_OWN_CORRELATION_IDS)
         self._capture_ticker: asyncio.Task[None] | None = None
         self._server: asyncio.Server | None = None
         self._connections: set[_Connection] = set()
@@ -165,6 +248,10 @@ class ProxyServer:
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> None:
         """Listen on ``host:port`` (``port=0``: any free port, see :attr:`address`)."""
         loop = asyncio.get_running_loop()
+        self._acceptor = asyncio.Lock()
+        quotas = self.connection_quotas
+        if quotas is not None and self.listener not in dict(quotas.listeners()):
+            quotas.add_listener(self.listener)
         self._server = await loop.create_server(
             lambda: Peer(_STREAM_LIMIT, on_made=self._accept), host, port, reuse_address=True
         )
@@ -196,6 +283,8 @@ class ProxyServer:
         self._closing = True
         if self._server is not None:
             self._server.close()
+        for later in list(self._closing_later):
+            later.cancel()  # throttled connections: closed now rather than later
         tasks = []
         for connection in list(self._connections):
             if connection.task is None:
@@ -225,9 +314,16 @@ class ProxyServer:
 
     async def _serve(self, client: Peer) -> None:
         assert client.transport is not None
-        peer = _describe(client.transport.get_extra_info("peername"))
+        address = client.transport.get_extra_info("peername")
+        peer = _describe(address)
         if self._closing:
             await client.close()
+            return
+        if (
+            self.connection_quotas is not None
+            and isinstance(address, tuple)
+            and not await self._admitted(client, str(address[0]), peer)
+        ):
             return
         channel = self.plugin.channels.open()
         connection = _Connection(peer, channel, client, task=asyncio.current_task())
@@ -269,6 +365,33 @@ class ProxyServer:
             if connection.upstream is not None:
                 await connection.upstream.close()
             await client.close()
+
+    async def _admitted(self, client: Peer, ip: str, peer: str) -> bool:
+        """KIP-612 on a new connection: wait out the broker and listener rates (one
+        connection at a time, as Kafka's acceptor thread), then check the IP's rate; a
+        connection over it is closed after the throttle time, unread (``False``)."""
+        quotas = self.connection_quotas
+        assert quotas is not None and self._acceptor is not None
+        clock = self.plugin.channels.now_ms
+        async with self._acceptor:
+            delay = quotas.accept_delay(self.listener, clock())
+            if delay > 0:
+                log.debug("delaying connection from %s by %d ms", peer, delay)
+                await asyncio.sleep(delay / 1000)
+            throttle = quotas.admit_ip(self.listener, ip, clock())
+        if throttle <= 0:
+            return True
+        log.debug("connection from %s over its IP's rate: closing in %d ms", peer, throttle)
+        task = asyncio.current_task()
+        assert task is not None
+        self._closing_later.add(task)  # type: ignore[arg-type]
+        try:
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.sleep(throttle / 1000)
+        finally:
+            self._closing_later.discard(task)  # type: ignore[arg-type]
+            await client.close()
+        return False
 
     async def _connect_upstream(self, connection: _Connection) -> None:
         host, port = self.upstream
@@ -357,12 +480,29 @@ class ProxyServer:
         started = time.thread_time_ns()
         acks = -1
         fetch: dict[str, object] = {}
+        mutation: _Mutation | None = None
         if produce:
             acks = int(_read(spec, frame, header, "acks").get("acks", -1))
         elif spec.key == codec.FETCH:
             frame, fetch = self._fetch_request(
                 spec, frame, header, connection.user, header.client_id
             )
+        elif (
+            spec.key in mutations.MUTATION_APIS
+            and self.mutation is not None
+            and self.mutation.enabled
+        ):
+            mutation = await self._record_mutation(connection, spec, frame, header)
+            if mutation.local:  # every topic refused: answered without the upstream
+                spent += time.thread_time_ns() - started
+                connection.pending.append(
+                    _Pending(header, connection.user, size, acks, fetch, spent, mutation)
+                )
+                connection.arrived.set()
+                return
+            if mutation.rewritten:
+                frame = mutation.request.rewritten()
+                size = len(frame)
         elif spec.key == codec.SASL_HANDSHAKE:
             if spec.version == 0:
                 raise ProxyError("SaslHandshake v0 (raw SASL tokens) is not supported")
@@ -389,11 +529,132 @@ class ProxyServer:
         if rest:  # a large produce request: its records go on as they arrive
             await connection.client.forward(rest, upstream)
         spent += time.thread_time_ns() - started
-        connection.pending.append(_Pending(header, connection.user, size, acks, fetch, spent))
+        connection.pending.append(
+            _Pending(header, connection.user, size, acks, fetch, spent, mutation)
+        )
         if produce:
             connection.produces += 1
         connection.arrived.set()
         await upstream.drain()
+
+    async def _record_mutation(
+        self,
+        connection: _Connection,
+        spec: codec.Api,
+        frame: bytes,
+        header: codec.RequestHeader,
+    ) -> _Mutation:
+        """Count a mutation request's partitions per topic and record them in the
+        client's controller-mutation quota, in request order; a strict quota refuses the
+        topics once the bucket is overdrawn (Kafka's ``StrictControllerMutationQuota``)."""
+        manager = self.mutation
+        assert manager is not None
+        request = mutations.parse(spec, frame, header)
+        names = None if request.needs_all_topics else request.names
+        counts = await self._partition_counts(connection, header.client_id, names)
+        if request.needs_partition_counts:
+            request.count(counts)
+        else:
+            mutations.count_created(request, self.default_num_partitions)
+            for topic in request.topics:
+                if topic.name in counts:
+                    topic.permits = None  # TOPIC_ALREADY_EXISTS, before the quota
+        strict = mutation_is_strict(request.api, spec.version)  # type: ignore[arg-type]
+        quota = manager.request_quota(connection.user, header.client_id, strict)
+        now = self.plugin.channels.now_ms()
+        permits = 0
+        for topic in request.topics:
+            if topic.permits is None:
+                continue
+            if quota.record(float(topic.permits), now).accepted:
+                permits += topic.permits
+            else:
+                topic.throttled = True
+        rewritten = any(topic.throttled for topic in request.topics)
+        return _Mutation(request, quota, rewritten, rewritten and not request.forwarded, permits)
+
+    async def _partition_counts(
+        self, connection: _Connection, client_id: str, names: list[str] | None
+    ) -> dict[str | object, int]:
+        """Partitions per topic (name and id) now, from a Metadata request on the
+        connection's upstream (idle: every earlier request is answered)."""
+        upstream = connection.upstream
+        assert upstream is not None and not connection.pending
+        correlation_id = next(self._own_ids) & 0x7FFFFFFF
+        upstream.write((mutations.metadata_request(correlation_id, client_id, names),))
+        await upstream.drain()
+        response = await self._read_response(upstream)
+        answered = codec.response_correlation_id(response)
+        if answered != correlation_id:
+            raise ProxyError(
+                f"upstream answered correlation id {answered} to the proxy's Metadata"
+                f" request {correlation_id}"
+            )
+        return dict(mutations.partition_counts(response))
+
+    async def _answer_mutation(self, connection: _Connection, entry: _Pending) -> None:
+        """Answer a mutation request: the mutation and request throttles (the larger one
+        applied), the upstream's results merged with the refused topics' errors."""
+        state = entry.mutation
+        manager = self.mutation
+        assert state is not None and manager is not None
+        header, user = entry.header, entry.user
+        spec = header.api
+        response: bytes | None = None
+        if not state.local:
+            upstream = connection.upstream
+            assert upstream is not None
+            response = await self._read_response(upstream)
+            correlation_id = codec.response_correlation_id(response)
+            if correlation_id != header.correlation_id:
+                raise ProxyError(
+                    f"upstream answered correlation id {correlation_id} to request"
+                    f" {header.correlation_id} ({spec.name} v{spec.version})"
+                )
+        resumed = time.thread_time_ns()
+        plugin = self.plugin
+        now = plugin.channels.now_ms()
+        thread_ns = entry.thread_ns + time.thread_time_ns() - resumed
+        outcome = plugin.on_mutation(
+            user,
+            header.client_id,
+            thread_ns,
+            state.quota.throttle_time(now),
+            manager,
+            channel=connection.channel,
+            now_ms=now,
+        )
+        self._captured(connection, now, entry, spec.name, state.permits, thread_ns, outcome)
+        if state.rewritten:
+            parts: list[bytes | memoryview] = [
+                mutations.throttled_response(
+                    state.request, header.correlation_id, response, outcome.throttle_time_ms
+                )
+            ]
+        else:
+            assert response is not None
+            parts = self._with_throttle(spec, response, outcome)
+        await self._send(connection, parts, (user, header.client_id))
+
+    def _with_throttle(
+        self, spec: codec.Api, response: bytes, outcome: QuotaOutcome
+    ) -> list[bytes | memoryview]:
+        """A response's frame with the applied throttle in it (the upstream's own value
+        kept when it is larger)."""
+        parts: list[bytes | memoryview] = [codec.int32(len(response)), response]
+        if not outcome.throttled:
+            return parts
+        _, body_offset = spec.response_header(response)
+        offset = spec.throttle_offset(response, body_offset)
+        if offset is None or codec.read_int32(response, offset) >= outcome.throttle_time_ms:
+            return parts
+        view = memoryview(response)
+        return [
+            parts[0],
+            view[:offset],
+            codec.int32(outcome.throttle_time_ms),
+            view[offset + 4 :],
+        ]
 
     async def _answer(self, connection: _Connection, entry: _Pending) -> None:
         """Check the quota of one forwarded request and answer the client."""
@@ -414,6 +675,9 @@ class ProxyServer:
                 user, client_id, size, entry.thread_ns, acks=0, channel=channel, now_ms=now
             )
             self._captured(connection, now, entry, spec.name, size, None, silent)
+            return
+        if entry.mutation is not None:
+            await self._answer_mutation(connection, entry)
             return
 
         upstream = connection.upstream

@@ -432,6 +432,11 @@ impl ControllerMutationQuotaManager {
         self.delay_queue.len()
     }
 
+    /// The earliest end of a mute still queued (`None` when the queue is empty).
+    pub fn next_unmute_ms(&self) -> Option<i64> {
+        self.delay_queue.next_end_ms()
+    }
+
     fn sensor_name(kind: &str, tags: &Pair) -> String {
         format!(
             "ControllerMutation{kind}-{}:{}",
@@ -577,9 +582,11 @@ mod tests {
         m.throttle("ANONYMOUS", "test-client", 1000, t, Some(1))
             .unwrap();
         assert_eq!(m.queue_size(), 1);
+        assert_eq!(m.next_unmute_ms(), Some(t + 1000));
         assert!(m.expired_channels(t).is_empty());
         t += 1000;
         assert_eq!(m.expired_channels(t), vec![1]);
+        assert_eq!(m.next_unmute_ms(), None);
         assert_eq!(m.record("ANONYMOUS", "test-client", 110.0, t).unwrap(), 0);
     }
 

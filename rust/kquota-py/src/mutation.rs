@@ -392,6 +392,10 @@ impl ControllerMutationQuotaManager {
         self.inner.queue_size()
     }
 
+    fn next_unmute_ms(&self) -> Option<i64> {
+        self.inner.next_unmute_ms()
+    }
+
     fn sensor_names(&self) -> Vec<String> {
         self.inner.sensor_names()
     }
