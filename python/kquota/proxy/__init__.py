@@ -2,14 +2,17 @@
 
 :class:`ProxyServer` sits beside one broker, which advertises the proxy's address, and
 applies a :class:`~kquota.broker.QuotaPlugin`'s produce, fetch and request quotas to
-every client connection, with Kafka's KIP-219 throttling. Kafka messages are read with
-``kio``, a codec generated from Kafka's message schemas (the ``proxy`` extra:
-``pip install "kquota[proxy]"``). A :class:`TrafficCapture` given to it writes the traffic it
-sees as Parquet for ``kquota backtest`` (``kquota proxy --capture DIR``; needs pyarrow).
+every client connection, with Kafka's KIP-219 throttling, and optionally the
+controller-mutation quota (KIP-599) of CreateTopics, CreatePartitions and DeleteTopics
+and the connection-creation rates (KIP-612) of its listener and of each client IP.
+Kafka messages are read with ``kio``, a codec generated from Kafka's message schemas
+(the ``proxy`` extra: ``pip install "kquota[proxy]"``). A :class:`TrafficCapture` given
+to it writes the traffic it sees as Parquet for ``kquota backtest`` (``kquota proxy
+--capture DIR``; needs pyarrow).
 """
 
 from kquota.proxy.capture import TrafficCapture
 from kquota.proxy.sasl import ANONYMOUS
-from kquota.proxy.server import ProxyServer
+from kquota.proxy.server import ProxyServer, kafka_clock_ms
 
-__all__ = ["ANONYMOUS", "ProxyServer", "TrafficCapture"]
+__all__ = ["ANONYMOUS", "ProxyServer", "TrafficCapture", "kafka_clock_ms"]

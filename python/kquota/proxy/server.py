@@ -71,6 +71,7 @@ from kquota import (
     ConnectionQuotas,
     ControllerMutationQuotaManager,
     MutationRequestQuota,
+    monotonic_ms,
     mutation_is_strict,
 )
 from kquota.broker import QuotaOutcome, QuotaPlugin
@@ -81,7 +82,7 @@ from kquota.proxy.capture import TrafficCapture
 from kquota.proxy.sasl import ANONYMOUS, PRINCIPAL_MECHANISMS, principal_from_auth_bytes
 from kquota.proxy.stream import Peer
 
-__all__ = ["DEFAULT_UPSTREAM_TIMEOUT", "ProxyServer"]
+__all__ = ["DEFAULT_UPSTREAM_TIMEOUT", "ProxyServer", "kafka_clock_ms"]
 
 log = logging.getLogger("kquota.proxy")
 
@@ -99,6 +100,23 @@ it), its records are forwarded as they arrive; any other request is read whole."
 _FOLLOWER_FETCH: Final = "follower_fetch"
 """The API a fetch from a replica is captured as: the proxy applies only the request
 quota to it, as the back-test does to any API it does not know."""
+
+_ORIGIN_MS: Final = time.time_ns() // 1_000_000 - monotonic_ms()
+
+
+def kafka_clock_ms() -> int:
+    """Kafka's clock (``Time.SYSTEM.milliseconds()``, wall-clock milliseconds) without its
+    jumps: the wall-clock time when kquota's monotonic clock started, plus
+    :func:`kquota.monotonic_ms`.
+
+    The proxy's plugin runs on it (``kquota proxy`` does), because one rule depends on
+    the clock's origin: a new token bucket (the controller-mutation quota) starts with 0
+    tokens last updated at time 0, so on Kafka's clock it is full at its first use,
+    whereas on a clock that started with the process it would hold only the seconds
+    since then.
+    """
+    return _ORIGIN_MS + monotonic_ms()
+
 
 _PIPELINE_DEPTH: Final = 8
 """Produce requests of one connection forwarded and not yet answered, at most."""
