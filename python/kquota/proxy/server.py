@@ -254,6 +254,7 @@ class ProxyServer:
             plugin.channels.add_manager(mutation)  # its delay queue and sensors kept
         self._acceptor: asyncio.Lock | None = None
         self._closing_later: set[asyncio.Task[None]] = set()
+        self._ip_throttled = 0
         self._own_ids = itertools.count(_OWN_CORRELATION_IDS)
         self._capture_ticker: asyncio.Task[None] | None = None
         self._server: asyncio.Server | None = None
@@ -289,6 +290,12 @@ class ProxyServer:
     def connections(self) -> int:
         """Client connections open now."""
         return len(self._connections)
+
+    @property
+    def ip_throttled_connections(self) -> int:
+        """Connections closed unread since :meth:`start` because their IP was over its
+        ``connection_creation_rate``."""
+        return self._ip_throttled
 
     async def shutdown(self, timeout: float = 30.0) -> None:
         """Stop accepting, answer the requests in flight, then close every connection.
@@ -399,6 +406,7 @@ class ProxyServer:
             throttle = quotas.admit_ip(self.listener, ip, clock())
         if throttle <= 0:
             return True
+        self._ip_throttled += 1
         log.debug("connection from %s over its IP's rate: closing in %d ms", peer, throttle)
         task = asyncio.current_task()
         assert task is not None
