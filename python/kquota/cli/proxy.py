@@ -3,6 +3,10 @@
 Runs :class:`~kquota.proxy.ProxyServer` on ``--listen`` in front of ``--upstream``, with
 the quotas of a store followed live (``kquota configs --alter`` changes apply within a
 second) and, with ``--metrics-port``, Kafka's quota metrics in the Prometheus format.
+Besides the produce, fetch and request quotas it applies the store's
+``controller_mutation_rate`` to CreateTopics, CreatePartitions and DeleteTopics (KIP-599)
+and its ``connection_creation_rate`` of IPs, with ``--max-connection-creation-rate`` and
+``--listener-max-connection-creation-rate``, to new connections (KIP-612).
 SIGTERM or SIGINT stops it cleanly: no new connection is accepted, requests in flight are
 answered, then every connection is closed and the status is 0. Bad options or an unusable
 store exit with status 2 and one line on stderr.
@@ -17,13 +21,20 @@ import signal
 import sys
 from typing import Any
 
-from kquota import QuotaManager
+from kquota import (
+    UNLIMITED_CONNECTION_RATE,
+    ConnectionQuotas,
+    ControllerMutationQuotaManager,
+    QuotaManager,
+)
 from kquota.cli.common import EXIT_OK, fail
 from kquota.config.store import DEFAULT_LOCK_TIMEOUT, STORE_ENV, open_store
 from kquota.exceptions import KquotaError
 from kquota.proxy.capture import DEFAULT_ROLL_BYTES, DEFAULT_ROLL_SECONDS
 
 _COMMAND = "proxy"
+
+DEFAULT_LISTENER = "PLAINTEXT"  # kquota.proxy.server's, without importing kio here
 
 
 def register(subparsers: Any) -> None:
@@ -36,6 +47,14 @@ def register(subparsers: Any) -> None:
             "Kafka's produce, fetch and request quotas (KIP-13, KIP-124, KIP-219) from the\n"
             "store, followed live. The broker must advertise the proxy's address (Tansu:\n"
             "--advertised-listener-url; Apache Kafka: advertised.listeners).\n\n"
+            "The store's controller_mutation_rate (KIP-599) applies to CreateTopics,\n"
+            "CreatePartitions and DeleteTopics: at strict request versions (CreateTopics\n"
+            "v6+, CreatePartitions v3+, DeleteTopics v5+) the topics over the quota fail\n"
+            "with THROTTLING_QUOTA_EXCEEDED and are not forwarded; older versions are\n"
+            "forwarded and throttled after. Partition counts of existing topics come from\n"
+            "a Metadata v12 request to the broker (Kafka 3.1+). The store's IP\n"
+            "connection_creation_rate (KIP-612) closes a connection over it after the\n"
+            "throttle time; the broker and listener rates below delay accepting.\n\n"
             "example:\n"
             "  kquota proxy --listen 127.0.0.1:9092 --upstream 127.0.0.1:19092 \\\n"
             "      --store quotas.sqlite --metrics-port 9464"
@@ -83,6 +102,42 @@ def register(subparsers: Any) -> None:
         default=104_857_600,
         metavar="BYTES",
         help="socket.request.max.bytes: the largest request accepted (default 100 MiB)",
+    )
+    parser.add_argument(
+        "--num-partitions",
+        type=int,
+        default=1,
+        metavar="N",
+        help=(
+            "num.partitions: the partitions the broker gives a CreateTopics topic that asks"
+            " for -1, as the controller-mutation quota counts them (default 1)"
+        ),
+    )
+    parser.add_argument(
+        "--max-connection-creation-rate",
+        type=int,
+        default=UNLIMITED_CONNECTION_RATE,
+        metavar="N",
+        help=(
+            "max.connection.creation.rate: new connections per second the proxy accepts"
+            " in all; over it, accepting waits (default: unlimited)"
+        ),
+    )
+    parser.add_argument(
+        "--listener-max-connection-creation-rate",
+        type=int,
+        default=None,
+        metavar="N",
+        help=(
+            "listener.name.LISTENER.max.connection.creation.rate: the same for the proxy's"
+            " listener (default: unlimited)"
+        ),
+    )
+    parser.add_argument(
+        "--listener-name",
+        default=DEFAULT_LISTENER,
+        metavar="NAME",
+        help=("the listener name the connection rates and their metrics use (default %(default)s)"),
     )
     parser.add_argument(
         "--capture",
@@ -161,19 +216,42 @@ def run(args: argparse.Namespace) -> int:
                 f"invalid --capture-roll-seconds {args.capture_roll_seconds:g}:"
                 " expected more than 0"
             )
+        if not 1 <= args.num_partitions < 2**31:
+            raise ValueError(
+                f"invalid --num-partitions {args.num_partitions}: expected 1 to {2**31 - 1}"
+            )
+        if not args.listener_name:
+            raise ValueError("invalid --listener-name '': expected a name")
         managers = [
             QuotaManager(t, num_samples=args.num_samples, window_ms=args.window_ms)
             for t in ("produce", "fetch", "request")
         ]
+        mutation = None
+        if args.window_ms % 1000 == 0:  # quota.window.size.seconds: whole seconds
+            mutation = ControllerMutationQuotaManager(
+                num_samples=args.num_samples, window_ms=args.window_ms
+            )
+        connections = ConnectionQuotas(
+            num_samples=args.num_samples,
+            window_ms=args.window_ms,
+            max_connection_creation_rate=args.max_connection_creation_rate,
+        )
+        connections.add_listener(args.listener_name, args.listener_max_connection_creation_rate)
         store = open_store(args.store, timeout=DEFAULT_LOCK_TIMEOUT)
     except (ValueError, KquotaError) as exc:
         return fail(_COMMAND, exc)
 
     # Imported here: the proxy needs the `proxy` extra (kio), the other commands do not.
     try:
-        from kquota.broker import QuotaCollector, QuotaPlugin, serve_metrics
+        from kquota.broker import (
+            ConnectionQuotaCollector,
+            MutationQuotaCollector,
+            QuotaCollector,
+            QuotaPlugin,
+            serve_metrics,
+        )
         from kquota.config.live import LiveQuotas
-        from kquota.proxy import ProxyServer
+        from kquota.proxy import ProxyServer, kafka_clock_ms
     except ImportError as exc:
         return fail(_COMMAND, f'{exc}: install the proxy extra: pip install "kquota[proxy]"')
 
@@ -182,6 +260,12 @@ def run(args: argparse.Namespace) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
+    if mutation is None:
+        logging.getLogger("kquota.proxy").warning(
+            "--window-ms %d is not whole seconds (quota.window.size.seconds):"
+            " the controller-mutation quota is not applied",
+            args.window_ms,
+        )
     capture = None
     if args.capture is not None:
         from kquota.proxy.capture import TrafficCapture
@@ -196,18 +280,33 @@ def run(args: argparse.Namespace) -> int:
         except KquotaError as exc:
             return fail(_COMMAND, exc)
     try:
-        live = LiveQuotas(store, *managers).start()
+        live = LiveQuotas(store, *managers, mutation=mutation, connections=connections).start()
     except KquotaError as exc:
         if capture is not None:
             capture.close()
         return fail(_COMMAND, exc)
     metrics = None
-    plugin = QuotaPlugin(*managers)  # its channels' maintenance thread ends mutes on time
+    # On Kafka's clock (a new mutation token bucket is full); its channels' maintenance
+    # thread ends mutes on time.
+    plugin = QuotaPlugin(*managers, clock=kafka_clock_ms, background=True)
     try:
         if args.metrics_port is not None:
-            metrics = serve_metrics(QuotaCollector(*managers), port=args.metrics_port)
+            collectors: list[Any] = [
+                QuotaCollector(*managers, clock=kafka_clock_ms),
+                ConnectionQuotaCollector(connections, clock=kafka_clock_ms),
+            ]
+            if mutation is not None:
+                collectors.append(MutationQuotaCollector(mutation, clock=kafka_clock_ms))
+            metrics = serve_metrics(*collectors, port=args.metrics_port)
         server = ProxyServer(
-            upstream, plugin, max_request_bytes=args.max_request_bytes, capture=capture
+            upstream,
+            plugin,
+            max_request_bytes=args.max_request_bytes,
+            capture=capture,
+            mutation=mutation,
+            connection_quotas=connections,
+            listener=args.listener_name,
+            default_num_partitions=args.num_partitions,
         )
         return asyncio.run(_serve(server, listen, metrics.port if metrics else None))
     except (KquotaError, OSError) as exc:
