@@ -293,7 +293,7 @@ def _throttled_result(result_type: Any, topic: Topic) -> Any:
 
 @functools.cache
 def _field_names(entity_type: type) -> frozenset[str]:
-    return frozenset(f.name for f in dataclasses.fields(entity_type))  # type: ignore[arg-type]
+    return frozenset(f.name for f in dataclasses.fields(entity_type))
 
 
 @functools.cache

@@ -64,6 +64,7 @@ import contextlib
 import itertools
 import logging
 import time
+import uuid
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -410,12 +411,12 @@ class ProxyServer:
         log.debug("connection from %s over its IP's rate: closing in %d ms", peer, throttle)
         task = asyncio.current_task()
         assert task is not None
-        self._closing_later.add(task)  # type: ignore[arg-type]
+        self._closing_later.add(task)
         try:
             with contextlib.suppress(asyncio.CancelledError):
                 await asyncio.sleep(throttle / 1000)
         finally:
-            self._closing_later.discard(task)  # type: ignore[arg-type]
+            self._closing_later.discard(task)
             await client.close()
         return False
 
@@ -601,7 +602,7 @@ class ProxyServer:
 
     async def _partition_counts(
         self, connection: _Connection, client_id: str, names: list[str] | None
-    ) -> dict[str | object, int]:
+    ) -> dict[str | uuid.UUID, int]:
         """Partitions per topic (name and id) now, from a Metadata request on the
         connection's upstream (idle: every earlier request is answered)."""
         upstream = connection.upstream
@@ -616,7 +617,7 @@ class ProxyServer:
                 f"upstream answered correlation id {answered} to the proxy's Metadata"
                 f" request {correlation_id}"
             )
-        return dict(mutations.partition_counts(response))
+        return mutations.partition_counts(response)
 
     async def _answer_mutation(self, connection: _Connection, entry: _Pending) -> None:
         """Answer a mutation request: the mutation and request throttles (the larger one
