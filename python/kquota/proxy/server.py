@@ -395,30 +395,35 @@ class ProxyServer:
     async def _admitted(self, client: Peer, ip: str, peer: str) -> bool:
         """KIP-612 on a new connection: wait out the broker and listener rates (one
         connection at a time, as Kafka's acceptor thread), then check the IP's rate; a
-        connection over it is closed after the throttle time, unread (``False``)."""
+        connection over it is closed after the throttle time, unread (``False``). A
+        shutdown meanwhile closes the connection at once (``False``)."""
         quotas = self.connection_quotas
         assert quotas is not None and self._acceptor is not None
         clock = self.plugin.channels.now_ms
-        async with self._acceptor:
-            delay = quotas.accept_delay(self.listener, clock())
-            if delay > 0:
-                log.debug("delaying connection from %s by %d ms", peer, delay)
-                await asyncio.sleep(delay / 1000)
-            throttle = quotas.admit_ip(self.listener, ip, clock())
-        if throttle <= 0:
-            return True
-        self._ip_throttled += 1
-        log.debug("connection from %s over its IP's rate: closing in %d ms", peer, throttle)
         task = asyncio.current_task()
         assert task is not None
-        self._closing_later.add(task)
+        self._closing_later.add(task)  # cancelled by a shutdown
         try:
-            with contextlib.suppress(asyncio.CancelledError):
+            async with self._acceptor:
+                delay = quotas.accept_delay(self.listener, clock())
+                if delay > 0:
+                    log.debug("delaying connection from %s by %d ms", peer, delay)
+                    await asyncio.sleep(delay / 1000)
+                throttle = quotas.admit_ip(self.listener, ip, clock())
+            if throttle > 0:
+                self._ip_throttled += 1
+                log.debug("connection from %s over its IP's rate: closing in %d ms", peer, throttle)
                 await asyncio.sleep(throttle / 1000)
+        except asyncio.CancelledError:
+            if not self._closing:
+                raise
+            throttle = 1
         finally:
             self._closing_later.discard(task)
+        if throttle > 0 or self._closing:
             await client.close()
-        return False
+            return False
+        return True
 
     async def _connect_upstream(self, connection: _Connection) -> None:
         host, port = self.upstream
