@@ -125,7 +125,7 @@ def test_a_response_with_nothing_forwarded_lists_every_topic_refused() -> None:
 
 
 class _ScriptedController:
-    """One upstream connection answering Metadata v12 (the topics of ``partitions``) and
+    """An upstream answering Metadata v12 (the topics of ``partitions``) and
     CreatePartitions v3 (success for every topic, in reverse order, with the broker's own
     throttle), keeping the CreatePartitions requests it got."""
 
@@ -138,10 +138,14 @@ class _ScriptedController:
         threading.Thread(target=self._serve, daemon=True).start()
 
     def _serve(self) -> None:
-        try:
-            conn, _ = self.listener.accept()
-        except OSError:
-            return
+        while True:
+            try:
+                conn, _ = self.listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._answer, args=(conn,), daemon=True).start()
+
+    def _answer(self, conn: socket.socket) -> None:
         with conn:
             while (frame := read_frame(conn)) is not None:
                 header = codec.parse_request_header(frame)
@@ -214,11 +218,18 @@ def test_strict_create_partitions_forwards_the_accepted_topics_and_merges_in_ord
         with (
             run_proxy(upstream.address, 0, plugin, mutation=manager) as proxy,
             socket.create_connection(proxy.server.address, timeout=30) as client,
+            socket.create_connection(proxy.server.address, timeout=30) as other,
         ):
             frame = _frame(_create_partitions(*wanted), 77, client_id)
             client.sendall(struct.pack(">i", len(frame)) + frame)
             answer = read_frame(client)
             assert answer is not None
+            # The same client on a connection that is not muted, while the bucket is
+            # still overdrawn: every topic refused, answered without the upstream.
+            again = _frame(_create_partitions(("a", 60)), 78, client_id)
+            other.sendall(struct.pack(">i", len(again)) + again)
+            refused = read_frame(other)
+            assert refused is not None
         assert upstream.received == [accepted]  # only the accepted topics went upstream
         spec = codec.api(mutations.CREATE_PARTITIONS, 3)
         _, offset = spec.response_header(answer)
@@ -231,5 +242,12 @@ def test_strict_create_partitions_forwards_the_accepted_topics_and_merges_in_ord
         throttle = round(body.throttle_time.total_seconds() * 1000)
         refusal = max(check.throttle_ms for check in checks if not check.accepted)
         assert 7 < throttle <= refusal  # the mutation throttle, above the broker's own
+        _, offset = spec.response_header(refused)
+        body = codec.read_fields(refused, offset, spec.response_type)
+        assert struct.unpack_from(">i", refused, 0)[0] == 78
+        assert [(r.name, int(r.error_code)) for r in body.results] == [
+            ("a", mutations.THROTTLING_QUOTA_EXCEEDED)
+        ]
+        assert body.throttle_time > datetime.timedelta(0)
     finally:
         upstream.close()
