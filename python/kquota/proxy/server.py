@@ -195,7 +195,8 @@ class ProxyServer:
     a CreateTopics topic with -1 partitions gets); ``connection_quotas`` the connection
     creation rates, counted under ``listener`` (added to them at :meth:`start` if they
     lack it). Both are read live: a :class:`~kquota.config.live.LiveQuotas` may update
-    them while the proxy runs.
+    them while the proxy runs. Their times are the plugin's clock: give the plugin
+    :func:`kafka_clock_ms` (as ``kquota proxy`` does) for Kafka's full new token buckets.
     """
 
     def __init__(
