@@ -519,10 +519,17 @@ def test_mutation_scrape_has_kafkas_names_and_the_cores_values() -> None:
         == set(MUTATION_METRIC_NAMES)
         == {
             "kafka_server_controllermutation_tokens",
+            "kafka_server_controllermutation_mutation_rate",
             "kafka_server_controllermutation_throttle_time",
             "kafka_server_controllermutation_queue_size",
         }
     )
+    # mutation-rate: Kafka's Rate over the metrics windows (2 x 30 s): 1 s elapsed since
+    # the first record, padded to one full window (31 s); the refused 5 is not counted.
+    assert got["kafka_server_controllermutation_mutation_rate"] == {
+        ul("CN%3Da%3Ab", ""): 50 / 31.0,
+        ul("", "c:1"): 5 / 31.0,
+    }
     # TokenBucket: a new bucket fills at quota/s from time 0 up to the burst (11 x 1 s x
     # quota): alice had 2 at 1000 ms, took 50 (-48), refilled 2 by 2000 ms.
     assert got["kafka_server_controllermutation_tokens"] == {
@@ -547,6 +554,7 @@ def test_mutation_sensors_that_expired_or_no_longer_resolve_are_left_out() -> No
     manager.expire_sensors(now_ms=10_000_000)
     families = {m.name: m for m in collector.collect()}
     assert families["kafka_server_controllermutation_tokens"].samples == []
+    assert families["kafka_server_controllermutation_mutation_rate"].samples == []
     assert families["kafka_server_controllermutation_throttle_time"].samples == []
 
 

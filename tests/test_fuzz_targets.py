@@ -21,7 +21,7 @@ import fuzz_cli_args  # noqa: E402
 import fuzz_quota_file  # noqa: E402
 import fuzz_scenario  # noqa: E402
 from kquota.config.model import QuotaConfig  # noqa: E402
-from kquota.conformance import Result, Scenario, load_scenario, replay  # noqa: E402
+from kquota.conformance import Result, Scenario, load, replay  # noqa: E402
 from kquota.exceptions import QuotaFileError, ScenarioError  # noqa: E402
 
 TARGETS: dict[str, Callable[[bytes], None]] = {
@@ -294,6 +294,7 @@ def test_quota_file_regression(name: str, message: str) -> None:
         ("surrogate_name.json", "name: not valid Unicode text"),
         ("int_beyond_double.json", r"quotas\[0\].value: expected a finite number"),
         ("deep_nesting.json", "not valid JSON: maximum recursion depth exceeded"),
+        ("mutation_window_not_whole_seconds.json", "config: invalid window_ms 3672"),
     ],
 )
 def test_scenario_regression(name: str, message: str) -> None:
@@ -302,4 +303,4 @@ def test_scenario_regression(name: str, message: str) -> None:
     escaped the loader as OverflowError or RecursionError."""
     path = FUZZ / "regressions" / "scenario" / name
     with pytest.raises(ScenarioError, match=message):
-        load_scenario(path)
+        load(path)

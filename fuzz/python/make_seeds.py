@@ -25,7 +25,8 @@ sys.path.insert(0, str(HERE))
 
 from fuzz_cli_args import VOCABULARY  # noqa: E402
 from kquota.config.model import ENTITY_KEYS, PROPERTIES  # noqa: E402
-from kquota.conformance import _MANAGER_OPS, _SENSOR_OPS  # noqa: E402
+from kquota.conformance.admin import ADMIN_TYPES, OPS  # noqa: E402
+from kquota.conformance.clients import _MANAGER_OPS, _SENSOR_OPS  # noqa: E402
 
 MAX_SEED_BYTES = 6000
 """Seeds stay below the targets' ``-max_len`` (8192) with room for mutations."""
@@ -104,7 +105,8 @@ def _cut(document: dict[str, Any], steps: int) -> dict[str, Any]:
 
 
 def scenarios(shared: Path | None) -> dict[str, Any]:
-    """Scenario seeds: the shared vectors, cut to size, and hand-written ones."""
+    """Scenario seeds: the shared vectors and ``tests/vectors``, cut to size, and
+    hand-written ones."""
     seeds: dict[str, Any] = {
         "sensor_minimal.json": {
             "format": 1,
@@ -135,13 +137,14 @@ def scenarios(shared: Path | None) -> dict[str, Any]:
             ],
         },
     }
-    if shared is not None:
-        for path in sorted(shared.glob("*.json")):
-            document = json.loads(path.read_text(encoding="utf-8"))
-            steps = len(document["steps"])
-            while steps > 1 and len(json.dumps(_cut(document, steps))) > MAX_SEED_BYTES:
-                steps //= 2
-            seeds[path.name] = _cut(document, steps)
+    own = FUZZ.parent / "tests" / "vectors"  # the token bucket, mutations, connections
+    vectors = [*(shared.glob("*.json") if shared is not None else []), *own.glob("*.json")]
+    for path in sorted(vectors):
+        document = json.loads(path.read_text(encoding="utf-8"))
+        steps = len(document["steps"])
+        while steps > 1 and len(json.dumps(_cut(document, steps))) > MAX_SEED_BYTES:
+            steps //= 2
+        seeds[path.name] = _cut(document, steps)
     return seeds
 
 
@@ -246,6 +249,13 @@ def dictionaries() -> dict[str, list[str]]:
         "num_samples",
         "window_ms",
         *sorted({*_MANAGER_OPS, *_SENSOR_OPS}),
+        *ADMIN_TYPES,
+        *sorted(
+            {"kafka_test", "broker", "listeners", "name", "epsilon", "expect_ip_throttle"}
+            | {word for ops in OPS.values() for op in ops for word in [op]}
+            | {key for ops in OPS.values() for spec in ops.values() for key in spec.fields}
+            | {key for ops in OPS.values() for spec in ops.values() for key in spec.expect}
+        ),
     ]
     return {
         "quota_file": json_words + [f'"{key}"' for key in quota_keys],

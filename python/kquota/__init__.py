@@ -29,6 +29,7 @@ from kquota._core import (
     monotonic_ms,
     mutation_is_strict,
     sanitize_user,
+    token_bucket_throttle_time,
 )
 from kquota.exceptions import (
     ChannelError,
@@ -81,4 +82,5 @@ __all__ = [
     "monotonic_ms",
     "mutation_is_strict",
     "sanitize_user",
+    "token_bucket_throttle_time",
 ]

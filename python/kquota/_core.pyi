@@ -655,6 +655,10 @@ class ControllerMutationQuotaManager:
         """The quota of one request (Kafka's Strict/PermissiveControllerMutationQuota)."""
     def tokens(self, user: str, client_id: str, now_ms: int | None = None) -> float | None:
         """The client's tokens at ``now_ms`` (refills); ``None`` without a bucket."""
+    def mutation_rate(self, user: str, client_id: str, now_ms: int | None = None) -> float | None:
+        """Kafka's ``mutation-rate``: partitions mutated per second (a ``Rate`` over the
+        broker's metrics windows, 2 x 30 s; refused strict mutations not counted);
+        ``None`` without a sensor."""
     def throttle(
         self,
         user: str,

@@ -232,6 +232,7 @@ class QuotaCollector(Collector):
 _MUTATION_PREFIX = "kafka_server_controllermutation"
 MUTATION_METRIC_NAMES = (
     f"{_MUTATION_PREFIX}_tokens",
+    f"{_MUTATION_PREFIX}_mutation_rate",
     f"{_MUTATION_PREFIX}_throttle_time",
     f"{_MUTATION_PREFIX}_queue_size",
 )
@@ -257,8 +258,10 @@ class MutationQuotaCollector(Collector):
       with no throttle in its window);
     * ``kafka_server_controllermutation_queue_size``: channels waiting in the delay queue.
 
-    Kafka also has ``mutation-rate`` (a sampled rate of the partitions mutated); the core
-    does not measure it, so it is not exported. Each sensor is read by its metric tags, so
+    * ``kafka_server_controllermutation_mutation_rate``: partitions mutated per second
+      (Kafka's ``mutation-rate``: a ``Rate`` over the broker's metrics windows, 2 x 30 s).
+
+    Each sensor is read by its metric tags, so
     a sensor whose tags no longer resolve to it (the quotas changed since its last record)
     is skipped until it records again or expires. ``clock`` as for :class:`QuotaCollector`.
     """
@@ -286,32 +289,42 @@ class MutationQuotaCollector(Collector):
         """Read the manager's sensors now and return their families."""
         now = None if self._clock is None else self._clock()
         manager = self._manager
-        tokens, throttle, queue = families = self._families()
+        tokens, rate, throttle, queue = families = self._families()
         for name in manager.sensor_names():
+            readings: list[tuple[GaugeMetricFamily, float | None]]
             if name.startswith(_MUTATION_THROTTLE_SENSOR):
                 user, client_id = _sensor_tags(name[len(_MUTATION_THROTTLE_SENSOR) :])
-                value = manager.throttle_time_avg(unquote(user), client_id, now_ms=now)
-                family = throttle
-            elif name.startswith(_BUCKET_SENSOR):
+                readings = [
+                    (throttle, manager.throttle_time_avg(unquote(user), client_id, now_ms=now))
+                ]
+            elif name.startswith(_BUCKET_SENSOR):  # one sensor, two stats (as Kafka's)
                 user, client_id = _sensor_tags(name[len(_BUCKET_SENSOR) :])
-                value = manager.tokens(unquote(user), client_id, now_ms=now)
-                family = tokens
+                readings = [
+                    (tokens, manager.tokens(unquote(user), client_id, now_ms=now)),
+                    (rate, manager.mutation_rate(unquote(user), client_id, now_ms=now)),
+                ]
             else:  # pragma: no cover (the core names no other sensor)
                 continue
-            if value is not None:
-                family.samples.append(
-                    Sample(family.name, {"user": user, "client_id": client_id}, value)
-                )
+            for family, value in readings:
+                if value is not None:
+                    family.samples.append(
+                        Sample(family.name, {"user": user, "client_id": client_id}, value)
+                    )
         queue.add_metric((), float(manager.queue_size))
         return families
 
     @staticmethod
     def _families() -> list[GaugeMetricFamily]:
-        tokens, throttle, queue = MUTATION_METRIC_NAMES
+        tokens, rate, throttle, queue = MUTATION_METRIC_NAMES
         return [
             GaugeMetricFamily(
                 tokens,
                 "Tokens left in the client's controller-mutation bucket (partitions)",
+                labels=_LABELS,
+            ),
+            GaugeMetricFamily(
+                rate,
+                "Partitions created or deleted per second (controller-mutation quota)",
                 labels=_LABELS,
             ),
             GaugeMetricFamily(

@@ -6,7 +6,7 @@ import argparse
 from typing import Any
 
 from kquota.cli.common import EXIT_MISMATCH, EXIT_OK, fail
-from kquota.conformance import expand_paths, load_scenario, replay
+from kquota.conformance import expand_paths, load, replay
 from kquota.exceptions import ScenarioError
 
 
@@ -28,7 +28,7 @@ def register(subparsers: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     """One line per scenario, then ``N/M scenarios match``."""
     try:
-        scenarios = [load_scenario(path) for path in expand_paths(args.paths)]
+        scenarios = [load(path) for path in expand_paths(args.paths)]
     except ScenarioError as exc:
         return fail("conformance", exc)
     matched = 0

@@ -102,9 +102,12 @@ impl Life {
     }
 }
 
-/// The `tokens` sensor of one tag pair.
+/// The quota sensor of one tag pair: Kafka's sensor holds two stats, the `tokens` bucket
+/// (the quota's windows) and the `mutation-rate` Rate, which has no config of its own and
+/// so takes the broker's metrics windows (2 x 30 s). Both record the same values.
 struct BucketSensor {
     bucket: BucketCell,
+    rate: CowCell<Samples>,
     life: Life,
 }
 
@@ -274,6 +277,7 @@ impl ControllerMutationQuotaManager {
         &self,
         user: &str,
         client_id: &str,
+        permits: f64,
         now: i64,
         op: impl FnOnce(&BucketCell, f64) -> MutationCheck,
     ) -> Option<MutationCheck> {
@@ -287,6 +291,7 @@ impl ControllerMutationQuotaManager {
         let tags = Pair::new(&u, &c);
         let sensor = get_or_create(&self.buckets, &tags, || BucketSensor {
             bucket: BucketCell::new(),
+            rate: CowCell::new(Samples::new()),
             life: Life::new(now),
         });
         get_or_create(&self.throttles, &tags, || ThrottleSensor {
@@ -295,6 +300,9 @@ impl ControllerMutationQuotaManager {
         });
         let check = op(&sensor.bucket, bound);
         if check.accepted {
+            sensor.rate.update(&guard, |s| {
+                s.record(&WindowConfig::METRICS_DEFAULT, permits, now)
+            });
             sensor.life.last_record.store(now, Relaxed);
         }
         Some(check)
@@ -314,7 +322,7 @@ impl ControllerMutationQuotaManager {
         let permits = check_permits(permits)?;
         let cfg = self.window;
         Ok(self
-            .with_bucket(user, client_id, now, |b, q| {
+            .with_bucket(user, client_id, permits, now, |b, q| {
                 b.record_strict(&cfg, q, permits, now)
             })
             .unwrap_or(MutationCheck::FREE))
@@ -332,7 +340,7 @@ impl ControllerMutationQuotaManager {
         let permits = check_permits(permits)?;
         let cfg = self.window;
         Ok(self
-            .with_bucket(user, client_id, now, |b, q| {
+            .with_bucket(user, client_id, permits, now, |b, q| {
                 b.record_permissive(&cfg, q, permits, now)
             })
             .unwrap_or(MutationCheck::FREE))
@@ -376,6 +384,20 @@ impl ControllerMutationQuotaManager {
             .get(&PairRef(&u, &c))
             .filter(|s| !s.life.removed.load(Relaxed))?;
         Some(sensor.bucket.measure(&self.window, bound, now))
+    }
+
+    /// The client's `mutation-rate` at `now`: partitions mutated per second, Kafka's
+    /// `Rate` over the broker's metrics windows (2 x 30 s); `None` when its sensor does not
+    /// exist. Refused (strict) mutations are not counted, as Kafka records nothing then.
+    pub fn mutation_rate(&self, user: &str, client_id: &str, now: i64) -> Option<f64> {
+        let (u, c) = self.tags(user, client_id);
+        let m = self.buckets.pin();
+        let sensor = m
+            .get(&PairRef(&u, &c))
+            .filter(|s| !s.life.removed.load(Relaxed))?;
+        Some(sensor.rate.update(&pin(), |s| {
+            s.measure_rate(&WindowConfig::METRICS_DEFAULT, now).0
+        }))
     }
 
     /// Accounts a throttle of `throttle_ms` > 0 applied to a client (throttle-time sensor)
@@ -557,9 +579,58 @@ impl MutationRequestQuota {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::rate::SampledRate;
 
     fn pair(user: &str, client: &str) -> QuotaEntity {
         QuotaEntity::parse(Some(user), Some(client)).unwrap()
+    }
+
+    #[test]
+    fn mutation_rate_is_a_rate_of_what_was_recorded_over_the_metrics_windows() {
+        // Kafka's sensor records into its Rate (broker metrics windows, 2 x 30 s) exactly
+        // what it records into the bucket: nothing when a strict check refuses.
+        let m =
+            ControllerMutationQuotaManager::new(WindowConfig::new(10, 1000).unwrap(), 3_600_000)
+                .unwrap();
+        assert_eq!(m.mutation_rate("u", "c", 0), None);
+        m.set_quota(&pair("u", "c"), 2.0).unwrap();
+        let reference = SampledRate::new(WindowConfig::METRICS_DEFAULT, None).unwrap();
+        let t0 = 1_700_000_000_000;
+        let mut refused = 0;
+        for (step, (permits, strict)) in [
+            (15.0, true),
+            (9.0, true),
+            (4.0, true),
+            (7.0, false),
+            (3.0, true),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let t = t0 + 700 * step as i64;
+            let check = if strict {
+                m.record_strict("u", "c", permits, t).unwrap()
+            } else {
+                m.record_permissive("u", "c", permits, t).unwrap()
+            };
+            if check.accepted {
+                reference.record_no_check(permits, t).unwrap();
+            } else {
+                refused += 1;
+            }
+            assert_eq!(
+                m.mutation_rate("u", "c", t),
+                Some(reference.measure(t)),
+                "step {step}"
+            );
+        }
+        assert!(refused >= 1, "the trace must include a strict refusal");
+        let later = t0 + 45_000;
+        assert_eq!(
+            m.mutation_rate("u", "c", later),
+            Some(reference.measure(later))
+        );
+        assert_eq!(m.mutation_rate("other", "c", later), None);
     }
 
     #[test]

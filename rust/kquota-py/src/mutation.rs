@@ -350,6 +350,17 @@ impl ControllerMutationQuotaManager {
         self.inner.tokens(&user, &client_id, now_or_clock(now_ms))
     }
 
+    #[pyo3(signature = (user, client_id, now_ms=None))]
+    fn mutation_rate(
+        &self,
+        #[pyo3(from_py_with = args::user)] user: Text<'_>,
+        #[pyo3(from_py_with = args::client_id)] client_id: Text<'_>,
+        #[pyo3(from_py_with = args::now_ms)] now_ms: Option<i64>,
+    ) -> Option<f64> {
+        self.inner
+            .mutation_rate(&user, &client_id, now_or_clock(now_ms))
+    }
+
     #[pyo3(signature = (user, client_id, throttle_ms, now_ms=None, channel=None))]
     fn throttle(
         &self,

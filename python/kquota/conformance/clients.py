@@ -1,4 +1,4 @@
-"""Replay the conformance scenarios of ``shared/conformance`` against a kquota backend.
+"""Scenarios of the client quotas (section 12 of the spec), replayed against a backend.
 
 A scenario (section 12 of ``kafka-quota-semantics.md``) is a JSON file with a quota
 configuration and a list of timed steps whose expected outputs came from Apache Kafka's
@@ -166,7 +166,8 @@ class _Loader:
     def fail(self, where: str, problem: str) -> NoReturn:
         raise ScenarioError(f"{self.path}: {where}: {problem}")
 
-    def scenario(self) -> Scenario:
+    def document(self) -> object:
+        """The file's JSON document."""
         try:
             text = self.path.read_text(encoding="utf-8")
         except OSError as exc:
@@ -174,9 +175,12 @@ class _Loader:
         except UnicodeDecodeError as exc:
             raise ScenarioError(f"{self.path}: cannot read: {exc}") from None
         try:
-            document = json.loads(text, parse_constant=_reject_constant)
+            return json.loads(text, parse_constant=_reject_constant)
         except (ValueError, RecursionError) as exc:
             raise ScenarioError(f"{self.path}: not valid JSON: {exc}") from None
+
+    def scenario(self) -> Scenario:
+        document = self.document()
         top = self.fields(
             document,
             "file",
