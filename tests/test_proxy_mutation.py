@@ -162,6 +162,8 @@ def test_strict_create_topics_refuses_the_topics_over_the_burst_and_retries_succ
             labels = f'{{client_id="{client_id}",user=""}}'
             assert scraped[f"kafka_server_controllermutation_tokens{labels}"] < 0
             assert scraped[f"kafka_server_controllermutation_throttle_time{labels}"] > 0
+            # Kafka's mutation-rate: the accepted partitions only (refused ones count nothing).
+            assert scraped[f"kafka_server_controllermutation_mutation_rate{labels}"] > 0
 
             # An application retries the refused topics until none is refused.
             pending, rounds = refused, 0
