@@ -29,7 +29,6 @@ from kquota.backtest.kernel import (
 from kquota.config import Window
 from kquota.config.model import QuotaType
 
-
 _PROBE_CLIENT = ("", "probe")
 """The one client a probe manager records for: a ``<default>`` client quota applies to it."""
 

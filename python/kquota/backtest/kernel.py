@@ -28,7 +28,7 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd  # type: ignore[import-untyped]
 
-from kquota import DEFAULT, Entity, QuotaManager, ReplayKernel, RequestPath
+from kquota import QuotaManager, ReplayKernel, RequestPath
 from kquota._core import applied_throttles, recommend_quotas
 from kquota.config import QuotaConfig, Window
 from kquota.config.model import QuotaType
@@ -538,6 +538,7 @@ SUMMARY_COLUMNS: Final = (
     BYTES,
     USAGE,
     "throttled_requests",
+    "throttled_fraction",
     "total_throttle_ms",
     "mean_throttle_ms",
     "p99_throttle_ms",
@@ -788,6 +789,7 @@ RECOMMENDATION_COLUMNS: Final = (
 )
 """The columns of :func:`recommend`, one row per entity (sensor tags, across brokers)."""
 
+
 def recommend(
     usage: pd.DataFrame, window: Window, quota_type: QuotaType, target: float
 ) -> pd.DataFrame:
@@ -811,9 +813,7 @@ def recommend(
     if usage.empty:
         return pd.DataFrame(columns=list(RECOMMENDATION_COLUMNS))
     user_codes, user_tags = pd.factorize(usage[SENSOR_USER], sort=True, use_na_sentinel=False)
-    client_codes, client_tags = pd.factorize(
-        usage[SENSOR_CLIENT], sort=True, use_na_sentinel=False
-    )
+    client_codes, client_tags = pd.factorize(usage[SENSOR_CLIENT], sort=True, use_na_sentinel=False)
     broker_codes, _ = pd.factorize(usage[BROKER], sort=True, use_na_sentinel=False)
     keys: list[npt.NDArray[np.generic]] = [
         usage[name].to_numpy() for name in reversed(SEQ_COLUMNS) if name in usage.columns
