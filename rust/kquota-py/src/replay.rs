@@ -345,6 +345,9 @@ fn quota_type_of(text: &str) -> PyResult<core::QuotaType> {
     Ok(quota_type(text)?)
 }
 
+/// The recommended quotas and the fractions they throttle, one per entity.
+type QuotasAndFractions<'py> = (Bound<'py, PyArray1<f64>>, Bound<'py, PyArray1<f64>>);
+
 /// Offsets as indices; a negative one is named.
 fn offsets(name: &str, values: &[i64]) -> core::Result<Vec<usize>> {
     values
@@ -378,7 +381,7 @@ pub(crate) fn recommend_quotas<'py>(
     #[pyo3(from_py_with = args::unrecord_if_array)] unrecord_if: Option<
         PyReadonlyArray1<'py, bool>,
     >,
-) -> PyResult<(Bound<'py, PyArray1<f64>>, Bound<'py, PyArray1<f64>>)> {
+) -> PyResult<QuotasAndFractions<'py>> {
     let quota_type = quota_type_of(&quota_type)?;
     let window = core::WindowConfig::new(num_samples, window_ms).map_err(CoreError)?;
     // Owned copies (any strides), then the whole search without the GIL.
@@ -398,7 +401,10 @@ pub(crate) fn recommend_quotas<'py>(
         .detach(|| core::replay::recommend::recommend(quota_type, &window, target, &traffic))
         .map_err(CoreError)?;
     let quotas = found.iter().map(|r| r.quota).collect::<Vec<_>>();
-    let fractions = found.iter().map(|r| r.throttled_fraction).collect::<Vec<_>>();
+    let fractions = found
+        .iter()
+        .map(|r| r.throttled_fraction)
+        .collect::<Vec<_>>();
     Ok((
         PyArray1::from_vec(py, quotas),
         PyArray1::from_vec(py, fractions),

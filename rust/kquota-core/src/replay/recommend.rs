@@ -47,12 +47,15 @@ pub struct Recommendation {
 /// Bisection stops when `high / low` is at most this.
 const PRECISION: f64 = 1.0 + 1e-3;
 
+/// One broker's run of an entity: times, usage in the quota's unit, fetch drops.
+type Run<'a> = (&'a [i64], Vec<f64>, Option<&'a [bool]>);
+
 /// One entity's traffic, checked and in the quota's unit.
 struct Entity<'a> {
     quota_type: QuotaType,
     window: &'a WindowConfig,
     /// Per broker: times, usage in the quota's unit, fetch drops.
-    runs: Vec<(&'a [i64], Vec<f64>, Option<&'a [bool]>)>,
+    runs: Vec<Run<'a>>,
     total: usize,
 }
 
