@@ -26,6 +26,8 @@ from report import machine  # benches/report.py, next to this file
 
 RESULTS = Path(__file__).resolve().parent / "results" / "python.json"
 SUBJECT = "kquota"
+DETAILS = ("worker_peak_rss_mib",)
+"""``extra_info`` keys of the subject that its rows carry (shown under the table)."""
 
 
 @pytest.fixture(scope="module")
@@ -46,6 +48,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     if bs is None or not bs.benchmarks:
         return
     by_group: dict[str, dict[str, float]] = {}
+    details: dict[str, dict[str, Any]] = {}  # the subject's DETAILS, carried into its rows
     for bench in bs.benchmarks:
         role = bench.extra_info.get("role")
         if role and not bench.stats.data:
@@ -53,6 +56,8 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         if role:
             calls = bench.extra_info.get("calls", 1)
             by_group.setdefault(bench.group, {})[role] = bench.stats.median / calls
+            if role == SUBJECT:
+                details[bench.group] = {k: v for k, v in bench.extra_info.items() if k in DETAILS}
     rows: list[dict[str, Any]] = []
     for group, roles in sorted(by_group.items()):
         if SUBJECT not in roles:
@@ -69,6 +74,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
                     "baseline": f"{group}/{role}",
                     "baseline_value": base * 1e9,
                     "ratio": base / value,
+                    **details.get(group, {}),
                 }
             )
     RESULTS.parent.mkdir(parents=True, exist_ok=True)

@@ -266,6 +266,21 @@ def floor_note(rows: list[Row]) -> str:
     )
 
 
+def memory_note(rows: list[Row]) -> str:
+    """The Python workers' peak memory of the back-test rows that measured it."""
+    parts = [
+        f"{number(r['worker_peak_rss_mib'])} MiB in `{r['name'].split('/')[1]}`"
+        for r in rows
+        if "worker_peak_rss_mib" in r
+    ]
+    if not parts:
+        return ""
+    return (
+        "\n\nPeak resident memory of the back-test's Python workers (largest `VmHWM` of "
+        "the workers that replayed; Spark's default memory settings): " + ", ".join(parts) + "."
+    )
+
+
 def table(rows: list[Row], info: dict[str, Any], mode: str) -> str:
     run = (
         "Full run (`make bench`)"
@@ -289,7 +304,7 @@ def table(rows: list[Row], info: dict[str, Any], mode: str) -> str:
             f"| {number(r['baseline_value'])} {r['unit']} (`{r['baseline'].rsplit('/', 1)[1]}`) "
             f"| {ratio(r['ratio'])} | {target} | {result} |"
         )
-    return "\n".join(lines) + floor_note(rows)
+    return "\n".join(lines) + floor_note(rows) + memory_note(rows)
 
 
 def main() -> int:

@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from kquota import DEFAULT, Entity
+from kquota._core import recommend_quotas
 from kquota.backtest import kernel
 from kquota.backtest.kernel import (
     ADDED_LATENCY,
@@ -41,6 +42,7 @@ from kquota.backtest.kernel import (
 from kquota.backtest.traffic import TrafficSpec, generate
 from kquota.config import QuotaConfig, QuotaEntry, Window
 from kquota.conformance import Scenario, expand_paths, load_scenario
+from recommend_reference import recommend_reference, throttled_fraction
 
 CONFORMANCE = Path(__file__).resolve().parents[2] / "shared" / "conformance"
 PROPERTY = {
@@ -483,13 +485,97 @@ def test_recommendation_is_the_smallest_quota_under_the_target() -> None:
         traffic.append((part[TS].to_numpy()[order], part[USAGE].to_numpy(dtype=float)[order], None))
     quota = row["recommended_quota"]
     assert row["brokers"] == 3 and row["requests"] == len(heavy)
-    assert kernel.throttled_fraction(traffic, "produce", config.window, quota) <= target
-    assert row["throttled_fraction"] == kernel.throttled_fraction(
-        traffic, "produce", config.window, quota
-    )
-    assert kernel.throttled_fraction(traffic, "produce", config.window, quota * 0.995) > target
+    assert throttled_fraction(traffic, "produce", config.window, quota) <= target
+    assert row["throttled_fraction"] == throttled_fraction(traffic, "produce", config.window, quota)
+    assert throttled_fraction(traffic, "produce", config.window, quota * 0.995) > target
     with pytest.raises(ValueError, match="target"):
         kernel.recommend(heavy, config.window, "produce", 1.5)
+
+
+def recommendation_usage(frame: pd.DataFrame, quota_type: str) -> pd.DataFrame:
+    """The rows a ``quota_type`` sensor records in an open-loop replay, as the job's
+    recommend stage receives them (``unrecord_if``: the request quota throttled it)."""
+    config = mixed_config()
+    result = pd.concat(
+        kernel.replay_open(part, config) for _, part in frame.groupby(BROKER, sort=False)
+    ).loc[frame.index]
+    if quota_type == "request":
+        rows = frame[THREAD].notna().to_numpy()
+        usage = frame[THREAD]
+    else:
+        rows = np.asarray(kernel.kinds(frame[API]) == quota_type)
+        usage = frame[BYTES]
+    tags = kernel.sensor_tags(frame[USER], frame[CLIENT], config.manager(quota_type))  # type: ignore[arg-type]
+    out = pd.DataFrame(
+        {
+            BROKER: frame[BROKER],
+            SENSOR_USER: tags[0],
+            SENSOR_CLIENT: tags[1],
+            TS: frame[TS],
+            USAGE: usage.fillna(0).astype(np.int64),
+            "unrecord_if": (result[REQUEST_THROTTLE] > 0).to_numpy(),
+            SEQ_COLUMNS[0]: frame[SEQ_COLUMNS[0]],
+            SEQ_COLUMNS[1]: frame[SEQ_COLUMNS[1]],
+        }
+    )
+    return out[rows]
+
+
+@pytest.mark.parametrize("quota_type", kernel.QUOTA_TYPES)
+@pytest.mark.parametrize(
+    ("window", "target"),
+    [(Window(11, 1000), 0.02), (Window(2, 2000), 0.0), (Window(1, 1000), 0.1)],
+    ids=["11x1s", "2x2s-target0", "1x1s"],
+)
+def test_recommendations_equal_the_per_candidate_managers(
+    quota_type: str, window: Window, target: float
+) -> None:
+    # every entity of a mixed trace (several brokers each, repeated times), searched in one
+    # core call, against the former search: one QuotaManager per broker and candidate
+    frame = traffic_frame(12_000, seed=11, brokers=3)
+    frame[TS] = frame[TS] - frame[TS] % 7  # times that repeat
+    usage = recommendation_usage(frame, quota_type)
+    assert usage[SENSOR_USER].nunique() + usage[SENSOR_CLIENT].nunique() > 4
+    got = kernel.recommend(usage, window, quota_type, target)  # type: ignore[arg-type]
+    want = recommend_reference(usage, window, quota_type, target)  # type: ignore[arg-type]
+    assert len(got) == len(want) > 3
+    assert (got["brokers"] > 1).any()
+    pd.testing.assert_frame_equal(got, want, check_dtype=False, check_exact=True)
+
+
+def test_recommendations_of_an_empty_group_and_bad_usage() -> None:
+    frame = traffic_frame(2_000, seed=3, brokers=2)
+    usage = recommendation_usage(frame, "produce")
+    empty = kernel.recommend(usage.iloc[:0], Window(), "produce", 0.02)
+    assert empty.empty and list(empty.columns) == list(kernel.RECOMMENDATION_COLUMNS)
+    bad = usage.copy()
+    bad[USAGE] = bad[USAGE].astype(float)
+    bad.iloc[5, bad.columns.get_loc(USAGE)] = -12.5
+    with pytest.raises(kquota.InvalidUsageError, match=r"-12\.5"):
+        kernel.recommend(bad, Window(), "produce", 0.02)
+
+
+def test_recommend_quotas_names_bad_offsets() -> None:
+    times = np.array([1, 2, 3], dtype=np.int64)
+    usage = np.array([1.0, 2.0, 3.0])
+    with pytest.raises(kquota.InvalidUsageError, match="run offsets"):
+        recommend_quotas("produce", times, usage, np.array([0, 2]), np.array([0, 1]), target=0.1)
+    with pytest.raises(kquota.InvalidUsageError, match="offset -1"):
+        recommend_quotas("produce", times, usage, np.array([-1, 3]), np.array([0, 1]), target=0.1)
+    with pytest.raises(kquota.InvalidUsageError, match="unrecord_if"):
+        recommend_quotas(
+            "produce",
+            times,
+            usage,
+            np.array([0, 3]),
+            np.array([0, 1]),
+            target=0.1,
+            unrecord_if=np.zeros(3, dtype=bool),
+        )
+    quotas, fractions = recommend_quotas(
+        "fetch", times, usage, np.array([0, 3]), np.array([0, 1]), target=0.0
+    )
+    assert len(quotas) == len(fractions) == 1 and fractions[0] == 0.0
 
 
 def test_throttled_fraction_uses_the_core_formula() -> None:
@@ -498,5 +584,5 @@ def test_throttled_fraction_uses_the_core_formula() -> None:
     manager = kquota.QuotaManager("produce")
     manager.set_quota(Entity(client_id=DEFAULT), 100.0)
     want = [manager.record("", "x", v, int(t)) > 0 for t, v in zip(times, values, strict=True)]
-    got = kernel.throttled_fraction([(times, values, None)], "produce", Window(), 100.0)
+    got = throttled_fraction([(times, values, None)], "produce", Window(), 100.0)
     assert got == sum(want) / 3

@@ -1,7 +1,8 @@
 """Type stubs for ``kquota._core``, the compiled binding over the Rust core.
 
 Everything here is re-exported from :mod:`kquota`; import it from there (except the
-helpers :func:`applied_throttles` and :func:`double_to_int` of kquota's own modules).
+helpers :func:`applied_throttles`, :func:`double_to_int` and :func:`recommend_quotas`
+of kquota's own modules).
 Times are integer milliseconds. Every ``now_ms`` parameter is optional: when it
 is omitted the core reads a monotonic clock (milliseconds since an arbitrary
 origin), so use either caller-supplied times or the clock with one manager,
@@ -42,6 +43,7 @@ __all__ = [
     "double_to_int",
     "monotonic_ms",
     "mutation_is_strict",
+    "recommend_quotas",
     "sanitize_user",
     "token_bucket_throttle_time",
 ]
@@ -522,6 +524,31 @@ def applied_throttles(
 
     The largest, 0 when none is > 0. The arrays must have one length
     (:class:`InvalidUsageError` otherwise). The GIL is released.
+    """
+
+def recommend_quotas(
+    quota_type: _QuotaType,
+    times_ms: npt.NDArray[np.int64],
+    usage: npt.NDArray[np.float64],
+    runs: npt.NDArray[np.int64],
+    entities: npt.NDArray[np.int64],
+    *,
+    target: float,
+    num_samples: int = 11,
+    window_ms: int = 1000,
+    unrecord_if: npt.NDArray[np.bool_] | None = None,
+) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
+    """Per entity, the smallest quota that throttles at most ``target`` of its requests.
+
+    The rows are sorted by entity, then broker, then replay order (times ascending within
+    a run). ``runs`` are the row offsets of each (entity, broker) run, from 0 to the row
+    count; ``entities`` the run offsets of each entity, from 0 to the run count.
+    ``unrecord_if`` (fetch only) marks requests the request quota throttled. Each candidate
+    quota is replayed through one fresh sensor per broker (a fetch throttled by either
+    quota is unrecorded); the search is ``kquota.backtest.kernel.recommend``'s bisection
+    to 0.1 %, rounded up to whole bytes/s (hundredths of a percent for ``request``).
+    Returns the quotas and the fractions they throttle. Bad offsets, lengths, usage or
+    targets raise :class:`InvalidUsageError` naming the value. The GIL is released.
     """
 
 def double_to_int(value: float) -> int:

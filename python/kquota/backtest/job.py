@@ -171,7 +171,10 @@ def _run(spark: SparkSession, options: BacktestOptions, progress: Progress) -> B
     if by_kernel:
         param = cast("AccumulatorParam[dict[str, dict[str, Any]]]", stages.SummarySink())
         sink = spark.sparkContext.accumulator({}, param)
-    replayed = _replay(spark, valid, options, configs, sink)
+    peak = spark.sparkContext.accumulator(
+        0, cast("AccumulatorParam[int]", stages.PeakSink())
+    )  # the Python workers' peak RSS, bytes
+    replayed = _replay(spark, valid, options, configs, sink, peak)
     extras = [c for c in valid.columns if c not in STANDARD and not c.startswith(inputs.PREFIX)]
     requests_path = f"{out}/requests"
     with writing_output(requests_path):
@@ -181,6 +184,8 @@ def _run(spark: SparkSession, options: BacktestOptions, progress: Progress) -> B
         requests = spark.read.parquet(requests_path)
 
     entities_path = f"{out}/entities"
+    if peak.value:
+        progress.note(f"Python workers' peak RSS: {peak.value / 2**20:,.0f} MiB")
     progress.phase(f"wrote {requests_path}/; summarizing entities")
     usage = summaries.usage_all(requests, options.quotas)
     with writing_output(entities_path):
@@ -204,7 +209,7 @@ def _run(spark: SparkSession, options: BacktestOptions, progress: Progress) -> B
         progress.phase(f"recommending quotas (throttled fraction <= {options.target:g}, {base})")
         with writing_output(f"{out}/recommendations"):
             recommendations = summaries.recommendations(
-                spark, requests, entities, options, base, f"{out}/recommendations"
+                spark, requests, entities, options, base, f"{out}/recommendations", peak
             )
     elif not inputs.is_remote(out):
         shutil.rmtree(inputs.local_path(f"{out}/recommendations"), ignore_errors=True)
@@ -234,6 +239,7 @@ def _run(spark: SparkSession, options: BacktestOptions, progress: Progress) -> B
         config=options.quotas,
         notes=notes,
         broker=summaries.broker_comparison(requests),
+        worker_peak_rss=peak.value or None,
     )
     if options.report and not inputs.is_remote(out):
         progress.phase("writing the report")
@@ -280,6 +286,7 @@ def _replay(
     options: BacktestOptions,
     configs: Sequence[str],
     sink: Accumulator[dict[str, dict[str, Any]]] | None = None,
+    peak: Accumulator[int] | None = None,
 ) -> DataFrame:
     """Every request once per scenario, with its throttles, sending time and sensor tags."""
     from pyspark.sql import functions as F
@@ -294,7 +301,12 @@ def _replay(
         # replayed in time order through the core's kernel
         rows = valid.repartition(F.col(BROKER)).sortWithinPartitions(*order)
         whole = stages.ReplayPlan(
-            tuple(configs), labels, base_json, closed=options.mode == "closed", summaries=sink
+            tuple(configs),
+            labels,
+            base_json,
+            closed=options.mode == "closed",
+            summaries=sink,
+            peak_rss=peak,
         )
         schema = _with_field(valid.schema, *_tag_fields(), *_result_fields())
         return rows.mapInArrow(lambda batches: stages.replay(whole, batches), schema)

@@ -154,6 +154,10 @@ class BacktestResult:
     broker: pd.DataFrame | None = None
     """What the broker did beside the replay, per scenario, when the traffic has the
     throttle each request got (see :func:`kquota.backtest.summaries.broker_comparison`)."""
+    worker_peak_rss: int | None = None
+    """The largest peak resident set (bytes, Linux ``VmHWM``) of the Python workers that
+    replayed or recommended (by-broker and closed-loop replays, recommendations); ``None``
+    when unknown."""
 
     @property
     def rows_quarantined(self) -> int:

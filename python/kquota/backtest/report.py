@@ -252,6 +252,8 @@ def summary_text(result: BacktestResult) -> str:
     ]
     for reason, count in result.quarantined.items():
         parts.append(f"  quarantined: {count:,} {reason}")
+    if result.worker_peak_rss:
+        parts.append(f"  Python workers' peak RSS: {result.worker_peak_rss / 2**20:,.0f} MiB")
     parts.extend(f"  note: {note}" for note in result.notes)
     parts.append("")
     parts.append(_table(_rows(result.totals, _TOTAL_COLUMNS), [c[0] for c in _TOTAL_COLUMNS]))

@@ -49,6 +49,7 @@ from kquota.config.model import QuotaType
 __all__ = [
     "KIND",
     "TAGS",
+    "PeakSink",
     "ReplayPlan",
     "StreamPlan",
     "SummarySink",
@@ -60,6 +61,7 @@ __all__ = [
     "request_column",
     "resolve_arrays",
     "stream",
+    "worker_peak_rss",
 ]
 
 KIND: Final = "_kq_kind"
@@ -211,6 +213,34 @@ class ReplayPlan:
     base: str
     closed: bool
     summaries: Any = None
+    peak_rss: Any = None
+    """A Spark accumulator of :class:`PeakSink`: the Python worker's peak RSS is added at the
+    end of each partition (see :func:`worker_peak_rss`)."""
+
+
+def worker_peak_rss() -> int:
+    """This process's peak resident set size in bytes (Linux ``VmHWM``), 0 if unknown.
+
+    A Python worker that Spark reuses across tasks reports its peak over all of them."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return 0
+    return 0
+
+
+class PeakSink:
+    """A Spark ``AccumulatorParam`` keeping the largest value added (peak RSS, bytes)."""
+
+    def zero(self, value: int) -> int:
+        del value
+        return 0
+
+    def addInPlace(self, value: int, other: int) -> int:  # Spark's name
+        return max(value, other)
 
 
 class SummarySink:
@@ -400,6 +430,8 @@ def replay(plan: ReplayPlan, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.R
             yield from _emit(plan, labels, state, None, state.kernel.finish())
     if plan.summaries is not None and brokers:
         plan.summaries.add({name: state.kernel.summaries() for name, state in brokers.items()})
+    if plan.peak_rss is not None:
+        plan.peak_rss.add(worker_peak_rss())
 
 
 _RESULTS: Final = (
@@ -505,11 +537,16 @@ def label_batches(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]
         yield batch.set_column(index, "entity", pa.array(labels, pa.string()))
 
 
-def recommend_stage(base_json: str, target: float, schema: pa.Schema, table: pa.Table) -> pa.Table:
-    """applyInArrow: recommendations for the entities of one (quota type, bucket) group."""
+def recommend_stage(
+    base_json: str, target: float, schema: pa.Schema, table: pa.Table, peak_rss: Any = None
+) -> pa.Table:
+    """applyInArrow: recommendations for the entities of one (quota type, bucket) group
+    (``peak_rss``: a :class:`PeakSink` accumulator, told the worker's peak RSS)."""
     quota_type = kernel.QUOTA_TYPES[kernel.QUOTA_TYPES.index(table.column("quota_type")[0].as_py())]
     frame = _frame(
         table, (BROKER, SENSOR_USER, SENSOR_CLIENT, TS, USAGE, "unrecord_if", *SEQ_COLUMNS)
     )
     out = kernel.recommend(frame, _config(base_json).window, quota_type, target)
+    if peak_rss is not None:
+        peak_rss.add(worker_peak_rss())
     return pa.Table.from_pandas(out, schema=schema, preserve_index=False)

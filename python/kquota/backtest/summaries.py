@@ -400,8 +400,10 @@ def recommendations(
     options: BacktestOptions,
     base: str,
     path: str,
+    peak_rss: Any = None,
 ) -> pd.DataFrame:
-    """Per entity (across brokers): current quota and fraction, and the recommended quota."""
+    """Per entity (across brokers): current quota and fraction, and the recommended quota
+    (``peak_rss``: an accumulator of :class:`stages.PeakSink`, told each worker's peak RSS)."""
     from pyspark.sql import functions as F
 
     usage = usage_all(requests.where(F.col(SCENARIO) == base), options.quotas)
@@ -409,14 +411,24 @@ def recommendations(
         return pd.DataFrame()
     keys = ["quota_type", SENSOR_USER, SENSOR_CLIENT]
     buckets = options.buckets or max(2 * spark.sparkContext.defaultParallelism, 2)
-    usage = usage.withColumn(
-        _BUCKET, F.pmod(F.xxhash64(SENSOR_USER, SENSOR_CLIENT), F.lit(buckets))
+    # only what the search reads crosses the shuffle and goes to Python (applyInArrow
+    # sends every column of its input)
+    usage = usage.select(
+        "quota_type",
+        F.pmod(F.xxhash64(SENSOR_USER, SENSOR_CLIENT), F.lit(buckets)).alias(_BUCKET),
+        BROKER,
+        SENSOR_USER,
+        SENSOR_CLIENT,
+        TS,
+        USAGE,
+        "unrecord_if",
+        *SEQ_COLUMNS,
     )
     schema = _arrow_schema(RECOMMENDATION_SCHEMA)
     base_json = options.quotas.dumps()
     target = options.target
     recommended = usage.groupBy("quota_type", _BUCKET).applyInArrow(
-        lambda table: stages.recommend_stage(base_json, target, schema, table),
+        lambda table: stages.recommend_stage(base_json, target, schema, table, peak_rss),
         RECOMMENDATION_SCHEMA,
     )
     current = (
@@ -427,6 +439,8 @@ def recommendations(
             (F.sum("throttled_requests") / F.sum("requests")).alias("current_throttled_fraction"),
         )
     )
+    # one file, written by one task after a shuffle: a coalesce(1) here would also pull
+    # the search (applyInArrow, when the join is broadcast) into that one task
     recommended.join(current, keys, "left").select(
         "quota_type",
         SENSOR_USER,
@@ -438,5 +452,5 @@ def recommendations(
         "current_throttled_fraction",
         "recommended_quota",
         F.col("throttled_fraction").alias("recommended_throttled_fraction"),
-    ).coalesce(1).write.mode("overwrite").parquet(path)
+    ).repartition(1).write.mode("overwrite").parquet(path)
     return spark.read.parquet(path).orderBy(F.desc("current_throttled_fraction"), *keys).toPandas()

@@ -516,3 +516,23 @@ pub(crate) fn rate(obj: &Bound<'_, PyAny>) -> PyResult<i64> {
 pub(crate) fn opt_rate(obj: &Bound<'_, PyAny>) -> PyResult<Option<i64>> {
     optional(obj, rate)
 }
+
+pub(crate) fn times_ms_array<'py>(obj: &Bound<'py, PyAny>) -> PyResult<PyReadonlyArray1<'py, i64>> {
+    array(obj, "times_ms", "int64")
+}
+
+pub(crate) fn usage_array<'py>(obj: &Bound<'py, PyAny>) -> PyResult<PyReadonlyArray1<'py, f64>> {
+    array(obj, "usage", "float64")
+}
+
+pub(crate) fn runs_array<'py>(obj: &Bound<'py, PyAny>) -> PyResult<PyReadonlyArray1<'py, i64>> {
+    array(obj, "runs", "int64")
+}
+
+pub(crate) fn entities_array<'py>(obj: &Bound<'py, PyAny>) -> PyResult<PyReadonlyArray1<'py, i64>> {
+    array(obj, "entities", "int64")
+}
+
+pub(crate) fn target(obj: &Bound<'_, PyAny>) -> PyResult<f64> {
+    real(obj, "target")
+}

@@ -855,6 +855,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<RequestOutcome>()?;
     m.add_class::<RequestPath>()?;
     m.add_class::<replay::ReplayKernel>()?;
+    m.add_function(wrap_pyfunction!(replay::recommend_quotas, m)?)?;
     m.add_function(wrap_pyfunction!(applied_throttles, m)?)?;
     m.add_function(wrap_pyfunction!(double_to_int, m)?)?;
     m.add_function(wrap_pyfunction!(monotonic_ms, m)?)?;

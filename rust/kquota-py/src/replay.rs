@@ -344,3 +344,69 @@ impl ReplayKernel {
 fn quota_type_of(text: &str) -> PyResult<core::QuotaType> {
     Ok(quota_type(text)?)
 }
+
+/// The recommended quotas and the fractions they throttle, one per entity.
+type QuotasAndFractions<'py> = (Bound<'py, PyArray1<f64>>, Bound<'py, PyArray1<f64>>);
+
+/// Offsets as indices; a negative one is named.
+fn offsets(name: &str, values: &[i64]) -> core::Result<Vec<usize>> {
+    values
+        .iter()
+        .map(|&v| {
+            usize::try_from(v).map_err(|_| {
+                core::Error::InvalidUsage(format!(
+                    "invalid {name} offset {v}: offsets are row positions >= 0"
+                ))
+            })
+        })
+        .collect()
+}
+
+/// Per entity, the smallest quota that throttles at most `target` of its requests, by
+/// bisection over replays of its traffic (`kquota_core::replay::recommend`). Runs without
+/// the GIL. Returns the quotas and the fractions they throttle, one per entity.
+#[pyfunction]
+#[pyo3(signature = (quota_type, times_ms, usage, runs, entities, *, target, num_samples=11, window_ms=1000, unrecord_if=None))]
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn recommend_quotas<'py>(
+    py: Python<'py>,
+    #[pyo3(from_py_with = args::quota_type)] quota_type: Text<'_>,
+    #[pyo3(from_py_with = args::times_ms_array)] times_ms: PyReadonlyArray1<'py, i64>,
+    #[pyo3(from_py_with = args::usage_array)] usage: PyReadonlyArray1<'py, f64>,
+    #[pyo3(from_py_with = args::runs_array)] runs: PyReadonlyArray1<'py, i64>,
+    #[pyo3(from_py_with = args::entities_array)] entities: PyReadonlyArray1<'py, i64>,
+    #[pyo3(from_py_with = args::target)] target: f64,
+    #[pyo3(from_py_with = args::num_samples)] num_samples: i64,
+    #[pyo3(from_py_with = args::window_ms)] window_ms: i64,
+    #[pyo3(from_py_with = args::unrecord_if_array)] unrecord_if: Option<
+        PyReadonlyArray1<'py, bool>,
+    >,
+) -> PyResult<QuotasAndFractions<'py>> {
+    let quota_type = quota_type_of(&quota_type)?;
+    let window = core::WindowConfig::new(num_samples, window_ms).map_err(CoreError)?;
+    // Owned copies (any strides), then the whole search without the GIL.
+    let runs = offsets("run", &runs.as_array().to_vec()).map_err(CoreError)?;
+    let entities = offsets("entity", &entities.as_array().to_vec()).map_err(CoreError)?;
+    let times = times_ms.as_array().to_vec();
+    let usage = usage.as_array().to_vec();
+    let unrecord_if = unrecord_if.map(|u| u.as_array().to_vec());
+    let traffic = core::replay::recommend::RecommendTraffic {
+        times: &times,
+        usage: &usage,
+        unrecord_if: unrecord_if.as_deref(),
+        runs: &runs,
+        entities: &entities,
+    };
+    let found = py
+        .detach(|| core::replay::recommend::recommend(quota_type, &window, target, &traffic))
+        .map_err(CoreError)?;
+    let quotas = found.iter().map(|r| r.quota).collect::<Vec<_>>();
+    let fractions = found
+        .iter()
+        .map(|r| r.throttled_fraction)
+        .collect::<Vec<_>>();
+    Ok((
+        PyArray1::from_vec(py, quotas),
+        PyArray1::from_vec(py, fractions),
+    ))
+}

@@ -42,6 +42,7 @@
 //! **Summaries** ([`ReplayKernel::summaries`]) are accumulated in the same pass, per
 //! scenario, quota type and sensor tags (see [`stats`]).
 
+pub mod recommend;
 mod sensor;
 mod stats;
 
