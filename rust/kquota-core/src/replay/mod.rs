@@ -42,6 +42,7 @@
 //! **Summaries** ([`ReplayKernel::summaries`]) are accumulated in the same pass, per
 //! scenario, quota type and sensor tags (see [`stats`]).
 
+mod ring;
 mod sensor;
 mod stats;
 
