@@ -197,7 +197,10 @@ impl<'a> PathRun<'a> {
                 thread_time_ns: Some(t.thread_ns[at]),
                 acks: t.acks[at],
             };
-            black_box(path.record(user, client, &request, i as i64 / self.per_ms).unwrap());
+            black_box(
+                path.record(user, client, &request, i as i64 / self.per_ms)
+                    .unwrap(),
+            );
         }
         self.done += count;
     }
