@@ -9,7 +9,7 @@
 use std::collections::HashMap;
 
 use super::ring::Rings;
-use super::stats::{EntityStats, EntitySummary, Usage};
+use super::stats::{EntityStats, EntitySummary, Histogram, Usage};
 use crate::entity::Overrides;
 use crate::manager::{
     max_value_in_quota_window, rate_units, sensor_expired, throttle_int, QuotaType,
@@ -33,6 +33,11 @@ pub(crate) struct SensorTable {
     tags: Vec<(String, String)>,
     /// The summary of each sensor's tags (kept across expiry: one entity per tags).
     stats: Vec<EntityStats>,
+    /// Each sensor's ring of window sums for its peak ([`EntityStats::add`]), `span` each.
+    spans: Vec<i64>,
+    span: usize,
+    /// Each sensor's positive throttles.
+    positive: Vec<Histogram>,
 }
 
 impl SensorTable {
@@ -52,6 +57,9 @@ impl SensorTable {
             rings: Rings::new(window),
             tags: Vec::new(),
             stats: Vec::new(),
+            spans: Vec::new(),
+            span: EntityStats::span(&window),
+            positive: Vec::new(),
         }
     }
 
@@ -75,16 +83,10 @@ impl SensorTable {
     #[inline]
     pub fn prefetch(&self, pair: u32) {
         if let Some(&id) = self.pair_sensor.get(pair as usize) {
-            self.rings.prefetch(id as usize);
-            crate::prefetch_all(self.stats.as_ptr().wrapping_add(id as usize));
-        }
-    }
-
-    /// Prefetch, second stage (once the first has arrived): the summary's windows.
-    #[inline]
-    pub fn prefetch_deep(&self, pair: u32) {
-        if let Some(&id) = self.pair_sensor.get(pair as usize) {
-            self.stats[id as usize].prefetch();
+            let id = id as usize;
+            self.rings.prefetch(id);
+            crate::prefetch_all(self.stats.as_ptr().wrapping_add(id));
+            crate::prefetch(self.spans.as_ptr().wrapping_add(id * self.span));
         }
     }
 
@@ -101,7 +103,9 @@ impl SensorTable {
     #[inline]
     pub fn count(&mut self, pair: u32, usage: &Usage) {
         let id = self.pair_sensor[pair as usize];
-        self.stats[id as usize].add(usage, &self.window);
+        let id = id as usize;
+        let spans = &mut self.spans[id * self.span..(id + 1) * self.span];
+        self.stats[id].add(usage, &self.window, spans, &mut self.positive[id]);
     }
 
     /// The summaries of the sensors that recorded something.
@@ -109,9 +113,11 @@ impl SensorTable {
         self.stats
             .iter()
             .zip(&self.tags)
-            .filter(|(s, _)| s.requests() > 0)
-            .map(move |(s, (u, c))| {
+            .zip(&self.positive)
+            .filter(|((s, _), _)| s.requests() > 0)
+            .map(move |((s, (u, c)), positive)| {
                 s.summary(
+                    positive,
                     scenario,
                     self.quota_type,
                     &(u.clone(), c.clone()),
@@ -133,6 +139,8 @@ impl SensorTable {
                 self.rings.push(bound);
                 self.tags.push(tags);
                 self.stats.push(EntityStats::default());
+                self.spans.resize(self.spans.len() + self.span, 0);
+                self.positive.push(Histogram::default());
             }
             self.pair_sensor.push(id);
         }
