@@ -273,6 +273,24 @@ mod tests {
         }
     }
 
+    /// What the block remembers holds: the bounds on the last-event times always, the
+    /// oldest start and the prefix while `EXACT`.
+    fn check_memory(rings: &Rings, s: usize, step: usize) {
+        let b = rings.block(s);
+        let (cur, len) = ((b[CUR_LEN] as u32) as usize, (b[CUR_LEN] >> 32) as usize);
+        let at = |column: usize, i: usize| b[META + column * rings.slots + i];
+        for i in 0..len {
+            let last = at(2, i) as i64;
+            assert!(b[LOW_LAST] as i64 <= last && last <= b[NEWEST] as i64, "step {step}");
+        }
+        if b[EXACT] != 0 {
+            let min_start = (0..len).map(|i| at(1, i) as i64).min().unwrap();
+            let prefix = (0..cur).fold(0.0, |acc, i| acc + f64::from_bits(at(0, i)));
+            assert_eq!(b[MIN_START] as i64, min_start, "oldest start, step {step}");
+            assert_eq!(b[PREFIX], prefix.to_bits(), "prefix, step {step}");
+        }
+    }
+
     /// Records (checked or not), measurements and re-creations at times that mostly move
     /// forward, sometimes repeat, jump, go back or sit near the ends of the i64 range:
     /// every rate, window and final ring equals `Samples`' bit for bit.
@@ -328,6 +346,7 @@ mod tests {
                         assert_eq!(got.0.to_bits(), want.0.to_bits(), "rate, step {step}");
                     }
                 }
+                check_memory(&rings, s, step);
             }
             for (s, samples) in reference.iter().enumerate() {
                 let b = rings.block(s);
