@@ -542,7 +542,9 @@ impl ReplayKernel {
     /// [`Self::find_invalid`], in branch-free passes over each column.
     fn all_valid(&self, events: &Events<'_>, n: usize) -> bool {
         let times = &events.time_ms[..n];
-        let ordered = self.horizon.is_none_or(|h| times.first().is_none_or(|&t| t >= h))
+        let ordered = self
+            .horizon
+            .is_none_or(|h| times.first().is_none_or(|&t| t >= h))
             && times.windows(2).fold(true, |ok, w| ok & (w[0] <= w[1]));
         let pairs = self.pairs.len() as u64;
         let pairs_ok = events.pair[..n]

@@ -281,7 +281,10 @@ mod tests {
         let at = |column: usize, i: usize| b[META + column * rings.slots + i];
         for i in 0..len {
             let last = at(2, i) as i64;
-            assert!(b[LOW_LAST] as i64 <= last && last <= b[NEWEST] as i64, "step {step}");
+            assert!(
+                b[LOW_LAST] as i64 <= last && last <= b[NEWEST] as i64,
+                "step {step}"
+            );
         }
         if b[EXACT] != 0 {
             let min_start = (0..len).map(|i| at(1, i) as i64).min().unwrap();

@@ -96,8 +96,11 @@ impl EntityStats {
             let w = window.window_ms();
             // the next window without a division when the time is in it
             index = match last.checked_add(1) {
-                Some(next) if !first && next.checked_mul(w) == Some(hi) && u.time_ms >= hi
-                    && hi.checked_add(w).is_some_and(|end| u.time_ms < end) =>
+                Some(next)
+                    if !first
+                        && next.checked_mul(w) == Some(hi)
+                        && u.time_ms >= hi
+                        && hi.checked_add(w).is_some_and(|end| u.time_ms < end) =>
                 {
                     next
                 }
@@ -116,7 +119,11 @@ impl EntityStats {
                 self.in_span = 0;
             } else {
                 for _ in 0..gap {
-                    self.slot = if self.slot + 1 == span { 0 } else { self.slot + 1 };
+                    self.slot = if self.slot + 1 == span {
+                        0
+                    } else {
+                        self.slot + 1
+                    };
                     self.in_span -= spans[self.slot];
                     spans[self.slot] = 0;
                 }
