@@ -57,7 +57,7 @@ impl WindowConfig {
     }
 
     /// The ring holds one slot more than N.
-    fn ring_len(&self) -> usize {
+    pub(crate) fn ring_len(&self) -> usize {
         self.num_samples as usize + 1
     }
 
@@ -221,7 +221,7 @@ impl Samples {
             self.push(t);
             self.cur = 0;
         }
-        if t.wrapping_sub(self.start(self.cur())) >= cfg.window_ms {
+        if window_over(cfg, self.start(self.cur()), t) {
             // (cur + 1) mod ring length, without a division
             let next = if self.cur() + 1 >= cfg.ring_len() {
                 0
@@ -287,7 +287,7 @@ impl Samples {
             max_other_last,
             prefix,
         };
-        ((sum / (window as f64 / 1000.0), window), summary)
+        ((per_second(sum, window), window), summary)
     }
 
     /// Whether measuring at `t` would change the state (a purge, or an empty ring).
@@ -296,7 +296,7 @@ impl Samples {
     }
 
     fn obsolete(cfg: &WindowConfig, last: i64, t: i64) -> bool {
-        t.wrapping_sub(last) >= cfg.horizon_ms()
+        slot_obsolete(cfg, last, t)
     }
 
     /// Re-initialises every obsolete slot at `t` (section 2.3).
@@ -338,7 +338,7 @@ impl Samples {
         debug_assert!(!self.measure_mutates(cfg, t));
         let sum = self.sum();
         let window = self.window_ms(cfg, t);
-        (sum / (window as f64 / 1000.0), window)
+        (per_second(sum, window), window)
     }
 
     /// The index of the sample in progress, if any.
@@ -451,13 +451,35 @@ impl Summary {
             sum += v;
         }
         let window = window_from_oldest(cfg, self.min_start, t);
-        (sum / (window as f64 / 1000.0), window)
+        (per_second(sum, window), window)
     }
+}
+
+/// Kafka's `Rate`: a window's sum per second, `sum / (window_ms / 1000.0)` (a division
+/// by the seconds, as Java computes it; not a multiplication, which rounds differently).
+#[inline]
+pub(crate) fn per_second(sum: f64, window_ms: i64) -> f64 {
+    sum / (window_ms as f64 / 1000.0)
+}
+
+/// Whether a record at `t` goes to a new sample rather than the one started at `start`
+/// (section 2.2; Java's wrapping long subtraction).
+#[inline]
+pub(crate) fn window_over(cfg: &WindowConfig, start: i64, t: i64) -> bool {
+    t.wrapping_sub(start) >= cfg.window_ms
+}
+
+/// Whether a sample whose last event was at `last` is obsolete at `t` and is purged
+/// (section 2.3; Java's wrapping long subtraction).
+#[inline]
+pub(crate) fn slot_obsolete(cfg: &WindowConfig, last: i64, t: i64) -> bool {
+    t.wrapping_sub(last) >= cfg.horizon_ms()
 }
 
 /// Section 2.4's window for the oldest sample start `oldest`, with Java's wrapping
 /// long and int arithmetic.
-fn window_from_oldest(cfg: &WindowConfig, oldest: i64, t: i64) -> i64 {
+#[inline]
+pub(crate) fn window_from_oldest(cfg: &WindowConfig, oldest: i64, t: i64) -> i64 {
     let mut elapsed = t.wrapping_sub(oldest);
     // Java's long division truncates toward zero, as Rust's does; `as i32` wraps.
     let full = (elapsed / cfg.window_ms) as i32;

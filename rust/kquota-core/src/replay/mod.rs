@@ -43,6 +43,7 @@
 //! scenario, quota type and sensor tags (see [`stats`]).
 
 pub mod recommend;
+mod ring;
 mod sensor;
 mod stats;
 
@@ -154,20 +155,6 @@ pub struct Output {
 }
 
 impl Output {
-    fn with_capacity(n: usize) -> Self {
-        Output {
-            scenario: Vec::with_capacity(n),
-            seq: Vec::with_capacity(n),
-            throttle_ms: Vec::with_capacity(n),
-            throttled_by: Vec::with_capacity(n),
-            produce_throttle_ms: Vec::with_capacity(n),
-            fetch_throttle_ms: Vec::with_capacity(n),
-            request_throttle_ms: Vec::with_capacity(n),
-            sent_ms: Vec::with_capacity(n),
-            added_latency_ms: Vec::with_capacity(n),
-        }
-    }
-
     /// Number of rows.
     pub fn len(&self) -> usize {
         self.seq.len()
@@ -308,37 +295,26 @@ fn table_index(quota_type: QuotaType) -> usize {
     quota_code(quota_type) as usize
 }
 
-/// How many events ahead the open loop prefetches sensors, then their rings.
-const PREFETCH_FAR: usize = 16;
-const PREFETCH_NEAR: usize = 8;
+/// How many events ahead the open loop prefetches sensors.
+const PREFETCH: usize = 12;
 
 impl Scenario {
-    /// The tables an event records into.
+    /// Prefetch (a hint): the sensors event `i` of checked columns records into.
     #[inline]
-    fn touched(&self, e: &Event) -> [Option<&SensorTable>; 2] {
+    fn prefetch(&self, events: &Events<'_>, i: usize) {
         let [produce, fetch, request] = &self.tables;
-        let bytes = match e.kind {
-            ApiKind::Produce => Some(produce),
-            ApiKind::Fetch => Some(fetch),
-            ApiKind::Other => None,
+        let pair = events.pair[i] as u32;
+        let kind = events.kind[i];
+        let bytes = match kind {
+            KIND_PRODUCE => produce,
+            KIND_FETCH => fetch,
+            _ => request,
         };
-        let thread = e
-            .thread
-            .filter(|_| checks_request_quota(e.kind, e.acks))
-            .map(|_| request);
-        [bytes, thread]
-    }
-
-    #[inline]
-    fn prefetch(&self, e: &Event, deep: bool) {
-        for table in self.touched(e).into_iter().flatten() {
-            if table.enabled() {
-                if deep {
-                    table.prefetch_deep(e.pair);
-                } else {
-                    table.prefetch(e.pair);
-                }
-            }
+        if kind != KIND_OTHER && bytes.enabled() {
+            bytes.prefetch(pair);
+        }
+        if !events.thread_ns[i].is_nan() && request.enabled() {
+            request.prefetch(pair);
         }
     }
 
@@ -556,6 +532,41 @@ impl ReplayKernel {
     /// Checks every column of `events`; returns their number. Nothing is changed.
     fn check(&self, events: &Events<'_>) -> Result<usize> {
         let n = events.checked_len()?;
+        if self.all_valid(events, n) {
+            return Ok(n);
+        }
+        self.find_invalid(events, n)?;
+        Ok(n)
+    }
+
+    /// Whether every event of equal-length columns is valid: the same rules as
+    /// [`Self::find_invalid`], in branch-free passes over each column.
+    fn all_valid(&self, events: &Events<'_>, n: usize) -> bool {
+        let times = &events.time_ms[..n];
+        let ordered = self
+            .horizon
+            .is_none_or(|h| times.first().is_none_or(|&t| t >= h))
+            && times.windows(2).fold(true, |ok, w| ok & (w[0] <= w[1]));
+        let pairs = self.pairs.len() as u64;
+        let pairs_ok = events.pair[..n]
+            .iter()
+            .fold(true, |ok, &p| ok & ((p as u32 as u64) < pairs) & (p >= 0));
+        let kinds_ok = events.kind[..n]
+            .iter()
+            .fold(true, |ok, &k| ok & (KIND_PRODUCE..=KIND_OTHER).contains(&k));
+        let usage_ok = |v: f64| v.is_finite() & (v >= 0.0);
+        let bytes_ok = events.kind[..n]
+            .iter()
+            .zip(&events.bytes[..n])
+            .fold(true, |ok, (&k, &b)| ok & ((k == KIND_OTHER) | usage_ok(b)));
+        let threads_ok = events.thread_ns[..n]
+            .iter()
+            .fold(true, |ok, &ns| ok & (ns.is_nan() | usage_ok(ns)));
+        ordered && pairs_ok && kinds_ok && bytes_ok && threads_ok
+    }
+
+    /// Finds the first invalid event and names it.
+    fn find_invalid(&self, events: &Events<'_>, n: usize) -> Result<()> {
         let mut previous = self.horizon;
         for i in 0..n {
             let time = events.time_ms[i];
@@ -600,7 +611,7 @@ impl ReplayKernel {
                 })?;
             }
         }
-        Ok(n)
+        Ok(())
     }
 
     /// Event `i` of checked columns, `first_seq` being the position of event 0.
@@ -632,21 +643,7 @@ impl ReplayKernel {
         };
         self.horizon = Some(last);
         if !self.closed_loop {
-            let mut out = Output::with_capacity(n * self.scenarios.len());
-            for (index, s) in self.scenarios.iter_mut().enumerate() {
-                for i in 0..n {
-                    if i + PREFETCH_FAR < n {
-                        s.prefetch(&Self::event(events, i + PREFETCH_FAR, first), false);
-                    }
-                    if i + PREFETCH_NEAR < n {
-                        s.prefetch(&Self::event(events, i + PREFETCH_NEAR, first), true);
-                    }
-                    let e = Self::event(events, i, first);
-                    let d = s.handle(&e, e.time);
-                    out.push(index, &e, e.time, &d);
-                }
-            }
-            return Ok(out);
+            return Ok(self.replay_open(events, n, first));
         }
         let mut out = std::mem::take(&mut self.held);
         for (index, s) in self.scenarios.iter_mut().enumerate() {
@@ -659,6 +656,47 @@ impl ReplayKernel {
             s.drain(index, last, &mut out);
         }
         Ok(out)
+    }
+
+    /// Open loop: replays `n` checked events, scenario by scenario. The columns that do not
+    /// depend on the decisions are filled in bulk; the decisions are written in place.
+    fn replay_open(&mut self, events: &Events<'_>, n: usize, first: u64) -> Output {
+        let rows = n * self.scenarios.len();
+        let mut out = Output {
+            scenario: Vec::with_capacity(rows),
+            seq: Vec::with_capacity(rows),
+            throttle_ms: vec![0; rows],
+            throttled_by: vec![BY_NONE; rows],
+            produce_throttle_ms: vec![0; rows],
+            fetch_throttle_ms: vec![0; rows],
+            request_throttle_ms: vec![0; rows],
+            sent_ms: Vec::with_capacity(rows),
+            added_latency_ms: vec![0; rows],
+        };
+        for (index, s) in self.scenarios.iter_mut().enumerate() {
+            out.scenario.extend(std::iter::repeat_n(index as u32, n));
+            out.seq.extend(first..first + n as u64);
+            out.sent_ms.extend_from_slice(&events.time_ms[..n]);
+            let at = index * n..(index + 1) * n;
+            let applied = &mut out.throttle_ms[at.clone()];
+            let by = &mut out.throttled_by[at.clone()];
+            let produce = &mut out.produce_throttle_ms[at.clone()];
+            let fetch = &mut out.fetch_throttle_ms[at.clone()];
+            let request = &mut out.request_throttle_ms[at];
+            for i in 0..n {
+                if i + PREFETCH < n {
+                    s.prefetch(events, i + PREFETCH);
+                }
+                let e = Self::event(events, i, first);
+                let d = s.handle(&e, e.time);
+                applied[i] = d.applied;
+                by[i] = d.by.map_or(BY_NONE, quota_code);
+                produce[i] = d.produce;
+                fetch[i] = d.fetch;
+                request[i] = d.request;
+            }
+        }
+        out
     }
 
     /// Closed loop: replays every event still held (the end of the trace); open loop:

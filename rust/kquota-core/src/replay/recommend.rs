@@ -13,7 +13,8 @@
 //! itself (start, widening, bisection to 0.1 %, rounding) is the back-test's documented
 //! one, step for step, so its results are the same numbers.
 
-use super::sensor::PlainRate;
+use super::ring::Rings;
+use crate::quota::verdict;
 use crate::error::{check_usage, Error, Result};
 use crate::manager::{rate_units, throttle_int, QuotaType};
 use crate::samples::WindowConfig;
@@ -65,15 +66,17 @@ impl Entity<'_> {
         let fetch = self.quota_type == QuotaType::Fetch;
         let mut throttled = 0;
         for (times, units, drops) in &self.runs {
-            let mut rate = PlainRate::default();
+            let mut rings = Rings::new(*self.window);
+            let sensor = rings.push(quota);
             for (i, (&t, &v)) in times.iter().zip(units).enumerate() {
-                let check = rate.record(self.window, v, t, true, quota);
+                let (rate, window) = rings.record(sensor, v, t, true);
+                let check = verdict(rate, quota, window);
                 let throttle = throttle_int(self.quota_type, self.window, check);
                 if throttle > 0 {
                     throttled += 1;
                 }
                 if fetch && (throttle > 0 || drops.is_some_and(|d| d[i])) {
-                    rate.record(self.window, -v, t, false, quota);
+                    rings.record(sensor, -v, t, false);
                 }
             }
         }

@@ -8,75 +8,14 @@
 
 use std::collections::HashMap;
 
-use super::stats::{EntityStats, EntitySummary, Usage};
+use super::ring::Rings;
+use super::stats::{EntityStats, EntitySummary, Histogram, Usage};
 use crate::entity::Overrides;
 use crate::manager::{
     max_value_in_quota_window, rate_units, sensor_expired, throttle_int, QuotaType,
 };
 use crate::quota::{verdict, Check};
-use crate::samples::{Samples, Summary, WindowConfig};
-
-/// One rate sensor without atomics: the samples and the [`Summary`] that lets an ordinary
-/// record (one in the sample in progress, nothing to purge) add to one value and measure
-/// without walking the ring, exactly as [`crate::rate_cell::RateCell`]'s in-place path.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct PlainRate {
-    samples: Samples,
-    summary: Option<Summary>,
-}
-
-impl PlainRate {
-    /// Records `value` at `t` and, with `check`, checks `bound` as Kafka's
-    /// `Sensor.record` does; bit for bit [`Samples::record`] then
-    /// [`crate::quota::check_bound`].
-    pub fn record(
-        &mut self,
-        cfg: &WindowConfig,
-        value: f64,
-        t: i64,
-        check: bool,
-        bound: f64,
-    ) -> Check {
-        if let Some(summary) = &self.summary {
-            if summary.record_in_place(cfg, t, check) {
-                let (current, _) = self.samples.current().unwrap_or((0.0, t));
-                let updated = current + value;
-                self.samples.set_current(updated, t);
-                if !check {
-                    return Check::UNCHECKED;
-                }
-                let (rate, window) = summary.rate(cfg, t, updated, self.samples.tail());
-                return verdict(rate, bound, window);
-            }
-        }
-        if check {
-            let ((rate, window), summary) = self.samples.record_and_measure(cfg, value, t);
-            self.summary = Some(summary);
-            return verdict(rate, bound, window);
-        }
-        self.samples.record(cfg, value, t);
-        self.summary = self.samples.summary();
-        Check::UNCHECKED
-    }
-
-    /// The rate at `t` (purges as Kafka's measurement does).
-    pub fn measure(&mut self, cfg: &WindowConfig, t: i64) -> f64 {
-        let (rate, _) = self.samples.measure_rate(cfg, t);
-        self.summary = self.samples.summary();
-        rate
-    }
-}
-
-/// A quota sensor: its rate, the bound it enforces and its life.
-#[derive(Debug, Clone)]
-struct Sensor {
-    rate: PlainRate,
-    bound: f64,
-    /// Kafka's `Sensor.lastRecordTime`.
-    last_record: i64,
-    /// Created and not removed by expiry (as seen at `last_record`).
-    live: bool,
-}
+use crate::samples::WindowConfig;
 
 /// The sensors of one quota type of one scenario.
 #[derive(Debug, Clone)]
@@ -89,10 +28,16 @@ pub(crate) struct SensorTable {
     pair_sensor: Vec<u32>,
     /// Sensor tags -> sensor id; read only when resolving.
     by_tags: HashMap<(String, String), u32>,
-    sensors: Vec<Sensor>,
+    /// Each sensor's samples, bound and life, by sensor id.
+    rings: Rings,
     tags: Vec<(String, String)>,
     /// The summary of each sensor's tags (kept across expiry: one entity per tags).
     stats: Vec<EntityStats>,
+    /// Each sensor's ring of window sums for its peak ([`EntityStats::add`]), `span` each.
+    spans: Vec<i64>,
+    span: usize,
+    /// Each sensor's positive throttles.
+    positive: Vec<Histogram>,
 }
 
 impl SensorTable {
@@ -109,9 +54,12 @@ impl SensorTable {
             overrides,
             pair_sensor: Vec::new(),
             by_tags: HashMap::new(),
-            sensors: Vec::new(),
+            rings: Rings::new(window),
             tags: Vec::new(),
             stats: Vec::new(),
+            spans: Vec::new(),
+            span: EntityStats::span(&window),
+            positive: Vec::new(),
         }
     }
 
@@ -131,22 +79,14 @@ impl SensorTable {
         self.overrides.quota_limit(u, c)
     }
 
-    /// Prefetch, first stage: the sensor and summary records of `pair` (a hint).
+    /// Prefetch, first stage: the sensor's block and summary record of `pair` (a hint).
     #[inline]
     pub fn prefetch(&self, pair: u32) {
         if let Some(&id) = self.pair_sensor.get(pair as usize) {
-            crate::prefetch_all(self.sensors.as_ptr().wrapping_add(id as usize));
-            crate::prefetch_all(self.stats.as_ptr().wrapping_add(id as usize));
-        }
-    }
-
-    /// Prefetch, second stage (once the first has arrived): the sensor's sample ring and
-    /// its summary's windows.
-    #[inline]
-    pub fn prefetch_deep(&self, pair: u32) {
-        if let Some(&id) = self.pair_sensor.get(pair as usize) {
-            self.sensors[id as usize].rate.samples.prefetch();
-            self.stats[id as usize].prefetch();
+            let id = id as usize;
+            self.rings.prefetch(id);
+            crate::prefetch_all(self.stats.as_ptr().wrapping_add(id));
+            crate::prefetch(self.spans.as_ptr().wrapping_add(id * self.span));
         }
     }
 
@@ -163,7 +103,9 @@ impl SensorTable {
     #[inline]
     pub fn count(&mut self, pair: u32, usage: &Usage) {
         let id = self.pair_sensor[pair as usize];
-        self.stats[id as usize].add(usage, &self.window);
+        let id = id as usize;
+        let spans = &mut self.spans[id * self.span..(id + 1) * self.span];
+        self.stats[id].add(usage, &self.window, spans, &mut self.positive[id]);
     }
 
     /// The summaries of the sensors that recorded something.
@@ -171,9 +113,11 @@ impl SensorTable {
         self.stats
             .iter()
             .zip(&self.tags)
-            .filter(|(s, _)| s.requests() > 0)
-            .map(move |(s, (u, c))| {
+            .zip(&self.positive)
+            .filter(|((s, _), _)| s.requests() > 0)
+            .map(move |((s, (u, c)), positive)| {
                 s.summary(
+                    positive,
                     scenario,
                     self.quota_type,
                     &(u.clone(), c.clone()),
@@ -188,18 +132,15 @@ impl SensorTable {
         self.pair_sensor.truncate(from);
         for (user, client) in &pairs[from..] {
             let tags = self.overrides.tags(user, client);
-            let next = self.sensors.len() as u32;
+            let next = self.rings.len() as u32;
             let id = *self.by_tags.entry(tags.clone()).or_insert(next);
             if id == next {
                 let bound = self.overrides.bound(&tags.0, &tags.1);
-                self.sensors.push(Sensor {
-                    rate: PlainRate::default(),
-                    bound,
-                    last_record: 0,
-                    live: false,
-                });
+                self.rings.push(bound);
                 self.tags.push(tags);
                 self.stats.push(EntityStats::default());
+                self.spans.resize(self.spans.len() + self.span, 0);
+                self.positive.push(Histogram::default());
             }
             self.pair_sensor.push(id);
         }
@@ -214,8 +155,8 @@ impl SensorTable {
         pairs: &[(String, String)],
     ) {
         self.overrides.apply(entity, value);
-        for (sensor, (u, c)) in self.sensors.iter_mut().zip(&self.tags) {
-            sensor.bound = self.overrides.bound(u, c);
+        for (id, (u, c)) in self.tags.iter().enumerate() {
+            self.rings.set_bound(id, self.overrides.bound(u, c));
         }
         self.resolve(pairs, 0);
     }
@@ -223,18 +164,17 @@ impl SensorTable {
     /// The sensor of `pair`, (re)created empty if it does not exist or the expiry run at
     /// `run` (the latest at or before now, `None` if none) removed it.
     #[inline]
-    fn live_sensor(&mut self, pair: u32, run: Option<i64>) -> &mut Sensor {
-        let id = self.pair_sensor[pair as usize];
-        let sensor = &mut self.sensors[id as usize];
+    fn live_sensor(&mut self, pair: u32, run: Option<i64>) -> usize {
+        let id = self.pair_sensor[pair as usize] as usize;
+        let (last_record, live) = self.rings.life(id);
         let removed = match run {
-            Some(run) => sensor_expired(sensor.last_record, run, self.expiry_ms),
+            Some(run) => sensor_expired(last_record, run, self.expiry_ms),
             None => false,
         };
-        if !sensor.live || removed {
-            sensor.rate = PlainRate::default();
-            sensor.live = true;
+        if !live || removed {
+            self.rings.revive(id);
         }
-        sensor
+        id
     }
 
     /// Records usage `value` (bytes or thread nanoseconds, valid) of `pair` at `t`; with
@@ -245,17 +185,16 @@ impl SensorTable {
         if !self.enabled() {
             return 0;
         }
-        let (quota_type, window) = (self.quota_type, self.window);
-        let sensor = self.live_sensor(pair, run);
-        sensor.last_record = t;
-        let outcome = sensor.rate.record(
-            &window,
-            rate_units(quota_type, value),
-            t,
-            check,
-            sensor.bound,
-        );
-        throttle_int(quota_type, &window, outcome)
+        let id = self.live_sensor(pair, run);
+        self.rings.set_last_record(id, t);
+        let (rate, window) = self
+            .rings
+            .record(id, rate_units(self.quota_type, value), t, check);
+        if !check {
+            return 0;
+        }
+        let outcome: Check = verdict(rate, self.rings.bound(id), window);
+        throttle_int(self.quota_type, &self.window, outcome)
     }
 
     /// The rate of `pair`'s sensor at `t` (purges), `None` when it does not exist.
@@ -263,13 +202,12 @@ impl SensorTable {
         if !self.enabled() {
             return None;
         }
-        let id = self.pair_sensor[pair as usize];
-        let window = self.window;
-        let sensor = &mut self.sensors[id as usize];
-        let removed = run.is_some_and(|r| sensor_expired(sensor.last_record, r, self.expiry_ms));
-        if !sensor.live || removed {
+        let id = self.pair_sensor[pair as usize] as usize;
+        let (last_record, live) = self.rings.life(id);
+        let removed = run.is_some_and(|r| sensor_expired(last_record, r, self.expiry_ms));
+        if !live || removed {
             return None;
         }
-        Some(sensor.rate.measure(&window, t))
+        Some(self.rings.measure(id, t).0)
     }
 }

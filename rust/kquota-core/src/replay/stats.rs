@@ -11,9 +11,8 @@
 //!   are appended to a short buffer first and merged in sorted batches.
 //! * The peak rate is the largest usage in `num_samples - 1` consecutive whole windows
 //!   (`floor(t / window_ms)`), as `summarize`'s `peak_rates`: each entity's events come in
-//!   time order, so only the last `num_samples - 1` non-empty windows are kept.
-
-use std::collections::VecDeque;
+//!   time order, so only the sums of the last `num_samples - 1` windows are kept, in a
+//!   ring indexed by the window.
 
 use crate::manager::{QuotaType, NANOS_TO_PERCENT};
 use crate::samples::WindowConfig;
@@ -35,7 +34,10 @@ pub(crate) struct Usage {
     pub added_latency_ms: i64,
 }
 
-/// What one entity has seen so far.
+/// What one entity has seen so far, in a few plain words: its positive throttles
+/// ([`Histogram`], touched only when it is throttled) and the usage of its last windows
+/// for the peak (a ring of `span` sums, see [`EntityStats::add`]) are kept beside it by
+/// the caller, so that an ordinary event reads and writes two cache lines and no heap.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct EntityStats {
     requests: u64,
@@ -44,67 +46,97 @@ pub(crate) struct EntityStats {
     throttled: u64,
     total_throttle: i64,
     max_throttle: i64,
-    /// The positive throttles.
-    positive: Histogram,
     total_latency: i64,
     max_latency: i64,
-    /// The non-empty windows of the last `span`, oldest first: (window index, usage).
-    windows: VecDeque<(i64, i64)>,
+    /// The usage in the last `span` windows (up to the last event's), and its largest.
     in_span: i64,
     peak: i64,
     /// The window of the last event: its index and time range `[lo, hi)`.
     window: (i64, i64, i64),
+    /// The slot of the last event's window in the ring of `span` sums.
+    slot: usize,
 }
 
 impl EntityStats {
-    pub fn add(&mut self, u: &Usage, window: &WindowConfig) {
+    /// The number of consecutive windows of the peak: `num_samples - 1`, at least 1.
+    pub fn span(window: &WindowConfig) -> usize {
+        window.num_samples().saturating_sub(1).max(1) as usize
+    }
+
+    /// Adds one event. `spans` is this entity's ring of [`Self::span`] sums (zeros before
+    /// its first event): the sum of window `k` is in slot `k mod span` while `k` is one of
+    /// the last `span` windows up to the last event's, so a window that falls out of the
+    /// span is taken out of `in_span` as its slot is reused. Events come in time order.
+    #[inline]
+    pub fn add(
+        &mut self,
+        u: &Usage,
+        window: &WindowConfig,
+        spans: &mut [i64],
+        positive: &mut Histogram,
+    ) {
+        let first = self.requests == 0;
         self.requests += 1;
         self.bytes = self.bytes.wrapping_add(u.bytes);
         self.usage = self.usage.wrapping_add(u.usage);
         let throttle = u.throttle_ms.max(0);
         if throttle > 0 {
             self.throttled += 1;
-            self.positive.add(throttle);
+            positive.add(throttle);
         }
         self.total_throttle += i64::from(throttle);
         self.max_throttle = self.max_throttle.max(i64::from(throttle));
         self.total_latency = self.total_latency.wrapping_add(u.added_latency_ms);
         self.max_latency = self.max_latency.max(u.added_latency_ms);
         // the peak over `span` consecutive windows
-        let span = i64::from(window.num_samples().saturating_sub(1).max(1));
-        let (mut index, lo, hi) = self.window;
-        if !(lo..hi).contains(&u.time_ms) {
+        let span = spans.len();
+        let (last, lo, hi) = self.window;
+        let mut index = last;
+        if first || !(lo..hi).contains(&u.time_ms) {
             let w = window.window_ms();
-            index = u.time_ms.div_euclid(w);
+            // the next window without a division when the time is in it
+            index = match last.checked_add(1) {
+                Some(next)
+                    if !first
+                        && next.checked_mul(w) == Some(hi)
+                        && u.time_ms >= hi
+                        && hi.checked_add(w).is_some_and(|end| u.time_ms < end) =>
+                {
+                    next
+                }
+                _ => u.time_ms.div_euclid(w),
+            };
             let start = index.saturating_mul(w);
             self.window = (index, start, start.saturating_add(w));
         }
-        let amount = if u.recorded { u.usage } else { 0 };
-        while let Some(&(w, sum)) = self.windows.front() {
-            if w > index - span {
-                break;
+        if first {
+            self.slot = 0;
+        } else if index != last {
+            debug_assert!(index > last, "events come in time order");
+            let gap = index.wrapping_sub(last) as u64;
+            if gap >= span as u64 {
+                spans.fill(0);
+                self.in_span = 0;
+            } else {
+                for _ in 0..gap {
+                    self.slot = if self.slot + 1 == span {
+                        0
+                    } else {
+                        self.slot + 1
+                    };
+                    self.in_span -= spans[self.slot];
+                    spans[self.slot] = 0;
+                }
             }
-            self.in_span -= sum;
-            self.windows.pop_front();
         }
-        match self.windows.back_mut() {
-            Some((w, sum)) if *w == index => *sum += amount,
-            _ => self.windows.push_back((index, amount)),
-        }
+        let amount = if u.recorded { u.usage } else { 0 };
+        spans[self.slot] += amount;
         self.in_span += amount;
         self.peak = self.peak.max(self.in_span);
     }
 
-    /// Prefetch hint for the windows of the peak.
-    #[inline]
-    pub fn prefetch(&self) {
-        let (front, back) = self.windows.as_slices();
-        crate::prefetch(front.as_ptr());
-        crate::prefetch(back.as_ptr());
-    }
-
     /// Nearest-rank percentile (`ceil(percent * n / 100)`-th smallest) of the throttles.
-    fn percentile(&self, percent: u64) -> i64 {
+    fn percentile(&self, positive: &Histogram, percent: u64) -> i64 {
         if self.requests == 0 {
             return 0;
         }
@@ -114,7 +146,7 @@ impl EntityStats {
             return 0;
         }
         let mut seen = zeros;
-        for (value, count) in self.positive.counts() {
+        for (value, count) in positive.counts() {
             seen += count;
             if seen >= rank {
                 return i64::from(value);
@@ -127,8 +159,10 @@ impl EntityStats {
         self.requests
     }
 
+    #[allow(clippy::too_many_arguments)]
     pub fn summary(
         &self,
+        positive: &Histogram,
         scenario: usize,
         quota_type: QuotaType,
         tags: &(String, String),
@@ -153,8 +187,8 @@ impl EntityStats {
             usage: self.usage,
             throttled_requests: self.throttled,
             total_throttle_ms: self.total_throttle,
-            p50_throttle_ms: self.percentile(50),
-            p99_throttle_ms: self.percentile(99),
+            p50_throttle_ms: self.percentile(positive, 50),
+            p99_throttle_ms: self.percentile(positive, 99),
             max_throttle_ms: self.max_throttle,
             peak_rate: self.peak as f64 * unit / span_s,
             total_added_latency_ms: self.total_latency,
@@ -166,7 +200,7 @@ impl EntityStats {
 /// An exact histogram of values: distinct values with their counts, sorted, plus the
 /// values added since the last merge.
 #[derive(Debug, Clone, Default)]
-struct Histogram {
+pub(crate) struct Histogram {
     counts: Vec<(i32, u64)>,
     recent: Vec<i32>,
 }
@@ -304,6 +338,8 @@ mod tests {
     fn nearest_rank_with_zeros_counted() {
         let w = WindowConfig::QUOTA_DEFAULT;
         let mut s = EntityStats::default();
+        let mut spans = vec![0; EntityStats::span(&w)];
+        let mut positive = Histogram::default();
         for (i, t) in [0, 0, 5, 0, 9, 0, 0, 3, 0, 0].iter().enumerate() {
             s.add(
                 &Usage {
@@ -315,12 +351,68 @@ mod tests {
                     added_latency_ms: 0,
                 },
                 &w,
+                &mut spans,
+                &mut positive,
             );
         }
         // sorted: 0 0 0 0 0 0 0 3 5 9
-        assert_eq!(s.percentile(50), 0);
-        assert_eq!(s.percentile(80), 3);
-        assert_eq!(s.percentile(90), 5);
-        assert_eq!(s.percentile(99), 9);
+        assert_eq!(s.percentile(&positive, 50), 0);
+        assert_eq!(s.percentile(&positive, 80), 3);
+        assert_eq!(s.percentile(&positive, 90), 5);
+        assert_eq!(s.percentile(&positive, 99), 9);
+    }
+
+    /// The peak from the ring of window sums equals the largest usage in `span`
+    /// consecutive windows ending at an event's window, computed from every event (as
+    /// the back-test's `summarize` does), over events in time order with gaps of every
+    /// size, repeated times, negative times and usage taken back.
+    #[test]
+    fn peak_equals_brute_force() {
+        let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+        for (n, window_ms) in [(11, 1000), (2, 30_000), (1, 7), (4, 3)] {
+            let w = WindowConfig::new(n, window_ms).unwrap();
+            let span = EntityStats::span(&w);
+            let mut s = EntityStats::default();
+            let mut spans = vec![0; span];
+            let mut positive = Histogram::default();
+            let mut events: Vec<(i64, i64)> = Vec::new();
+            let mut t: i64 = -50 * window_ms;
+            for _ in 0..5000 {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                t += match x % 8 {
+                    0 => 0,
+                    1 => (x >> 8) as i64 % (window_ms * (n + 3)),
+                    _ => (x >> 8) as i64 % (window_ms + 1),
+                };
+                let usage = (x >> 32) as i64 % 1000;
+                let recorded = x % 5 != 0;
+                s.add(
+                    &Usage {
+                        time_ms: t,
+                        bytes: usage,
+                        usage,
+                        recorded,
+                        throttle_ms: 0,
+                        added_latency_ms: 0,
+                    },
+                    &w,
+                    &mut spans,
+                    &mut positive,
+                );
+                events.push((t.div_euclid(window_ms), if recorded { usage } else { 0 }));
+            }
+            let mut peak = 0;
+            for (k, &(index, _)) in events.iter().enumerate() {
+                let in_span: i64 = events[..=k]
+                    .iter()
+                    .filter(|(i, _)| *i > index - span as i64)
+                    .map(|(_, u)| u)
+                    .sum();
+                peak = peak.max(in_span);
+            }
+            assert_eq!(s.peak, peak, "n = {n}, window {window_ms}");
+        }
     }
 }
