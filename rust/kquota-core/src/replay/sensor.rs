@@ -8,11 +8,14 @@
 
 use std::collections::HashMap;
 
+mod custom;
+
 use super::stats::{EntityStats, EntitySummary, Usage};
 use crate::entity::Overrides;
 use crate::manager::{
     max_value_in_quota_window, rate_units, sensor_expired, throttle_int, QuotaType,
 };
+use crate::error::Result;
 use crate::quota::{verdict, Check};
 use crate::samples::{Samples, Summary, WindowConfig};
 
@@ -93,6 +96,8 @@ pub(crate) struct SensorTable {
     tags: Vec<(String, String)>,
     /// The summary of each sensor's tags (kept across expiry: one entity per tags).
     stats: Vec<EntityStats>,
+    /// The manager's quota callback, if it has one: it resolves instead of `overrides`.
+    custom: Option<custom::Custom>,
 }
 
 impl SensorTable {
@@ -112,6 +117,7 @@ impl SensorTable {
             sensors: Vec::new(),
             tags: Vec::new(),
             stats: Vec::new(),
+            custom: None,
         }
     }
 
@@ -127,7 +133,16 @@ impl SensorTable {
 
     /// The bound of `pair`'s sensor; `None` when unlimited.
     pub fn quota_of(&self, pair: u32) -> Option<f64> {
-        let (u, c) = self.tags_of(pair);
+        let id = self.pair_sensor[pair as usize] as usize;
+        self.limit_of(id)
+    }
+
+    /// The quota of sensor `id` (`None`: unlimited).
+    fn limit_of(&self, id: usize) -> Option<f64> {
+        if let Some(limit) = self.custom_limit(id) {
+            return limit;
+        }
+        let (u, c) = &self.tags[id];
         self.overrides.quota_limit(u, c)
     }
 
@@ -171,20 +186,24 @@ impl SensorTable {
         self.stats
             .iter()
             .zip(&self.tags)
-            .filter(|(s, _)| s.requests() > 0)
-            .map(move |(s, (u, c))| {
+            .enumerate()
+            .filter(|(_, (s, _))| s.requests() > 0)
+            .map(move |(id, (s, tags))| {
                 s.summary(
                     scenario,
                     self.quota_type,
-                    &(u.clone(), c.clone()),
-                    self.overrides.quota_limit(u, c),
+                    tags,
+                    self.limit_of(id),
                     &self.window,
                 )
             })
     }
 
     /// Resolves pairs `from..` of `pairs` (sanitized user, client id) to their sensors.
-    pub fn resolve(&mut self, pairs: &[(String, String)], from: usize) {
+    pub fn resolve(&mut self, pairs: &[(String, String)], from: usize) -> Result<()> {
+        if self.custom.is_some() {
+            return self.resolve_custom(pairs, from);
+        }
         self.pair_sensor.truncate(from);
         for (user, client) in &pairs[from..] {
             let tags = self.overrides.tags(user, client);
@@ -203,6 +222,12 @@ impl SensorTable {
             }
             self.pair_sensor.push(id);
         }
+        Ok(())
+    }
+
+    /// Forgets pairs `len..` (an [`Self::resolve`] that failed part way).
+    pub fn truncate_pairs(&mut self, len: usize) {
+        self.pair_sensor.truncate(len);
     }
 
     /// Sets (`Some`) or removes (`None`) an override, then resolves every pair again and
@@ -212,12 +237,15 @@ impl SensorTable {
         entity: &crate::entity::QuotaEntity,
         value: Option<f64>,
         pairs: &[(String, String)],
-    ) {
+    ) -> Result<()> {
+        if self.custom.is_some() {
+            return self.apply_custom(entity, value, pairs);
+        }
         self.overrides.apply(entity, value);
         for (sensor, (u, c)) in self.sensors.iter_mut().zip(&self.tags) {
             sensor.bound = self.overrides.bound(u, c);
         }
-        self.resolve(pairs, 0);
+        self.resolve(pairs, 0)
     }
 
     /// The sensor of `pair`, (re)created empty if it does not exist or the expiry run at
