@@ -17,7 +17,7 @@ import signal
 import sys
 from typing import Any
 
-from kquota import QuotaManager
+from kquota import QuotaManager, load_callback
 from kquota.cli.common import EXIT_OK, fail
 from kquota.config.store import DEFAULT_LOCK_TIMEOUT, STORE_ENV, open_store
 from kquota.exceptions import KquotaError
@@ -47,6 +47,16 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument(
         "--upstream", required=True, metavar="HOST:PORT", help="the broker's listener"
+    )
+    parser.add_argument(
+        "--quota-callback",
+        metavar="MODULE:FACTORY",
+        help=(
+            "a custom quota callback (KIP-257): FACTORY() in the importable MODULE returns a"
+            " kquota.QuotaCallback that resolves clients and gives their quota limits instead"
+            " of Kafka's precedence; it is told of every quota in the store and of the"
+            " brokers and partition leaders in Metadata responses"
+        ),
     )
     parser.add_argument(
         "--store",
@@ -161,8 +171,11 @@ def run(args: argparse.Namespace) -> int:
                 f"invalid --capture-roll-seconds {args.capture_roll_seconds:g}:"
                 " expected more than 0"
             )
+        callback = None if args.quota_callback is None else load_callback(args.quota_callback)
         managers = [
-            QuotaManager(t, num_samples=args.num_samples, window_ms=args.window_ms)
+            QuotaManager(
+                t, num_samples=args.num_samples, window_ms=args.window_ms, callback=callback
+            )
             for t in ("produce", "fetch", "request")
         ]
         store = open_store(args.store, timeout=DEFAULT_LOCK_TIMEOUT)
@@ -202,7 +215,8 @@ def run(args: argparse.Namespace) -> int:
             capture.close()
         return fail(_COMMAND, exc)
     metrics = None
-    plugin = QuotaPlugin(*managers)  # its channels' maintenance thread ends mutes on time
+    # Its channels' maintenance thread ends mutes on time; it closes the callback.
+    plugin = QuotaPlugin(*managers, quota_callback=callback)
     try:
         if args.metrics_port is not None:
             metrics = serve_metrics(QuotaCollector(*managers), port=args.metrics_port)

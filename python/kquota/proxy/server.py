@@ -55,6 +55,7 @@ from kquota.broker import QuotaOutcome, QuotaPlugin
 from kquota.exceptions import InvalidConfigError, KquotaError, ProxyError
 from kquota.proxy import codec
 from kquota.proxy.capture import TrafficCapture
+from kquota.proxy.metadata import METADATA, MetadataWatch
 from kquota.proxy.sasl import ANONYMOUS, PRINCIPAL_MECHANISMS, principal_from_auth_bytes
 from kquota.proxy.stream import Peer
 
@@ -154,6 +155,7 @@ class ProxyServer:
         self.connect_timeout = connect_timeout
         self.upstream_timeout = upstream_timeout
         self.capture = capture
+        self._metadata = MetadataWatch(plugin)  # tells a quota callback (KIP-257)
         self._capture_ticker: asyncio.Task[None] | None = None
         self._server: asyncio.Server | None = None
         self._connections: set[_Connection] = set()
@@ -465,6 +467,8 @@ class ProxyServer:
             if spec.key == codec.FETCH:
                 api = _FOLLOWER_FETCH
         self._captured(connection, now, entry, api, size, thread_ns, outcome)
+        if spec.key == METADATA:
+            self._metadata.seen(spec, response, body_offset, self.address)
 
         if spec.key == codec.API_VERSIONS:
             throttle = outcome.throttle_time_ms if outcome.throttled else None
