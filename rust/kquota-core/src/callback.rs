@@ -15,8 +15,6 @@
 //! asked again) on its next request. Kafka asks for the tags on every request; kquota
 //! caches them between resets, which is the one difference a callback can observe.
 
-use std::sync::Arc;
-
 use crate::entity::QuotaEntity;
 use crate::error::{Error, Result};
 use crate::manager::{QuotaManager, QuotaType};
@@ -89,6 +87,13 @@ pub trait QuotaCallback: Send + Sync {
 
     /// The cluster metadata changed; true if quotas changed and limits must be asked again.
     fn update_cluster_metadata(&self, metadata: &ClusterMetadata) -> Result<bool>;
+
+    /// Which callback this is: two managers whose callbacks have the same identity share
+    /// one (and [`update_cluster_metadata`] tells it once). The address of `self` unless
+    /// a wrapper knows better (a binding wrapping one foreign object several times).
+    fn identity(&self) -> usize {
+        (self as *const Self).cast::<()>() as usize
+    }
 }
 
 /// A callback error naming the method, as every caller reports it.
@@ -116,11 +121,11 @@ pub(crate) fn check_limit(tags: (&str, &str), limit: Option<f64>) -> Result<Opti
 /// answered true, as Kafka's broker does for its three quota managers. Managers without a
 /// callback are skipped. Returns whether any callback answered true.
 pub fn update_cluster_metadata(managers: &[&QuotaManager], metadata: &ClusterMetadata) -> Result<bool> {
-    let mut answers: Vec<(*const (), bool)> = Vec::new();
+    let mut answers: Vec<(usize, bool)> = Vec::new();
     let mut any = false;
     for m in managers {
         let Some(cb) = m.callback() else { continue };
-        let id = Arc::as_ptr(cb).cast::<()>();
+        let id = cb.identity();
         let changed = match answers.iter().find(|(p, _)| *p == id) {
             Some(&(_, changed)) => changed,
             None => {

@@ -185,6 +185,11 @@ impl core::QuotaCallback for PyCallback {
         })
     }
 
+    /// The Python object's identity: managers built with one object share it.
+    fn identity(&self) -> usize {
+        self.obj.as_ptr() as usize
+    }
+
     fn update_cluster_metadata(&self, metadata: &core::ClusterMetadata) -> core::Result<bool> {
         const M: &str = "update_cluster_metadata";
         Python::attach(|py| {
