@@ -31,12 +31,13 @@ THROTTLES = ["produce_throttle_ms", "fetch_throttle_ms", "request_throttle_ms", 
 SCALES = (0.5, 1.0)
 
 
-def configs(users: list[str]) -> tuple[QuotaConfig, QuotaConfig]:
-    """User quotas through the callback, and the same quotas halved without it."""
+def configs() -> tuple[QuotaConfig, QuotaConfig]:
+    """User quotas through the callback, and the same quotas halved without it (users of
+    the generated traffic, quotas it exceeds once halved)."""
     values = {
-        users[0]: {"producer_byte_rate": 120_000.0, "consumer_byte_rate": 80_000.0},
-        users[1]: {"producer_byte_rate": 40_000.0, "request_percentage": 0.2},
-        users[2]: {"consumer_byte_rate": 30_000.0},
+        "tenant-000": {"producer_byte_rate": 120_000.0, "consumer_byte_rate": 40_000.0},
+        "analytics": {"consumer_byte_rate": 60_000.0, "request_percentage": 0.02},
+        "tenant-001": {"producer_byte_rate": 30_000.0},
     }
 
     def config(factor: float) -> QuotaConfig:
@@ -71,8 +72,8 @@ def test_the_backtest_honours_a_callback_that_halves_user_quotas(
     spark: Any, traffic: tuple[Path, pd.DataFrame], tmp_path: Path
 ) -> None:
     folder, frame = traffic
-    users = sorted(frame[USER].unique())
-    with_callback, halved = configs(users)
+    assert {"tenant-000", "tenant-001", "analytics"} <= set(frame[USER])
+    with_callback, halved = configs()
     runs = {}
     for name, config in (("callback", with_callback), ("halved", halved)):
         options = BacktestOptions(
@@ -88,9 +89,13 @@ def test_the_backtest_honours_a_callback_that_halves_user_quotas(
         assert (got[column] > 0).any(), f"nothing throttled in {column}"
     # the entities' quotas are the callback's limits
     entities = {
-        name: pd.read_parquet(tmp_path / name / "entities").sort_values(["scenario", "quota_type", "user", "client_id"]).reset_index(drop=True)
+        name: pd.read_parquet(tmp_path / name / "entities")
+        .astype({"scenario": str})
+        .sort_values(["scenario", "quota_type", "broker", SENSOR_USER, SENSOR_CLIENT])
+        .reset_index(drop=True)
         for name in runs
     }
+    assert len(entities["callback"]) == len(entities["halved"]) > 0
     np.testing.assert_array_equal(
         entities["callback"]["quota"].to_numpy(), entities["halved"]["quota"].to_numpy()
     )
@@ -98,8 +103,8 @@ def test_the_backtest_honours_a_callback_that_halves_user_quotas(
 
 def test_the_single_process_replay_honours_it_too(traffic: tuple[Path, pd.DataFrame]) -> None:
     _, frame = traffic
-    users = sorted(frame[USER].unique())
-    with_callback, halved = configs(users)
+    assert {"tenant-000", "tenant-001", "analytics"} <= set(frame[USER])
+    with_callback, halved = configs()
     part = frame[frame["broker"] == frame["broker"].iloc[0]]
     got = kernel.replay_open(part, with_callback)
     want = kernel.replay_open(part, halved)
