@@ -11,6 +11,7 @@ proxy applied, while the same back-test without the callback does not.
 
 from __future__ import annotations
 
+import itertools
 import os
 import signal
 import subprocess
@@ -167,8 +168,10 @@ def test_the_proxy_tells_the_callback_about_brokers_and_leaders(tansu: Any) -> N
     seen = callback.metadata
     assert seen, "no Metadata response reached the callback"
     # Told only when the facts changed, not on every metadata refresh.
-    facts = [(m.local_broker, [(p.topic, p.partition, p.leader) for p in m.partitions]) for m in seen]
-    assert all(a != b for a, b in zip(facts, facts[1:]))
+    facts = [
+        (m.local_broker, [(p.topic, p.partition, p.leader) for p in m.partitions]) for m in seen
+    ]
+    assert all(a != b for a, b in itertools.pairwise(facts))
     last = seen[-1]
     nodes = {b.node_id for b in last.brokers}
     assert [(b.host, b.port) for b in last.brokers] == [("127.0.0.1", tansu.proxy_port)]

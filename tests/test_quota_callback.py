@@ -186,7 +186,9 @@ def test_live_config_changes_go_to_update_and_remove_quota(tmp_path: Path) -> No
     assert callback.calls["update_quota"] == 1
     manager.record("alice", "c", 1, now_ms=0)
     assert manager.bound("alice", "c") == 4000
-    store.apply(ChangeSet.replacing(QuotaConfig.from_entities({alice: {"producer_byte_rate": 2000}})))
+    store.apply(
+        ChangeSet.replacing(QuotaConfig.from_entities({alice: {"producer_byte_rate": 2000}}))
+    )
     live.refresh()
     assert manager.bound("alice", "c") == 1000
     store.apply(ChangeSet.replacing(QuotaConfig()))
@@ -239,17 +241,24 @@ def test_a_factory_that_raises_or_returns_no_callback_is_named() -> None:
     with pytest.raises(kquota.QuotaCallbackError, match="returned None, which has no method"):
         kquota.load_callback("callbacks.half_user_quota:not_a_factory")
     with pytest.raises(kquota.InvalidConfigError, match="it has no method quota_limit"):
-        QuotaManager("produce", callback=type("NoLimit", (), {
-            n: (lambda self, *a: None)
-            for n in (
-                "quota_metric_tags",
-                "update_quota",
-                "remove_quota",
-                "quota_reset_required",
-                "update_cluster_metadata",
-                "close",
-            )
-        })())
+        QuotaManager(
+            "produce",
+            callback=type(
+                "NoLimit",
+                (),
+                {
+                    n: (lambda self, *a: None)
+                    for n in (
+                        "quota_metric_tags",
+                        "update_quota",
+                        "remove_quota",
+                        "quota_reset_required",
+                        "update_cluster_metadata",
+                        "close",
+                    )
+                },
+            )(),
+        )
 
 
 class Returning(HalfUserQuota):
@@ -312,7 +321,9 @@ def test_a_bad_answer_is_a_clear_error_and_leaves_no_sensor(
 
 def test_a_raising_quota_update_changes_nothing() -> None:
     manager = QuotaManager("produce", callback=Returning("update_quota", ValueError("read-only")))
-    with pytest.raises(kquota.QuotaCallbackError, match="update_quota failed: it raised ValueError"):
+    with pytest.raises(
+        kquota.QuotaCallbackError, match="update_quota failed: it raised ValueError"
+    ):
         manager.set_quota(Entity(user="alice"), 1000)
     assert manager.quotas() == []
 

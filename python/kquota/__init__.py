@@ -53,6 +53,9 @@ from kquota.exceptions import (
 )
 
 __all__ = [
+    "DEFAULT",
+    "UNLIMITED",
+    "UNLIMITED_CONNECTION_RATE",
     "BrokerNode",
     "ChannelError",
     "Check",
@@ -60,7 +63,6 @@ __all__ = [
     "ConnectionDecision",
     "ConnectionQuotas",
     "ControllerMutationQuotaManager",
-    "DEFAULT",
     "Entity",
     "InvalidConfigError",
     "InvalidQuotaError",
@@ -86,8 +88,6 @@ __all__ = [
     "StoreError",
     "TokenBucket",
     "TrafficError",
-    "UNLIMITED",
-    "UNLIMITED_CONNECTION_RATE",
     "__version__",
     "load_callback",
     "monotonic_ms",

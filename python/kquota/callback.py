@@ -136,8 +136,7 @@ def load_callback(spec: str) -> QuotaCallback:
             target = getattr(target, part)
         except AttributeError:
             raise InvalidConfigError(
-                f"invalid quota callback {spec!r}: module {module_name!r} has no attribute"
-                f" {attr!r}"
+                f"invalid quota callback {spec!r}: module {module_name!r} has no attribute {attr!r}"
             ) from None
     if not callable(target):
         raise InvalidConfigError(

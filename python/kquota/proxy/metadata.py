@@ -31,7 +31,9 @@ def cluster_metadata(body: Any, local: tuple[str, int] | None) -> ClusterMetadat
     ``local_broker`` is the broker advertised at ``local`` (the proxy's address), if any.
     Topics with an error (e.g. being deleted) are left out, as Kafka leaves them out."""
     brokers = [
-        BrokerNode(int(b.node_id), str(b.host), int(b.port), None if b.rack is None else str(b.rack))
+        BrokerNode(
+            int(b.node_id), str(b.host), int(b.port), None if b.rack is None else str(b.rack)
+        )
         for b in body.brokers
     ]
     local_broker = None
@@ -75,9 +77,13 @@ class MetadataWatch:
         if self.plugin.quota_callback is None:
             return
         try:
-            metadata = cluster_metadata(codec.read_fields(response, body_offset, spec.response_type), local)
+            metadata = cluster_metadata(
+                codec.read_fields(response, body_offset, spec.response_type), local
+            )
         except KquotaError as exc:
-            log.warning("Metadata v%d response not read for the quota callback: %s", spec.version, exc)
+            log.warning(
+                "Metadata v%d response not read for the quota callback: %s", spec.version, exc
+            )
             return
         key = (
             metadata.cluster_id,

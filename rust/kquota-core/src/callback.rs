@@ -120,7 +120,10 @@ pub(crate) fn check_limit(tags: (&str, &str), limit: Option<f64>) -> Result<Opti
 /// one) about `metadata` once, then resets the limits of the managers whose callback
 /// answered true, as Kafka's broker does for its three quota managers. Managers without a
 /// callback are skipped. Returns whether any callback answered true.
-pub fn update_cluster_metadata(managers: &[&QuotaManager], metadata: &ClusterMetadata) -> Result<bool> {
+pub fn update_cluster_metadata(
+    managers: &[&QuotaManager],
+    metadata: &ClusterMetadata,
+) -> Result<bool> {
     let mut answers: Vec<(usize, bool)> = Vec::new();
     let mut any = false;
     for m in managers {

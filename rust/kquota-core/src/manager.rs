@@ -960,7 +960,13 @@ impl QuotaManager {
             // the callback).
             Some(_) => {
                 let maps = self.maps.load(&guard);
-                let cached = maps.clients.pin().get(&PairRef(user, client_id))?.quota.tags.clone();
+                let cached = maps
+                    .clients
+                    .pin()
+                    .get(&PairRef(user, client_id))?
+                    .quota
+                    .tags
+                    .clone();
                 (cached.first().to_owned(), cached.second().to_owned())
             }
             None => self.config.read(&guard, |c| {

@@ -606,10 +606,16 @@ mod tests {
     fn fetch_max_bytes_caps_with_javas_cast() {
         let b = Broker::new();
         let path = b.path();
-        assert_eq!(path.fetch_max_bytes("u", "c", 52_428_800, 0).unwrap(), 52_428_800);
+        assert_eq!(
+            path.fetch_max_bytes("u", "c", 52_428_800, 0).unwrap(),
+            52_428_800
+        );
         b.fetch.set_quota(&user("u"), 1000.0).unwrap();
         // 1000 B/s x 10 windows x 1 s
-        assert_eq!(path.fetch_max_bytes("u", "c", 52_428_800, 0).unwrap(), 10_000);
+        assert_eq!(
+            path.fetch_max_bytes("u", "c", 52_428_800, 0).unwrap(),
+            10_000
+        );
         assert_eq!(path.fetch_max_bytes("u", "c", 500, 0).unwrap(), 500);
         assert_eq!(
             path.fetch_max_bytes("x", "c", 1 << 40, 0).unwrap(),

@@ -31,7 +31,10 @@ impl SplitUserQuota {
     }
 
     fn calls(&self) -> (usize, usize) {
-        (self.tags_calls.load(Relaxed), self.limit_calls.load(Relaxed))
+        (
+            self.tags_calls.load(Relaxed),
+            self.limit_calls.load(Relaxed),
+        )
     }
 }
 
@@ -264,7 +267,12 @@ fn a_failing_callback_is_an_error_and_leaves_no_sensor() {
 struct BadLimit(f64);
 
 impl QuotaCallback for BadLimit {
-    fn quota_metric_tags(&self, _: QuotaType, u: &str, c: &str) -> kquota_core::Result<(String, String)> {
+    fn quota_metric_tags(
+        &self,
+        _: QuotaType,
+        u: &str,
+        c: &str,
+    ) -> kquota_core::Result<(String, String)> {
         Ok((u.into(), c.into()))
     }
     fn quota_limit(&self, _: QuotaType, _: (&str, &str)) -> kquota_core::Result<Option<f64>> {
@@ -317,7 +325,12 @@ fn the_replay_kernel_resolves_through_the_callback() {
     };
     let (kernel_cb, kernel_managers) = build();
     let [p, f, r] = &kernel_managers;
-    let pairs = [("alice", "a1"), ("alice", "a2"), ("bob", "b1"), ("carol", "c1")];
+    let pairs = [
+        ("alice", "a1"),
+        ("alice", "a2"),
+        ("bob", "b1"),
+        ("carol", "c1"),
+    ];
     let path = RequestPath::new(p, f, r).unwrap();
     let mut kernel = ReplayKernel::new(&pairs, &[path], ReplayOptions::default()).unwrap();
     let calls = kernel_cb.calls();

@@ -61,7 +61,12 @@ impl PyCallback {
     }
 
     /// Calls `method(*args)`; an exception becomes an error naming it.
-    fn call<'py, A>(&self, py: Python<'py>, method: &str, args: A) -> core::Result<Bound<'py, PyAny>>
+    fn call<'py, A>(
+        &self,
+        py: Python<'py>,
+        method: &str,
+        args: A,
+    ) -> core::Result<Bound<'py, PyAny>>
     where
         A: pyo3::call::PyCallArgs<'py>,
     {
@@ -80,7 +85,10 @@ impl PyCallback {
             .repr()
             .map(|r| r.to_string_lossy().into_owned())
             .unwrap_or_else(|_| "?".to_owned());
-        self.error(method, format_args!("it returned {shown}: expected {expected}"))
+        self.error(
+            method,
+            format_args!("it returned {shown}: expected {expected}"),
+        )
     }
 }
 

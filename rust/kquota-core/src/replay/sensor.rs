@@ -12,10 +12,10 @@ mod custom;
 
 use super::stats::{EntityStats, EntitySummary, Usage};
 use crate::entity::Overrides;
+use crate::error::Result;
 use crate::manager::{
     max_value_in_quota_window, rate_units, sensor_expired, throttle_int, QuotaType,
 };
-use crate::error::Result;
 use crate::quota::{verdict, Check};
 use crate::samples::{Samples, Summary, WindowConfig};
 

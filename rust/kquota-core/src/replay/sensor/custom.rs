@@ -152,7 +152,15 @@ mod tests {
 
     #[test]
     fn desanitize_inverts_sanitize() {
-        for name in ["alice", "User:CN=a b", "a+b*c", "<default>", "é", "~", "100%"] {
+        for name in [
+            "alice",
+            "User:CN=a b",
+            "a+b*c",
+            "<default>",
+            "é",
+            "~",
+            "100%",
+        ] {
             assert_eq!(desanitize(&sanitize_user(name)), name, "{name}");
         }
     }
