@@ -19,7 +19,9 @@ __all__ = [
     "DEFAULT",
     "UNLIMITED",
     "UNLIMITED_CONNECTION_RATE",
+    "BrokerNode",
     "Check",
+    "ClusterMetadata",
     "ConnectionDecision",
     "ConnectionQuotas",
     "ControllerMutationQuotaManager",
@@ -31,6 +33,8 @@ __all__ = [
     "KquotaError",
     "MutationCheck",
     "MutationRequestQuota",
+    "PartitionLeader",
+    "QuotaCallbackError",
     "QuotaManager",
     "ReplayKernel",
     "RequestOutcome",
@@ -46,6 +50,7 @@ __all__ = [
     "recommend_quotas",
     "sanitize_user",
     "token_bucket_throttle_time",
+    "update_cluster_metadata",
 ]
 
 __version__: Final[str]
@@ -149,6 +154,13 @@ class QuotaManager:
     ``window_ms`` must be a whole number of seconds (``quota.window.size.seconds``).
     Sensors idle for more than ``sensor_expiry_ms`` are removed by
     :meth:`expire_sensors`. Safe to share between threads.
+
+    With a ``callback`` (a :class:`kquota.QuotaCallback`, KIP-257) the metric tags and
+    quota limits come from it instead of Kafka's precedence; it is called (with the GIL)
+    only when a client is resolved to its sensors or the limits are reset, never for a
+    record of a client already resolved. An object without the protocol's methods raises
+    :class:`InvalidConfigError`; what the callback raises or returns wrongly raises
+    :class:`QuotaCallbackError`.
     """
 
     def __new__(
@@ -158,7 +170,18 @@ class QuotaManager:
         num_samples: int = 11,
         window_ms: int = 1000,
         sensor_expiry_ms: int = 3_600_000,
+        callback: Any | None = None,
     ) -> Self: ...
+    @property
+    def callback(self) -> Any | None:
+        """The quota callback the manager was built with, or ``None``."""
+    def reset_limits(self) -> None:
+        """With a callback (Kafka's ``updateQuotaMetricConfigs``): ask every live sensor's
+        limit again and make every client resolve again on its next request. Every limit is
+        asked before anything changes. Does nothing without a callback."""
+    def reset_if_required(self) -> bool:
+        """Ask the callback's ``quota_reset_required`` and reset if it says so (Kafka asks on
+        every request; kquota when a client is resolved and when this is called)."""
     @property
     def quota_type(self) -> _QuotaType: ...
     @property
@@ -173,9 +196,11 @@ class QuotaManager:
 
     # -- configuration -----------------------------------------------------------
     def set_quota(self, entity: Entity, value: float) -> None:
-        """Set the override for ``entity``: a finite value > 0. Effective on the next record."""
+        """Set the override for ``entity``: a finite value > 0. Effective on the next record.
+        With a callback: its ``update_quota`` is called, then the limits are reset."""
     def remove_quota(self, entity: Entity) -> None:
-        """Delete the override for ``entity`` (a no-op on the bound if there is none)."""
+        """Delete the override for ``entity`` (a no-op on the bound if there is none).
+        With a callback: its ``remove_quota`` is called, then the limits are reset."""
     def quota(self, entity: Entity) -> float | None:
         """The override configured for exactly ``entity``, or ``None``."""
     def quotas(self) -> list[tuple[Entity, float]]:
@@ -183,9 +208,11 @@ class QuotaManager:
 
     # -- the request path ----------------------------------------------------------
     def tags(self, user: str, client_id: str) -> tuple[str, str]:
-        """The ``(user, client-id)`` metric tags the client's requests are recorded under."""
+        """The ``(user, client-id)`` metric tags the client's requests are recorded under
+        (with a callback: as it gives them now)."""
     def quota_for(self, user: str, client_id: str) -> float | None:
-        """The bound that applies to the client now, or ``None`` when none does."""
+        """The bound that applies to the client now, or ``None`` when none does (with a
+        callback: as it gives it now)."""
     def _noop_record(
         self, user: str, client_id: str, value: float, now_ms: int | None = None
     ) -> int:
@@ -571,6 +598,71 @@ class InvalidUsageError(InvalidValueError):
 
     A negative, NaN or infinite usage, a throttle <= 0, or batch arrays that do not match.
     """
+
+class QuotaCallbackError(KquotaError):
+    """A custom quota callback (KIP-257) raised, or returned a value of the wrong type
+    or range; the message names the callback, the method and the value."""
+
+# -- KIP-257: custom quota callbacks ------------------------------------------------------
+
+@final
+class BrokerNode:
+    """One broker of the cluster, as a Metadata response lists it."""
+
+    def __new__(cls, node_id: int, host: str, port: int, rack: str | None = None) -> Self: ...
+    @property
+    def node_id(self) -> int: ...
+    @property
+    def host(self) -> str: ...
+    @property
+    def port(self) -> int: ...
+    @property
+    def rack(self) -> str | None: ...
+    def __eq__(self, value: object, /) -> bool: ...
+    __hash__: None  # type: ignore[assignment]
+
+@final
+class PartitionLeader:
+    """One partition and its leader's broker id (``None``: no leader known)."""
+
+    def __new__(cls, topic: str, partition: int, leader: int | None = None) -> Self: ...
+    @property
+    def topic(self) -> str: ...
+    @property
+    def partition(self) -> int: ...
+    @property
+    def leader(self) -> int | None: ...
+    def __eq__(self, value: object, /) -> bool: ...
+    __hash__: None  # type: ignore[assignment]
+
+@final
+class ClusterMetadata:
+    """What a quota callback's ``update_cluster_metadata`` is told: the brokers, the
+    partitions with their leaders, the cluster id and the broker this process serves (or
+    stands in front of), when known."""
+
+    def __new__(
+        cls,
+        brokers: Sequence[BrokerNode] = ...,
+        partitions: Sequence[PartitionLeader] = ...,
+        *,
+        cluster_id: str | None = None,
+        local_broker: int | None = None,
+    ) -> Self: ...
+    @property
+    def brokers(self) -> list[BrokerNode]: ...
+    @property
+    def partitions(self) -> list[PartitionLeader]: ...
+    @property
+    def cluster_id(self) -> str | None: ...
+    @property
+    def local_broker(self) -> int | None: ...
+
+def update_cluster_metadata(metadata: ClusterMetadata, *managers: QuotaManager) -> bool:
+    """Tell the callbacks of ``managers`` about ``metadata``, each distinct callback once,
+    and reset the limits of the managers whose callback answered true (Kafka's broker on
+    an UpdateMetadata request). Managers without a callback are skipped. Whether any
+    callback answered true."""
 
 # -- KIP-599: the controller-mutation quota ----------------------------------------------
 

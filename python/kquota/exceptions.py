@@ -11,6 +11,7 @@ from kquota._core import (
     InvalidUsageError,
     InvalidValueError,
     KquotaError,
+    QuotaCallbackError,
 )
 
 
@@ -59,6 +60,7 @@ __all__ = [
     "MetricsServerError",
     "OutputError",
     "ProxyError",
+    "QuotaCallbackError",
     "QuotaFileError",
     "ScenarioError",
     "StoreError",

@@ -714,7 +714,7 @@ impl Run {
         let Some(entity) = self.entity(user, client) else {
             return;
         };
-        self.manager.remove_quota(&entity);
+        self.manager.remove_quota(&entity).unwrap();
         self.model.apply(&entity, None);
         assert_eq!(self.manager.quota(&entity), None);
     }
@@ -769,12 +769,12 @@ impl Run {
         let (user, cid, now) = (client.user.get(), client.client.get(), self.now);
         let tags = self.model.tags(user, cid);
         assert_eq!(
-            self.manager.tags(user, cid),
+            self.manager.tags(user, cid).unwrap(),
             tags,
             "tags of {user:?}/{cid:?}"
         );
         let limit = self.model.quota_limit(&tags);
-        assert!(same_opt(self.manager.quota_for(user, cid), limit));
+        assert!(same_opt(self.manager.quota_for(user, cid).unwrap(), limit));
         let bound = self
             .model
             .quota_sensors
@@ -801,7 +801,7 @@ impl Run {
 
     fn max_value(&mut self, client: &Client) {
         let (user, cid, now) = (client.user.get(), client.client.get(), self.now);
-        let got = self.manager.max_value_in_quota_window(user, cid, now);
+        let got = self.manager.max_value_in_quota_window(user, cid, now).unwrap();
         let want = if self.model.enabled == 0 {
             f64::MAX
         } else {

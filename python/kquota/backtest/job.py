@@ -109,6 +109,10 @@ def _run(spark: SparkSession, options: BacktestOptions, progress: Progress) -> B
     out = options.out.rstrip("/") or options.out
     inputs.prepare_output(out)
     configs = [options.quotas.scaled(s).dumps() for s in options.scales]
+    if options.quotas.quota_callback is not None:
+        from kquota.backtest import callback
+
+        callback.ship(spark, options.quotas.quota_callback)
 
     traffic_path, traffic_format = options.traffic, options.input_format
     log_notes: list[str] = []

@@ -38,8 +38,16 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Literal
 
-from kquota._core import ControllerMutationQuotaManager, QuotaManager, RequestPath, monotonic_ms
+from kquota._core import (
+    ClusterMetadata,
+    ControllerMutationQuotaManager,
+    QuotaManager,
+    RequestPath,
+    monotonic_ms,
+)
+from kquota._core import update_cluster_metadata as _update_cluster_metadata
 from kquota.broker.channels import ThrottledChannels
+from kquota.callback import QuotaCallback, load_callback
 from kquota.exceptions import ChannelError, InvalidConfigError, InvalidUsageError, InvalidValueError
 
 __all__ = ["QuotaOutcome", "QuotaPlugin", "QuotaType"]
@@ -95,6 +103,13 @@ class QuotaPlugin:
     plugin creates its channels; :meth:`close` or a ``with`` block stops the thread of
     channels the plugin created (channels passed in belong to the caller). Safe to share
     between threads.
+
+    ``quota_callback`` (a :class:`~kquota.QuotaCallback`, or ``"module:factory"`` to load
+    one) is a custom quota callback (KIP-257) for the three managers the plugin creates:
+    it resolves clients and gives their limits instead of Kafka's precedence. Managers
+    passed in must then have been built with that same callback. The plugin owns it:
+    :meth:`close` calls its ``close()``. Tell it about cluster changes with
+    :meth:`update_cluster_metadata`.
     """
 
     def __init__(
@@ -106,10 +121,14 @@ class QuotaPlugin:
         channels: ThrottledChannels | None = None,
         clock: Callable[[], int] = monotonic_ms,
         background: bool | None = None,
+        quota_callback: QuotaCallback | str | None = None,
     ) -> None:
-        self._produce = _manager("produce", produce)
-        self._fetch = _manager("fetch", fetch)
-        self._request = _manager("request", request)
+        if isinstance(quota_callback, str):
+            quota_callback = load_callback(quota_callback)
+        self._callback = quota_callback
+        self._produce = _manager("produce", produce, quota_callback)
+        self._fetch = _manager("fetch", fetch, quota_callback)
+        self._request = _manager("request", request, quota_callback)
         self._path = RequestPath(self._produce, self._fetch, self._request)
         self._clock = clock
         self._owns_channels = channels is None
@@ -157,6 +176,20 @@ class QuotaPlugin:
         """
         if self._owns_channels:
             self._channels.shutdown()
+        callback, self._callback = self._callback, None
+        if callback is not None:
+            callback.close()
+
+    @property
+    def quota_callback(self) -> QuotaCallback | None:
+        """The custom quota callback (``None`` without one, or once closed)."""
+        return self._callback
+
+    def update_cluster_metadata(self, metadata: ClusterMetadata) -> bool:
+        """Tell the quota callback the cluster's brokers and partition leaders changed;
+        when it answers true, every limit of the three managers is asked again (Kafka's
+        broker on an UpdateMetadata request). Without a callback: nothing, ``False``."""
+        return _update_cluster_metadata(metadata, *self.managers)
 
     def __enter__(self) -> QuotaPlugin:
         return self
@@ -367,13 +400,21 @@ class QuotaPlugin:
         return QuotaOutcome(outcome.throttle_ms, outcome.unrecorded, outcome.throttled_by, end)
 
 
-def _manager(quota_type: QuotaType, manager: QuotaManager | None) -> QuotaManager:
+def _manager(
+    quota_type: QuotaType, manager: QuotaManager | None, callback: QuotaCallback | None
+) -> QuotaManager:
     if manager is None:
-        return QuotaManager(quota_type)
+        return QuotaManager(quota_type, callback=callback)
     if manager.quota_type != quota_type:
         raise InvalidConfigError(
             f"invalid {quota_type} manager: its quota type is {manager.quota_type!r},"
             f" expected {quota_type!r}"
+        )
+    if callback is not None and manager.callback is not callback:
+        raise InvalidConfigError(
+            f"invalid {quota_type} manager with quota_callback {callback!r}: the manager was"
+            f" built with callback {manager.callback!r}; build it with"
+            " QuotaManager(..., callback=quota_callback) or let the plugin create it"
         )
     return manager
 

@@ -26,6 +26,7 @@ from kquota import (
     ConnectionQuotas,
     ControllerMutationQuotaManager,
     QuotaManager,
+    load_callback,
 )
 from kquota.cli.common import EXIT_OK, fail
 from kquota.config.store import DEFAULT_LOCK_TIMEOUT, STORE_ENV, open_store
@@ -66,6 +67,16 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument(
         "--upstream", required=True, metavar="HOST:PORT", help="the broker's listener"
+    )
+    parser.add_argument(
+        "--quota-callback",
+        metavar="MODULE:FACTORY",
+        help=(
+            "a custom quota callback (KIP-257): FACTORY() in the importable MODULE returns a"
+            " kquota.QuotaCallback that resolves clients and gives their quota limits instead"
+            " of Kafka's precedence; it is told of every quota in the store and of the"
+            " brokers and partition leaders in Metadata responses"
+        ),
     )
     parser.add_argument(
         "--store",
@@ -222,8 +233,11 @@ def run(args: argparse.Namespace) -> int:
             )
         if not args.listener_name:
             raise ValueError("invalid --listener-name '': expected a name")
+        callback = None if args.quota_callback is None else load_callback(args.quota_callback)
         managers = [
-            QuotaManager(t, num_samples=args.num_samples, window_ms=args.window_ms)
+            QuotaManager(
+                t, num_samples=args.num_samples, window_ms=args.window_ms, callback=callback
+            )
             for t in ("produce", "fetch", "request")
         ]
         mutation = None
@@ -287,8 +301,8 @@ def run(args: argparse.Namespace) -> int:
         return fail(_COMMAND, exc)
     metrics = None
     # On Kafka's clock (a new mutation token bucket is full); its channels' maintenance
-    # thread ends mutes on time.
-    plugin = QuotaPlugin(*managers, clock=kafka_clock_ms, background=True)
+    # thread ends mutes on time; it closes the callback.
+    plugin = QuotaPlugin(*managers, clock=kafka_clock_ms, background=True, quota_callback=callback)
     try:
         if args.metrics_port is not None:
             collectors: list[Any] = [

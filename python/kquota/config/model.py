@@ -313,10 +313,13 @@ class QuotaEntry:
 
 @dataclass(frozen=True)
 class QuotaConfig:
-    """A whole quota configuration: the window and every entity's properties."""
+    """A whole quota configuration: the window and every entity's properties, and
+    optionally a custom quota callback (``"module:factory"``, see :mod:`kquota.callback`)
+    that the managers it builds resolve through."""
 
     window: Window = field(default_factory=Window)
     entries: tuple[QuotaEntry, ...] = ()
+    quota_callback: str | None = None
 
     @classmethod
     def from_entities(
@@ -361,7 +364,12 @@ class QuotaConfig:
         ]
 
     def manager(self, quota_type: QuotaType, **kwargs: Any) -> QuotaManager:
-        """A new :class:`~kquota.QuotaManager` of ``quota_type`` with this configuration."""
+        """A new :class:`~kquota.QuotaManager` of ``quota_type`` with this configuration
+        (with a ``quota_callback``: built with a new instance of it, told of every quota)."""
+        if self.quota_callback is not None and "callback" not in kwargs:
+            from kquota.callback import load_callback
+
+            kwargs["callback"] = load_callback(self.quota_callback)
         manager = QuotaManager(
             quota_type,
             num_samples=self.window.num_samples,
@@ -412,19 +420,23 @@ class QuotaConfig:
                 )
                 for e in self.entries
             ),
+            self.quota_callback,
         )
 
     # -- the file format -------------------------------------------------------------
 
     def to_json(self) -> dict[str, Any]:
         """The file format as a JSON-ready dict (entities in a stable order)."""
-        return {
+        out: dict[str, Any] = {
             "window": {"num_samples": self.window.num_samples, "window_ms": self.window.window_ms},
             "quotas": [
                 {"entity": entity_to_json(e.entity), "config": _config_to_json(e.config)}
                 for e in sorted(self.entries, key=lambda e: entity_sort_key(e.entity))
             ],
         }
+        if self.quota_callback is not None:
+            out["quota_callback"] = self.quota_callback
+        return out
 
     @classmethod
     def from_json(cls, data: object, source: str = "quota file") -> QuotaConfig:
@@ -500,9 +512,17 @@ def _reject_constant(name: str) -> float:
 def _parse(data: object) -> QuotaConfig:
     if not isinstance(data, dict):
         raise QuotaFileError("expected a JSON object with 'window' and 'quotas'")
-    unknown = set(data) - {"window", "quotas"}
+    unknown = set(data) - {"window", "quotas", "quota_callback"}
     if unknown:
-        raise QuotaFileError(f"unknown key(s) {sorted(unknown)}: expected 'window' and 'quotas'")
+        raise QuotaFileError(
+            f"unknown key(s) {sorted(unknown)}: expected 'window', 'quotas' and optionally"
+            " 'quota_callback'"
+        )
+    callback = data.get("quota_callback")
+    if callback is not None and not isinstance(callback, str):
+        raise QuotaFileError(
+            f"invalid quota_callback {callback!r}: expected 'module:factory' (a string)"
+        )
     window_data = data.get("window", {})
     if not isinstance(window_data, dict) or set(window_data) - {"num_samples", "window_ms"}:
         raise QuotaFileError(
@@ -512,7 +532,7 @@ def _parse(data: object) -> QuotaConfig:
     quotas = data.get("quotas", [])
     if not isinstance(quotas, list):
         raise QuotaFileError(f"invalid quotas {quotas!r}: expected a list")
-    return QuotaConfig(window, tuple(_parse_entries(quotas)))
+    return QuotaConfig(window, tuple(_parse_entries(quotas)), callback)
 
 
 def _parse_entries(quotas: Iterable[object]) -> Iterable[QuotaEntry]:

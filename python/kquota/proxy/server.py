@@ -80,6 +80,7 @@ from kquota.exceptions import InvalidConfigError, KquotaError, ProxyError
 from kquota.proxy import codec
 from kquota.proxy import mutation as mutations
 from kquota.proxy.capture import TrafficCapture
+from kquota.proxy.metadata import METADATA, MetadataWatch
 from kquota.proxy.sasl import ANONYMOUS, PRINCIPAL_MECHANISMS, principal_from_auth_bytes
 from kquota.proxy.stream import Peer
 
@@ -258,6 +259,7 @@ class ProxyServer:
         self._closing_later: set[asyncio.Task[None]] = set()
         self._ip_throttled = 0
         self._own_ids = itertools.count(_OWN_CORRELATION_IDS)
+        self._metadata = MetadataWatch(plugin)  # tells a quota callback (KIP-257)
         self._capture_ticker: asyncio.Task[None] | None = None
         self._server: asyncio.Server | None = None
         self._connections: set[_Connection] = set()
@@ -762,6 +764,8 @@ class ProxyServer:
             if spec.key == codec.FETCH:
                 api = _FOLLOWER_FETCH
         self._captured(connection, now, entry, api, size, thread_ns, outcome)
+        if spec.key == METADATA:
+            self._metadata.seen(spec, response, body_offset, self.address)
 
         if spec.key == codec.API_VERSIONS:
             throttle = outcome.throttle_time_ms if outcome.throttled else None

@@ -6,7 +6,9 @@
 //! kquota does). A second baseline is a peer: the `governor` crate's keyed rate limiter
 //! (GCRA over a concurrent hash map; a different algorithm, not Kafka's semantics).
 //! Groups: one thread and one key, one thread across 10 000 keys, two threads on the same
-//! key, two threads on distinct keys.
+//! key, two threads on distinct keys. The one-thread groups also time a manager built with
+//! a custom quota callback (KIP-257, `kquota_with_callback`): a record of a resolved client
+//! never calls the callback, so it should cost what the default path does.
 
 use std::collections::HashMap;
 use std::hint::black_box;
@@ -17,7 +19,7 @@ use std::time::{Duration, Instant};
 use criterion::{criterion_group, criterion_main, Criterion};
 use kquota_core::quota::check_bound;
 use kquota_core::samples::{Samples, WindowConfig};
-use kquota_core::{QuotaEntity, QuotaManager, QuotaType};
+use kquota_core::{ClusterMetadata, QuotaCallback, QuotaEntity, QuotaManager, QuotaType};
 
 const KEYS: usize = 10_000;
 
@@ -60,6 +62,45 @@ fn manager() -> QuotaManager {
     m
 }
 
+/// A callback giving every client its own sensor and a quota no benchmark reaches.
+struct EveryClient;
+
+impl QuotaCallback for EveryClient {
+    fn quota_metric_tags(
+        &self,
+        _: QuotaType,
+        user: &str,
+        client_id: &str,
+    ) -> kquota_core::Result<(String, String)> {
+        Ok((user.to_owned(), client_id.to_owned()))
+    }
+    fn quota_limit(&self, _: QuotaType, _: (&str, &str)) -> kquota_core::Result<Option<f64>> {
+        Ok(Some(1e12))
+    }
+    fn update_quota(&self, _: QuotaType, _: &QuotaEntity, _: f64) -> kquota_core::Result<()> {
+        Ok(())
+    }
+    fn remove_quota(&self, _: QuotaType, _: &QuotaEntity) -> kquota_core::Result<()> {
+        Ok(())
+    }
+    fn quota_reset_required(&self, _: QuotaType) -> kquota_core::Result<bool> {
+        Ok(false)
+    }
+    fn update_cluster_metadata(&self, _: &ClusterMetadata) -> kquota_core::Result<bool> {
+        Ok(false)
+    }
+}
+
+fn callback_manager() -> QuotaManager {
+    QuotaManager::with_callback(
+        QuotaType::Produce,
+        WindowConfig::QUOTA_DEFAULT,
+        kquota_core::DEFAULT_SENSOR_EXPIRY_MS,
+        Arc::new(EveryClient),
+    )
+    .unwrap()
+}
+
 /// Runs `op(thread, i)` for `iters` iterations on each of `threads` threads and returns
 /// the wall time, so the reported time is per operation per thread under contention.
 fn parallel(threads: usize, iters: u64, op: impl Fn(usize, u64) + Sync) -> Duration {
@@ -98,6 +139,14 @@ fn bench(c: &mut Criterion) {
             black_box(m.record("alice", "app-1", 100.0, now / 64).unwrap())
         })
     });
+    let custom = callback_manager();
+    g.bench_function("kquota_with_callback", |b| {
+        let mut now = 0i64;
+        b.iter(|| {
+            now += 1;
+            black_box(custom.record("alice", "app-1", 100.0, now / 64).unwrap())
+        })
+    });
     let locked = LockedRates::new();
     g.bench_function("mutex_baseline", |b| {
         let mut now = 0i64;
@@ -121,6 +170,18 @@ fn bench(c: &mut Criterion) {
             i += 1;
             black_box(
                 m.record("alice", &ids[i % KEYS], 100.0, (i / 64) as i64)
+                    .unwrap(),
+            )
+        })
+    });
+    let custom = callback_manager();
+    g.bench_function("kquota_with_callback", |b| {
+        let mut i = 0usize;
+        b.iter(|| {
+            i += 1;
+            black_box(
+                custom
+                    .record("alice", &ids[i % KEYS], 100.0, (i / 64) as i64)
                     .unwrap(),
             )
         })

@@ -12,12 +12,17 @@ pub enum Error {
     InvalidQuota(f64),
     /// A recorded value outside what the call accepts.
     InvalidUsage(String),
+    /// A custom quota callback (KIP-257) failed or returned something it must not; the
+    /// message names the method and what it did.
+    Callback(String),
 }
 
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Error::InvalidConfig(msg) | Error::InvalidUsage(msg) => f.write_str(msg),
+            Error::InvalidConfig(msg) | Error::InvalidUsage(msg) | Error::Callback(msg) => {
+                f.write_str(msg)
+            }
             Error::InvalidQuota(v) => write!(
                 f,
                 "invalid quota value {v:?}: a quota must be a finite number greater than 0"

@@ -5,6 +5,8 @@
 //! * [`rate::SampledRate`]: one thread-safe rate sensor with an optional bound.
 //! * [`manager::QuotaManager`]: Kafka's client-quota manager for one quota type
 //!   (entities, precedence, shared sensors, dynamic quotas, expiry, delay queue).
+//! * [`callback::QuotaCallback`]: custom quota callbacks (KIP-257) a manager can be
+//!   built with.
 //! * [`request_path::RequestPath`]: Kafka's request handling over the three managers
 //!   (which quotas a request is checked against, the applied throttle, the fetch unrecord).
 //! * [`replay::ReplayKernel`]: the same request path replayed sequentially over columns
@@ -20,6 +22,8 @@
 //! Everything is safe to call from many threads at once; no operation takes a lock.
 //! The spec is `shared/docs/kafka-quota-semantics.md`.
 
+#[cfg(not(loom))]
+pub mod callback;
 #[cfg(not(loom))]
 pub mod connection_quota;
 pub mod connection_rate;
@@ -45,6 +49,8 @@ pub mod request_path;
 pub mod samples;
 pub mod token_bucket;
 
+#[cfg(not(loom))]
+pub use callback::{BrokerNode, ClusterMetadata, PartitionLeader, QuotaCallback};
 #[cfg(not(loom))]
 pub use connection_quota::{ConnectionDecision, ConnectionQuotas};
 pub use connection_rate::UNLIMITED_CONNECTION_RATE;

@@ -17,13 +17,14 @@ use std::sync::atomic::{
 };
 use std::sync::Arc;
 
+use crate::callback::{check_limit, QuotaCallback};
 use crate::cow::{collect_garbage, pin, CowCell, Guard};
 use crate::delay_queue::DelayQueue;
 use crate::entity::{sanitize_user, Overrides, Pair, PairRef, QuotaEntity};
 use crate::error::{check_quota, check_usage, Error, Result};
 use crate::javamath::long_to_int;
 use crate::migrate::{copy_again, unlink_dead, Mortal, Table, Tables};
-use crate::quota::Check;
+use crate::quota::{Check, UNLIMITED};
 use crate::rate_cell::{Bound, BoundSource, RateCell};
 use crate::samples::{Samples, WindowConfig};
 
@@ -137,7 +138,14 @@ impl fmt::Display for QuotaType {
 struct QuotaConfig {
     generation: u64,
     overrides: Overrides,
+    /// Built with a [`QuotaCallback`]: tags and limits come from it, and a sensor keeps
+    /// the bound a resolution or a reset gave it (a record never computes one).
+    custom: bool,
 }
+
+/// The enabled-levels value of a manager with a callback (Kafka's `CustomQuotas`):
+/// quotas are always on.
+const CUSTOM_LEVELS: u8 = 8;
 
 /// When a sensor last recorded and whether expiry removed it (Kafka's
 /// `Sensor.lastRecordTime` and `hasExpired`).
@@ -197,6 +205,10 @@ impl QuotaSensor {
             value: Some(bound_of(&tags, config)),
             generation: config.generation,
         };
+        Self::with_bound(tags, bound, now)
+    }
+
+    fn with_bound(tags: Pair, bound: Bound, now: i64) -> Self {
         QuotaSensor {
             tags,
             cell: RateCell::new(bound),
@@ -208,7 +220,7 @@ impl QuotaSensor {
     fn bound(&self, config: &QuotaConfig, guard: &Guard) -> f64 {
         let stored = self.cell.bound(guard);
         match stored.value {
-            Some(value) if stored.generation == config.generation => value,
+            Some(value) if config.custom || stored.generation == config.generation => value,
             _ => bound_of(&self.tags, config),
         }
     }
@@ -223,9 +235,14 @@ impl QuotaSensor {
         guard: &Guard,
     ) -> Check {
         self.life.touch(now);
-        let source = BoundSource::Generation {
-            generation: config.generation,
-            compute: || Some(bound_of(&self.tags, config)),
+        let compute = || Some(bound_of(&self.tags, config));
+        let source = if config.custom {
+            BoundSource::Keep
+        } else {
+            BoundSource::Generation {
+                generation: config.generation,
+                compute,
+            }
         };
         self.cell.record(window, value, now, check, &source, guard)
     }
@@ -412,6 +429,7 @@ pub struct QuotaManager {
     /// Bumped by every expiry run that removed a sensor.
     expiry_round: AtomicU64,
     delay_queue: DelayQueue,
+    callback: Option<Arc<dyn QuotaCallback>>,
 }
 
 /// One live quota sensor, as a metrics reporter sees it.
@@ -453,7 +471,34 @@ impl QuotaManager {
             maps: Tables::new(Maps::with_capacity(0)),
             expiry_round: AtomicU64::new(0),
             delay_queue: DelayQueue::new(),
+            callback: None,
         })
+    }
+
+    /// A manager whose entity resolution and quota limits come from `callback` (KIP-257)
+    /// instead of Kafka's precedence; see [`crate::callback`]. Quotas are on from the
+    /// start, as in Kafka with a callback.
+    pub fn with_callback(
+        quota_type: QuotaType,
+        window: WindowConfig,
+        sensor_expiry_ms: i64,
+        callback: Arc<dyn QuotaCallback>,
+    ) -> Result<Self> {
+        let mut m = Self::new(quota_type, window, sensor_expiry_ms)?;
+        let mut overrides = Overrides::default();
+        overrides.enabled = CUSTOM_LEVELS;
+        m.config = CowCell::new(QuotaConfig {
+            custom: true,
+            overrides,
+            ..QuotaConfig::default()
+        });
+        m.callback = Some(callback);
+        Ok(m)
+    }
+
+    /// The callback the manager was built with.
+    pub fn callback(&self) -> Option<&Arc<dyn QuotaCallback>> {
+        self.callback.as_ref()
     }
 
     /// A manager with Kafka's defaults: 11 windows of 1 s, sensors expire after one hour.
@@ -489,15 +534,150 @@ impl QuotaManager {
     // -- configuration ---------------------------------------------------------------
 
     /// Sets the override of `entity` (a finite value > 0), effective on the next record.
+    /// With a callback: tells it (`update_quota`), then resets the limits.
     pub fn set_quota(&self, entity: &QuotaEntity, value: f64) -> Result<()> {
         let value = check_quota(value)?;
+        if let Some(cb) = &self.callback {
+            cb.update_quota(self.quota_type, entity, value)?;
+        }
         self.apply(entity, Some(value));
+        self.reset_after_update()
+    }
+
+    /// Removes the override of `entity`. With a callback: tells it (`remove_quota`), then
+    /// resets the limits.
+    pub fn remove_quota(&self, entity: &QuotaEntity) -> Result<()> {
+        if let Some(cb) = &self.callback {
+            cb.remove_quota(self.quota_type, entity)?;
+        }
+        self.apply(entity, None);
+        self.reset_after_update()
+    }
+
+    /// With a callback, Kafka resets every limit after a quota update or removal.
+    fn reset_after_update(&self) -> Result<()> {
+        match self.callback {
+            Some(_) => self.reset_limits(),
+            None => Ok(()),
+        }
+    }
+
+    /// Kafka's `updateQuotaMetricConfigs` for a manager with a callback: asks the limit of
+    /// every live sensor again and installs it, and makes every client resolve again (its
+    /// tags are asked again) on its next request. Every limit is asked before anything
+    /// changes, so a failing callback leaves the manager as it was. Without a callback it
+    /// does nothing (the built-in precedence refreshes bounds by itself).
+    pub fn reset_limits(&self) -> Result<()> {
+        let Some(cb) = &self.callback else {
+            return Ok(());
+        };
+        let guard = pin();
+        let maps = self.maps.load(&guard);
+        let sensors: Vec<(Pair, Arc<QuotaSensor>)> = maps
+            .quota_sensors
+            .pin()
+            .iter()
+            .filter(|(_, s)| !s.is_dead())
+            .map(|(t, s)| (t.clone(), s.clone()))
+            .collect();
+        let mut limits = Vec::with_capacity(sensors.len());
+        for (tags, _) in &sensors {
+            limits.push(self.ask_limit(cb.as_ref(), tags)?);
+        }
+        let mut generation = 0;
+        self.config.update(&guard, |c| {
+            c.generation += 1;
+            generation = c.generation;
+        });
+        for ((_, sensor), value) in sensors.iter().zip(limits) {
+            sensor.cell.set_bound(
+                Bound {
+                    value: Some(value),
+                    generation,
+                },
+                &guard,
+            );
+        }
         Ok(())
     }
 
-    /// Removes the override of `entity`.
-    pub fn remove_quota(&self, entity: &QuotaEntity) {
-        self.apply(entity, None);
+    /// Asks the callback whether a reset is required (Kafka asks on every request; kquota
+    /// when a client is resolved and when this is called, e.g. by a periodic task) and
+    /// resets if so. Returns whether it reset.
+    pub fn reset_if_required(&self) -> Result<bool> {
+        let Some(cb) = &self.callback else {
+            return Ok(false);
+        };
+        if cb.quota_reset_required(self.quota_type)? {
+            self.reset_limits()?;
+            return Ok(true);
+        }
+        Ok(false)
+    }
+
+    /// The bound of a sensor with `tags` from the callback: its checked limit, or
+    /// [`UNLIMITED`] for `None`, as Kafka's `quotaLimit` gives `Long.MAX_VALUE`.
+    fn ask_limit(&self, cb: &dyn QuotaCallback, tags: &Pair) -> Result<f64> {
+        let t = (tags.first(), tags.second());
+        let limit = check_limit(t, cb.quota_limit(self.quota_type, t)?)?;
+        Ok(limit.unwrap_or(UNLIMITED))
+    }
+
+    /// The tags the callback gives a client.
+    fn ask_tags(&self, cb: &dyn QuotaCallback, user: &str, client_id: &str) -> Result<Pair> {
+        let (u, c) = cb.quota_metric_tags(self.quota_type, user, client_id)?;
+        Ok(Pair::new(&u, &c))
+    }
+
+    /// The live quota sensor with `tags` of a manager with a callback, created with the
+    /// callback's limit if there is none; an existing sensor whose bound is older than
+    /// `config` (a reset raced with its creation) gets the limit asked again.
+    fn custom_sensor(
+        &self,
+        cb: &dyn QuotaCallback,
+        config: &QuotaConfig,
+        tags: &Pair,
+        now: i64,
+        guard: &Guard,
+    ) -> Result<Arc<QuotaSensor>> {
+        // (A sensor made below without an asked limit has none: it is not current.)
+        let current = |s: &QuotaSensor| {
+            let b = s.cell.bound(guard);
+            b.value.is_some() && b.generation >= config.generation
+        };
+        let existing = quota_sensors(self.maps.load(guard))
+            .pin()
+            .get(tags)
+            .filter(|s| !s.is_dead())
+            .cloned();
+        let mut asked = match &existing {
+            Some(s) if current(s) => None,
+            _ => Some(self.ask_limit(cb, tags)?),
+        };
+        let bound = Bound {
+            value: asked,
+            generation: config.generation,
+        };
+        let sensor = self.maps.live(
+            quota_sensors,
+            tags,
+            || QuotaSensor::with_bound(tags.clone(), bound, now),
+            guard,
+        );
+        if !current(&sensor) {
+            let value = match asked.take() {
+                Some(v) => v,
+                None => self.ask_limit(cb, tags)?,
+            };
+            sensor.cell.set_bound(
+                Bound {
+                    value: Some(value),
+                    generation: config.generation,
+                },
+                guard,
+            );
+        }
+        Ok(sensor)
     }
 
     fn apply(&self, entity: &QuotaEntity, value: Option<f64>) {
@@ -526,19 +706,29 @@ impl QuotaManager {
 
     // -- resolution ------------------------------------------------------------------
 
-    /// The metric tags `(user, client-id)` a request from `user` with `client_id` records under.
-    pub fn tags(&self, user: &str, client_id: &str) -> (String, String) {
-        self.config.read(&pin(), |c| {
+    /// The metric tags `(user, client-id)` a request from `user` with `client_id` records
+    /// under (with a callback: as the callback gives them now).
+    pub fn tags(&self, user: &str, client_id: &str) -> Result<(String, String)> {
+        if let Some(cb) = &self.callback {
+            return cb.quota_metric_tags(self.quota_type, user, client_id);
+        }
+        Ok(self.config.read(&pin(), |c| {
             c.overrides.tags(&sanitize_user(user), client_id)
-        })
+        }))
     }
 
-    /// The quota that applies to the client now (`None` when none does).
-    pub fn quota_for(&self, user: &str, client_id: &str) -> Option<f64> {
-        self.config.read(&pin(), |c| {
+    /// The quota that applies to the client now (`None` when none does; with a callback:
+    /// as the callback gives it now).
+    pub fn quota_for(&self, user: &str, client_id: &str) -> Result<Option<f64>> {
+        if let Some(cb) = &self.callback {
+            let tags = self.ask_tags(cb.as_ref(), user, client_id)?;
+            let t = (tags.first(), tags.second());
+            return check_limit(t, cb.quota_limit(self.quota_type, t)?);
+        }
+        Ok(self.config.read(&pin(), |c| {
             let (u, ci) = c.overrides.tags(&sanitize_user(user), client_id);
             c.overrides.quota_limit(&u, &ci)
-        })
+        }))
     }
 
     /// The client's sensors, created at `now` if they do not exist.
@@ -553,7 +743,7 @@ impl QuotaManager {
         now: i64,
         clients: &'g papaya::LocalGuard<'_>,
         guard: &Guard,
-    ) -> &'g Resolved
+    ) -> Result<&'g Resolved>
     where
         Self: 'g,
     {
@@ -563,20 +753,33 @@ impl QuotaManager {
                 if resolved.generation == config.generation
                     && (resolved.expiry_round == round || resolved.live())
                 {
-                    return resolved;
+                    return Ok(resolved);
                 }
             }
-            let (u, c) = config.overrides.tags(&sanitize_user(user), client_id);
-            let tags = Pair::new(&u, &c);
             // Kafka's `SensorAccess.getOrCreate`, settled against a concurrent rebuild (the
             // sensors may come from newer maps than `maps`: caching them in `maps` is
             // still right, their users loaded `maps` before the rebuild).
-            let quota = self.maps.live(
-                quota_sensors,
-                &tags,
-                || QuotaSensor::new(tags.clone(), config, now),
-                guard,
-            );
+            let (tags, quota) = match &self.callback {
+                None => {
+                    let (u, c) = config.overrides.tags(&sanitize_user(user), client_id);
+                    let tags = Pair::new(&u, &c);
+                    let quota = self.maps.live(
+                        quota_sensors,
+                        &tags,
+                        || QuotaSensor::new(tags.clone(), config, now),
+                        guard,
+                    );
+                    (tags, quota)
+                }
+                Some(cb) => {
+                    // (A reset here makes this resolution stale: the next request
+                    // resolves again under the new limits.)
+                    self.reset_if_required()?;
+                    let tags = self.ask_tags(cb.as_ref(), user, client_id)?;
+                    let quota = self.custom_sensor(cb.as_ref(), config, &tags, now, guard)?;
+                    (tags, quota)
+                }
+            };
             let throttle =
                 self.maps
                     .live(throttle_sensors, &tags, || ThrottleSensor::new(now), guard);
@@ -592,6 +795,16 @@ impl QuotaManager {
             maps.clients
                 .insert(Pair::new(user, client_id), resolved, clients);
         }
+    }
+
+    /// Resolves the client's sensors (creating them at `now`), recording nothing.
+    fn resolve_only(&self, user: &str, client_id: &str, now: i64) -> Result<()> {
+        let guard = pin();
+        let config = self.config.load(&guard);
+        let maps = self.maps.load(&guard);
+        let clients = maps.clients.guard();
+        self.resolve(config, maps, user, client_id, now, &clients, &guard)?;
+        Ok(())
     }
 
     // -- the request path ------------------------------------------------------------
@@ -612,13 +825,13 @@ impl QuotaManager {
     /// (`maybeRecordAndGetThrottleTimeMs`); `<= 0` means not throttled.
     pub fn record(&self, user: &str, client_id: &str, value: f64, now: i64) -> Result<i32> {
         let value = self.usage(value)?;
-        Ok(self.record_usage(user, client_id, value, now, true))
+        self.record_usage(user, client_id, value, now, true)
     }
 
     /// Takes back usage recorded earlier (a throttled fetch), without a check.
     pub fn unrecord(&self, user: &str, client_id: &str, value: f64, now: i64) -> Result<()> {
         let value = self.usage(value)?;
-        self.record_usage(user, client_id, -value, now, false);
+        self.record_usage(user, client_id, -value, now, false)?;
         Ok(())
     }
 
@@ -631,26 +844,33 @@ impl QuotaManager {
         now: i64,
     ) -> Result<()> {
         let value = self.usage(value)?;
-        self.record_usage(user, client_id, value, now, false);
+        self.record_usage(user, client_id, value, now, false)?;
         Ok(())
     }
 
     /// Records a converted, valid value; does nothing while no quota was ever configured.
-    fn record_usage(&self, user: &str, client_id: &str, value: f64, now: i64, check: bool) -> i32 {
+    fn record_usage(
+        &self,
+        user: &str,
+        client_id: &str,
+        value: f64,
+        now: i64,
+        check: bool,
+    ) -> Result<i32> {
         let guard = pin();
         let config = self.config.load(&guard);
         if config.overrides.enabled == 0 {
-            return 0;
+            return Ok(0);
         }
         // The one extra atomic load of the rebuildable maps (an acquire: a plain load on
         // x86-64).
         let maps = self.maps.load(&guard);
         let clients = maps.clients.guard();
-        let resolved = self.resolve(config, maps, user, client_id, now, &clients, &guard);
+        let resolved = self.resolve(config, maps, user, client_id, now, &clients, &guard)?;
         let outcome = resolved
             .quota
             .record(config, &self.window, value, now, check, &guard);
-        self.throttle_int(outcome)
+        Ok(self.throttle_int(outcome))
     }
 
     /// Accounts a throttle of `throttle_ms` > 0 applied to a client: records it in the
@@ -677,7 +897,7 @@ impl QuotaManager {
         // x86-64).
         let maps = self.maps.load(&guard);
         let clients = maps.clients.guard();
-        let resolved = self.resolve(config, maps, user, client_id, now, &clients, &guard);
+        let resolved = self.resolve(config, maps, user, client_id, now, &clients, &guard)?;
         resolved.throttle.record(throttle_ms as f64, now, &guard);
         let end = now.saturating_add(throttle_ms);
         if let Some(channel) = channel {
@@ -702,23 +922,26 @@ impl QuotaManager {
     }
 
     /// The fetch-size cap `bound * (num_samples - 1) * window_seconds`, or `f64::MAX`
-    /// when no quota applies; creates the client's sensors when quotas are enabled.
-    pub fn max_value_in_quota_window(&self, user: &str, client_id: &str, now: i64) -> f64 {
+    /// when no quota applies; creates the client's sensors when quotas are enabled. (With
+    /// a callback the limit is the one its sensor holds, asked at resolution or reset.)
+    pub fn max_value_in_quota_window(&self, user: &str, client_id: &str, now: i64) -> Result<f64> {
         let guard = pin();
         let config = self.config.load(&guard);
         if config.overrides.enabled == 0 {
-            return f64::MAX;
+            return Ok(f64::MAX);
         }
         let maps = self.maps.load(&guard);
         let clients = maps.clients.guard();
-        let tags = &self
-            .resolve(config, maps, user, client_id, now, &clients, &guard)
-            .quota
-            .tags;
-        max_value_in_quota_window(
-            config.overrides.quota_limit(tags.first(), tags.second()),
-            &self.window,
-        )
+        let quota = &self
+            .resolve(config, maps, user, client_id, now, &clients, &guard)?
+            .quota;
+        let tags = &quota.tags;
+        let limit = if config.custom {
+            Some(quota.bound(config, &guard)).filter(|&b| b != UNLIMITED)
+        } else {
+            config.overrides.quota_limit(tags.first(), tags.second())
+        };
+        Ok(max_value_in_quota_window(limit, &self.window))
     }
 
     // -- reading ---------------------------------------------------------------------
@@ -731,9 +954,26 @@ impl QuotaManager {
         user: &str,
         client_id: &str,
     ) -> Option<Arc<S>> {
-        let (u, c) = self.tags(user, client_id);
-        let key = PairRef(&u, &c);
         let guard = pin();
+        let (u, c) = match &self.callback {
+            // With a callback: the sensor the client last resolved to (a read never calls
+            // the callback).
+            Some(_) => {
+                let maps = self.maps.load(&guard);
+                let cached = maps
+                    .clients
+                    .pin()
+                    .get(&PairRef(user, client_id))?
+                    .quota
+                    .tags
+                    .clone();
+                (cached.first().to_owned(), cached.second().to_owned())
+            }
+            None => self.config.read(&guard, |c| {
+                c.overrides.tags(&sanitize_user(user), client_id)
+            }),
+        };
+        let key = PairRef(&u, &c);
         let find = |maps: &Maps| {
             table(maps)
                 .pin()
@@ -952,12 +1192,25 @@ impl QuotaManager {
                     .map_err(|e| Error::InvalidUsage(format!("event {i}: {e}")))?,
             );
         }
+        if self.callback.is_some() {
+            // Resolve every key first: a callback that fails does so before anything is
+            // recorded.
+            let mut used = vec![None; keys.len()];
+            for (&k, &t) in key_index.iter().zip(now) {
+                used[k as usize].get_or_insert(t);
+            }
+            for ((user, client_id), t) in keys.iter().zip(used) {
+                if let Some(t) = t {
+                    self.resolve_only(user, client_id, t)?;
+                }
+            }
+        }
         let mut throttles = Vec::with_capacity(n);
         for i in 0..n {
             let (user, client_id) = &keys[key_index[i] as usize];
-            let throttle = self.record_usage(user, client_id, usage[i], now[i], true);
+            let throttle = self.record_usage(user, client_id, usage[i], now[i], true)?;
             if fetch && (throttle > 0 || unrecord_if.is_some_and(|u| u[i])) {
-                self.record_usage(user, client_id, -usage[i], now[i], false);
+                self.record_usage(user, client_id, -usage[i], now[i], false)?;
             }
             throttles.push(throttle);
         }
@@ -978,7 +1231,10 @@ mod tests {
         let m = QuotaManager::with_defaults(QuotaType::Produce);
         assert_eq!(m.record("alice", "app", 1e12, 0).unwrap(), 0);
         assert_eq!(m.sensor_count(), 0);
-        assert_eq!(m.max_value_in_quota_window("alice", "app", 0), f64::MAX);
+        assert_eq!(
+            m.max_value_in_quota_window("alice", "app", 0).unwrap(),
+            f64::MAX
+        );
     }
 
     #[test]
@@ -988,7 +1244,10 @@ mod tests {
         assert_eq!(m.record("alice", "app1", 600.0, 0).unwrap(), 0);
         assert_eq!(m.measure("alice", "app1", 0), Some(60.0));
         assert_eq!(m.record("alice", "app1", 10_000.0, 0).unwrap(), 352);
-        assert_eq!(m.tags("alice", "app2"), ("alice".to_owned(), String::new()));
+        assert_eq!(
+            m.tags("alice", "app2").unwrap(),
+            ("alice".to_owned(), String::new())
+        );
         assert_eq!(
             m.sensor_names(),
             vec!["Produce-alice:", "ProduceThrottleTime-alice:"]

@@ -358,9 +358,9 @@ impl<'a> RequestPath<'a> {
         client_id: &str,
         requested_max_bytes: i64,
         now: i64,
-    ) -> i64 {
-        let cap = self.fetch.max_value_in_quota_window(user, client_id, now);
-        capped_fetch_bytes(requested_max_bytes, cap)
+    ) -> Result<i64> {
+        let cap = self.fetch.max_value_in_quota_window(user, client_id, now)?;
+        Ok(capped_fetch_bytes(requested_max_bytes, cap))
     }
 }
 
@@ -606,18 +606,24 @@ mod tests {
     fn fetch_max_bytes_caps_with_javas_cast() {
         let b = Broker::new();
         let path = b.path();
-        assert_eq!(path.fetch_max_bytes("u", "c", 52_428_800, 0), 52_428_800);
+        assert_eq!(
+            path.fetch_max_bytes("u", "c", 52_428_800, 0).unwrap(),
+            52_428_800
+        );
         b.fetch.set_quota(&user("u"), 1000.0).unwrap();
         // 1000 B/s x 10 windows x 1 s
-        assert_eq!(path.fetch_max_bytes("u", "c", 52_428_800, 0), 10_000);
-        assert_eq!(path.fetch_max_bytes("u", "c", 500, 0), 500);
         assert_eq!(
-            path.fetch_max_bytes("x", "c", 1 << 40, 0),
+            path.fetch_max_bytes("u", "c", 52_428_800, 0).unwrap(),
+            10_000
+        );
+        assert_eq!(path.fetch_max_bytes("u", "c", 500, 0).unwrap(), 500);
+        assert_eq!(
+            path.fetch_max_bytes("x", "c", 1 << 40, 0).unwrap(),
             i64::from(i32::MAX)
         );
         b.fetch.set_quota(&user("big"), 1e300).unwrap();
         assert_eq!(
-            path.fetch_max_bytes("big", "c", 1 << 40, 0),
+            path.fetch_max_bytes("big", "c", 1 << 40, 0).unwrap(),
             i64::from(i32::MAX)
         );
     }
@@ -717,7 +723,7 @@ mod tests {
                         .produce
                         .set_quota(&user("u"), 500.0 + i as f64)
                         .unwrap();
-                    broker.fetch.remove_quota(&user("u"));
+                    broker.fetch.remove_quota(&user("u")).unwrap();
                 }
             }
             let got = path.handle(u, "c", &r, now, channel).unwrap();

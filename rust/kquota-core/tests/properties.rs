@@ -301,12 +301,12 @@ proptest! {
         // Every client: its own tags (the principal sanitized, reversibly, into URL-safe
         // ASCII), the current bound, and the same rate as its ring.
         for (c, (user, client)) in clients.iter().enumerate() {
-            let (tag_user, tag_client) = m.tags(user, client);
+            let (tag_user, tag_client) = m.tags(user, client).unwrap();
             prop_assert_eq!(&tag_user, &sanitize_user(user).into_owned());
             prop_assert!(tag_user.bytes().all(|b| b.is_ascii_alphanumeric() || b"._-%".contains(&b)));
             prop_assert_eq!(unsanitize(&tag_user), user.as_bytes().to_vec());
             prop_assert_eq!(&tag_client, client);
-            prop_assert_eq!(m.quota_for(user, client), applies(c).then_some(bound));
+            prop_assert_eq!(m.quota_for(user, client).unwrap(), applies(c).then_some(bound));
             let want = plain.get_mut(&key(c)).map(|s| s.measure_rate(&cfg, t).0);
             let got = m.measure(user, client, t);
             prop_assert!(

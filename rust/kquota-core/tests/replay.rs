@@ -367,7 +367,7 @@ fn oracle(trace: &Trace, closed: bool) -> (Vec<Row>, Measured) {
                     if *s == index {
                         match v {
                             Some(v) => broker.manager(*t).set_quota(&all[*e], *v).unwrap(),
-                            None => broker.manager(*t).remove_quota(&all[*e]),
+                            None => broker.manager(*t).remove_quota(&all[*e]).unwrap(),
                         }
                     }
                 }

@@ -55,7 +55,7 @@ fn records_are_exact_while_quotas_change_and_sensors_expire() {
                 if changes % 2 == 0 {
                     m.set_quota(&other, 1e12).unwrap();
                 } else {
-                    m.remove_quota(&other);
+                    m.remove_quota(&other).unwrap();
                 }
                 changes += 1;
             }

@@ -14,6 +14,7 @@ use pyo3::PyTypeInfo;
 use kquota_core as core;
 
 mod args;
+mod callback;
 mod mutation;
 mod replay;
 
@@ -25,6 +26,7 @@ struct Errors {
     config: Py<PyType>,
     quota: Py<PyType>,
     usage: Py<PyType>,
+    callback: Py<PyType>,
 }
 
 static ERRORS: PyOnceLock<Errors> = PyOnceLock::new();
@@ -54,6 +56,12 @@ fn errors(py: Python<'_>) -> PyResult<&'static Errors> {
         )?;
         let sub = |name: &str, doc: &str| make(name, vec![value.bind(py).clone().into_any()], doc);
         Ok(Errors {
+            callback: make(
+                "QuotaCallbackError",
+                vec![base.bind(py).clone().into_any()],
+                "A custom quota callback (KIP-257) raised, or returned a value of the wrong type \
+                 or range; the message names the callback, the method and the value.",
+            )?,
             config: sub(
                 "InvalidConfigError",
                 "A malformed configuration: window, samples, quota type or entity.",
@@ -92,6 +100,7 @@ impl From<CoreError> for PyErr {
                 core::Error::InvalidConfig(_) => &errors.config,
                 core::Error::InvalidQuota(_) => &errors.quota,
                 core::Error::InvalidUsage(_) => &errors.usage,
+                core::Error::Callback(_) => &errors.callback,
             };
             PyErr::from_type(class.bind(py).clone(), e.to_string())
         })
@@ -298,23 +307,57 @@ impl SampledRate {
 #[pyclass(module = "kquota._core", frozen)]
 struct QuotaManager {
     inner: core::QuotaManager,
+    /// The Python callback object, if the manager was built with one.
+    callback: Option<Py<PyAny>>,
 }
 
 #[pymethods]
 impl QuotaManager {
     #[new]
-    #[pyo3(signature = (quota_type, *, num_samples=11, window_ms=1000, sensor_expiry_ms=3600000))]
+    #[pyo3(signature = (quota_type, *, num_samples=11, window_ms=1000, sensor_expiry_ms=3600000, callback=None))]
     fn new(
         #[pyo3(from_py_with = args::quota_type)] quota_type: Text<'_>,
         #[pyo3(from_py_with = args::num_samples)] num_samples: i64,
         #[pyo3(from_py_with = args::window_ms)] window_ms: i64,
         #[pyo3(from_py_with = args::sensor_expiry_ms)] sensor_expiry_ms: i64,
+        callback: Option<Bound<'_, PyAny>>,
     ) -> CoreResult<Self> {
         let quota_type: core::QuotaType = (*quota_type).parse()?;
         let window = core::WindowConfig::new(num_samples, window_ms)?;
+        let callback = callback.filter(|c| !c.is_none());
+        let inner = match &callback {
+            None => core::QuotaManager::new(quota_type, window, sensor_expiry_ms)?,
+            Some(obj) => {
+                let cb = callback::PyCallback::new(obj)?;
+                core::QuotaManager::with_callback(
+                    quota_type,
+                    window,
+                    sensor_expiry_ms,
+                    std::sync::Arc::new(cb),
+                )?
+            }
+        };
         Ok(QuotaManager {
-            inner: core::QuotaManager::new(quota_type, window, sensor_expiry_ms)?,
+            inner,
+            callback: callback.map(Bound::unbind),
         })
+    }
+
+    /// The custom quota callback the manager was built with, or None.
+    #[getter]
+    fn callback(&self, py: Python<'_>) -> Option<Py<PyAny>> {
+        self.callback.as_ref().map(|c| c.clone_ref(py))
+    }
+
+    /// Kafka's `updateQuotaMetricConfigs` with a callback: asks every live sensor's limit
+    /// again and makes every client resolve again on its next request.
+    fn reset_limits(&self) -> CoreResult<()> {
+        Ok(self.inner.reset_limits()?)
+    }
+
+    /// Asks the callback's `quota_reset_required` and resets if it says so.
+    fn reset_if_required(&self) -> CoreResult<bool> {
+        Ok(self.inner.reset_if_required()?)
     }
 
     #[getter]
@@ -350,8 +393,11 @@ impl QuotaManager {
         Ok(self.inner.set_quota(&entity.get().inner, value)?)
     }
 
-    fn remove_quota(&self, #[pyo3(from_py_with = args::entity)] entity: Bound<'_, Entity>) {
-        self.inner.remove_quota(&entity.get().inner)
+    fn remove_quota(
+        &self,
+        #[pyo3(from_py_with = args::entity)] entity: Bound<'_, Entity>,
+    ) -> CoreResult<()> {
+        Ok(self.inner.remove_quota(&entity.get().inner)?)
     }
 
     fn quota(&self, #[pyo3(from_py_with = args::entity)] entity: Bound<'_, Entity>) -> Option<f64> {
@@ -370,16 +416,16 @@ impl QuotaManager {
         &self,
         #[pyo3(from_py_with = args::user)] user: Text<'_>,
         #[pyo3(from_py_with = args::client_id)] client_id: Text<'_>,
-    ) -> (String, String) {
-        self.inner.tags(&user, &client_id)
+    ) -> CoreResult<(String, String)> {
+        Ok(self.inner.tags(&user, &client_id)?)
     }
 
     fn quota_for(
         &self,
         #[pyo3(from_py_with = args::user)] user: Text<'_>,
         #[pyo3(from_py_with = args::client_id)] client_id: Text<'_>,
-    ) -> Option<f64> {
-        self.inner.quota_for(&user, &client_id)
+    ) -> CoreResult<Option<f64>> {
+        Ok(self.inner.quota_for(&user, &client_id)?)
     }
 
     #[pyo3(signature = (user, client_id, value, now_ms=None))]
@@ -472,9 +518,10 @@ impl QuotaManager {
         #[pyo3(from_py_with = args::user)] user: Text<'_>,
         #[pyo3(from_py_with = args::client_id)] client_id: Text<'_>,
         #[pyo3(from_py_with = args::now_ms)] now_ms: Option<i64>,
-    ) -> f64 {
-        self.inner
-            .max_value_in_quota_window(&user, &client_id, now_or_clock(now_ms))
+    ) -> CoreResult<f64> {
+        Ok(self
+            .inner
+            .max_value_in_quota_window(&user, &client_id, now_or_clock(now_ms))?)
     }
 
     #[pyo3(signature = (user, client_id, now_ms=None))]
@@ -584,6 +631,21 @@ impl QuotaManager {
             self.window_ms()
         )
     }
+}
+
+/// Tells the callbacks of `managers` about `metadata`, each distinct callback once, and
+/// resets the limits of the managers whose callback answered true (Kafka's broker on an
+/// UpdateMetadata request). Managers without a callback are skipped. Whether any answered
+/// true.
+#[pyfunction]
+#[pyo3(signature = (metadata, *managers))]
+fn update_cluster_metadata(
+    metadata: Bound<'_, callback::ClusterMetadata>,
+    managers: Vec<Bound<'_, QuotaManager>>,
+) -> CoreResult<bool> {
+    let md = core::ClusterMetadata::from(metadata.get());
+    let refs: Vec<&core::QuotaManager> = managers.iter().map(|m| &m.get().inner).collect();
+    Ok(core::callback::update_cluster_metadata(&refs, &md)?)
 }
 
 /// What the quota check of one request decided (`kquota_core::Outcome`).
@@ -771,9 +833,13 @@ impl RequestPath {
         #[pyo3(from_py_with = args::client_id)] client_id: Text<'_>,
         #[pyo3(from_py_with = args::requested_max_bytes)] requested_max_bytes: i64,
         #[pyo3(from_py_with = args::now_ms)] now_ms: Option<i64>,
-    ) -> i64 {
-        self.core()
-            .fetch_max_bytes(&user, &client_id, requested_max_bytes, now_or_clock(now_ms))
+    ) -> CoreResult<i64> {
+        Ok(self.core().fetch_max_bytes(
+            &user,
+            &client_id,
+            requested_max_bytes,
+            now_or_clock(now_ms),
+        )?)
     }
 
     fn __repr__(&self) -> String {
@@ -852,6 +918,10 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<SensorReading>()?;
     m.add_class::<SampledRate>()?;
     m.add_class::<QuotaManager>()?;
+    m.add_class::<callback::BrokerNode>()?;
+    m.add_class::<callback::PartitionLeader>()?;
+    m.add_class::<callback::ClusterMetadata>()?;
+    m.add_function(wrap_pyfunction!(update_cluster_metadata, m)?)?;
     m.add_class::<RequestOutcome>()?;
     m.add_class::<RequestPath>()?;
     m.add_class::<replay::ReplayKernel>()?;
@@ -867,5 +937,6 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("InvalidConfigError", errors.config.bind(py))?;
     m.add("InvalidQuotaError", errors.quota.bind(py))?;
     m.add("InvalidUsageError", errors.usage.bind(py))?;
+    m.add("QuotaCallbackError", errors.callback.bind(py))?;
     Ok(())
 }

@@ -456,6 +456,7 @@ impl ReplayKernel {
                     tables: QuotaType::ALL.map(|t| {
                         let m = path.manager(t);
                         SensorTable::new(t, m.window(), m.sensor_expiry_ms(), m.overrides())
+                            .with_callback(m.callback())
                     }),
                     clock: Clock {
                         task_ms: options.expiry_task_ms,
@@ -492,10 +493,19 @@ impl ReplayKernel {
                 c.as_ref().to_owned(),
             )
         }));
-        for s in &mut self.scenarios {
-            for table in &mut s.tables {
-                table.resolve(&self.pairs, first);
+        for i in 0..self.scenarios.len() {
+            for t in 0..self.scenarios[i].tables.len() {
+                if let Err(e) = self.scenarios[i].tables[t].resolve(&self.pairs, first) {
+                    // A quota callback failed: forget the new pairs everywhere.
+                    self.pairs.truncate(first);
+                    for s in &mut self.scenarios {
+                        s.tables.iter_mut().for_each(|t| t.truncate_pairs(first));
+                    }
+                    return Err(e);
+                }
             }
+        }
+        for s in &mut self.scenarios {
             if let Some(closed) = &mut s.closed {
                 closed
                     .clients
@@ -783,8 +793,7 @@ impl ReplayKernel {
         self.scenario_mut(scenario)?;
         self.advance(now)?;
         let pairs = &self.pairs;
-        self.scenarios[scenario].tables[table_index(quota_type)].apply(entity, value, pairs);
-        Ok(())
+        self.scenarios[scenario].tables[table_index(quota_type)].apply(entity, value, pairs)
     }
 
     /// Runs the broker's sensor-expiry task at `now` in every scenario.

@@ -8,9 +8,12 @@
 
 use std::collections::HashMap;
 
+mod custom;
+
 use super::ring::Rings;
 use super::stats::{EntityStats, EntitySummary, Histogram, Usage};
 use crate::entity::Overrides;
+use crate::error::Result;
 use crate::manager::{
     max_value_in_quota_window, rate_units, sensor_expired, throttle_int, QuotaType,
 };
@@ -38,6 +41,8 @@ pub(crate) struct SensorTable {
     span: usize,
     /// Each sensor's positive throttles.
     positive: Vec<Histogram>,
+    /// The manager's quota callback, if it has one: it resolves instead of `overrides`.
+    custom: Option<custom::Custom>,
 }
 
 impl SensorTable {
@@ -60,6 +65,7 @@ impl SensorTable {
             spans: Vec::new(),
             span: EntityStats::span(&window),
             positive: Vec::new(),
+            custom: None,
         }
     }
 
@@ -75,7 +81,16 @@ impl SensorTable {
 
     /// The bound of `pair`'s sensor; `None` when unlimited.
     pub fn quota_of(&self, pair: u32) -> Option<f64> {
-        let (u, c) = self.tags_of(pair);
+        let id = self.pair_sensor[pair as usize] as usize;
+        self.limit_of(id)
+    }
+
+    /// The quota of sensor `id` (`None`: unlimited).
+    fn limit_of(&self, id: usize) -> Option<f64> {
+        if let Some(limit) = self.custom_limit(id) {
+            return limit;
+        }
+        let (u, c) = &self.tags[id];
         self.overrides.quota_limit(u, c)
     }
 
@@ -114,21 +129,25 @@ impl SensorTable {
             .iter()
             .zip(&self.tags)
             .zip(&self.positive)
-            .filter(|((s, _), _)| s.requests() > 0)
-            .map(move |((s, (u, c)), positive)| {
+            .enumerate()
+            .filter(|(_, ((s, _), _))| s.requests() > 0)
+            .map(move |(id, ((s, tags), positive))| {
                 s.summary(
                     positive,
                     scenario,
                     self.quota_type,
-                    &(u.clone(), c.clone()),
-                    self.overrides.quota_limit(u, c),
+                    tags,
+                    self.limit_of(id),
                     &self.window,
                 )
             })
     }
 
     /// Resolves pairs `from..` of `pairs` (sanitized user, client id) to their sensors.
-    pub fn resolve(&mut self, pairs: &[(String, String)], from: usize) {
+    pub fn resolve(&mut self, pairs: &[(String, String)], from: usize) -> Result<()> {
+        if self.custom.is_some() {
+            return self.resolve_custom(pairs, from);
+        }
         self.pair_sensor.truncate(from);
         for (user, client) in &pairs[from..] {
             let tags = self.overrides.tags(user, client);
@@ -136,14 +155,25 @@ impl SensorTable {
             let id = *self.by_tags.entry(tags.clone()).or_insert(next);
             if id == next {
                 let bound = self.overrides.bound(&tags.0, &tags.1);
-                self.rings.push(bound);
-                self.tags.push(tags);
-                self.stats.push(EntityStats::default());
-                self.spans.resize(self.spans.len() + self.span, 0);
-                self.positive.push(Histogram::default());
+                self.push_sensor(tags, bound);
             }
             self.pair_sensor.push(id);
         }
+        Ok(())
+    }
+
+    /// A new sensor for `tags` with `bound`, empty and not yet live; its id is the next.
+    fn push_sensor(&mut self, tags: (String, String), bound: f64) {
+        self.rings.push(bound);
+        self.tags.push(tags);
+        self.stats.push(EntityStats::default());
+        self.spans.resize(self.spans.len() + self.span, 0);
+        self.positive.push(Histogram::default());
+    }
+
+    /// Forgets pairs `len..` (an [`Self::resolve`] that failed part way).
+    pub fn truncate_pairs(&mut self, len: usize) {
+        self.pair_sensor.truncate(len);
     }
 
     /// Sets (`Some`) or removes (`None`) an override, then resolves every pair again and
@@ -153,12 +183,15 @@ impl SensorTable {
         entity: &crate::entity::QuotaEntity,
         value: Option<f64>,
         pairs: &[(String, String)],
-    ) {
+    ) -> Result<()> {
+        if self.custom.is_some() {
+            return self.apply_custom(entity, value, pairs);
+        }
         self.overrides.apply(entity, value);
         for (id, (u, c)) in self.tags.iter().enumerate() {
             self.rings.set_bound(id, self.overrides.bound(u, c));
         }
-        self.resolve(pairs, 0);
+        self.resolve(pairs, 0)
     }
 
     /// The sensor of `pair`, (re)created empty if it does not exist or the expiry run at
