@@ -14,9 +14,9 @@
 //! one, step for step, so its results are the same numbers.
 
 use super::ring::Rings;
-use crate::quota::verdict;
 use crate::error::{check_usage, Error, Result};
 use crate::manager::{rate_units, throttle_int, QuotaType};
+use crate::quota::verdict;
 use crate::samples::WindowConfig;
 
 /// The traffic of a group of entities, sorted by entity, then broker, then replay order.
