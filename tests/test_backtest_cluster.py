@@ -269,11 +269,12 @@ def run_drivers(
 
 def summary(stdout: str, out: Path) -> str:
     """The printed summary (from its first line, ``N requests read``: spark-submit prints
-    the driver's stderr there too) without what differs from run to run: the times and
-    the output folder."""
+    the driver's stderr there too) without what differs from run to run: the times, the
+    workers' peak memory and the output folder."""
     start = re.search(r"^[\d,]+ requests read", stdout, re.MULTILINE)
     assert start, stdout[-3000:]
     text = stdout[start.start() :].replace(str(out), "OUT")
+    text = re.sub(r"peak RSS: [\d,]+ MiB", "peak RSS: N MiB", text)
     return re.sub(r"\d+(\.\d+)? s\b", "N s", text)
 
 
