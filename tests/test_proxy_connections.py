@@ -14,7 +14,6 @@ import socket
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +21,13 @@ import pytest
 from kquota import ConnectionQuotas, TokenBucket
 from kquota.broker import ConnectionQuotaCollector, serve_metrics
 from kquota.proxy import kafka_clock_ms
-from test_proxy_support import RecordingPlugin, api_versions_request, read_frame, run_proxy
+from test_proxy_support import (
+    RecordingPlugin,
+    api_versions_request,
+    read_frame,
+    run_proxy,
+    scrape_flat,
+)
 
 pytest.importorskip("kio")
 
@@ -57,17 +62,6 @@ def _outcomes(port: int, count: int) -> list[bool]:
             sock.close()
 
 
-def _scrape(url: str) -> dict[str, float]:
-    with urllib.request.urlopen(url, timeout=10) as response:
-        text = response.read().decode()
-    values = {}
-    for line in text.splitlines():
-        if line and not line.startswith("#"):
-            name, _, value = line.rpartition(" ")
-            values[name] = float(value)
-    return values
-
-
 def test_an_ip_over_its_connection_creation_rate_gets_closed_connections(tansu: Any) -> None:
     rate = 1  # connection_creation_rate of 127.0.0.1: connections per second
     quotas = ConnectionQuotas(num_samples=NUM_SAMPLES, window_ms=WINDOW_MS)
@@ -92,7 +86,7 @@ def test_an_ip_over_its_connection_creation_rate_gets_closed_connections(tansu: 
         # The first connections are answered, the rest closed without a response.
         assert outcomes == expected
         assert proxy.server.ip_throttled_connections == CONNECTIONS - admitted
-        scraped = _scrape(metrics.url)
+        scraped = scrape_flat(metrics.url)
         prefix = "kafka_server_socket_server_metrics"
         assert scraped[f'{prefix}_ip_connection_accept_throttle_time{{listener="{LISTENER}"}}'] > 0
         assert scraped[f'{prefix}_connection_accept_rate{{ip="127.0.0.1",listener=""}}'] > 0
@@ -116,7 +110,7 @@ def test_the_listener_rate_delays_accepting_and_closes_nothing(tansu: Any) -> No
         outcomes = _outcomes(tansu.proxy_port, count)
         assert outcomes == [True] * count  # delayed, never refused
         assert proxy.server.ip_throttled_connections == 0
-        scraped = _scrape(metrics.url)
+        scraped = scrape_flat(metrics.url)
         prefix = "kafka_server_socket_server_metrics"
         assert scraped[f'{prefix}_connection_accept_throttle_time{{listener="{LISTENER}"}}'] > 0
         assert scraped[f'{prefix}_connection_accept_rate{{ip="",listener="{LISTENER}"}}'] > 0
@@ -163,7 +157,7 @@ def test_cli_proxy_applies_the_stores_ip_and_mutation_rates_live(
         outcomes = _outcomes(tansu.proxy_port, CONNECTIONS)
         assert outcomes[0] and not all(outcomes)
         assert outcomes == sorted(outcomes, reverse=True)  # answered first, closed after
-        scraped = _scrape(metrics_url)
+        scraped = scrape_flat(metrics_url)
         prefix = "kafka_server_socket_server_metrics"
         assert scraped[f'{prefix}_ip_connection_accept_throttle_time{{listener="PLAINTEXT"}}'] > 0
 
@@ -187,7 +181,7 @@ def test_cli_proxy_applies_the_stores_ip_and_mutation_rates_live(
             assert codes == [0 if ok else 89 for ok in accepted]
         finally:
             admin.close()
-        scraped = _scrape(metrics_url)
+        scraped = scrape_flat(metrics_url)
         tokens = scraped['kafka_server_controllermutation_tokens{client_id="cli-admin",user=""}']
         assert tokens < 0
     finally:

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import threading
 import time
-import urllib.request
 from typing import Any
 
 import pytest
@@ -31,7 +30,7 @@ from kquota import ControllerMutationQuotaManager, Entity, TokenBucket
 from kquota.broker import MutationQuotaCollector, QuotaOutcome, serve_metrics
 from kquota.proxy import kafka_clock_ms
 from kquota.proxy.mutation import THROTTLED_MESSAGE, THROTTLING_QUOTA_EXCEEDED
-from test_proxy_support import RecordingPlugin, run_proxy
+from test_proxy_support import RecordingPlugin, run_proxy, scrape_flat
 
 pytest.importorskip("kio")
 
@@ -113,17 +112,6 @@ def _when_not_paused(call: Any) -> Any:
             time.sleep(0.02)
 
 
-def _scrape(url: str) -> dict[str, float]:
-    with urllib.request.urlopen(url, timeout=10) as response:
-        text = response.read().decode()
-    values = {}
-    for line in text.splitlines():
-        if line and not line.startswith("#"):
-            name, _, value = line.rpartition(" ")
-            values[name] = float(value)
-    return values
-
-
 def test_strict_create_topics_refuses_the_topics_over_the_burst_and_retries_succeed(
     tansu: Any,
 ) -> None:
@@ -158,7 +146,7 @@ def test_strict_create_topics_refuses_the_topics_over_the_burst_and_retries_succ
             assert 0 < mutation_throttle <= refusal_throttle
             assert outcome.throttle_time_ms == mutation_throttle
             assert outcome.throttled_by == "controller_mutation"
-            scraped = _scrape(metrics.url)
+            scraped = scrape_flat(metrics.url)
             labels = f'{{client_id="{client_id}",user=""}}'
             assert scraped[f"kafka_server_controllermutation_tokens{labels}"] < 0
             assert scraped[f"kafka_server_controllermutation_throttle_time{labels}"] > 0

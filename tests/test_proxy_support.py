@@ -10,6 +10,7 @@ import socket
 import struct
 import threading
 import time
+import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -517,3 +518,15 @@ class ScriptedBroker:
         self.listener.close()
         if self.connection is not None:
             self.connection.close()
+
+
+def scrape_flat(url: str) -> dict[str, float]:
+    """One HTTP scrape of a metrics endpoint: ``{'name{labels}': value}``."""
+    with urllib.request.urlopen(url, timeout=10) as response:
+        text = response.read().decode()
+    values = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            name, _, value = line.rpartition(" ")
+            values[name] = float(value)
+    return values
