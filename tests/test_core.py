@@ -8,6 +8,7 @@ import math
 import pickle
 import re
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -524,3 +525,16 @@ def test_unrecord_if_is_refused_where_nothing_is_unrecorded(quota_type: str) -> 
             np.array([0]), np.array([0]), np.array([1.0]), [("u", "c")], np.array([True])
         )
     assert m.sensor_count() == 0
+
+
+def test_default_clock_is_kafkas_epoch_clock_so_a_new_mutation_bucket_is_full() -> None:
+    # Kafka's brokers read wall-clock milliseconds; the core's default clock has the same
+    # origin (then advances monotonically), so a client's first mutations see a full bucket.
+    assert abs(kquota.monotonic_ms() - time.time_ns() // 1_000_000) < 60_000
+    m = kquota.ControllerMutationQuotaManager()
+    m.set_quota(kquota.Entity(user="u"), 10.0)
+    assert m.record("u", "c", 1.0) == 0
+    tokens = m.tokens("u", "c")
+    # 11 samples x 1 s x 10 partitions/s, less the one recorded, plus what refilled since
+    # (at most back to the burst); a clock that started with the process would give about -1.
+    assert tokens is not None and 109.0 <= tokens <= 110.0

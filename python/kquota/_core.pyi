@@ -4,9 +4,9 @@ Everything here is re-exported from :mod:`kquota`; import it from there (except 
 helpers :func:`applied_throttles`, :func:`double_to_int` and :func:`recommend_quotas`
 of kquota's own modules).
 Times are integer milliseconds. Every ``now_ms`` parameter is optional: when it
-is omitted the core reads a monotonic clock (milliseconds since an arbitrary
-origin), so use either caller-supplied times or the clock with one manager,
-not both.
+is omitted the core reads :func:`monotonic_ms` (Kafka's clock: wall-clock milliseconds
+since the epoch at its first call, then monotonic), so use either caller-supplied times
+or the clock with one manager, not both.
 """
 
 from collections.abc import Sequence
@@ -64,7 +64,12 @@ UNLIMITED: Final[float]
 _QuotaType = Literal["produce", "fetch", "request"]
 
 def monotonic_ms() -> int:
-    """The clock the core uses when ``now_ms`` is omitted."""
+    """The clock the core uses when ``now_ms`` is omitted: Kafka's clock without its jumps.
+
+    Wall-clock milliseconds since the epoch at the first call in the process, advanced by
+    a monotonic clock since (never back). As on a broker, a new controller-mutation token
+    bucket is full at its first use.
+    """
 
 def sanitize_user(principal: str) -> str:
     """A principal name in Kafka's sanitized form (URL-encoded UTF-8, ``%20`` and ``%2A``)."""

@@ -96,13 +96,13 @@ class QuotaPlugin:
 
     Maintenance needs nothing from you: each call first runs what is due on ``channels``
     (:meth:`ThrottledChannels.maintain`: ended mutes drained, idle sensors of the three
-    managers expired every 30 s). With the default ``clock`` (kquota's monotonic clock) a
-    daemon thread also keeps it going between calls, so mutes end and ``on_unmute`` fires
-    on time in a quiet service; with any other clock (a simulation) time moves only with
-    the calls and no thread is started. ``background`` overrides that choice when the
-    plugin creates its channels; :meth:`close` or a ``with`` block stops the thread of
-    channels the plugin created (channels passed in belong to the caller). Safe to share
-    between threads.
+    managers expired every 30 s). With the default ``clock`` (:func:`kquota.monotonic_ms`,
+    Kafka's clock without its jumps) a daemon thread also keeps it going between calls, so
+    mutes end and ``on_unmute`` fires on time in a quiet service; with any other clock (a
+    simulation) time moves only with the calls and no thread is started. ``background``
+    overrides that choice when the plugin creates its channels; :meth:`close` or a ``with``
+    block stops the thread of channels the plugin created (channels passed in belong to the
+    caller). Safe to share between threads.
 
     ``quota_callback`` (a :class:`~kquota.QuotaCallback`, or ``"module:factory"`` to load
     one) is a custom quota callback (KIP-257) for the three managers the plugin creates:

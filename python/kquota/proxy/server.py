@@ -103,21 +103,18 @@ _FOLLOWER_FETCH: Final = "follower_fetch"
 """The API a fetch from a replica is captured as: the proxy applies only the request
 quota to it, as the back-test does to any API it does not know."""
 
-_ORIGIN_MS: Final = time.time_ns() // 1_000_000 - monotonic_ms()
-
 
 def kafka_clock_ms() -> int:
     """Kafka's clock (``Time.SYSTEM.milliseconds()``, wall-clock milliseconds) without its
-    jumps: the wall-clock time when kquota's monotonic clock started, plus
-    :func:`kquota.monotonic_ms`.
+    jumps: the same clock as :func:`kquota.monotonic_ms`, the core's default, which starts
+    at the wall-clock time and then advances monotonically.
 
-    The proxy's plugin runs on it (``kquota proxy`` does), because one rule depends on
-    the clock's origin: a new token bucket (the controller-mutation quota) starts with 0
-    tokens last updated at time 0, so on Kafka's clock it is full at its first use,
-    whereas on a clock that started with the process it would hold only the seconds
-    since then.
+    One rule depends on the clock's origin: a new token bucket (the controller-mutation
+    quota) starts with 0 tokens last updated at time 0, so on Kafka's clock it is full at
+    its first use, whereas on a clock that started with the process it would hold only the
+    seconds since then. Kept as the proxy's name for it.
     """
-    return _ORIGIN_MS + monotonic_ms()
+    return monotonic_ms()
 
 
 _PIPELINE_DEPTH: Final = 8
