@@ -294,7 +294,7 @@ def parse(frame: DataFrame) -> DataFrame:
         # a controller mutation: partitions >= 0 on CreateTopics, CreatePartitions or
         # DeleteTopics, with whether its version is strict
         partitions, partitions_bad = whole(PARTITIONS, "a whole number")
-        is_mutation = F.lower(F.trim(api)).isin(*sorted(MUTATION_APIS))
+        is_mutation = F.regexp_replace(F.lower(F.trim(api)), "_", "").isin(*sorted(MUTATION_APIS))
         strict = F.col(STRICT).cast("boolean") if STRICT in types else F.lit(None).cast("boolean")
         mutation_bad = (
             F.when(F.col(PARTITIONS).isNull(), F.lit(None))

@@ -99,7 +99,8 @@ STRICT: Final = "strict"
 CreatePartitions >= v3, DeleteTopics >= v5): topics over the quota are refused; otherwise
 accepted and throttled (bool; required on a row with :data:`PARTITIONS`)."""
 MUTATION_APIS: Final = frozenset({"createtopics", "createpartitions", "deletetopics"})
-"""The APIs the controller-mutation quota applies to (lower case, as :data:`API` compares)."""
+"""The APIs the controller-mutation quota applies to (as :data:`API` is compared: lower case,
+without underscores: ``CreateTopics`` or the request log's ``create_topics``)."""
 SEQ_COLUMNS: Final = ("_kq_seq_file", "_kq_seq_row")
 """Tie-breakers for requests with the same :data:`TS`: the row's position in the input."""
 

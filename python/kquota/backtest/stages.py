@@ -414,7 +414,9 @@ def replay(plan: ReplayPlan, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.R
         if plan.mutations:
             # a mutation: partitions given on CreateTopics, CreatePartitions or DeleteTopics
             given = batch.column(names.index(PARTITIONS))
-            is_api = np.array([a.lower() in MUTATION_APIS for a in apis] or [False])[api_codes]
+            is_api = np.array(
+                [a.lower().replace("_", "") in MUTATION_APIS for a in apis] or [False]
+            )[api_codes]
             is_mutation = is_api & ~given.is_null().to_numpy(zero_copy_only=False)
             kind = np.where(is_mutation, np.int8(3), kind).astype(np.int8)
             partitions = (
