@@ -16,7 +16,7 @@ import pandas as pd
 import pyarrow as pa  # type: ignore[import-untyped]
 import pyarrow.parquet as pq  # type: ignore[import-untyped]
 import pytest
-from kquota import RequestPath
+from kquota import DEFAULT, Entity, RequestPath
 from kquota.backtest.job import run
 from kquota.backtest.kernel import (
     MUTATION_THROTTLE,
@@ -176,6 +176,28 @@ def test_mutations_equal_the_core_managers(spark: Any, tmp_path: Path, mode: str
         expected = _reference(frame, config.scaled(scale), closed=mode == "closed")
         for column in (REQUEST_THROTTLE, MUTATION_THROTTLE, REFUSED_PARTITIONS, THROTTLE, SENT):
             assert mine[column].tolist() == expected[column].tolist(), (scenario, column)
+        # entities/: one controller_mutation row per broker and sensor (user-level quotas:
+        # tags (user, "")), counted from the reference's decisions
+        entities = pd.read_parquet(tmp_path / "out" / "entities")
+        mine_e = entities[
+            (entities["scenario"] == scenario) & (entities["quota_type"] == "controller_mutation")
+        ]
+        ref = frame.join(expected[[MUTATION_THROTTLE, REFUSED_PARTITIONS]])
+        ref = ref[ref["partitions"].notna()]
+        for (broker, user), part in ref.groupby(["broker", "user"]):
+            (row,) = mine_e[(mine_e["broker"] == broker) & (mine_e["sensor_user"] == user)].to_dict(
+                "records"
+            )
+            accepted = part["partitions"].where(part[REFUSED_PARTITIONS] == 0, 0)
+            assert row["requests"] == len(part)
+            assert row["usage"] == int(accepted.sum())
+            assert row["throttled_requests"] == int((part[MUTATION_THROTTLE] > 0).sum())
+            assert row["total_throttle_ms"] == int(part[MUTATION_THROTTLE].sum())
+            assert row["quota"] == dict(config.scaled(scale).mutation_quotas()).get(
+                Entity(user=user),
+                dict(config.scaled(scale).mutation_quotas())[Entity(user=DEFAULT)],
+            )
+        assert len(mine_e) == ref.groupby(["broker", "user"]).ngroups
     x1 = got[got["scenario"] == "x1"]
     assert (x1[REFUSED_PARTITIONS] > 0).sum() >= 3
     assert ((x1[MUTATION_THROTTLE] > 0) & ~x1["strict"].astype("boolean").fillna(True)).sum() >= 3

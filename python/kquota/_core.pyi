@@ -561,13 +561,15 @@ class ReplayKernel:
         """Per scenario, quota type and sensor tags that recorded something: the summary.
 
         Columns (lists of str for the text ones, NumPy arrays otherwise): ``scenario``,
-        ``quota_type``, ``sensor_user``, ``sensor_client_id``, ``quota`` (NaN when
-        unlimited), ``requests``, ``bytes``, ``usage``, ``throttled_requests``,
-        ``throttled_fraction``, ``total_throttle_ms``, ``mean_throttle_ms``,
-        ``p50_throttle_ms``, ``p99_throttle_ms``, ``max_throttle_ms`` (nearest rank;
-        negative throttles count as 0), ``peak_rate`` (largest usage in ``num_samples - 1``
-        whole windows, per second), ``utilization``, ``mean_added_latency_ms``,
-        ``max_added_latency_ms``; as ``kquota.backtest.kernel.summarize`` defines them.
+        ``quota_type`` (``produce``, ``fetch``, ``request`` or ``controller_mutation``:
+        usage in partitions, ``bytes`` the partitions asked), ``sensor_user``,
+        ``sensor_client_id``, ``quota`` (NaN when unlimited), ``requests``, ``bytes``,
+        ``usage``, ``throttled_requests``, ``throttled_fraction``, ``total_throttle_ms``,
+        ``mean_throttle_ms``, ``p50_throttle_ms``, ``p99_throttle_ms``, ``max_throttle_ms``
+        (nearest rank; negative throttles count as 0), ``peak_rate`` (largest usage in
+        ``num_samples - 1`` whole windows, per second), ``utilization``,
+        ``mean_added_latency_ms``, ``max_added_latency_ms``; as
+        ``kquota.backtest.kernel.summarize`` defines them.
         """
 
 def applied_throttles(

@@ -429,3 +429,77 @@ fn bad_mutation_columns_are_refused() {
     let out = k.feed(&base(&[1], &[true])).unwrap();
     assert_eq!(out.refused_partitions, vec![0]);
 }
+
+/// The kernel's controller-mutation summaries: per sensor, the requests, partitions asked
+/// and recorded, throttles and peak, as counted from what the manager decided.
+#[test]
+fn mutation_summaries_count_what_the_manager_decided() {
+    use kquota_core::SummaryType;
+    let t0 = 1_700_000_000_000i64;
+    let m = ControllerMutationQuotaManager::with_defaults();
+    m.set_quota(&QuotaEntity::parse(Some("<default>"), None).unwrap(), 3.0)
+        .unwrap();
+    let managers = QuotaType::ALL.map(QuotaManager::with_defaults);
+    let [p, f, r] = &managers;
+    let path = RequestPath::new(p, f, r).unwrap();
+    let options = ReplayOptions {
+        closed_loop: false,
+        expiry_task_ms: None,
+    };
+    let pairs = [("alice", "a"), ("bob", "b")];
+    let mut k = ReplayKernel::new(&pairs, &[path], options).unwrap();
+    k.set_mutation_manager(0, &m).unwrap();
+    let n = 50;
+    let time: Vec<i64> = (0..n).map(|i| t0 + 300 * (i / 2)).collect();
+    let pair: Vec<i32> = (0..n).map(|i| (i % 2) as i32).collect();
+    let partitions: Vec<i32> = (0..n).map(|i| ((5 * i) % 13) as i32).collect();
+    let strict: Vec<bool> = (0..n).map(|i| i % 4 != 1).collect();
+    let events = Events {
+        time_ms: &time,
+        pair: &pair,
+        kind: &vec![KIND_MUTATION; n as usize],
+        bytes: &vec![0.0; n as usize],
+        thread_ns: &vec![f64::NAN; n as usize],
+        acks: &vec![-1; n as usize],
+        partitions: &partitions,
+        strict: &strict,
+    };
+    k.feed(&events).unwrap();
+    let summaries = k.summaries();
+    assert_eq!(summaries.len(), 2);
+    for (s, (user, client)) in summaries.iter().zip(pairs) {
+        let (mut requests, mut asked, mut recorded, mut throttled, mut total, mut max) =
+            (0u64, 0i64, 0i64, 0u64, 0i64, 0i64);
+        for i in 0..n as usize {
+            if pairs[pair[i] as usize].0 != user {
+                continue;
+            }
+            let parts = f64::from(partitions[i]);
+            let check = if strict[i] {
+                m.record_strict(user, client, parts, time[i]).unwrap()
+            } else {
+                m.record_permissive(user, client, parts, time[i]).unwrap()
+            };
+            let throttle = if check.violated { check.throttle_ms } else { 0 };
+            requests += 1;
+            asked += i64::from(partitions[i]);
+            recorded += if check.accepted {
+                i64::from(partitions[i])
+            } else {
+                0
+            };
+            throttled += u64::from(throttle > 0);
+            total += throttle;
+            max = max.max(throttle);
+        }
+        assert_eq!(s.quota_type, SummaryType::ControllerMutation);
+        assert_eq!((s.user.as_str(), s.client_id.as_str()), (user, ""));
+        assert_eq!(s.quota, Some(3.0));
+        assert_eq!(
+            (s.requests, s.bytes, s.usage, s.throttled_requests),
+            (requests, asked, recorded, throttled)
+        );
+        assert_eq!((s.total_throttle_ms, s.max_throttle_ms), (total, max));
+        assert!(throttled > 0 && recorded < asked, "{s:?}");
+    }
+}

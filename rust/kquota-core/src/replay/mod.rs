@@ -63,8 +63,8 @@ use crate::request_path::{
 use crate::token_bucket::remaining_throttle;
 use mutation::MutationTable;
 use sensor::SensorTable;
-pub use stats::EntitySummary;
 use stats::Usage;
+pub use stats::{EntitySummary, SummaryType};
 
 /// How often Kafka's broker runs its sensor-expiry task, ms.
 pub const EXPIRY_TASK_MS: i64 = 30_000;
@@ -405,6 +405,21 @@ impl Scenario {
             if !check.accepted {
                 refused = partitions;
             }
+            self.mutations.count(
+                e.pair,
+                &Usage {
+                    time_ms: now,
+                    bytes: i64::from(partitions),
+                    usage: if check.accepted {
+                        i64::from(partitions)
+                    } else {
+                        0
+                    },
+                    recorded: check.accepted,
+                    throttle_ms: m,
+                    added_latency_ms: now - e.time,
+                },
+            );
             if m > applied {
                 (applied, by) = (m, BY_MUTATION);
             }
@@ -1060,18 +1075,23 @@ impl ReplayKernel {
     }
 
     /// The summaries of every entity that recorded something so far, by scenario, quota
-    /// type (produce, fetch, request) and tags.
+    /// type (produce, fetch, request, controller mutation) and tags.
     pub fn summaries(&self) -> Vec<EntitySummary> {
         let mut all: Vec<EntitySummary> = self
             .scenarios
             .iter()
             .enumerate()
-            .flat_map(|(i, s)| s.tables.iter().flat_map(move |t| t.summaries(i)))
+            .flat_map(|(i, s)| {
+                s.tables
+                    .iter()
+                    .flat_map(move |t| t.summaries(i))
+                    .chain(s.mutations.summaries(i))
+            })
             .collect();
         all.sort_by(|a, b| {
-            (a.scenario, quota_code(a.quota_type), &a.user, &a.client_id).cmp(&(
+            (a.scenario, a.quota_type, &a.user, &a.client_id).cmp(&(
                 b.scenario,
-                quota_code(b.quota_type),
+                b.quota_type,
                 &b.user,
                 &b.client_id,
             ))

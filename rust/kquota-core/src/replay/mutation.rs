@@ -6,6 +6,8 @@
 
 use std::collections::HashMap;
 
+use super::stats::{EntityStats, EntitySummary, Histogram, SummaryType, Usage};
+
 use crate::entity::{Overrides, QuotaEntity};
 use crate::mutation::ControllerMutationQuotaManager;
 use crate::quota::UNLIMITED;
@@ -20,6 +22,10 @@ struct MutationSensor {
     /// When it last recorded (or was created), for expiry.
     last_record: i64,
     bound: f64,
+    /// The entity summary (partitions), its positive throttles and the ring of its peak.
+    stats: EntityStats,
+    positive: Histogram,
+    spans: Vec<i64>,
 }
 
 /// The buckets of one scenario.
@@ -75,6 +81,9 @@ impl MutationTable {
                         bucket: None,
                         last_record: 0,
                         bound,
+                        stats: EntityStats::default(),
+                        positive: Histogram::default(),
+                        spans: vec![0; EntityStats::span(&self.window)],
                     });
                     self.by_tags.insert(tags, id);
                     id
@@ -153,6 +162,40 @@ impl MutationTable {
             s.last_record = now;
         }
         check
+    }
+
+    /// Adds one mutation to the summary of `pair`'s sensor (only while quotas are enabled,
+    /// as only then is there a sensor).
+    pub(crate) fn count(&mut self, pair: u32, usage: &Usage) {
+        if !self.enabled() {
+            return;
+        }
+        let window = self.window;
+        let s = &mut self.sensors[self.of_pair[pair as usize] as usize];
+        s.stats.add(usage, &window, &mut s.spans, &mut s.positive);
+    }
+
+    /// The summaries of the sensors that recorded something, by tags.
+    pub(crate) fn summaries(&self, scenario: usize) -> Vec<EntitySummary> {
+        let mut out: Vec<EntitySummary> = self
+            .by_tags
+            .iter()
+            .filter_map(|(tags, &id)| {
+                let s = &self.sensors[id as usize];
+                (s.stats.requests() > 0).then(|| {
+                    s.stats.summary(
+                        &s.positive,
+                        scenario,
+                        SummaryType::ControllerMutation,
+                        tags,
+                        self.overrides.quota_limit(&tags.0, &tags.1),
+                        &self.window,
+                    )
+                })
+            })
+            .collect();
+        out.sort_by(|a, b| (&a.user, &a.client_id).cmp(&(&b.user, &b.client_id)));
+        out
     }
 
     /// The tokens of `pair`'s bucket at `now` (refills, as a metrics read does); `None`
