@@ -21,7 +21,12 @@ What a row holds (``../shared/docs/kafka-request-log.md``, section 5):
 * ``thread_time_ns``: handler-thread time (``localTimeMs``), null for Produce with
   ``acks=0`` (Kafka records it on the exempt sensor, not the request quota);
 * extra columns carried through the back-test: :data:`ACKS`, :data:`KAFKA_THROTTLE`
-  (what Kafka applied), :data:`API_VERSION`, :data:`CORRELATION_ID`.
+  (what Kafka applied), :data:`API_VERSION`, :data:`CORRELATION_ID`;
+* when the log has CreateTopics, CreatePartitions or DeleteTopics lines,
+  :data:`~kquota.backtest.kernel.PARTITIONS` and :data:`~kquota.backtest.kernel.STRICT`
+  (:func:`mutation_partitions`: topic partition counts tracked over the log in time order;
+  a request with a topic of unknown count has no ``partitions``, counted in
+  :attr:`LogSummary.unknown_counts`).
 
 Lines that give no row are counted by reason (:data:`REASONS`) with up to five examples
 each: lines of other loggers and ``RequestChannel$`` TRACE lines, the pre-2.8 text format,
@@ -69,11 +74,14 @@ __all__ = [
     "API_VERSION",
     "CORRELATION_ID",
     "DEFAULT_BROKER_ID_FROM",
+    "DEFAULT_NUM_PARTITIONS",
     "EXEMPT_API_KEYS",
     "FORMAT",
     "KAFKA_THROTTLE",
     "MAX_LINE_BYTES",
     "REASONS",
+    "STRICT_SINCE",
+    "UNKNOWN_COUNT",
     "Description",
     "LogFiles",
     "LogOptions",
@@ -83,6 +91,7 @@ __all__ = [
     "import_log",
     "is_request_log",
     "log_files",
+    "mutation_partitions",
     "read",
     "uvarint_size",
 ]
