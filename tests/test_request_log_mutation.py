@@ -15,10 +15,9 @@ import pytest
 from kquota import ControllerMutationQuotaManager
 from kquota.backtest import requestlog
 from kquota.backtest import requestlog_gen as gen
-from kquota.backtest.job import run
 from kquota.backtest.kernel import MUTATION_THROTTLE, REFUSED_PARTITIONS, THROTTLE
-from kquota.backtest.options import BacktestOptions
 from kquota.backtest.requestlog import LogOptions
+from kquota.cli import main
 from kquota.config import QuotaConfig
 
 pytestmark = pytest.mark.slow
@@ -125,10 +124,12 @@ def test_a_log_without_mutations_imports_as_before(spark: Any, tmp_path: Path) -
     assert summary.mutations == 0 and summary.notes()[-1].startswith("request log")
 
 
-def test_backtest_of_a_log_gives_the_managers_throttles(spark: Any, tmp_path: Path) -> None:
-    """Two admins create, grow and delete topics in bursts, with old (permissive) and new
-    (strict) versions; the back-test's throttles equal a ControllerMutationQuotaManager fed
-    each request's partitions in time order."""
+def test_backtest_of_a_log_gives_the_managers_throttles(
+    spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``kquota backtest`` on a log where two admins create, grow and delete topics in
+    bursts, with old (permissive) and new (strict) versions: its throttles equal a
+    ControllerMutationQuotaManager fed each request's partitions in time order."""
     lines = []
     for step in range(60):
         user = ("alice", "bob")[(step // 6) % 2]
@@ -180,10 +181,11 @@ def test_backtest_of_a_log_gives_the_managers_throttles(spark: Any, tmp_path: Pa
             ],
         }
     )
-    options = BacktestOptions(
-        traffic=str(folder), quotas=config, out=str(tmp_path / "out"), report=False
-    )
-    run(spark, options)
+    quotas = tmp_path / "quotas.json"
+    quotas.write_text(config.dumps())
+    args = ["--traffic", str(folder), "--quotas", str(quotas), "--out", str(tmp_path / "out")]
+    status = main(["backtest", *args, "--num-partitions", "3"])
+    assert status == 0, capsys.readouterr().err
     got = pd.read_parquet(tmp_path / "out" / "requests").set_index("correlation_id").sort_index()
     manager = ControllerMutationQuotaManager()
     for entity, value in config.mutation_quotas():
