@@ -454,7 +454,8 @@ def test_managers_from_the_new_properties() -> None:
 def test_scaled_scales_only_what_the_back_test_replays() -> None:
     config = QuotaConfig.from_json(NEW_EXAMPLE).scaled(0.5)
     assert config.quotas("produce") == [(Entity(user=DEFAULT, client_id="admin"), 512.0)]
-    assert config.mutation_quotas() == QuotaConfig.from_json(NEW_EXAMPLE).mutation_quotas()
+    original = QuotaConfig.from_json(NEW_EXAMPLE).mutation_quotas()
+    assert original and config.mutation_quotas() == [(e, v * 0.5) for e, v in original]
     assert config.ip_quotas() == QuotaConfig.from_json(NEW_EXAMPLE).ip_quotas()
     assert config.manager("produce").quotas() == [(Entity(user=DEFAULT, client_id="admin"), 512.0)]
 

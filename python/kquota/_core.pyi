@@ -464,20 +464,30 @@ class ReplayKernel:
         bytes: npt.NDArray[np.float64],
         thread_ns: npt.NDArray[np.float64],
         acks: npt.NDArray[np.int16],
+        partitions: npt.NDArray[np.int32] | None = None,
+        strict: npt.NDArray[np.bool_] | None = None,
     ) -> dict[str, npt.NDArray[Any]]:
         """Replay a batch of events; returns the rows replayed, as columns.
 
-        ``kind``: 0 produce, 1 fetch, 2 other. ``bytes``: finite and >= 0 (ignored for
-        other). ``thread_ns``: handler-thread nanoseconds, NaN when unknown (then the
-        request quota is not consulted). ``acks``: 0 skips the request quota of a produce.
+        ``kind``: 0 produce, 1 fetch, 2 other, 3 controller mutation (CreateTopics,
+        CreatePartitions, DeleteTopics: ``partitions[i]`` >= 0 partitions on the
+        controller-mutation quota, strict when ``strict[i]``, as
+        :meth:`ControllerMutationQuotaManager.record_strict` / ``record_permissive``;
+        ``partitions`` and ``strict`` may be ``None`` when no event is a mutation).
+        ``bytes``: finite and >= 0 (ignored for other and mutations). ``thread_ns``:
+        handler-thread nanoseconds, NaN when unknown (then the request quota is not
+        consulted). ``acks``: 0 skips the request quota of a produce.
         Every column is checked first: a bad value raises :class:`InvalidUsageError`
         naming its row, and nothing is replayed.
 
         The columns: ``scenario``, ``seq`` (the event's position over every batch fed),
-        ``throttle_ms`` (applied), ``throttled_by`` (0 produce, 1 fetch, 2 request, -1
-        none), ``produce_throttle_ms``, ``fetch_throttle_ms``, ``request_throttle_ms``
-        (each manager's int, may be negative after Kafka's wrap), ``sent_ms`` and
-        ``added_latency_ms``. Open loop: every event of the batch, scenario by scenario.
+        ``throttle_ms`` (applied), ``throttled_by`` (0 produce, 1 fetch, 2 request,
+        3 controller mutation, -1 none), ``produce_throttle_ms``, ``fetch_throttle_ms``,
+        ``request_throttle_ms`` (each manager's int, may be negative after Kafka's wrap),
+        ``mutation_throttle_ms`` (the mutation quota's; the applied throttle is the larger
+        of it and the request quota's, ties to the request quota), ``refused_partitions``
+        (of a strict mutation refused), ``sent_ms`` and ``added_latency_ms``. Open loop:
+        every event of the batch, scenario by scenario.
         """
 
     def finish(self) -> dict[str, npt.NDArray[Any]]:
@@ -501,6 +511,19 @@ class ReplayKernel:
         now_ms: int,
     ) -> None:
         """Remove an override in one scenario at ``now_ms``."""
+
+    def set_mutation_manager(self, scenario: int, manager: ControllerMutationQuotaManager) -> None:
+        """Take one scenario's controller-mutation quota (window, sensor expiry, quotas)
+        from ``manager`` as it is now; call before feeding (its buckets start new)."""
+
+    def set_mutation_quota(self, scenario: int, entity: Entity, value: float, now_ms: int) -> None:
+        """Set a ``controller_mutation_rate`` override in one scenario at ``now_ms``."""
+
+    def remove_mutation_quota(self, scenario: int, entity: Entity, now_ms: int) -> None:
+        """Remove a ``controller_mutation_rate`` override in one scenario at ``now_ms``."""
+
+    def mutation_tokens(self, scenario: int, pair: int, now_ms: int) -> float | None:
+        """The pair's controller-mutation bucket tokens at ``now_ms`` (``None``: none)."""
 
     def expire_sensors(self, now_ms: int) -> None:
         """Run the broker's sensor-expiry task at ``now_ms`` in every scenario."""
@@ -538,13 +561,15 @@ class ReplayKernel:
         """Per scenario, quota type and sensor tags that recorded something: the summary.
 
         Columns (lists of str for the text ones, NumPy arrays otherwise): ``scenario``,
-        ``quota_type``, ``sensor_user``, ``sensor_client_id``, ``quota`` (NaN when
-        unlimited), ``requests``, ``bytes``, ``usage``, ``throttled_requests``,
-        ``throttled_fraction``, ``total_throttle_ms``, ``mean_throttle_ms``,
-        ``p50_throttle_ms``, ``p99_throttle_ms``, ``max_throttle_ms`` (nearest rank;
-        negative throttles count as 0), ``peak_rate`` (largest usage in ``num_samples - 1``
-        whole windows, per second), ``utilization``, ``mean_added_latency_ms``,
-        ``max_added_latency_ms``; as ``kquota.backtest.kernel.summarize`` defines them.
+        ``quota_type`` (``produce``, ``fetch``, ``request`` or ``controller_mutation``:
+        usage in partitions, ``bytes`` the partitions asked), ``sensor_user``,
+        ``sensor_client_id``, ``quota`` (NaN when unlimited), ``requests``, ``bytes``,
+        ``usage``, ``throttled_requests``, ``throttled_fraction``, ``total_throttle_ms``,
+        ``mean_throttle_ms``, ``p50_throttle_ms``, ``p99_throttle_ms``, ``max_throttle_ms``
+        (nearest rank; negative throttles count as 0), ``peak_rate`` (largest usage in
+        ``num_samples - 1`` whole windows, per second), ``utilization``,
+        ``mean_added_latency_ms``, ``max_added_latency_ms``; as
+        ``kquota.backtest.kernel.summarize`` defines them.
         """
 
 def applied_throttles(

@@ -18,7 +18,19 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
 from kquota.backtest import requestlog
-from kquota.backtest.kernel import API, BROKER, BYTES, CLIENT, SEQ_COLUMNS, THREAD, TS, USER
+from kquota.backtest.kernel import (
+    API,
+    BROKER,
+    BYTES,
+    CLIENT,
+    MUTATION_APIS,
+    PARTITIONS,
+    SEQ_COLUMNS,
+    STRICT,
+    THREAD,
+    TS,
+    USER,
+)
 from kquota.backtest.options import OUTPUT_COLUMNS
 from kquota.backtest.session import spark_errors, spark_message
 from kquota.exceptions import OutputError, TrafficError
@@ -276,7 +288,27 @@ def parse(frame: DataFrame) -> DataFrame:
         thread, thread_bad = F.lit(None).cast("long"), F.lit(None).cast("string")
     api = F.col(API).cast("string")
     api_bad = F.when(api.isNull() | (F.trim(api) == ""), F.lit(f"{API} missing"))
-    reason = F.coalesce(ts_bad, api_bad, size_bad, thread_bad)
+    mutation: list[Column] = []
+    mutation_bad = F.lit(None).cast("string")
+    if PARTITIONS in types:
+        # a controller mutation: partitions >= 0 on CreateTopics, CreatePartitions or
+        # DeleteTopics, with whether its version is strict
+        partitions, partitions_bad = whole(PARTITIONS, "a whole number")
+        is_mutation = F.regexp_replace(F.lower(F.trim(api)), "_", "").isin(*sorted(MUTATION_APIS))
+        strict = F.col(STRICT).cast("boolean") if STRICT in types else F.lit(None).cast("boolean")
+        mutation_bad = (
+            F.when(F.col(PARTITIONS).isNull(), F.lit(None))
+            .when(partitions_bad.isNotNull(), partitions_bad)
+            .when(partitions < 0, F.lit(f"{PARTITIONS} negative"))
+            .when(partitions > 2**31 - 1, F.lit(f"{PARTITIONS} over 2147483647"))
+            .when(
+                ~is_mutation,
+                F.lit(f"{PARTITIONS} on an api not CreateTopics, CreatePartitions, DeleteTopics"),
+            )
+            .when(strict.isNull(), F.lit(f"{STRICT} missing (a mutation needs it)"))
+        )
+        mutation = [partitions.alias("_kq_partitions"), strict.alias("_kq_strict")]
+    reason = F.coalesce(ts_bad, api_bad, size_bad, thread_bad, mutation_bad)
     return frame.select(
         "*",
         ts.alias("_kq_ts"),
@@ -286,6 +318,7 @@ def parse(frame: DataFrame) -> DataFrame:
         api.alias("_kq_api"),
         size.alias("_kq_bytes"),
         thread.alias("_kq_thread"),
+        *mutation,
         reason.alias(REASON_COLUMN),
     )
 
@@ -294,8 +327,12 @@ def valid(parsed: DataFrame, columns: Sequence[str]) -> DataFrame:
     """Valid rows: the standard columns parsed, then every other input column unchanged."""
     from pyspark.sql import functions as F
 
-    extras = [c for c in columns if c not in STANDARD and not c.startswith(PREFIX)]
+    mutation = [PARTITIONS, STRICT] if "_kq_partitions" in parsed.columns else []
+    extras = [
+        c for c in columns if c not in STANDARD and c not in mutation and not c.startswith(PREFIX)
+    ]
     standard = [F.col(f"_kq_{short}").alias(name) for name, short in _SHORT.items()]
+    standard += [F.col(f"_kq_{name}").alias(name) for name in mutation]
     return parsed.where(F.col(REASON_COLUMN).isNull()).select(*standard, *extras, *SEQ_COLUMNS)
 
 

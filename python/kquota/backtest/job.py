@@ -49,7 +49,11 @@ from kquota.backtest.kernel import (
     BROKER,
     CLIENT,
     FETCH_THROTTLE,
+    MUTATION_RESULTS,
+    MUTATION_THROTTLE,
+    PARTITIONS,
     PRODUCE_THROTTLE,
+    REFUSED_PARTITIONS,
     REQUEST_THROTTLE,
     SENSOR_CLIENT,
     SENSOR_USER,
@@ -169,8 +173,10 @@ def _run(spark: SparkSession, options: BacktestOptions, progress: Progress) -> B
     progress.phase(
         f"replaying {valid_rows:,} requests x {len(configs)} scenario(s), {options.mode} loop"
     )
-    # the kernel's entity summaries come back with the replay (whole brokers per task)
-    by_kernel = options.mode == "closed" or options.partition == "broker"
+    # the kernel's entity summaries come back with the replay (whole brokers per task); a
+    # traffic with controller mutations is replayed by the kernel (it has their quota)
+    mutations = PARTITIONS in valid.columns
+    by_kernel = options.mode == "closed" or options.partition == "broker" or mutations
     sink: Accumulator[dict[str, dict[str, Any]]] | None = None
     if by_kernel:
         param = cast("AccumulatorParam[dict[str, dict[str, Any]]]", stages.SummarySink())
@@ -180,10 +186,11 @@ def _run(spark: SparkSession, options: BacktestOptions, progress: Progress) -> B
     )  # the Python workers' peak RSS, bytes
     replayed = _replay(spark, valid, options, configs, sink, peak)
     extras = [c for c in valid.columns if c not in STANDARD and not c.startswith(inputs.PREFIX)]
+    results = [*RESULT_COLUMNS, *(MUTATION_RESULTS if mutations else ())]
     requests_path = f"{out}/requests"
     with writing_output(requests_path):
         replayed.select(
-            *STANDARD, *extras, *SEQ_COLUMNS, *(name for name, _ in stages.TAGS), *RESULT_COLUMNS
+            *STANDARD, *extras, *SEQ_COLUMNS, *(name for name, _ in stages.TAGS), *results
         ).write.mode("overwrite").partitionBy(SCENARIO).parquet(requests_path)
         requests = spark.read.parquet(requests_path)
 
@@ -300,7 +307,8 @@ def _replay(
     config = options.quotas
     labels = tuple(options.scenarios)
     order = [F.col(TS), *(F.col(c) for c in SEQ_COLUMNS)]
-    if options.mode == "closed" or options.partition == "broker":
+    mutations = PARTITIONS in valid.columns
+    if options.mode == "closed" or options.partition == "broker" or mutations:
         # one pass, one shuffle for every scenario: a partition holds whole brokers, each
         # replayed in time order through the core's kernel
         rows = valid.repartition(F.col(BROKER)).sortWithinPartitions(*order)
@@ -311,8 +319,14 @@ def _replay(
             closed=options.mode == "closed",
             summaries=sink,
             peak_rss=peak,
+            mutations=mutations,
         )
-        schema = _with_field(valid.schema, *_tag_fields(), *_result_fields())
+        fields = _result_fields()
+        if mutations:
+            from pyspark.sql.types import IntegerType as Int
+
+            fields += [(MUTATION_THROTTLE, Int()), (REFUSED_PARTITIONS, Int())]
+        schema = _with_field(valid.schema, *_tag_fields(), *fields)
         return rows.mapInArrow(lambda batches: stages.replay(whole, batches), schema)
 
     request = bool(config.quotas("request")) and THREAD in valid.columns

@@ -41,9 +41,15 @@ __all__ = [
     "KIND_FETCH",
     "KIND_OTHER",
     "KIND_PRODUCE",
+    "MUTATION_APIS",
+    "MUTATION_RESULTS",
+    "MUTATION_THROTTLE",
     "NANOS_TO_PERCENT",
+    "PARTITIONS",
     "QUOTA_TYPES",
+    "REFUSED_PARTITIONS",
     "SEQ_COLUMNS",
+    "STRICT",
     "THREAD",
     "TS",
     "USER",
@@ -84,6 +90,17 @@ BYTES: Final = "bytes"
 """Produce request size or fetch response size in bytes (int64 >= 0)."""
 THREAD: Final = "thread_time_ns"
 """Request-handler thread time in nanoseconds (int64 >= 0; optional, null = unknown)."""
+PARTITIONS: Final = "partitions"
+"""Partitions created or deleted by a CreateTopics, CreatePartitions or DeleteTopics request
+(int >= 0; optional, null = not replayed as a controller mutation): its permits on the
+``controller_mutation_rate`` quota (KIP-599)."""
+STRICT: Final = "strict"
+"""Whether the mutation request's version is enforced strictly (CreateTopics >= v6,
+CreatePartitions >= v3, DeleteTopics >= v5): topics over the quota are refused; otherwise
+accepted and throttled (bool; required on a row with :data:`PARTITIONS`)."""
+MUTATION_APIS: Final = frozenset({"createtopics", "createpartitions", "deletetopics"})
+"""The APIs the controller-mutation quota applies to (as :data:`API` is compared: lower case,
+without underscores: ``CreateTopics`` or the request log's ``create_topics``)."""
 SEQ_COLUMNS: Final = ("_kq_seq_file", "_kq_seq_row")
 """Tie-breakers for requests with the same :data:`TS`: the row's position in the input."""
 
@@ -105,6 +122,13 @@ REQUEST_THROTTLE: Final = "request_throttle_ms"
 THROTTLE: Final = "throttle_ms"
 SENT: Final = "sent_ms"
 ADDED_LATENCY: Final = "added_latency_ms"
+MUTATION_THROTTLE: Final = "mutation_throttle_ms"
+"""The controller-mutation quota's throttle of a mutation request (0 otherwise); the applied
+:data:`THROTTLE` is the larger of it and the request quota's, ties to the request quota."""
+REFUSED_PARTITIONS: Final = "refused_partitions"
+"""The partitions of a strict mutation refused (THROTTLING_QUOTA_EXCEEDED); 0 otherwise."""
+MUTATION_RESULTS: Final = (MUTATION_THROTTLE, REFUSED_PARTITIONS)
+"""The result columns a replay adds when the traffic has :data:`PARTITIONS`."""
 THROTTLE_OF: Final[dict[QuotaType, str]] = {
     "produce": PRODUCE_THROTTLE,
     "fetch": FETCH_THROTTLE,

@@ -18,6 +18,7 @@ from kquota.backtest import requestlog
 from kquota.backtest.kernel import (
     ADDED_LATENCY,
     FETCH_THROTTLE,
+    MUTATION_RESULTS,
     PRODUCE_THROTTLE,
     REQUEST_THROTTLE,
     SENSOR_CLIENT,
@@ -66,6 +67,7 @@ OUTPUT_COLUMNS: Final = (
     SENSOR_CLIENT,
     REQUEST_SENSOR_USER,
     REQUEST_SENSOR_CLIENT,
+    *MUTATION_RESULTS,
 )
 """Columns the back-test adds to every request (they must not be in the input)."""
 

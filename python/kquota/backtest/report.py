@@ -37,7 +37,12 @@ PLOTTED_ENTITIES: Final = 4
 MAX_POINTS: Final = 2000
 """Points per plotted line (peaks are kept when a series is longer)."""
 
-_UNIT: Final = {"produce": "bytes/s", "fetch": "bytes/s", "request": "% of a thread"}
+_UNIT: Final = {
+    "produce": "bytes/s",
+    "fetch": "bytes/s",
+    "request": "% of a thread",
+    "controller_mutation": "partitions/s",
+}
 
 
 def rate_over_time(

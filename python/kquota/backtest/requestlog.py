@@ -21,7 +21,12 @@ What a row holds (``../shared/docs/kafka-request-log.md``, section 5):
 * ``thread_time_ns``: handler-thread time (``localTimeMs``), null for Produce with
   ``acks=0`` (Kafka records it on the exempt sensor, not the request quota);
 * extra columns carried through the back-test: :data:`ACKS`, :data:`KAFKA_THROTTLE`
-  (what Kafka applied), :data:`API_VERSION`, :data:`CORRELATION_ID`.
+  (what Kafka applied), :data:`API_VERSION`, :data:`CORRELATION_ID`;
+* when the log has CreateTopics, CreatePartitions or DeleteTopics lines,
+  :data:`~kquota.backtest.kernel.PARTITIONS` and :data:`~kquota.backtest.kernel.STRICT`
+  (:func:`mutation_partitions`: topic partition counts tracked over the log in time order;
+  a request with a topic of unknown count has no ``partitions``, counted in
+  :attr:`LogSummary.unknown_counts`).
 
 Lines that give no row are counted by reason (:data:`REASONS`) with up to five examples
 each: lines of other loggers and ``RequestChannel$`` TRACE lines, the pre-2.8 text format,
@@ -47,7 +52,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
-from kquota.backtest.kernel import API, BROKER, BYTES, CLIENT, SEQ_COLUMNS, THREAD, TS, USER
+from kquota.backtest.kernel import (
+    API,
+    BROKER,
+    BYTES,
+    CLIENT,
+    PARTITIONS,
+    SEQ_COLUMNS,
+    STRICT,
+    THREAD,
+    TS,
+    USER,
+)
 from kquota.exceptions import OutputError, TrafficError
 
 if TYPE_CHECKING:
@@ -58,11 +74,14 @@ __all__ = [
     "API_VERSION",
     "CORRELATION_ID",
     "DEFAULT_BROKER_ID_FROM",
+    "DEFAULT_NUM_PARTITIONS",
     "EXEMPT_API_KEYS",
     "FORMAT",
     "KAFKA_THROTTLE",
     "MAX_LINE_BYTES",
     "REASONS",
+    "STRICT_SINCE",
+    "UNKNOWN_COUNT",
     "Description",
     "LogFiles",
     "LogOptions",
@@ -72,6 +91,7 @@ __all__ = [
     "import_log",
     "is_request_log",
     "log_files",
+    "mutation_partitions",
     "read",
     "uvarint_size",
 ]
@@ -109,6 +129,15 @@ COLUMNS: Final = (TS, BROKER, USER, CLIENT, API, BYTES, THREAD, *EXTRA_COLUMNS)
 
 PRODUCE: Final = 0
 FETCH: Final = 1
+METADATA: Final = 3
+CREATE_TOPICS: Final = 19
+DELETE_TOPICS: Final = 20
+CREATE_PARTITIONS: Final = 37
+STRICT_SINCE: Final = {CREATE_TOPICS: 6, CREATE_PARTITIONS: 3, DELETE_TOPICS: 5}
+"""The controller-mutation APIs and the first version Kafka enforces strictly."""
+DEFAULT_NUM_PARTITIONS: Final = 1
+"""Kafka's ``num.partitions``: what a CreateTopics topic with ``numPartitions`` -1 and no
+assignments gets (:attr:`LogOptions.num_partitions`)."""
 MAX_PRODUCE_VERSION: Final = 13
 MAX_FETCH_VERSION: Final = 18
 EXEMPT_API_KEYS: Final = {
@@ -120,6 +149,12 @@ EXEMPT_API_KEYS: Final = {
     56: "AlterPartition",
 }
 """Inter-broker APIs Kafka answers on the exempt path: outside every client quota."""
+
+UNKNOWN_COUNT: Final = (
+    "partition count of a deleted or grown topic unknown (no earlier CreateTopics, "
+    "CreatePartitions or Metadata line for it)"
+)
+"""Why a mutation request has no :data:`PARTITIONS` (it still gives a row)."""
 
 # Why a line gives no row, in the order they are tested (the first that applies wins).
 NOT_UTF8: Final = "not UTF-8"
@@ -164,6 +199,15 @@ _PRODUCE_REQUEST: Final = (
     "acks int, transactionalId string, topicData array<struct<name string, topicId string, "
     "partitionData array<struct<index int, recordsSizeInBytes long>>>>"
 )
+# CreateTopics (name, numPartitions, assignments), CreatePartitions (name, count), DeleteTopics
+# (v6+ topics[].name, before topicNames): the fields of the three share one struct
+_MUTATION_REQUEST: Final = (
+    "topics array<struct<name string, numPartitions int, count int, "
+    "assignments array<struct<brokerIds array<int>>>>>, topicNames array<string>"
+)
+_METADATA_RESPONSE: Final = (
+    "topics array<struct<name string, errorCode int, partitions array<struct<partitionIndex int>>>>"
+)
 _FETCH_REQUEST: Final = "replicaId int, replicaState struct<replicaId int>"
 _FETCH_RESPONSE: Final = (
     "responses array<struct<topic string, topicId string, partitions array<struct<"
@@ -175,7 +219,8 @@ _FETCH_RESPONSE: Final = (
 LINE_SCHEMA: Final = (
     "isForwarded boolean, requestHeader struct<requestApiKey int, requestApiVersion int, "
     "correlationId int, clientId string, requestApiKeyName string>, "
-    f"request struct<{_PRODUCE_REQUEST}, {_FETCH_REQUEST}>, response struct<{_FETCH_RESPONSE}>, "
+    f"request struct<{_PRODUCE_REQUEST}, {_FETCH_REQUEST}, {_MUTATION_REQUEST}>, "
+    f"response struct<{_FETCH_RESPONSE}, {_METADATA_RESPONSE}>, "
     "localTimeMs double, throttleTimeMs long, responseQueueTimeMs double, sendTimeMs double, "
     "principal string"
 )
@@ -192,8 +237,17 @@ class LogOptions:
     broker_id_from: str = DEFAULT_BROKER_ID_FROM
     broker_id: int | None = None
     timezone: str = "UTC"
+    num_partitions: int = DEFAULT_NUM_PARTITIONS
+    """The brokers' ``num.partitions``: partitions of a created topic that asks for -1."""
 
     def __post_init__(self) -> None:
+        if isinstance(self.num_partitions, bool) or not (
+            isinstance(self.num_partitions, int) and self.num_partitions >= 1
+        ):
+            raise TrafficError(
+                f"invalid --num-partitions {self.num_partitions!r}: expected a number >= 1 "
+                "(the brokers' num.partitions)"
+            )
         if self.broker_id is not None and self.broker_id < 0:
             raise TrafficError(f"invalid --broker-id {self.broker_id!r}: expected a number >= 0")
         try:
@@ -355,6 +409,14 @@ class LogSummary:
     skipped: dict[str, int] = field(default_factory=dict)
     examples: dict[str, list[str]] = field(default_factory=dict)
     seconds: float = 0.0
+    mutations: int = 0
+    """CreateTopics, CreatePartitions and DeleteTopics requests read."""
+    unknown_counts: int = 0
+    """Of those, requests whose partition count is unknown (a DeleteTopics or CreatePartitions
+    of a topic no earlier CreateTopics, CreatePartitions or Metadata line gave the count of):
+    imported without :data:`PARTITIONS`, so not replayed on the mutation quota."""
+    unknown_topics: list[str] = field(default_factory=list)
+    """Up to :data:`EXAMPLES` of the topics whose count was unknown."""
 
     @property
     def lines_skipped(self) -> int:
@@ -370,6 +432,12 @@ class LogSummary:
         for reason, count in self.skipped.items():
             example = self.examples.get(reason, [""])[0]
             out.append(f"skipped {count:,} line(s): {reason}, e.g. {example!r}")
+        if self.unknown_counts:
+            topics = ", ".join(repr(t) for t in self.unknown_topics)
+            out.append(
+                f"{self.unknown_counts:,} of {self.mutations:,} mutation request(s) not replayed "
+                f"on the controller-mutation quota: {UNKNOWN_COUNT} (e.g. {topics})"
+            )
         return out
 
 
@@ -581,6 +649,7 @@ _REASON: Final = "_kq_reason"
 _EXAMPLE: Final = "_kq_example"
 _FILE: Final = "_kq_file"
 _PLAIN: Final = "_kq_plain_bytes"
+_TOPICS: Final = "_kq_topics"
 
 
 def read(spark: SparkSession, path: str, options: LogOptions | None = None) -> _Lines:
@@ -702,6 +771,41 @@ def read(spark: SparkSession, path: str, options: LogOptions | None = None) -> _
         )
         .otherwise(0)
     )
+
+    # what the line says about topics' partition counts, in order: a created topic and its
+    # count, a grown topic and its new count, a deleted topic, a topic a Metadata response saw
+    def topic(op: str, name: Column, count: Column) -> Column:
+        return F.struct(F.lit(op).alias("op"), name.alias("name"), count.cast("int").alias("count"))
+
+    created = F.transform(
+        request["topics"],
+        lambda t: topic(
+            "create",
+            t["name"],
+            F.when(t["numPartitions"] >= 0, t["numPartitions"])
+            .when(F.size(t["assignments"]) > 0, F.size(t["assignments"]))
+            .otherwise(F.lit(options.num_partitions)),
+        ),
+    )
+    grown = F.transform(request["topics"], lambda t: topic("grow", t["name"], t["count"]))
+    deleted = F.transform(
+        F.coalesce(F.transform(request["topics"], lambda t: t["name"]), request["topicNames"]),
+        lambda n: topic("delete", n, F.lit(None)),
+    )
+    seen = F.transform(
+        F.filter(response["topics"], lambda t: (t["errorCode"] == 0) & t["name"].isNotNull()),
+        lambda t: topic("seen", t["name"], F.size(t["partitions"])),
+    )
+    topics = (
+        F.when(key == CREATE_TOPICS, created)
+        .when(key == CREATE_PARTITIONS, grown)
+        .when(key == DELETE_TOPICS, deleted)
+        .when(key == METADATA, seen)
+    )
+    strict = F.when(key == CREATE_TOPICS, version >= STRICT_SINCE[CREATE_TOPICS]).when(
+        key == CREATE_PARTITIONS, version >= STRICT_SINCE[CREATE_PARTITIONS]
+    )
+    strict = strict.when(key == DELETE_TOPICS, version >= STRICT_SINCE[DELETE_TOPICS])
     principal = line["principal"]
     user = F.substring(principal, F.instr(principal, ":") + 1, F.octet_length(principal))
     api = F.coalesce(F.lower(header["requestApiKeyName"]), F.concat(F.lit("api_"), key))
@@ -718,6 +822,8 @@ def read(spark: SparkSession, path: str, options: LogOptions | None = None) -> _
         throttle.alias(KAFKA_THROTTLE),
         version.alias(API_VERSION),
         header["correlationId"].alias(CORRELATION_ID),
+        topics.alias(_TOPICS),
+        strict.alias(STRICT),
         *SEQ_COLUMNS,
         reason.alias(_REASON),
         F.when(reason.isNotNull(), example).alias(_EXAMPLE),
@@ -806,7 +912,60 @@ def _import_rows(lines: _Lines, observation: Any) -> DataFrame:
     from pyspark.sql import functions as F
 
     observed = lines.frame.observe(observation, *_metrics())
-    return observed.where(F.col(_REASON).isNull()).select(*COLUMNS)
+    return observed.where(F.col(_REASON).isNull()).select(*COLUMNS, STRICT, _TOPICS, *SEQ_COLUMNS)
+
+
+def mutation_partitions(rows: DataFrame) -> DataFrame:
+    """Per CreateTopics, CreatePartitions or DeleteTopics row of ``rows`` (imported lines with
+    their ``_kq_topics``), the partitions it creates or deletes, tracked over the whole log in
+    time order (ties by input position): a created topic has its requested count
+    (``numPartitions``, else its assignments, else ``num.partitions``); a deleted topic the
+    count its latest CreateTopics, CreatePartitions or Metadata response line gave; a grown
+    topic its new count minus that one. Columns: the row's
+    :data:`~kquota.backtest.kernel.SEQ_COLUMNS`, ``partitions`` (null when a topic's count is
+    unknown), ``unknown`` (those topics' names)."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    events = rows.where(F.size(F.col(_TOPICS)) > 0).select(
+        F.col(TS), *SEQ_COLUMNS, F.posexplode(F.col(_TOPICS)).alias("_kq_pos", "_kq_t")
+    )
+    t = F.col("_kq_t")
+    order = [F.col(TS), *(F.col(c) for c in SEQ_COLUMNS), F.col("_kq_pos")]
+    before = (
+        Window.partitionBy(t["name"]).orderBy(*order).rowsBetween(Window.unboundedPreceding, -1)
+    )
+    # the count after each event: -1 once deleted (unknown until created or seen again)
+    after = F.when(t["op"] == "delete", F.lit(-1)).otherwise(t["count"])
+    known = F.last(after, ignorenulls=True).over(before)
+    count = (
+        F.when(t["op"] == "create", t["count"])
+        .when((t["op"] == "delete") & (known >= 0), known)
+        .when((t["op"] == "grow") & (known >= 0) & (t["count"] >= known), t["count"] - known)
+    )
+    # the counts first (over every event, Metadata ones too), then the mutations
+    mutations = (
+        events.select(
+            *SEQ_COLUMNS,
+            t["op"].alias("_kq_op"),
+            t["name"].alias("_kq_name"),
+            count.alias("_kq_count"),
+        )
+        .where(F.col("_kq_op") != "seen")
+        .groupBy(*SEQ_COLUMNS)
+        .agg(
+            F.sum("_kq_count").alias(PARTITIONS),
+            F.count_if(F.col("_kq_count").isNull()).alias("_kq_unknown"),
+            F.collect_list(
+                F.when(F.col("_kq_count").isNull(), F.coalesce("_kq_name", F.lit("")))
+            ).alias("unknown"),
+        )
+    )
+    return mutations.select(
+        *SEQ_COLUMNS,
+        F.when(F.col("_kq_unknown") == 0, F.col(PARTITIONS)).cast("int").alias(PARTITIONS),
+        F.col("unknown"),
+    )
 
 
 def import_log(
@@ -828,10 +987,15 @@ def import_log(
     rows = _import_rows(lines, observation)
     target = Path(out.removeprefix("file://"))
     temporary = target.with_name(f".{target.name[:100]}.{uuid.uuid4().hex[:8]}.tmp")
+    parsed = target.with_name(f".{target.name[:100]}.{uuid.uuid4().hex[:8]}.lines.tmp")
     try:
         with _spark_call(path), _writing(out):
-            rows.write.mode("overwrite").parquet(str(temporary))
+            rows.write.mode("overwrite").parquet(str(parsed))
         summary = _summary(lines, observation.get)
+        with _spark_call(path), _writing(out):
+            _with_partitions(spark, str(parsed), summary).write.mode("overwrite").parquet(
+                str(temporary)
+            )
         if target.is_dir():
             shutil.rmtree(target)
         elif target.exists():
@@ -839,8 +1003,44 @@ def import_log(
         temporary.rename(target)
     finally:
         shutil.rmtree(temporary, ignore_errors=True)
+        shutil.rmtree(parsed, ignore_errors=True)
     summary.seconds = time.monotonic() - started
     return summary
+
+
+def _with_partitions(spark: SparkSession, parsed: str, summary: LogSummary) -> DataFrame:
+    """The imported rows at ``parsed`` (:data:`COLUMNS`) and, when the log has mutation
+    requests, :data:`PARTITIONS` from :func:`mutation_partitions` and :data:`STRICT`; counts
+    the mutation requests and those of unknown count into ``summary``."""
+    from pyspark.sql import functions as F
+
+    rows = spark.read.parquet(parsed)
+    counted = mutation_partitions(rows)
+    joined = rows.join(counted, list(SEQ_COLUMNS), "left")
+    mutation = F.col(STRICT).isNotNull()
+    # a mutation request with no topic creates or deletes nothing
+    partitions = F.when(
+        mutation, F.when(F.col("unknown").isNull(), F.lit(0)).otherwise(F.col(PARTITIONS))
+    )
+    stats = (
+        joined.where(mutation)
+        .agg(
+            F.count(F.lit(1)).alias("mutations"),
+            F.count_if(partitions.isNull()).alias("unknown"),
+            F.slice(F.array_distinct(F.flatten(F.collect_list("unknown"))), 1, EXAMPLES).alias(
+                "topics"
+            ),
+        )
+        .first()
+    )
+    if stats is not None:
+        summary.mutations = int(stats["mutations"] or 0)
+        summary.unknown_counts = int(stats["unknown"] or 0)
+        summary.unknown_topics = sorted(stats["topics"] or [])
+    if not summary.mutations:  # the traffic as before: no mutation columns
+        return rows.orderBy(*SEQ_COLUMNS).select(*COLUMNS)
+    out = joined.withColumn(PARTITIONS, partitions.cast("int"))
+    return out.orderBy(*SEQ_COLUMNS).select(*COLUMNS, PARTITIONS, STRICT)
 
 
 def _describe_apis(lines: _Lines, observation: Any) -> DataFrame:

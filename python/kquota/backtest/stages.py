@@ -29,7 +29,12 @@ from kquota.backtest.kernel import (
     BYTES,
     CLIENT,
     FETCH_THROTTLE,
+    MUTATION_APIS,
+    MUTATION_RESULTS,
+    MUTATION_THROTTLE,
+    PARTITIONS,
     PRODUCE_THROTTLE,
+    REFUSED_PARTITIONS,
     REQUEST_THROTTLE,
     SENSOR_CLIENT,
     SENSOR_USER,
@@ -41,6 +46,9 @@ from kquota.backtest.kernel import (
     TS,
     USAGE,
     USER,
+)
+from kquota.backtest.kernel import (
+    STRICT as STRICT_COLUMN,
 )
 from kquota.backtest.options import REQUEST_SENSOR_CLIENT, REQUEST_SENSOR_USER, RESULT_COLUMNS
 from kquota.config import QuotaConfig
@@ -216,6 +224,10 @@ class ReplayPlan:
     peak_rss: Any = None
     """A Spark accumulator of :class:`PeakSink`: the Python worker's peak RSS is added at the
     end of each partition (see :func:`worker_peak_rss`)."""
+    mutations: bool = False
+    """The traffic has :data:`~kquota.backtest.kernel.PARTITIONS` (and ``strict``): mutation
+    requests are replayed on each scenario's ``controller_mutation_rate`` quotas and the rows
+    get :data:`~kquota.backtest.kernel.MUTATION_RESULTS`."""
 
 
 def worker_peak_rss() -> int:
@@ -305,6 +317,8 @@ class _Broker:
         self.kernel = ReplayKernel(
             [], _paths(plan.configs), closed_loop=plan.closed, expiry_task_ms=None
         )
+        for scenario, text in enumerate(plan.configs):
+            self.kernel.set_mutation_manager(scenario, _config(text).mutation_manager())
         self.ids: dict[tuple[str, str], int] = {}
         # closed loop: the rows fed and not all replayed yet, from seq ``self.first``
         self.held: list[pa.RecordBatch] = []
@@ -396,6 +410,21 @@ def replay(plan: ReplayPlan, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.R
             zero_copy_only=False
         )
         acks = np.full(n, -1, dtype=np.int16)  # a produce with acks=0 has no thread time
+        partitions = strict = None
+        if plan.mutations:
+            # a mutation: partitions given on CreateTopics, CreatePartitions or DeleteTopics
+            given = batch.column(names.index(PARTITIONS))
+            is_api = np.array(
+                [a.lower().replace("_", "") in MUTATION_APIS for a in apis] or [False]
+            )[api_codes]
+            is_mutation = is_api & ~given.is_null().to_numpy(zero_copy_only=False)
+            kind = np.where(is_mutation, np.int8(3), kind).astype(np.int8)
+            partitions = (
+                pc.fill_null(pc.cast(given, pa.int32()), 0).to_numpy(zero_copy_only=False)
+            ).astype(np.int32)
+            strict = pc.fill_null(batch.column(names.index(STRICT_COLUMN)), False).to_numpy(
+                zero_copy_only=False
+            )
         tag_columns = tags.columns(pairs, pair_index, kind)
         rows = batch
         for (name, _), column in zip(TAGS, tag_columns, strict=True):
@@ -418,6 +447,8 @@ def replay(plan: ReplayPlan, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.R
                 part(size),
                 part(thread),
                 part(acks),
+                None if partitions is None else part(partitions),
+                None if strict is None else part(strict).astype(np.bool_),
             )
             own = rows if mine is None else rows.take(pa.array(mine))
             if plan.closed:
@@ -444,18 +475,27 @@ _RESULTS: Final = (
 )
 
 
+_MUTATION_RESULTS: Final = ((MUTATION_THROTTLE, pa.int32()), (REFUSED_PARTITIONS, pa.int32()))
+
+
 def _with_results(
     rows: pa.RecordBatch | pa.Table,
     label: pa.Scalar,
     out: dict[str, npt.NDArray[Any]],
     pick: slice | npt.NDArray[np.int64],
+    mutations: bool = False,
 ) -> list[pa.Array]:
     n = rows.num_rows
+    results = (*_RESULTS, *_MUTATION_RESULTS) if mutations else _RESULTS
     return [
         *rows.columns,
         pa.repeat(label, n),
-        *(pa.array(out[name][pick], kind) for name, kind in _RESULTS),
+        *(pa.array(out[name][pick], kind) for name, kind in results),
     ]
+
+
+def _result_names(plan: ReplayPlan) -> tuple[str, ...]:
+    return (*RESULT_COLUMNS, *MUTATION_RESULTS) if plan.mutations else RESULT_COLUMNS
 
 
 def _emit(
@@ -471,22 +511,22 @@ def _emit(
     if not plan.closed:  # every event of ``own``, scenario by scenario, in order
         assert own is not None
         m = own.num_rows
-        names = [*own.schema.names, *RESULT_COLUMNS]
+        names = [*own.schema.names, *_result_names(plan)]
         for s, label in enumerate(labels):
-            columns = _with_results(own, label, out, slice(s * m, (s + 1) * m))
+            columns = _with_results(own, label, out, slice(s * m, (s + 1) * m), plan.mutations)
             yield pa.RecordBatch.from_arrays(columns, names=names)
         return
     # closed loop: the rows replayed so far, in the order they were sent
     held = pa.Table.from_batches(state.held)
     seq = out["seq"].astype(np.int64) - state.first
     scenario = out["scenario"]
-    names = [*held.schema.names, *RESULT_COLUMNS]
+    names = [*held.schema.names, *_result_names(plan)]
     for s, label in enumerate(labels):
         pick = np.flatnonzero(scenario == s)
         if not len(pick):
             continue
         rows = held.take(pa.array(seq[pick])).combine_chunks()
-        columns = _with_results(rows, label, out, pick)
+        columns = _with_results(rows, label, out, pick, plan.mutations)
         yield from pa.Table.from_arrays(columns, names=names).to_batches()
     # forget the batches whose rows were all replayed, in every scenario
     starts = np.cumsum([0, *(b.num_rows for b in state.held)])

@@ -105,7 +105,8 @@ def register(subparsers: Any) -> None:
 
 
 def add_log_options(parser: argparse.ArgumentParser) -> None:
-    """``--broker-id-from``/``--broker-id`` and ``--log-timezone`` (Kafka's request log)."""
+    """``--broker-id-from``/``--broker-id``, ``--log-timezone`` and ``--num-partitions``
+    (Kafka's request log)."""
     broker = parser.add_mutually_exclusive_group()
     broker.add_argument(
         "--broker-id-from",
@@ -123,6 +124,14 @@ def add_log_options(parser: argparse.ArgumentParser) -> None:
         default="UTC",
         help="request log: the brokers' time zone (the log does not print it; default UTC)",
     )
+    parser.add_argument(
+        "--num-partitions",
+        type=int,
+        metavar="N",
+        default=1,
+        help="request log: the brokers' num.partitions, the partitions of a topic a "
+        "CreateTopics line creates with numPartitions -1 and no assignments (default 1)",
+    )
 
 
 def log_options(args: argparse.Namespace) -> Any:
@@ -130,7 +139,10 @@ def log_options(args: argparse.Namespace) -> Any:
     from kquota.backtest.requestlog import LogOptions
 
     return LogOptions(
-        broker_id_from=args.broker_id_from, broker_id=args.broker_id, timezone=args.log_timezone
+        broker_id_from=args.broker_id_from,
+        broker_id=args.broker_id,
+        timezone=args.log_timezone,
+        num_partitions=args.num_partitions,
     )
 
 

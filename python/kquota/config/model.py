@@ -407,16 +407,16 @@ class QuotaConfig:
         return quotas
 
     def scaled(self, factor: float) -> QuotaConfig:
-        """The same configuration with every produce, fetch and request quota multiplied by
-        ``factor`` (> 0): the quotas a back-test replays. ``controller_mutation_rate`` and
-        ``connection_creation_rate`` are kept as they are."""
+        """The same configuration with every produce, fetch, request and
+        ``controller_mutation_rate`` quota multiplied by ``factor`` (> 0): the quotas a
+        back-test replays. ``connection_creation_rate`` is kept as it is."""
         check_value("scale", factor)
         return QuotaConfig(
             self.window,
             tuple(
                 QuotaEntry(
                     e.entity,
-                    {k: v * factor if k in PROPERTIES else v for k, v in e.config.items()},
+                    {k: v * factor if k in CLIENT_PROPERTIES else v for k, v in e.config.items()},
                 )
                 for e in self.entries
             ),

@@ -148,6 +148,8 @@ impl<'a> KernelRun<'a> {
                 bytes: &t.bytes[at..at + n],
                 thread_ns: &t.thread_ns[at..at + n],
                 acks: &t.acks[at..at + n],
+                partitions: &[],
+                strict: &[],
             };
             let out = black_box(self.kernel.feed(&events).unwrap());
             throttled += out.throttle_ms.iter().filter(|&&x| x > 0).count();

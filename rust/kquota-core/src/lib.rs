@@ -64,7 +64,7 @@ pub use mutation::{ControllerMutationQuotaManager, MutationApi, MutationRequestQ
 pub use quota::{Check, UNLIMITED};
 pub use rate::SampledRate;
 #[cfg(not(loom))]
-pub use replay::{EntitySummary, Events, Output, ReplayKernel, ReplayOptions};
+pub use replay::{EntitySummary, Events, Output, ReplayKernel, ReplayOptions, SummaryType};
 #[cfg(not(loom))]
 pub use request_path::{ApiKind, Outcome, Request, RequestPath};
 pub use samples::WindowConfig;

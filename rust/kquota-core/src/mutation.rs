@@ -221,6 +221,16 @@ impl ControllerMutationQuotaManager {
         self.window
     }
 
+    /// How long a sensor lives without a record, ms.
+    pub fn sensor_expiry_ms(&self) -> i64 {
+        self.sensor_expiry_ms
+    }
+
+    /// The overrides and enabled levels in force now (for the replay kernel).
+    pub(crate) fn overrides(&self) -> Overrides {
+        self.config.read(&pin(), |c| c.overrides.clone())
+    }
+
     /// Whether any quota was ever set or removed (`quotasEnabled`): until then nothing is
     /// measured and every mutation is free.
     pub fn enabled(&self) -> bool {

@@ -348,6 +348,8 @@ fn the_replay_kernel_resolves_through_the_callback() {
         bytes: &bytes,
         thread_ns: &thread_ns,
         acks: &acks,
+        partitions: &[],
+        strict: &[],
     };
     let mut got = vec![None; n];
     for out in [kernel.feed(&events).unwrap(), kernel.finish()] {

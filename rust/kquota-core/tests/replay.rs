@@ -430,6 +430,8 @@ fn kernel(trace: &Trace, closed: bool) -> (Vec<Row>, Measured) {
             bytes: &cols.3,
             thread_ns: &cols.4,
             acks: &cols.5,
+            partitions: &[],
+            strict: &[],
         };
         out.extend(rows(&k.feed(&events).unwrap()));
         *cols = Default::default();
@@ -543,6 +545,8 @@ fn events<'a>(cols: &'a Columns) -> Events<'a> {
         bytes: &cols.3,
         thread_ns: &cols.4,
         acks: &cols.5,
+        partitions: &[],
+        strict: &[],
     }
 }
 
@@ -573,7 +577,11 @@ fn bad_input_is_refused_naming_the_value_and_changes_nothing() {
             Box::new(|c| c.1.pop().map(drop).unwrap_or(())),
             "differ in length: time_ms 4, pair 3",
         ),
-        (Box::new(|c| c.2[2] = 3), "invalid kind 3 at row 2"),
+        (Box::new(|c| c.2[2] = 4), "invalid kind 4 at row 2"),
+        (
+            Box::new(|c| c.2[2] = 3),
+            "row 2 is a controller mutation (kind 3) but the batch has no partitions",
+        ),
         (Box::new(|c| c.1[1] = 2), "invalid pair 2 at row 1"),
         (Box::new(|c| c.1[3] = -7), "invalid pair -7 at row 3"),
         (

@@ -422,6 +422,24 @@ pub(crate) fn acks_array<'py>(obj: &Bound<'py, PyAny>) -> PyResult<PyReadonlyArr
     array(obj, "acks", "int16")
 }
 
+pub(crate) fn partitions_array<'py>(
+    obj: &Bound<'py, PyAny>,
+) -> PyResult<Option<PyReadonlyArray1<'py, i32>>> {
+    if obj.is_none() {
+        return Ok(None);
+    }
+    array(obj, "partitions", "int32").map(Some)
+}
+
+pub(crate) fn strict_array<'py>(
+    obj: &Bound<'py, PyAny>,
+) -> PyResult<Option<PyReadonlyArray1<'py, bool>>> {
+    if obj.is_none() {
+        return Ok(None);
+    }
+    array(obj, "strict", "bool").map(Some)
+}
+
 /// The scenarios of a replay: a sequence of `kquota.RequestPath`.
 pub(crate) fn scenarios(obj: &Bound<'_, PyAny>) -> PyResult<Vec<Py<crate::RequestPath>>> {
     let expected = "a sequence of kquota.RequestPath (one per scenario)";

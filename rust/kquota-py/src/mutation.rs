@@ -183,8 +183,8 @@ fn mutation_is_strict(
 
 /// Kafka's controller-mutation quota manager (`controller_mutation_rate`).
 #[pyclass(module = "kquota._core", frozen)]
-struct ControllerMutationQuotaManager {
-    inner: Arc<core::ControllerMutationQuotaManager>,
+pub(crate) struct ControllerMutationQuotaManager {
+    pub(crate) inner: Arc<core::ControllerMutationQuotaManager>,
 }
 
 #[pymethods]

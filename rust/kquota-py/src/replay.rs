@@ -10,6 +10,7 @@ use pyo3::types::PyDict;
 use kquota_core as core;
 
 use crate::args::{self, Text};
+use crate::mutation::ControllerMutationQuotaManager;
 use crate::{errors, CoreError, CoreResult, Entity, RequestPath};
 
 /// A sequential replay of one broker's requests under several quota configurations.
@@ -63,6 +64,14 @@ fn output_dict<'py>(py: Python<'py>, out: core::Output) -> PyResult<Bound<'py, P
     d.set_item(
         "request_throttle_ms",
         PyArray1::from_vec(py, out.request_throttle_ms),
+    )?;
+    d.set_item(
+        "mutation_throttle_ms",
+        PyArray1::from_vec(py, out.mutation_throttle_ms),
+    )?;
+    d.set_item(
+        "refused_partitions",
+        PyArray1::from_vec(py, out.refused_partitions),
     )?;
     d.set_item("sent_ms", PyArray1::from_vec(py, out.sent_ms))?;
     d.set_item(
@@ -122,6 +131,7 @@ impl ReplayKernel {
     }
 
     #[allow(clippy::too_many_arguments)]
+    #[pyo3(signature = (time_ms, pair, kind, bytes, thread_ns, acks, partitions=None, strict=None))]
     fn feed<'py>(
         &self,
         py: Python<'py>,
@@ -131,6 +141,10 @@ impl ReplayKernel {
         #[pyo3(from_py_with = args::bytes_array)] bytes: PyReadonlyArray1<'py, f64>,
         #[pyo3(from_py_with = args::thread_ns_array)] thread_ns: PyReadonlyArray1<'py, f64>,
         #[pyo3(from_py_with = args::acks_array)] acks: PyReadonlyArray1<'py, i16>,
+        #[pyo3(from_py_with = args::partitions_array)] partitions: Option<
+            PyReadonlyArray1<'py, i32>,
+        >,
+        #[pyo3(from_py_with = args::strict_array)] strict: Option<PyReadonlyArray1<'py, bool>>,
     ) -> PyResult<Bound<'py, PyDict>> {
         // Copy into owned buffers (the arrays may change while the GIL is released), then
         // replay the whole batch without the GIL.
@@ -144,6 +158,8 @@ impl ReplayKernel {
             thread_ns.as_array().to_vec(),
             acks.as_array().to_vec(),
         );
+        let parts = partitions.map_or_else(Vec::new, |a| a.as_array().to_vec());
+        let stricts = strict.map_or_else(Vec::new, |a| a.as_array().to_vec());
         let mut guard = self.kernel(py)?;
         let kernel: &mut core::ReplayKernel = &mut guard;
         let out = py
@@ -155,6 +171,8 @@ impl ReplayKernel {
                     bytes: &b,
                     thread_ns: &n,
                     acks: &a,
+                    partitions: &parts,
+                    strict: &stricts,
                 })
             })
             .map_err(CoreError)?;
@@ -196,6 +214,60 @@ impl ReplayKernel {
         let t = quota_type_of(&quota_type)?;
         let mut k = self.kernel(py)?;
         Ok(k.remove_quota(scenario, t, &entity.get().inner, now_ms)
+            .map_err(CoreError)?)
+    }
+
+    fn set_mutation_manager(
+        &self,
+        py: Python<'_>,
+        #[pyo3(from_py_with = args::scenario)] scenario: usize,
+        manager: PyRef<'_, ControllerMutationQuotaManager>,
+    ) -> PyResult<()> {
+        Ok(self
+            .kernel(py)?
+            .set_mutation_manager(scenario, &manager.inner)
+            .map_err(CoreError)?)
+    }
+
+    fn set_mutation_quota(
+        &self,
+        py: Python<'_>,
+        #[pyo3(from_py_with = args::scenario)] scenario: usize,
+        #[pyo3(from_py_with = args::entity)] entity: Bound<'_, Entity>,
+        #[pyo3(from_py_with = args::value)] value: f64,
+        #[pyo3(from_py_with = args::required_now_ms)] now_ms: i64,
+    ) -> PyResult<()> {
+        let mut k = self.kernel(py)?;
+        Ok(
+            k.set_mutation_quota(scenario, &entity.get().inner, value, now_ms)
+                .map_err(CoreError)?,
+        )
+    }
+
+    fn remove_mutation_quota(
+        &self,
+        py: Python<'_>,
+        #[pyo3(from_py_with = args::scenario)] scenario: usize,
+        #[pyo3(from_py_with = args::entity)] entity: Bound<'_, Entity>,
+        #[pyo3(from_py_with = args::required_now_ms)] now_ms: i64,
+    ) -> PyResult<()> {
+        let mut k = self.kernel(py)?;
+        Ok(
+            k.remove_mutation_quota(scenario, &entity.get().inner, now_ms)
+                .map_err(CoreError)?,
+        )
+    }
+
+    fn mutation_tokens(
+        &self,
+        py: Python<'_>,
+        #[pyo3(from_py_with = args::scenario)] scenario: usize,
+        #[pyo3(from_py_with = args::pair)] pair: usize,
+        #[pyo3(from_py_with = args::required_now_ms)] now_ms: i64,
+    ) -> PyResult<Option<f64>> {
+        Ok(self
+            .kernel(py)?
+            .mutation_tokens(scenario, pair, now_ms)
             .map_err(CoreError)?)
     }
 

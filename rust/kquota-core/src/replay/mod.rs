@@ -11,9 +11,11 @@
 //!
 //! **Events** are columns ([`Events`]): time in ms, a pair id into the pair table given
 //! at construction (or added with [`ReplayKernel::add_pairs`]), the API kind
-//! ([`KIND_PRODUCE`], [`KIND_FETCH`], [`KIND_OTHER`]), bytes, handler-thread time in ns
-//! (NaN = unknown: the request quota is then not consulted, as `RequestPath` with
-//! `thread_time_ns=None`) and the produce `acks`. They must come in time order (ties in
+//! ([`KIND_PRODUCE`], [`KIND_FETCH`], [`KIND_OTHER`], [`KIND_MUTATION`]), bytes,
+//! handler-thread time in ns (NaN = unknown: the request quota is then not consulted, as
+//! `RequestPath` with `thread_time_ns=None`), the produce `acks` and, for controller
+//! mutations, the partitions and whether the request version is strict (optional
+//! columns: a batch without mutations leaves them empty). They must come in time order (ties in
 //! input order), within a batch and across batches: the caller sorts; an event earlier
 //! than the one before it is refused, naming both. Every column is checked before
 //! anything is replayed, so a refused batch changes nothing.
@@ -42,6 +44,7 @@
 //! **Summaries** ([`ReplayKernel::summaries`]) are accumulated in the same pass, per
 //! scenario, quota type and sensor tags (see [`stats`]).
 
+mod mutation;
 pub mod recommend;
 mod ring;
 mod sensor;
@@ -53,12 +56,15 @@ use std::collections::{BinaryHeap, VecDeque};
 use crate::entity::{sanitize_user, QuotaEntity};
 use crate::error::{check_quota, check_usage, Error, Result};
 use crate::manager::QuotaType;
+use crate::mutation::ControllerMutationQuotaManager;
 use crate::request_path::{
     applied_throttle, checks_request_quota, fetch_unrecorded, ApiKind, RequestPath,
 };
+use crate::token_bucket::remaining_throttle;
+use mutation::MutationTable;
 use sensor::SensorTable;
-pub use stats::EntitySummary;
 use stats::Usage;
+pub use stats::{EntitySummary, SummaryType};
 
 /// How often Kafka's broker runs its sensor-expiry task, ms.
 pub const EXPIRY_TASK_MS: i64 = 30_000;
@@ -69,9 +75,16 @@ pub const KIND_PRODUCE: i8 = 0;
 pub const KIND_FETCH: i8 = 1;
 /// Event kind code of any other throttle-able request.
 pub const KIND_OTHER: i8 = 2;
+/// Event kind code of a controller mutation (CreateTopics, CreatePartitions,
+/// DeleteTopics): [`Events::partitions`] partitions, strict or permissive as
+/// [`Events::strict`] says, on the controller-mutation quota, and its thread time on the
+/// request quota as any other request.
+pub const KIND_MUTATION: i8 = 3;
 
 /// `throttled_by` code: not throttled.
 pub const BY_NONE: i8 = -1;
+/// `throttled_by` code of the controller-mutation quota.
+pub const BY_MUTATION: i8 = 3;
 
 /// The `throttled_by` code of a quota type: its index in [`QuotaType::ALL`].
 pub fn quota_code(quota_type: QuotaType) -> i8 {
@@ -86,7 +99,7 @@ fn kind_of(code: i8) -> Option<ApiKind> {
     match code {
         KIND_PRODUCE => Some(ApiKind::Produce),
         KIND_FETCH => Some(ApiKind::Fetch),
-        KIND_OTHER => Some(ApiKind::Other),
+        KIND_OTHER | KIND_MUTATION => Some(ApiKind::Other),
         _ => None,
     }
 }
@@ -98,7 +111,7 @@ pub struct Events<'a> {
     pub time_ms: &'a [i64],
     /// Index into the kernel's pair table.
     pub pair: &'a [i32],
-    /// [`KIND_PRODUCE`], [`KIND_FETCH`] or [`KIND_OTHER`].
+    /// [`KIND_PRODUCE`], [`KIND_FETCH`], [`KIND_OTHER`] or [`KIND_MUTATION`].
     pub kind: &'a [i8],
     /// Produce request size or fetch response size (finite, >= 0; ignored for other).
     pub bytes: &'a [f64],
@@ -106,6 +119,12 @@ pub struct Events<'a> {
     pub thread_ns: &'a [f64],
     /// The produce request's `acks` (`0` skips the request quota; ignored otherwise).
     pub acks: &'a [i16],
+    /// Partitions created or deleted by a [`KIND_MUTATION`] event (>= 0; ignored
+    /// otherwise). Empty when the batch has no mutation.
+    pub partitions: &'a [i32],
+    /// Whether a [`KIND_MUTATION`] event's request version is enforced strictly
+    /// ([`crate::MutationApi::is_strict`]); ignored otherwise. Empty with `partitions`.
+    pub strict: &'a [bool],
 }
 
 impl Events<'_> {
@@ -124,6 +143,13 @@ impl Events<'_> {
                 "event columns differ in length: time_ms {n}, pair {}, kind {}, bytes {}, \
                  thread_ns {}, acks {}",
                 lens[0], lens[1], lens[2], lens[3], lens[4]
+            )));
+        }
+        let (p, s) = (self.partitions.len(), self.strict.len());
+        if p != s || (p != 0 && p != n) {
+            return Err(Error::InvalidUsage(format!(
+                "mutation columns: partitions has {p} rows and strict {s}; both must have \
+                 the {n} rows of time_ms, or be empty when no event is a mutation"
             )));
         }
         Ok(n)
@@ -148,6 +174,11 @@ pub struct Output {
     pub fetch_throttle_ms: Vec<i32>,
     /// The request manager's throttle.
     pub request_throttle_ms: Vec<i32>,
+    /// The controller-mutation quota's throttle (0 for events that are not mutations).
+    pub mutation_throttle_ms: Vec<i32>,
+    /// The partitions a strict mutation was refused (Kafka fails them with
+    /// THROTTLING_QUOTA_EXCEEDED); 0 when accepted or not a mutation.
+    pub refused_partitions: Vec<i32>,
     /// When the request reached the broker (its time in open loop).
     pub sent_ms: Vec<i64>,
     /// `sent_ms` minus the event's time (0 in open loop).
@@ -169,10 +200,12 @@ impl Output {
         self.scenario.push(scenario as u32);
         self.seq.push(e.seq);
         self.throttle_ms.push(d.applied);
-        self.throttled_by.push(d.by.map_or(BY_NONE, quota_code));
+        self.throttled_by.push(d.by);
         self.produce_throttle_ms.push(d.produce);
         self.fetch_throttle_ms.push(d.fetch);
         self.request_throttle_ms.push(d.request);
+        self.mutation_throttle_ms.push(d.mutation);
+        self.refused_partitions.push(d.refused);
         self.sent_ms.push(sent);
         self.added_latency_ms.push(sent - e.time);
     }
@@ -207,16 +240,21 @@ struct Event {
     acks: i16,
     bytes: f64,
     thread: Option<f64>,
+    /// A mutation's partitions and strictness.
+    mutation: Option<(i32, bool)>,
 }
 
-/// The three managers' throttles of one event and what applied.
+/// The managers' throttles of one event and what applied.
 #[derive(Debug, Clone, Copy)]
 struct Decision {
     produce: i32,
     fetch: i32,
     request: i32,
+    mutation: i32,
+    refused: i32,
     applied: i32,
-    by: Option<QuotaType>,
+    /// A `throttled_by` code.
+    by: i8,
 }
 
 /// When the expiry task last ran, as seen from the replay's clock.
@@ -282,11 +320,13 @@ impl ClosedLoop {
     }
 }
 
-/// One scenario: a broker's three quota types under one configuration.
+/// One scenario: a broker's quota types under one configuration.
 #[derive(Debug, Clone)]
 struct Scenario {
     /// Produce, fetch, request.
     tables: [SensorTable; 3],
+    /// The controller-mutation quota.
+    mutations: MutationTable,
     clock: Clock,
     closed: Option<ClosedLoop>,
 }
@@ -310,7 +350,7 @@ impl Scenario {
             KIND_FETCH => fetch,
             _ => request,
         };
-        if kind != KIND_OTHER && bytes.enabled() {
+        if (kind == KIND_PRODUCE || kind == KIND_FETCH) && bytes.enabled() {
             bytes.prefetch(pair);
         }
         if !events.thread_ns[i].is_nan() && request.enabled() {
@@ -350,7 +390,40 @@ impl Scenario {
                 }
             }
         }
-        let (applied, by) = applied_throttle(p, f, r);
+        let (mut applied, by) = applied_throttle(p, f, r);
+        let mut by = by.map_or(BY_NONE, quota_code);
+        let (mut m, mut refused) = (0, 0);
+        if let Some((partitions, strict)) = e.mutation {
+            // Kafka's sendResponseMaybeThrottleWithControllerQuota: the larger of the
+            // mutation and request throttles, ties to the request quota.
+            let check = self
+                .mutations
+                .record(e.pair, f64::from(partitions), strict, now, run);
+            if check.violated {
+                m = remaining_throttle(check.throttle_ms, now, now);
+            }
+            if !check.accepted {
+                refused = partitions;
+            }
+            self.mutations.count(
+                e.pair,
+                &Usage {
+                    time_ms: now,
+                    bytes: i64::from(partitions),
+                    usage: if check.accepted {
+                        i64::from(partitions)
+                    } else {
+                        0
+                    },
+                    recorded: check.accepted,
+                    throttle_ms: m,
+                    added_latency_ms: now - e.time,
+                },
+            );
+            if m > applied {
+                (applied, by) = (m, BY_MUTATION);
+            }
+        }
         // the summaries
         let latency = now - e.time;
         let bytes = e.bytes as i64;
@@ -378,6 +451,8 @@ impl Scenario {
             produce: p,
             fetch: f,
             request: r,
+            mutation: m,
+            refused,
             applied,
             by,
         }
@@ -465,6 +540,7 @@ impl ReplayKernel {
                         next_tick: i64::MIN,
                     },
                     closed: options.closed_loop.then(ClosedLoop::default),
+                    mutations: MutationTable::new(),
                 })
                 .collect(),
             closed_loop: options.closed_loop,
@@ -506,6 +582,7 @@ impl ReplayKernel {
             }
         }
         for s in &mut self.scenarios {
+            s.mutations.resolve(&self.pairs, first);
             if let Some(closed) = &mut s.closed {
                 closed
                     .clients
@@ -561,18 +638,26 @@ impl ReplayKernel {
         let pairs_ok = events.pair[..n]
             .iter()
             .fold(true, |ok, &p| ok & ((p as u32 as u64) < pairs) & (p >= 0));
-        let kinds_ok = events.kind[..n]
-            .iter()
-            .fold(true, |ok, &k| ok & (KIND_PRODUCE..=KIND_OTHER).contains(&k));
+        let kinds_ok = events.kind[..n].iter().fold(true, |ok, &k| {
+            ok & (KIND_PRODUCE..=KIND_MUTATION).contains(&k)
+        });
+        let mutations_ok = if events.partitions.is_empty() {
+            events.kind[..n].iter().all(|&k| k != KIND_MUTATION)
+        } else {
+            events.kind[..n]
+                .iter()
+                .zip(&events.partitions[..n])
+                .fold(true, |ok, (&k, &p)| ok & ((k != KIND_MUTATION) | (p >= 0)))
+        };
         let usage_ok = |v: f64| v.is_finite() & (v >= 0.0);
         let bytes_ok = events.kind[..n]
             .iter()
             .zip(&events.bytes[..n])
-            .fold(true, |ok, (&k, &b)| ok & ((k == KIND_OTHER) | usage_ok(b)));
+            .fold(true, |ok, (&k, &b)| ok & ((k >= KIND_OTHER) | usage_ok(b)));
         let threads_ok = events.thread_ns[..n]
             .iter()
             .fold(true, |ok, &ns| ok & (ns.is_nan() | usage_ok(ns)));
-        ordered && pairs_ok && kinds_ok && bytes_ok && threads_ok
+        ordered && pairs_ok && kinds_ok && mutations_ok && bytes_ok && threads_ok
     }
 
     /// Finds the first invalid event and names it.
@@ -593,12 +678,27 @@ impl ReplayKernel {
             }
             previous = Some(time);
             let code = events.kind[i];
-            let kind = kind_of(code).ok_or_else(|| {
+            kind_of(code).ok_or_else(|| {
                 Error::InvalidUsage(format!(
                     "invalid kind {code} at row {i}: expected {KIND_PRODUCE} (produce), \
-                     {KIND_FETCH} (fetch) or {KIND_OTHER} (other)"
+                     {KIND_FETCH} (fetch), {KIND_OTHER} (other) or {KIND_MUTATION} \
+                     (controller mutation)"
                 ))
             })?;
+            if code == KIND_MUTATION {
+                let Some(&partitions) = events.partitions.get(i) else {
+                    return Err(Error::InvalidUsage(format!(
+                        "row {i} is a controller mutation (kind {KIND_MUTATION}) but the \
+                         batch has no partitions and strict columns"
+                    )));
+                };
+                if partitions < 0 {
+                    return Err(Error::InvalidUsage(format!(
+                        "invalid partitions {partitions} at row {i}: a mutation creates or \
+                         deletes >= 0 partitions"
+                    )));
+                }
+            }
             let pair = events.pair[i];
             if pair < 0 || pair as usize >= self.pairs.len() {
                 return Err(Error::InvalidUsage(format!(
@@ -608,7 +708,7 @@ impl ReplayKernel {
                 )));
             }
             let bytes = events.bytes[i];
-            if kind != ApiKind::Other {
+            if code == KIND_PRODUCE || code == KIND_FETCH {
                 check_usage(bytes)
                     .map_err(|e| Error::InvalidUsage(format!("bytes at row {i}: {e}")))?;
             }
@@ -636,6 +736,8 @@ impl ReplayKernel {
             acks: events.acks[i],
             bytes: events.bytes[i],
             thread: (!ns.is_nan()).then_some(ns),
+            mutation: (events.kind[i] == KIND_MUTATION)
+                .then(|| (events.partitions[i], events.strict[i])),
         }
     }
 
@@ -680,6 +782,8 @@ impl ReplayKernel {
             produce_throttle_ms: vec![0; rows],
             fetch_throttle_ms: vec![0; rows],
             request_throttle_ms: vec![0; rows],
+            mutation_throttle_ms: vec![0; rows],
+            refused_partitions: vec![0; rows],
             sent_ms: Vec::with_capacity(rows),
             added_latency_ms: vec![0; rows],
         };
@@ -692,7 +796,9 @@ impl ReplayKernel {
             let by = &mut out.throttled_by[at.clone()];
             let produce = &mut out.produce_throttle_ms[at.clone()];
             let fetch = &mut out.fetch_throttle_ms[at.clone()];
-            let request = &mut out.request_throttle_ms[at];
+            let request = &mut out.request_throttle_ms[at.clone()];
+            let mutation = &mut out.mutation_throttle_ms[at.clone()];
+            let refused = &mut out.refused_partitions[at];
             for i in 0..n {
                 if i + PREFETCH < n {
                     s.prefetch(events, i + PREFETCH);
@@ -700,10 +806,12 @@ impl ReplayKernel {
                 let e = Self::event(events, i, first);
                 let d = s.handle(&e, e.time);
                 applied[i] = d.applied;
-                by[i] = d.by.map_or(BY_NONE, quota_code);
+                by[i] = d.by;
                 produce[i] = d.produce;
                 fetch[i] = d.fetch;
                 request[i] = d.request;
+                mutation[i] = d.mutation;
+                refused[i] = d.refused;
             }
         }
         out
@@ -796,6 +904,88 @@ impl ReplayKernel {
         self.scenarios[scenario].tables[table_index(quota_type)].apply(entity, value, pairs)
     }
 
+    /// Takes the controller-mutation quota of `scenario` from `manager`: its window,
+    /// sensor expiry and quotas as they are now (its buckets are not read). Call it
+    /// before feeding events: the scenario's buckets start again new.
+    pub fn set_mutation_manager(
+        &mut self,
+        scenario: usize,
+        manager: &ControllerMutationQuotaManager,
+    ) -> Result<()> {
+        self.scenario_mut(scenario)?;
+        let mut table = MutationTable::of(manager);
+        table.resolve(&self.pairs, 0);
+        self.scenarios[scenario].mutations = table;
+        Ok(())
+    }
+
+    /// Sets the `controller_mutation_rate` of `entity` in `scenario` at `now`, as the
+    /// manager's `set_quota` (a finite value > 0; buckets keep their tokens).
+    pub fn set_mutation_quota(
+        &mut self,
+        scenario: usize,
+        entity: &QuotaEntity,
+        value: f64,
+        now: i64,
+    ) -> Result<()> {
+        let value = check_quota(value)?;
+        self.change_mutation_quota(scenario, entity, Some(value), now)
+    }
+
+    /// Removes the `controller_mutation_rate` override of `entity` in `scenario` at `now`.
+    pub fn remove_mutation_quota(
+        &mut self,
+        scenario: usize,
+        entity: &QuotaEntity,
+        now: i64,
+    ) -> Result<()> {
+        self.change_mutation_quota(scenario, entity, None, now)
+    }
+
+    fn change_mutation_quota(
+        &mut self,
+        scenario: usize,
+        entity: &QuotaEntity,
+        value: Option<f64>,
+        now: i64,
+    ) -> Result<()> {
+        self.scenario_mut(scenario)?;
+        self.advance(now)?;
+        let pairs = &self.pairs;
+        self.scenarios[scenario]
+            .mutations
+            .apply(entity, value, pairs);
+        Ok(())
+    }
+
+    /// The tokens of `pair`'s controller-mutation bucket in `scenario` at `now` (refills,
+    /// as a metrics read does); `None` when that bucket does not exist.
+    pub fn mutation_tokens(
+        &mut self,
+        scenario: usize,
+        pair: usize,
+        now: i64,
+    ) -> Result<Option<f64>> {
+        let pair = self.check_pair(pair)?;
+        self.scenario_mut(scenario)?;
+        self.advance(now)?;
+        let s = &mut self.scenarios[scenario];
+        let run = s.clock.run_at(now);
+        Ok(s.mutations.tokens(pair, now, run))
+    }
+
+    /// The controller-mutation metric tags `(user, client-id)` of `pair` in `scenario`
+    /// and the quota that applies to it (`None`: none).
+    pub fn mutation_quota_for(
+        &self,
+        scenario: usize,
+        pair: usize,
+    ) -> Result<((String, String), Option<f64>)> {
+        let pair = self.check_pair(pair)?;
+        let s = self.scenario(scenario)?;
+        Ok((s.mutations.tags_of(pair), s.mutations.quota_of(pair)))
+    }
+
     /// Runs the broker's sensor-expiry task at `now` in every scenario.
     pub fn expire_sensors(&mut self, now: i64) -> Result<()> {
         self.advance(now)?;
@@ -885,18 +1075,23 @@ impl ReplayKernel {
     }
 
     /// The summaries of every entity that recorded something so far, by scenario, quota
-    /// type (produce, fetch, request) and tags.
+    /// type (produce, fetch, request, controller mutation) and tags.
     pub fn summaries(&self) -> Vec<EntitySummary> {
         let mut all: Vec<EntitySummary> = self
             .scenarios
             .iter()
             .enumerate()
-            .flat_map(|(i, s)| s.tables.iter().flat_map(move |t| t.summaries(i)))
+            .flat_map(|(i, s)| {
+                s.tables
+                    .iter()
+                    .flat_map(move |t| t.summaries(i))
+                    .chain(s.mutations.summaries(i))
+            })
             .collect();
         all.sort_by(|a, b| {
-            (a.scenario, quota_code(a.quota_type), &a.user, &a.client_id).cmp(&(
+            (a.scenario, a.quota_type, &a.user, &a.client_id).cmp(&(
                 b.scenario,
-                quota_code(b.quota_type),
+                b.quota_type,
                 &b.user,
                 &b.client_id,
             ))

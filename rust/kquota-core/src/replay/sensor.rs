@@ -135,7 +135,7 @@ impl SensorTable {
                 s.summary(
                     positive,
                     scenario,
-                    self.quota_type,
+                    self.quota_type.into(),
                     tags,
                     self.limit_of(id),
                     &self.window,

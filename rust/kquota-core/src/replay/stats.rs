@@ -164,13 +164,13 @@ impl EntityStats {
         &self,
         positive: &Histogram,
         scenario: usize,
-        quota_type: QuotaType,
+        quota_type: SummaryType,
         tags: &(String, String),
         quota: Option<f64>,
         window: &WindowConfig,
     ) -> EntitySummary {
         let unit = match quota_type {
-            QuotaType::Request => NANOS_TO_PERCENT,
+            SummaryType::Request => NANOS_TO_PERCENT,
             _ => 1.0,
         };
         let span_s = f64::from(window.num_samples().saturating_sub(1).max(1))
@@ -247,13 +247,55 @@ impl Histogram {
     }
 }
 
+/// The quota an [`EntitySummary`] is about: a client quota type or the controller-mutation
+/// quota (ordered as the summaries are sorted).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum SummaryType {
+    /// `producer_byte_rate`.
+    Produce,
+    /// `consumer_byte_rate`.
+    Fetch,
+    /// `request_percentage`.
+    Request,
+    /// `controller_mutation_rate` (KIP-599): usage in partitions.
+    ControllerMutation,
+}
+
+impl SummaryType {
+    /// `"produce"`, `"fetch"`, `"request"` or `"controller_mutation"`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SummaryType::Produce => "produce",
+            SummaryType::Fetch => "fetch",
+            SummaryType::Request => "request",
+            SummaryType::ControllerMutation => "controller_mutation",
+        }
+    }
+}
+
+impl From<QuotaType> for SummaryType {
+    fn from(t: QuotaType) -> Self {
+        match t {
+            QuotaType::Produce => SummaryType::Produce,
+            QuotaType::Fetch => SummaryType::Fetch,
+            QuotaType::Request => SummaryType::Request,
+        }
+    }
+}
+
+impl PartialEq<QuotaType> for SummaryType {
+    fn eq(&self, other: &QuotaType) -> bool {
+        *self == SummaryType::from(*other)
+    }
+}
+
 /// One entity's summary: a sensor of one quota type in one scenario, by its metric tags.
 #[derive(Debug, Clone, PartialEq)]
 pub struct EntitySummary {
     /// The scenario's index.
     pub scenario: usize,
-    /// The quota type of the sensor.
-    pub quota_type: QuotaType,
+    /// The quota of the sensor.
+    pub quota_type: SummaryType,
     /// The sensor's `user` tag (sanitized; empty when not per user).
     pub user: String,
     /// The sensor's `client-id` tag (empty when not per client id).
@@ -262,9 +304,11 @@ pub struct EntitySummary {
     pub quota: Option<f64>,
     /// Requests recorded by the sensor.
     pub requests: u64,
-    /// Sum of those requests' bytes (whole bytes).
+    /// Sum of those requests' bytes (whole bytes; for a controller mutation, the
+    /// partitions asked).
     pub bytes: i64,
-    /// Sum of their usage of this quota: bytes, or thread nanoseconds for `request`.
+    /// Sum of their usage of this quota: bytes, thread nanoseconds for `request`,
+    /// partitions recorded (refused ones count 0) for the controller-mutation quota.
     pub usage: i64,
     /// Requests this quota throttled (its throttle > 0).
     pub throttled_requests: u64,

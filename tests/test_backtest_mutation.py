@@ -1,0 +1,243 @@
+"""The back-test replays controller mutations (KIP-599) when the traffic has them: a table
+with ``partitions`` and ``strict`` columns, replayed by the Spark job (a real local
+SparkSession), gives per request the throttles and refusals the core's
+ControllerMutationQuotaManager gives fed the same sequence, with the request quota beside it
+(the applied throttle the larger, ties to the request quota, as QuotaPlugin.on_mutation),
+in open and closed loop and at every ``--scale``; traffic without the columns replays as
+before; bad mutation rows are quarantined with their reason."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa  # type: ignore[import-untyped]
+import pyarrow.parquet as pq  # type: ignore[import-untyped]
+import pytest
+from kquota import DEFAULT, Entity, RequestPath
+from kquota.backtest.job import run
+from kquota.backtest.kernel import (
+    MUTATION_THROTTLE,
+    REFUSED_PARTITIONS,
+    REQUEST_THROTTLE,
+    SENT,
+    SEQ_COLUMNS,
+    THROTTLE,
+)
+from kquota.backtest.options import BacktestOptions
+from kquota.config import QuotaConfig
+
+pytestmark = pytest.mark.slow
+
+T0 = 1_700_000_000_000
+
+
+def _config() -> QuotaConfig:
+    return QuotaConfig.from_json(
+        {
+            "window": {"num_samples": 11, "window_ms": 1000},
+            "quotas": [
+                {"entity": {"user": "<default>"}, "config": {"controller_mutation_rate": 2}},
+                {"entity": {"user": "admin"}, "config": {"controller_mutation_rate": 20}},
+                {"entity": {"user": "ops"}, "config": {"request_percentage": 5}},
+            ],
+        }
+    )
+
+
+def _traffic() -> pd.DataFrame:
+    """Two brokers; admin, ops and app mutate in bursts, among produce and metadata requests."""
+    rows = []
+    apis = ["CreateTopics", "DeleteTopics", "CreatePartitions"]
+    for i in range(160):
+        user = ["app", "admin", "ops", "app"][i % 4]
+        api = apis[i % 3] if i % 5 else "Metadata"
+        mutation = api != "Metadata"
+        rows.append(
+            {
+                "ts_ms": T0 + 137 * i,
+                "broker": f"b{i % 2}",
+                "user": user,
+                "client_id": f"c{i % 3}",
+                "api": api if i % 7 else "Produce",
+                "bytes": 100 if i % 7 == 0 else 0,
+                "thread_time_ns": 30_000_000 + 1_000_000 * (i % 11),
+                "partitions": (3 + (i * 5) % 17) if mutation and i % 7 else None,
+                "strict": bool(i % 3 != 1) if mutation and i % 7 else None,
+            }
+        )
+    frame = pd.DataFrame(rows)
+    frame["partitions"] = frame["partitions"].astype("Int32")
+    frame["strict"] = frame["strict"].astype("boolean")
+    return frame
+
+
+def _reference(frame: pd.DataFrame, config: QuotaConfig, closed: bool) -> pd.DataFrame:
+    """Per broker, request by request: the core's managers (RequestPath for the request quota,
+    ControllerMutationQuotaManager for mutations); closed loop: a client throttled for T at t
+    sends nothing before t + T, later requests shift by what it waited."""
+    out = []
+    for _, part in frame.groupby("broker", sort=False):
+        managers = {t: config.manager(t) for t in ("produce", "fetch", "request")}
+        path = RequestPath(managers["produce"], managers["fetch"], managers["request"])
+        mutation = config.mutation_manager()
+        shift: dict[tuple[str, str], int] = {}
+        mute: dict[tuple[str, str], int] = {}
+        queue = []
+        for index, r in part.iterrows():
+            queue.append((int(r["ts_ms"]), index, r))
+        results: dict[Any, tuple[int, int, int, int, int]] = {}
+        pending = sorted(queue, key=lambda q: (q[0], q[1]))
+        if closed:
+            # replay in order of sending time, per client in input order
+            by_client: dict[tuple[str, str], list[Any]] = {}
+            for q in pending:
+                by_client.setdefault((q[2]["user"], q[2]["client_id"]), []).append(q)
+            order = []
+            heads = {c: 0 for c in by_client}
+            while any(heads[c] < len(v) for c, v in by_client.items()):
+                best = None
+                for c, v in by_client.items():
+                    if heads[c] >= len(v):
+                        continue
+                    t, idx, _ = v[heads[c]]
+                    due = max(t + shift.get(c, 0), mute.get(c, -(2**62)))
+                    key = (due, int(part.loc[idx, SEQ_COLUMNS[1]]))
+                    if best is None or key < best[0]:
+                        best = (key, c)
+                assert best is not None
+                (due, _), c = best
+                t, idx, r = by_client[c][heads[c]]
+                heads[c] += 1
+                shift[c] = due - t
+                applied = _one(path, mutation, r, due, results, idx)
+                if applied > 0:
+                    mute[c] = max(mute.get(c, -(2**62)), due + applied)
+                order.append(idx)
+        else:
+            for t, idx, r in pending:
+                _one(path, mutation, r, t, results, idx)
+        for idx, (req, mut, refused, applied, sent) in results.items():
+            out.append((idx, req, mut, refused, applied, sent))
+    ref = pd.DataFrame(
+        out,
+        columns=["index", REQUEST_THROTTLE, MUTATION_THROTTLE, REFUSED_PARTITIONS, THROTTLE, SENT],
+    )
+    return ref.set_index("index").sort_index()
+
+
+def _one(
+    path: RequestPath, mutation: Any, r: Any, now: int, results: dict[Any, Any], idx: Any
+) -> int:
+    api = str(r["api"]).lower()
+    kind: Literal["produce", "fetch", "other"] = (
+        "produce" if api == "produce" else "fetch" if api == "fetch" else "other"
+    )
+    outcome = path.record(
+        r["user"], r["client_id"], kind, float(r["bytes"]), float(r["thread_time_ns"]), now_ms=now
+    )
+    request = outcome.request_throttle_ms
+    applied = outcome.throttle_ms if outcome.throttled_by is not None else 0
+    m = refused = 0
+    if not pd.isna(r["partitions"]):
+        record = mutation.record_strict if bool(r["strict"]) else mutation.record_permissive
+        check = record(r["user"], r["client_id"], float(r["partitions"]), now_ms=now)
+        m = check.throttle_ms if check.violated else 0
+        refused = 0 if check.accepted else int(r["partitions"])
+        applied = max(applied, m)
+    results[idx] = (request, m, refused, applied, now)
+    return applied
+
+
+def _write(frame: pd.DataFrame, path: Path) -> None:
+    pq.write_table(pa.Table.from_pandas(frame, preserve_index=False), path)
+
+
+@pytest.mark.parametrize("mode", ["open", "closed"])
+def test_mutations_equal_the_core_managers(spark: Any, tmp_path: Path, mode: str) -> None:
+    frame = _traffic()
+    _write(frame, tmp_path / "in.parquet")
+    config = _config()
+    options = BacktestOptions(
+        traffic=str(tmp_path / "in.parquet"),
+        quotas=config,
+        out=str(tmp_path / "out"),
+        mode=mode,  # type: ignore[arg-type]
+        scales=(1.0, 0.5),
+        report=False,
+    )
+    run(spark, options)
+    got = pd.read_parquet(tmp_path / "out" / "requests")
+    frame[SEQ_COLUMNS[1]] = np.arange(len(frame), dtype=np.int64)
+    for scenario, scale in (("x1", 1.0), ("x0.5", 0.5)):
+        mine = got[got["scenario"] == scenario].set_index(SEQ_COLUMNS[1]).sort_index()
+        expected = _reference(frame, config.scaled(scale), closed=mode == "closed")
+        for column in (REQUEST_THROTTLE, MUTATION_THROTTLE, REFUSED_PARTITIONS, THROTTLE, SENT):
+            assert mine[column].tolist() == expected[column].tolist(), (scenario, column)
+        # entities/: one controller_mutation row per broker and sensor (user-level quotas:
+        # tags (user, "")), counted from the reference's decisions
+        entities = pd.read_parquet(tmp_path / "out" / "entities")
+        mine_e = entities[
+            (entities["scenario"] == scenario) & (entities["quota_type"] == "controller_mutation")
+        ]
+        ref = frame.join(expected[[MUTATION_THROTTLE, REFUSED_PARTITIONS]])
+        ref = ref[ref["partitions"].notna()]
+        for (broker, user), part in ref.groupby(["broker", "user"]):
+            (row,) = mine_e[(mine_e["broker"] == broker) & (mine_e["sensor_user"] == user)].to_dict(
+                "records"
+            )
+            accepted = part["partitions"].where(part[REFUSED_PARTITIONS] == 0, 0)
+            assert row["requests"] == len(part)
+            assert row["usage"] == int(accepted.sum())
+            assert row["throttled_requests"] == int((part[MUTATION_THROTTLE] > 0).sum())
+            assert row["total_throttle_ms"] == int(part[MUTATION_THROTTLE].sum())
+            assert row["quota"] == dict(config.scaled(scale).mutation_quotas()).get(
+                Entity(user=user),
+                dict(config.scaled(scale).mutation_quotas())[Entity(user=DEFAULT)],
+            )
+        assert len(mine_e) == ref.groupby(["broker", "user"]).ngroups
+    x1 = got[got["scenario"] == "x1"]
+    assert (x1[REFUSED_PARTITIONS] > 0).sum() >= 3
+    assert ((x1[MUTATION_THROTTLE] > 0) & ~x1["strict"].astype("boolean").fillna(True)).sum() >= 3
+    assert (x1[MUTATION_THROTTLE] == x1[THROTTLE]).sum() < len(x1)
+
+
+def test_traffic_without_mutation_columns_has_no_mutation_results(
+    spark: Any, tmp_path: Path
+) -> None:
+    frame = _traffic().drop(columns=["partitions", "strict"])
+    _write(frame, tmp_path / "in.parquet")
+    options = BacktestOptions(
+        traffic=str(tmp_path / "in.parquet"),
+        quotas=_config(),
+        out=str(tmp_path / "out"),
+        report=False,
+    )
+    run(spark, options)
+    got = pd.read_parquet(tmp_path / "out" / "requests")
+    assert MUTATION_THROTTLE not in got.columns and REFUSED_PARTITIONS not in got.columns
+
+
+def test_bad_mutation_rows_are_quarantined_with_their_reason(spark: Any, tmp_path: Path) -> None:
+    frame = _traffic()
+    frame.loc[1, "partitions"] = -4
+    frame.loc[2, "strict"] = None
+    frame.loc[6, "api"] = "Metadata"  # partitions on a request that is not a mutation
+    _write(frame, tmp_path / "in.parquet")
+    options = BacktestOptions(
+        traffic=str(tmp_path / "in.parquet"),
+        quotas=_config(),
+        out=str(tmp_path / "out"),
+        report=False,
+    )
+    run(spark, options)
+    bad = pd.read_parquet(tmp_path / "out" / "quarantine")
+    assert sorted(bad["reason"]) == sorted(
+        [
+            "partitions negative",
+            "strict missing (a mutation needs it)",
+            "partitions on an api not CreateTopics, CreatePartitions, DeleteTopics",
+        ]
+    )

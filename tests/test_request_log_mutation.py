@@ -1,0 +1,206 @@
+"""Controller mutations in Kafka's request log (kquota.backtest.requestlog): CreateTopics,
+CreatePartitions and DeleteTopics lines become rows with the partitions they create or
+delete (topic counts tracked over the log in time order from CreateTopics, CreatePartitions
+and Metadata lines) and whether their version is strict; a topic whose count is unknown is
+counted and reported, never guessed; and ``kquota backtest`` on such a log gives the
+throttles the core's ControllerMutationQuotaManager gives fed the same mutations."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+from kquota import ControllerMutationQuotaManager
+from kquota.backtest import requestlog
+from kquota.backtest import requestlog_gen as gen
+from kquota.backtest.kernel import MUTATION_THROTTLE, REFUSED_PARTITIONS, THROTTLE
+from kquota.backtest.requestlog import LogOptions
+from kquota.cli import main
+from kquota.config import QuotaConfig
+
+pytestmark = pytest.mark.slow
+
+T0 = 1_717_372_800_000  # 2024-06-03 00:00:00 UTC
+NAMES = {3: "METADATA", 19: "CREATE_TOPICS", 20: "DELETE_TOPICS", 37: "CREATE_PARTITIONS"}
+
+
+def _line(ms: int, key: int, version: int, cid: int, request: Any, response: Any, user: str) -> str:
+    header = {
+        "requestApiKey": key,
+        "requestApiVersion": version,
+        "correlationId": cid,
+        "clientId": f"{user}-admin",
+        "requestApiKeyName": NAMES[key],
+    }
+    times = {"total": 2.0, "queue": 0.0, "local": 1.5, "remote": 0.0, "responseQueue": 0.0}
+    document = gen._document(
+        header,
+        request,
+        response,
+        {**times, "send": 0.0},
+        0,
+        "10.0.0.1:9092-10.0.0.2:5000-1",
+        f"User:{user}",
+        False,
+        {},
+    )
+    return gen.line(ms, "DEBUG", document)
+
+
+def _create(*topics: tuple[str, int, int]) -> dict[str, Any]:
+    return {
+        "topics": [
+            {
+                "name": name,
+                "numPartitions": n,
+                "replicationFactor": -1,
+                "assignments": [{"partitionIndex": i, "brokerIds": [1]} for i in range(a)],
+                "configs": [],
+            }
+            for name, n, a in topics
+        ],
+        "timeoutMs": 30000,
+        "validateOnly": False,
+    }
+
+
+def _write(folder: Path, lines: list[str]) -> Path:
+    broker = folder / "broker-1"
+    broker.mkdir(parents=True)
+    (broker / "kafka-request.log").write_text("\n".join(lines) + "\n")
+    return folder
+
+
+def test_partition_counts_are_tracked_and_unknown_ones_reported(spark: Any, tmp_path: Path) -> None:
+    metadata = {
+        "topics": [
+            {
+                "errorCode": 0,
+                "name": "old",
+                "partitions": [{"partitionIndex": i} for i in range(4)],
+            },
+            {"errorCode": 3, "name": "missing", "partitions": []},
+        ]
+    }
+    grow = lambda name, count: {"topics": [{"name": name, "count": count, "assignments": None}]}  # noqa: E731
+    lines = [
+        _line(T0, 3, 12, 1, {"topics": None}, metadata, "ops"),
+        # a: 3; b: -1 with two assignments; c: -1 -> num.partitions (2 here)
+        _line(T0 + 10, 19, 7, 2, _create(("a", 3, 0), ("b", -1, 2), ("c", -1, 0)), "", "ops"),
+        _line(T0 + 20, 37, 2, 3, grow("a", 5), "", "ops"),  # a: 3 -> 5
+        _line(T0 + 30, 20, 4, 4, {"topicNames": ["a", "old"]}, "", "ops"),  # 5 + 4
+        _line(T0 + 40, 20, 6, 5, {"topics": [{"name": "ghost", "topicId": None}]}, "", "ops"),
+        _line(T0 + 50, 37, 3, 6, grow("a", 6), "", "ops"),  # a was deleted: unknown
+        _line(T0 + 60, 20, 5, 7, {"topics": [{"name": "b", "topicId": None}]}, "", "ops"),
+        _line(T0 + 70, 20, 6, 8, {"topics": [{"name": "missing", "topicId": None}]}, "", "ops"),
+    ]
+    folder = _write(tmp_path / "log", lines)
+    out = tmp_path / "traffic"
+    summary = requestlog.import_log(spark, str(folder), str(out), LogOptions(num_partitions=2))
+    rows = pd.read_parquet(out).set_index("correlation_id").sort_index()
+    expected = {2: 3 + 2 + 2, 3: 2, 4: 9, 5: None, 6: None, 7: 2, 8: None}
+    got = {
+        cid: (None if pd.isna(v) else int(v)) for cid, v in rows["partitions"].items() if cid > 1
+    }
+    assert got == expected
+    assert pd.isna(rows.loc[1, "partitions"]) and pd.isna(rows.loc[1, "strict"])
+    strict = {cid: bool(v) for cid, v in rows["strict"].items() if cid > 1}
+    assert strict == {2: True, 3: False, 4: False, 5: True, 6: True, 7: True, 8: True}
+    assert (summary.mutations, summary.unknown_counts) == (7, 3)
+    assert summary.unknown_topics == ["a", "ghost", "missing"]
+    note = summary.notes()[-1]
+    assert note.startswith("3 of 7 mutation request(s) not replayed") and "'ghost'" in note
+    with pytest.raises(Exception, match="invalid --num-partitions 0"):
+        LogOptions(num_partitions=0)
+
+
+def test_a_log_without_mutations_imports_as_before(spark: Any, tmp_path: Path) -> None:
+    lines = [_line(T0, 3, 12, 1, {"topics": None}, {"topics": []}, "ops")]
+    out = tmp_path / "traffic"
+    summary = requestlog.import_log(spark, str(_write(tmp_path / "log", lines)), str(out))
+    assert list(pd.read_parquet(out).columns) == list(requestlog.COLUMNS)
+    assert summary.mutations == 0 and summary.notes()[-1].startswith("request log")
+
+
+def test_backtest_of_a_log_gives_the_managers_throttles(
+    spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``kquota backtest`` on a log where two admins create, grow and delete topics in
+    bursts, with old (permissive) and new (strict) versions: its throttles equal a
+    ControllerMutationQuotaManager fed each request's partitions in time order."""
+    lines = []
+    for step in range(60):
+        user = ("alice", "bob")[(step // 6) % 2]
+        ms = T0 + 150 * step
+        name = f"{user}-t{step // 6}"
+        cid = step + 1
+        kind = step % 6
+        if kind in (0, 1):
+            n = 4 + step % 5
+            version = 7 if kind == 0 else 5
+            topic = f"{name}-{kind}"
+            lines.append(_line(ms, 19, version, cid, _create((topic, n, 0)), "", user))
+        elif kind == 2:
+            topic = f"{name}-0"
+            lines.append(
+                _line(ms, 37, 3, cid, {"topics": [{"name": topic, "count": 12}]}, "", user)
+            )
+        elif kind in (3, 4):
+            topic = f"{name}-{kind - 3}"
+            request = {"topicNames": [topic]} if kind == 4 else {"topics": [{"name": topic}]}
+            lines.append(_line(ms, 20, 4 if kind == 4 else 6, cid, request, "", user))
+        else:
+            lines.append(_line(ms, 3, 12, cid, {"topics": None}, {"topics": []}, user))
+    # the partitions each request mutates, by hand from what the lines above create
+    created: dict[str, int] = {}
+    mutations = []
+    for step in range(60):
+        user = ("alice", "bob")[(step // 6) % 2]
+        ms = T0 + 150 * step
+        name = f"{user}-t{step // 6}"
+        kind = step % 6
+        if kind in (0, 1):
+            n = 4 + step % 5
+            created[f"{name}-{kind}"] = n
+            mutations.append((step + 1, user, ms, n, kind == 0))
+        elif kind == 2:
+            topic = f"{name}-0"
+            mutations.append((step + 1, user, ms, 12 - created[topic], True))
+            created[topic] = 12
+        elif kind in (3, 4):
+            topic = f"{name}-{kind - 3}"
+            mutations.append((step + 1, user, ms, created.pop(topic), kind == 3))
+    folder = _write(tmp_path / "log", lines)
+    config = QuotaConfig.from_json(
+        {
+            "window": {"num_samples": 11, "window_ms": 1000},
+            "quotas": [
+                {"entity": {"user": "<default>"}, "config": {"controller_mutation_rate": 3}},
+            ],
+        }
+    )
+    quotas = tmp_path / "quotas.json"
+    quotas.write_text(config.dumps())
+    args = ["--traffic", str(folder), "--quotas", str(quotas), "--out", str(tmp_path / "out")]
+    status = main(["backtest", *args, "--num-partitions", "3"])
+    assert status == 0, capsys.readouterr().err
+    got = pd.read_parquet(tmp_path / "out" / "requests").set_index("correlation_id").sort_index()
+    manager = ControllerMutationQuotaManager()
+    for entity, value in config.mutation_quotas():
+        manager.set_quota(entity, value)
+    throttles, refused = {}, {}
+    for cid_, user, ms, n, strict in mutations:
+        record = manager.record_strict if strict else manager.record_permissive
+        check = record(user, f"{user}-admin", float(n), now_ms=ms)
+        throttles[cid_] = check.throttle_ms if check.violated else 0
+        refused[cid_] = 0 if check.accepted else n
+    mine = got.loc[list(throttles)]
+    assert mine[MUTATION_THROTTLE].tolist() == list(throttles.values())
+    assert mine[REFUSED_PARTITIONS].tolist() == list(refused.values())
+    assert mine[THROTTLE].tolist() == list(throttles.values())
+    assert sum(1 for v in refused.values() if v) >= 2
+    assert sum(1 for c, *_, s in mutations if not s and throttles[c]) >= 2
+    others = got.drop(index=list(throttles))
+    assert (others[MUTATION_THROTTLE] == 0).all() and others["partitions"].isna().all()
