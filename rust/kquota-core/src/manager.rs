@@ -147,59 +147,39 @@ struct QuotaConfig {
 /// quotas are always on.
 const CUSTOM_LEVELS: u8 = 8;
 
-/// When a sensor last recorded and whether expiry removed it (Kafka's
-/// `Sensor.lastRecordTime` and `hasExpired`).
-struct SensorLife {
-    last_record: AtomicI64,
-    removed: AtomicBool,
+/// The throttle-time sensor's samples, and whether expiry removed it (then the ring is
+/// empty; the next request of its client makes it anew).
+#[derive(Clone, Default)]
+struct ThrottleSamples {
+    samples: Samples,
+    absent: bool,
 }
 
-impl SensorLife {
-    fn new(now: i64) -> Self {
-        SensorLife {
-            last_record: AtomicI64::new(now),
-            removed: AtomicBool::new(false),
-        }
-    }
-
-    fn touch(&self, now: i64) {
-        self.last_record.store(now, Relaxed);
-    }
-
-    /// Idle for strictly longer than `expiry_ms`.
-    fn expired(&self, now: i64, expiry_ms: i64) -> bool {
-        sensor_expired(self.last_record.load(Relaxed), now, expiry_ms)
-    }
-
-    fn removed(&self) -> bool {
-        self.removed.load(Relaxed)
-    }
-
-    /// Marks the sensor removed; true for the one caller that did (it reports it).
-    fn kill(&self) -> bool {
-        !self.removed.swap(true, Relaxed)
-    }
-}
-
-/// The sensors of both kinds, as expiry and get-or-create see them.
-trait Sensor {
-    fn life(&self) -> &SensorLife;
-}
-
-/// A quota sensor (`<Type>-<user>:<client-id>`): one `Rate` with the entity's bound.
-struct QuotaSensor {
+/// The two sensors of one set of tags in one map entry: the quota sensor
+/// (`<Type>-<user>:<client-id>`, one `Rate` with the entity's bound) and the throttle-time
+/// sensor (`<Type>ThrottleTime-<user>:<client-id>`, an `Avg` over the broker's default
+/// metric windows, 2 x 30 s).
+///
+/// Kafka's two sensors have their own last-record times and expire separately (the
+/// throttle-time sensor records only when a throttle happens): expiry removes a half in
+/// place (its state says it is absent and its samples are gone), the next request of a
+/// client resolving to these tags makes it anew (empty, at that request's time), and the
+/// entry itself is killed and unlinked once both halves are removed.
+struct Sensors {
     tags: Pair,
+    /// The quota sensor's samples and bound; absent when expiry removed it.
     cell: RateCell,
-    life: SensorLife,
+    /// Kafka's `Sensor.lastRecordTime` of each sensor.
+    quota_last: AtomicI64,
+    throttle_last: AtomicI64,
+    throttle: CowCell<ThrottleSamples>,
+    /// Killed by expiry (both sensors removed): never used again.
+    dead: AtomicBool,
 }
 
-impl Sensor for QuotaSensor {
-    fn life(&self) -> &SensorLife {
-        &self.life
-    }
-}
+impl Sensors {
+    const THROTTLE_WINDOW: WindowConfig = WindowConfig::METRICS_DEFAULT;
 
-impl QuotaSensor {
     fn new(tags: Pair, config: &QuotaConfig, now: i64) -> Self {
         let bound = Bound {
             value: Some(bound_of(&tags, config)),
@@ -209,10 +189,48 @@ impl QuotaSensor {
     }
 
     fn with_bound(tags: Pair, bound: Bound, now: i64) -> Self {
-        QuotaSensor {
+        Sensors {
             tags,
             cell: RateCell::new(bound),
-            life: SensorLife::new(now),
+            quota_last: AtomicI64::new(now),
+            throttle_last: AtomicI64::new(now),
+            throttle: CowCell::new(ThrottleSamples::default()),
+            dead: AtomicBool::new(false),
+        }
+    }
+
+    fn is_killed(&self) -> bool {
+        self.dead.load(Relaxed)
+    }
+
+    /// Marks the entry dead; true for the one caller that did.
+    fn kill(&self) -> bool {
+        !self.dead.swap(true, Relaxed)
+    }
+
+    fn quota_present(&self, guard: &Guard) -> bool {
+        self.cell.present(guard)
+    }
+
+    fn throttle_present(&self, guard: &Guard) -> bool {
+        !self.throttle.load(guard).absent
+    }
+
+    /// Both sensors exist and the entry is alive: a cached resolution to it is current.
+    fn complete(&self, guard: &Guard) -> bool {
+        !self.is_killed() && self.quota_present(guard) && self.throttle_present(guard)
+    }
+
+    /// Makes anew, empty and last recorded at `now`, whichever sensor expiry removed
+    /// (Kafka's `getOrCreateQuotaSensors` creates both).
+    fn make_present(&self, now: i64, guard: &Guard) {
+        if !self.quota_present(guard) {
+            self.quota_last.store(now, Relaxed);
+            self.cell.revive(guard);
+        }
+        if !self.throttle_present(guard) {
+            self.throttle_last.store(now, Relaxed);
+            self.throttle.update(guard, |t| t.absent = false);
         }
     }
 
@@ -234,7 +252,7 @@ impl QuotaSensor {
         check: bool,
         guard: &Guard,
     ) -> Check {
-        self.life.touch(now);
+        self.quota_last.store(now, Relaxed);
         let compute = || Some(bound_of(&self.tags, config));
         let source = if config.custom {
             BoundSource::Keep
@@ -250,83 +268,82 @@ impl QuotaSensor {
     fn measure(&self, window: &WindowConfig, now: i64, guard: &Guard) -> f64 {
         self.cell.measure(window, now, guard)
     }
-}
 
-/// A throttle-time sensor (`<Type>ThrottleTime-<user>:<client-id>`): an `Avg` over the
-/// broker's default metric windows (2 x 30 s).
-struct ThrottleSensor {
-    samples: CowCell<Samples>,
-    life: SensorLife,
-}
-
-impl Sensor for ThrottleSensor {
-    fn life(&self) -> &SensorLife {
-        &self.life
+    fn record_throttle(&self, throttle_ms: f64, now: i64, guard: &Guard) {
+        self.throttle_last.store(now, Relaxed);
+        self.throttle.update(guard, |t| {
+            // (Removed since this request resolved: it is made anew by the record.)
+            t.absent = false;
+            t.samples.record(&Self::THROTTLE_WINDOW, throttle_ms, now);
+        });
     }
-}
 
-impl ThrottleSensor {
-    const WINDOW: WindowConfig = WindowConfig::METRICS_DEFAULT;
+    fn throttle_average(&self, now: i64, guard: &Guard) -> f64 {
+        self.throttle.update(guard, |t| {
+            t.samples.measure_avg(&Self::THROTTLE_WINDOW, now)
+        })
+    }
 
-    fn new(now: i64) -> Self {
-        ThrottleSensor {
-            samples: CowCell::new(Samples::new()),
-            life: SensorLife::new(now),
+    /// Removes the quota sensor if it is idle for longer than `expiry_ms` at `now`; true
+    /// if this call removed it. (The idle check is repeated where the removal takes
+    /// effect: a record that touched the sensor before that keeps it.)
+    fn expire_quota(&self, now: i64, expiry_ms: i64, guard: &Guard) -> bool {
+        let expired = || sensor_expired(self.quota_last.load(Relaxed), now, expiry_ms);
+        self.quota_present(guard) && expired() && self.cell.remove_if(expired, guard)
+    }
+
+    /// [`Self::expire_quota`] for the throttle-time sensor.
+    fn expire_throttle(&self, now: i64, expiry_ms: i64, guard: &Guard) -> bool {
+        let expired = || sensor_expired(self.throttle_last.load(Relaxed), now, expiry_ms);
+        if !self.throttle_present(guard) || !expired() {
+            return false;
         }
-    }
-
-    fn record(&self, throttle_ms: f64, now: i64, guard: &Guard) {
-        self.life.touch(now);
-        self.samples
-            .update(guard, |s| s.record(&Self::WINDOW, throttle_ms, now));
-    }
-
-    fn average(&self, now: i64, guard: &Guard) -> f64 {
-        self.samples
-            .update(guard, |s| s.measure_avg(&Self::WINDOW, now))
+        self.throttle.update(guard, |t| {
+            if t.absent || !expired() {
+                return false;
+            }
+            *t = ThrottleSamples {
+                samples: Samples::new(),
+                absent: true,
+            };
+            true
+        })
     }
 }
 
 /// A client's sensors, valid while the configuration generation is unchanged and no
-/// sensor expiry has removed anything since (then the sensors' own flags decide).
+/// sensor expiry has removed anything since (then the sensors' own state decides).
 struct Resolved {
     generation: u64,
     expiry_round: u64,
-    quota: Arc<QuotaSensor>,
-    throttle: Arc<ThrottleSensor>,
+    sensors: Arc<Sensors>,
 }
 
-impl Resolved {
-    fn live(&self) -> bool {
-        !self.quota.life.removed() && !self.throttle.life.removed()
-    }
-}
-
-impl<S: Sensor> Mortal for S {
+impl Mortal for Sensors {
     fn is_dead(&self) -> bool {
-        self.life().removed()
+        self.is_killed()
     }
 }
 
-impl<S: Sensor> Table for Map<Pair, Arc<S>> {
+impl Table for Map<Pair, Arc<Sensors>> {
     type Key = Pair;
-    type Value = S;
+    type Value = Sensors;
 
-    fn get(&self, key: &Pair) -> Option<Arc<S>> {
+    fn get(&self, key: &Pair) -> Option<Arc<Sensors>> {
         self.pin().get(key).cloned()
     }
 
-    fn get_or_insert(&self, key: &Pair, value: Arc<S>) -> Arc<S> {
+    fn get_or_insert(&self, key: &Pair, value: Arc<Sensors>) -> Arc<Sensors> {
         // (`get_or_insert_with`, as before the maps were rebuildable: papaya's
         // `get_or_insert` was measured to leave ~40 more bytes per sensor allocated.)
         self.pin().get_or_insert_with(key.clone(), || value).clone()
     }
 
-    fn remove_same(&self, key: &Pair, value: &Arc<S>) {
+    fn remove_same(&self, key: &Pair, value: &Arc<Sensors>) {
         let _ = self.pin().remove_if(key, |_, v| Arc::ptr_eq(v, value));
     }
 
-    fn entries(&self) -> Vec<(Pair, Arc<S>)> {
+    fn entries(&self) -> Vec<(Pair, Arc<Sensors>)> {
         self.pin()
             .iter()
             .map(|(k, v)| (k.clone(), v.clone()))
@@ -334,10 +351,10 @@ impl<S: Sensor> Table for Map<Pair, Arc<S>> {
     }
 }
 
-/// The sensor maps and the resolution cache, replaced together by a rebuild.
+/// The sensor map and the resolution cache, replaced together by a rebuild.
 struct Maps {
-    quota_sensors: Map<Pair, Arc<QuotaSensor>>,
-    throttle_sensors: Map<Pair, Arc<ThrottleSensor>>,
+    /// Tags -> the entry holding both sensors of those tags.
+    sensors: Map<Pair, Arc<Sensors>>,
     /// (principal, client id) -> the sensors its requests record into. A cache: a
     /// rebuild starts it empty.
     clients: Map<Pair, Resolved>,
@@ -349,8 +366,7 @@ struct Maps {
 impl Maps {
     fn with_capacity(sensors: usize) -> Self {
         Maps {
-            quota_sensors: Map::with_capacity_and_hasher(sensors, Default::default()),
-            throttle_sensors: Map::with_capacity_and_hasher(sensors, Default::default()),
+            sensors: Map::with_capacity_and_hasher(sensors, Default::default()),
             clients: Map::default(),
             peak: AtomicUsize::new(sensors),
         }
@@ -358,61 +374,68 @@ impl Maps {
 
     /// The most entries one of the maps holds now.
     fn len(&self) -> usize {
-        self.quota_sensors
-            .len()
-            .max(self.throttle_sensors.len())
-            .max(self.clients.len())
+        self.sensors.len().max(self.clients.len())
     }
 
     /// Fresh maps, sized for the live sensors of `old` and holding them (the first copy).
     fn copy_of(old: &Maps) -> Maps {
-        let sensors = old.quota_sensors.len().max(old.throttle_sensors.len());
-        let new = Maps::with_capacity(sensors);
-        copy_again(&old.quota_sensors, &new.quota_sensors);
-        copy_again(&old.throttle_sensors, &new.throttle_sensors);
+        let new = Maps::with_capacity(old.sensors.len());
+        copy_again(&old.sensors, &new.sensors);
         new
     }
 }
 
-fn quota_sensors(m: &Maps) -> &Map<Pair, Arc<QuotaSensor>> {
-    &m.quota_sensors
+fn sensor_map(m: &Maps) -> &Map<Pair, Arc<Sensors>> {
+    &m.sensors
 }
 
-fn throttle_sensors(m: &Maps) -> &Map<Pair, Arc<ThrottleSensor>> {
-    &m.throttle_sensors
-}
-
-/// Kills the sensors of the map `table` selects in `maps` that are idle for longer than
-/// `expiry_ms` (and unlinks any killed sensor found there); yields the tags of those this
-/// call killed. A sensor is marked before it is unlinked: a sensor missing from a map it
-/// was in is dead, which a rebuild's second copy relies on.
-fn remove_expired<S: Sensor>(
+/// Removes the sensors idle for longer than `expiry_ms` in `maps`, killing and unlinking
+/// the entries left with neither sensor (and unlinking any killed entry found there);
+/// yields the Kafka names of the sensors this call removed. An entry is marked before it
+/// is unlinked: an entry missing from a map it was in is dead, which a rebuild's second
+/// copy relies on.
+fn remove_expired(
     tables: &Tables<Maps>,
-    table: fn(&Maps) -> &Map<Pair, Arc<S>>,
     maps: &Maps,
     now: i64,
     expiry_ms: i64,
+    name: impl Fn(&str, &Pair) -> String,
+    quota_removed_alone: &AtomicBool,
     guard: &Guard,
-) -> Vec<Pair> {
-    let gone = |s: &S| s.life().removed() || s.life().expired(now, expiry_ms);
-    let stale: Vec<(Pair, Arc<S>)> = table(maps)
+) -> Vec<String> {
+    let idle = |last: &AtomicI64| sensor_expired(last.load(Relaxed), now, expiry_ms);
+    let stale: Vec<(Pair, Arc<Sensors>)> = maps
+        .sensors
         .pin()
         .iter()
-        .filter(|(_, s)| gone(s))
+        .filter(|(_, s)| {
+            s.is_killed()
+                || (s.quota_present(guard) && idle(&s.quota_last))
+                || (s.throttle_present(guard) && idle(&s.throttle_last))
+                || (!s.quota_present(guard) && !s.throttle_present(guard))
+        })
         .map(|(k, s)| (k.clone(), s.clone()))
         .collect();
-    let mut killed = Vec::with_capacity(stale.len());
-    for (tags, sensor) in stale {
-        // Recorded into since the scan: it stays.
-        if !gone(&sensor) {
-            continue;
+    let mut names = Vec::new();
+    for (tags, sensors) in stale {
+        if !sensors.is_killed() {
+            if sensors.expire_quota(now, expiry_ms, guard) {
+                names.push(name("", &tags));
+            }
+            if sensors.expire_throttle(now, expiry_ms, guard) {
+                names.push(name("ThrottleTime", &tags));
+            }
+            if sensors.throttle_present(guard) && !sensors.quota_present(guard) {
+                quota_removed_alone.store(true, Relaxed);
+            }
+            if sensors.quota_present(guard) || sensors.throttle_present(guard) {
+                continue;
+            }
+            sensors.kill();
         }
-        if sensor.life().kill() {
-            killed.push(tags.clone());
-        }
-        tables.unlink(table, maps, &tags, &sensor, guard);
+        tables.unlink(sensor_map, maps, &tags, &sensors, guard);
     }
-    killed
+    names
 }
 
 fn bound_of(tags: &Pair, config: &QuotaConfig) -> f64 {
@@ -428,6 +451,9 @@ pub struct QuotaManager {
     maps: Tables<Maps>,
     /// Bumped by every expiry run that removed a sensor.
     expiry_round: AtomicU64,
+    /// Set once expiry removed a quota sensor and kept its entry for the throttle-time
+    /// sensor: from then on counting quota sensors looks at each entry.
+    quota_removed_alone: AtomicBool,
     delay_queue: DelayQueue,
     callback: Option<Arc<dyn QuotaCallback>>,
 }
@@ -470,6 +496,7 @@ impl QuotaManager {
             config: CowCell::new(QuotaConfig::default()),
             maps: Tables::new(Maps::with_capacity(0)),
             expiry_round: AtomicU64::new(0),
+            quota_removed_alone: AtomicBool::new(false),
             delay_queue: DelayQueue::new(),
             callback: None,
         })
@@ -573,11 +600,11 @@ impl QuotaManager {
         };
         let guard = pin();
         let maps = self.maps.load(&guard);
-        let sensors: Vec<(Pair, Arc<QuotaSensor>)> = maps
-            .quota_sensors
+        let sensors: Vec<(Pair, Arc<Sensors>)> = maps
+            .sensors
             .pin()
             .iter()
-            .filter(|(_, s)| !s.is_dead())
+            .filter(|(_, s)| !s.is_dead() && s.quota_present(&guard))
             .map(|(t, s)| (t.clone(), s.clone()))
             .collect();
         let mut limits = Vec::with_capacity(sensors.len());
@@ -639,13 +666,14 @@ impl QuotaManager {
         tags: &Pair,
         now: i64,
         guard: &Guard,
-    ) -> Result<Arc<QuotaSensor>> {
-        // (A sensor made below without an asked limit has none: it is not current.)
-        let current = |s: &QuotaSensor| {
+    ) -> Result<Arc<Sensors>> {
+        // (A sensor made below without an asked limit has none: it is not current; nor
+        // is one that expiry removed.)
+        let current = |s: &Sensors| {
             let b = s.cell.bound(guard);
             b.value.is_some() && b.generation >= config.generation
         };
-        let existing = quota_sensors(self.maps.load(guard))
+        let existing = sensor_map(self.maps.load(guard))
             .pin()
             .get(tags)
             .filter(|s| !s.is_dead())
@@ -659,11 +687,12 @@ impl QuotaManager {
             generation: config.generation,
         };
         let sensor = self.maps.live(
-            quota_sensors,
+            sensor_map,
             tags,
-            || QuotaSensor::with_bound(tags.clone(), bound, now),
+            || Sensors::with_bound(tags.clone(), bound, now),
             guard,
         );
+        sensor.make_present(now, guard);
         if !current(&sensor) {
             let value = match asked.take() {
                 Some(v) => v,
@@ -751,7 +780,7 @@ impl QuotaManager {
             let round = self.expiry_round.load(Acquire);
             if let Some(resolved) = maps.clients.get(&PairRef(user, client_id), clients) {
                 if resolved.generation == config.generation
-                    && (resolved.expiry_round == round || resolved.live())
+                    && (resolved.expiry_round == round || resolved.sensors.complete(guard))
                 {
                     return Ok(resolved);
                 }
@@ -759,35 +788,31 @@ impl QuotaManager {
             // Kafka's `SensorAccess.getOrCreate`, settled against a concurrent rebuild (the
             // sensors may come from newer maps than `maps`: caching them in `maps` is
             // still right, their users loaded `maps` before the rebuild).
-            let (tags, quota) = match &self.callback {
+            let sensors = match &self.callback {
                 None => {
                     let (u, c) = config.overrides.tags(&sanitize_user(user), client_id);
                     let tags = Pair::new(&u, &c);
-                    let quota = self.maps.live(
-                        quota_sensors,
+                    let sensors = self.maps.live(
+                        sensor_map,
                         &tags,
-                        || QuotaSensor::new(tags.clone(), config, now),
+                        || Sensors::new(tags.clone(), config, now),
                         guard,
                     );
-                    (tags, quota)
+                    sensors.make_present(now, guard);
+                    sensors
                 }
                 Some(cb) => {
                     // (A reset here makes this resolution stale: the next request
                     // resolves again under the new limits.)
                     self.reset_if_required()?;
                     let tags = self.ask_tags(cb.as_ref(), user, client_id)?;
-                    let quota = self.custom_sensor(cb.as_ref(), config, &tags, now, guard)?;
-                    (tags, quota)
+                    self.custom_sensor(cb.as_ref(), config, &tags, now, guard)?
                 }
             };
-            let throttle =
-                self.maps
-                    .live(throttle_sensors, &tags, || ThrottleSensor::new(now), guard);
             let resolved = Resolved {
                 generation: config.generation,
                 expiry_round: round,
-                quota,
-                throttle,
+                sensors,
             };
             // (Not `compute`: a table filled through papaya's `compute` was measured to
             // make every later lookup about 20x slower.) An expiry may remove the entry
@@ -868,7 +893,7 @@ impl QuotaManager {
         let clients = maps.clients.guard();
         let resolved = self.resolve(config, maps, user, client_id, now, &clients, &guard)?;
         let outcome = resolved
-            .quota
+            .sensors
             .record(config, &self.window, value, now, check, &guard);
         Ok(self.throttle_int(outcome))
     }
@@ -898,7 +923,9 @@ impl QuotaManager {
         let maps = self.maps.load(&guard);
         let clients = maps.clients.guard();
         let resolved = self.resolve(config, maps, user, client_id, now, &clients, &guard)?;
-        resolved.throttle.record(throttle_ms as f64, now, &guard);
+        resolved
+            .sensors
+            .record_throttle(throttle_ms as f64, now, &guard);
         let end = now.saturating_add(throttle_ms);
         if let Some(channel) = channel {
             self.delay_queue.push(end, channel);
@@ -934,7 +961,7 @@ impl QuotaManager {
         let clients = maps.clients.guard();
         let quota = &self
             .resolve(config, maps, user, client_id, now, &clients, &guard)?
-            .quota;
+            .sensors;
         let tags = &quota.tags;
         let limit = if config.custom {
             Some(quota.bound(config, &guard)).filter(|&b| b != UNLIMITED)
@@ -946,55 +973,61 @@ impl QuotaManager {
 
     // -- reading ---------------------------------------------------------------------
 
-    /// The live sensor of the client in the current maps, or in the maps a rebuild is
-    /// copying from (a read: nothing is created or moved).
-    fn existing_sensor<S: Sensor>(
-        &self,
-        table: fn(&Maps) -> &Map<Pair, Arc<S>>,
-        user: &str,
-        client_id: &str,
-    ) -> Option<Arc<S>> {
-        let guard = pin();
+    /// The live sensors entry of the client in the current maps, or in the maps a rebuild
+    /// is copying from (a read: nothing is created or moved).
+    fn existing_sensors(&self, user: &str, client_id: &str, guard: &Guard) -> Option<Arc<Sensors>> {
         let (u, c) = match &self.callback {
             // With a callback: the sensor the client last resolved to (a read never calls
             // the callback).
             Some(_) => {
-                let maps = self.maps.load(&guard);
+                let maps = self.maps.load(guard);
                 let cached = maps
                     .clients
                     .pin()
                     .get(&PairRef(user, client_id))?
-                    .quota
+                    .sensors
                     .tags
                     .clone();
                 (cached.first().to_owned(), cached.second().to_owned())
             }
-            None => self.config.read(&guard, |c| {
-                c.overrides.tags(&sanitize_user(user), client_id)
-            }),
+            None => self
+                .config
+                .read(guard, |c| c.overrides.tags(&sanitize_user(user), client_id)),
         };
         let key = PairRef(&u, &c);
         let find = |maps: &Maps| {
-            table(maps)
+            maps.sensors
                 .pin()
                 .get(&key)
-                .filter(|s| !s.life().removed())
+                .filter(|s| !s.is_dead())
                 .cloned()
         };
-        find(self.maps.load(&guard)).or_else(|| self.maps.prev(&guard).and_then(find))
+        find(self.maps.load(guard)).or_else(|| self.maps.prev(guard).and_then(find))
+    }
+
+    /// The client's quota sensor, if it exists.
+    fn existing_quota_sensor(
+        &self,
+        user: &str,
+        client_id: &str,
+        guard: &Guard,
+    ) -> Option<Arc<Sensors>> {
+        self.existing_sensors(user, client_id, guard)
+            .filter(|s| s.quota_present(guard))
     }
 
     /// The client's current rate, measured at `now` (purges, like a JMX read);
     /// `None` when its sensor does not exist.
     pub fn measure(&self, user: &str, client_id: &str, now: i64) -> Option<f64> {
-        let sensor = self.existing_sensor(quota_sensors, user, client_id)?;
-        Some(sensor.measure(&self.window, now, &pin()))
+        let guard = pin();
+        let sensor = self.existing_quota_sensor(user, client_id, &guard)?;
+        Some(sensor.measure(&self.window, now, &guard))
     }
 
     /// The bound the client's existing sensor enforces.
     pub fn bound(&self, user: &str, client_id: &str) -> Option<f64> {
-        let sensor = self.existing_sensor(quota_sensors, user, client_id)?;
         let guard = pin();
+        let sensor = self.existing_quota_sensor(user, client_id, &guard)?;
         let config = self.config.load(&guard);
         Some(sensor.bound(config, &guard))
     }
@@ -1002,8 +1035,11 @@ impl QuotaManager {
     /// The client's throttle-time average at `now` (NaN with no throttles in the
     /// horizon); `None` when that sensor does not exist.
     pub fn throttle_time_avg(&self, user: &str, client_id: &str, now: i64) -> Option<f64> {
-        let sensor = self.existing_sensor(throttle_sensors, user, client_id)?;
-        Some(sensor.average(now, &pin()))
+        let guard = pin();
+        let sensor = self
+            .existing_sensors(user, client_id, &guard)
+            .filter(|s| s.throttle_present(&guard))?;
+        Some(sensor.throttle_average(now, &guard))
     }
 
     /// Every live quota sensor with its rate at `now` (a metrics scrape; purges like one).
@@ -1011,15 +1047,16 @@ impl QuotaManager {
         let guard = pin();
         let config = self.config.load(&guard);
         let maps = self.maps.load(&guard);
-        let throttles = maps.throttle_sensors.pin();
-        let quota = maps.quota_sensors.pin();
-        let all = quota
+        let sensors = maps.sensors.pin();
+        let all = sensors
             .iter()
-            .filter(|(_, sensor)| !sensor.is_dead())
+            .filter(|(_, sensor)| !sensor.is_dead() && sensor.quota_present(&guard))
             .map(|(tags, sensor)| {
                 let rate = sensor.measure(&self.window, now, &guard);
                 let bound = sensor.bound(config, &guard);
-                let throttle_time_avg = throttles.get(tags).map(|t| t.average(now, &guard));
+                let throttle_time_avg = sensor
+                    .throttle_present(&guard)
+                    .then(|| sensor.throttle_average(now, &guard));
                 SensorSnapshot {
                     user: tags.first().to_owned(),
                     client_id: tags.second().to_owned(),
@@ -1046,25 +1083,33 @@ impl QuotaManager {
     pub fn sensor_names(&self) -> Vec<String> {
         let guard = pin();
         let maps = self.maps.load(&guard);
-        let (quota, throttle) = (maps.quota_sensors.pin(), maps.throttle_sensors.pin());
-        let mut names: Vec<String> = quota
-            .iter()
-            .filter(|(_, s)| !s.is_dead())
-            .map(|(t, _)| self.sensor_name("", t))
-            .chain(
-                throttle
-                    .iter()
-                    .filter(|(_, s)| !s.is_dead())
-                    .map(|(t, _)| self.sensor_name("ThrottleTime", t)),
-            )
-            .collect();
+        let mut names = Vec::new();
+        for (tags, s) in maps.sensors.pin().iter().filter(|(_, s)| !s.is_dead()) {
+            if s.quota_present(&guard) {
+                names.push(self.sensor_name("", tags));
+            }
+            if s.throttle_present(&guard) {
+                names.push(self.sensor_name("ThrottleTime", tags));
+            }
+        }
         names.sort();
         names
     }
 
     /// Number of live quota sensors.
     pub fn sensor_count(&self) -> usize {
-        self.maps.load(&pin()).quota_sensors.len()
+        let guard = pin();
+        let maps = self.maps.load(&guard);
+        if !self.quota_removed_alone.load(Relaxed) {
+            return maps.sensors.len();
+        }
+        // (Some entry may hold only a throttle-time sensor: count the quota sensors.)
+        let sensors = maps.sensors.pin();
+        let count = sensors
+            .iter()
+            .filter(|(_, s)| !s.is_dead() && s.quota_present(&guard))
+            .count();
+        count
     }
 
     /// Diagnostic (for tests and memory checks, not part of Kafka's API): how many
@@ -1089,22 +1134,17 @@ impl QuotaManager {
         let maps = self.maps.load(&guard);
         // The maps grow only between expiries: their size now is the most they held.
         maps.peak.fetch_max(maps.len(), Relaxed);
-        let quota = remove_expired(&self.maps, quota_sensors, maps, now, expiry, &guard);
-        let throttle = remove_expired(&self.maps, throttle_sensors, maps, now, expiry, &guard);
-        let mut names: Vec<String> = quota
-            .iter()
-            .map(|tags| self.sensor_name("", tags))
-            .chain(
-                throttle
-                    .iter()
-                    .map(|tags| self.sensor_name("ThrottleTime", tags)),
-            )
-            .collect();
+        let name = |kind: &str, tags: &Pair| self.sensor_name(kind, tags);
+        let alone = &self.quota_removed_alone;
+        let mut names = remove_expired(&self.maps, maps, now, expiry, name, alone, &guard);
         let mut shrunk = false;
         if !names.is_empty() {
             self.expiry_round.fetch_add(1, Release);
             let current = self.maps.load(&guard);
-            current.clients.pin().retain(|_, r| r.live());
+            current
+                .clients
+                .pin()
+                .retain(|_, r| r.sensors.complete(&guard));
             shrunk = self.shrink(current, &guard);
         }
         drop(guard);
@@ -1127,12 +1167,10 @@ impl QuotaManager {
         self.maps.rebuild(
             Maps::copy_of,
             |old, new| {
-                copy_again(&old.quota_sensors, &new.quota_sensors);
-                copy_again(&old.throttle_sensors, &new.throttle_sensors);
+                copy_again(&old.sensors, &new.sensors);
             },
             |new| {
-                unlink_dead(&new.quota_sensors);
-                unlink_dead(&new.throttle_sensors);
+                unlink_dead(&new.sensors);
             },
             guard,
         )
@@ -1318,6 +1356,50 @@ mod tests {
         m.record_batch(&[0], &[0], &[1.0], &keys, Some(&[true]))
             .unwrap();
         assert_eq!(m.measure("a", "c", 0), Some(0.0));
+    }
+
+    #[test]
+    fn quota_and_throttle_time_sensors_expire_separately() {
+        let e = DEFAULT_SENSOR_EXPIRY_MS;
+        let m = QuotaManager::with_defaults(QuotaType::Produce);
+        m.set_quota(&user("u"), 100.0).unwrap();
+        // The throttle-time sensor outlives the quota sensor.
+        m.record("u", "c", 1e6, 0).unwrap();
+        m.throttle("u", "c", 50, 1000, None).unwrap();
+        assert_eq!(m.expire_sensors(e + 1), vec!["Produce-u:"]);
+        assert_eq!(m.sensor_names(), vec!["ProduceThrottleTime-u:"]);
+        assert_eq!(m.sensor_count(), 0);
+        assert_eq!(m.measure("u", "c", e + 1), None);
+        assert_eq!(m.bound("u", "c"), None);
+        assert_eq!(m.throttle_time_avg("u", "c", 1000), Some(50.0));
+        assert!(m.snapshot(e + 1).is_empty());
+        // The next request makes a brand-new quota sensor; the throttle one is kept.
+        m.record("u", "c", 10.0, e + 2).unwrap();
+        assert_eq!(m.sensor_count(), 1);
+        assert_eq!(m.measure("u", "c", e + 2), Some(1.0));
+        assert_eq!(m.throttle_time_avg("u", "c", 1000), Some(50.0));
+        assert_eq!(
+            m.sensor_names(),
+            vec!["Produce-u:", "ProduceThrottleTime-u:"]
+        );
+        // Then the throttle-time sensor expires alone, and a request makes it anew.
+        assert_eq!(m.expire_sensors(e + 1001), vec!["ProduceThrottleTime-u:"]);
+        assert_eq!(m.sensor_names(), vec!["Produce-u:"]);
+        assert_eq!(m.throttle_time_avg("u", "c", e + 1001), None);
+        m.record("u", "c", 10.0, e + 1002).unwrap();
+        assert!(m.throttle_time_avg("u", "c", e + 1002).unwrap().is_nan());
+        // Both expire: the entry goes.
+        let mut gone = m.expire_sensors(3 * e);
+        gone.sort();
+        assert_eq!(gone, vec!["Produce-u:", "ProduceThrottleTime-u:"]);
+        assert_eq!(m.maps.load(&pin()).sensors.len(), 0);
+        assert_eq!(m.sensor_count(), 0);
+        // A throttle alone also makes both sensors anew.
+        m.throttle("u", "c", 5, 4 * e, None).unwrap();
+        assert_eq!(
+            m.sensor_names(),
+            vec!["Produce-u:", "ProduceThrottleTime-u:"]
+        );
     }
 
     #[test]

@@ -69,10 +69,13 @@ struct Block {
     summary: Option<Summary>,
     /// The ring; the sample in progress's value and last-event time are in `acc`.
     samples: Samples,
+    /// Removed by expiry (see [`RateCell::remove_if`]): the ring is empty and the sensor
+    /// does not exist for readers until a record or [`RateCell::revive`] brings it back.
+    absent: bool,
 }
 
 impl Block {
-    fn new(samples: Samples, bound: Bound) -> Block {
+    fn new(samples: Samples, bound: Bound, absent: bool) -> Block {
         let (value, base) = samples.current().unwrap_or((0.0, 0));
         Block {
             acc: AtomicWord::new(pack(value, 0, false)),
@@ -80,6 +83,7 @@ impl Block {
             bound,
             summary: samples.summary(),
             samples,
+            absent,
         }
     }
 
@@ -109,8 +113,41 @@ impl RateCell {
     /// An empty sensor with `bound`.
     pub fn new(bound: Bound) -> Self {
         RateCell {
-            block: AtomicBox::new(Block::new(Samples::new(), bound)),
+            block: AtomicBox::new(Block::new(Samples::new(), bound, false)),
         }
+    }
+
+    /// Whether the sensor exists (was not removed by [`Self::remove_if`], or was brought
+    /// back since).
+    pub fn present(&self, guard: &Guard) -> bool {
+        !self.block.load(guard).get().absent
+    }
+
+    /// Removes the sensor if it is present and `expired()` holds when the removal takes
+    /// effect: empties its ring and forgets its bound (a sensor made anew reads the current
+    /// one). Returns whether this call removed it. A record always brings a removed sensor
+    /// back, as a brand-new one (an absent block holds no ring, so no record is in place).
+    pub fn remove_if(&self, expired: impl Fn() -> bool, guard: &Guard) -> bool {
+        self.structural_with(guard, |samples, bound, absent| {
+            if *absent || !expired() {
+                return false;
+            }
+            *samples = Samples::new();
+            *bound = Bound {
+                value: None,
+                generation: u64::MAX,
+            };
+            *absent = true;
+            true
+        })
+    }
+
+    /// Brings a removed sensor back, empty (a no-op on a present one).
+    pub fn revive(&self, guard: &Guard) {
+        if self.present(guard) {
+            return;
+        }
+        self.structural_with(guard, |_, _, absent| *absent = false);
     }
 
     /// The bound currently held.
@@ -137,7 +174,8 @@ impl RateCell {
         guard: &Guard,
     ) -> Check {
         let structural = || {
-            self.structural(guard, |samples, bound| {
+            self.structural_with(guard, |samples, bound, absent| {
+                *absent = false;
                 if let BoundSource::Generation {
                     generation,
                     compute,
@@ -207,12 +245,22 @@ impl RateCell {
         self.structural(guard, |_, b| *b = bound);
     }
 
-    /// Seals the current block, applies `change` to a folded copy and publishes it.
-    /// `change` may run more than once (on a fresher block each time).
+    /// Seals the current block, applies `change` to a folded copy and publishes it; the
+    /// sensor stays present or absent. `change` may run more than once (on a fresher
+    /// block each time).
     fn structural<R>(
         &self,
         guard: &Guard,
         mut change: impl FnMut(&mut Samples, &mut Bound) -> R,
+    ) -> R {
+        self.structural_with(guard, |samples, bound, _| change(samples, bound))
+    }
+
+    /// [`Self::structural`], with the block's absent flag to change as well.
+    fn structural_with<R>(
+        &self,
+        guard: &Guard,
+        mut change: impl FnMut(&mut Samples, &mut Bound, &mut bool) -> R,
     ) -> R {
         loop {
             let loaded = self.block.load(guard);
@@ -222,10 +270,11 @@ impl RateCell {
             };
             let mut samples = block.folded(word);
             let mut bound = block.bound;
-            let result = change(&mut samples, &mut bound);
+            let mut absent = block.absent;
+            let result = change(&mut samples, &mut bound, &mut absent);
             if self
                 .block
-                .replace(loaded, Box::new(Block::new(samples, bound)), guard)
+                .replace(loaded, Box::new(Block::new(samples, bound, absent)), guard)
                 .is_ok()
             {
                 return result;
