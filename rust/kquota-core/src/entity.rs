@@ -221,6 +221,17 @@ impl Overrides {
         }
     }
 
+    /// [`Self::tags`] without allocating, when only one level of quotas is enabled (or
+    /// none): then the tags follow from the level alone. `None` otherwise.
+    pub fn simple_tags<'a>(&self, user: &'a str, client: &'a str) -> Option<(&'a str, &'a str)> {
+        match self.enabled {
+            0 | CLIENT_LEVEL => Some(("", client)),
+            USER_LEVEL => Some((user, "")),
+            USER_CLIENT_LEVEL => Some((user, client)),
+            _ => None,
+        }
+    }
+
     /// The bound of a sensor with these tags: [`Self::quota_limit`], or
     /// [`crate::UNLIMITED`] when no quota applies.
     pub fn bound(&self, user: &str, client: &str) -> f64 {

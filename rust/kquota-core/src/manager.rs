@@ -12,8 +12,8 @@
 use std::fmt;
 use std::str::FromStr;
 use std::sync::atomic::{
-    AtomicBool, AtomicI64, AtomicU64, AtomicUsize,
-    Ordering::{Acquire, Relaxed, Release},
+    fence, AtomicBool, AtomicI64, AtomicU64, AtomicUsize,
+    Ordering::{Acquire, Relaxed, Release, SeqCst},
 };
 use std::sync::Arc;
 
@@ -175,6 +175,14 @@ struct Sensors {
     throttle: CowCell<ThrottleSamples>,
     /// Killed by expiry (both sensors removed): never used again.
     dead: AtomicBool,
+    /// Returned by a settle ([`Tables::live`]): the entry is (or will be, by a rebuild's
+    /// copy) the one of its tags in the current maps, so a request that finds it in the
+    /// maps it loaded may record into it without settling again.
+    settled: AtomicBool,
+    /// Set by expiry after it removed one of the two sensors in place (a request that
+    /// finds it makes them present again first). Never left false while one is absent:
+    /// see [`Sensors::make_present`].
+    partial: AtomicBool,
 }
 
 impl Sensors {
@@ -196,6 +204,8 @@ impl Sensors {
             throttle_last: AtomicI64::new(now),
             throttle: CowCell::new(ThrottleSamples::default()),
             dead: AtomicBool::new(false),
+            settled: AtomicBool::new(false),
+            partial: AtomicBool::new(false),
         }
     }
 
@@ -221,9 +231,37 @@ impl Sensors {
         !self.is_killed() && self.quota_present(guard) && self.throttle_present(guard)
     }
 
+    /// Whether a request that found the entry in the maps it loaded records into it
+    /// directly: settled, alive, and both sensors present.
+    #[inline]
+    fn ready(&self) -> bool {
+        self.settled.load(Acquire) && !self.dead.load(Relaxed) && !self.partial.load(Relaxed)
+    }
+
+    /// Marks the entry settled (it came out of [`Tables::live`]).
+    fn settle_done(&self) {
+        if !self.settled.load(Relaxed) {
+            self.settled.store(true, Release);
+        }
+    }
+
+    /// After expiry removed a sensor in place: the fence orders the removal before the
+    /// flag, against [`Self::make_present`]'s.
+    fn mark_partial(&self) {
+        fence(SeqCst);
+        self.partial.store(true, Relaxed);
+    }
+
     /// Makes anew, empty and last recorded at `now`, whichever sensor expiry removed
-    /// (Kafka's `getOrCreateQuotaSensors` creates both).
+    /// (Kafka's `getOrCreateQuotaSensors` creates both). The flag is cleared before the
+    /// sensors are looked at, with a fence between (and one between an expiry's removal
+    /// and its setting the flag): either the look below sees that removal, or the
+    /// expiry's flag comes later in the flag's order than this clearing.
     fn make_present(&self, now: i64, guard: &Guard) {
+        if self.partial.load(Relaxed) {
+            self.partial.store(false, Relaxed);
+            fence(SeqCst);
+        }
         if !self.quota_present(guard) {
             self.quota_last.store(now, Relaxed);
             self.cell.revive(guard);
@@ -419,19 +457,35 @@ fn remove_expired(
     let mut names = Vec::new();
     for (tags, sensors) in stale {
         if !sensors.is_killed() {
-            if sensors.expire_quota(now, expiry_ms, guard) {
-                names.push(name("", &tags));
-            }
-            if sensors.expire_throttle(now, expiry_ms, guard) {
-                names.push(name("ThrottleTime", &tags));
-            }
-            if sensors.throttle_present(guard) && !sensors.quota_present(guard) {
-                quota_removed_alone.store(true, Relaxed);
-            }
-            if sensors.quota_present(guard) || sensors.throttle_present(guard) {
+            let (quota, throttle) = (
+                sensors.quota_present(guard),
+                sensors.throttle_present(guard),
+            );
+            if (!quota || idle(&sensors.quota_last)) && (!throttle || idle(&sensors.throttle_last))
+            {
+                // Both sensors gone: the entry is killed whole (nothing is copied or
+                // retired per sensor).
+                if sensors.kill() {
+                    if quota {
+                        names.push(name("", &tags));
+                    }
+                    if throttle {
+                        names.push(name("ThrottleTime", &tags));
+                    }
+                }
+            } else {
+                // One of them expired: it is removed in place.
+                if sensors.expire_quota(now, expiry_ms, guard) {
+                    names.push(name("", &tags));
+                    quota_removed_alone.store(true, Relaxed);
+                    sensors.mark_partial();
+                }
+                if sensors.expire_throttle(now, expiry_ms, guard) {
+                    names.push(name("ThrottleTime", &tags));
+                    sensors.mark_partial();
+                }
                 continue;
             }
-            sensors.kill();
         }
         tables.unlink(sensor_map, maps, &tags, &sensors, guard);
     }
@@ -692,6 +746,7 @@ impl QuotaManager {
             || Sensors::with_bound(tags.clone(), bound, now),
             guard,
         );
+        sensor.settle_done();
         sensor.make_present(now, guard);
         if !current(&sensor) {
             let value = match asked.take() {
@@ -798,6 +853,7 @@ impl QuotaManager {
                         || Sensors::new(tags.clone(), config, now),
                         guard,
                     );
+                    sensors.settle_done();
                     sensors.make_present(now, guard);
                     sensors
                 }
@@ -822,14 +878,55 @@ impl QuotaManager {
         }
     }
 
+    /// Calls `f` on the client's sensors (created at `now` if they do not exist).
+    ///
+    /// With one level of quotas enabled (or none) and no callback, the tags follow from
+    /// the client without allocating, and the entry is looked up by them: one lookup, no
+    /// resolution cache. Otherwise (several levels enabled, whose precedence asks the
+    /// overrides, or a callback) resolutions are cached per client ([`Self::resolve`]).
+    #[inline]
+    fn with_sensors<R>(
+        &self,
+        config: &QuotaConfig,
+        user: &str,
+        client_id: &str,
+        now: i64,
+        guard: &Guard,
+        f: impl FnOnce(&Sensors) -> R,
+    ) -> Result<R> {
+        let maps = self.maps.load(guard);
+        if !config.custom {
+            let user = sanitize_user(user);
+            if let Some((u, c)) = config.overrides.simple_tags(&user, client_id) {
+                {
+                    let map = maps.sensors.pin();
+                    if let Some(sensors) = map.get(&PairRef(u, c)).filter(|s| s.ready()) {
+                        return Ok(f(sensors));
+                    }
+                }
+                // Kafka's `SensorAccess.getOrCreate`, settled against a concurrent rebuild.
+                let tags = Pair::new(u, c);
+                let sensors = self.maps.live(
+                    sensor_map,
+                    &tags,
+                    || Sensors::new(tags.clone(), config, now),
+                    guard,
+                );
+                sensors.settle_done();
+                sensors.make_present(now, guard);
+                return Ok(f(&sensors));
+            }
+        }
+        let clients = maps.clients.guard();
+        let resolved = self.resolve(config, maps, user, client_id, now, &clients, guard)?;
+        Ok(f(&resolved.sensors))
+    }
+
     /// Resolves the client's sensors (creating them at `now`), recording nothing.
     fn resolve_only(&self, user: &str, client_id: &str, now: i64) -> Result<()> {
         let guard = pin();
         let config = self.config.load(&guard);
-        let maps = self.maps.load(&guard);
-        let clients = maps.clients.guard();
-        self.resolve(config, maps, user, client_id, now, &clients, &guard)?;
-        Ok(())
+        self.with_sensors(config, user, client_id, now, &guard, |_| ())
     }
 
     // -- the request path ------------------------------------------------------------
@@ -887,14 +984,9 @@ impl QuotaManager {
         if config.overrides.enabled == 0 {
             return Ok(0);
         }
-        // The one extra atomic load of the rebuildable maps (an acquire: a plain load on
-        // x86-64).
-        let maps = self.maps.load(&guard);
-        let clients = maps.clients.guard();
-        let resolved = self.resolve(config, maps, user, client_id, now, &clients, &guard)?;
-        let outcome = resolved
-            .sensors
-            .record(config, &self.window, value, now, check, &guard);
+        let outcome = self.with_sensors(config, user, client_id, now, &guard, |s| {
+            s.record(config, &self.window, value, now, check, &guard)
+        })?;
         Ok(self.throttle_int(outcome))
     }
 
@@ -918,14 +1010,9 @@ impl QuotaManager {
         }
         let guard = pin();
         let config = self.config.load(&guard);
-        // The one extra atomic load of the rebuildable maps (an acquire: a plain load on
-        // x86-64).
-        let maps = self.maps.load(&guard);
-        let clients = maps.clients.guard();
-        let resolved = self.resolve(config, maps, user, client_id, now, &clients, &guard)?;
-        resolved
-            .sensors
-            .record_throttle(throttle_ms as f64, now, &guard);
+        self.with_sensors(config, user, client_id, now, &guard, |s| {
+            s.record_throttle(throttle_ms as f64, now, &guard)
+        })?;
         let end = now.saturating_add(throttle_ms);
         if let Some(channel) = channel {
             self.delay_queue.push(end, channel);
@@ -957,17 +1044,14 @@ impl QuotaManager {
         if config.overrides.enabled == 0 {
             return Ok(f64::MAX);
         }
-        let maps = self.maps.load(&guard);
-        let clients = maps.clients.guard();
-        let quota = &self
-            .resolve(config, maps, user, client_id, now, &clients, &guard)?
-            .sensors;
-        let tags = &quota.tags;
-        let limit = if config.custom {
-            Some(quota.bound(config, &guard)).filter(|&b| b != UNLIMITED)
-        } else {
-            config.overrides.quota_limit(tags.first(), tags.second())
-        };
+        let limit = self.with_sensors(config, user, client_id, now, &guard, |quota| {
+            let tags = &quota.tags;
+            if config.custom {
+                Some(quota.bound(config, &guard)).filter(|&b| b != UNLIMITED)
+            } else {
+                config.overrides.quota_limit(tags.first(), tags.second())
+            }
+        })?;
         Ok(max_value_in_quota_window(limit, &self.window))
     }
 
@@ -1411,9 +1495,22 @@ mod tests {
             m.record("u", &format!("c{i}"), 1.0, 0).unwrap();
         }
         assert_eq!(m.sensor_count(), 100);
-        assert_eq!(m.maps.load(&pin()).clients.len(), 100);
+        // One level enabled: the tags follow from the client, nothing is cached.
+        assert_eq!(m.maps.load(&pin()).sensors.len(), 100);
+        assert_eq!(m.maps.load(&pin()).clients.len(), 0);
         assert!(m.expire_sensors(DEFAULT_SENSOR_EXPIRY_MS).is_empty());
         assert_eq!(m.expire_sensors(DEFAULT_SENSOR_EXPIRY_MS + 1).len(), 200);
+        assert_eq!(m.sensor_count(), 0);
+        assert_eq!(m.maps.load(&pin()).sensors.len(), 0);
+        // Two levels: resolutions are cached per client, and expiry drops them.
+        m.set_quota(&user("v"), 100.0).unwrap();
+        for i in 0..100 {
+            m.record("u", &format!("c{i}"), 1.0, 0).unwrap();
+        }
+        m.record("v", "c0", 1.0, 0).unwrap();
+        assert_eq!(m.sensor_count(), 101);
+        assert_eq!(m.maps.load(&pin()).clients.len(), 101);
+        assert_eq!(m.expire_sensors(DEFAULT_SENSOR_EXPIRY_MS + 1).len(), 202);
         assert_eq!(m.sensor_count(), 0);
         assert_eq!(m.maps.load(&pin()).clients.len(), 0);
     }
