@@ -284,7 +284,7 @@ pub fn sanitize_user(name: &str) -> Cow<'_, str> {
 }
 
 /// An owned `(a, b)` string pair: the key of sensors (by tags) and of resolved clients.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Eq)]
 pub(crate) struct Pair {
     a: Box<str>,
     b: Box<str>,
@@ -307,13 +307,36 @@ impl Pair {
     }
 }
 
+/// String equality that never calls `memcmp` for empty strings. An empty `Box<str>`
+/// points to the dangling address 1, and glibc's AVX-512 `memcmp` reads even zero bytes
+/// with a masked load, which at an unmapped address costs a microcode assist (measured:
+/// a record for tags with an empty user took 200-400 ns instead of 35-50).
+#[inline]
+fn str_eq(a: &str, b: &str) -> bool {
+    a.len() == b.len() && (a.is_empty() || a == b)
+}
+
+impl PartialEq for Pair {
+    fn eq(&self, other: &Pair) -> bool {
+        str_eq(&self.a, &other.a) && str_eq(&self.b, &other.b)
+    }
+}
+
+impl Hash for Pair {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        // Must hash exactly as `PairRef` does.
+        self.a.hash(state);
+        self.b.hash(state);
+    }
+}
+
 /// A borrowed `(a, b)` that looks up a [`Pair`] without allocating.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct PairRef<'a>(pub &'a str, pub &'a str);
 
 impl Hash for PairRef<'_> {
     fn hash<H: Hasher>(&self, state: &mut H) {
-        // Must hash exactly as the derived `Hash` of `Pair` does.
+        // Must hash exactly as `Pair` does.
         self.0.hash(state);
         self.1.hash(state);
     }
@@ -321,7 +344,7 @@ impl Hash for PairRef<'_> {
 
 impl papaya::Equivalent<Pair> for PairRef<'_> {
     fn equivalent(&self, key: &Pair) -> bool {
-        *key.a == *self.0 && *key.b == *self.1
+        str_eq(&key.a, self.0) && str_eq(&key.b, self.1)
     }
 }
 
