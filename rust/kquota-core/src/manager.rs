@@ -13,7 +13,7 @@ use std::fmt;
 use std::str::FromStr;
 use std::sync::atomic::{
     fence, AtomicBool, AtomicI64, AtomicU64, AtomicUsize,
-    Ordering::{Acquire, Relaxed, Release, SeqCst},
+    Ordering::{AcqRel, Acquire, Relaxed, Release, SeqCst},
 };
 use std::sync::Arc;
 
@@ -155,6 +155,79 @@ struct ThrottleSamples {
     absent: bool,
 }
 
+/// A copy-on-write cell of [`ThrottleSamples`] that allocates nothing while the ring is
+/// empty (most clients are never throttled): the pointer is null then, and its tag bit
+/// says whether the sensor is absent. A non-empty ring is boxed, replaced by a
+/// compare-and-swap, and the replaced box freed by the epoch (as [`CowCell`] does).
+struct ThrottleCell {
+    ptr: crossbeam_epoch::Atomic<Samples>,
+}
+
+impl ThrottleCell {
+    fn new() -> Self {
+        ThrottleCell {
+            ptr: crossbeam_epoch::Atomic::null(),
+        }
+    }
+
+    fn absent(&self, guard: &Guard) -> bool {
+        self.ptr.load(Acquire, guard).tag() == 1
+    }
+
+    /// Applies `f` to a copy of the state and publishes the copy atomically. `f` may run
+    /// more than once (on a fresher state each time); its last result is returned.
+    fn update<R>(&self, guard: &Guard, mut f: impl FnMut(&mut ThrottleSamples) -> R) -> R {
+        use crossbeam_epoch::{Owned, Shared};
+        loop {
+            let current = self.ptr.load(Acquire, guard);
+            // SAFETY: a non-null pointer is a live box; the guard keeps it from being freed.
+            let samples = unsafe { current.as_ref() }.cloned().unwrap_or_default();
+            let mut state = ThrottleSamples {
+                samples,
+                absent: current.tag() == 1,
+            };
+            let result = f(&mut state);
+            let tag = usize::from(state.absent);
+            let new = if state.samples.current().is_none() {
+                Shared::null().with_tag(tag)
+            } else {
+                Owned::new(state.samples).with_tag(tag).into_shared(guard)
+            };
+            match self
+                .ptr
+                .compare_exchange(current, new, AcqRel, Acquire, guard)
+            {
+                Ok(_) => {
+                    if !current.is_null() {
+                        // SAFETY: unlinked by our swap; pinned readers may still hold it
+                        // and the epoch frees it only after they unpin.
+                        unsafe { guard.defer_destroy(current) };
+                    }
+                    return result;
+                }
+                Err(_) if !new.is_null() => {
+                    // SAFETY: never published.
+                    drop(unsafe { new.into_owned() });
+                }
+                Err(_) => {}
+            }
+        }
+    }
+}
+
+impl Drop for ThrottleCell {
+    fn drop(&mut self) {
+        // SAFETY: `&mut self`: no other thread can reach the cell any more.
+        unsafe {
+            let guard = crossbeam_epoch::unprotected();
+            let p = self.ptr.load(Relaxed, guard);
+            if !p.is_null() {
+                drop(p.into_owned());
+            }
+        }
+    }
+}
+
 /// The two sensors of one set of tags in one map entry: the quota sensor
 /// (`<Type>-<user>:<client-id>`, one `Rate` with the entity's bound) and the throttle-time
 /// sensor (`<Type>ThrottleTime-<user>:<client-id>`, an `Avg` over the broker's default
@@ -174,7 +247,7 @@ struct Sensors {
     /// Kafka's `Sensor.lastRecordTime` of each sensor.
     quota_last: AtomicI64,
     throttle_last: AtomicI64,
-    throttle: CowCell<ThrottleSamples>,
+    throttle: ThrottleCell,
     /// Killed by expiry (both sensors removed): never used again.
     dead: AtomicBool,
     /// Returned by a settle ([`Tables::live`]): the entry is (or will be, by a rebuild's
@@ -203,7 +276,7 @@ impl Sensors {
             cell: RateCell::new(bound),
             quota_last: AtomicI64::new(now),
             throttle_last: AtomicI64::new(now),
-            throttle: CowCell::new(ThrottleSamples::default()),
+            throttle: ThrottleCell::new(),
             dead: AtomicBool::new(false),
             settled: AtomicBool::new(false),
             partial: AtomicBool::new(false),
@@ -224,7 +297,7 @@ impl Sensors {
     }
 
     fn throttle_present(&self, guard: &Guard) -> bool {
-        !self.throttle.load(guard).absent
+        !self.throttle.absent(guard)
     }
 
     /// Both sensors exist and the entry is alive: a cached resolution to it is current.
@@ -416,7 +489,10 @@ impl Maps {
                 .hasher(Default::default())
                 .resize_mode(papaya::ResizeMode::Blocking)
                 .build(),
-            clients: Map::default(),
+            clients: papaya::HashMap::builder()
+                .hasher(Default::default())
+                .resize_mode(papaya::ResizeMode::Blocking)
+                .build(),
             peak: AtomicUsize::new(sensors),
         }
     }
