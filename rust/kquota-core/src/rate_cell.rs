@@ -58,17 +58,27 @@ pub struct Bound {
     pub generation: u64,
 }
 
-/// Hot fields first, in declaration order: an in-place record reads `acc`, `base`,
-/// `bound` and `summary` (a few cache lines) and never the ring itself.
+/// Hot fields first, in declaration order: an in-place record reads `acc`, `base`, the
+/// bound and the summary (a few cache lines) and never the ring itself. 96 bytes: the
+/// bound is stored without `Option`'s padding, and the summary with its times as 32-bit
+/// offsets ([`Summary::to_offsets`]; none is kept when they do not fit).
 #[repr(C)]
 struct Block {
     acc: AtomicWord,
     /// The time the accumulator's last-event offsets are relative to.
     base: i64,
-    bound: Bound,
-    summary: Option<Summary>,
+    /// [`Bound`]'s value (when `has_bound`) and generation.
+    bound_value: f64,
+    bound_generation: u64,
+    /// The summary's start of the sample in progress, prefix and offsets (when
+    /// `has_summary`).
+    cur_start: i64,
+    prefix: f64,
     /// The ring; the sample in progress's value and last-event time are in `acc`.
     samples: Samples,
+    offsets: [i32; 3],
+    has_bound: bool,
+    has_summary: bool,
     /// Removed by expiry (see [`RateCell::remove_if`]): the ring is empty and the sensor
     /// does not exist for readers until a record or [`RateCell::revive`] brings it back.
     absent: bool,
@@ -77,14 +87,35 @@ struct Block {
 impl Block {
     fn new(samples: Samples, bound: Bound, absent: bool) -> Block {
         let (value, base) = samples.current().unwrap_or((0.0, 0));
+        let summary = samples.summary().and_then(|s| s.to_offsets());
+        let (cur_start, prefix, offsets) = summary.unwrap_or((0, 0.0, [0; 3]));
         Block {
             acc: AtomicWord::new(pack(value, 0, false)),
             base,
-            bound,
-            summary: samples.summary(),
+            bound_value: bound.value.unwrap_or(0.0),
+            bound_generation: bound.generation,
+            cur_start,
+            prefix,
             samples,
+            offsets,
+            has_bound: bound.value.is_some(),
+            has_summary: summary.is_some(),
             absent,
         }
+    }
+
+    #[inline]
+    fn bound(&self) -> Bound {
+        Bound {
+            value: self.has_bound.then_some(self.bound_value),
+            generation: self.bound_generation,
+        }
+    }
+
+    #[inline]
+    fn summary(&self) -> Option<Summary> {
+        self.has_summary
+            .then(|| Summary::from_offsets(self.cur_start, self.prefix, self.offsets))
     }
 
     /// The ring with the accumulator word `word` folded into the sample in progress.
@@ -152,7 +183,7 @@ impl RateCell {
 
     /// The bound currently held.
     pub fn bound(&self, guard: &Guard) -> Bound {
-        self.block.load(guard).get().bound
+        self.block.load(guard).get().bound()
     }
 
     /// A copy of the samples, with the sample in progress up to date.
@@ -201,9 +232,9 @@ impl RateCell {
             let (current, _, sealed) = unpack(word);
             let bound_current = match source {
                 BoundSource::Keep => true,
-                BoundSource::Generation { generation, .. } => block.bound.generation == *generation,
+                BoundSource::Generation { generation, .. } => block.bound_generation == *generation,
             };
-            let Some(summary) = &block.summary else {
+            let Some(summary) = block.summary() else {
                 return structural();
             };
             let in_place = !sealed && bound_current && summary.record_in_place(cfg, t, check);
@@ -218,7 +249,7 @@ impl RateCell {
             {
                 continue;
             }
-            return match block.bound.value {
+            return match block.bound().value {
                 Some(bound) if check => {
                     let (rate, window) = summary.rate(cfg, t, updated, block.samples.tail());
                     verdict(rate, bound, window)
@@ -232,7 +263,7 @@ impl RateCell {
     pub fn measure(&self, cfg: &WindowConfig, t: i64, guard: &Guard) -> f64 {
         let block = self.block.load(guard).get();
         let (current, off, sealed) = unpack(block.acc.load());
-        if let Some(summary) = block.summary.as_ref().filter(|_| !sealed) {
+        if let Some(summary) = block.summary().filter(|_| !sealed) {
             if summary.measure_is_pure(cfg, t, block.base + off) {
                 return summary.rate(cfg, t, current, block.samples.tail()).0;
             }
@@ -269,7 +300,7 @@ impl RateCell {
                 continue;
             };
             let mut samples = block.folded(word);
-            let mut bound = block.bound;
+            let mut bound = block.bound();
             let mut absent = block.absent;
             let result = change(&mut samples, &mut bound, &mut absent);
             if self
@@ -304,6 +335,11 @@ fn seal(acc: &AtomicWord) -> Option<u128> {
 mod tests {
     use super::*;
     use crate::cow::pin;
+
+    #[test]
+    fn a_block_is_96_bytes() {
+        assert_eq!(std::mem::size_of::<Block>(), 96);
+    }
 
     #[test]
     fn pack_round_trips() {
