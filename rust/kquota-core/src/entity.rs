@@ -284,31 +284,75 @@ pub fn sanitize_user(name: &str) -> Cow<'_, str> {
 }
 
 /// An owned `(a, b)` string pair: the key of sensors (by tags) and of resolved clients.
-/// One allocation holding `a` then `b`, and where `b` starts (24 bytes, not the 32 of two
-/// boxed strings).
-#[derive(Clone, Eq)]
-pub(crate) struct Pair {
-    both: Box<str>,
-    split: u32,
+/// 24 bytes: up to [`Pair::INLINE`] bytes of `a` then `b` are kept inline (no allocation,
+/// and a lookup compares them without following a pointer), longer pairs in one
+/// allocation; either way with where `b` starts.
+#[derive(Clone)]
+pub(crate) struct Pair(Repr);
+
+impl Eq for Pair {}
+
+#[derive(Clone)]
+enum Repr {
+    /// `bytes[..len]` is `a` then `b`, valid UTF-8 split at a char boundary at `split`.
+    Inline {
+        len: u8,
+        split: u8,
+        bytes: [u8; Pair::INLINE],
+    },
+    Heap {
+        both: Box<str>,
+        split: u32,
+    },
 }
 
 impl Pair {
+    /// The most bytes kept inline.
+    const INLINE: usize = 21;
+
     pub fn new(a: &str, b: &str) -> Pair {
-        let mut both = String::with_capacity(a.len() + b.len());
+        let len = a.len() + b.len();
+        if len <= Self::INLINE {
+            let mut bytes = [0u8; Self::INLINE];
+            bytes[..a.len()].copy_from_slice(a.as_bytes());
+            bytes[a.len()..len].copy_from_slice(b.as_bytes());
+            return Pair(Repr::Inline {
+                len: len as u8,
+                split: a.len() as u8,
+                bytes,
+            });
+        }
+        let mut both = String::with_capacity(len);
         both.push_str(a);
         both.push_str(b);
-        Pair {
+        Pair(Repr::Heap {
             both: both.into_boxed_str(),
             split: u32::try_from(a.len()).expect("a name shorter than 4 GiB"),
+        })
+    }
+
+    /// Both strings, one after the other, and where the second starts.
+    #[inline]
+    fn parts(&self) -> (&str, usize) {
+        match &self.0 {
+            Repr::Inline { len, split, bytes } => {
+                // SAFETY: `new` copied `a` then `b`, two whole strings, into
+                // `bytes[..len]`: valid UTF-8.
+                let both = unsafe { std::str::from_utf8_unchecked(&bytes[..usize::from(*len)]) };
+                (both, usize::from(*split))
+            }
+            Repr::Heap { both, split } => (both, *split as usize),
         }
     }
 
     pub fn first(&self) -> &str {
-        &self.both[..self.split as usize]
+        let (both, split) = self.parts();
+        &both[..split]
     }
 
     pub fn second(&self) -> &str {
-        &self.both[self.split as usize..]
+        let (both, split) = self.parts();
+        &both[split..]
     }
 }
 
@@ -384,6 +428,19 @@ mod tests {
             assert!(papaya::Equivalent::equivalent(&PairRef(a, b), &p));
             assert_eq!(p, p.clone());
         }
+        assert_eq!(std::mem::size_of::<Pair>(), 24);
+        let long = "x".repeat(Pair::INLINE);
+        for (a, b) in [
+            (long.as_str(), ""),
+            ("", long.as_str()),
+            ("y", long.as_str()),
+        ] {
+            let p = Pair::new(a, b);
+            assert_eq!((p.first(), p.second()), (a, b));
+            assert_eq!(h.hash_one(&p), h.hash_one(PairRef(a, b)));
+        }
+        assert!(matches!(Pair::new(&long, "").0, Repr::Inline { .. }));
+        assert!(matches!(Pair::new(&long, "z").0, Repr::Heap { .. }));
         assert_ne!(Pair::new("ab", "c"), Pair::new("a", "bc"));
         assert_ne!(
             h.hash_one(Pair::new("ab", "c")),
