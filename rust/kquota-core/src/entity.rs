@@ -221,6 +221,17 @@ impl Overrides {
         }
     }
 
+    /// [`Self::tags`] without allocating, when only one level of quotas is enabled (or
+    /// none): then the tags follow from the level alone. `None` otherwise.
+    pub fn simple_tags<'a>(&self, user: &'a str, client: &'a str) -> Option<(&'a str, &'a str)> {
+        match self.enabled {
+            0 | CLIENT_LEVEL => Some(("", client)),
+            USER_LEVEL => Some((user, "")),
+            USER_CLIENT_LEVEL => Some((user, client)),
+            _ => None,
+        }
+    }
+
     /// The bound of a sensor with these tags: [`Self::quota_limit`], or
     /// [`crate::UNLIMITED`] when no quota applies.
     pub fn bound(&self, user: &str, client: &str) -> f64 {
@@ -273,26 +284,107 @@ pub fn sanitize_user(name: &str) -> Cow<'_, str> {
 }
 
 /// An owned `(a, b)` string pair: the key of sensors (by tags) and of resolved clients.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub(crate) struct Pair {
-    a: Box<str>,
-    b: Box<str>,
+/// 24 bytes: up to [`Pair::INLINE`] bytes of `a` then `b` are kept inline (no allocation,
+/// and a lookup compares them without following a pointer), longer pairs in one
+/// allocation; either way with where `b` starts.
+#[derive(Clone)]
+pub(crate) struct Pair(Repr);
+
+impl Eq for Pair {}
+
+#[derive(Clone)]
+enum Repr {
+    /// `bytes[..len]` is `a` then `b`, valid UTF-8 split at a char boundary at `split`.
+    Inline {
+        len: u8,
+        split: u8,
+        bytes: [u8; Pair::INLINE],
+    },
+    Heap {
+        both: Box<str>,
+        split: u32,
+    },
 }
 
 impl Pair {
+    /// The most bytes kept inline.
+    const INLINE: usize = 21;
+
     pub fn new(a: &str, b: &str) -> Pair {
-        Pair {
-            a: a.into(),
-            b: b.into(),
+        let len = a.len() + b.len();
+        if len <= Self::INLINE {
+            let mut bytes = [0u8; Self::INLINE];
+            bytes[..a.len()].copy_from_slice(a.as_bytes());
+            bytes[a.len()..len].copy_from_slice(b.as_bytes());
+            return Pair(Repr::Inline {
+                len: len as u8,
+                split: a.len() as u8,
+                bytes,
+            });
+        }
+        let mut both = String::with_capacity(len);
+        both.push_str(a);
+        both.push_str(b);
+        Pair(Repr::Heap {
+            both: both.into_boxed_str(),
+            split: u32::try_from(a.len()).expect("a name shorter than 4 GiB"),
+        })
+    }
+
+    /// Both strings, one after the other, and where the second starts.
+    #[inline]
+    fn parts(&self) -> (&str, usize) {
+        match &self.0 {
+            Repr::Inline { len, split, bytes } => {
+                // SAFETY: `new` copied `a` then `b`, two whole strings, into
+                // `bytes[..len]`: valid UTF-8.
+                let both = unsafe { std::str::from_utf8_unchecked(&bytes[..usize::from(*len)]) };
+                (both, usize::from(*split))
+            }
+            Repr::Heap { both, split } => (both, *split as usize),
         }
     }
 
     pub fn first(&self) -> &str {
-        &self.a
+        let (both, split) = self.parts();
+        &both[..split]
     }
 
     pub fn second(&self) -> &str {
-        &self.b
+        let (both, split) = self.parts();
+        &both[split..]
+    }
+}
+
+impl std::fmt::Debug for Pair {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("Pair")
+            .field(&self.first())
+            .field(&self.second())
+            .finish()
+    }
+}
+
+/// String equality that never calls `memcmp` for empty strings. An empty `Box<str>`
+/// points to the dangling address 1, and glibc's AVX-512 `memcmp` reads even zero bytes
+/// with a masked load, which at an unmapped address costs a microcode assist (measured:
+/// a record for tags with an empty user took 200-400 ns instead of 35-50).
+#[inline]
+fn str_eq(a: &str, b: &str) -> bool {
+    a.len() == b.len() && (a.is_empty() || a == b)
+}
+
+impl PartialEq for Pair {
+    fn eq(&self, other: &Pair) -> bool {
+        str_eq(self.first(), other.first()) && str_eq(self.second(), other.second())
+    }
+}
+
+impl Hash for Pair {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        // Must hash exactly as `PairRef` does.
+        self.first().hash(state);
+        self.second().hash(state);
     }
 }
 
@@ -302,7 +394,7 @@ pub(crate) struct PairRef<'a>(pub &'a str, pub &'a str);
 
 impl Hash for PairRef<'_> {
     fn hash<H: Hasher>(&self, state: &mut H) {
-        // Must hash exactly as the derived `Hash` of `Pair` does.
+        // Must hash exactly as `Pair` does.
         self.0.hash(state);
         self.1.hash(state);
     }
@@ -310,13 +402,51 @@ impl Hash for PairRef<'_> {
 
 impl papaya::Equivalent<Pair> for PairRef<'_> {
     fn equivalent(&self, key: &Pair) -> bool {
-        *key.a == *self.0 && *key.b == *self.1
+        str_eq(key.first(), self.0) && str_eq(key.second(), self.1)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_pair_keeps_its_halves_and_hashes_as_its_borrowed_form() {
+        use std::hash::BuildHasher;
+        let h = foldhash::fast::FixedState::with_seed(7);
+        for (a, b) in [
+            ("", ""),
+            ("", "c"),
+            ("u", ""),
+            ("ab", "c"),
+            ("a", "bc"),
+            ("é", "ß"),
+        ] {
+            let p = Pair::new(a, b);
+            assert_eq!((p.first(), p.second()), (a, b));
+            assert_eq!(h.hash_one(&p), h.hash_one(PairRef(a, b)));
+            assert!(papaya::Equivalent::equivalent(&PairRef(a, b), &p));
+            assert_eq!(p, p.clone());
+        }
+        assert_eq!(std::mem::size_of::<Pair>(), 24);
+        let long = "x".repeat(Pair::INLINE);
+        for (a, b) in [
+            (long.as_str(), ""),
+            ("", long.as_str()),
+            ("y", long.as_str()),
+        ] {
+            let p = Pair::new(a, b);
+            assert_eq!((p.first(), p.second()), (a, b));
+            assert_eq!(h.hash_one(&p), h.hash_one(PairRef(a, b)));
+        }
+        assert!(matches!(Pair::new(&long, "").0, Repr::Inline { .. }));
+        assert!(matches!(Pair::new(&long, "z").0, Repr::Heap { .. }));
+        assert_ne!(Pair::new("ab", "c"), Pair::new("a", "bc"));
+        assert_ne!(
+            h.hash_one(Pair::new("ab", "c")),
+            h.hash_one(Pair::new("a", "bc"))
+        );
+    }
 
     #[test]
     fn sanitizes_like_java_url_encoder() {

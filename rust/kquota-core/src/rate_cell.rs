@@ -58,29 +58,64 @@ pub struct Bound {
     pub generation: u64,
 }
 
-/// Hot fields first, in declaration order: an in-place record reads `acc`, `base`,
-/// `bound` and `summary` (a few cache lines) and never the ring itself.
+/// Hot fields first, in declaration order: an in-place record reads `acc`, `base`, the
+/// bound and the summary (a few cache lines) and never the ring itself. 96 bytes: the
+/// bound is stored without `Option`'s padding, and the summary with its times as 32-bit
+/// offsets ([`Summary::to_offsets`]; none is kept when they do not fit).
 #[repr(C)]
 struct Block {
     acc: AtomicWord,
     /// The time the accumulator's last-event offsets are relative to.
     base: i64,
-    bound: Bound,
-    summary: Option<Summary>,
+    /// [`Bound`]'s value (when `has_bound`) and generation.
+    bound_value: f64,
+    bound_generation: u64,
+    /// The summary's start of the sample in progress, prefix and offsets (when
+    /// `has_summary`).
+    cur_start: i64,
+    prefix: f64,
     /// The ring; the sample in progress's value and last-event time are in `acc`.
     samples: Samples,
+    offsets: [i32; 3],
+    has_bound: bool,
+    has_summary: bool,
+    /// Removed by expiry (see [`RateCell::remove_if`]): the ring is empty and the sensor
+    /// does not exist for readers until a record or [`RateCell::revive`] brings it back.
+    absent: bool,
 }
 
 impl Block {
-    fn new(samples: Samples, bound: Bound) -> Block {
+    fn new(samples: Samples, bound: Bound, absent: bool) -> Block {
         let (value, base) = samples.current().unwrap_or((0.0, 0));
+        let summary = samples.summary().and_then(|s| s.to_offsets());
+        let (cur_start, prefix, offsets) = summary.unwrap_or((0, 0.0, [0; 3]));
         Block {
             acc: AtomicWord::new(pack(value, 0, false)),
             base,
-            bound,
-            summary: samples.summary(),
+            bound_value: bound.value.unwrap_or(0.0),
+            bound_generation: bound.generation,
+            cur_start,
+            prefix,
             samples,
+            offsets,
+            has_bound: bound.value.is_some(),
+            has_summary: summary.is_some(),
+            absent,
         }
+    }
+
+    #[inline]
+    fn bound(&self) -> Bound {
+        Bound {
+            value: self.has_bound.then_some(self.bound_value),
+            generation: self.bound_generation,
+        }
+    }
+
+    #[inline]
+    fn summary(&self) -> Option<Summary> {
+        self.has_summary
+            .then(|| Summary::from_offsets(self.cur_start, self.prefix, self.offsets))
     }
 
     /// The ring with the accumulator word `word` folded into the sample in progress.
@@ -109,13 +144,46 @@ impl RateCell {
     /// An empty sensor with `bound`.
     pub fn new(bound: Bound) -> Self {
         RateCell {
-            block: AtomicBox::new(Block::new(Samples::new(), bound)),
+            block: AtomicBox::new(Block::new(Samples::new(), bound, false)),
         }
+    }
+
+    /// Whether the sensor exists (was not removed by [`Self::remove_if`], or was brought
+    /// back since).
+    pub fn present(&self, guard: &Guard) -> bool {
+        !self.block.load(guard).get().absent
+    }
+
+    /// Removes the sensor if it is present and `expired()` holds when the removal takes
+    /// effect: empties its ring and forgets its bound (a sensor made anew reads the current
+    /// one). Returns whether this call removed it. A record always brings a removed sensor
+    /// back, as a brand-new one (an absent block holds no ring, so no record is in place).
+    pub fn remove_if(&self, expired: impl Fn() -> bool, guard: &Guard) -> bool {
+        self.structural_with(guard, |samples, bound, absent| {
+            if *absent || !expired() {
+                return false;
+            }
+            *samples = Samples::new();
+            *bound = Bound {
+                value: None,
+                generation: u64::MAX,
+            };
+            *absent = true;
+            true
+        })
+    }
+
+    /// Brings a removed sensor back, empty (a no-op on a present one).
+    pub fn revive(&self, guard: &Guard) {
+        if self.present(guard) {
+            return;
+        }
+        self.structural_with(guard, |_, _, absent| *absent = false);
     }
 
     /// The bound currently held.
     pub fn bound(&self, guard: &Guard) -> Bound {
-        self.block.load(guard).get().bound
+        self.block.load(guard).get().bound()
     }
 
     /// A copy of the samples, with the sample in progress up to date.
@@ -137,7 +205,8 @@ impl RateCell {
         guard: &Guard,
     ) -> Check {
         let structural = || {
-            self.structural(guard, |samples, bound| {
+            self.structural_with(guard, |samples, bound, absent| {
+                *absent = false;
                 if let BoundSource::Generation {
                     generation,
                     compute,
@@ -163,9 +232,9 @@ impl RateCell {
             let (current, _, sealed) = unpack(word);
             let bound_current = match source {
                 BoundSource::Keep => true,
-                BoundSource::Generation { generation, .. } => block.bound.generation == *generation,
+                BoundSource::Generation { generation, .. } => block.bound_generation == *generation,
             };
-            let Some(summary) = &block.summary else {
+            let Some(summary) = block.summary() else {
                 return structural();
             };
             let in_place = !sealed && bound_current && summary.record_in_place(cfg, t, check);
@@ -180,7 +249,7 @@ impl RateCell {
             {
                 continue;
             }
-            return match block.bound.value {
+            return match block.bound().value {
                 Some(bound) if check => {
                     let (rate, window) = summary.rate(cfg, t, updated, block.samples.tail());
                     verdict(rate, bound, window)
@@ -194,7 +263,7 @@ impl RateCell {
     pub fn measure(&self, cfg: &WindowConfig, t: i64, guard: &Guard) -> f64 {
         let block = self.block.load(guard).get();
         let (current, off, sealed) = unpack(block.acc.load());
-        if let Some(summary) = block.summary.as_ref().filter(|_| !sealed) {
+        if let Some(summary) = block.summary().filter(|_| !sealed) {
             if summary.measure_is_pure(cfg, t, block.base + off) {
                 return summary.rate(cfg, t, current, block.samples.tail()).0;
             }
@@ -207,12 +276,22 @@ impl RateCell {
         self.structural(guard, |_, b| *b = bound);
     }
 
-    /// Seals the current block, applies `change` to a folded copy and publishes it.
-    /// `change` may run more than once (on a fresher block each time).
+    /// Seals the current block, applies `change` to a folded copy and publishes it; the
+    /// sensor stays present or absent. `change` may run more than once (on a fresher
+    /// block each time).
     fn structural<R>(
         &self,
         guard: &Guard,
         mut change: impl FnMut(&mut Samples, &mut Bound) -> R,
+    ) -> R {
+        self.structural_with(guard, |samples, bound, _| change(samples, bound))
+    }
+
+    /// [`Self::structural`], with the block's absent flag to change as well.
+    fn structural_with<R>(
+        &self,
+        guard: &Guard,
+        mut change: impl FnMut(&mut Samples, &mut Bound, &mut bool) -> R,
     ) -> R {
         loop {
             let loaded = self.block.load(guard);
@@ -221,11 +300,12 @@ impl RateCell {
                 continue;
             };
             let mut samples = block.folded(word);
-            let mut bound = block.bound;
-            let result = change(&mut samples, &mut bound);
+            let mut bound = block.bound();
+            let mut absent = block.absent;
+            let result = change(&mut samples, &mut bound, &mut absent);
             if self
                 .block
-                .replace(loaded, Box::new(Block::new(samples, bound)), guard)
+                .replace(loaded, Box::new(Block::new(samples, bound, absent)), guard)
                 .is_ok()
             {
                 return result;
@@ -255,6 +335,11 @@ fn seal(acc: &AtomicWord) -> Option<u128> {
 mod tests {
     use super::*;
     use crate::cow::pin;
+
+    #[test]
+    fn a_block_is_96_bytes() {
+        assert_eq!(std::mem::size_of::<Block>(), 96);
+    }
 
     #[test]
     fn pack_round_trips() {

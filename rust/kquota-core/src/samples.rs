@@ -412,6 +412,59 @@ pub struct Summary {
     prefix: f64,
 }
 
+/// A time as a 32-bit offset from `origin`, for [`Summary::to_offsets`]: `i64::MAX` and
+/// `i64::MIN` (the "no other sample" bounds) as `i32::MAX` and `i32::MIN`, any other time
+/// only if its offset lies strictly between them.
+fn offset32(t: i64, origin: i64) -> Option<i32> {
+    match t {
+        i64::MAX => Some(i32::MAX),
+        i64::MIN => Some(i32::MIN),
+        _ => t
+            .checked_sub(origin)
+            .and_then(|o| i32::try_from(o).ok())
+            .filter(|&o| o != i32::MAX && o != i32::MIN),
+    }
+}
+
+fn from_offset32(o: i32, origin: i64) -> i64 {
+    match o {
+        i32::MAX => i64::MAX,
+        i32::MIN => i64::MIN,
+        _ => origin + i64::from(o),
+    }
+}
+
+impl Summary {
+    /// The summary in fewer bytes: the start of the sample in progress, the prefix, and
+    /// the other three times as 32-bit offsets from that start; `None` when one does not
+    /// fit (then a caller keeps no summary and takes the exact path).
+    /// [`Summary::from_offsets`] gives back the same summary, bit for bit.
+    pub fn to_offsets(&self) -> Option<(i64, f64, [i32; 3])> {
+        let origin = self.cur_start;
+        Some((
+            origin,
+            self.prefix,
+            [
+                offset32(self.min_start, origin)?,
+                offset32(self.min_other_last, origin)?,
+                offset32(self.max_other_last, origin)?,
+            ],
+        ))
+    }
+
+    /// The summary [`Summary::to_offsets`] gave these parts of.
+    #[inline]
+    pub fn from_offsets(cur_start: i64, prefix: f64, offsets: [i32; 3]) -> Summary {
+        Summary {
+            cur_start,
+            min_start: from_offset32(offsets[0], cur_start),
+            min_other_last: from_offset32(offsets[1], cur_start),
+            max_other_last: from_offset32(offsets[2], cur_start),
+            prefix,
+        }
+    }
+}
+
 impl Summary {
     /// Whether no sample but the one in progress is obsolete at `t`, and no other
     /// sample's age at `t` wraps around (then the exact path decides).
@@ -494,6 +547,50 @@ pub(crate) fn window_from_oldest(cfg: &WindowConfig, oldest: i64, t: i64) -> i64
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn summary_offsets_round_trip_or_refuse() {
+        let times = [
+            i64::MIN,
+            i64::MIN + 1,
+            -5_000,
+            -1,
+            0,
+            1,
+            999,
+            i64::from(i32::MAX) - 1,
+            i64::from(i32::MAX),
+            i64::MAX - 1,
+            i64::MAX,
+        ];
+        for &cur_start in &times {
+            for &a in &times {
+                for &b in &times {
+                    let s = Summary {
+                        cur_start,
+                        min_start: a,
+                        min_other_last: b,
+                        max_other_last: a,
+                        prefix: -0.0,
+                    };
+                    match s.to_offsets() {
+                        Some((c, p, o)) => {
+                            let back = Summary::from_offsets(c, p, o);
+                            assert_eq!(back, s);
+                            assert_eq!(back.prefix.to_bits(), s.prefix.to_bits());
+                        }
+                        None => assert!([a, b].iter().any(|&t| {
+                            t != i64::MAX
+                                && t != i64::MIN
+                                && t.checked_sub(cur_start).is_none_or(|o| {
+                                    o <= i64::from(i32::MIN) || o >= i64::from(i32::MAX)
+                                })
+                        })),
+                    }
+                }
+            }
+        }
+    }
 
     fn cfg(n: i64, w: i64) -> WindowConfig {
         WindowConfig::new(n, w).unwrap()
