@@ -100,3 +100,71 @@ def test_mutation_columns_are_optional_and_checked() -> None:
     )
     assert out["mutation_throttle_ms"].tolist() == [9000]  # 20 - 11 tokens at 1/s
     assert k.mutation_tokens(0, 0, T0) == -9.0
+
+
+def test_topics_are_recorded_one_by_one_as_a_request_quota_does() -> None:
+    """Per-topic counts: a strict request's later topics are refused once an earlier one
+    overdrew the bucket; the expected values come from MutationRequestQuota, the path the
+    proxy takes, fed topic by topic."""
+
+    def manager() -> ControllerMutationQuotaManager:
+        m = ControllerMutationQuotaManager()
+        m.set_quota(Entity(user=DEFAULT), 2.0)  # a burst of 22 partitions
+        return m
+
+    requests = [  # (dt, pair, topics, strict)
+        (0, 0, [10, 15, 4, 1], True),  # the 2nd topic overdraws: 4 and 1 refused
+        (0, 1, [5, 5], False),
+        (300, 0, [3], True),  # still overdrawn: refused
+        (0, 1, [30, 2, 2], False),  # permissive: recorded whole, throttled
+        (9000, 0, [6, 0, 7], True),
+        (0, 0, [], True),
+    ]
+    times, topics_of, offsets, flat = [], [], [0], []
+    t = T0
+    for dt, _, topics, _ in requests:
+        t += dt
+        times.append(t)
+        topics_of.append(topics)
+        flat.extend(topics)
+        offsets.append(len(flat))
+    n = len(requests)
+    out = _kernel(manager()).feed(
+        np.array(times, dtype=np.int64),
+        np.array([r[1] for r in requests], dtype=np.int32),
+        np.full(n, 3, dtype=np.int8),
+        np.zeros(n),
+        np.full(n, np.nan),
+        np.full(n, -1, dtype=np.int16),
+        np.array([sum(r[2]) for r in requests], dtype=np.int32),
+        np.array([r[3] for r in requests], dtype=np.bool_),
+        topic_offsets=np.array(offsets, dtype=np.int32),
+        topic_partitions=np.array(flat, dtype=np.int32),
+    )
+    reference = manager()
+    expected_throttle, expected_refused = [], []
+    for now, (_, p, topics, strict) in zip(times, requests, strict=True):
+        quota = reference.request_quota(*PAIRS[p], strict)
+        refused = 0
+        for permits in topics or [0]:
+            if not quota.record(float(permits), now_ms=now).accepted:
+                refused += permits
+        expected_throttle.append(quota.throttle_time(now_ms=now))
+        expected_refused.append(refused)
+    assert out["refused_partitions"].tolist() == expected_refused
+    assert out["mutation_throttle_ms"].tolist() == expected_throttle
+    assert expected_refused[0] == 5 and expected_refused[2] == 3
+    assert expected_throttle[3] > 0
+    with pytest.raises(InvalidUsageError, match="sum to 1, not its partitions 2"):
+        _kernel(manager()).feed(
+            np.array([T0], dtype=np.int64),
+            np.zeros(1, dtype=np.int32),
+            np.full(1, 3, dtype=np.int8),
+            np.zeros(1),
+            np.full(1, np.nan),
+            np.full(1, -1, dtype=np.int16),
+            np.array([2], dtype=np.int32),
+            np.array([True]),
+            topic_offsets=np.array([0, 1], dtype=np.int32),
+            topic_partitions=np.array([1], dtype=np.int32),
+        )

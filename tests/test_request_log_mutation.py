@@ -106,6 +106,12 @@ def test_partition_counts_are_tracked_and_unknown_ones_reported(spark: Any, tmp_
     }
     assert got == expected
     assert pd.isna(rows.loc[1, "partitions"]) and pd.isna(rows.loc[1, "strict"])
+    topics = {
+        cid: (None if v is None else [int(x) for x in v])
+        for cid, v in rows["topic_partitions"].items()
+        if cid > 1
+    }
+    assert topics == {2: [3, 2, 2], 3: [2], 4: [5, 4], 5: None, 6: None, 7: [2], 8: None}
     strict = {cid: bool(v) for cid, v in rows["strict"].items() if cid > 1}
     assert strict == {2: True, 3: False, 4: False, 5: True, 6: True, 7: True, 8: True}
     assert (summary.mutations, summary.unknown_counts) == (7, 3)
@@ -204,3 +210,57 @@ def test_backtest_of_a_log_gives_the_managers_throttles(
     assert sum(1 for c, *_, s in mutations if not s and throttles[c]) >= 2
     others = got.drop(index=list(throttles))
     assert (others[MUTATION_THROTTLE] == 0).all() and others["partitions"].isna().all()
+
+
+def test_a_strict_request_s_later_topics_are_refused(
+    spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A strict CreateTopics whose earlier topic overdraws the bucket has its later topics
+    refused, as Kafka's controller checks topic by topic: ``kquota backtest`` on the log
+    gives what the core's MutationRequestQuota (the proxy's path) gives fed each topic in
+    request order; a permissive request is recorded topic by topic too."""
+    delete = {"topics": [{"name": "x1", "topicId": None}, {"name": "x2", "topicId": None}]}
+    requests = [  # (ms, key, version, user, request, topic counts)
+        (T0, 19, 7, "alice", _create(("x1", 15, 0), ("x2", 10, 0), ("x3", 4, 0), ("x4", 1, 0))),
+        (T0 + 100, 19, 5, "alice", _create(("y1", 3, 0), ("y2", 2, 0))),
+        (T0 + 200, 19, 7, "bob", _create(("z1", 30, 0), ("z2", 1, 0), ("z3", 2, 0))),
+        (T0 + 400, 19, 6, "alice", _create(("w1", 1, 0))),
+        (T0 + 9000, 20, 6, "alice", delete),
+    ]
+    counts = {1: [15, 10, 4, 1], 2: [3, 2], 3: [30, 1, 2], 4: [1], 5: [15, 10]}
+    strict = {1: True, 2: False, 3: True, 4: True, 5: True}
+    lines = [
+        _line(ms, key, version, cid, request, "", user)
+        for cid, (ms, key, version, user, request) in enumerate(requests, start=1)
+    ]
+    folder = _write(tmp_path / "log", lines)
+    config = QuotaConfig.from_json(
+        {
+            "window": {"num_samples": 11, "window_ms": 1000},
+            "quotas": [
+                {"entity": {"user": "<default>"}, "config": {"controller_mutation_rate": 2}},
+            ],
+        }
+    )
+    quotas = tmp_path / "quotas.json"
+    quotas.write_text(config.dumps())
+    args = ["--traffic", str(folder), "--quotas", str(quotas), "--out", str(tmp_path / "out")]
+    assert main(["backtest", *args]) == 0, capsys.readouterr().err
+    got = pd.read_parquet(tmp_path / "out" / "requests").set_index("correlation_id").sort_index()
+    manager = ControllerMutationQuotaManager()
+    for entity, value in config.mutation_quotas():
+        manager.set_quota(entity, value)
+    throttles, refused = [], []
+    for cid, (ms, _, _, user, _) in enumerate(requests, start=1):
+        quota = manager.request_quota(user, f"{user}-admin", strict[cid])
+        refused.append(
+            sum(n for n in counts[cid] if not quota.record(float(n), now_ms=ms).accepted)
+        )
+        throttles.append(quota.throttle_time(now_ms=ms))
+    assert [[int(x) for x in v] for v in got["topic_partitions"]] == list(counts.values())
+    assert got[REFUSED_PARTITIONS].tolist() == refused
+    assert got[MUTATION_THROTTLE].tolist() == throttles
+    # the burst of 22 partitions: x1 and x2 accepted (7 then -3 tokens), x3 and x4 refused;
+    # z1 overdraws bob's bucket, z2 and z3 refused
+    assert refused[0] == 5 and refused[2] == 3 and refused[3] == 1
+    assert throttles[1] > 0

@@ -466,6 +466,8 @@ class ReplayKernel:
         acks: npt.NDArray[np.int16],
         partitions: npt.NDArray[np.int32] | None = None,
         strict: npt.NDArray[np.bool_] | None = None,
+        topic_offsets: npt.NDArray[np.int32] | None = None,
+        topic_partitions: npt.NDArray[np.int32] | None = None,
     ) -> dict[str, npt.NDArray[Any]]:
         """Replay a batch of events; returns the rows replayed, as columns.
 
@@ -474,6 +476,13 @@ class ReplayKernel:
         controller-mutation quota, strict when ``strict[i]``, as
         :meth:`ControllerMutationQuotaManager.record_strict` / ``record_permissive``;
         ``partitions`` and ``strict`` may be ``None`` when no event is a mutation).
+        ``topic_offsets`` (``n + 1`` int32, rising from 0) and ``topic_partitions``
+        (int32 >= 0) give a mutation's partitions per topic in request order, event
+        ``i``'s being ``topic_partitions[topic_offsets[i]:topic_offsets[i + 1]]`` (their
+        sum must be ``partitions[i]``): it is recorded topic by topic, as Kafka's
+        controller and :class:`MutationRequestQuota` do, so a strict request's topics are
+        refused once an earlier one overdrew the bucket. A mutation without topics is one
+        topic of ``partitions[i]``; both may be ``None``.
         ``bytes``: finite and >= 0 (ignored for other and mutations). ``thread_ns``:
         handler-thread nanoseconds, NaN when unknown (then the request quota is not
         consulted). ``acks``: 0 skips the request quota of a produce.
@@ -486,8 +495,8 @@ class ReplayKernel:
         ``request_throttle_ms`` (each manager's int, may be negative after Kafka's wrap),
         ``mutation_throttle_ms`` (the mutation quota's; the applied throttle is the larger
         of it and the request quota's, ties to the request quota), ``refused_partitions``
-        (of a strict mutation refused), ``sent_ms`` and ``added_latency_ms``. Open loop:
-        every event of the batch, scenario by scenario.
+        (the partitions of the topics a strict mutation was refused), ``sent_ms`` and
+        ``added_latency_ms``. Open loop: every event of the batch, scenario by scenario.
         """
 
     def finish(self) -> dict[str, npt.NDArray[Any]]:

@@ -28,6 +28,7 @@ from kquota.backtest.kernel import (
     SEQ_COLUMNS,
     STRICT,
     THREAD,
+    TOPIC_PARTITIONS,
     TS,
     USER,
 )
@@ -308,6 +309,34 @@ def parse(frame: DataFrame) -> DataFrame:
             .when(strict.isNull(), F.lit(f"{STRICT} missing (a mutation needs it)"))
         )
         mutation = [partitions.alias("_kq_partitions"), strict.alias("_kq_strict")]
+        if TOPIC_PARTITIONS in types:
+            # per-topic counts in request order (null: one topic of partitions)
+            given = F.col(TOPIC_PARTITIONS)
+            kind = types[TOPIC_PARTITIONS]
+            if isinstance(kind, T.ArrayType) and isinstance(kind.elementType, T.IntegralType):
+                topics = given.cast("array<long>")
+                bad_topic = F.exists(topics, lambda v: v.isNull() | (v < 0) | (v > 2**31 - 1))
+                total = F.aggregate(topics, F.lit(0).cast("long"), lambda acc, v: acc + v)
+                topics_bad = (
+                    F.when(given.isNull(), F.lit(None))
+                    .when(
+                        F.col(PARTITIONS).isNull(),
+                        F.lit(f"{TOPIC_PARTITIONS} without {PARTITIONS}"),
+                    )
+                    .when(
+                        bad_topic,
+                        F.lit(f"{TOPIC_PARTITIONS} with a null, negative or over 2147483647 count"),
+                    )
+                    .when(total != partitions, F.lit(f"{TOPIC_PARTITIONS} sum is not {PARTITIONS}"))
+                )
+            else:
+                topics = F.lit(None).cast("array<long>")
+                topics_bad = F.when(
+                    given.isNotNull(),
+                    F.lit(f"{TOPIC_PARTITIONS} of wrong type {kind.simpleString()}"),
+                )
+            mutation_bad = F.coalesce(mutation_bad, topics_bad)
+            mutation.append(topics.cast("array<int>").alias("_kq_topic_partitions"))
     reason = F.coalesce(ts_bad, api_bad, size_bad, thread_bad, mutation_bad)
     return frame.select(
         "*",
@@ -328,6 +357,8 @@ def valid(parsed: DataFrame, columns: Sequence[str]) -> DataFrame:
     from pyspark.sql import functions as F
 
     mutation = [PARTITIONS, STRICT] if "_kq_partitions" in parsed.columns else []
+    if "_kq_topic_partitions" in parsed.columns:
+        mutation.append(TOPIC_PARTITIONS)
     extras = [
         c for c in columns if c not in STANDARD and c not in mutation and not c.startswith(PREFIX)
     ]

@@ -51,6 +51,7 @@ __all__ = [
     "SEQ_COLUMNS",
     "STRICT",
     "THREAD",
+    "TOPIC_PARTITIONS",
     "TS",
     "USER",
     "OpenLoop",
@@ -98,6 +99,12 @@ STRICT: Final = "strict"
 """Whether the mutation request's version is enforced strictly (CreateTopics >= v6,
 CreatePartitions >= v3, DeleteTopics >= v5): topics over the quota are refused; otherwise
 accepted and throttled (bool; required on a row with :data:`PARTITIONS`)."""
+TOPIC_PARTITIONS: Final = "topic_partitions"
+"""The partitions of each topic of a mutation request, in request order (array of int >= 0;
+optional, null = one topic of :data:`PARTITIONS`, which stays the total and must equal their
+sum). Kafka's controller records a request topic by topic: a strict request's topics are
+refused (THROTTLING_QUOTA_EXCEEDED) once an earlier topic overdrew the bucket, so
+:data:`REFUSED_PARTITIONS` counts the partitions of the refused topics."""
 MUTATION_APIS: Final = frozenset({"createtopics", "createpartitions", "deletetopics"})
 """The APIs the controller-mutation quota applies to (as :data:`API` is compared: lower case,
 without underscores: ``CreateTopics`` or the request log's ``create_topics``)."""

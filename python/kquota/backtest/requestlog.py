@@ -23,9 +23,10 @@ What a row holds (``../shared/docs/kafka-request-log.md``, section 5):
 * extra columns carried through the back-test: :data:`ACKS`, :data:`KAFKA_THROTTLE`
   (what Kafka applied), :data:`API_VERSION`, :data:`CORRELATION_ID`;
 * when the log has CreateTopics, CreatePartitions or DeleteTopics lines,
-  :data:`~kquota.backtest.kernel.PARTITIONS` and :data:`~kquota.backtest.kernel.STRICT`
-  (:func:`mutation_partitions`: topic partition counts tracked over the log in time order;
-  a request with a topic of unknown count has no ``partitions``, counted in
+  :data:`~kquota.backtest.kernel.PARTITIONS`, :data:`~kquota.backtest.kernel.STRICT` and
+  :data:`~kquota.backtest.kernel.TOPIC_PARTITIONS` (:func:`mutation_partitions`: topic
+  partition counts tracked over the log in time order, the total and each topic's in request
+  order; a request with a topic of unknown count has neither, counted in
   :attr:`LogSummary.unknown_counts`).
 
 Lines that give no row are counted by reason (:data:`REASONS`) with up to five examples
@@ -61,6 +62,7 @@ from kquota.backtest.kernel import (
     SEQ_COLUMNS,
     STRICT,
     THREAD,
+    TOPIC_PARTITIONS,
     TS,
     USER,
 )
@@ -923,7 +925,9 @@ def mutation_partitions(rows: DataFrame) -> DataFrame:
     count its latest CreateTopics, CreatePartitions or Metadata response line gave; a grown
     topic its new count minus that one. Columns: the row's
     :data:`~kquota.backtest.kernel.SEQ_COLUMNS`, ``partitions`` (null when a topic's count is
-    unknown), ``unknown`` (those topics' names)."""
+    unknown), :data:`~kquota.backtest.kernel.TOPIC_PARTITIONS` (each topic's count in
+    request order, which the replay records topic by topic as Kafka's controller does; null
+    with ``partitions``), ``unknown`` (those topics' names)."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
@@ -947,6 +951,7 @@ def mutation_partitions(rows: DataFrame) -> DataFrame:
     mutations = (
         events.select(
             *SEQ_COLUMNS,
+            F.col("_kq_pos"),
             t["op"].alias("_kq_op"),
             t["name"].alias("_kq_name"),
             count.alias("_kq_count"),
@@ -956,6 +961,7 @@ def mutation_partitions(rows: DataFrame) -> DataFrame:
         .agg(
             F.sum("_kq_count").alias(PARTITIONS),
             F.count_if(F.col("_kq_count").isNull()).alias("_kq_unknown"),
+            F.sort_array(F.collect_list(F.struct("_kq_pos", "_kq_count"))).alias("_kq_each"),
             F.collect_list(
                 F.when(F.col("_kq_count").isNull(), F.coalesce("_kq_name", F.lit("")))
             ).alias("unknown"),
@@ -964,6 +970,10 @@ def mutation_partitions(rows: DataFrame) -> DataFrame:
     return mutations.select(
         *SEQ_COLUMNS,
         F.when(F.col("_kq_unknown") == 0, F.col(PARTITIONS)).cast("int").alias(PARTITIONS),
+        F.when(
+            F.col("_kq_unknown") == 0,
+            F.transform("_kq_each", lambda e: e["_kq_count"].cast("int")),
+        ).alias(TOPIC_PARTITIONS),
         F.col("unknown"),
     )
 
@@ -1039,8 +1049,10 @@ def _with_partitions(spark: SparkSession, parsed: str, summary: LogSummary) -> D
         summary.unknown_topics = sorted(stats["topics"] or [])
     if not summary.mutations:  # the traffic as before: no mutation columns
         return rows.orderBy(*SEQ_COLUMNS).select(*COLUMNS)
-    out = joined.withColumn(PARTITIONS, partitions.cast("int"))
-    return out.orderBy(*SEQ_COLUMNS).select(*COLUMNS, PARTITIONS, STRICT)
+    out = joined.withColumn(PARTITIONS, partitions.cast("int")).withColumn(
+        TOPIC_PARTITIONS, F.when(partitions.isNotNull(), F.col(TOPIC_PARTITIONS))
+    )
+    return out.orderBy(*SEQ_COLUMNS).select(*COLUMNS, PARTITIONS, STRICT, TOPIC_PARTITIONS)
 
 
 def _describe_apis(lines: _Lines, observation: Any) -> DataFrame:

@@ -43,6 +43,7 @@ from kquota.backtest.kernel import (
     THREAD,
     THROTTLE,
     TIME,
+    TOPIC_PARTITIONS,
     TS,
     USAGE,
     USER,
@@ -287,6 +288,25 @@ def _paths(configs: tuple[str, ...]) -> list[RequestPath]:
     return paths
 
 
+def _topic_columns(
+    topics: Any, kind: npt.NDArray[np.int8], mine: npt.NDArray[np.int64] | None
+) -> tuple[npt.NDArray[np.int32], npt.NDArray[np.int32]] | tuple[()]:
+    """The kernel's ``topic_offsets`` and ``topic_partitions`` of the rows ``mine`` (all when
+    ``None``) from the :data:`~kquota.backtest.kernel.TOPIC_PARTITIONS` column: the lists of
+    the mutation rows (kind 3), none for the others; nothing without the column."""
+    if topics is None:
+        return ()
+    if mine is not None:
+        topics, kind = topics.take(pa.array(mine)), kind[mine]
+    keep = pa.array(kind == 3)
+    topics = pc.if_else(keep, topics, pa.nulls(len(topics), topics.type))
+    lengths = pc.fill_null(pc.list_value_length(topics), 0).to_numpy(zero_copy_only=False)
+    offsets = np.zeros(len(lengths) + 1, dtype=np.int32)
+    np.cumsum(lengths, out=offsets[1:])
+    values = pc.cast(pc.list_flatten(topics), pa.int32()).to_numpy(zero_copy_only=False)
+    return offsets, np.asarray(values, dtype=np.int32)
+
+
 def _encode(column: pa.Array) -> tuple[npt.NDArray[np.int32], list[str]]:
     """A string column as dictionary codes (once per batch; a null is ``""``)."""
     if column.null_count:
@@ -411,6 +431,7 @@ def replay(plan: ReplayPlan, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.R
         )
         acks = np.full(n, -1, dtype=np.int16)  # a produce with acks=0 has no thread time
         partitions = strict = None
+        topics: Any = None
         if plan.mutations:
             # a mutation: partitions given on CreateTopics, CreatePartitions or DeleteTopics
             given = batch.column(names.index(PARTITIONS))
@@ -425,6 +446,8 @@ def replay(plan: ReplayPlan, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.R
             strict = pc.fill_null(batch.column(names.index(STRICT_COLUMN)), False).to_numpy(
                 zero_copy_only=False
             )
+            if TOPIC_PARTITIONS in names:
+                topics = batch.column(names.index(TOPIC_PARTITIONS))
         tag_columns = tags.columns(pairs, pair_index, kind)
         rows = batch
         for (name, _), column in zip(TAGS, tag_columns, strict=True):
@@ -449,6 +472,7 @@ def replay(plan: ReplayPlan, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.R
                 part(acks),
                 None if partitions is None else part(partitions),
                 None if strict is None else part(strict).astype(np.bool_),
+                *_topic_columns(topics, kind, mine),
             )
             own = rows if mine is None else rows.take(pa.array(mine))
             if plan.closed:

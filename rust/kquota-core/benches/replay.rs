@@ -150,6 +150,8 @@ impl<'a> KernelRun<'a> {
                 acks: &t.acks[at..at + n],
                 partitions: &[],
                 strict: &[],
+                topic_offsets: &[],
+                topic_partitions: &[],
             };
             let out = black_box(self.kernel.feed(&events).unwrap());
             throttled += out.throttle_ms.iter().filter(|&&x| x > 0).count();

@@ -350,6 +350,8 @@ fn the_replay_kernel_resolves_through_the_callback() {
         acks: &acks,
         partitions: &[],
         strict: &[],
+        topic_offsets: &[],
+        topic_partitions: &[],
     };
     let mut got = vec![None; n];
     for out in [kernel.feed(&events).unwrap(), kernel.finish()] {

@@ -432,6 +432,8 @@ fn kernel(trace: &Trace, closed: bool) -> (Vec<Row>, Measured) {
             acks: &cols.5,
             partitions: &[],
             strict: &[],
+            topic_offsets: &[],
+            topic_partitions: &[],
         };
         out.extend(rows(&k.feed(&events).unwrap()));
         *cols = Default::default();
@@ -547,6 +549,8 @@ fn events<'a>(cols: &'a Columns) -> Events<'a> {
         acks: &cols.5,
         partitions: &[],
         strict: &[],
+        topic_offsets: &[],
+        topic_partitions: &[],
     }
 }
 

@@ -4,19 +4,22 @@
 //! [`ReplayKernel`] gives event for event what [`ControllerMutationQuotaManager`] (the
 //! mutation throttle, the refused partitions, the bucket's tokens) and [`RequestPath`]
 //! (the request throttle) give, with the applied throttle the larger of the two, ties to
-//! the request quota, as Kafka's `sendResponseMaybeThrottleWithControllerQuota`.
+//! the request quota, as Kafka's `sendResponseMaybeThrottleWithControllerQuota`. A
+//! mutation of several topics is recorded topic by topic, as Kafka's controller (and the
+//! proxy) does through [`MutationRequestQuota`]: a strict request's later topics are
+//! refused once an earlier one overdrew the bucket.
 #![cfg(not(loom))]
 
 use kquota_core::replay::{
     quota_code, Events, Output, BY_MUTATION, BY_NONE, KIND_MUTATION, KIND_OTHER,
 };
 use kquota_core::samples::WindowConfig;
-use kquota_core::token_bucket::remaining_throttle;
 use kquota_core::{
-    ControllerMutationQuotaManager, QuotaEntity, QuotaManager, QuotaType, ReplayKernel,
-    ReplayOptions, Request, RequestPath,
+    ControllerMutationQuotaManager, MutationRequestQuota, QuotaEntity, QuotaManager, QuotaType,
+    ReplayKernel, ReplayOptions, Request, RequestPath,
 };
 use proptest::prelude::*;
+use std::sync::Arc;
 
 fn fixed(cases: u32) -> ProptestConfig {
     let cases = std::env::var("PROPTEST_CASES")
@@ -53,8 +56,9 @@ fn entities() -> Vec<QuotaEntity> {
 
 #[derive(Debug, Clone)]
 enum Item {
-    /// dt, pair, partitions (None: not a mutation), strict, thread ns (NaN: unknown)
-    Event(i64, usize, Option<i32>, bool, f64),
+    /// dt, pair, partitions per topic (None: not a mutation), strict, thread ns (NaN:
+    /// unknown)
+    Event(i64, usize, Option<Vec<i32>>, bool, f64),
     /// dt, entity, quota (None: remove)
     Quota(i64, usize, Option<f64>),
     Expire(i64),
@@ -78,7 +82,11 @@ fn trace() -> impl Strategy<Value = Trace> {
     let event = (
         dt(),
         0..PAIRS.len(),
-        prop_oneof![1 => Just(None), 3 => (0i32..60).prop_map(Some)],
+        prop_oneof![
+            1 => Just(None),
+            2 => (0i32..60).prop_map(|n| Some(vec![n])),
+            2 => prop::collection::vec(0i32..30, 0..5).prop_map(Some),
+        ],
         any::<bool>(),
         prop_oneof![1 => Just(f64::NAN), 3 => 0.0..2_000_000_000.0f64],
     )
@@ -111,7 +119,7 @@ type Row = (u64, i32, i8, i32, i32, i32);
 
 struct Broker {
     managers: [QuotaManager; 3],
-    mutation: ControllerMutationQuotaManager,
+    mutation: Arc<ControllerMutationQuotaManager>,
 }
 
 impl Broker {
@@ -130,7 +138,10 @@ impl Broker {
         for (e, v) in &trace.initial {
             mutation.set_quota(&all[*e], *v).unwrap();
         }
-        Broker { managers, mutation }
+        Broker {
+            managers,
+            mutation: Arc::new(mutation),
+        }
     }
 
     fn path(&self) -> RequestPath<'_> {
@@ -168,19 +179,19 @@ fn oracle(trace: &Trace) -> (Vec<Row>, Vec<Option<u64>>) {
                     (0, BY_NONE)
                 };
                 let (mut m, mut refused) = (0, 0);
-                if let Some(n) = partitions {
-                    let check = if *strict {
-                        b.mutation.record_strict(user, client, f64::from(*n), t)
-                    } else {
-                        b.mutation.record_permissive(user, client, f64::from(*n), t)
+                if let Some(topics) = partitions {
+                    // as the proxy (and Kafka's controller): one request quota, each
+                    // topic recorded in turn; no topic is one mutation of 0 partitions
+                    let quota =
+                        MutationRequestQuota::new(b.mutation.clone(), user, client, *strict);
+                    let whole = [0];
+                    let topics: &[i32] = if topics.is_empty() { &whole } else { topics };
+                    for &n in topics {
+                        if !quota.record(f64::from(n), t).unwrap().accepted {
+                            refused += n;
+                        }
                     }
-                    .unwrap();
-                    if check.violated {
-                        m = remaining_throttle(check.throttle_ms, t, t);
-                    }
-                    if !check.accepted {
-                        refused = *n;
-                    }
+                    m = quota.throttle_time(t);
                     if m > applied {
                         (applied, by) = (m, BY_MUTATION);
                     }
@@ -236,6 +247,8 @@ struct Columns {
     acks: Vec<i16>,
     partitions: Vec<i32>,
     strict: Vec<bool>,
+    topic_offsets: Vec<i32>,
+    topic_partitions: Vec<i32>,
 }
 
 impl Columns {
@@ -250,6 +263,16 @@ impl Columns {
             acks: &self.acks,
             partitions: if has_mutations { &self.partitions } else { &[] },
             strict: if has_mutations { &self.strict } else { &[] },
+            topic_offsets: if has_mutations {
+                &self.topic_offsets
+            } else {
+                &[]
+            },
+            topic_partitions: if has_mutations {
+                &self.topic_partitions
+            } else {
+                &[]
+            },
         };
         out.extend(rows(&k.feed(&events).unwrap()));
         *self = Columns::default();
@@ -284,8 +307,18 @@ fn kernel(trace: &Trace, closed_loop: bool) -> (Vec<Row>, Vec<Option<u64>>) {
                 cols.bytes.push(0.0);
                 cols.thread.push(*ns);
                 cols.acks.push(-1);
-                cols.partitions.push(partitions.unwrap_or(0));
+                let topics = partitions.as_deref().unwrap_or(&[]);
+                cols.partitions.push(topics.iter().sum());
                 cols.strict.push(*strict);
+                // a single topic goes as the partitions column alone (no topics): the
+                // kernel's one-topic path; several go as per-topic counts
+                if cols.topic_offsets.is_empty() {
+                    cols.topic_offsets.push(0);
+                }
+                if topics.len() > 1 {
+                    cols.topic_partitions.extend_from_slice(topics);
+                }
+                cols.topic_offsets.push(cols.topic_partitions.len() as i32);
             }
             Item::Quota(dt, e, v) => {
                 cols.feed(&mut k, &mut out);
@@ -331,10 +364,19 @@ fn traces_cover_every_branch() {
     use proptest::test_runner::TestRunner;
     let mut runner = TestRunner::new(fixed(300));
     let (mut refused, mut by_mutation, mut by_request, mut both) = (0, 0, 0, 0);
+    let mut later_topics_refused = 0;
     for _ in 0..300 {
         let trace = trace().new_tree(&mut runner).unwrap().current();
         let (rows, _) = oracle(&trace);
-        for r in &rows {
+        let asked = trace.items.iter().filter_map(|i| match i {
+            Item::Event(_, _, p, s, _) => Some((p.clone().unwrap_or_default(), *s)),
+            _ => None,
+        });
+        for (r, (topics, strict)) in rows.iter().zip(asked) {
+            // a strict request of several topics with some, not all, refused
+            let total: i32 = topics.iter().sum();
+            later_topics_refused +=
+                usize::from(strict && topics.len() > 1 && r.5 > 0 && r.5 < total);
             refused += usize::from(r.5 > 0);
             by_mutation += usize::from(r.2 == BY_MUTATION);
             by_request += usize::from(r.2 == quota_code(QuotaType::Request));
@@ -351,6 +393,10 @@ fn traces_cover_every_branch() {
         "throttled by the request quota: {by_request}"
     );
     assert!(both > 5, "both quotas throttling one request: {both}");
+    assert!(
+        later_topics_refused > 20,
+        "strict requests with their later topics refused: {later_topics_refused}"
+    );
 }
 
 /// Closed loop: a client throttled by the mutation quota sends its next request after
@@ -382,6 +428,8 @@ fn closed_loop_waits_out_a_mutation_throttle() {
         acks: &[-1, -1],
         partitions: &[30, 1],
         strict: &[false, true],
+        topic_offsets: &[],
+        topic_partitions: &[],
     };
     let mut out = k.feed(&events).unwrap();
     let rest = k.finish();
@@ -418,6 +466,8 @@ fn bad_mutation_columns_are_refused() {
         acks: &[-1],
         partitions,
         strict,
+        topic_offsets: &[],
+        topic_partitions: &[],
     };
     let e = k.feed(&base(&[-3], &[true])).unwrap_err().to_string();
     assert!(e.contains("invalid partitions -3 at row 0"), "{e}");
@@ -425,6 +475,19 @@ fn bad_mutation_columns_are_refused() {
     assert!(e.contains("no partitions and strict columns"), "{e}");
     let e = k.feed(&base(&[1], &[])).unwrap_err().to_string();
     assert!(e.contains("partitions has 1 rows and strict 0"), "{e}");
+    let topics = |offsets: &'static [i32], topics: &'static [i32]| Events {
+        topic_offsets: offsets,
+        topic_partitions: topics,
+        ..base(&[3], &[true])
+    };
+    let e = k.feed(&topics(&[0, 2], &[1, 1])).unwrap_err().to_string();
+    assert!(e.contains("sum to 2, not its partitions 3"), "{e}");
+    let e = k.feed(&topics(&[0, 2], &[4, -1])).unwrap_err().to_string();
+    assert!(e.contains("invalid topic partitions -1 at row 0"), "{e}");
+    let e = k.feed(&topics(&[0], &[3])).unwrap_err().to_string();
+    assert!(e.contains("topic_offsets has 1 rows"), "{e}");
+    let e = k.feed(&topics(&[0, 1], &[1, 2])).unwrap_err().to_string();
+    assert!(e.contains("topic_offsets must rise"), "{e}");
     assert_eq!(k.mutation_tokens(0, 0, 5).unwrap(), None);
     let out = k.feed(&base(&[1], &[true])).unwrap();
     assert_eq!(out.refused_partitions, vec![0]);
@@ -463,6 +526,8 @@ fn mutation_summaries_count_what_the_manager_decided() {
         acks: &vec![-1; n as usize],
         partitions: &partitions,
         strict: &strict,
+        topic_offsets: &[],
+        topic_partitions: &[],
     };
     k.feed(&events).unwrap();
     let summaries = k.summaries();

@@ -440,6 +440,24 @@ pub(crate) fn strict_array<'py>(
     array(obj, "strict", "bool").map(Some)
 }
 
+pub(crate) fn topic_offsets_array<'py>(
+    obj: &Bound<'py, PyAny>,
+) -> PyResult<Option<PyReadonlyArray1<'py, i32>>> {
+    if obj.is_none() {
+        return Ok(None);
+    }
+    array(obj, "topic_offsets", "int32").map(Some)
+}
+
+pub(crate) fn topic_partitions_array<'py>(
+    obj: &Bound<'py, PyAny>,
+) -> PyResult<Option<PyReadonlyArray1<'py, i32>>> {
+    if obj.is_none() {
+        return Ok(None);
+    }
+    array(obj, "topic_partitions", "int32").map(Some)
+}
+
 /// The scenarios of a replay: a sequence of `kquota.RequestPath`.
 pub(crate) fn scenarios(obj: &Bound<'_, PyAny>) -> PyResult<Vec<Py<crate::RequestPath>>> {
     let expected = "a sequence of kquota.RequestPath (one per scenario)";

@@ -131,7 +131,10 @@ impl ReplayKernel {
     }
 
     #[allow(clippy::too_many_arguments)]
-    #[pyo3(signature = (time_ms, pair, kind, bytes, thread_ns, acks, partitions=None, strict=None))]
+    #[pyo3(signature = (
+        time_ms, pair, kind, bytes, thread_ns, acks, partitions=None, strict=None,
+        topic_offsets=None, topic_partitions=None
+    ))]
     fn feed<'py>(
         &self,
         py: Python<'py>,
@@ -145,6 +148,12 @@ impl ReplayKernel {
             PyReadonlyArray1<'py, i32>,
         >,
         #[pyo3(from_py_with = args::strict_array)] strict: Option<PyReadonlyArray1<'py, bool>>,
+        #[pyo3(from_py_with = args::topic_offsets_array)] topic_offsets: Option<
+            PyReadonlyArray1<'py, i32>,
+        >,
+        #[pyo3(from_py_with = args::topic_partitions_array)] topic_partitions: Option<
+            PyReadonlyArray1<'py, i32>,
+        >,
     ) -> PyResult<Bound<'py, PyDict>> {
         // Copy into owned buffers (the arrays may change while the GIL is released), then
         // replay the whole batch without the GIL.
@@ -160,6 +169,8 @@ impl ReplayKernel {
         );
         let parts = partitions.map_or_else(Vec::new, |a| a.as_array().to_vec());
         let stricts = strict.map_or_else(Vec::new, |a| a.as_array().to_vec());
+        let offsets = topic_offsets.map_or_else(Vec::new, |a| a.as_array().to_vec());
+        let topics = topic_partitions.map_or_else(Vec::new, |a| a.as_array().to_vec());
         let mut guard = self.kernel(py)?;
         let kernel: &mut core::ReplayKernel = &mut guard;
         let out = py
@@ -173,6 +184,8 @@ impl ReplayKernel {
                     acks: &a,
                     partitions: &parts,
                     strict: &stricts,
+                    topic_offsets: &offsets,
+                    topic_partitions: &topics,
                 })
             })
             .map_err(CoreError)?;

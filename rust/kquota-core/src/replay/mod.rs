@@ -52,6 +52,7 @@ mod stats;
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
+use std::sync::Arc;
 
 use crate::entity::{sanitize_user, QuotaEntity};
 use crate::error::{check_quota, check_usage, Error, Result};
@@ -125,6 +126,15 @@ pub struct Events<'a> {
     /// Whether a [`KIND_MUTATION`] event's request version is enforced strictly
     /// ([`crate::MutationApi::is_strict`]); ignored otherwise. Empty with `partitions`.
     pub strict: &'a [bool],
+    /// Per-topic partitions of the mutations, in request order: event `i`'s topics are
+    /// `topic_partitions[topic_offsets[i]..topic_offsets[i + 1]]`. A mutation with topics
+    /// is recorded topic by topic, as Kafka's controller does (a strict request's topics
+    /// are refused once the bucket is overdrawn); their sum must equal `partitions[i]`.
+    /// A mutation with no topic (or a batch without these columns) is one topic of
+    /// `partitions[i]`. Ignored for other events. Empty, or `n + 1` offsets.
+    pub topic_offsets: &'a [i32],
+    /// The per-topic partitions `topic_offsets` indexes (each >= 0).
+    pub topic_partitions: &'a [i32],
 }
 
 impl Events<'_> {
@@ -151,6 +161,28 @@ impl Events<'_> {
                 "mutation columns: partitions has {p} rows and strict {s}; both must have \
                  the {n} rows of time_ms, or be empty when no event is a mutation"
             )));
+        }
+        let (o, t) = (self.topic_offsets.len(), self.topic_partitions.len());
+        if o != 0 && (o != n + 1 || p == 0) {
+            return Err(Error::InvalidUsage(format!(
+                "topic columns: topic_offsets has {o} rows; it must have the {n} rows of \
+                 time_ms plus one (with the partitions and strict columns), or be empty"
+            )));
+        }
+        if o == 0 && t != 0 {
+            return Err(Error::InvalidUsage(format!(
+                "topic columns: topic_partitions has {t} values but topic_offsets is empty"
+            )));
+        }
+        if let (Some(&first), Some(&last)) = (self.topic_offsets.first(), self.topic_offsets.last())
+        {
+            let ordered = self.topic_offsets.windows(2).all(|w| w[0] <= w[1]);
+            if first < 0 || !ordered || last as usize != t {
+                return Err(Error::InvalidUsage(format!(
+                    "topic columns: topic_offsets must rise from >= 0 to the {t} values of \
+                     topic_partitions (first {first}, last {last})"
+                )));
+            }
         }
         Ok(n)
     }
@@ -231,7 +263,7 @@ impl Default for ReplayOptions {
 }
 
 /// One checked event.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 struct Event {
     time: i64,
     seq: u64,
@@ -242,6 +274,9 @@ struct Event {
     thread: Option<f64>,
     /// A mutation's partitions and strictness.
     mutation: Option<(i32, bool)>,
+    /// A mutation's partitions per topic, in request order, when it has more than one
+    /// topic (else one topic of its partitions).
+    topics: Option<Arc<[i32]>>,
 }
 
 /// The managers' throttles of one event and what applied.
@@ -394,28 +429,37 @@ impl Scenario {
         let mut by = by.map_or(BY_NONE, quota_code);
         let (mut m, mut refused) = (0, 0);
         if let Some((partitions, strict)) = e.mutation {
-            // Kafka's sendResponseMaybeThrottleWithControllerQuota: the larger of the
-            // mutation and request throttles, ties to the request quota.
-            let check = self
-                .mutations
-                .record(e.pair, f64::from(partitions), strict, now, run);
-            if check.violated {
-                m = remaining_throttle(check.throttle_ms, now, now);
+            // Kafka's controller records a request topic by topic (its strict or
+            // permissive request quota): a strict one refuses each topic while the bucket
+            // is overdrawn; the request's throttle is the last violation's. The response
+            // then takes the larger of the mutation and request throttles, ties to the
+            // request quota (sendResponseMaybeThrottleWithControllerQuota).
+            let whole = [partitions];
+            let topics: &[i32] = e.topics.as_deref().unwrap_or(&whole);
+            let mut last_throttle = 0;
+            let mut violated = false;
+            for &permits in topics {
+                let check = self
+                    .mutations
+                    .record(e.pair, f64::from(permits), strict, now, run);
+                if check.violated {
+                    violated = true;
+                    last_throttle = check.throttle_ms;
+                }
+                if !check.accepted {
+                    refused += permits;
+                }
             }
-            if !check.accepted {
-                refused = partitions;
+            if violated {
+                m = remaining_throttle(last_throttle, now, now);
             }
             self.mutations.count(
                 e.pair,
                 &Usage {
                     time_ms: now,
                     bytes: i64::from(partitions),
-                    usage: if check.accepted {
-                        i64::from(partitions)
-                    } else {
-                        0
-                    },
-                    recorded: check.accepted,
+                    usage: i64::from(partitions - refused),
+                    recorded: true,
                     throttle_ms: m,
                     added_latency_ms: now - e.time,
                 },
@@ -649,6 +693,10 @@ impl ReplayKernel {
                 .zip(&events.partitions[..n])
                 .fold(true, |ok, (&k, &p)| ok & ((k != KIND_MUTATION) | (p >= 0)))
         };
+        let topics_ok = events.topic_offsets.is_empty()
+            || (0..n).all(|i| {
+                events.kind[i] != KIND_MUTATION || Self::topics_invalid(events, i).is_none()
+            });
         let usage_ok = |v: f64| v.is_finite() & (v >= 0.0);
         let bytes_ok = events.kind[..n]
             .iter()
@@ -657,7 +705,39 @@ impl ReplayKernel {
         let threads_ok = events.thread_ns[..n]
             .iter()
             .fold(true, |ok, &ns| ok & (ns.is_nan() | usage_ok(ns)));
-        ordered && pairs_ok && kinds_ok && mutations_ok && bytes_ok && threads_ok
+        ordered && pairs_ok && kinds_ok && mutations_ok && topics_ok && bytes_ok && threads_ok
+    }
+
+    /// Why the topics of mutation event `i` of length-checked columns are invalid (a
+    /// negative count, or a sum other than its partitions); `None` when they are valid.
+    fn topics_invalid(events: &Events<'_>, i: usize) -> Option<String> {
+        let range = Self::topic_range(events, i)?;
+        let topics = &events.topic_partitions[range];
+        if let Some(bad) = topics.iter().find(|&&t| t < 0) {
+            return Some(format!(
+                "invalid topic partitions {bad} at row {i}: a topic creates or deletes >= 0 \
+                 partitions"
+            ));
+        }
+        let sum: i64 = topics.iter().map(|&t| i64::from(t)).sum();
+        let partitions = events.partitions.get(i).copied().unwrap_or(0);
+        (sum != i64::from(partitions)).then(|| {
+            format!(
+                "topic partitions at row {i} sum to {sum}, not its partitions {partitions}: \
+                 partitions is the request's total over its topics"
+            )
+        })
+    }
+
+    /// The range of event `i`'s topics in `topic_partitions`; `None` without topics.
+    #[inline]
+    fn topic_range(events: &Events<'_>, i: usize) -> Option<std::ops::Range<usize>> {
+        let o = events.topic_offsets;
+        if o.is_empty() {
+            return None;
+        }
+        let (a, b) = (o[i] as usize, o[i + 1] as usize);
+        (b > a).then_some(a..b)
     }
 
     /// Finds the first invalid event and names it.
@@ -697,6 +777,9 @@ impl ReplayKernel {
                         "invalid partitions {partitions} at row {i}: a mutation creates or \
                          deletes >= 0 partitions"
                     )));
+                }
+                if let Some(why) = Self::topics_invalid(events, i) {
+                    return Err(Error::InvalidUsage(why));
                 }
             }
             let pair = events.pair[i];
@@ -738,6 +821,13 @@ impl ReplayKernel {
             thread: (!ns.is_nan()).then_some(ns),
             mutation: (events.kind[i] == KIND_MUTATION)
                 .then(|| (events.partitions[i], events.strict[i])),
+            topics: if events.kind[i] == KIND_MUTATION {
+                Self::topic_range(events, i)
+                    .filter(|r| r.len() > 1)
+                    .map(|r| Arc::from(&events.topic_partitions[r]))
+            } else {
+                None
+            },
         }
     }
 
@@ -762,8 +852,9 @@ impl ReplayKernel {
             let closed = s.closed.as_mut().expect("closed loop");
             for i in 0..n {
                 let e = Self::event(events, i, first);
-                closed.clients[e.pair as usize].queue.push_back(e);
-                closed.schedule(e.pair);
+                let pair = e.pair;
+                closed.clients[pair as usize].queue.push_back(e);
+                closed.schedule(pair);
             }
             s.drain(index, last, &mut out);
         }
