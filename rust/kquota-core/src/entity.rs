@@ -221,13 +221,19 @@ impl Overrides {
         }
     }
 
-    /// [`Self::tags`] without allocating, when only one level of quotas is enabled (or
-    /// none): then the tags follow from the level alone. `None` otherwise.
-    pub fn simple_tags<'a>(&self, user: &'a str, client: &'a str) -> Option<(&'a str, &'a str)> {
+    /// [`Self::tags`] of a request from (unsanitized) principal `user`, when only one
+    /// level of quotas is enabled (or none): then the tags follow from the level alone.
+    /// `None` otherwise. The user is sanitized only when the tags include it (a client-id
+    /// level never looks at it), and borrowed unless sanitizing changes it.
+    pub fn simple_tags<'a>(
+        &self,
+        user: &'a str,
+        client: &'a str,
+    ) -> Option<(Cow<'a, str>, &'a str)> {
         match self.enabled {
-            0 | CLIENT_LEVEL => Some(("", client)),
-            USER_LEVEL => Some((user, "")),
-            USER_CLIENT_LEVEL => Some((user, client)),
+            0 | CLIENT_LEVEL => Some((Cow::Borrowed(""), client)),
+            USER_LEVEL => Some((sanitize_user(user), "")),
+            USER_CLIENT_LEVEL => Some((sanitize_user(user), client)),
             _ => None,
         }
     }
@@ -260,10 +266,23 @@ impl Overrides {
     }
 }
 
+/// The bytes [`sanitize_user`] keeps as they are: ASCII letters and digits and `.-_`
+/// (a table: the check runs on every request of a user-level configuration).
+const KEPT: [bool; 256] = {
+    let mut kept = [false; 256];
+    let mut b = 0;
+    while b < 256 {
+        let c = b as u8;
+        kept[b] = c.is_ascii_alphanumeric() || matches!(c, b'.' | b'-' | b'_');
+        b += 1;
+    }
+    kept
+};
+
 /// Kafka's sanitized form of a principal name: URL-encoded UTF-8 (letters, digits and
 /// `.-_*` kept), then `+` as `%20` and `*` as `%2A`. Borrows when nothing changes.
 pub fn sanitize_user(name: &str) -> Cow<'_, str> {
-    let keep = |b: u8| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b'_');
+    let keep = |b: u8| KEPT[usize::from(b)];
     if name.bytes().all(keep) {
         return Cow::Borrowed(name);
     }
@@ -456,6 +475,10 @@ mod tests {
         assert_eq!(sanitize_user("<default>"), "%3Cdefault%3E");
         assert_eq!(sanitize_user("é"), "%C3%A9");
         assert_eq!(sanitize_user("~"), "%7E");
+        for b in 0..=255u8 {
+            let kept = b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b'_');
+            assert_eq!(KEPT[usize::from(b)], kept, "{b}");
+        }
     }
 
     #[test]
