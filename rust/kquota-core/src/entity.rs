@@ -388,9 +388,27 @@ impl std::fmt::Debug for Pair {
 /// points to the dangling address 1, and glibc's AVX-512 `memcmp` reads even zero bytes
 /// with a masked load, which at an unmapped address costs a microcode assist (measured:
 /// a record for tags with an empty user took 200-400 ns instead of 35-50).
+///
+/// Strings of up to 16 bytes (client ids, most principals) are compared with at most
+/// two word loads each instead of a call.
 #[inline]
 fn str_eq(a: &str, b: &str) -> bool {
-    a.len() == b.len() && (a.is_empty() || a == b)
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    let n = a.len();
+    if n != b.len() {
+        return false;
+    }
+    let word8 = |s: &[u8], i: usize| u64::from_ne_bytes(s[i..i + 8].try_into().unwrap());
+    let word4 = |s: &[u8], i: usize| u32::from_ne_bytes(s[i..i + 4].try_into().unwrap());
+    match n {
+        0 => true,
+        // The first, middle and last bytes: every byte of 1 to 3.
+        1..=3 => a[0] == b[0] && a[n / 2] == b[n / 2] && a[n - 1] == b[n - 1],
+        // The first and last 4 (or 8) bytes, overlapping: every byte.
+        4..=7 => word4(a, 0) == word4(b, 0) && word4(a, n - 4) == word4(b, n - 4),
+        8..=16 => word8(a, 0) == word8(b, 0) && word8(a, n - 8) == word8(b, n - 8),
+        _ => a == b,
+    }
 }
 
 impl PartialEq for Pair {
@@ -465,6 +483,27 @@ mod tests {
             h.hash_one(Pair::new("ab", "c")),
             h.hash_one(Pair::new("a", "bc"))
         );
+    }
+
+    #[test]
+    fn short_strings_compare_as_strings() {
+        let words: Vec<String> = (0..=20)
+            .flat_map(|n| {
+                let base: String = (0..n).map(|i| char::from(b'a' + (i % 26) as u8)).collect();
+                let mut v = vec![base.clone()];
+                for i in 0..n {
+                    let mut b = base.clone().into_bytes();
+                    b[i] = b'Z';
+                    v.push(String::from_utf8(b).unwrap());
+                }
+                v
+            })
+            .collect();
+        for a in &words {
+            for b in &words {
+                assert_eq!(str_eq(a, b), a == b, "{a:?} {b:?}");
+            }
+        }
     }
 
     #[test]
