@@ -221,13 +221,19 @@ impl Overrides {
         }
     }
 
-    /// [`Self::tags`] without allocating, when only one level of quotas is enabled (or
-    /// none): then the tags follow from the level alone. `None` otherwise.
-    pub fn simple_tags<'a>(&self, user: &'a str, client: &'a str) -> Option<(&'a str, &'a str)> {
+    /// [`Self::tags`] of a request from (unsanitized) principal `user`, when only one
+    /// level of quotas is enabled (or none): then the tags follow from the level alone.
+    /// `None` otherwise. The user is sanitized only when the tags include it (a client-id
+    /// level never looks at it), and borrowed unless sanitizing changes it.
+    pub fn simple_tags<'a>(
+        &self,
+        user: &'a str,
+        client: &'a str,
+    ) -> Option<(Cow<'a, str>, &'a str)> {
         match self.enabled {
-            0 | CLIENT_LEVEL => Some(("", client)),
-            USER_LEVEL => Some((user, "")),
-            USER_CLIENT_LEVEL => Some((user, client)),
+            0 | CLIENT_LEVEL => Some((Cow::Borrowed(""), client)),
+            USER_LEVEL => Some((sanitize_user(user), "")),
+            USER_CLIENT_LEVEL => Some((sanitize_user(user), client)),
             _ => None,
         }
     }
@@ -260,10 +266,23 @@ impl Overrides {
     }
 }
 
+/// The bytes [`sanitize_user`] keeps as they are: ASCII letters and digits and `.-_`
+/// (a table: the check runs on every request of a user-level configuration).
+const KEPT: [bool; 256] = {
+    let mut kept = [false; 256];
+    let mut b = 0;
+    while b < 256 {
+        let c = b as u8;
+        kept[b] = c.is_ascii_alphanumeric() || matches!(c, b'.' | b'-' | b'_');
+        b += 1;
+    }
+    kept
+};
+
 /// Kafka's sanitized form of a principal name: URL-encoded UTF-8 (letters, digits and
 /// `.-_*` kept), then `+` as `%20` and `*` as `%2A`. Borrows when nothing changes.
 pub fn sanitize_user(name: &str) -> Cow<'_, str> {
-    let keep = |b: u8| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b'_');
+    let keep = |b: u8| KEPT[usize::from(b)];
     if name.bytes().all(keep) {
         return Cow::Borrowed(name);
     }
@@ -369,9 +388,27 @@ impl std::fmt::Debug for Pair {
 /// points to the dangling address 1, and glibc's AVX-512 `memcmp` reads even zero bytes
 /// with a masked load, which at an unmapped address costs a microcode assist (measured:
 /// a record for tags with an empty user took 200-400 ns instead of 35-50).
+///
+/// Strings of up to 16 bytes (client ids, most principals) are compared with at most
+/// two word loads each instead of a call.
 #[inline]
 fn str_eq(a: &str, b: &str) -> bool {
-    a.len() == b.len() && (a.is_empty() || a == b)
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    let n = a.len();
+    if n != b.len() {
+        return false;
+    }
+    let word8 = |s: &[u8], i: usize| u64::from_ne_bytes(s[i..i + 8].try_into().unwrap());
+    let word4 = |s: &[u8], i: usize| u32::from_ne_bytes(s[i..i + 4].try_into().unwrap());
+    match n {
+        0 => true,
+        // The first, middle and last bytes: every byte of 1 to 3.
+        1..=3 => a[0] == b[0] && a[n / 2] == b[n / 2] && a[n - 1] == b[n - 1],
+        // The first and last 4 (or 8) bytes, overlapping: every byte.
+        4..=7 => word4(a, 0) == word4(b, 0) && word4(a, n - 4) == word4(b, n - 4),
+        8..=16 => word8(a, 0) == word8(b, 0) && word8(a, n - 8) == word8(b, n - 8),
+        _ => a == b,
+    }
 }
 
 impl PartialEq for Pair {
@@ -449,6 +486,27 @@ mod tests {
     }
 
     #[test]
+    fn short_strings_compare_as_strings() {
+        let words: Vec<String> = (0..=20)
+            .flat_map(|n| {
+                let base: String = (0..n).map(|i| char::from(b'a' + (i % 26) as u8)).collect();
+                let mut v = vec![base.clone()];
+                for i in 0..n {
+                    let mut b = base.clone().into_bytes();
+                    b[i] = b'Z';
+                    v.push(String::from_utf8(b).unwrap());
+                }
+                v
+            })
+            .collect();
+        for a in &words {
+            for b in &words {
+                assert_eq!(str_eq(a, b), a == b, "{a:?} {b:?}");
+            }
+        }
+    }
+
+    #[test]
     fn sanitizes_like_java_url_encoder() {
         assert_eq!(sanitize_user("alice"), "alice");
         assert_eq!(sanitize_user("User:CN=a b"), "User%3ACN%3Da%20b");
@@ -456,6 +514,10 @@ mod tests {
         assert_eq!(sanitize_user("<default>"), "%3Cdefault%3E");
         assert_eq!(sanitize_user("é"), "%C3%A9");
         assert_eq!(sanitize_user("~"), "%7E");
+        for b in 0..=255u8 {
+            let kept = b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b'_');
+            assert_eq!(KEPT[usize::from(b)], kept, "{b}");
+        }
     }
 
     #[test]

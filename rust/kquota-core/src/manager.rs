@@ -989,8 +989,8 @@ impl QuotaManager {
     ) -> Result<R> {
         let maps = self.maps.load(guard);
         if !config.custom {
-            let user = sanitize_user(user);
-            if let Some((u, c)) = config.overrides.simple_tags(&user, client_id) {
+            if let Some((u, c)) = config.overrides.simple_tags(user, client_id) {
+                let u: &str = &u;
                 {
                     let map = maps.sensors.pin();
                     if let Some(sensors) = map.get(&PairRef(u, c)).filter(|s| s.ready()) {
