@@ -254,6 +254,29 @@ def test_bad_mutation_rows_are_quarantined_with_their_reason(spark: Any, tmp_pat
     )
 
 
+def test_topic_partitions_without_partitions_are_quarantined(spark: Any, tmp_path: Path) -> None:
+    """Per-topic counts with no ``partitions`` column cannot be replayed: the rows that
+    have them are refused with their reason, the others replay as plain requests."""
+    frame = _traffic().drop(columns=["partitions", "strict"])
+    frame["topic_partitions"] = pd.Series([None] * len(frame), dtype=object)
+    frame.at[3, "topic_partitions"] = [1, 2]
+    frame.at[5, "topic_partitions"] = [4]
+    _write(frame, tmp_path / "in.parquet")
+    options = BacktestOptions(
+        traffic=str(tmp_path / "in.parquet"),
+        quotas=_config(),
+        out=str(tmp_path / "out"),
+        report=False,
+    )
+    result = run(spark, options)
+    bad = pd.read_parquet(tmp_path / "out" / "quarantine")
+    assert list(bad["reason"]) == ["topic_partitions without partitions"] * 2
+    assert sorted(bad["topic_partitions"].map(list)) == [[1, 2], [4]]
+    assert result.rows_valid == len(frame) - 2
+    got = pd.read_parquet(tmp_path / "out" / "requests")
+    assert MUTATION_THROTTLE not in got.columns
+
+
 def _split(partitions: Any, i: int) -> list[int] | None:
     """Row ``i``'s partitions over 1 to 4 topics (None on some rows: one topic)."""
     if pd.isna(partitions) or i % 9 == 0:

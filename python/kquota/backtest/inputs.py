@@ -337,6 +337,12 @@ def parse(frame: DataFrame) -> DataFrame:
                 )
             mutation_bad = F.coalesce(mutation_bad, topics_bad)
             mutation.append(topics.cast("array<int>").alias("_kq_topic_partitions"))
+    elif TOPIC_PARTITIONS in types:
+        # per-topic counts with no total to replay them by: refused, not carried through
+        mutation_bad = F.when(
+            F.col(TOPIC_PARTITIONS).isNotNull(),
+            F.lit(f"{TOPIC_PARTITIONS} without {PARTITIONS}"),
+        )
     reason = F.coalesce(ts_bad, api_bad, size_bad, thread_bad, mutation_bad)
     return frame.select(
         "*",
