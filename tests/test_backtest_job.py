@@ -16,7 +16,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from kquota.backtest import kernel
+from kquota.backtest import kernel, report, summaries
 from kquota.backtest.job import run
 from kquota.backtest.kernel import (
     ADDED_LATENCY,
@@ -240,6 +240,52 @@ def test_report(open_run: tuple[BacktestResult, Path]) -> None:
     halves = result.totals.set_index("scenario")["throttled_requests"]
     assert halves["x0.5"] > halves["x1"] > 0
     assert not result.top_entities.empty and result.rate_series
+    # each plotted sensor's usage per window, as the written rows of the base scenario say
+    requests = read_requests(out)
+    requests = requests[requests["scenario"] == result.base_scenario]
+    window = mixed_config().window.window_ms
+    for key, series in result.rate_series.items():
+        quota_type, broker, user, client = key.split("|")
+        if quota_type == "request":
+            mine = requests[
+                (requests["request_sensor_user"] == user)
+                & (requests["request_sensor_client"] == client)
+                & requests[THREAD].notna()
+            ]
+            amount = mine[THREAD].astype(float) * kernel.NANOS_TO_PERCENT
+        else:
+            mine = requests[
+                (requests[SENSOR_USER] == user)
+                & (requests[SENSOR_CLIENT] == client)
+                & (requests[API].str.lower() == quota_type)
+            ]
+            recorded = (mine[FETCH_THROTTLE] <= 0) & (mine[REQUEST_THROTTLE] <= 0)
+            amount = mine[BYTES].where(recorded | (quota_type != "fetch"), 0).astype(float)
+        mine = mine[mine[BROKER] == broker]
+        want = amount.loc[mine.index].groupby(mine[SENT] // window).sum()
+        np.testing.assert_array_equal(series["window"].to_numpy(), want.index.to_numpy())
+        np.testing.assert_allclose(series["amount"].to_numpy(), want.to_numpy(), rtol=1e-12)
+
+
+def _spark_totals(spark: Any, out: Path, result: BacktestResult) -> pd.DataFrame:
+    """The report's totals as Spark aggregates them from ``DIR/requests/``."""
+    counts = summaries.throttle_counts(spark.read.parquet(str(out / "requests")))
+    return report.scenario_totals(counts, result.scenarios, result.totals["scale"].tolist())
+
+
+def test_report_counts_are_sparks_aggregates_of_the_requests(
+    spark: Any, open_run: tuple[BacktestResult, Path]
+) -> None:
+    """The job counts the report's totals while the rows go out (no pass over
+    ``DIR/requests/``): they equal what Spark aggregates from the written rows."""
+    result, out = open_run
+    pd.testing.assert_frame_equal(result.totals, _spark_totals(spark, out, result))
+    counts = summaries.throttle_counts(spark.read.parquet(str(out / "requests")))
+    pd.testing.assert_frame_equal(
+        result.histogram.reset_index(drop=True),
+        report.throttle_histogram(counts).reset_index(drop=True),
+        check_dtype=False,
+    )
 
 
 def test_what_the_broker_did_is_reported_beside_the_replay(
@@ -275,6 +321,8 @@ def test_what_the_broker_did_is_reported_beside_the_replay(
         "replay_throttle_ms": int(reference.sum()),
     }
     assert 0 < row["both_throttled"] < row["broker_throttled"]
+    requests = spark.read.parquet(str(tmp_path / "out" / "requests"))
+    pd.testing.assert_frame_equal(result.broker, summaries.broker_comparison(requests))
     assert result.report is not None and "What the broker did" in result.report.read_text()
 
 
@@ -313,6 +361,7 @@ def test_closed_loop_equals_the_single_process_replay(
         np.testing.assert_array_equal(got[column].to_numpy(), want[column].to_numpy())
     assert (got[ADDED_LATENCY] > 0).any()
     assert result.totals["mean_added_latency_ms"].iloc[0] > 0
+    pd.testing.assert_frame_equal(result.totals, _spark_totals(spark, tmp_path, result))
 
 
 def test_a_conformance_scenario_as_csv_traffic(spark: Any, tmp_path: Path) -> None:

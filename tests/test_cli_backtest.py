@@ -53,7 +53,8 @@ def test_a_run_prints_the_summary_and_where_everything_is(
     )
     captured = capsys.readouterr()
     assert status == 0, captured.err
-    assert "replaying 20,000 requests x 3 scenario(s), open loop" in captured.err
+    assert "replaying the traffic x 3 scenario(s), open loop" in captured.err
+    assert "20,000 rows, 0 refused" in captured.err
     lines = captured.out.splitlines()
     assert lines[0].startswith("20,000 requests read, 20,000 replayed, 0 quarantined; open loop")
     assert any(line.split()[:2] == ["scenario", "requests"] for line in lines)

@@ -73,12 +73,12 @@ from kquota.backtest.options import (
     BacktestOptions,
     BacktestResult,
 )
-from kquota.backtest.session import Progress, reading_traffic, writing_output
-from kquota.exceptions import TrafficError
+from kquota.backtest.session import Progress, reading_traffic, spark_errors, writing_output
+from kquota.exceptions import OutputError, TrafficError
 
 if TYPE_CHECKING:
     from pyspark import Accumulator, AccumulatorParam
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import DataFrame, Observation, SparkSession
     from pyspark.sql.types import DataType, StructType
 
 __all__ = ["run"]
@@ -130,38 +130,23 @@ def _run(spark: SparkSession, options: BacktestOptions, progress: Progress) -> B
     progress.phase(f"reading {traffic_path}")
     raw = inputs.read_traffic(spark, traffic_path, traffic_format)
     parsed = inputs.parse(raw)
-    with reading_traffic(options.traffic):  # the first action: Spark reads every row here
-        rows = (
-            parsed.groupBy(inputs.REASON_COLUMN)
-            .agg(F.count(F.lit(1)), F.count_if(F.col(SEQ_COLUMNS[0]).isNull()))
-            .collect()
-        )
-    if any(r[2] for r in rows):  # every row must know its input position (ties need it)
-        raise TrafficError(f"cannot number the rows of {options.traffic!r} by input file")
-    counts = {(r[0] if r[0] is not None else ""): int(r[1]) for r in rows}
-    valid_rows = counts.pop("", 0)
-    refused = sum(counts.values())
-    rows_read = valid_rows + refused
-    if rows_read == 0:
-        raise TrafficError(f"traffic {options.traffic!r} has no rows")
-    progress.note(f"{rows_read:,} rows, {refused:,} refused")
-    if refused and options.strict:
-        detail = ", ".join(f"{n:,} {reason}" for reason, n in sorted(counts.items()))
-        raise TrafficError(f"--strict: {refused:,} bad row(s) in the traffic ({detail})")
-    quarantine = f"{out}/quarantine"
-    if refused:
-        progress.phase(f"quarantining {refused:,} bad rows to {quarantine}/")
-        original = [c for c in raw.columns if not c.startswith(inputs.PREFIX)]
-        with writing_output(quarantine):
-            parsed.where(F.col(inputs.REASON_COLUMN).isNotNull()).select(
-                *original, F.col(inputs.REASON_COLUMN).alias(REASON)
-            ).coalesce(1).write.mode("overwrite").parquet(quarantine)
-    elif not inputs.is_remote(out):
-        shutil.rmtree(inputs.local_path(quarantine), ignore_errors=True)
-    if valid_rows == 0:
-        raise TrafficError(
-            f"traffic {options.traffic!r} has no valid rows ({rows_read:,} refused, see "
-            f"{quarantine}/)"
+    observed: Observation | None = None
+    if options.strict:
+        # --strict refuses bad rows before anything is written: one pass to count them first
+        rows_read, valid_rows, counts = _count_rows(parsed, options.traffic)
+        _check_rows(options, rows_read, valid_rows, counts, progress)
+        _quarantine(raw, parsed, options, valid_rows, counts, progress)
+    else:
+        # the rows are counted while the replay reads them (no pass of their own); bad rows
+        # are counted per reason and quarantined afterwards, if there are any
+        from pyspark.sql import Observation
+
+        observed = Observation("kquota_traffic")
+        parsed = parsed.observe(
+            observed,
+            F.count(F.lit(1)).alias("rows"),
+            F.count_if(F.col(inputs.REASON_COLUMN).isNull()).alias("valid"),
+            F.count_if(F.col(SEQ_COLUMNS[0]).isNull()).alias("unnumbered"),
         )
     valid = inputs.valid(parsed, raw.columns)
     notes: list[str] = log_notes
@@ -170,29 +155,46 @@ def _run(spark: SparkSession, options: BacktestOptions, progress: Progress) -> B
     if not options.quotas.entries:
         notes.append("the configuration has no quotas: nothing is measured or throttled")
 
-    progress.phase(
-        f"replaying {valid_rows:,} requests x {len(configs)} scenario(s), {options.mode} loop"
-    )
-    # the kernel's entity summaries come back with the replay (whole brokers per task); a
-    # traffic with controller mutations is replayed by the kernel (it has their quota)
+    what = f"{valid_rows:,} requests" if observed is None else "the traffic"
+    progress.phase(f"replaying {what} x {len(configs)} scenario(s), {options.mode} loop")
+    # the kernel's entity summaries and the report's counts come back with the replay (whole
+    # brokers per task); a traffic with controller mutations is replayed by the kernel (it
+    # has their quota)
     mutations = PARTITIONS in valid.columns
     by_kernel = options.mode == "closed" or options.partition == "broker" or mutations
     sink: Accumulator[dict[str, dict[str, Any]]] | None = None
+    tallies: Accumulator[dict[str, stages.Tally]] | None = None
     if by_kernel:
         param = cast("AccumulatorParam[dict[str, dict[str, Any]]]", stages.SummarySink())
         sink = spark.sparkContext.accumulator({}, param)
+        counted = cast("AccumulatorParam[dict[str, stages.Tally]]", stages.SummarySink())
+        tallies = spark.sparkContext.accumulator({}, counted)
     peak = spark.sparkContext.accumulator(
         0, cast("AccumulatorParam[int]", stages.PeakSink())
     )  # the Python workers' peak RSS, bytes
-    replayed = _replay(spark, valid, options, configs, sink, peak)
+    replayed = _replay(spark, valid, options, configs, sink, peak, tallies)
     extras = [c for c in valid.columns if c not in STANDARD and not c.startswith(inputs.PREFIX)]
     results = [*RESULT_COLUMNS, *(MUTATION_RESULTS if mutations else ())]
     requests_path = f"{out}/requests"
-    with writing_output(requests_path):
-        replayed.select(
-            *STANDARD, *extras, *SEQ_COLUMNS, *(name for name, _ in stages.TAGS), *results
-        ).write.mode("overwrite").partitionBy(SCENARIO).parquet(requests_path)
-        requests = spark.read.parquet(requests_path)
+    try:
+        with writing_output(requests_path):
+            replayed.select(
+                *STANDARD, *extras, *SEQ_COLUMNS, *(name for name, _ in stages.TAGS), *results
+            ).write.mode("overwrite").partitionBy(SCENARIO).parquet(requests_path)
+    except OutputError:
+        if observed is not None:  # the first pass over the traffic: was it the reading?
+            _count_rows(parsed, options.traffic)
+        raise
+    if observed is not None:
+        try:
+            rows_read, valid_rows, counts = _observed_rows(observed, parsed, options.traffic)
+            _check_rows(options, rows_read, valid_rows, counts, progress)
+            _quarantine(raw, parsed, options, valid_rows, counts, progress)
+        except TrafficError:  # what was replayed is no result
+            if not inputs.is_remote(out):
+                shutil.rmtree(inputs.local_path(requests_path), ignore_errors=True)
+            raise
+    requests = spark.read.parquet(requests_path)
 
     entities_path = f"{out}/entities"
     if peak.value:
@@ -226,7 +228,13 @@ def _run(spark: SparkSession, options: BacktestOptions, progress: Progress) -> B
         shutil.rmtree(inputs.local_path(f"{out}/recommendations"), ignore_errors=True)
 
     progress.phase("collecting summaries for the report")
-    by_throttle = summaries.throttle_counts(requests)
+    if tallies is not None:
+        by_throttle, broker = stages.tally_frames(tallies.value, options.scenarios)
+        if requestlog.KAFKA_THROTTLE not in requests.columns:
+            broker = None
+    else:
+        by_throttle = summaries.throttle_counts(requests)
+        broker = summaries.broker_comparison(requests)
     top: pd.DataFrame = (
         entities.where((F.col(SCENARIO) == base) & (F.col("throttled_requests") > 0))
         .orderBy(F.desc("total_throttle_ms"), "quota_type", BROKER, SENSOR_USER, SENSOR_CLIENT)
@@ -245,11 +253,11 @@ def _run(spark: SparkSession, options: BacktestOptions, progress: Progress) -> B
         top_entities=top,
         comparison=summaries.comparison(entities, top),
         histogram=report.throttle_histogram(by_throttle),
-        rate_series=summaries.rate_series(usage, top.head(report.PLOTTED_ENTITIES), options, base),
+        rate_series=summaries.rate_series(requests, top.head(report.PLOTTED_ENTITIES), options, base),
         recommendations=recommendations,
         config=options.quotas,
         notes=notes,
-        broker=summaries.broker_comparison(requests),
+        broker=broker,
         worker_peak_rss=peak.value or None,
     )
     if options.report and not inputs.is_remote(out):
@@ -259,6 +267,91 @@ def _run(spark: SparkSession, options: BacktestOptions, progress: Progress) -> B
             result.report = report.write_report(result, inputs.local_path(out))
     result.seconds = time.monotonic() - started
     return result
+
+
+# -- the input's rows ---------------------------------------------------------------------------
+
+
+def _count_rows(parsed: DataFrame, traffic: str) -> tuple[int, int, dict[str, int]]:
+    """One pass over the traffic: rows read, valid rows, and the bad rows per reason."""
+    from pyspark.sql import functions as F
+
+    with reading_traffic(traffic):
+        rows = (
+            parsed.groupBy(inputs.REASON_COLUMN)
+            .agg(F.count(F.lit(1)), F.count_if(F.col(SEQ_COLUMNS[0]).isNull()))
+            .collect()
+        )
+    if any(r[2] for r in rows):  # every row must know its input position (ties need it)
+        raise TrafficError(f"cannot number the rows of {traffic!r} by input file")
+    counts = {(r[0] if r[0] is not None else ""): int(r[1]) for r in rows}
+    valid_rows = counts.pop("", 0)
+    return valid_rows + sum(counts.values()), valid_rows, counts
+
+
+def _observed_rows(
+    observed: Observation, parsed: DataFrame, traffic: str
+) -> tuple[int, int, dict[str, int]]:
+    """What :func:`_count_rows` gives, from the counts taken while the replay read the
+    traffic (a pass of its own only to count bad rows per reason, when there are any)."""
+    try:
+        metrics = observed.get
+    except spark_errors():  # a traffic of no partitions: nothing was observed
+        return _count_rows(parsed, traffic)
+    rows_read, valid_rows = int(metrics["rows"]), int(metrics["valid"])
+    if metrics["unnumbered"]:
+        raise TrafficError(f"cannot number the rows of {traffic!r} by input file")
+    if rows_read > valid_rows:
+        return _count_rows(parsed, traffic)
+    return rows_read, valid_rows, {}
+
+
+def _check_rows(
+    options: BacktestOptions,
+    rows_read: int,
+    valid_rows: int,
+    counts: dict[str, int],
+    progress: Progress,
+) -> None:
+    """Refuse a traffic with no rows, and bad rows under ``--strict``."""
+    refused = rows_read - valid_rows
+    if rows_read == 0:
+        raise TrafficError(f"traffic {options.traffic!r} has no rows")
+    progress.note(f"{rows_read:,} rows, {refused:,} refused")
+    if refused and options.strict:
+        detail = ", ".join(f"{n:,} {reason}" for reason, n in sorted(counts.items()))
+        raise TrafficError(f"--strict: {refused:,} bad row(s) in the traffic ({detail})")
+
+
+def _quarantine(
+    raw: DataFrame,
+    parsed: DataFrame,
+    options: BacktestOptions,
+    valid_rows: int,
+    counts: dict[str, int],
+    progress: Progress,
+) -> None:
+    """Write the bad rows (``counts``: per reason) to ``out/quarantine/`` with their reason,
+    or remove an old quarantine; then refuse a traffic whose rows are all bad."""
+    from pyspark.sql import functions as F
+
+    out = options.out.rstrip("/") or options.out
+    quarantine = f"{out}/quarantine"
+    refused = sum(counts.values())
+    if refused:
+        progress.phase(f"quarantining {refused:,} bad rows to {quarantine}/")
+        with writing_output(quarantine):
+            original = [c for c in raw.columns if not c.startswith(inputs.PREFIX)]
+            parsed.where(F.col(inputs.REASON_COLUMN).isNotNull()).select(
+                *original, F.col(inputs.REASON_COLUMN).alias(REASON)
+            ).coalesce(1).write.mode("overwrite").parquet(quarantine)
+    elif not inputs.is_remote(out):
+        shutil.rmtree(inputs.local_path(quarantine), ignore_errors=True)
+    if valid_rows == 0:
+        raise TrafficError(
+            f"traffic {options.traffic!r} has no valid rows ({refused:,} refused, see "
+            f"{quarantine}/)"
+        )
 
 
 # -- the replay ------------------------------------------------------------------------------
@@ -298,6 +391,7 @@ def _replay(
     configs: Sequence[str],
     sink: Accumulator[dict[str, dict[str, Any]]] | None = None,
     peak: Accumulator[int] | None = None,
+    tallies: Accumulator[dict[str, stages.Tally]] | None = None,
 ) -> DataFrame:
     """Every request once per scenario, with its throttles, sending time and sensor tags."""
     from pyspark.sql import functions as F
@@ -320,6 +414,7 @@ def _replay(
             summaries=sink,
             peak_rss=peak,
             mutations=mutations,
+            tallies=tallies,
         )
         fields = _result_fields()
         if mutations:

@@ -52,6 +52,7 @@ from kquota.backtest.kernel import (
     STRICT as STRICT_COLUMN,
 )
 from kquota.backtest.options import REQUEST_SENSOR_CLIENT, REQUEST_SENSOR_USER, RESULT_COLUMNS
+from kquota.backtest.requestlog import KAFKA_THROTTLE
 from kquota.config import QuotaConfig
 from kquota.config.model import QuotaType
 
@@ -62,6 +63,7 @@ __all__ = [
     "ReplayPlan",
     "StreamPlan",
     "SummarySink",
+    "Tally",
     "label_batches",
     "pair_batches",
     "peak_batches",
@@ -70,6 +72,7 @@ __all__ = [
     "request_column",
     "resolve_arrays",
     "stream",
+    "tally_frames",
     "worker_peak_rss",
 ]
 
@@ -229,6 +232,10 @@ class ReplayPlan:
     """The traffic has :data:`~kquota.backtest.kernel.PARTITIONS` (and ``strict``): mutation
     requests are replayed on each scenario's ``controller_mutation_rate`` quotas and the rows
     get :data:`~kquota.backtest.kernel.MUTATION_RESULTS`."""
+    tallies: Any = None
+    """A Spark accumulator of :class:`SummarySink`: each broker's :class:`Tally` (the
+    report's counts per applied throttle, and the broker comparison), taken while the rows
+    go out, so that no pass over ``DIR/requests/`` is needed for them."""
 
 
 def worker_peak_rss() -> int:
@@ -257,10 +264,11 @@ class PeakSink:
 
 
 class SummarySink:
-    """A Spark ``AccumulatorParam`` of ``{broker: the kernel's summaries() columns}``.
+    """A Spark ``AccumulatorParam`` of ``{broker: what its replay found}`` (the kernel's
+    ``summaries()`` columns, or its :class:`Tally`).
 
     A broker is replayed whole by one task: a task that runs again (a retry, a speculative
-    copy) sends the same broker's summaries again, and they replace the first ones.
+    copy) sends the same broker's values again, and they replace the first ones.
     """
 
     def zero(self, value: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -272,6 +280,121 @@ class SummarySink:
     ) -> dict[str, dict[str, Any]]:
         value.update(other)
         return value
+
+
+TALLY_COLUMNS: Final = (
+    "requests",
+    "produce_throttled",
+    "fetch_throttled",
+    "request_throttled",
+    "added_latency_ms",
+    "max_added_latency_ms",
+)
+"""Counted per (scenario, applied throttle) by :class:`Tally`, as
+:func:`~kquota.backtest.summaries.throttle_counts` counts them from ``DIR/requests/``."""
+
+COMPARISON_COLUMNS: Final = (
+    "requests",
+    "broker_throttled",
+    "replay_throttled",
+    "both_throttled",
+    "agree",
+    "broker_throttle_ms",
+    "replay_throttle_ms",
+)
+"""Counted per scenario by :class:`Tally` when the traffic has ``kafka_throttle_ms``, as
+:func:`~kquota.backtest.summaries.broker_comparison` counts them."""
+
+
+class Tally:
+    """One broker's counts for the report, taken from the rows as they go out: per
+    (scenario, applied throttle) :data:`TALLY_COLUMNS`, and per scenario
+    :data:`COMPARISON_COLUMNS` (when the rows say what the broker did). Exact integers."""
+
+    def __init__(self) -> None:
+        self.by_throttle: dict[tuple[int, int], list[int]] = {}
+        self.comparison: dict[int, list[int]] = {}
+
+    def add(
+        self,
+        scenario: int,
+        out: dict[str, npt.NDArray[Any]],
+        pick: slice | npt.NDArray[np.int64],
+        live: pa.Array | None,
+    ) -> None:
+        throttle = np.asarray(out[THROTTLE][pick], dtype=np.int64)
+        if not len(throttle):
+            return
+        latency = np.asarray(out[ADDED_LATENCY][pick], dtype=np.int64)
+        flags = [np.asarray(out[name][pick]) > 0 for name in _TYPE_THROTTLES]
+        order = np.argsort(throttle, kind="stable")
+        ordered = throttle[order]
+        starts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]])
+        sums = [np.add.reduceat(f[order].astype(np.int64), starts) for f in flags]
+        latency_sum = np.add.reduceat(latency[order], starts)
+        latency_max = np.maximum.reduceat(latency[order], starts)
+        counts = np.diff(np.r_[starts, len(ordered)])
+        for i, value in enumerate(ordered[starts].tolist()):
+            row = [
+                int(counts[i]),
+                *(int(x[i]) for x in sums),
+                int(latency_sum[i]),
+                int(latency_max[i]),
+            ]
+            key = (scenario, value)
+            self.by_throttle[key] = _merged(self.by_throttle.get(key), row)
+        if live is None:
+            return
+        broker = pc.fill_null(live, 0).to_numpy(zero_copy_only=False).astype(np.int64)
+        replayed, said = throttle > 0, broker > 0
+        row = [
+            len(throttle),
+            int(said.sum()),
+            int(replayed.sum()),
+            int((said & replayed).sum()),
+            int((said == replayed).sum()),
+            int(np.maximum(broker, 0).sum()),
+            int(throttle.sum()),
+        ]
+        self.comparison[scenario] = _merged(self.comparison.get(scenario), row, summed=7)
+
+
+_TYPE_THROTTLES: Final = (PRODUCE_THROTTLE, FETCH_THROTTLE, REQUEST_THROTTLE)
+
+
+def _merged(old: list[int] | None, row: list[int], summed: int = 5) -> list[int]:
+    """Two tally rows as one: the first ``summed`` values added, the rest (a largest) max."""
+    if old is None:
+        return row
+    pairs = enumerate(zip(old, row, strict=True))
+    return [a + b if i < summed else max(a, b) for i, (a, b) in pairs]
+
+
+def tally_frames(
+    parts: dict[str, Tally], labels: Sequence[str]
+) -> tuple[pd.DataFrame, pd.DataFrame | None]:
+    """The brokers' tallies merged: the frame :func:`~kquota.backtest.summaries.
+    throttle_counts` returns, and :func:`~kquota.backtest.summaries.broker_comparison`'s
+    (``None`` when no broker had the live throttles)."""
+    merged: dict[tuple[int, int], list[int]] = {}
+    compared: dict[int, list[int]] = {}
+    for tally in parts.values():
+        for key, row in tally.by_throttle.items():
+            merged[key] = _merged(merged.get(key), row)
+        for scenario, row in tally.comparison.items():
+            compared[scenario] = _merged(compared.get(scenario), row, summed=7)
+    counts = pd.DataFrame(
+        [(labels[s], t, *row) for (s, t), row in sorted(merged.items())],
+        columns=["scenario", THROTTLE, *TALLY_COLUMNS],
+    )
+    counts = counts.astype({c: np.int64 for c in (THROTTLE, *TALLY_COLUMNS)})
+    if not compared:
+        return counts, None
+    comparison = pd.DataFrame(
+        [(labels[s], *row) for s, row in sorted(compared.items(), key=lambda i: labels[i[0]])],
+        columns=["scenario", *COMPARISON_COLUMNS],
+    ).astype({c: np.int64 for c in COMPARISON_COLUMNS})
+    return counts, comparison
 
 
 @functools.lru_cache(maxsize=16)
@@ -345,6 +468,7 @@ class _Broker:
         self.done: list[int] = []
         self.first = 0
         self.fed = 0
+        self.tally = Tally()
 
     def pair_ids(self, pairs: Sequence[tuple[str, str]]) -> npt.NDArray[np.int32]:
         new = [p for p in dict.fromkeys(pairs) if p not in self.ids]
@@ -485,6 +609,8 @@ def replay(plan: ReplayPlan, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.R
             yield from _emit(plan, labels, state, None, state.kernel.finish())
     if plan.summaries is not None and brokers:
         plan.summaries.add({name: state.kernel.summaries() for name, state in brokers.items()})
+    if plan.tallies is not None and brokers:
+        plan.tallies.add({name: state.tally for name, state in brokers.items()})
     if plan.peak_rss is not None:
         plan.peak_rss.add(worker_peak_rss())
 
@@ -518,6 +644,15 @@ def _with_results(
     ]
 
 
+def _live_throttles(rows: pa.RecordBatch | pa.Table) -> pa.Array | None:
+    """The throttle the broker gave each row (``kafka_throttle_ms``), if the traffic says."""
+    names = rows.schema.names
+    if KAFKA_THROTTLE not in names:
+        return None
+    column = rows.column(names.index(KAFKA_THROTTLE))
+    return column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+
+
 def _result_names(plan: ReplayPlan) -> tuple[str, ...]:
     return (*RESULT_COLUMNS, *MUTATION_RESULTS) if plan.mutations else RESULT_COLUMNS
 
@@ -536,8 +671,12 @@ def _emit(
         assert own is not None
         m = own.num_rows
         names = [*own.schema.names, *_result_names(plan)]
+        live = _live_throttles(own)
         for s, label in enumerate(labels):
-            columns = _with_results(own, label, out, slice(s * m, (s + 1) * m), plan.mutations)
+            part = slice(s * m, (s + 1) * m)
+            if plan.tallies is not None:
+                state.tally.add(s, out, part, live)
+            columns = _with_results(own, label, out, part, plan.mutations)
             yield pa.RecordBatch.from_arrays(columns, names=names)
         return
     # closed loop: the rows replayed so far, in the order they were sent
@@ -550,6 +689,8 @@ def _emit(
         if not len(pick):
             continue
         rows = held.take(pa.array(seq[pick])).combine_chunks()
+        if plan.tallies is not None:
+            state.tally.add(s, out, pick, _live_throttles(rows))
         columns = _with_results(rows, label, out, pick, plan.mutations)
         yield from pa.Table.from_arrays(columns, names=names).to_batches()
     # forget the batches whose rows were all replayed, in every scenario

@@ -362,12 +362,28 @@ def comparison(entities: DataFrame, top: pd.DataFrame) -> pd.DataFrame:
 
 
 def rate_series(
-    usage: DataFrame | None, top: pd.DataFrame, options: BacktestOptions, base: str
+    requests: DataFrame, top: pd.DataFrame, options: BacktestOptions, base: str
 ) -> dict[str, pd.DataFrame]:
-    """For the plotted sensors (base scenario): recorded usage per window, in quota units."""
+    """For the plotted sensors (base scenario): recorded usage per window, in quota units.
+
+    Only the base scenario's rows of those sensors are read and spread into usage."""
     from pyspark.sql import functions as F
 
-    if usage is None or top.empty:
+    if top.empty:
+        return {}
+    theirs = F.lit(False)
+    for quota_type, broker, user, client in top[list(_SENSOR_KEY)].itertuples(index=False):
+        if quota_type == "request":
+            tags = (F.col(REQUEST_SENSOR_USER), F.col(REQUEST_SENSOR_CLIENT))
+        else:
+            tags = (F.col(SENSOR_USER), F.col(SENSOR_CLIENT))
+        theirs = theirs | (
+            (F.col(BROKER) == F.lit(broker))
+            & tags[0].eqNullSafe(F.lit(user))
+            & tags[1].eqNullSafe(F.lit(client))
+        )
+    usage = usage_all(requests.where((F.col(SCENARIO) == base) & theirs), options.quotas)
+    if usage is None:
         return {}
     wanted = usage.sparkSession.createDataFrame(top[list(_SENSOR_KEY)])
     w = options.quotas.window.window_ms
