@@ -253,7 +253,9 @@ def _run(spark: SparkSession, options: BacktestOptions, progress: Progress) -> B
         top_entities=top,
         comparison=summaries.comparison(entities, top),
         histogram=report.throttle_histogram(by_throttle),
-        rate_series=summaries.rate_series(requests, top.head(report.PLOTTED_ENTITIES), options, base),
+        rate_series=summaries.rate_series(
+            requests, top.head(report.PLOTTED_ENTITIES), options, base
+        ),
         recommendations=recommendations,
         config=options.quotas,
         notes=notes,

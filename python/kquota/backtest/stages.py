@@ -745,13 +745,27 @@ def label_batches(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]
 def recommend_stage(
     base_json: str, target: float, schema: pa.Schema, table: pa.Table, peak_rss: Any = None
 ) -> pa.Table:
-    """applyInArrow: recommendations for the entities of one (quota type, bucket) group
+    """applyInArrow: recommendations for the entities of one (quota type, bucket) group,
+    each entity by its number (``_kq_entity``; ``_kq_type``: the index of its quota type)
     (``peak_rss``: a :class:`PeakSink` accumulator, told the worker's peak RSS)."""
-    quota_type = kernel.QUOTA_TYPES[kernel.QUOTA_TYPES.index(table.column("quota_type")[0].as_py())]
-    frame = _frame(
-        table, (BROKER, SENSOR_USER, SENSOR_CLIENT, TS, USAGE, "unrecord_if", *SEQ_COLUMNS)
+    quota_type = kernel.QUOTA_TYPES[table.column("_kq_type")[0].as_py()]
+    names = table.schema.names
+    frame = pd.DataFrame(
+        {
+            SENSOR_USER: table.column("_kq_entity").to_numpy(),
+            SENSOR_CLIENT: np.zeros(table.num_rows, dtype=np.int64),
+            BROKER: _categorical(table.column(BROKER)),
+            **{
+                name: table.column(name).to_numpy()
+                for name in (TS, USAGE, "unrecord_if", *SEQ_COLUMNS)
+                if name in names
+            },
+        }
     )
     out = kernel.recommend(frame, _config(base_json).window, quota_type, target)
     if peak_rss is not None:
         peak_rss.add(worker_peak_rss())
-    return pa.Table.from_pandas(out, schema=schema, preserve_index=False)
+    result = out.drop(columns=["quota_type", SENSOR_CLIENT, "entity"]).rename(
+        columns={SENSOR_USER: "_kq_entity"}
+    )
+    return pa.Table.from_pandas(result, schema=schema, preserve_index=False)

@@ -60,7 +60,8 @@ _BUCKET: Final = "_kq_bucket"
 
 
 def usage_all(requests: DataFrame, config: QuotaConfig) -> DataFrame | None:
-    """One row per request and sensor it was recorded by (one scan of the requests).
+    """One row per request and sensor it was recorded by (a union of one selection per
+    quota type with quotas; Spark reads each column once per selection that needs it).
 
     Columns: scenario, ``quota_type``, broker, the sensor's tags, user, client_id, ts_ms,
     ``time_ms`` (when it was recorded), ``usage`` (bytes or thread nanoseconds), bytes,
@@ -69,17 +70,16 @@ def usage_all(requests: DataFrame, config: QuotaConfig) -> DataFrame | None:
     """
     from pyspark.sql import functions as F
 
-    kind = F.lower(F.col(API))
-    items = []
+    parts = []
     for quota_type in kernel.QUOTA_TYPES:
         if not config.quotas(quota_type):
             continue
         if quota_type == "request":
-            present = F.col(THREAD).isNotNull()
+            rows = requests.where(F.col(THREAD).isNotNull())
             tags = (F.col(REQUEST_SENSOR_USER), F.col(REQUEST_SENSOR_CLIENT))
             usage, recorded = F.col(THREAD), F.lit(True)
         else:
-            present = kind == quota_type
+            rows = requests.where(F.lower(F.col(API)) == quota_type)
             tags = (F.col(SENSOR_USER), F.col(SENSOR_CLIENT))
             usage = F.col(BYTES)
             recorded = (
@@ -87,48 +87,32 @@ def usage_all(requests: DataFrame, config: QuotaConfig) -> DataFrame | None:
                 if quota_type == "fetch"
                 else F.lit(True)
             )
-        item = F.struct(
-            F.lit(quota_type).alias("quota_type"),
-            tags[0].alias(SENSOR_USER),
-            tags[1].alias(SENSOR_CLIENT),
-            usage.cast("long").alias(USAGE),
-            recorded.alias(RECORDED),
-            F.col(THROTTLE_OF[quota_type]).alias(THROTTLE),
+        parts.append(
+            rows.select(
+                F.col(SCENARIO),
+                F.lit(quota_type).alias("quota_type"),
+                F.col(BROKER),
+                tags[0].alias(SENSOR_USER),
+                tags[1].alias(SENSOR_CLIENT),
+                F.col(USER),
+                F.col(CLIENT),
+                F.col(TS),
+                F.col(SENT).alias(TIME),
+                usage.cast("long").alias(USAGE),
+                F.col(BYTES),
+                recorded.alias(RECORDED),
+                F.col(THROTTLE_OF[quota_type]).alias(THROTTLE),
+                F.col(ADDED_LATENCY),
+                (F.col(REQUEST_THROTTLE) > 0).alias("unrecord_if"),
+                *SEQ_COLUMNS,
+            )
         )
-        items.append(F.when(present, item))
-    if not items:
+    if not parts:
         return None
-    recorded_by = F.filter(F.array(*items), lambda item: item.isNotNull())
-    return requests.select(
-        F.col(SCENARIO),
-        F.col(BROKER),
-        F.col(USER),
-        F.col(CLIENT),
-        F.col(TS),
-        F.col(SENT).alias(TIME),
-        F.col(BYTES),
-        F.col(ADDED_LATENCY),
-        (F.col(REQUEST_THROTTLE) > 0).alias("unrecord_if"),
-        *SEQ_COLUMNS,
-        F.explode(recorded_by).alias("_item"),
-    ).select(
-        SCENARIO,
-        "_item.quota_type",
-        BROKER,
-        f"_item.{SENSOR_USER}",
-        f"_item.{SENSOR_CLIENT}",
-        USER,
-        CLIENT,
-        TS,
-        TIME,
-        f"_item.{USAGE}",
-        BYTES,
-        f"_item.{RECORDED}",
-        f"_item.{THROTTLE}",
-        ADDED_LATENCY,
-        "unrecord_if",
-        *SEQ_COLUMNS,
-    )
+    union = parts[0]
+    for part in parts[1:]:
+        union = union.unionByName(part)
+    return union
 
 
 ENTITY_SCHEMA: Final = (
@@ -142,10 +126,10 @@ ENTITY_SCHEMA: Final = (
 """The schema of ``DIR/entities/``: one row per (scenario, quota type, broker, sensor)."""
 
 RECOMMENDATION_SCHEMA: Final = (
-    f"quota_type string, {SENSOR_USER} string, {SENSOR_CLIENT} string, entity string, "
-    "brokers long, requests long, recommended_quota double, throttled_fraction double"
+    "_kq_entity long, brokers long, requests long, recommended_quota double, "
+    "throttled_fraction double"
 )
-"""The schema the recommend stage returns (``DIR/recommendations/`` adds current values)."""
+"""The schema the recommend stage returns (entities by their dense id, named afterwards)."""
 
 
 def _arrow_schema(ddl: str) -> pa.Schema:
@@ -409,6 +393,12 @@ def rate_series(
     }
 
 
+_ENTITY_ID: Final = "_kq_entity"
+_TYPE_CODE: Final = "_kq_type"
+_BROADCAST_ENTITIES: Final = 1_000_000
+"""Up to this many entities, their ids join the usage rows by broadcast."""
+
+
 def recommendations(
     spark: SparkSession,
     requests: DataFrame,
@@ -419,22 +409,49 @@ def recommendations(
     peak_rss: Any = None,
 ) -> pd.DataFrame:
     """Per entity (across brokers): current quota and fraction, and the recommended quota
-    (``peak_rss``: an accumulator of :class:`stages.PeakSink`, told each worker's peak RSS)."""
+    (``peak_rss``: an accumulator of :class:`stages.PeakSink`, told each worker's peak RSS).
+
+    The entities are numbered on the driver (one row each, from ``entities``); the usage
+    rows carry that number instead of the names through the shuffle to the search."""
+    import numpy as np
     from pyspark.sql import functions as F
 
     usage = usage_all(requests.where(F.col(SCENARIO) == base), options.quotas)
     if usage is None:
         return pd.DataFrame()
     keys = ["quota_type", SENSOR_USER, SENSOR_CLIENT]
+    current: pd.DataFrame = (
+        entities.where(F.col(SCENARIO) == base)
+        .groupBy(*keys)
+        .agg(
+            F.max("quota").alias("current_quota"),
+            (F.sum("throttled_requests") / F.sum("requests")).alias("current_throttled_fraction"),
+        )
+        .toPandas()
+    )
+    current[_ENTITY_ID] = np.arange(len(current), dtype=np.int64)
+    current["entity"] = [
+        kernel.entity_label(u, c)
+        for u, c in zip(current[SENSOR_USER], current[SENSOR_CLIENT], strict=True)
+    ]
+    names = spark.createDataFrame(
+        current[[_ENTITY_ID, *keys, "entity", "current_quota", "current_throttled_fraction"]],
+        f"{_ENTITY_ID} long, quota_type string, {SENSOR_USER} string, {SENSOR_CLIENT} string, "
+        "entity string, current_quota double, current_throttled_fraction double",
+    )
+    ids = names.select(*keys, _ENTITY_ID)
     buckets = options.buckets or max(2 * spark.sparkContext.defaultParallelism, 2)
     # only what the search reads crosses the shuffle and goes to Python (applyInArrow
-    # sends every column of its input)
+    # sends every column of its input): numbers, and the broker's name
+    usage = usage.join(F.broadcast(ids) if len(current) <= _BROADCAST_ENTITIES else ids, keys)
+    code = F.lit(0)
+    for index, quota_type in enumerate(kernel.QUOTA_TYPES):
+        code = F.when(F.col("quota_type") == quota_type, F.lit(index)).otherwise(code)
     usage = usage.select(
-        "quota_type",
-        F.pmod(F.xxhash64(SENSOR_USER, SENSOR_CLIENT), F.lit(buckets)).alias(_BUCKET),
+        code.alias(_TYPE_CODE),
+        F.pmod(F.col(_ENTITY_ID), F.lit(buckets)).alias(_BUCKET),
+        _ENTITY_ID,
         BROKER,
-        SENSOR_USER,
-        SENSOR_CLIENT,
         TS,
         USAGE,
         "unrecord_if",
@@ -443,21 +460,13 @@ def recommendations(
     schema = _arrow_schema(RECOMMENDATION_SCHEMA)
     base_json = options.quotas.dumps()
     target = options.target
-    recommended = usage.groupBy("quota_type", _BUCKET).applyInArrow(
+    recommended = usage.groupBy(_TYPE_CODE, _BUCKET).applyInArrow(
         lambda table: stages.recommend_stage(base_json, target, schema, table, peak_rss),
         RECOMMENDATION_SCHEMA,
     )
-    current = (
-        entities.where(F.col(SCENARIO) == base)
-        .groupBy(*keys)
-        .agg(
-            F.max("quota").alias("current_quota"),
-            (F.sum("throttled_requests") / F.sum("requests")).alias("current_throttled_fraction"),
-        )
-    )
     # one file, written by one task after a shuffle: a coalesce(1) here would also pull
     # the search (applyInArrow, when the join is broadcast) into that one task
-    recommended.join(current, keys, "left").select(
+    recommended.join(names, _ENTITY_ID).select(
         "quota_type",
         SENSOR_USER,
         SENSOR_CLIENT,
