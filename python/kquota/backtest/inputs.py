@@ -124,10 +124,15 @@ def read_traffic(spark: SparkSession, path: str, input_format: str = "auto") -> 
             f"traffic {path!r} has no column(s) {missing}: expected {', '.join(STANDARD)} "
             "(broker, user and thread_time_ns are optional)"
         )
-    # inputFiles() says file:///x where _metadata.file_path says file:/x: compare them alike
+    # inputFiles() says file:///x where _metadata.file_path says file:/x: each file's rank
+    # under both names, looked up directly (a regular expression on every row costs more
+    # than reading it); a path in neither form is then looked up normalized
     rank = {_LOCAL_SCHEME.sub("file:/", name): i for i, name in enumerate(files)}
-    file_rank = F.create_map(*[x for name, i in rank.items() for x in (F.lit(name), F.lit(i))])
-    file_path = F.regexp_replace(F.col("_metadata.file_path"), _LOCAL_SCHEME.pattern, "file:/")
+    names = {**rank, **{name: i for i, name in enumerate(files)}}
+    file_rank = F.create_map(*[x for name, i in names.items() for x in (F.lit(name), F.lit(i))])
+    given = F.col("_metadata.file_path")
+    normalized = F.regexp_replace(given, _LOCAL_SCHEME.pattern, "file:/")
+    ranked = F.coalesce(file_rank[given], file_rank[normalized])
     position = (
         F.col("_metadata.row_index")
         if chosen == "parquet"
@@ -136,9 +141,9 @@ def read_traffic(spark: SparkSession, path: str, input_format: str = "auto") -> 
     seq_file, seq_row = SEQ_COLUMNS
     return frame.select(
         "*",
-        (
-            file_rank[file_path].cast("long") * F.lit(1 << 44) + F.col("_metadata.file_block_start")
-        ).alias(seq_file),
+        (ranked.cast("long") * F.lit(1 << 44) + F.col("_metadata.file_block_start")).alias(
+            seq_file
+        ),
         position.cast("long").alias(seq_row),
     )
 
