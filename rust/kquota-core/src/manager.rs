@@ -4,9 +4,11 @@
 //! live in lock-free hash maps keyed by their metric tags, each sensor's samples are a
 //! copy-on-write cell, and a resolution cache maps a client (principal, client id) to
 //! its sensors for as long as the configuration it was resolved under is current.
+//! Everything a request touches (the maps' entries and tables, the configuration, the
+//! sensors' blocks) is reclaimed by one epoch, so a request pins once.
 //!
 //! The sensor maps and the cache are replaced by fresh, right-sized ones when expiry has
-//! left them far below the size they reached (papaya's tables never shrink), without a
+//! left them far below the size they reached (a map's table only grows), without a
 //! lock and without losing or splitting a sensor: see [`crate::migrate`].
 
 use std::fmt;
@@ -28,7 +30,7 @@ use crate::quota::{Check, UNLIMITED};
 use crate::rate_cell::{Bound, BoundSource, RateCell};
 use crate::samples::{Samples, WindowConfig};
 
-type Map<K, V> = papaya::HashMap<K, V, foldhash::fast::RandomState>;
+type Map<K, V> = crate::hash_map::HashMap<K, V, foldhash::fast::RandomState>;
 
 /// Kafka's sensor-expiry time for quota sensors: one hour without a record.
 pub const DEFAULT_SENSOR_EXPIRY_MS: i64 = 3_600_000;
@@ -449,8 +451,6 @@ impl Table for Map<Pair, Arc<Sensors>> {
     }
 
     fn get_or_insert(&self, key: &Pair, value: Arc<Sensors>) -> Arc<Sensors> {
-        // (`get_or_insert_with`, as before the maps were rebuildable: papaya's
-        // `get_or_insert` was measured to leave ~40 more bytes per sensor allocated.)
         self.pin().get_or_insert_with(key.clone(), || value).clone()
     }
 
@@ -481,18 +481,8 @@ struct Maps {
 impl Maps {
     fn with_capacity(sensors: usize) -> Self {
         Maps {
-            // (Blocking resizes: with papaya's default, incremental ones, a resize that
-            // no later insert finishes leaves every lookup probing the old table too,
-            // measured at 600-900 ns per record over 10^4 clients instead of ~70.)
-            sensors: papaya::HashMap::builder()
-                .capacity(sensors)
-                .hasher(Default::default())
-                .resize_mode(papaya::ResizeMode::Blocking)
-                .build(),
-            clients: papaya::HashMap::builder()
-                .hasher(Default::default())
-                .resize_mode(papaya::ResizeMode::Blocking)
-                .build(),
+            sensors: Map::with_capacity_and_hasher(sensors, Default::default()),
+            clients: Map::default(),
             peak: AtomicUsize::new(sensors),
         }
     }
@@ -822,8 +812,7 @@ impl QuotaManager {
             b.value.is_some() && b.generation >= config.generation
         };
         let existing = sensor_map(self.maps.load(guard))
-            .pin()
-            .get(tags)
+            .get(tags, guard)
             .filter(|s| !s.is_dead())
             .cloned();
         let mut asked = match &existing {
@@ -916,15 +905,14 @@ impl QuotaManager {
         user: &str,
         client_id: &str,
         now: i64,
-        clients: &'g papaya::LocalGuard<'_>,
-        guard: &Guard,
+        guard: &'g Guard,
     ) -> Result<&'g Resolved>
     where
         Self: 'g,
     {
         loop {
             let round = self.expiry_round.load(Acquire);
-            if let Some(resolved) = maps.clients.get(&PairRef(user, client_id), clients) {
+            if let Some(resolved) = maps.clients.get(&PairRef(user, client_id), guard) {
                 if resolved.generation == config.generation
                     && (resolved.expiry_round == round || resolved.sensors.complete(guard))
                 {
@@ -963,11 +951,9 @@ impl QuotaManager {
                 tags,
                 sensors,
             };
-            // (Not `compute`: a table filled through papaya's `compute` was measured to
-            // make every later lookup about 20x slower.) An expiry may remove the entry
-            // before we read it back: then resolve again.
+            // An expiry may remove the entry before we read it back: then resolve again.
             maps.clients
-                .insert(Pair::new(user, client_id), resolved, clients);
+                .insert(Pair::new(user, client_id), resolved, guard);
         }
     }
 
@@ -991,11 +977,12 @@ impl QuotaManager {
         if !config.custom {
             if let Some((u, c)) = config.overrides.simple_tags(user, client_id) {
                 let u: &str = &u;
+                if let Some(sensors) = maps
+                    .sensors
+                    .get(&PairRef(u, c), guard)
+                    .filter(|s| s.ready())
                 {
-                    let map = maps.sensors.pin();
-                    if let Some(sensors) = map.get(&PairRef(u, c)).filter(|s| s.ready()) {
-                        return Ok(f((u, c), sensors));
-                    }
+                    return Ok(f((u, c), sensors));
                 }
                 // Kafka's `SensorAccess.getOrCreate`, settled against a concurrent rebuild.
                 let tags = Pair::new(u, c);
@@ -1010,8 +997,7 @@ impl QuotaManager {
                 return Ok(f((u, c), &sensors));
             }
         }
-        let clients = maps.clients.guard();
-        let resolved = self.resolve(config, maps, user, client_id, now, &clients, guard)?;
+        let resolved = self.resolve(config, maps, user, client_id, now, guard)?;
         Ok(f(tags_of(&resolved.tags), &resolved.sensors))
     }
 
@@ -1164,8 +1150,7 @@ impl QuotaManager {
                 let maps = self.maps.load(guard);
                 let cached = maps
                     .clients
-                    .pin()
-                    .get(&PairRef(user, client_id))?
+                    .get(&PairRef(user, client_id), guard)?
                     .tags
                     .clone();
                 (cached.first().to_owned(), cached.second().to_owned())
@@ -1177,8 +1162,7 @@ impl QuotaManager {
         let key = PairRef(&u, &c);
         let find = |maps: &Maps| {
             maps.sensors
-                .pin()
-                .get(&key)
+                .get(&key, guard)
                 .filter(|s| !s.is_dead())
                 .cloned()
         };
@@ -1296,8 +1280,8 @@ impl QuotaManager {
 
     /// Diagnostic (for tests and memory checks, not part of Kafka's API): how many
     /// entries the current sensor maps and resolution cache are sized for, i.e. the most
-    /// one of them held (papaya exposes no capacity; its tables hold at least this many
-    /// entries and never shrink). Back to about the live count after an expiry that
+    /// one of them held (a map's table grows with it and never shrinks by itself: a
+    /// resize happens only when an insert finds it half full). Back to about the live count after an expiry that
     /// left the maps below an eighth of this (and it was at least 1024): then
     /// [`Self::expire_sensors`] replaced them by right-sized ones.
     pub fn table_capacity(&self) -> usize {
@@ -1319,20 +1303,18 @@ impl QuotaManager {
         let name = |kind: &str, tags: &Pair| self.sensor_name(kind, tags);
         let alone = &self.quota_removed_alone;
         let mut names = remove_expired(&self.maps, maps, now, expiry, name, alone, &guard);
-        let mut shrunk = false;
         if !names.is_empty() {
             self.expiry_round.fetch_add(1, Release);
             let current = self.maps.load(&guard);
             current
                 .clients
-                .pin()
-                .retain(|_, r| r.sensors.complete(&guard));
-            shrunk = self.shrink(current, &guard);
-        }
-        drop(guard);
-        if shrunk {
-            // The old tables are retired: free them now, not after the next pins.
-            collect_garbage();
+                .retain(|_, r| r.sensors.complete(&guard), &guard);
+            self.shrink(current, &guard);
+            drop(guard);
+            // The removed entries (at most one per name, and as many cached
+            // resolutions) and any replaced tables are retired: free them now, not
+            // over the next pins.
+            collect_garbage(2 * names.len());
         }
         names.sort();
         names

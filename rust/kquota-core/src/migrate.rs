@@ -1,6 +1,6 @@
 //! Replacing a set of lock-free hash maps by a fresh, smaller set while other threads
 //! keep using them ([`Tables`]): how the manager gives back the memory of its sensor maps
-//! after a burst of clients expired (papaya's tables only ever grow).
+//! after a burst of clients expired (a map's table only grows: [`crate::hash_map`]).
 //!
 //! The maps (the value `T`, e.g. the manager's sensor maps and resolution cache) sit
 //! behind one atomically replaced pointer, `current`. Each sensor map ([`Table`]) maps a
@@ -38,8 +38,9 @@
 //! unlink from `current`) meet the same fence pairs: either the killer's unlink sees the
 //! copy/offer into `N`, or the copier's later dead check (after its fence) sees the mark.
 //!
-//! The maps are taken to be linearizable (papaya's operations are), so a lookup that
-//! misses a key is ordered before an insert of it that it did not see.
+//! The maps are taken to be linearizable ([`crate::hash_map`]'s operations are), so a
+//! lookup that misses a key is ordered before an insert of it that it did not see; and an
+//! iteration sees every entry present throughout it.
 //!
 //! Records into a value already settled (the manager's cached resolutions) pay nothing:
 //! the protocol only runs where a key is looked up or created.

@@ -1,0 +1,637 @@
+//! [`HashMap`]: the core's concurrent hash map, reclaimed by the same epoch as every other
+//! lock-free structure of the crate ([`crate::cow`], the delay queue's skip list).
+//!
+//! One epoch for everything means one pin per operation: a record pins once and hands
+//! that guard to the map lookup and to its sensor's copy-on-write block. (Maps with
+//! their own collector would each add their own pin and fence; papaya 0.2's maps cannot
+//! share one collector with values that outlive them, because dropping such a map
+//! reclaims everything the shared collector holds.)
+//!
+//! Open addressing with linear probing over a power-of-two array of atomic pointers to
+//! boxed entries, half full at most (entries and tombstones). A slot goes from empty to
+//! an entry, then to a tombstone or to a newer entry of the same key, never back to
+//! empty, so a probe that meets an empty slot knows the key is absent. Inserts claim an
+//! empty slot with a compare-and-swap; removals swap the entry for a tombstone and retire
+//! it to the epoch; lookups take no lock and write nothing.
+//!
+//! A table past half full is replaced by one a thread builds alone: it *freezes* every
+//! slot (a tag bit no compare-and-swap expects, so no insert or removal lands there any
+//! more), copies the entry pointers (the entries themselves are shared, not copied) into
+//! a table sized for four times the live entries, and publishes it. While it copies,
+//! lookups read the frozen slots (nothing can change them), and writers that meet a
+//! frozen slot wait for the new table: a resize blocks writers, as papaya's blocking
+//! resize mode (which the manager used) does.
+
+use std::hash::{BuildHasher, Hash};
+use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release};
+use std::sync::atomic::{AtomicBool, AtomicUsize};
+
+use crossbeam_epoch::{Atomic, Guard, Owned, Shared};
+
+/// A borrowed form `Q` of a key `K` that compares with it (and hashes as it does).
+pub trait Equivalent<K: ?Sized> {
+    /// Whether `self` and `key` are the same key.
+    fn equivalent(&self, key: &K) -> bool;
+}
+
+impl<K: Eq> Equivalent<K> for K {
+    #[inline]
+    fn equivalent(&self, key: &K) -> bool {
+        self == key
+    }
+}
+
+/// A slot whose entry was removed.
+const TOMBSTONE: usize = 1;
+/// A slot a resize has frozen.
+const FROZEN: usize = 2;
+/// The fewest slots of a table.
+const MIN_SLOTS: usize = 8;
+
+#[repr(align(8))]
+struct Entry<K, V> {
+    key: K,
+    value: V,
+}
+
+struct Table<K, V> {
+    slots: Box<[Atomic<Entry<K, V>>]>,
+    /// Slots ever claimed (entries and tombstones).
+    used: AtomicUsize,
+    /// Held by the thread that resizes this table.
+    resizing: AtomicBool,
+    /// The table this one was copied into, once the copy is complete.
+    next: Atomic<Table<K, V>>,
+}
+
+impl<K, V> Table<K, V> {
+    fn with_slots(slots: usize) -> Self {
+        Table {
+            slots: (0..slots).map(|_| Atomic::null()).collect(),
+            used: AtomicUsize::new(0),
+            resizing: AtomicBool::new(false),
+            next: Atomic::null(),
+        }
+    }
+
+    /// Room for `entries` entries at most half full.
+    fn for_entries(entries: usize) -> Self {
+        Self::with_slots(
+            entries
+                .saturating_mul(2)
+                .max(MIN_SLOTS)
+                .checked_next_power_of_two()
+                .expect("a table of fewer than 2^63 slots"),
+        )
+    }
+
+    #[inline]
+    fn mask(&self) -> usize {
+        self.slots.len() - 1
+    }
+
+    #[inline]
+    fn full(&self) -> bool {
+        self.used.load(Relaxed) >= self.slots.len() / 2
+    }
+}
+
+/// See the module documentation.
+pub struct HashMap<K, V, S> {
+    table: Atomic<Table<K, V>>,
+    len: AtomicUsize,
+    hasher: S,
+}
+
+/// A map and a guard of the epoch: papaya's `pin()` shape, for call sites that do one
+/// or a few operations.
+pub struct Pinned<'m, K, V, S> {
+    map: &'m HashMap<K, V, S>,
+    guard: Guard,
+}
+
+impl<K, V, S> HashMap<K, V, S> {
+    /// An empty map with room for `capacity` entries before its first resize.
+    pub fn with_capacity_and_hasher(capacity: usize, hasher: S) -> Self {
+        HashMap {
+            table: Atomic::new(Table::for_entries(capacity)),
+            len: AtomicUsize::new(0),
+            hasher,
+        }
+    }
+
+    /// The number of entries (exact when no operation is in progress).
+    #[inline]
+    pub fn len(&self) -> usize {
+        self.len.load(Relaxed)
+    }
+
+    /// Whether the map holds no entry.
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The map with a guard pinned for as long as the result lives.
+    #[inline]
+    pub fn pin(&self) -> Pinned<'_, K, V, S> {
+        Pinned {
+            map: self,
+            guard: crossbeam_epoch::pin(),
+        }
+    }
+
+    /// The newest table: a resize publishes its table as `next` of the old one first.
+    fn newest<'g>(&self, guard: &'g Guard) -> Shared<'g, Table<K, V>> {
+        let mut table = self.table.load(Acquire, guard);
+        loop {
+            // SAFETY: tables are retired only after being replaced as `self.table`;
+            // the guard keeps every table it loaded alive.
+            let next = unsafe { table.deref() }.next.load(Acquire, guard);
+            if next.is_null() {
+                return table;
+            }
+            table = next;
+        }
+    }
+
+    /// Every entry, as of some moment during the iteration (weakly consistent: entries
+    /// inserted or removed meanwhile may or may not be seen; every entry present
+    /// throughout is seen once).
+    pub fn iter<'g>(&self, guard: &'g Guard) -> impl Iterator<Item = (&'g K, &'g V)> + 'g
+    where
+        K: 'g,
+        V: 'g,
+    {
+        let table = self.newest(guard);
+        // SAFETY: as in `newest`.
+        let t = unsafe { table.deref() };
+        t.slots.iter().filter_map(move |slot| {
+            // SAFETY: a non-null slot points to a live entry, or to one retired while
+            // the guard is held (after a removal in a newer table).
+            unsafe { slot.load(Acquire, guard).as_ref() }.map(|e| (&e.key, &e.value))
+        })
+    }
+
+    /// Waits for the resize of `t` to publish its table.
+    #[cold]
+    fn wait_for_next<'g>(t: &Table<K, V>, guard: &'g Guard) -> Shared<'g, Table<K, V>> {
+        let mut spins = 0u32;
+        loop {
+            let next = t.next.load(Acquire, guard);
+            if !next.is_null() {
+                return next;
+            }
+            if spins < 64 {
+                spins += 1;
+                std::hint::spin_loop();
+            } else {
+                std::thread::yield_now();
+            }
+        }
+    }
+}
+
+// (`'static` and `Send`: removed entries are dropped later, by whichever thread the
+// epoch frees them on, perhaps after the map itself is gone.)
+impl<K: Hash + Eq + Send + 'static, V: Send + 'static, S: BuildHasher> HashMap<K, V, S> {
+    /// The value of `key`.
+    #[inline]
+    pub fn get<'g, Q>(&self, key: &Q, guard: &'g Guard) -> Option<&'g V>
+    where
+        Q: Hash + Equivalent<K> + ?Sized,
+    {
+        let hash = self.hasher.hash_one(key) as usize;
+        let mut table = self.table.load(Acquire, guard);
+        'tables: loop {
+            // SAFETY: as in `newest`.
+            let t = unsafe { table.deref() };
+            let mask = t.mask();
+            let mut i = hash & mask;
+            for _ in 0..t.slots.len() {
+                let s = t.slots[i].load(Acquire, guard);
+                if s.tag() & FROZEN != 0 {
+                    let next = t.next.load(Acquire, guard);
+                    if !next.is_null() {
+                        table = next;
+                        continue 'tables;
+                    }
+                    // Frozen and not copied yet: no writer can change the slot until
+                    // the copy is published, so what it holds is current.
+                }
+                // SAFETY: as in `iter`.
+                match unsafe { s.as_ref() } {
+                    Some(e) if key.equivalent(&e.key) => return Some(&e.value),
+                    Some(_) => {}
+                    None if s.tag() & TOMBSTONE == 0 => return None,
+                    None => {}
+                }
+                i = (i + 1) & mask;
+            }
+            return None;
+        }
+    }
+
+    /// The value of `key`, after inserting `create()` if there was none.
+    pub fn get_or_insert_with<'g>(
+        &self,
+        key: K,
+        create: impl FnOnce() -> V,
+        guard: &'g Guard,
+    ) -> &'g V {
+        let mut pending = Pending::Key(key, create);
+        match self.put(&mut pending, false, guard) {
+            Put::Found(v) | Put::Inserted(v) => v,
+        }
+    }
+
+    /// Inserts `value` under `key`, replacing (and retiring) the value there was.
+    pub fn insert(&self, key: K, value: V, guard: &Guard) {
+        let mut pending = Pending::<K, V, fn() -> V>::Built(Owned::new(Entry { key, value }));
+        let _ = self.put(&mut pending, true, guard);
+    }
+
+    /// Looks `pending`'s key up; inserts it where it is absent, and where it is present
+    /// too if `replace`.
+    fn put<'g, F: FnOnce() -> V>(
+        &self,
+        pending: &mut Pending<K, V, F>,
+        replace: bool,
+        guard: &'g Guard,
+    ) -> Put<'g, V> {
+        let hash = self.hasher.hash_one(pending.key()) as usize;
+        let mut table = self.table.load(Acquire, guard);
+        'tables: loop {
+            // SAFETY: as in `newest`.
+            let t = unsafe { table.deref() };
+            let mask = t.mask();
+            let mut i = hash & mask;
+            let mut probes = 0;
+            while probes < t.slots.len() {
+                let slot = &t.slots[i];
+                let s = slot.load(Acquire, guard);
+                if s.tag() & FROZEN != 0 {
+                    table = Self::wait_for_next(t, guard);
+                    continue 'tables;
+                }
+                // SAFETY: as in `iter`.
+                match unsafe { s.as_ref() } {
+                    Some(e) if pending.key() == &e.key => {
+                        if !replace {
+                            return Put::Found(&e.value);
+                        }
+                        let new = pending.take();
+                        match slot.compare_exchange(s, new, AcqRel, Acquire, guard) {
+                            Ok(new) => {
+                                // SAFETY: unlinked by our swap (a slot holds an entry
+                                // only once); pinned readers may still hold it.
+                                unsafe { guard.defer_destroy(s) };
+                                // SAFETY: just published, and the guard is held.
+                                return Put::Inserted(&unsafe { new.deref() }.value);
+                            }
+                            // Another entry of the key, a tombstone or a freeze: look
+                            // at the slot again.
+                            Err(err) => *pending = Pending::Built(err.new),
+                        }
+                        continue;
+                    }
+                    Some(_) => {}
+                    None if s.tag() & TOMBSTONE == 0 => {
+                        if t.full() {
+                            table = self.resize(table, guard);
+                            continue 'tables;
+                        }
+                        let new = pending.take();
+                        match slot.compare_exchange(Shared::null(), new, AcqRel, Acquire, guard) {
+                            Ok(new) => {
+                                t.used.fetch_add(1, Relaxed);
+                                self.len.fetch_add(1, Relaxed);
+                                // SAFETY: just published, and the guard is held.
+                                return Put::Inserted(&unsafe { new.deref() }.value);
+                            }
+                            // Claimed by another insert (perhaps of this key) or
+                            // frozen: look at the slot again.
+                            Err(err) => *pending = Pending::Built(err.new),
+                        }
+                        continue;
+                    }
+                    None => {}
+                }
+                i = (i + 1) & mask;
+                probes += 1;
+            }
+            // Every slot probed (tombstones and other keys): make room.
+            table = self.resize(table, guard);
+        }
+    }
+
+    /// Removes the entry of `key` if `pred` holds for it (when the removal takes effect);
+    /// returns whether this call removed it.
+    pub fn remove_if<Q>(&self, key: &Q, pred: impl Fn(&K, &V) -> bool, guard: &Guard) -> bool
+    where
+        Q: Hash + Equivalent<K> + ?Sized,
+    {
+        let hash = self.hasher.hash_one(key) as usize;
+        let mut table = self.table.load(Acquire, guard);
+        'tables: loop {
+            // SAFETY: as in `newest`.
+            let t = unsafe { table.deref() };
+            let mask = t.mask();
+            let mut i = hash & mask;
+            let mut probes = 0;
+            while probes < t.slots.len() {
+                let slot = &t.slots[i];
+                let s = slot.load(Acquire, guard);
+                if s.tag() & FROZEN != 0 {
+                    table = Self::wait_for_next(t, guard);
+                    continue 'tables;
+                }
+                // SAFETY: as in `iter`.
+                match unsafe { s.as_ref() } {
+                    Some(e) if key.equivalent(&e.key) => {
+                        if !pred(&e.key, &e.value) {
+                            return false;
+                        }
+                        let tombstone = Shared::null().with_tag(TOMBSTONE);
+                        if slot
+                            .compare_exchange(s, tombstone, AcqRel, Acquire, guard)
+                            .is_ok()
+                        {
+                            self.len.fetch_sub(1, Relaxed);
+                            // SAFETY: unlinked by our swap; pinned readers may still
+                            // hold it.
+                            unsafe { guard.defer_destroy(s) };
+                            return true;
+                        }
+                        // Replaced, removed or frozen meanwhile: look again.
+                        continue;
+                    }
+                    Some(_) => {}
+                    None if s.tag() & TOMBSTONE == 0 => return false,
+                    None => {}
+                }
+                i = (i + 1) & mask;
+                probes += 1;
+            }
+            return false;
+        }
+    }
+
+    /// Removes every entry for which `keep` is false (when looked at).
+    pub fn retain(&self, mut keep: impl FnMut(&K, &V) -> bool, guard: &Guard) {
+        for (key, value) in self.iter(guard) {
+            if !keep(key, value) {
+                self.remove_if(key, |_, v| std::ptr::eq(v, value), guard);
+            }
+        }
+    }
+
+    /// Replaces `table` (when it is still the newest) by a copy sized for four times its
+    /// live entries, or waits for the thread doing that; returns the new table.
+    #[cold]
+    fn resize<'g>(
+        &self,
+        table: Shared<'g, Table<K, V>>,
+        guard: &'g Guard,
+    ) -> Shared<'g, Table<K, V>> {
+        // SAFETY: as in `newest`.
+        let t = unsafe { table.deref() };
+        if t.resizing
+            .compare_exchange(false, true, Acquire, Relaxed)
+            .is_err()
+        {
+            return Self::wait_for_next(t, guard);
+        }
+        // Freeze: from here on no insert, replacement or removal lands in `t`.
+        let mut live = 0usize;
+        for slot in t.slots.iter() {
+            if !slot.fetch_or(FROZEN, AcqRel, guard).is_null() {
+                live += 1;
+            }
+        }
+        let new = Table::for_entries(live.saturating_mul(2));
+        let mask = new.mask();
+        for slot in t.slots.iter() {
+            let s = slot.load(Acquire, guard);
+            if s.is_null() {
+                continue;
+            }
+            // SAFETY: frozen slots hold live entries the guard protects.
+            let e = unsafe { s.deref() };
+            let mut i = self.hasher.hash_one(&e.key) as usize & mask;
+            while !new.slots[i].load(Relaxed, guard).is_null() {
+                i = (i + 1) & mask;
+            }
+            // (The new table is ours alone until published.)
+            new.slots[i].store(s.with_tag(0), Relaxed);
+        }
+        new.used.store(live, Relaxed);
+        let new = Owned::new(new).into_shared(guard);
+        // `next` first: a lookup that reads a frozen slot and then finds no `next` may
+        // use what the slot holds, so no writer may reach `new` before `next` is set.
+        t.next.store(new, Release);
+        // The resize that made `t` may not have made it `self.table` yet (`t` was
+        // reached through its predecessor's `next`): wait for that, briefly.
+        while self
+            .table
+            .compare_exchange(table, new, AcqRel, Acquire, guard)
+            .is_err()
+        {
+            std::hint::spin_loop();
+        }
+        // SAFETY: `t` is no longer `self.table`; a table owns no entry (they moved to
+        // `new`), so retiring it frees only its slots, once no pinned thread holds it.
+        unsafe { guard.defer_destroy(table) };
+        new
+    }
+}
+
+impl<K, V, S: Default> Default for HashMap<K, V, S> {
+    fn default() -> Self {
+        Self::with_capacity_and_hasher(0, S::default())
+    }
+}
+
+impl<K, V, S> Drop for HashMap<K, V, S> {
+    fn drop(&mut self) {
+        // SAFETY: `&mut self`: no other thread can reach the map; every table before the
+        // current one was retired when it was replaced, and the entries are those of
+        // the current table.
+        unsafe {
+            let guard = crossbeam_epoch::unprotected();
+            let table = self.table.load(Relaxed, guard).into_owned();
+            for slot in table.slots.iter() {
+                let s = slot.load(Relaxed, guard);
+                if !s.is_null() {
+                    drop(s.into_owned());
+                }
+            }
+        }
+    }
+}
+
+impl<K: Hash + Eq + Send + 'static, V: Send + 'static, S: BuildHasher> Pinned<'_, K, V, S> {
+    /// [`HashMap::get`].
+    #[inline]
+    pub fn get<Q>(&self, key: &Q) -> Option<&V>
+    where
+        Q: Hash + Equivalent<K> + ?Sized,
+    {
+        self.map.get(key, &self.guard)
+    }
+
+    /// [`HashMap::get_or_insert_with`].
+    pub fn get_or_insert_with(&self, key: K, create: impl FnOnce() -> V) -> &V {
+        self.map.get_or_insert_with(key, create, &self.guard)
+    }
+
+    /// [`HashMap::remove_if`].
+    pub fn remove_if<Q>(&self, key: &Q, pred: impl Fn(&K, &V) -> bool) -> bool
+    where
+        Q: Hash + Equivalent<K> + ?Sized,
+    {
+        self.map.remove_if(key, pred, &self.guard)
+    }
+
+    /// [`HashMap::retain`].
+    pub fn retain(&self, keep: impl FnMut(&K, &V) -> bool) {
+        self.map.retain(keep, &self.guard)
+    }
+
+    /// [`HashMap::iter`].
+    pub fn iter(&self) -> impl Iterator<Item = (&K, &V)> + '_ {
+        self.map.iter(&self.guard)
+    }
+}
+
+/// What an insert puts in: the key and how to make the value, or the entry made.
+enum Pending<K, V, F> {
+    Key(K, F),
+    Built(Owned<Entry<K, V>>),
+    Taken,
+}
+
+impl<K, V, F: FnOnce() -> V> Pending<K, V, F> {
+    #[inline]
+    fn key(&self) -> &K {
+        match self {
+            Pending::Key(k, _) => k,
+            Pending::Built(e) => &e.key,
+            Pending::Taken => unreachable!("a pending entry is put back after a failed swap"),
+        }
+    }
+
+    /// The entry, made now if it was not yet.
+    fn take(&mut self) -> Owned<Entry<K, V>> {
+        match std::mem::replace(self, Pending::Taken) {
+            Pending::Key(key, create) => Owned::new(Entry {
+                key,
+                value: create(),
+            }),
+            Pending::Built(e) => e,
+            Pending::Taken => unreachable!("a pending entry is put back after a failed swap"),
+        }
+    }
+}
+
+enum Put<'g, V> {
+    Found(&'g V),
+    Inserted(&'g V),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    type Map = HashMap<String, usize, foldhash::fast::RandomState>;
+
+    fn map() -> Map {
+        HashMap::with_capacity_and_hasher(0, Default::default())
+    }
+
+    #[test]
+    fn inserts_finds_replaces_and_removes_across_resizes() {
+        let m = map();
+        let g = crossbeam_epoch::pin();
+        for i in 0..10_000 {
+            assert_eq!(*m.get_or_insert_with(i.to_string(), || i, &g), i);
+        }
+        assert_eq!(m.len(), 10_000);
+        for i in 0..10_000 {
+            assert_eq!(m.get(&i.to_string(), &g), Some(&i));
+            assert_eq!(*m.get_or_insert_with(i.to_string(), || 0, &g), i);
+        }
+        for i in (0..10_000).step_by(2) {
+            assert!(m.remove_if(&i.to_string(), |_, _| true, &g));
+            assert!(!m.remove_if(&i.to_string(), |_, _| true, &g));
+        }
+        assert!(!m.remove_if(&"1".to_owned(), |_, v| *v == 0, &g));
+        assert_eq!(m.len(), 5_000);
+        m.insert("1".to_owned(), 7, &g);
+        assert_eq!(m.get(&"1".to_owned(), &g), Some(&7));
+        m.retain(|_, v| *v % 3 != 0, &g);
+        let mut seen: Vec<usize> = m.iter(&g).map(|(_, v)| *v).collect();
+        seen.sort();
+        let mut expected: Vec<usize> = (0..10_000)
+            .map(|i| if i == 1 { 7 } else { i })
+            .filter(|v| v % 2 == 1 || *v == 7)
+            .filter(|v| v % 3 != 0)
+            .collect();
+        expected.sort();
+        assert!(
+            seen == expected,
+            "{} vs {} values",
+            seen.len(),
+            expected.len()
+        );
+        assert_eq!(m.len(), expected.len());
+    }
+
+    #[test]
+    fn churn_through_tombstones_keeps_the_table_small() {
+        let m = map();
+        let g = crossbeam_epoch::pin();
+        for i in 0..100_000 {
+            m.get_or_insert_with(i.to_string(), || i, &g);
+            assert!(m.remove_if(&i.to_string(), |_, _| true, &g));
+        }
+        assert!(m.is_empty());
+        // SAFETY: the guard is held.
+        let slots = unsafe { m.newest(&g).deref() }.slots.len();
+        assert!(slots <= 64, "{slots}");
+    }
+
+    #[test]
+    fn threads_inserting_the_same_keys_agree_on_one_value_each() {
+        let m = Arc::new(map());
+        let handles: Vec<_> = (0..4)
+            .map(|t| {
+                let m = m.clone();
+                std::thread::spawn(move || {
+                    let mut got = Vec::new();
+                    for i in 0..20_000usize {
+                        let g = crossbeam_epoch::pin();
+                        let v =
+                            *m.get_or_insert_with((i % 5_000).to_string(), || t * 100_000 + i, &g);
+                        got.push(v);
+                        if i % 7 == t {
+                            m.remove_if(&((i + 13) % 5_000).to_string(), |_, _| true, &g);
+                        }
+                    }
+                    got
+                })
+            })
+            .collect();
+        for h in handles {
+            h.join().unwrap();
+        }
+        let g = crossbeam_epoch::pin();
+        let mut keys: Vec<&String> = m.iter(&g).map(|(k, _)| k).collect();
+        let n = keys.len();
+        keys.sort();
+        keys.dedup();
+        assert_eq!(keys.len(), n, "a key twice");
+        assert_eq!(m.len(), n);
+    }
+}
