@@ -603,6 +603,56 @@ mod tests {
     }
 
     #[test]
+    fn each_thread_sees_its_own_writes_while_others_force_resizes() {
+        // Every thread owns its keys (their state is known exactly) and shares a few keys
+        // that are never removed (every thread must get the same value for each); the
+        // inserts and removals of all fill tables with tombstones, so tables are
+        // replaced over and over while the others read and write.
+        let m = Arc::new(map());
+        let shared: Vec<String> = (0..64).map(|i| format!("shared-{i}")).collect();
+        let handles: Vec<_> = (0..4usize)
+            .map(|t| {
+                let (m, shared) = (m.clone(), shared.clone());
+                std::thread::spawn(move || {
+                    let mut mine = std::collections::HashMap::new();
+                    let mut got = Vec::new();
+                    for i in 0..30_000usize {
+                        let g = crossbeam_epoch::pin();
+                        let key = format!("{t}-{}", i % 300);
+                        match i % 3 {
+                            0 => {
+                                let v = *m.get_or_insert_with(key.clone(), || i, &g);
+                                assert_eq!(v, *mine.entry(key).or_insert(i), "thread {t}");
+                            }
+                            1 => {
+                                let removed = m.remove_if(&key, |_, _| true, &g);
+                                assert_eq!(removed, mine.remove(&key).is_some(), "thread {t}");
+                            }
+                            _ => assert_eq!(m.get(&key, &g), mine.get(&key), "thread {t}"),
+                        }
+                        let s = &shared[i % shared.len()];
+                        got.push((s.clone(), *m.get_or_insert_with(s.clone(), || t, &g)));
+                    }
+                    (mine, got)
+                })
+            })
+            .collect();
+        let results: Vec<_> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+        let g = crossbeam_epoch::pin();
+        for (mine, got) in &results {
+            for (k, v) in mine {
+                assert_eq!(m.get(k, &g), Some(v));
+            }
+            for (s, v) in got {
+                assert_eq!(m.get(s, &g), Some(v), "{s}");
+            }
+        }
+        let owned: usize = results.iter().map(|(mine, _)| mine.len()).sum();
+        assert_eq!(m.len(), owned + shared.len());
+        assert_eq!(m.iter(&g).count(), m.len());
+    }
+
+    #[test]
     fn threads_inserting_the_same_keys_agree_on_one_value_each() {
         let m = Arc::new(map());
         let handles: Vec<_> = (0..4)
