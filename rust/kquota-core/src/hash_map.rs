@@ -8,7 +8,10 @@
 //! reclaims everything the shared collector holds.)
 //!
 //! Open addressing with linear probing over a power-of-two array of atomic pointers to
-//! boxed entries, half full at most (entries and tombstones). A slot goes from empty to
+//! entries, half full at most (entries and tombstones). An entry is a [`Node`]: the key
+//! and the value in one reference-counted allocation, so a value that must be shared
+//! (the manager's sensors, which a rebuild puts in two maps at once) costs no allocation
+//! and no pointer of its own: a lookup goes from the slot straight to the value. A slot goes from empty to
 //! an entry, then to a tombstone or to a newer entry of the same key, never back to
 //! empty, so a probe that meets an empty slot knows the key is absent. Inserts claim an
 //! empty slot with a compare-and-swap; removals swap the entry for a tombstone and retire
@@ -23,8 +26,10 @@
 //! resize mode (which the manager used) does.
 
 use std::hash::{BuildHasher, Hash};
+use std::ops::Deref;
 use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release};
 use std::sync::atomic::{AtomicBool, AtomicUsize};
+use std::sync::Arc;
 
 use crossbeam_epoch::{Atomic, Guard, Owned, Shared};
 
@@ -48,10 +53,65 @@ const FROZEN: usize = 2;
 /// The fewest slots of a table.
 const MIN_SLOTS: usize = 8;
 
+/// A key and its value, always inside an `Arc`: a map holds one reference to each node
+/// in it (a slot is the pointer of that `Arc`), and its users may hold more.
 #[repr(align(8))]
-struct Entry<K, V> {
+pub struct Node<K, V> {
     key: K,
     value: V,
+}
+
+impl<K, V> Node<K, V> {
+    /// A node for `key` and `value`.
+    pub fn new(key: K, value: V) -> Arc<Self> {
+        Arc::new(Node { key, value })
+    }
+
+    /// The key.
+    #[inline]
+    pub fn key(&self) -> &K {
+        &self.key
+    }
+
+    /// Another reference to the node.
+    ///
+    /// # Safety
+    ///
+    /// `self` lives inside an `Arc` that is not dropped while this runs: it was loaded
+    /// from a slot under a guard (the map's reference is released only once no guard
+    /// of that time is held) or borrowed from an `Arc`.
+    #[inline]
+    unsafe fn to_arc(&self) -> Arc<Self> {
+        let p: *const Self = self;
+        // SAFETY: the caller's contract: `p` came from `Arc::into_raw` and its count is
+        // at least one.
+        unsafe {
+            Arc::increment_strong_count(p);
+            Arc::from_raw(p)
+        }
+    }
+}
+
+impl<K, V> Deref for Node<K, V> {
+    type Target = V;
+
+    #[inline]
+    fn deref(&self) -> &V {
+        &self.value
+    }
+}
+
+type Entry<K, V> = Node<K, V>;
+
+/// Releases the map's reference to the node at `s` once no pinned thread can hold it.
+///
+/// # Safety
+///
+/// `s` was unlinked from the map (no slot points to it any more) by the caller, once.
+unsafe fn retire<K, V>(s: Shared<'_, Entry<K, V>>, guard: &Guard) {
+    let raw = s.with_tag(0).as_raw();
+    // SAFETY: the caller's contract; the slot held the reference `Arc::into_raw` gave.
+    unsafe { guard.defer_unchecked(move || drop(Arc::from_raw(raw))) };
 }
 
 struct Table<K, V> {
@@ -163,13 +223,22 @@ impl<K, V, S> HashMap<K, V, S> {
         K: 'g,
         V: 'g,
     {
+        self.iter_nodes(guard).map(|e| (&e.key, &e.value))
+    }
+
+    /// [`Self::iter`], by node.
+    fn iter_nodes<'g>(&self, guard: &'g Guard) -> impl Iterator<Item = &'g Node<K, V>> + 'g
+    where
+        K: 'g,
+        V: 'g,
+    {
         let table = self.newest(guard);
         // SAFETY: as in `newest`.
         let t = unsafe { table.deref() };
         t.slots.iter().filter_map(move |slot| {
             // SAFETY: a non-null slot points to a live entry, or to one retired while
             // the guard is held (after a removal in a newer table).
-            unsafe { slot.load(Acquire, guard).as_ref() }.map(|e| (&e.key, &e.value))
+            unsafe { slot.load(Acquire, guard).as_ref() }
         })
     }
 
@@ -192,12 +261,26 @@ impl<K, V, S> HashMap<K, V, S> {
     }
 }
 
-// (`'static` and `Send`: removed entries are dropped later, by whichever thread the
-// epoch frees them on, perhaps after the map itself is gone.)
-impl<K: Hash + Eq + Send + 'static, V: Send + 'static, S: BuildHasher> HashMap<K, V, S> {
+// (`'static`, `Send` and `Sync`: removed nodes are released later, by whichever thread
+// the epoch frees them on, perhaps after the map itself is gone; and nodes are shared.)
+impl<K, V, S> HashMap<K, V, S>
+where
+    K: Hash + Eq + Send + Sync + 'static,
+    V: Send + Sync + 'static,
+    S: BuildHasher,
+{
     /// The value of `key`.
     #[inline]
     pub fn get<'g, Q>(&self, key: &Q, guard: &'g Guard) -> Option<&'g V>
+    where
+        Q: Hash + Equivalent<K> + ?Sized,
+    {
+        self.find(key, guard).map(|e| &e.value)
+    }
+
+    /// The node of `key`.
+    #[inline]
+    fn find<'g, Q>(&self, key: &Q, guard: &'g Guard) -> Option<&'g Node<K, V>>
     where
         Q: Hash + Equivalent<K> + ?Sized,
     {
@@ -221,7 +304,7 @@ impl<K: Hash + Eq + Send + 'static, V: Send + 'static, S: BuildHasher> HashMap<K
                 }
                 // SAFETY: as in `iter`.
                 match unsafe { s.as_ref() } {
-                    Some(e) if key.equivalent(&e.key) => return Some(&e.value),
+                    Some(e) if key.equivalent(&e.key) => return Some(e),
                     Some(_) => {}
                     None if s.tag() & TOMBSTONE == 0 => return None,
                     None => {}
@@ -240,14 +323,44 @@ impl<K: Hash + Eq + Send + 'static, V: Send + 'static, S: BuildHasher> HashMap<K
         guard: &'g Guard,
     ) -> &'g V {
         let mut pending = Pending::Key(key, create);
-        match self.put(&mut pending, false, guard) {
-            Put::Found(v) | Put::Inserted(v) => v,
-        }
+        &self.put(&mut pending, false, guard).value
+    }
+
+    /// The node of `key`, after inserting `node` if there was none.
+    pub fn get_or_insert_node(&self, node: Arc<Node<K, V>>, guard: &Guard) -> Arc<Node<K, V>> {
+        let mut pending = Pending::<K, V, fn() -> V>::Built(node);
+        let found = self.put(&mut pending, false, guard);
+        // SAFETY: loaded from a slot under `guard`.
+        unsafe { found.to_arc() }
+    }
+
+    /// The node of `key`.
+    #[inline]
+    pub fn get_node<Q>(&self, key: &Q, guard: &Guard) -> Option<Arc<Node<K, V>>>
+    where
+        Q: Hash + Equivalent<K> + ?Sized,
+    {
+        let node = self.find(key, guard)?;
+        // SAFETY: loaded from a slot under `guard`.
+        Some(unsafe { node.to_arc() })
+    }
+
+    /// Every node for which `keep` holds (see [`Self::iter`]), each as another reference.
+    pub fn nodes(
+        &self,
+        guard: &Guard,
+        mut keep: impl FnMut(&K, &V) -> bool,
+    ) -> Vec<Arc<Node<K, V>>> {
+        self.iter_nodes(guard)
+            .filter(|n| keep(&n.key, &n.value))
+            // SAFETY: as in `get_node`.
+            .map(|n| unsafe { n.to_arc() })
+            .collect()
     }
 
     /// Inserts `value` under `key`, replacing (and retiring) the value there was.
     pub fn insert(&self, key: K, value: V, guard: &Guard) {
-        let mut pending = Pending::<K, V, fn() -> V>::Built(Owned::new(Entry { key, value }));
+        let mut pending = Pending::<K, V, fn() -> V>::Built(Node::new(key, value));
         let _ = self.put(&mut pending, true, guard);
     }
 
@@ -258,7 +371,7 @@ impl<K: Hash + Eq + Send + 'static, V: Send + 'static, S: BuildHasher> HashMap<K
         pending: &mut Pending<K, V, F>,
         replace: bool,
         guard: &'g Guard,
-    ) -> Put<'g, V> {
+    ) -> &'g Node<K, V> {
         let hash = self.hasher.hash_one(pending.key()) as usize;
         let mut table = self.table.load(Acquire, guard);
         'tables: loop {
@@ -278,20 +391,21 @@ impl<K: Hash + Eq + Send + 'static, V: Send + 'static, S: BuildHasher> HashMap<K
                 match unsafe { s.as_ref() } {
                     Some(e) if pending.key() == &e.key => {
                         if !replace {
-                            return Put::Found(&e.value);
+                            return e;
                         }
                         let new = pending.take();
                         match slot.compare_exchange(s, new, AcqRel, Acquire, guard) {
                             Ok(new) => {
                                 // SAFETY: unlinked by our swap (a slot holds an entry
                                 // only once); pinned readers may still hold it.
-                                unsafe { guard.defer_destroy(s) };
+                                unsafe { retire(s, guard) };
                                 // SAFETY: just published, and the guard is held.
-                                return Put::Inserted(&unsafe { new.deref() }.value);
+                                return unsafe { new.deref() };
                             }
                             // Another entry of the key, a tombstone or a freeze: look
                             // at the slot again.
-                            Err(err) => *pending = Pending::Built(err.new),
+                            // SAFETY: `new` was never published: it is still ours.
+                            Err(err) => *pending = unsafe { Pending::back(err.new) },
                         }
                         continue;
                     }
@@ -307,11 +421,12 @@ impl<K: Hash + Eq + Send + 'static, V: Send + 'static, S: BuildHasher> HashMap<K
                                 t.used.fetch_add(1, Relaxed);
                                 self.len.fetch_add(1, Relaxed);
                                 // SAFETY: just published, and the guard is held.
-                                return Put::Inserted(&unsafe { new.deref() }.value);
+                                return unsafe { new.deref() };
                             }
                             // Claimed by another insert (perhaps of this key) or
                             // frozen: look at the slot again.
-                            Err(err) => *pending = Pending::Built(err.new),
+                            // SAFETY: `new` was never published: it is still ours.
+                            Err(err) => *pending = unsafe { Pending::back(err.new) },
                         }
                         continue;
                     }
@@ -360,7 +475,7 @@ impl<K: Hash + Eq + Send + 'static, V: Send + 'static, S: BuildHasher> HashMap<K
                             self.len.fetch_sub(1, Relaxed);
                             // SAFETY: unlinked by our swap; pinned readers may still
                             // hold it.
-                            unsafe { guard.defer_destroy(s) };
+                            unsafe { retire(s, guard) };
                             return true;
                         }
                         // Replaced, removed or frozen meanwhile: look again.
@@ -463,14 +578,20 @@ impl<K, V, S> Drop for HashMap<K, V, S> {
             for slot in table.slots.iter() {
                 let s = slot.load(Relaxed, guard);
                 if !s.is_null() {
-                    drop(s.into_owned());
+                    // The map's reference.
+                    drop(Arc::from_raw(s.with_tag(0).as_raw()));
                 }
             }
         }
     }
 }
 
-impl<K: Hash + Eq + Send + 'static, V: Send + 'static, S: BuildHasher> Pinned<'_, K, V, S> {
+impl<K, V, S> Pinned<'_, K, V, S>
+where
+    K: Hash + Eq + Send + Sync + 'static,
+    V: Send + Sync + 'static,
+    S: BuildHasher,
+{
     /// [`HashMap::get`].
     #[inline]
     pub fn get<Q>(&self, key: &Q) -> Option<&V>
@@ -504,10 +625,10 @@ impl<K: Hash + Eq + Send + 'static, V: Send + 'static, S: BuildHasher> Pinned<'_
     }
 }
 
-/// What an insert puts in: the key and how to make the value, or the entry made.
+/// What an insert puts in: the key and how to make the value, or the node made.
 enum Pending<K, V, F> {
     Key(K, F),
-    Built(Owned<Entry<K, V>>),
+    Built(Arc<Node<K, V>>),
     Taken,
 }
 
@@ -521,22 +642,26 @@ impl<K, V, F: FnOnce() -> V> Pending<K, V, F> {
         }
     }
 
-    /// The entry, made now if it was not yet.
-    fn take(&mut self) -> Owned<Entry<K, V>> {
-        match std::mem::replace(self, Pending::Taken) {
-            Pending::Key(key, create) => Owned::new(Entry {
-                key,
-                value: create(),
-            }),
-            Pending::Built(e) => e,
+    /// The node as a slot holds it (made now if it was not yet); owned by the caller
+    /// until published or handed [`Self::back`].
+    fn take<'g>(&mut self) -> Shared<'g, Entry<K, V>> {
+        let node = match std::mem::replace(self, Pending::Taken) {
+            Pending::Key(key, create) => Node::new(key, create()),
+            Pending::Built(node) => node,
             Pending::Taken => unreachable!("a pending entry is put back after a failed swap"),
-        }
+        };
+        Shared::from(Arc::into_raw(node))
     }
-}
 
-enum Put<'g, V> {
-    Found(&'g V),
-    Inserted(&'g V),
+    /// The node [`Self::take`] gave, not published.
+    ///
+    /// # Safety
+    ///
+    /// `s` came from `take` and no slot holds it.
+    unsafe fn back(s: Shared<'_, Entry<K, V>>) -> Self {
+        // SAFETY: the caller's contract: the reference `take` made.
+        Pending::Built(unsafe { Arc::from_raw(s.as_raw()) })
+    }
 }
 
 #[cfg(test)]

@@ -115,12 +115,12 @@ impl<T> Tables<T> {
     }
 
     /// The live value of `key` in the map `table` selects, created with `create` if there
-    /// is none; settled (see the module documentation), so records into it are never lost.
+    /// is none (a value for `key`); settled (see the module documentation), so records into it are never lost.
     pub fn live<Tab: Table>(
         &self,
         table: impl Fn(&T) -> &Tab,
         key: &Tab::Key,
-        create: impl Fn() -> Tab::Value,
+        create: impl Fn() -> Arc<Tab::Value>,
         guard: &Guard,
     ) -> Arc<Tab::Value> {
         let mut m = self.load(guard);
@@ -141,7 +141,7 @@ impl<T> Tables<T> {
                             .prev(guard)
                             .and_then(|p| table(p).get(key))
                             .filter(|v| !v.is_dead());
-                        map.get_or_insert(key, old.unwrap_or_else(|| Arc::new(create())))
+                        map.get_or_insert(key, old.unwrap_or_else(&create))
                     }
                 },
             };
