@@ -29,7 +29,7 @@ use crate::quota::Check;
 use crate::rate_cell::{Bound, BoundSource, RateCell};
 use crate::samples::{Samples, WindowConfig};
 
-type Map<K, V> = papaya::HashMap<K, V, foldhash::fast::RandomState>;
+type Map<K, V> = crate::hash_map::HashMap<K, V, foldhash::fast::RandomState>;
 
 /// Kafka's sensor-name prefix of connection-rate sensors.
 const SENSOR_PREFIX: &str = "Connection-Accept-Rate";

@@ -26,12 +26,13 @@ mod imp {
         epoch::pin()
     }
 
-    /// Frees what was retired as soon as no other thread is pinned, rather than after the
-    /// next hundred-odd pins: each pin-and-flush moves this thread's retired values to the
-    /// collector and advances the epoch once when it can; values retired two epochs back
-    /// are freed. Call it unpinned, after retiring something large (a rebuilt table).
-    pub fn collect_garbage() {
-        for _ in 0..3 {
+    /// Frees what was retired (about `retired` values by this thread) as soon as no other
+    /// thread is pinned, rather than over the next pins: each pin-and-flush moves this
+    /// thread's retired values to the collector, advances the epoch once when it can and
+    /// frees up to 8 bags of 64 values retired two epochs back. Call it unpinned, after
+    /// retiring something large (a rebuilt table) or many things (expired entries).
+    pub fn collect_garbage(retired: usize) {
+        for _ in 0..3 + retired / 256 {
             epoch::pin().flush();
         }
     }
@@ -206,7 +207,7 @@ mod imp {
     }
 
     /// The model frees retired values when the box drops.
-    pub fn collect_garbage() {}
+    pub fn collect_garbage(_retired: usize) {}
 
     pub struct Loaded<'g, T> {
         ptr: *mut T,

@@ -437,7 +437,8 @@ impl Hash for PairRef<'_> {
     }
 }
 
-impl papaya::Equivalent<Pair> for PairRef<'_> {
+impl crate::hash_map::Equivalent<Pair> for PairRef<'_> {
+    #[inline]
     fn equivalent(&self, key: &Pair) -> bool {
         str_eq(key.first(), self.0) && str_eq(key.second(), self.1)
     }
@@ -462,7 +463,7 @@ mod tests {
             let p = Pair::new(a, b);
             assert_eq!((p.first(), p.second()), (a, b));
             assert_eq!(h.hash_one(&p), h.hash_one(PairRef(a, b)));
-            assert!(papaya::Equivalent::equivalent(&PairRef(a, b), &p));
+            assert!(crate::hash_map::Equivalent::equivalent(&PairRef(a, b), &p));
             assert_eq!(p, p.clone());
         }
         assert_eq!(std::mem::size_of::<Pair>(), 24);

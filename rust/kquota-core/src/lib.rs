@@ -18,6 +18,8 @@
 //!   rate quotas (KIP-612): per IP, per listener and broker-wide.
 //! * [`migrate`]: how the manager replaces its hash maps by right-sized ones after
 //!   expiry, while other threads use them.
+//! * [`hash_map`]: the concurrent hash map under the managers, reclaimed by the same
+//!   epoch as everything else ([`cow`]), so an operation pins once.
 //!
 //! Everything is safe to call from many threads at once; no operation takes a lock.
 //! The spec is `shared/docs/kafka-quota-semantics.md`.
@@ -33,6 +35,8 @@ pub mod delay_queue;
 #[cfg(not(loom))]
 pub mod entity;
 pub mod error;
+#[cfg(not(loom))]
+pub mod hash_map;
 pub mod javamath;
 #[cfg(not(loom))]
 pub mod manager;

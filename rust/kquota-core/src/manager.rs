@@ -4,9 +4,11 @@
 //! live in lock-free hash maps keyed by their metric tags, each sensor's samples are a
 //! copy-on-write cell, and a resolution cache maps a client (principal, client id) to
 //! its sensors for as long as the configuration it was resolved under is current.
+//! Everything a request touches (the maps' entries and tables, the configuration, the
+//! sensors' blocks) is reclaimed by one epoch, so a request pins once.
 //!
 //! The sensor maps and the cache are replaced by fresh, right-sized ones when expiry has
-//! left them far below the size they reached (papaya's tables never shrink), without a
+//! left them far below the size they reached (a map's table only grows), without a
 //! lock and without losing or splitting a sensor: see [`crate::migrate`].
 
 use std::fmt;
@@ -22,13 +24,14 @@ use crate::cow::{collect_garbage, pin, CowCell, Guard};
 use crate::delay_queue::DelayQueue;
 use crate::entity::{sanitize_user, Overrides, Pair, PairRef, QuotaEntity};
 use crate::error::{check_quota, check_usage, Error, Result};
+use crate::hash_map::Node;
 use crate::javamath::long_to_int;
 use crate::migrate::{copy_again, unlink_dead, Mortal, Table, Tables};
 use crate::quota::{Check, UNLIMITED};
 use crate::rate_cell::{Bound, BoundSource, RateCell};
 use crate::samples::{Samples, WindowConfig};
 
-type Map<K, V> = papaya::HashMap<K, V, foldhash::fast::RandomState>;
+type Map<K, V> = crate::hash_map::HashMap<K, V, foldhash::fast::RandomState>;
 
 /// Kafka's sensor-expiry time for quota sensors: one hour without a record.
 pub const DEFAULT_SENSOR_EXPIRY_MS: i64 = 3_600_000;
@@ -425,43 +428,47 @@ impl Sensors {
     }
 }
 
-/// A client's sensors, valid while the configuration generation is unchanged and no
-/// sensor expiry has removed anything since (then the sensors' own state decides).
+/// A client's sensors (and their tags, the node's key), valid while the configuration
+/// generation is unchanged and no sensor expiry has removed anything since (then the
+/// sensors' own state decides).
 struct Resolved {
     generation: u64,
     expiry_round: u64,
-    tags: Pair,
-    sensors: Arc<Sensors>,
+    sensors: SharedSensors,
 }
 
-impl Mortal for Sensors {
+/// An entry of the sensor map, as its users hold it: the tags and the sensors in one
+/// reference-counted node, which a rebuild puts in the old and the new map at once.
+type SharedSensors = Arc<Node<Pair, Sensors>>;
+
+impl Mortal for Node<Pair, Sensors> {
     fn is_dead(&self) -> bool {
         self.is_killed()
     }
 }
 
-impl Table for Map<Pair, Arc<Sensors>> {
+impl Table for Map<Pair, Sensors> {
     type Key = Pair;
-    type Value = Sensors;
+    type Value = Node<Pair, Sensors>;
 
-    fn get(&self, key: &Pair) -> Option<Arc<Sensors>> {
-        self.pin().get(key).cloned()
+    fn get(&self, key: &Pair) -> Option<SharedSensors> {
+        self.get_node(key, &pin())
     }
 
-    fn get_or_insert(&self, key: &Pair, value: Arc<Sensors>) -> Arc<Sensors> {
-        // (`get_or_insert_with`, as before the maps were rebuildable: papaya's
-        // `get_or_insert` was measured to leave ~40 more bytes per sensor allocated.)
-        self.pin().get_or_insert_with(key.clone(), || value).clone()
+    fn get_or_insert(&self, key: &Pair, value: SharedSensors) -> SharedSensors {
+        debug_assert!(value.key() == key);
+        self.get_or_insert_node(value, &pin())
     }
 
-    fn remove_same(&self, key: &Pair, value: &Arc<Sensors>) {
-        let _ = self.pin().remove_if(key, |_, v| Arc::ptr_eq(v, value));
+    fn remove_same(&self, key: &Pair, value: &SharedSensors) {
+        let same: &Sensors = value;
+        let _ = self.remove_if(key, |_, v| std::ptr::eq(v, same), &pin());
     }
 
-    fn entries(&self) -> Vec<(Pair, Arc<Sensors>)> {
-        self.pin()
-            .iter()
-            .map(|(k, v)| (k.clone(), v.clone()))
+    fn entries(&self) -> Vec<(Pair, SharedSensors)> {
+        self.nodes(&pin(), |_, _| true)
+            .into_iter()
+            .map(|n| (n.key().clone(), n))
             .collect()
     }
 }
@@ -469,7 +476,7 @@ impl Table for Map<Pair, Arc<Sensors>> {
 /// The sensor map and the resolution cache, replaced together by a rebuild.
 struct Maps {
     /// Tags -> the entry holding both sensors of those tags.
-    sensors: Map<Pair, Arc<Sensors>>,
+    sensors: Map<Pair, Sensors>,
     /// (principal, client id) -> the sensors its requests record into. A cache: a
     /// rebuild starts it empty.
     clients: Map<Pair, Resolved>,
@@ -481,18 +488,8 @@ struct Maps {
 impl Maps {
     fn with_capacity(sensors: usize) -> Self {
         Maps {
-            // (Blocking resizes: with papaya's default, incremental ones, a resize that
-            // no later insert finishes leaves every lookup probing the old table too,
-            // measured at 600-900 ns per record over 10^4 clients instead of ~70.)
-            sensors: papaya::HashMap::builder()
-                .capacity(sensors)
-                .hasher(Default::default())
-                .resize_mode(papaya::ResizeMode::Blocking)
-                .build(),
-            clients: papaya::HashMap::builder()
-                .hasher(Default::default())
-                .resize_mode(papaya::ResizeMode::Blocking)
-                .build(),
+            sensors: Map::with_capacity_and_hasher(sensors, Default::default()),
+            clients: Map::default(),
             peak: AtomicUsize::new(sensors),
         }
     }
@@ -510,7 +507,7 @@ impl Maps {
     }
 }
 
-fn sensor_map(m: &Maps) -> &Map<Pair, Arc<Sensors>> {
+fn sensor_map(m: &Maps) -> &Map<Pair, Sensors> {
     &m.sensors
 }
 
@@ -529,20 +526,15 @@ fn remove_expired(
     guard: &Guard,
 ) -> Vec<String> {
     let idle = |last: &AtomicI64| sensor_expired(last.load(Relaxed), now, expiry_ms);
-    let stale: Vec<(Pair, Arc<Sensors>)> = maps
-        .sensors
-        .pin()
-        .iter()
-        .filter(|(_, s)| {
-            s.is_killed()
-                || (s.quota_present(guard) && idle(&s.quota_last))
-                || (s.throttle_present(guard) && idle(&s.throttle_last))
-                || (!s.quota_present(guard) && !s.throttle_present(guard))
-        })
-        .map(|(k, s)| (k.clone(), s.clone()))
-        .collect();
+    let stale = maps.sensors.nodes(guard, |_, s| {
+        s.is_killed()
+            || (s.quota_present(guard) && idle(&s.quota_last))
+            || (s.throttle_present(guard) && idle(&s.throttle_last))
+            || (!s.quota_present(guard) && !s.throttle_present(guard))
+    });
     let mut names = Vec::new();
-    for (tags, sensors) in stale {
+    for sensors in stale {
+        let tags = sensors.key();
         if !sensors.is_killed() {
             let (quota, throttle) = (
                 sensors.quota_present(guard),
@@ -554,27 +546,27 @@ fn remove_expired(
                 // retired per sensor).
                 if sensors.kill() {
                     if quota {
-                        names.push(name("", &tags));
+                        names.push(name("", tags));
                     }
                     if throttle {
-                        names.push(name("ThrottleTime", &tags));
+                        names.push(name("ThrottleTime", tags));
                     }
                 }
             } else {
                 // One of them expired: it is removed in place.
                 if sensors.expire_quota(now, expiry_ms, guard) {
-                    names.push(name("", &tags));
+                    names.push(name("", tags));
                     quota_removed_alone.store(true, Relaxed);
                     sensors.mark_partial();
                 }
                 if sensors.expire_throttle(now, expiry_ms, guard) {
-                    names.push(name("ThrottleTime", &tags));
+                    names.push(name("ThrottleTime", tags));
                     sensors.mark_partial();
                 }
                 continue;
             }
         }
-        tables.unlink(sensor_map, maps, &tags, &sensors, guard);
+        tables.unlink(sensor_map, maps, tags, &sensors, guard);
     }
     names
 }
@@ -748,23 +740,19 @@ impl QuotaManager {
         };
         let guard = pin();
         let maps = self.maps.load(&guard);
-        let sensors: Vec<(Pair, Arc<Sensors>)> = maps
+        let sensors = maps
             .sensors
-            .pin()
-            .iter()
-            .filter(|(_, s)| !s.is_dead() && s.quota_present(&guard))
-            .map(|(t, s)| (t.clone(), s.clone()))
-            .collect();
+            .nodes(&guard, |_, s| !s.is_killed() && s.quota_present(&guard));
         let mut limits = Vec::with_capacity(sensors.len());
-        for (tags, _) in &sensors {
-            limits.push(self.ask_limit(cb.as_ref(), tags)?);
+        for sensor in &sensors {
+            limits.push(self.ask_limit(cb.as_ref(), sensor.key())?);
         }
         let mut generation = 0;
         self.config.update(&guard, |c| {
             c.generation += 1;
             generation = c.generation;
         });
-        for ((_, sensor), value) in sensors.iter().zip(limits) {
+        for (sensor, value) in sensors.iter().zip(limits) {
             sensor.cell.set_bound(
                 Bound {
                     value: Some(value),
@@ -814,7 +802,7 @@ impl QuotaManager {
         tags: &Pair,
         now: i64,
         guard: &Guard,
-    ) -> Result<Arc<Sensors>> {
+    ) -> Result<SharedSensors> {
         // (A sensor made below without an asked limit has none: it is not current; nor
         // is one that expiry removed.)
         let current = |s: &Sensors| {
@@ -822,10 +810,8 @@ impl QuotaManager {
             b.value.is_some() && b.generation >= config.generation
         };
         let existing = sensor_map(self.maps.load(guard))
-            .pin()
-            .get(tags)
-            .filter(|s| !s.is_dead())
-            .cloned();
+            .get(tags, guard)
+            .filter(|s| !s.is_killed());
         let mut asked = match &existing {
             Some(s) if current(s) => None,
             _ => Some(self.ask_limit(cb, tags)?),
@@ -834,9 +820,12 @@ impl QuotaManager {
             value: asked,
             generation: config.generation,
         };
-        let sensor = self
-            .maps
-            .live(sensor_map, tags, || Sensors::with_bound(bound, now), guard);
+        let sensor = self.maps.live(
+            sensor_map,
+            tags,
+            || Node::new(tags.clone(), Sensors::with_bound(bound, now)),
+            guard,
+        );
         sensor.settle_done();
         sensor.make_present(now, guard);
         if !current(&sensor) {
@@ -916,15 +905,14 @@ impl QuotaManager {
         user: &str,
         client_id: &str,
         now: i64,
-        clients: &'g papaya::LocalGuard<'_>,
-        guard: &Guard,
+        guard: &'g Guard,
     ) -> Result<&'g Resolved>
     where
         Self: 'g,
     {
         loop {
             let round = self.expiry_round.load(Acquire);
-            if let Some(resolved) = maps.clients.get(&PairRef(user, client_id), clients) {
+            if let Some(resolved) = maps.clients.get(&PairRef(user, client_id), guard) {
                 if resolved.generation == config.generation
                     && (resolved.expiry_round == round || resolved.sensors.complete(guard))
                 {
@@ -934,40 +922,36 @@ impl QuotaManager {
             // Kafka's `SensorAccess.getOrCreate`, settled against a concurrent rebuild (the
             // sensors may come from newer maps than `maps`: caching them in `maps` is
             // still right, their users loaded `maps` before the rebuild).
-            let (tags, sensors) = match &self.callback {
+            let sensors = match &self.callback {
                 None => {
                     let (u, c) = config.overrides.tags(&sanitize_user(user), client_id);
                     let tags = Pair::new(&u, &c);
                     let sensors = self.maps.live(
                         sensor_map,
                         &tags,
-                        || Sensors::new((&u, &c), config, now),
+                        || Node::new(tags.clone(), Sensors::new((&u, &c), config, now)),
                         guard,
                     );
                     sensors.settle_done();
                     sensors.make_present(now, guard);
-                    (tags, sensors)
+                    sensors
                 }
                 Some(cb) => {
                     // (A reset here makes this resolution stale: the next request
                     // resolves again under the new limits.)
                     self.reset_if_required()?;
                     let tags = self.ask_tags(cb.as_ref(), user, client_id)?;
-                    let sensors = self.custom_sensor(cb.as_ref(), config, &tags, now, guard)?;
-                    (tags, sensors)
+                    self.custom_sensor(cb.as_ref(), config, &tags, now, guard)?
                 }
             };
             let resolved = Resolved {
                 generation: config.generation,
                 expiry_round: round,
-                tags,
                 sensors,
             };
-            // (Not `compute`: a table filled through papaya's `compute` was measured to
-            // make every later lookup about 20x slower.) An expiry may remove the entry
-            // before we read it back: then resolve again.
+            // An expiry may remove the entry before we read it back: then resolve again.
             maps.clients
-                .insert(Pair::new(user, client_id), resolved, clients);
+                .insert(Pair::new(user, client_id), resolved, guard);
         }
     }
 
@@ -991,18 +975,19 @@ impl QuotaManager {
         if !config.custom {
             if let Some((u, c)) = config.overrides.simple_tags(user, client_id) {
                 let u: &str = &u;
+                if let Some(sensors) = maps
+                    .sensors
+                    .get(&PairRef(u, c), guard)
+                    .filter(|s| s.ready())
                 {
-                    let map = maps.sensors.pin();
-                    if let Some(sensors) = map.get(&PairRef(u, c)).filter(|s| s.ready()) {
-                        return Ok(f((u, c), sensors));
-                    }
+                    return Ok(f((u, c), sensors));
                 }
                 // Kafka's `SensorAccess.getOrCreate`, settled against a concurrent rebuild.
                 let tags = Pair::new(u, c);
                 let sensors = self.maps.live(
                     sensor_map,
                     &tags,
-                    || Sensors::new((u, c), config, now),
+                    || Node::new(tags.clone(), Sensors::new((u, c), config, now)),
                     guard,
                 );
                 sensors.settle_done();
@@ -1010,9 +995,8 @@ impl QuotaManager {
                 return Ok(f((u, c), &sensors));
             }
         }
-        let clients = maps.clients.guard();
-        let resolved = self.resolve(config, maps, user, client_id, now, &clients, guard)?;
-        Ok(f(tags_of(&resolved.tags), &resolved.sensors))
+        let resolved = self.resolve(config, maps, user, client_id, now, guard)?;
+        Ok(f(tags_of(resolved.sensors.key()), &resolved.sensors))
     }
 
     /// Resolves the client's sensors (creating them at `now`), recording nothing.
@@ -1156,7 +1140,7 @@ impl QuotaManager {
         user: &str,
         client_id: &str,
         guard: &Guard,
-    ) -> Option<(Pair, Arc<Sensors>)> {
+    ) -> Option<(Pair, SharedSensors)> {
         let (u, c) = match &self.callback {
             // With a callback: the sensor the client last resolved to (a read never calls
             // the callback).
@@ -1164,9 +1148,9 @@ impl QuotaManager {
                 let maps = self.maps.load(guard);
                 let cached = maps
                     .clients
-                    .pin()
-                    .get(&PairRef(user, client_id))?
-                    .tags
+                    .get(&PairRef(user, client_id), guard)?
+                    .sensors
+                    .key()
                     .clone();
                 (cached.first().to_owned(), cached.second().to_owned())
             }
@@ -1177,10 +1161,8 @@ impl QuotaManager {
         let key = PairRef(&u, &c);
         let find = |maps: &Maps| {
             maps.sensors
-                .pin()
-                .get(&key)
-                .filter(|s| !s.is_dead())
-                .cloned()
+                .get_node(&key, guard)
+                .filter(|s| !s.is_killed())
         };
         let sensors =
             find(self.maps.load(guard)).or_else(|| self.maps.prev(guard).and_then(find))?;
@@ -1193,7 +1175,7 @@ impl QuotaManager {
         user: &str,
         client_id: &str,
         guard: &Guard,
-    ) -> Option<(Pair, Arc<Sensors>)> {
+    ) -> Option<(Pair, SharedSensors)> {
         self.existing_sensors(user, client_id, guard)
             .filter(|(_, s)| s.quota_present(guard))
     }
@@ -1232,7 +1214,7 @@ impl QuotaManager {
         let sensors = maps.sensors.pin();
         let all = sensors
             .iter()
-            .filter(|(_, sensor)| !sensor.is_dead() && sensor.quota_present(&guard))
+            .filter(|(_, sensor)| !sensor.is_killed() && sensor.quota_present(&guard))
             .map(|(tags, sensor)| {
                 let rate = sensor.measure(&self.window, now, &guard);
                 let bound = sensor.bound(tags_of(tags), config, &guard);
@@ -1266,7 +1248,7 @@ impl QuotaManager {
         let guard = pin();
         let maps = self.maps.load(&guard);
         let mut names = Vec::new();
-        for (tags, s) in maps.sensors.pin().iter().filter(|(_, s)| !s.is_dead()) {
+        for (tags, s) in maps.sensors.pin().iter().filter(|(_, s)| !s.is_killed()) {
             if s.quota_present(&guard) {
                 names.push(self.sensor_name("", tags));
             }
@@ -1289,15 +1271,15 @@ impl QuotaManager {
         let sensors = maps.sensors.pin();
         let count = sensors
             .iter()
-            .filter(|(_, s)| !s.is_dead() && s.quota_present(&guard))
+            .filter(|(_, s)| !s.is_killed() && s.quota_present(&guard))
             .count();
         count
     }
 
     /// Diagnostic (for tests and memory checks, not part of Kafka's API): how many
     /// entries the current sensor maps and resolution cache are sized for, i.e. the most
-    /// one of them held (papaya exposes no capacity; its tables hold at least this many
-    /// entries and never shrink). Back to about the live count after an expiry that
+    /// one of them held (a map's table grows with it and never shrinks by itself: a
+    /// resize happens only when an insert finds it half full). Back to about the live count after an expiry that
     /// left the maps below an eighth of this (and it was at least 1024): then
     /// [`Self::expire_sensors`] replaced them by right-sized ones.
     pub fn table_capacity(&self) -> usize {
@@ -1319,20 +1301,18 @@ impl QuotaManager {
         let name = |kind: &str, tags: &Pair| self.sensor_name(kind, tags);
         let alone = &self.quota_removed_alone;
         let mut names = remove_expired(&self.maps, maps, now, expiry, name, alone, &guard);
-        let mut shrunk = false;
         if !names.is_empty() {
             self.expiry_round.fetch_add(1, Release);
             let current = self.maps.load(&guard);
             current
                 .clients
-                .pin()
-                .retain(|_, r| r.sensors.complete(&guard));
-            shrunk = self.shrink(current, &guard);
-        }
-        drop(guard);
-        if shrunk {
-            // The old tables are retired: free them now, not after the next pins.
-            collect_garbage();
+                .retain(|_, r| r.sensors.complete(&guard), &guard);
+            self.shrink(current, &guard);
+            drop(guard);
+            // The removed entries (at most one per name, and as many cached
+            // resolutions) and any replaced tables are retired: free them now, not
+            // over the next pins.
+            collect_garbage(2 * names.len());
         }
         names.sort();
         names

@@ -1,6 +1,6 @@
 //! Replacing a set of lock-free hash maps by a fresh, smaller set while other threads
 //! keep using them ([`Tables`]): how the manager gives back the memory of its sensor maps
-//! after a burst of clients expired (papaya's tables only ever grow).
+//! after a burst of clients expired (a map's table only grows: [`crate::hash_map`]).
 //!
 //! The maps (the value `T`, e.g. the manager's sensor maps and resolution cache) sit
 //! behind one atomically replaced pointer, `current`. Each sensor map ([`Table`]) maps a
@@ -38,8 +38,9 @@
 //! unlink from `current`) meet the same fence pairs: either the killer's unlink sees the
 //! copy/offer into `N`, or the copier's later dead check (after its fence) sees the mark.
 //!
-//! The maps are taken to be linearizable (papaya's operations are), so a lookup that
-//! misses a key is ordered before an insert of it that it did not see.
+//! The maps are taken to be linearizable ([`crate::hash_map`]'s operations are), so a
+//! lookup that misses a key is ordered before an insert of it that it did not see; and an
+//! iteration sees every entry present throughout it.
 //!
 //! Records into a value already settled (the manager's cached resolutions) pay nothing:
 //! the protocol only runs where a key is looked up or created.
@@ -114,12 +115,12 @@ impl<T> Tables<T> {
     }
 
     /// The live value of `key` in the map `table` selects, created with `create` if there
-    /// is none; settled (see the module documentation), so records into it are never lost.
+    /// is none (a value for `key`); settled (see the module documentation), so records into it are never lost.
     pub fn live<Tab: Table>(
         &self,
         table: impl Fn(&T) -> &Tab,
         key: &Tab::Key,
-        create: impl Fn() -> Tab::Value,
+        create: impl Fn() -> Arc<Tab::Value>,
         guard: &Guard,
     ) -> Arc<Tab::Value> {
         let mut m = self.load(guard);
@@ -140,7 +141,7 @@ impl<T> Tables<T> {
                             .prev(guard)
                             .and_then(|p| table(p).get(key))
                             .filter(|v| !v.is_dead());
-                        map.get_or_insert(key, old.unwrap_or_else(|| Arc::new(create())))
+                        map.get_or_insert(key, old.unwrap_or_else(&create))
                     }
                 },
             };

@@ -25,7 +25,7 @@ use crate::quota::UNLIMITED;
 use crate::samples::{Samples, WindowConfig};
 use crate::token_bucket::{check_permits, BucketCell, MutationCheck};
 
-type Map<K, V> = papaya::HashMap<K, V, foldhash::fast::RandomState>;
+type Map<K, V> = crate::hash_map::HashMap<K, V, foldhash::fast::RandomState>;
 
 /// The requests that mutate partitions and the first version of each that Kafka
 /// enforces strictly (`ControllerApis` / `KafkaApis`: `strictSinceVersion`).
@@ -135,7 +135,11 @@ impl Alive for ThrottleSensor {
 
 /// The live sensor under `key`, created with `create` when there is none (or only one
 /// that expiry removed).
-fn get_or_create<S: Alive>(map: &Map<Pair, Arc<S>>, key: &Pair, create: impl Fn() -> S) -> Arc<S> {
+fn get_or_create<S: Alive + Send + Sync + 'static>(
+    map: &Map<Pair, Arc<S>>,
+    key: &Pair,
+    create: impl Fn() -> S,
+) -> Arc<S> {
     let m = map.pin();
     loop {
         let sensor = m
@@ -148,7 +152,11 @@ fn get_or_create<S: Alive>(map: &Map<Pair, Arc<S>>, key: &Pair, create: impl Fn(
     }
 }
 
-fn expire<S: Alive>(map: &Map<Pair, Arc<S>>, now: i64, expiry_ms: i64) -> Vec<Pair> {
+fn expire<S: Alive + Send + Sync + 'static>(
+    map: &Map<Pair, Arc<S>>,
+    now: i64,
+    expiry_ms: i64,
+) -> Vec<Pair> {
     let m = map.pin();
     let stale: Vec<(Pair, Arc<S>)> = m
         .iter()

@@ -371,7 +371,9 @@ mod rebuild {
     }
 
     fn record(tables: &Tables<Maps>, key: u8) {
-        tables.live(sensors, &key, Sensor::new, &pin()).record();
+        tables
+            .live(sensors, &key, || Arc::new(Sensor::new()), &pin())
+            .record();
     }
 
     /// The sensor of each key in the current maps, and its records.
@@ -395,7 +397,7 @@ mod rebuild {
         model.check(|| {
             let tables = Arc::new(Tables::new(Maps::default()));
             // The existing client, settled before the shrink (its cached resolution).
-            let cached = tables.live(sensors, &OLD, Sensor::new, &pin());
+            let cached = tables.live(sensors, &OLD, || Arc::new(Sensor::new()), &pin());
             let shrinker = {
                 let tables = tables.clone();
                 thread::spawn(move || shrink(&tables))
@@ -422,7 +424,7 @@ mod rebuild {
         model.preemption_bound = Some(3);
         model.check(|| {
             let tables = Arc::new(Tables::new(Maps::default()));
-            let doomed = tables.live(sensors, &OLD, Sensor::new, &pin());
+            let doomed = tables.live(sensors, &OLD, || Arc::new(Sensor::new()), &pin());
             let shrinker = {
                 let tables = tables.clone();
                 thread::spawn(move || shrink(&tables))

@@ -4,7 +4,7 @@
 //! entity's rate accounts for exactly what was recorded into it.
 #![cfg(not(loom))]
 
-use std::sync::atomic::{AtomicBool, AtomicI64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Barrier};
 use std::thread;
 
@@ -26,14 +26,29 @@ fn records_are_exact_while_quotas_change_and_sensors_expire() {
     let done = Arc::new(AtomicBool::new(false));
     // The slowest writer's clock: the expiry thread never runs ahead of it.
     let clock: Arc<Vec<AtomicI64>> = Arc::new((0..WRITERS).map(|_| AtomicI64::new(0)).collect());
+    // Quota changes and expiry rounds so far. The writers wait for both at 19 points of
+    // their run, so the three overlap however the threads are scheduled (a writer can
+    // finish its records in a few milliseconds, before a thread just started gets a
+    // time slice on a loaded machine).
+    let progress = Arc::new([AtomicU64::new(0), AtomicU64::new(0)]);
 
     let writers: Vec<_> = (0..WRITERS)
         .map(|k| {
             let (m, start, clock) = (m.clone(), start.clone(), clock.clone());
+            let progress = progress.clone();
             thread::spawn(move || {
                 start.wait();
                 let own = format!("own-{k}");
+                let mut seen = [0, 0];
                 for i in 0..RECORDS {
+                    if i % (RECORDS / 20) == 0 && i > 0 {
+                        for (p, s) in progress.iter().zip(&mut seen) {
+                            while p.load(Relaxed) == *s {
+                                thread::yield_now();
+                            }
+                            *s = p.load(Relaxed);
+                        }
+                    }
                     let now = i / 10;
                     clock[k].store(now, Relaxed);
                     let client = if i % 2 == 0 { "shared" } else { own.as_str() };
@@ -44,6 +59,7 @@ fn records_are_exact_while_quotas_change_and_sensors_expire() {
         .collect();
     let churn = {
         let (m, start, done) = (m.clone(), start.clone(), done.clone());
+        let progress = progress.clone();
         thread::spawn(move || {
             start.wait();
             let mut changes = 0u64;
@@ -58,12 +74,14 @@ fn records_are_exact_while_quotas_change_and_sensors_expire() {
                     m.remove_quota(&other).unwrap();
                 }
                 changes += 1;
+                progress[0].fetch_add(1, Relaxed);
             }
             changes
         })
     };
     let expiry = {
         let (m, start, done) = (m.clone(), start.clone(), done.clone());
+        let progress = progress.clone();
         thread::spawn(move || {
             start.wait();
             let (mut rounds, mut removed) = (0u64, 0usize);
@@ -74,6 +92,7 @@ fn records_are_exact_while_quotas_change_and_sensors_expire() {
                     .unwrap();
                 removed += m.expire_sensors(now).len();
                 rounds += 1;
+                progress[1].fetch_add(1, Relaxed);
             }
             (rounds, removed)
         })
@@ -86,7 +105,7 @@ fn records_are_exact_while_quotas_change_and_sensors_expire() {
     let (rounds, removed) = expiry.join().unwrap();
     assert!(
         changes > 10 && rounds > 10,
-        "the churn must overlap the writers"
+        "the churn must overlap the writers: {changes} quota changes, {rounds} expiry rounds"
     );
     assert!(removed > 0, "idle sensors must have expired meanwhile");
 
