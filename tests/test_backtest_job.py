@@ -286,6 +286,18 @@ def test_report_counts_are_sparks_aggregates_of_the_requests(
         report.throttle_histogram(counts).reset_index(drop=True),
         check_dtype=False,
     )
+    # the top entities and the what-if table, from the kernels' rows on the driver: as
+    # Spark selects them from DIR/entities/
+    entities = spark.read.parquet(str(out / "entities"))
+    top = summaries.top_entities(entities, result.base_scenario, report.TOP_ENTITIES)
+    assert len(top) == report.TOP_ENTITIES
+    pd.testing.assert_frame_equal(result.top_entities, top, check_dtype=False)
+    keys = ["quota_type", "broker", "sensor_user", "sensor_client_id", "scenario"]
+    pd.testing.assert_frame_equal(
+        result.comparison.sort_values(keys).reset_index(drop=True),
+        summaries.comparison(entities, top).sort_values(keys).reset_index(drop=True),
+        check_dtype=False,
+    )
 
 
 def test_what_the_broker_did_is_reported_beside_the_replay(

@@ -38,7 +38,6 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, cast
 
-import pandas as pd  # type: ignore[import-untyped]
 import pyarrow as pa  # type: ignore[import-untyped]
 
 from kquota.backtest import inputs, kernel, report, requestlog, stages, summaries
@@ -202,8 +201,10 @@ def _run(spark: SparkSession, options: BacktestOptions, progress: Progress) -> B
     progress.phase(f"wrote {requests_path}/; summarizing entities")
     usage = summaries.usage_all(requests, options.quotas)
     with writing_output(entities_path):
+        entity_frame = None
         if sink is not None:
-            summaries.kernel_entities(spark, sink.value, options).write.mode("overwrite").parquet(
+            entity_frame = summaries.kernel_entity_frame(sink.value, options)
+            summaries.kernel_entities(spark, entity_frame).write.mode("overwrite").parquet(
                 entities_path
             )
         elif usage is not None:
@@ -235,12 +236,11 @@ def _run(spark: SparkSession, options: BacktestOptions, progress: Progress) -> B
     else:
         by_throttle = summaries.throttle_counts(requests)
         broker = summaries.broker_comparison(requests)
-    top: pd.DataFrame = (
-        entities.where((F.col(SCENARIO) == base) & (F.col("throttled_requests") > 0))
-        .orderBy(F.desc("total_throttle_ms"), "quota_type", BROKER, SENSOR_USER, SENSOR_CLIENT)
-        .limit(report.TOP_ENTITIES)
-        .toPandas()
-    )
+    # the kernels' entity rows are on the driver already: no Spark job for the top ones
+    if entity_frame is not None:
+        top = summaries.top_entities_of(entity_frame, base, report.TOP_ENTITIES)
+    else:
+        top = summaries.top_entities(entities, base, report.TOP_ENTITIES)
     result = BacktestResult(
         rows_read=rows_read,
         rows_valid=valid_rows,
@@ -251,7 +251,7 @@ def _run(spark: SparkSession, options: BacktestOptions, progress: Progress) -> B
         base_scenario=base,
         totals=report.scenario_totals(by_throttle, options.scenarios, options.scales),
         top_entities=top,
-        comparison=summaries.comparison(entities, top),
+        comparison=summaries.comparison(entities if entity_frame is None else entity_frame, top),
         histogram=report.throttle_histogram(by_throttle),
         rate_series=summaries.rate_series(
             requests, top.head(report.PLOTTED_ENTITIES), options, base

@@ -50,9 +50,12 @@ __all__ = [
     "comparison",
     "entities",
     "kernel_entities",
+    "kernel_entity_frame",
     "rate_series",
     "recommendations",
     "throttle_counts",
+    "top_entities",
+    "top_entities_of",
     "usage_all",
 ]
 
@@ -233,20 +236,18 @@ _KERNEL_ONLY: Final = ("scenario", "p50_throttle_ms")
 """Columns of the kernel's summaries that ``DIR/entities/`` does not have (as they are)."""
 
 
-def kernel_entities(
-    spark: SparkSession, parts: dict[str, dict[str, Any]], options: BacktestOptions
-) -> DataFrame:
-    """``DIR/entities/`` from the replay kernels' summaries (``{broker: summaries()}``).
+def kernel_entity_frame(parts: dict[str, dict[str, Any]], options: BacktestOptions) -> pd.DataFrame:
+    """``DIR/entities/``'s rows from the replay kernels' summaries (``{broker: summaries()}``),
+    on the driver: :data:`ENTITY_SCHEMA`'s columns, an unlimited sensor's quota and
+    utilization NaN.
 
     The kernel accumulates :func:`kernel.summarize`'s columns while it replays (the tests
     check it equals ``summarize``), so no pass over ``DIR/requests/`` is needed: one row per
     (scenario, quota type, broker, sensor), collected from the executors (a row per sensor,
-    not per request) and written by Spark. An unlimited sensor's quota and utilization are
-    null, as the Spark aggregation gives them.
+    not per request).
     """
     import numpy as np
 
-    names = [name.split(" ")[0] for name in ENTITY_SCHEMA.split(", ")]
     frames = []
     for broker, columns in sorted(parts.items()):
         frame = pd.DataFrame({k: v for k, v in columns.items() if k not in _KERNEL_ONLY})
@@ -254,15 +255,55 @@ def kernel_entities(
         frame[BROKER] = broker
         frames.append(frame)
     if not frames:
-        return spark.createDataFrame([], ENTITY_SCHEMA)
+        return pd.DataFrame(columns=_ENTITY_NAMES)
     out = pd.concat(frames, ignore_index=True)
     out["entity"] = [
         kernel.entity_label(u, c) for u, c in zip(out[SENSOR_USER], out[SENSOR_CLIENT], strict=True)
     ]
+    return out[_ENTITY_NAMES]
+
+
+_ENTITY_NAMES: Final = [name.split(" ")[0] for name in ENTITY_SCHEMA.split(", ")]
+
+
+def kernel_entities(spark: SparkSession, frame: pd.DataFrame) -> DataFrame:
+    """:func:`kernel_entity_frame`'s rows as a Spark frame of :data:`ENTITY_SCHEMA` (to be
+    written by Spark); an unlimited sensor's quota and utilization null, as the Spark
+    aggregation gives them."""
+    if frame.empty:
+        return spark.createDataFrame([], ENTITY_SCHEMA)
+    out = frame.copy()
     unlimited = out["quota"].isna()
     out["quota"] = out["quota"].astype(object).where(~unlimited, None)
     out["utilization"] = out["utilization"].astype(object).where(~unlimited, None)
-    return spark.createDataFrame(out[names], ENTITY_SCHEMA)
+    return spark.createDataFrame(out, ENTITY_SCHEMA)
+
+
+_TOP_ORDER: Final = ("total_throttle_ms", "quota_type", BROKER, SENSOR_USER, SENSOR_CLIENT)
+
+
+def top_entities(entities: DataFrame, base: str, limit: int) -> pd.DataFrame:
+    """The ``limit`` sensors of the base scenario with the most throttle time (then by
+    quota type, broker and tags), from ``DIR/entities/``."""
+    from pyspark.sql import functions as F
+
+    first, *rest = _TOP_ORDER
+    top: pd.DataFrame = (
+        entities.where((F.col(SCENARIO) == base) & (F.col("throttled_requests") > 0))
+        .orderBy(F.desc(first), *rest)
+        .limit(limit)
+        .toPandas()
+    )
+    return top
+
+
+def top_entities_of(frame: pd.DataFrame, base: str, limit: int) -> pd.DataFrame:
+    """:func:`top_entities` from :func:`kernel_entity_frame`'s rows, on the driver."""
+    chosen = frame[(frame[SCENARIO] == base) & (frame["throttled_requests"] > 0)]
+    chosen = chosen.sort_values(
+        list(_TOP_ORDER), ascending=[False] + [True] * (len(_TOP_ORDER) - 1), kind="stable"
+    )
+    return chosen.head(limit).reset_index(drop=True)
 
 
 def throttle_counts(requests: DataFrame) -> pd.DataFrame:
@@ -323,26 +364,31 @@ def broker_comparison(requests: DataFrame) -> pd.DataFrame | None:
 _SENSOR_KEY: Final = ("quota_type", BROKER, SENSOR_USER, SENSOR_CLIENT)
 
 
-def comparison(entities: DataFrame, top: pd.DataFrame) -> pd.DataFrame:
-    """The top entities' summaries in every scenario (the what-if table)."""
+_COMPARED: Final = (
+    *_SENSOR_KEY,
+    "entity",
+    SCENARIO,
+    "quota",
+    "throttled_fraction",
+    "total_throttle_ms",
+    "utilization",
+)
+
+
+def comparison(entities: DataFrame | pd.DataFrame, top: pd.DataFrame) -> pd.DataFrame:
+    """The top entities' summaries in every scenario (the what-if table), from
+    ``DIR/entities/`` or from :func:`kernel_entity_frame`'s rows."""
     from pyspark.sql import functions as F
 
     if top.empty:
         return pd.DataFrame()
+    if isinstance(entities, pd.DataFrame):
+        return entities.merge(top[list(_SENSOR_KEY)], on=list(_SENSOR_KEY))[list(_COMPARED)]
     wanted = entities.sparkSession.createDataFrame(top[list(_SENSOR_KEY)])
-    return (
-        entities.join(F.broadcast(wanted), list(_SENSOR_KEY))
-        .select(
-            *_SENSOR_KEY,
-            "entity",
-            SCENARIO,
-            "quota",
-            "throttled_fraction",
-            "total_throttle_ms",
-            "utilization",
-        )
-        .toPandas()
+    compared: pd.DataFrame = (
+        entities.join(F.broadcast(wanted), list(_SENSOR_KEY)).select(*_COMPARED).toPandas()
     )
+    return compared
 
 
 def rate_series(
