@@ -6,7 +6,10 @@ Steps (each Spark action is announced by :class:`~kquota.backtest.session.Progre
 1. read the traffic (Parquet or CSV) and note each row's input position (ties in time are
    replayed in input order) (:mod:`~kquota.backtest.inputs`);
 2. validate: bad rows (missing or negative bytes, unparsable times, wrong types) get a
-   reason, are counted and written to ``DIR/quarantine/``; ``strict`` refuses them;
+   reason and are left out of the replay; the rows are counted while the replay reads
+   them (a Spark ``Observation``), and bad ones are then counted by reason and written to
+   ``DIR/quarantine/`` (``strict`` counts them first, in a pass of its own, and refuses
+   them before anything is written);
 3. resolve every request's sensors with the core's precedence rules (once per distinct
    ``(user, client_id)``, in the replay);
 4. replay every scenario (``--scale``) in one pass: repartition by broker (one shuffle for
@@ -22,7 +25,11 @@ Steps (each Spark action is announced by :class:`~kquota.backtest.session.Progre
    sensor) from the kernels' summaries, sent back with the replay (by sensor: aggregated
    by Spark from ``DIR/requests/``); with ``recommend``, ``DIR/recommendations/``
    (:mod:`~kquota.backtest.summaries`);
-6. collect only small aggregates for the report (:mod:`~kquota.backtest.report`).
+6. collect only small aggregates for the report (:mod:`~kquota.backtest.report`): when
+   the kernel replays whole brokers, its counts per applied throttle and the broker
+   comparison are tallied as the rows go out (:class:`~kquota.backtest.stages.Tally`)
+   and the top entities come from its entity rows, so only the plotted sensors' rate
+   series read ``DIR/requests/`` again.
 
 The job never collects the traffic to the driver (the kernels' entity summaries, a row per
 sensor, come through it on their way to ``DIR/entities/``). Functions shipped to executors are
