@@ -5,6 +5,7 @@ the report draws (the only data collected to the driver).
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import TYPE_CHECKING, Any, Final
 
 import pandas as pd  # type: ignore[import-untyped]
@@ -62,7 +63,9 @@ __all__ = [
 _BUCKET: Final = "_kq_bucket"
 
 
-def usage_all(requests: DataFrame, config: QuotaConfig) -> DataFrame | None:
+def usage_all(
+    requests: DataFrame, config: QuotaConfig, types: Collection[str] | None = None
+) -> DataFrame | None:
     """One row per request and sensor it was recorded by (a union of one selection per
     quota type with quotas; Spark reads each column once per selection that needs it).
 
@@ -70,12 +73,13 @@ def usage_all(requests: DataFrame, config: QuotaConfig) -> DataFrame | None:
     ``time_ms`` (when it was recorded), ``usage`` (bytes or thread nanoseconds), bytes,
     ``recorded`` (false for an unrecorded fetch), ``throttle_ms`` (that quota type's),
     added latency, ``unrecord_if`` (the request quota throttled it) and the input position.
+    ``types``: only these quota types' rows (every type with quotas when ``None``).
     """
     from pyspark.sql import functions as F
 
     parts = []
     for quota_type in kernel.QUOTA_TYPES:
-        if not config.quotas(quota_type):
+        if not config.quotas(quota_type) or (types is not None and quota_type not in types):
             continue
         if quota_type == "request":
             rows = requests.where(F.col(THREAD).isNotNull())
@@ -412,7 +416,11 @@ def rate_series(
             & tags[0].eqNullSafe(F.lit(user))
             & tags[1].eqNullSafe(F.lit(client))
         )
-    usage = usage_all(requests.where((F.col(SCENARIO) == base) & theirs), options.quotas)
+    usage = usage_all(
+        requests.where((F.col(SCENARIO) == base) & theirs),
+        options.quotas,
+        set(top["quota_type"]),  # a selection (a read of requests/) per type plotted
+    )
     if usage is None:
         return {}
     wanted = usage.sparkSession.createDataFrame(top[list(_SENSOR_KEY)])
