@@ -22,8 +22,8 @@
 //! Event counts are not kept for the sample in progress: Kafka's `Rate` never reads them.
 
 use crate::cow::{AtomicBox, AtomicWord, Guard};
-use crate::quota::{check_bound, verdict, Check};
-use crate::samples::{Samples, Summary, WindowConfig};
+use crate::quota::{verdict, Check};
+use crate::samples::{exact_others_sum, small_whole, Samples, Summary, WindowConfig};
 
 /// The seal bit of the accumulator's high half.
 const SEALED: u64 = 1;
@@ -79,6 +79,11 @@ struct Block {
     offsets: [i32; 3],
     has_bound: bool,
     has_summary: bool,
+    /// Whether `prefix` holds instead the sum of every sample but the one in progress
+    /// ([`exact_others_sum`]), and the accumulator's value is [`small_whole`] (an
+    /// in-place record keeps it so): then a record or a measurement reads no slot of
+    /// the ring.
+    whole: bool,
     /// Removed by expiry (see [`RateCell::remove_if`]): the ring is empty and the sensor
     /// does not exist for readers until a record or [`RateCell::revive`] brings it back.
     absent: bool,
@@ -86,20 +91,35 @@ struct Block {
 
 impl Block {
     fn new(samples: Samples, bound: Bound, absent: bool) -> Block {
+        let summary = samples.summary();
+        Block::with_summary(samples, summary, bound, absent)
+    }
+
+    /// [`Block::new`] with the ring's summary already computed (`summary` must be
+    /// `samples.summary()`).
+    fn with_summary(
+        samples: Samples,
+        summary: Option<Summary>,
+        bound: Bound,
+        absent: bool,
+    ) -> Block {
         let (value, base) = samples.current().unwrap_or((0.0, 0));
-        let summary = samples.summary().and_then(|s| s.to_offsets());
+        let summary = summary.and_then(|s| s.to_offsets());
         let (cur_start, prefix, offsets) = summary.unwrap_or((0, 0.0, [0; 3]));
+        let others = exact_others_sum(prefix, samples.tail())
+            .filter(|_| summary.is_some() && small_whole(value));
         Block {
             acc: AtomicWord::new(pack(value, 0, false)),
             base,
             bound_value: bound.value.unwrap_or(0.0),
             bound_generation: bound.generation,
             cur_start,
-            prefix,
+            prefix: others.unwrap_or(prefix),
             samples,
             offsets,
             has_bound: bound.value.is_some(),
             has_summary: summary.is_some(),
+            whole: others.is_some(),
             absent,
         }
     }
@@ -205,7 +225,7 @@ impl RateCell {
         guard: &Guard,
     ) -> Check {
         let structural = || {
-            self.structural_with(guard, |samples, bound, absent| {
+            self.structural_summarized(guard, |samples, bound, absent| {
                 *absent = false;
                 if let BoundSource::Generation {
                     generation,
@@ -219,10 +239,17 @@ impl RateCell {
                         };
                     }
                 }
-                samples.record(cfg, value, t);
                 match bound.value {
-                    Some(b) if check => check_bound(samples, cfg, b, t),
-                    _ => Check::UNCHECKED,
+                    Some(b) if check => {
+                        // Record, measure and summarize in one pass over the ring.
+                        let ((rate, window), summary) = samples.record_and_measure(cfg, value, t);
+                        (verdict(rate, b, window), Some(summary))
+                    }
+                    _ => {
+                        samples.record(cfg, value, t);
+                        let summary = samples.summary();
+                        (Check::UNCHECKED, summary)
+                    }
                 }
             })
         };
@@ -237,11 +264,14 @@ impl RateCell {
             let Some(summary) = block.summary() else {
                 return structural();
             };
-            let in_place = !sealed && bound_current && summary.record_in_place(cfg, t, check);
+            let updated = current + value;
+            let in_place = !sealed
+                && bound_current
+                && summary.record_in_place(cfg, t, check)
+                && (!block.whole || small_whole(updated));
             let Some(off) = offset(t, block.base).filter(|_| in_place) else {
                 return structural();
             };
-            let updated = current + value;
             if block
                 .acc
                 .compare_exchange(word, pack(updated, off, false))
@@ -251,7 +281,11 @@ impl RateCell {
             }
             return match block.bound().value {
                 Some(bound) if check => {
-                    let (rate, window) = summary.rate(cfg, t, updated, block.samples.tail());
+                    let (rate, window) = if block.whole {
+                        summary.rate_of_whole(cfg, t, updated)
+                    } else {
+                        summary.rate(cfg, t, updated, block.samples.tail())
+                    };
                     verdict(rate, bound, window)
                 }
                 _ => Check::UNCHECKED,
@@ -265,7 +299,11 @@ impl RateCell {
         let (current, off, sealed) = unpack(block.acc.load());
         if let Some(summary) = block.summary().filter(|_| !sealed) {
             if summary.measure_is_pure(cfg, t, block.base + off) {
-                return summary.rate(cfg, t, current, block.samples.tail()).0;
+                return if block.whole {
+                    summary.rate_of_whole(cfg, t, current).0
+                } else {
+                    summary.rate(cfg, t, current, block.samples.tail()).0
+                };
             }
         }
         self.structural(guard, |samples, _| samples.measure_rate(cfg, t).0)
@@ -293,21 +331,34 @@ impl RateCell {
         guard: &Guard,
         mut change: impl FnMut(&mut Samples, &mut Bound, &mut bool) -> R,
     ) -> R {
+        self.structural_summarized(guard, |samples, bound, absent| {
+            let result = change(samples, bound, absent);
+            (result, samples.summary())
+        })
+    }
+
+    /// [`Self::structural_with`], where `change` also gives the summary of the ring it
+    /// leaves (`samples.summary()`, computed along the way).
+    fn structural_summarized<R>(
+        &self,
+        guard: &Guard,
+        mut change: impl FnMut(&mut Samples, &mut Bound, &mut bool) -> (R, Option<Summary>),
+    ) -> R {
         loop {
             let loaded = self.block.load(guard);
             let block = loaded.get();
+            // The copy below reads the whole ring, which in-place records do not touch
+            // (often not in cache): start bringing it in before the seal's atomic.
+            block.samples.prefetch();
             let Some(word) = seal(&block.acc) else {
                 continue;
             };
             let mut samples = block.folded(word);
             let mut bound = block.bound();
             let mut absent = block.absent;
-            let result = change(&mut samples, &mut bound, &mut absent);
-            if self
-                .block
-                .replace(loaded, Box::new(Block::new(samples, bound, absent)), guard)
-                .is_ok()
-            {
+            let (result, summary) = change(&mut samples, &mut bound, &mut absent);
+            let next = Box::new(Block::with_summary(samples, summary, bound, absent));
+            if self.block.replace(loaded, next, guard).is_ok() {
                 return result;
             }
         }
@@ -335,6 +386,7 @@ fn seal(acc: &AtomicWord) -> Option<u128> {
 mod tests {
     use super::*;
     use crate::cow::pin;
+    use crate::quota::check_bound;
 
     #[test]
     fn a_block_is_96_bytes() {
@@ -379,6 +431,59 @@ mod tests {
             let mut a = cell.samples(&guard);
             let mut b = plain.clone();
             assert_eq!(a.measure_rate(&cfg, *t), b.measure_rate(&cfg, *t));
+        }
+    }
+
+    #[test]
+    fn records_of_whole_values_give_the_slot_order_sum() {
+        // Whole values near the exactness limit, negative ones and fractions: every rate
+        // must be the one of adding the slots in order, bit for bit.
+        let big = (1u64 << 51) as f64;
+        let mixes: [&[f64]; 3] = [
+            &[
+                100.0,
+                big,
+                -big,
+                3.0,
+                0.5,
+                big - 1.0,
+                1e15,
+                -0.0,
+                7.0,
+                big,
+                big,
+                1.0,
+                2.0,
+            ],
+            &[100.0, 3.0, 1e15, 7.0, 0.0, 2.0, 1e6, 0.25, 9.0, 5.0, 1e12],
+            &[1.0, 2.0, 3.0, big / 4.0, big / 8.0, -5.0],
+        ];
+        let cfg = WindowConfig::new(4, 10).unwrap();
+        let keep = BoundSource::<fn() -> Option<f64>>::Keep;
+        let guard = pin();
+        for values in mixes {
+            let cell = RateCell::new(Bound {
+                value: Some(1e300),
+                generation: 0,
+            });
+            let mut plain = Samples::new();
+            for i in 0..600i64 {
+                let v = values[(i as usize * 7) % values.len()];
+                let t = i * 3;
+                plain.record(&cfg, v, t);
+                let (rate, window) = plain.measure_rate(&cfg, t);
+                let got = cell.record(&cfg, v, t, true, &keep, &guard);
+                assert_eq!(got.rate.map(f64::to_bits), Some(rate.to_bits()), "i={i}");
+                assert_eq!(got, verdict(rate, 1e300, window), "i={i}");
+                if i % 5 == 0 {
+                    let later = t + 4;
+                    let expected = plain.measure_rate(&cfg, later).0;
+                    assert_eq!(
+                        cell.measure(&cfg, later, &guard).to_bits(),
+                        expected.to_bits()
+                    );
+                }
+            }
         }
     }
 }

@@ -506,6 +506,50 @@ impl Summary {
         let window = window_from_oldest(cfg, self.min_start, t);
         (per_second(sum, window), window)
     }
+
+    /// [`Self::rate`] when this summary's prefix holds instead the sum of every sample
+    /// but the one in progress, as [`exact_others_sum`] gives it, and `current` is
+    /// [`small_whole`]: the same number, bit for bit.
+    #[inline]
+    pub fn rate_of_whole(&self, cfg: &WindowConfig, t: i64, current: f64) -> (f64, i64) {
+        let sum = self.prefix + current;
+        let window = window_from_oldest(cfg, self.min_start, t);
+        (per_second(sum, window), window)
+    }
+}
+
+/// Every value at most this large in magnitude, and whole: a sum of two such numbers (or
+/// of sums of them) never leaves the integers a double holds exactly (2^53).
+const EXACT_LIMIT: f64 = (1u64 << 51) as f64;
+
+/// Whether `v` is a whole number of magnitude at most [`EXACT_LIMIT`].
+#[inline]
+pub fn small_whole(v: f64) -> bool {
+    v.abs() <= EXACT_LIMIT && (v as i64) as f64 == v
+}
+
+/// The sum of every sample but the one in progress, when it can stand for adding them
+/// in slot order: the prefix (before the sample in progress) and every value of the
+/// `tail` (after it) whole, and their magnitudes adding up to at most [`EXACT_LIMIT`].
+/// Then, for a [`small_whole`] sample in progress, every partial sum Kafka's slot-order
+/// loop makes is a whole number below 2^53, so every addition is exact and the order
+/// does not matter: the sum of the others plus the sample in progress is the loop's
+/// number, bit for bit. (Neither gives -0.0: the loop starts from +0.0, and an exact
+/// sum that is zero is +0.0.)
+pub fn exact_others_sum(prefix: f64, tail: &[f64]) -> Option<f64> {
+    if !small_whole(prefix) {
+        return None;
+    }
+    let mut magnitude = prefix.abs();
+    let mut sum = prefix;
+    for &v in tail {
+        if !small_whole(v) {
+            return None;
+        }
+        magnitude += v.abs();
+        sum += v;
+    }
+    (magnitude <= EXACT_LIMIT).then_some(sum)
 }
 
 /// Kafka's `Rate`: a window's sum per second, `sum / (window_ms / 1000.0)` (a division
@@ -534,6 +578,12 @@ pub(crate) fn slot_obsolete(cfg: &WindowConfig, last: i64, t: i64) -> bool {
 #[inline]
 pub(crate) fn window_from_oldest(cfg: &WindowConfig, oldest: i64, t: i64) -> i64 {
     let mut elapsed = t.wrapping_sub(oldest);
+    // The usual case without the division: at least N - 1 whole windows elapsed, and
+    // few enough that their count fits an int (then it is not below N - 1 either).
+    let min_elapsed = i64::from(cfg.num_samples - 1) * cfg.window_ms;
+    if elapsed >= min_elapsed && elapsed < cfg.window_ms.saturating_mul(1 << 31) {
+        return elapsed.max(1);
+    }
     // Java's long division truncates toward zero, as Rust's does; `as i32` wraps.
     let full = (elapsed / cfg.window_ms) as i32;
     let min_full = cfg.num_samples as i32 - 1;
@@ -587,6 +637,48 @@ mod tests {
                                 })
                         })),
                     }
+                }
+            }
+        }
+    }
+
+    /// Section 2.4's window as first written: always the division.
+    fn window_by_division(cfg: &WindowConfig, oldest: i64, t: i64) -> i64 {
+        let mut elapsed = t.wrapping_sub(oldest);
+        let full = (elapsed / cfg.window_ms) as i32;
+        let min_full = cfg.num_samples as i32 - 1;
+        if full < min_full {
+            let missing = i64::from(min_full.wrapping_sub(full));
+            elapsed = elapsed.wrapping_add(missing.wrapping_mul(cfg.window_ms));
+        }
+        elapsed.max(1)
+    }
+
+    #[test]
+    fn window_without_division_is_the_same() {
+        let mut configs = vec![cfg(1, 1), cfg(2, 1), cfg(11, 1000), cfg(2, 30_000)];
+        configs.push(cfg(1, i64::MAX / 2));
+        configs.push(cfg(3, i64::MAX / 4));
+        configs.push(cfg(u16::MAX.into(), 1 << 40));
+        for c in &configs {
+            let w = c.window_ms;
+            let n = i64::from(c.num_samples);
+            let mut ages = vec![0, 1, -1, i64::MAX, i64::MIN, i64::MAX - 1, i64::MIN + 1];
+            for k in [n - 2, n - 1, n, 1 << 31, (1 << 31) - 1, (1 << 32) + 5] {
+                let base = k.saturating_mul(w);
+                for d in [-1, 0, 1] {
+                    ages.push(base.saturating_add(d));
+                    ages.push(base.saturating_neg().saturating_add(d));
+                }
+            }
+            for &age in &ages {
+                for t in [0, 7, i64::MAX, i64::MIN] {
+                    let oldest = t.wrapping_sub(age);
+                    assert_eq!(
+                        window_from_oldest(c, oldest, t),
+                        window_by_division(c, oldest, t),
+                        "{c:?} age {age} t {t}"
+                    );
                 }
             }
         }
