@@ -338,6 +338,34 @@ def test_what_the_broker_did_is_reported_beside_the_replay(
     assert result.report is not None and "What the broker did" in result.report.read_text()
 
 
+def test_what_the_broker_did_as_text_is_compared_by_spark(
+    spark: Any, trace: tuple[Path, pd.DataFrame], tmp_path: Path
+) -> None:
+    """A CSV traffic's ``kafka_throttle_ms`` is text (here with a blank, a fraction and a
+    word among the numbers): the comparison is Spark's, and the job does not fail on it
+    (it did: the text was cast to a number with Spark's ANSI cast)."""
+    _, frame = trace
+    part = frame.drop(columns=list(SEQ_COLUMNS)).head(3000).copy()
+    live = np.where(np.arange(len(part)) % 3 == 0, "40", "0").astype(object)
+    live[1], live[2], live[4] = "", "12.5", "n/a"
+    part["kafka_throttle_ms"] = live
+    part.to_csv(tmp_path / "in.csv", index=False)
+    options = BacktestOptions(
+        traffic=str(tmp_path / "in.csv"), quotas=mixed_config(), out=str(tmp_path / "out")
+    )
+    result = run(spark, options)
+    requests = spark.read.parquet(str(tmp_path / "out" / "requests"))
+    assert result.broker is not None
+    pd.testing.assert_frame_equal(result.broker, summaries.broker_comparison(requests))
+    # every third row said 40 ms; the blank, the fraction and the word count as none
+    (row,) = result.broker.to_dict("records")
+    assert (row["requests"], row["broker_throttled"], row["broker_throttle_ms"]) == (
+        3000,
+        1000,
+        40_000,
+    )
+
+
 def test_partition_by_sensor_gives_the_same_throttles(
     spark: Any,
     trace: tuple[Path, pd.DataFrame],

@@ -238,8 +238,11 @@ def _run(spark: SparkSession, options: BacktestOptions, progress: Progress) -> B
     progress.phase("collecting summaries for the report")
     if tallies is not None:
         by_throttle, broker = stages.tally_frames(tallies.value, options.scenarios)
-        if requestlog.KAFKA_THROTTLE not in requests.columns:
+        live = {f.name: f.dataType for f in requests.schema.fields}.get(requestlog.KAFKA_THROTTLE)
+        if live is None:
             broker = None
+        elif broker is None:  # not in whole numbers: Spark compares them as it can
+            broker = summaries.broker_comparison(requests)
     else:
         by_throttle = summaries.throttle_counts(requests)
         broker = summaries.broker_comparison(requests)

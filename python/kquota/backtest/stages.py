@@ -645,9 +645,12 @@ def _with_results(
 
 
 def _live_throttles(rows: pa.RecordBatch | pa.Table) -> pa.Array | None:
-    """The throttle the broker gave each row (``kafka_throttle_ms``), if the traffic says."""
+    """The throttle the broker gave each row (``kafka_throttle_ms``), if the traffic says
+    it in whole numbers (other types, such as a CSV's text, are compared by Spark)."""
     names = rows.schema.names
-    if KAFKA_THROTTLE not in names:
+    if KAFKA_THROTTLE not in names or not pa.types.is_integer(
+        rows.schema.field(KAFKA_THROTTLE).type
+    ):
         return None
     column = rows.column(names.index(KAFKA_THROTTLE))
     return column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column

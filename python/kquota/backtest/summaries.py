@@ -346,7 +346,8 @@ def broker_comparison(requests: DataFrame) -> pd.DataFrame | None:
 
     if requestlog.KAFKA_THROTTLE not in requests.columns:
         return None
-    live = F.coalesce(F.col(requestlog.KAFKA_THROTTLE), F.lit(0))
+    # a value that is not a whole number (a CSV's text) counts as no throttle, as a blank does
+    live = F.coalesce(F.col(requestlog.KAFKA_THROTTLE).try_cast("long"), F.lit(0))
     replay = F.col(THROTTLE)
     counted: pd.DataFrame = (
         requests.groupBy(SCENARIO)
