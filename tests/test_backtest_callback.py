@@ -20,6 +20,7 @@ from kquota.backtest import kernel
 from kquota.backtest.job import run
 from kquota.backtest.kernel import SENSOR_CLIENT, SENSOR_USER, USER
 from kquota.backtest.options import BacktestOptions
+from kquota.backtest.outputs import read_requests
 from kquota.backtest.traffic import TrafficSpec, generate
 from kquota.config import QuotaConfig
 from kquota.config.model import QuotaEntry, Window
@@ -63,7 +64,7 @@ def traffic(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, pd.DataFram
 
 
 def requests_of(out: Path) -> pd.DataFrame:
-    requests = pd.read_parquet(out / "requests")
+    requests = read_requests(out / "requests")
     requests["scenario"] = requests["scenario"].astype(str)
     return requests.sort_values(["scenario", "request_id"]).reset_index(drop=True)
 

@@ -39,6 +39,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from conftest import free_port
+from kquota.backtest.outputs import read_requests
 from kquota.cli import main as cli_main
 
 pytestmark = pytest.mark.slow
@@ -279,10 +280,8 @@ def summary(stdout: str, out: Path) -> str:
 
 
 def table(path: Path, keys: Sequence[str]) -> pd.DataFrame:
-    frame = pd.read_parquet(path)
-    for name in frame.columns:
-        if isinstance(frame[name].dtype, pd.CategoricalDtype):  # the partition column
-            frame[name] = frame[name].astype(str)
+    """An output folder as pandas; ``requests/`` as a row per request and scenario."""
+    frame = read_requests(path) if path.name == "requests" else pd.read_parquet(path)
     return frame.sort_values(list(keys)).reset_index(drop=True)
 
 

@@ -14,9 +14,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
-from kquota.backtest import kernel, report, summaries
+from kquota.backtest import kernel, outputs, report, summaries
 from kquota.backtest.job import run
 from kquota.backtest.kernel import (
     ADDED_LATENCY,
@@ -39,7 +40,7 @@ from kquota.backtest.kernel import (
     USAGE,
     USER,
 )
-from kquota.backtest.options import BacktestOptions, BacktestResult
+from kquota.backtest.options import RESULT_COLUMNS, BacktestOptions, BacktestResult
 from kquota.backtest.traffic import TrafficSpec, generate
 from kquota.config import QuotaConfig
 from kquota.conformance import load_scenario
@@ -82,7 +83,7 @@ def replay(frame: pd.DataFrame, config: QuotaConfig, closed: bool = False) -> pd
 
 
 def read_requests(out: Path) -> pd.DataFrame:
-    requests = pd.read_parquet(out / "requests")
+    requests = outputs.read_requests(out / "requests")
     requests["scenario"] = requests["scenario"].astype(str)
     return requests.sort_values(["scenario", "request_id"]).reset_index(drop=True)
 
@@ -125,6 +126,39 @@ def test_open_loop_equals_the_single_process_replay(
         np.testing.assert_array_equal(
             first[column].to_numpy(), frame.set_index("request_id")[column].to_numpy()
         )
+
+
+def test_requests_hold_each_request_once_with_every_scenario(
+    spark: Any, open_run: tuple[BacktestResult, Path], trace: tuple[Path, pd.DataFrame]
+) -> None:
+    """``DIR/requests/``: one row per request (its input columns once), every scenario's
+    results in ``--scale`` order; Spark's and pandas' per-scenario views agree."""
+    result, out = open_run
+    _, frame = trace
+    table = pq.read_table(out / "requests")
+    assert table.num_rows == len(frame)
+    assert table.column_names.count("request_id") == 1 and "scenario" not in table.column_names
+    labels = pc.struct_field(pc.list_flatten(table.column(outputs.RESULTS)), "scenario")
+    assert labels.to_pylist() == result.scenarios * len(frame)
+    rows = outputs.scenario_rows(spark.read.parquet(str(out / "requests"))).toPandas()
+    pandas_rows = outputs.read_requests(out / "requests")
+    assert list(rows.columns) == list(pandas_rows.columns)
+    assert list(rows.columns[-len(RESULT_COLUMNS) :]) == list(RESULT_COLUMNS)
+    order = ["scenario", "request_id"]
+    pd.testing.assert_frame_equal(
+        rows.sort_values(order).reset_index(drop=True),
+        pandas_rows.sort_values(order).reset_index(drop=True),
+        check_dtype=False,  # Spark gives its own null-free dtypes
+    )
+    base = outputs.scenario_rows(spark.read.parquet(str(out / "requests")), 1).toPandas()
+    want = pandas_rows[pandas_rows["scenario"] == result.scenarios[1]]
+    pd.testing.assert_frame_equal(
+        base.sort_values("request_id").reset_index(drop=True),
+        want.sort_values("request_id").reset_index(drop=True),
+        check_dtype=False,
+    )
+    one = outputs.read_requests(out / "requests", scenario=result.scenarios[1])
+    pd.testing.assert_frame_equal(one, want.reset_index(drop=True))
 
 
 def test_sensor_tags_are_the_cores(
@@ -416,7 +450,7 @@ def test_a_conformance_scenario_as_csv_traffic(spark: Any, tmp_path: Path) -> No
     )
     result = run(spark, options)
     assert result.rows_valid == len(expected) and not result.quarantined
-    got = pd.read_parquet(tmp_path / "out" / "requests").sort_values([TS, SEQ_COLUMNS[1]])
+    got = outputs.read_requests(tmp_path / "out" / "requests").sort_values([TS, SEQ_COLUMNS[1]])
     assert got[column].tolist() == expected
     assert (got[THROTTLE] > 0).sum() == sum(1 for t in expected if t > 0)
 
@@ -462,7 +496,7 @@ def test_bad_rows_are_quarantined_or_refused(spark: Any, tmp_path: Path) -> None
         ]
     )
     assert quarantine.set_index("tag").loc["bad-time", "reason"] == "ts_ms unparsable"
-    requests = pd.read_parquet(tmp_path / "out" / "requests").set_index("tag")
+    requests = outputs.read_requests(tmp_path / "out" / "requests").set_index("tag")
     assert requests.loc["iso-time", TS] == 1_717_372_801_000
     assert requests.loc["ok-2", BROKER] == "" and requests.loc["ok-2", USER] == ""
     assert pd.isna(requests.loc["iso-time", THREAD])
@@ -532,7 +566,7 @@ def test_ties_across_files_follow_path_then_row_order(spark: Any, tmp_path: Path
         spark,
         BacktestOptions(traffic=str(folder), quotas=config, out=str(tmp_path / "o"), report=False),
     )
-    got = pd.read_parquet(tmp_path / "o" / "requests").set_index("id")
+    got = outputs.read_requests(tmp_path / "o" / "requests").set_index("id")
     manager = config.manager("produce")
     want = {
         i: manager.record("u", "c", float(b), 5) for i, b in (("a0", 2000), ("a1", 10), ("b0", 500))

@@ -27,6 +27,7 @@ from kquota.backtest.kernel import (
     THROTTLE,
 )
 from kquota.backtest.options import BacktestOptions
+from kquota.backtest.outputs import read_requests
 from kquota.config import QuotaConfig
 
 pytestmark = pytest.mark.slow
@@ -177,7 +178,7 @@ def test_mutations_equal_the_core_managers(spark: Any, tmp_path: Path, mode: str
         report=False,
     )
     run(spark, options)
-    got = pd.read_parquet(tmp_path / "out" / "requests")
+    got = read_requests(tmp_path / "out" / "requests")
     frame[SEQ_COLUMNS[1]] = np.arange(len(frame), dtype=np.int64)
     for scenario, scale in (("x1", 1.0), ("x0.5", 0.5)):
         mine = got[got["scenario"] == scenario].set_index(SEQ_COLUMNS[1]).sort_index()
@@ -224,7 +225,7 @@ def test_traffic_without_mutation_columns_has_no_mutation_results(
         report=False,
     )
     run(spark, options)
-    got = pd.read_parquet(tmp_path / "out" / "requests")
+    got = read_requests(tmp_path / "out" / "requests")
     assert MUTATION_THROTTLE not in got.columns and REFUSED_PARTITIONS not in got.columns
 
 
@@ -273,7 +274,7 @@ def test_topic_partitions_without_partitions_are_quarantined(spark: Any, tmp_pat
     assert list(bad["reason"]) == ["topic_partitions without partitions"] * 2
     assert sorted(bad["topic_partitions"].map(list)) == [[1, 2], [4]]
     assert result.rows_valid == len(frame) - 2
-    got = pd.read_parquet(tmp_path / "out" / "requests")
+    got = read_requests(tmp_path / "out" / "requests")
     assert MUTATION_THROTTLE not in got.columns
 
 
@@ -312,7 +313,7 @@ def test_topics_of_a_strict_request_are_refused_one_by_one(
         report=False,
     )
     run(spark, options)
-    got = pd.read_parquet(tmp_path / "out" / "requests")
+    got = read_requests(tmp_path / "out" / "requests")
     frame[SEQ_COLUMNS[1]] = np.arange(len(frame), dtype=np.int64)
     for scenario, scale in (("x1", 1.0), ("x0.5", 0.5)):
         mine = got[got["scenario"] == scenario].set_index(SEQ_COLUMNS[1]).sort_index()

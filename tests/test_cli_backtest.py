@@ -9,9 +9,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import pandas as pd
 import pytest
 from kquota.backtest import traffic
+from kquota.backtest.outputs import read_requests
 from kquota.cli import main
 from kquota.config import SQLiteStore
 from test_backtest_job import BAD_CSV
@@ -85,8 +85,8 @@ def test_quotas_from_a_store_equal_the_quota_file(
         )
         assert status == 0, capsys.readouterr().err
     assert capsys.readouterr().err == ""  # --quiet: no progress
-    a = pd.read_parquet(tmp_path / "a" / "requests").sort_values("request_id")
-    b = pd.read_parquet(tmp_path / "b" / "requests").sort_values("request_id")
+    a = read_requests(tmp_path / "a" / "requests").sort_values("request_id")
+    b = read_requests(tmp_path / "b" / "requests").sort_values("request_id")
     assert a["throttle_ms"].tolist() == b["throttle_ms"].tolist()
     assert (a["throttle_ms"] > 0).any()
 

@@ -24,6 +24,7 @@ import pyarrow.parquet as pq
 import pytest
 from kquota import Entity
 from kquota.backtest import inputs, traffic
+from kquota.backtest.outputs import read_requests
 from kquota.cli import main
 from kquota.config import QuotaConfig, QuotaEntry, SQLiteStore, Window
 
@@ -386,7 +387,7 @@ def test_csv_and_parquet_from_gen_traffic_back_test_alike(
         args = ["--traffic", str(tmp_path / name), "--quotas", quotas, "--out", str(out)]
         status = main(["backtest", *args, "--quiet"])
         assert status == 0, capsys.readouterr().err
-        frame = pd.read_parquet(out / "requests")
+        frame = read_requests(out / "requests")
         frame["request_id"] = frame["request_id"].astype("int64")  # CSV columns are strings
         results[name] = frame.sort_values("request_id")["throttle_ms"].tolist()
     assert "0 quarantined" in capsys.readouterr().out

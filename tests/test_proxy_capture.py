@@ -20,6 +20,7 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import pytest
+from kquota.backtest.outputs import read_requests
 from kquota.exceptions import InvalidConfigError, OutputError
 from kquota.proxy.capture import TrafficCapture
 from test_proxy_support import create_topic
@@ -314,7 +315,7 @@ def test_backtest_over_a_capture_gives_the_throttles_the_proxy_applied(
         timeout=600,
     )
     assert done.returncode == 0, done.stderr
-    replayed = ds.dataset(out / "requests", partitioning="hive").to_table().to_pandas()
+    replayed = read_requests(out / "requests")
     key = ["connection", "correlation_id"]
     both = live.merge(replayed, on=key, suffixes=("", "_replayed"), validate="one_to_one")
     assert len(both) == len(live) > 0

@@ -16,6 +16,7 @@ from kquota import ControllerMutationQuotaManager
 from kquota.backtest import requestlog
 from kquota.backtest import requestlog_gen as gen
 from kquota.backtest.kernel import MUTATION_THROTTLE, REFUSED_PARTITIONS, THROTTLE
+from kquota.backtest.outputs import read_requests
 from kquota.backtest.requestlog import LogOptions
 from kquota.cli import main
 from kquota.config import QuotaConfig
@@ -192,7 +193,7 @@ def test_backtest_of_a_log_gives_the_managers_throttles(
     args = ["--traffic", str(folder), "--quotas", str(quotas), "--out", str(tmp_path / "out")]
     status = main(["backtest", *args, "--num-partitions", "3"])
     assert status == 0, capsys.readouterr().err
-    got = pd.read_parquet(tmp_path / "out" / "requests").set_index("correlation_id").sort_index()
+    got = read_requests(tmp_path / "out" / "requests").set_index("correlation_id").sort_index()
     manager = ControllerMutationQuotaManager()
     for entity, value in config.mutation_quotas():
         manager.set_quota(entity, value)
@@ -246,7 +247,7 @@ def test_a_strict_request_s_later_topics_are_refused(
     quotas.write_text(config.dumps())
     args = ["--traffic", str(folder), "--quotas", str(quotas), "--out", str(tmp_path / "out")]
     assert main(["backtest", *args]) == 0, capsys.readouterr().err
-    got = pd.read_parquet(tmp_path / "out" / "requests").set_index("correlation_id").sort_index()
+    got = read_requests(tmp_path / "out" / "requests").set_index("correlation_id").sort_index()
     manager = ControllerMutationQuotaManager()
     for entity, value in config.mutation_quotas():
         manager.set_quota(entity, value)

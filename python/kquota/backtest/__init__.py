@@ -11,6 +11,8 @@ broker's requests through the core. The Spark job is wired in small modules arou
   preparing the output folder;
 * :mod:`~kquota.backtest.stages`: the Arrow functions the executors run (``mapInArrow``,
   ``applyInArrow``);
+* :mod:`~kquota.backtest.outputs`: the layout of ``DIR/requests/`` and how to read it back
+  as one row per request and scenario;
 * :mod:`~kquota.backtest.summaries`: the per-sensor summaries, recommendations and report
   tables Spark aggregates after the replay;
 * :mod:`~kquota.backtest.job`: :func:`~kquota.backtest.job.run`, the order of the steps;

@@ -16,12 +16,13 @@ Steps (each Spark action is announced by :class:`~kquota.backtest.session.Progre
    all scenarios), sort by time within partitions and stream the Arrow batches through the
    core's :class:`~kquota.ReplayKernel` (``mapInArrow``, :func:`stages.replay`: strings
    become dictionary codes once per batch, results come back as Arrow columns), in open
-   or closed loop; each row comes out once per scenario. ``--partition sensor`` (open
-   loop) resolves the sensors first (Arrow UDF), then groups by (broker, request-quota
-   sensor) for the request quota and by (broker, API, byte-rate sensor) for produce and
-   fetch (a sensor always falls into one group, replayed in time order; more parallel
+   or closed loop; each row comes out once, with every scenario's results. ``--partition
+   sensor`` (open loop) resolves the sensors first (Arrow UDF), then groups by (broker,
+   request-quota sensor) for the request quota and by (broker, API, byte-rate sensor) for
+   produce and fetch (a sensor always falls into one group, replayed in time order; more parallel
    than there are brokers);
-5. write ``DIR/requests/`` (partitioned by scenario); ``DIR/entities/`` (one row per
+5. write ``DIR/requests/`` (each request once, its input columns and every scenario's
+   results: :mod:`~kquota.backtest.outputs`); ``DIR/entities/`` (one row per
    sensor) from the kernels' summaries, sent back with the replay (by sensor: aggregated
    by Spark from ``DIR/requests/``); with ``recommend``, ``DIR/recommendations/``
    (:mod:`~kquota.backtest.summaries`);
@@ -55,7 +56,6 @@ from kquota.backtest.kernel import (
     BROKER,
     CLIENT,
     FETCH_THROTTLE,
-    MUTATION_RESULTS,
     MUTATION_THROTTLE,
     PARTITIONS,
     PRODUCE_THROTTLE,
@@ -74,11 +74,11 @@ from kquota.backtest.options import (
     REASON,
     REQUEST_SENSOR_CLIENT,
     REQUEST_SENSOR_USER,
-    RESULT_COLUMNS,
     SCENARIO,
     BacktestOptions,
     BacktestResult,
 )
+from kquota.backtest.outputs import RESULTS
 from kquota.backtest.session import Progress, reading_traffic, spark_errors, writing_output
 from kquota.exceptions import OutputError, TrafficError
 
@@ -95,10 +95,7 @@ def run(
 ) -> BacktestResult:
     """Run the back-test; raise :class:`~kquota.exceptions.TrafficError` on bad input."""
     progress = progress or Progress(None, None)
-    settings = {
-        "spark.sql.execution.arrow.maxRecordsPerBatch": "50000",
-        "spark.sql.maxConcurrentOutputFileWriters": str(len(options.scales) + 1),
-    }
+    settings = {"spark.sql.execution.arrow.maxRecordsPerBatch": "50000"}
     saved = {key: spark.conf.get(key, None) for key in settings}
     for key, value in settings.items():
         spark.conf.set(key, value)
@@ -180,13 +177,12 @@ def _run(spark: SparkSession, options: BacktestOptions, progress: Progress) -> B
     )  # the Python workers' peak RSS, bytes
     replayed = _replay(spark, valid, options, configs, sink, peak, tallies)
     extras = [c for c in valid.columns if c not in STANDARD and not c.startswith(inputs.PREFIX)]
-    results = [*RESULT_COLUMNS, *(MUTATION_RESULTS if mutations else ())]
     requests_path = f"{out}/requests"
     try:
         with writing_output(requests_path):
             replayed.select(
-                *STANDARD, *extras, *SEQ_COLUMNS, *(name for name, _ in stages.TAGS), *results
-            ).write.mode("overwrite").partitionBy(SCENARIO).parquet(requests_path)
+                *STANDARD, *extras, *SEQ_COLUMNS, *(name for name, _ in stages.TAGS), RESULTS
+            ).write.mode("overwrite").parquet(requests_path)
     except OutputError:
         if observed is not None:  # the first pass over the traffic: was it the reading?
             _count_rows(parsed, options.traffic)
@@ -375,11 +371,13 @@ def _with_field(schema: StructType, *fields: tuple[str, DataType]) -> StructType
     return StructType([*schema.fields, *(StructField(n, t, True) for n, t in fields)])
 
 
-def _result_fields() -> list[tuple[str, DataType]]:
-    from pyspark.sql.types import IntegerType, LongType, StringType
+def _results_field(mutations: bool) -> tuple[str, DataType]:
+    """The :data:`~kquota.backtest.outputs.RESULTS` column: a list of every scenario's results."""
+    from pyspark.sql.types import ArrayType, IntegerType, LongType, StringType, StructField
+    from pyspark.sql.types import StructType as Struct
 
     int32 = IntegerType()
-    return [
+    fields = [
         (SCENARIO, StringType()),
         (PRODUCE_THROTTLE, int32),
         (FETCH_THROTTLE, int32),
@@ -388,6 +386,10 @@ def _result_fields() -> list[tuple[str, DataType]]:
         (SENT, LongType()),
         (ADDED_LATENCY, LongType()),
     ]
+    if mutations:
+        fields += [(MUTATION_THROTTLE, int32), (REFUSED_PARTITIONS, int32)]
+    struct = Struct([StructField(name, kind, True) for name, kind in fields])
+    return RESULTS, ArrayType(struct, True)
 
 
 def _tag_fields() -> list[tuple[str, DataType]]:
@@ -405,7 +407,8 @@ def _replay(
     peak: Accumulator[int] | None = None,
     tallies: Accumulator[dict[str, stages.Tally]] | None = None,
 ) -> DataFrame:
-    """Every request once per scenario, with its throttles, sending time and sensor tags."""
+    """Every request once, with its sensor tags and every scenario's throttles and sending
+    time (:data:`~kquota.backtest.outputs.RESULTS`)."""
     from pyspark.sql import functions as F
     from pyspark.sql.types import IntegerType, StructType
 
@@ -428,12 +431,7 @@ def _replay(
             mutations=mutations,
             tallies=tallies,
         )
-        fields = _result_fields()
-        if mutations:
-            from pyspark.sql.types import IntegerType as Int
-
-            fields += [(MUTATION_THROTTLE, Int()), (REFUSED_PARTITIONS, Int())]
-        schema = _with_field(valid.schema, *_tag_fields(), *fields)
+        schema = _with_field(valid.schema, *_tag_fields(), _results_field(mutations))
         return rows.mapInArrow(lambda batches: stages.replay(whole, batches), schema)
 
     request = bool(config.quotas("request")) and THREAD in valid.columns
@@ -471,5 +469,5 @@ def _replay(
         rows = rows.repartition(spread).sortWithinPartitions(*order)
     final = plan(resolve=False, request=False, final=True)
     kept = [f for f in rows.schema.fields if not f.name.startswith("_kq_r")]
-    schema = _with_field(StructType(kept), *_result_fields())
+    schema = _with_field(StructType(kept), _results_field(False))
     return rows.mapInArrow(lambda batches: stages.stream(final, batches), schema).drop(stages.KIND)

@@ -21,7 +21,7 @@ import pyarrow as pa  # type: ignore[import-untyped]
 import pyarrow.compute as pc  # type: ignore[import-untyped]
 
 from kquota import QuotaManager, ReplayKernel, RequestPath
-from kquota.backtest import kernel
+from kquota.backtest import kernel, outputs
 from kquota.backtest.kernel import (
     ADDED_LATENCY,
     API,
@@ -31,10 +31,8 @@ from kquota.backtest.kernel import (
     FETCH_THROTTLE,
     MUTATION_APIS,
     MUTATION_RESULTS,
-    MUTATION_THROTTLE,
     PARTITIONS,
     PRODUCE_THROTTLE,
-    REFUSED_PARTITIONS,
     REQUEST_THROTTLE,
     SENSOR_CLIENT,
     SENSOR_USER,
@@ -152,7 +150,7 @@ _KERNEL_COLUMNS: Final = (BROKER, TS, USER, CLIENT, API, BYTES, THREAD)
 def stream(plan: StreamPlan, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     """mapInArrow over a partition sorted by time (whole sensors in it): open-loop replay.
 
-    With ``plan.final``, every row comes out once per scenario with its throttles; without
+    With ``plan.final``, every row comes out with every scenario's results; without
     it, the rows come out once with one request-throttle column per scenario (the first of
     two passes).
     """
@@ -189,24 +187,21 @@ def stream(plan: StreamPlan, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.R
         else:
             zeros = np.zeros(n, dtype=np.int32)
             byte_results = [(zeros, zeros)] * len(plan.configs)
-        ts = batch.column(names.index(TS))
-        no_latency = pa.array(np.zeros(n, dtype=np.int64))
-        for label, request, (produce, fetch) in zip(
-            plan.labels, requests, byte_results, strict=True
-        ):
-            yield pa.RecordBatch.from_arrays(
-                [
-                    *base,
-                    pa.repeat(pa.scalar(label, pa.string()), n),
-                    pa.array(produce, pa.int32()),
-                    pa.array(fetch, pa.int32()),
-                    pa.array(request, pa.int32()),
-                    pa.array(kernel.applied_throttle(produce, fetch, request), pa.int32()),
-                    ts,
-                    no_latency,
-                ],
-                names=[*base_names, *RESULT_COLUMNS],
-            )
+        ts = batch.column(names.index(TS)).to_numpy(zero_copy_only=False).astype(np.int64)
+        no_latency = np.zeros(n, dtype=np.int64)
+        per = [
+            {
+                PRODUCE_THROTTLE: produce,
+                FETCH_THROTTLE: fetch,
+                REQUEST_THROTTLE: request,
+                THROTTLE: kernel.applied_throttle(produce, fetch, request),
+                SENT: ts,
+                ADDED_LATENCY: no_latency,
+            }
+            for request, (produce, fetch) in zip(requests, byte_results, strict=True)
+        ]
+        column = outputs.wide_results(pa.array(plan.labels, pa.string()), per, False)
+        yield pa.RecordBatch.from_arrays([*base, column], names=[*base_names, outputs.RESULTS])
 
 
 # -- the replay through the core's sequential kernel --------------------------------------------
@@ -465,9 +460,9 @@ class _Broker:
         self.ids: dict[tuple[str, str], int] = {}
         # closed loop: the rows fed and not all replayed yet, from seq ``self.first``
         self.held: list[pa.RecordBatch] = []
+        self.results: list[dict[str, npt.NDArray[Any]]] = []  # theirs, per scenario
         self.done: list[int] = []
         self.first = 0
-        self.fed = 0
         self.tally = Tally()
 
     def pair_ids(self, pairs: Sequence[tuple[str, str]]) -> npt.NDArray[np.int32]:
@@ -527,12 +522,12 @@ def _kind_codes(apis: Sequence[str]) -> npt.NDArray[np.int8]:
 def replay(plan: ReplayPlan, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     """mapInArrow over a partition holding whole brokers, sorted by time (ties by input
     position): every request through the core's :class:`~kquota.ReplayKernel`, every
-    scenario in the same pass; each row comes out once per scenario with its sensor tags
-    and results. No pandas: strings become dictionary codes once per batch, columns go to
-    NumPy, results come back as Arrow columns."""
+    scenario in the same pass; each row comes out once, with its sensor tags and every
+    scenario's results (:data:`outputs.RESULTS`). No pandas: strings become dictionary
+    codes once per batch, columns go to NumPy, results come back as Arrow columns."""
     brokers: dict[str, _Broker] = {}
     tags = _Tags(plan.base)
-    labels = [pa.scalar(label, pa.string()) for label in plan.labels]
+    labels = pa.array(plan.labels, pa.string())
     for batch in batches:
         n = batch.num_rows
         if not n:
@@ -601,8 +596,8 @@ def replay(plan: ReplayPlan, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.R
             own = rows if mine is None else rows.take(pa.array(mine))
             if plan.closed:
                 state.held.append(own)
+                state.results.append(_buffers(plan, own.num_rows))
                 state.done.append(0)
-                state.fed += own.num_rows
             yield from _emit(plan, labels, state, own, out)
     for state in brokers.values():
         if plan.closed:
@@ -615,33 +610,35 @@ def replay(plan: ReplayPlan, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.R
         plan.peak_rss.add(worker_peak_rss())
 
 
-_RESULTS: Final = (
-    (PRODUCE_THROTTLE, pa.int32()),
-    (FETCH_THROTTLE, pa.int32()),
-    (REQUEST_THROTTLE, pa.int32()),
-    (THROTTLE, pa.int32()),
-    (SENT, pa.int64()),
-    (ADDED_LATENCY, pa.int64()),
-)
+_INT64_RESULTS: Final = frozenset((SENT, ADDED_LATENCY))
 
 
-_MUTATION_RESULTS: Final = ((MUTATION_THROTTLE, pa.int32()), (REFUSED_PARTITIONS, pa.int32()))
+def _result_names(plan: ReplayPlan) -> tuple[str, ...]:
+    """The kernel's result arrays each scenario's entry of :data:`outputs.RESULTS` holds."""
+    names = RESULT_COLUMNS[1:]
+    return (*names, *MUTATION_RESULTS) if plan.mutations else names
 
 
-def _with_results(
-    rows: pa.RecordBatch | pa.Table,
-    label: pa.Scalar,
-    out: dict[str, npt.NDArray[Any]],
-    pick: slice | npt.NDArray[np.int64],
-    mutations: bool = False,
-) -> list[pa.Array]:
-    n = rows.num_rows
-    results = (*_RESULTS, *_MUTATION_RESULTS) if mutations else _RESULTS
-    return [
-        *rows.columns,
-        pa.repeat(label, n),
-        *(pa.array(out[name][pick], kind) for name, kind in results),
-    ]
+def _buffers(plan: ReplayPlan, n: int) -> dict[str, npt.NDArray[Any]]:
+    """Closed loop: room for every scenario's results of ``n`` held rows."""
+    k = len(plan.labels)
+    return {
+        name: np.zeros((k, n), dtype=np.int64 if name in _INT64_RESULTS else np.int32)
+        for name in _result_names(plan)
+    }
+
+
+def _wide(
+    plan: ReplayPlan,
+    labels: pa.Array,
+    rows: pa.RecordBatch,
+    per_scenario: list[dict[str, npt.NDArray[Any]]],
+) -> pa.RecordBatch:
+    """``rows`` with their :data:`outputs.RESULTS` column (each scenario's results, in order)."""
+    column = outputs.wide_results(labels, per_scenario, plan.mutations)
+    return pa.RecordBatch.from_arrays(
+        [*rows.columns, column], names=[*rows.schema.names, outputs.RESULTS]
+    )
 
 
 def _live_throttles(rows: pa.RecordBatch | pa.Table) -> pa.Array | None:
@@ -656,54 +653,51 @@ def _live_throttles(rows: pa.RecordBatch | pa.Table) -> pa.Array | None:
     return column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
 
 
-def _result_names(plan: ReplayPlan) -> tuple[str, ...]:
-    return (*RESULT_COLUMNS, *MUTATION_RESULTS) if plan.mutations else RESULT_COLUMNS
-
-
 def _emit(
     plan: ReplayPlan,
-    labels: Sequence[pa.Scalar],
+    labels: pa.Array,
     state: _Broker,
     own: pa.RecordBatch | None,
     out: dict[str, npt.NDArray[Any]],
 ) -> Iterator[pa.RecordBatch]:
-    """The kernel's rows ``out`` joined to their requests, one batch per scenario."""
+    """The kernel's rows ``out`` joined to their requests: each request once, with every
+    scenario's results, when every scenario has replayed it."""
     if not len(out["seq"]):
         return
+    names = _result_names(plan)
+    k = len(labels)
     if not plan.closed:  # every event of ``own``, scenario by scenario, in order
         assert own is not None
         m = own.num_rows
-        names = [*own.schema.names, *_result_names(plan)]
-        live = _live_throttles(own)
-        for s, label in enumerate(labels):
-            part = slice(s * m, (s + 1) * m)
-            if plan.tallies is not None:
-                state.tally.add(s, out, part, live)
-            columns = _with_results(own, label, out, part, plan.mutations)
-            yield pa.RecordBatch.from_arrays(columns, names=names)
-        return
-    # closed loop: the rows replayed so far, in the order they were sent
-    held = pa.Table.from_batches(state.held)
-    seq = out["seq"].astype(np.int64) - state.first
-    scenario = out["scenario"]
-    names = [*held.schema.names, *_result_names(plan)]
-    for s, label in enumerate(labels):
-        pick = np.flatnonzero(scenario == s)
-        if not len(pick):
-            continue
-        rows = held.take(pa.array(seq[pick])).combine_chunks()
+        per = [{name: out[name][s * m : (s + 1) * m] for name in names} for s in range(k)]
         if plan.tallies is not None:
-            state.tally.add(s, out, pick, _live_throttles(rows))
-        columns = _with_results(rows, label, out, pick, plan.mutations)
-        yield from pa.Table.from_arrays(columns, names=names).to_batches()
-    # forget the batches whose rows were all replayed, in every scenario
+            live = _live_throttles(own)
+            for s, results in enumerate(per):
+                state.tally.add(s, results, slice(None), live)
+        yield _wide(plan, labels, own, per)
+        return
+    # closed loop: each held row's results land in its batch's buffers as its scenarios
+    # replay it; a batch goes out when all its rows are replayed in every scenario
+    seq = out["seq"].astype(np.int64) - state.first
+    scenario = out["scenario"].astype(np.int64)
     starts = np.cumsum([0, *(b.num_rows for b in state.held)])
-    counts = np.bincount(np.searchsorted(starts, seq, side="right") - 1, minlength=len(state.held))
-    for i, count in enumerate(counts.tolist()):
-        state.done[i] += count
-    while state.held and state.done[0] == state.held[0].num_rows * len(labels):
-        state.first += state.held[0].num_rows
-        del state.held[0], state.done[0]
+    which = np.searchsorted(starts, seq, side="right") - 1
+    for i in np.unique(which).tolist():
+        pick = np.flatnonzero(which == i)
+        at = (scenario[pick], seq[pick] - starts[i])
+        for name in names:
+            state.results[i][name][at] = out[name][pick]
+        state.done[i] += len(pick)
+    while state.held and state.done[0] == state.held[0].num_rows * k:
+        rows, buffers = state.held.pop(0), state.results.pop(0)
+        del state.done[0]
+        state.first += rows.num_rows
+        per = [{name: buffers[name][s] for name in names} for s in range(k)]
+        if plan.tallies is not None:
+            live = _live_throttles(rows)
+            for s, results in enumerate(per):
+                state.tally.add(s, results, slice(None), live)
+        yield _wide(plan, labels, rows, per)
 
 
 def peak_batches(window_json: str, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Final
 import pandas as pd  # type: ignore[import-untyped]
 import pyarrow as pa  # type: ignore[import-untyped]
 
-from kquota.backtest import kernel, requestlog, stages
+from kquota.backtest import kernel, outputs, requestlog, stages
 from kquota.backtest.kernel import (
     ADDED_LATENCY,
     API,
@@ -64,19 +64,25 @@ _BUCKET: Final = "_kq_bucket"
 
 
 def usage_all(
-    requests: DataFrame, config: QuotaConfig, types: Collection[str] | None = None
+    requests: DataFrame,
+    config: QuotaConfig,
+    types: Collection[str] | None = None,
+    scenario: int | None = None,
 ) -> DataFrame | None:
-    """One row per request and sensor it was recorded by (a union of one selection per
-    quota type with quotas; Spark reads each column once per selection that needs it).
+    """One row per request, scenario and sensor it was recorded by, from ``DIR/requests/``
+    (a union of one selection per quota type with quotas; Spark reads each column once per
+    selection that needs it).
 
     Columns: scenario, ``quota_type``, broker, the sensor's tags, user, client_id, ts_ms,
     ``time_ms`` (when it was recorded), ``usage`` (bytes or thread nanoseconds), bytes,
     ``recorded`` (false for an unrecorded fetch), ``throttle_ms`` (that quota type's),
     added latency, ``unrecord_if`` (the request quota throttled it) and the input position.
-    ``types``: only these quota types' rows (every type with quotas when ``None``).
+    ``types``: only these quota types' rows (every type with quotas when ``None``);
+    ``scenario``: only that scenario's (its index in ``--scale``).
     """
     from pyspark.sql import functions as F
 
+    requests = outputs.scenario_rows(requests, scenario)
     parts = []
     for quota_type in kernel.QUOTA_TYPES:
         if not config.quotas(quota_type) or (types is not None and quota_type not in types):
@@ -319,7 +325,8 @@ def throttle_counts(requests: DataFrame) -> pd.DataFrame:
     from pyspark.sql import functions as F
 
     counts: pd.DataFrame = (
-        requests.groupBy(SCENARIO, THROTTLE)
+        outputs.scenario_rows(requests)
+        .groupBy(SCENARIO, THROTTLE)
         .agg(
             F.count(F.lit(1)).alias("requests"),
             F.sum((F.col(PRODUCE_THROTTLE) > 0).cast("long")).alias("produce_throttled"),
@@ -350,7 +357,8 @@ def broker_comparison(requests: DataFrame) -> pd.DataFrame | None:
     live = F.coalesce(F.col(requestlog.KAFKA_THROTTLE).try_cast("long"), F.lit(0))
     replay = F.col(THROTTLE)
     counted: pd.DataFrame = (
-        requests.groupBy(SCENARIO)
+        outputs.scenario_rows(requests)
+        .groupBy(SCENARIO)
         .agg(
             F.count(F.lit(1)).alias("requests"),
             F.sum((live > 0).cast("long")).alias("broker_throttled"),
@@ -418,9 +426,10 @@ def rate_series(
             & tags[1].eqNullSafe(F.lit(client))
         )
     usage = usage_all(
-        requests.where((F.col(SCENARIO) == base) & theirs),
+        requests.where(theirs),
         options.quotas,
         set(top["quota_type"]),  # a selection (a read of requests/) per type plotted
+        options.scenarios.index(base),
     )
     if usage is None:
         return {}
@@ -471,7 +480,7 @@ def recommendations(
     import numpy as np
     from pyspark.sql import functions as F
 
-    usage = usage_all(requests.where(F.col(SCENARIO) == base), options.quotas)
+    usage = usage_all(requests, options.quotas, scenario=options.scenarios.index(base))
     if usage is None:
         return pd.DataFrame()
     keys = ["quota_type", SENSOR_USER, SENSOR_CLIENT]

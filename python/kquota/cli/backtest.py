@@ -30,8 +30,8 @@ def register(subparsers: Any) -> None:
         help="back-test quotas over recorded traffic on Spark: who is throttled, how long",
         description=(
             "Replay a traffic table (Parquet or CSV, one row per request) through kquota's "
-            "core under a quota configuration, on Spark, and write per-request throttles "
-            "(DIR/requests/), per-entity summaries (DIR/entities/), bad rows "
+            "core under a quota configuration, on Spark, and write each request with every "
+            "scenario's throttles (DIR/requests/), per-entity summaries (DIR/entities/), bad rows "
             "(DIR/quarantine/) and DIR/report.html. Exit status 2 on bad input."
         ),
     )
