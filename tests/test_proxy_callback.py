@@ -25,6 +25,7 @@ import pyarrow.dataset as ds
 import pytest
 from callbacks.half_user_quota import HalfUserQuota
 from kquota import Entity, QuotaManager
+from kquota.backtest.outputs import read_requests
 from kquota.proxy import ANONYMOUS
 from test_proxy_support import RecordingPlugin, create_topic, run_proxy
 
@@ -143,7 +144,7 @@ def test_proxy_and_backtest_honour_a_callback_that_halves_a_user_quota(
             env=_env(),
         )
         assert done.returncode == 0, done.stderr
-        replayed = ds.dataset(out / "requests", partitioning="hive").to_table().to_pandas()
+        replayed = read_requests(out / "requests")
         key = ["connection", "correlation_id"]
         return live.merge(replayed, on=key, suffixes=("", "_replayed"), validate="one_to_one")
 
