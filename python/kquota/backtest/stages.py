@@ -1,5 +1,5 @@
-"""What runs on the executors: the functions Spark's ``mapInArrow`` and ``applyInArrow``
-call, each a thin adapter from Arrow batches to the core's :class:`~kquota.ReplayKernel`
+"""What runs on the executors: the functions Spark's ``mapInArrow`` and Arrow UDFs call,
+each a thin adapter from Arrow batches to the core's :class:`~kquota.ReplayKernel`
 (:func:`replay`) or a plain function of :mod:`kquota.backtest.kernel`.
 
 They are module-level functions with the configuration passed as JSON (parsed once per
@@ -65,7 +65,7 @@ __all__ = [
     "label_batches",
     "pair_batches",
     "peak_batches",
-    "recommend_stage",
+    "recommend_partition",
     "replay",
     "request_column",
     "resolve_arrays",
@@ -739,30 +739,41 @@ def label_batches(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]
         yield batch.set_column(index, "entity", pa.array(labels, pa.string()))
 
 
-def recommend_stage(
-    base_json: str, target: float, schema: pa.Schema, table: pa.Table, peak_rss: Any = None
-) -> pa.Table:
-    """applyInArrow: recommendations for the entities of one (quota type, bucket) group,
-    each entity by its number (``_kq_entity``; ``_kq_type``: the index of its quota type)
-    (``peak_rss``: a :class:`PeakSink` accumulator, told the worker's peak RSS)."""
-    quota_type = kernel.QUOTA_TYPES[table.column("_kq_type")[0].as_py()]
+def recommend_partition(
+    base_json: str,
+    target: float,
+    schema: pa.Schema,
+    batches: Iterator[pa.RecordBatch],
+    peak_rss: Any = None,
+) -> Iterator[pa.RecordBatch]:
+    """mapInArrow over a partition holding whole entities: their recommendations, each
+    entity by its number (``_kq_entity``; ``_kq_type``: the index of its quota type), one
+    search per quota type in it (``peak_rss``: a :class:`PeakSink` accumulator, told the
+    worker's peak RSS)."""
+    held = list(batches)
+    if not any(b.num_rows for b in held):
+        return
+    table = pa.Table.from_batches(held)
     names = table.schema.names
-    frame = pd.DataFrame(
-        {
-            SENSOR_USER: table.column("_kq_entity").to_numpy(),
-            SENSOR_CLIENT: np.zeros(table.num_rows, dtype=np.int64),
-            BROKER: _categorical(table.column(BROKER)),
-            **{
-                name: table.column(name).to_numpy()
-                for name in (TS, USAGE, "unrecord_if", *SEQ_COLUMNS)
-                if name in names
-            },
-        }
-    )
-    out = kernel.recommend(frame, _config(base_json).window, quota_type, target)
+    types = table.column("_kq_type").to_numpy()
+    for code in np.unique(types).tolist():
+        rows = table.filter(pa.array(types == code))
+        frame = pd.DataFrame(
+            {
+                SENSOR_USER: rows.column("_kq_entity").to_numpy(),
+                SENSOR_CLIENT: np.zeros(rows.num_rows, dtype=np.int64),
+                BROKER: _categorical(rows.column(BROKER)),
+                **{
+                    name: rows.column(name).to_numpy()
+                    for name in (TS, USAGE, "unrecord_if", *SEQ_COLUMNS)
+                    if name in names
+                },
+            }
+        )
+        out = kernel.recommend(frame, _config(base_json).window, kernel.QUOTA_TYPES[code], target)
+        result = out.drop(columns=["quota_type", SENSOR_CLIENT, "entity"]).rename(
+            columns={SENSOR_USER: "_kq_entity"}
+        )
+        yield pa.RecordBatch.from_pandas(result, schema=schema, preserve_index=False)
     if peak_rss is not None:
         peak_rss.add(worker_peak_rss())
-    result = out.drop(columns=["quota_type", SENSOR_CLIENT, "entity"]).rename(
-        columns={SENSOR_USER: "_kq_entity"}
-    )
-    return pa.Table.from_pandas(result, schema=schema, preserve_index=False)

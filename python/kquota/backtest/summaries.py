@@ -60,8 +60,6 @@ __all__ = [
     "usage_all",
 ]
 
-_BUCKET: Final = "_kq_bucket"
-
 
 def usage_all(
     requests: DataFrame,
@@ -504,32 +502,33 @@ def recommendations(
         "entity string, current_quota double, current_throttled_fraction double",
     )
     ids = names.select(*keys, _ENTITY_ID)
+    # a partition holds whole entities (of any quota type): no sort, one search per type
+    types = sorted({kernel.QUOTA_TYPES.index(t) for t in current["quota_type"]})
     buckets = options.buckets or max(2 * spark.sparkContext.defaultParallelism, 2)
-    # only what the search reads crosses the shuffle and goes to Python (applyInArrow
-    # sends every column of its input): numbers, and the broker's name
+    # only what the search reads crosses the shuffle and goes to Python (mapInArrow sends
+    # every column of its input): numbers, and the broker's name
     usage = usage.join(F.broadcast(ids) if len(current) <= _BROADCAST_ENTITIES else ids, keys)
     code = F.lit(0)
     for index, quota_type in enumerate(kernel.QUOTA_TYPES):
         code = F.when(F.col("quota_type") == quota_type, F.lit(index)).otherwise(code)
     usage = usage.select(
         code.alias(_TYPE_CODE),
-        F.pmod(F.col(_ENTITY_ID), F.lit(buckets)).alias(_BUCKET),
         _ENTITY_ID,
         BROKER,
         TS,
         USAGE,
         "unrecord_if",
         *SEQ_COLUMNS,
-    )
+    ).repartition(buckets * max(len(types), 1), F.col(_ENTITY_ID))
     schema = _arrow_schema(RECOMMENDATION_SCHEMA)
     base_json = options.quotas.dumps()
     target = options.target
-    recommended = usage.groupBy(_TYPE_CODE, _BUCKET).applyInArrow(
-        lambda table: stages.recommend_stage(base_json, target, schema, table, peak_rss),
+    recommended = usage.mapInArrow(
+        lambda batches: stages.recommend_partition(base_json, target, schema, batches, peak_rss),
         RECOMMENDATION_SCHEMA,
     )
     # one file, written by one task after a shuffle: a coalesce(1) here would also pull
-    # the search (applyInArrow, when the join is broadcast) into that one task
+    # the search (mapInArrow, when the join is broadcast) into that one task
     recommended.join(names, _ENTITY_ID).select(
         "quota_type",
         SENSOR_USER,

@@ -98,7 +98,10 @@ def register(subparsers: Any) -> None:
         "--buckets",
         type=int,
         metavar="N",
-        help="--recommend: groups of entities per quota type (default 2 x Spark parallelism)",
+        help=(
+            "--recommend: Spark tasks searching the entities, per quota type "
+            "(default 2 x Spark parallelism)"
+        ),
     )
     parser.add_argument("--quiet", action="store_true", help="no progress on stderr")
     parser.set_defaults(run=run)
