@@ -304,10 +304,14 @@ COMPARISON_COLUMNS: Final = (
 class Tally:
     """One broker's counts for the report, taken from the rows as they go out: per
     (scenario, applied throttle) :data:`TALLY_COLUMNS`, and per scenario
-    :data:`COMPARISON_COLUMNS` (when the rows say what the broker did). Exact integers."""
+    :data:`COMPARISON_COLUMNS` (when the rows say what the broker did). Exact integers.
+
+    Each batch is reduced to one row per distinct throttle with NumPy; those rows are
+    merged again (``by_throttle``) once they add up to :data:`_TALLY_COMPACT` rows, and
+    when the counts are read."""
 
     def __init__(self) -> None:
-        self.by_throttle: dict[tuple[int, int], list[int]] = {}
+        self.pending: list[npt.NDArray[np.int64]] = []  # rows: scenario, throttle, columns
         self.comparison: dict[int, list[int]] = {}
 
     def add(
@@ -318,32 +322,25 @@ class Tally:
         live: pa.Array | None,
     ) -> None:
         throttle = np.asarray(out[THROTTLE][pick], dtype=np.int64)
-        if not len(throttle):
+        n = len(throttle)
+        if not n:
             return
-        latency = np.asarray(out[ADDED_LATENCY][pick], dtype=np.int64)
-        flags = [np.asarray(out[name][pick]) > 0 for name in _TYPE_THROTTLES]
-        order = np.argsort(throttle, kind="stable")
-        ordered = throttle[order]
-        starts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]])
-        sums = [np.add.reduceat(f[order].astype(np.int64), starts) for f in flags]
-        latency_sum = np.add.reduceat(latency[order], starts)
-        latency_max = np.maximum.reduceat(latency[order], starts)
-        counts = np.diff(np.r_[starts, len(ordered)])
-        for i, value in enumerate(ordered[starts].tolist()):
-            row = [
-                int(counts[i]),
-                *(int(x[i]) for x in sums),
-                int(latency_sum[i]),
-                int(latency_max[i]),
-            ]
-            key = (scenario, value)
-            self.by_throttle[key] = _merged(self.by_throttle.get(key), row)
+        rows = np.empty((n, 2 + len(TALLY_COLUMNS)), dtype=np.int64)
+        rows[:, 0] = scenario
+        rows[:, 1] = throttle
+        rows[:, 2] = 1
+        for i, name in enumerate(_TYPE_THROTTLES):
+            rows[:, 3 + i] = np.asarray(out[name][pick]) > 0
+        rows[:, 6] = rows[:, 7] = np.asarray(out[ADDED_LATENCY][pick], dtype=np.int64)
+        self.pending.append(_grouped(rows))
+        if sum(len(p) for p in self.pending) >= _TALLY_COMPACT:
+            self.pending = [_grouped(np.concatenate(self.pending))]
         if live is None:
             return
         broker = pc.fill_null(live, 0).to_numpy(zero_copy_only=False).astype(np.int64)
         replayed, said = throttle > 0, broker > 0
         row = [
-            len(throttle),
+            n,
             int(said.sum()),
             int(replayed.sum()),
             int((said & replayed).sum()),
@@ -351,18 +348,43 @@ class Tally:
             int(np.maximum(broker, 0).sum()),
             int(throttle.sum()),
         ]
-        self.comparison[scenario] = _merged(self.comparison.get(scenario), row, summed=7)
+        self.comparison[scenario] = _summed(self.comparison.get(scenario), row)
+
+    @property
+    def by_throttle(self) -> npt.NDArray[np.int64]:
+        """Rows of scenario, applied throttle and :data:`TALLY_COLUMNS`, one per distinct
+        (scenario, throttle), in that order."""
+        if not self.pending:
+            return np.empty((0, 2 + len(TALLY_COLUMNS)), dtype=np.int64)
+        self.pending = [_grouped(np.concatenate(self.pending))]
+        return self.pending[0]
+
+
+_TALLY_COMPACT: Final = 100_000
+
+
+def _summed(old: list[int] | None, row: list[int]) -> list[int]:
+    return row if old is None else [a + b for a, b in zip(old, row, strict=True)]
+
+
+def _grouped(rows: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+    """Tally rows (scenario, throttle, then :data:`TALLY_COLUMNS`) merged per (scenario,
+    throttle), sorted: the counts and sums added, the last column (a largest) the max."""
+    if not len(rows):
+        return rows
+    key = (rows[:, 0] << 32) + rows[:, 1]  # scenario, then throttle (0 <= throttle < 2^31)
+    order = np.argsort(key, kind="stable")  # fast on long runs of equal keys (mostly 0)
+    ordered = rows.take(order, axis=0)
+    ordered_key = key[order]
+    starts = np.flatnonzero(np.r_[True, ordered_key[1:] != ordered_key[:-1]])
+    out = np.empty((len(starts), rows.shape[1]), dtype=np.int64)
+    out[:, :2] = ordered[starts, :2]
+    out[:, 2:-1] = np.add.reduceat(ordered[:, 2:-1], starts, axis=0)
+    out[:, -1] = np.maximum.reduceat(ordered[:, -1], starts)
+    return out
 
 
 _TYPE_THROTTLES: Final = (PRODUCE_THROTTLE, FETCH_THROTTLE, REQUEST_THROTTLE)
-
-
-def _merged(old: list[int] | None, row: list[int], summed: int = 5) -> list[int]:
-    """Two tally rows as one: the first ``summed`` values added, the rest (a largest) max."""
-    if old is None:
-        return row
-    pairs = enumerate(zip(old, row, strict=True))
-    return [a + b if i < summed else max(a, b) for i, (a, b) in pairs]
 
 
 def tally_frames(
@@ -371,18 +393,15 @@ def tally_frames(
     """The brokers' tallies merged: the frame :func:`~kquota.backtest.summaries.
     throttle_counts` returns, and :func:`~kquota.backtest.summaries.broker_comparison`'s
     (``None`` when no broker had the live throttles)."""
-    merged: dict[tuple[int, int], list[int]] = {}
+    tables = [tally.by_throttle for tally in parts.values()]
+    merged = _grouped(np.concatenate(tables)) if tables else np.empty((0, 8), dtype=np.int64)
     compared: dict[int, list[int]] = {}
     for tally in parts.values():
-        for key, row in tally.by_throttle.items():
-            merged[key] = _merged(merged.get(key), row)
         for scenario, row in tally.comparison.items():
-            compared[scenario] = _merged(compared.get(scenario), row, summed=7)
-    counts = pd.DataFrame(
-        [(labels[s], t, *row) for (s, t), row in sorted(merged.items())],
-        columns=["scenario", THROTTLE, *TALLY_COLUMNS],
-    )
-    counts = counts.astype({c: np.int64 for c in (THROTTLE, *TALLY_COLUMNS)})
+            compared[scenario] = _summed(compared.get(scenario), row)
+    counts = pd.DataFrame(merged[:, 2:], columns=list(TALLY_COLUMNS))
+    counts.insert(0, THROTTLE, merged[:, 1])
+    counts.insert(0, "scenario", np.asarray(labels, dtype=object)[merged[:, 0]])
     if not compared:
         return counts, None
     comparison = pd.DataFrame(
