@@ -454,9 +454,10 @@ def write_report(result: BacktestResult, out: Path) -> Path:
             )
             body.append(_html_table(result.recommendations.head(50), _RECOMMEND_COLUMNS))
     body.append(
-        "<h2>Outputs</h2><ul><li><code>requests/</code>: every request with its throttles, "
-        "partitioned by scenario</li><li><code>entities/</code>: one row per sensor and "
-        "scenario</li></ul>"
+        "<h2>Outputs</h2><ul><li><code>requests/</code>: every request once, with every "
+        "scenario's throttles in <code>results</code> (<code>kquota.backtest.outputs</code> "
+        "reads it back per scenario)</li><li><code>entities/</code>: one row per sensor "
+        "and scenario</li></ul>"
     )
     page = (
         '<!doctype html><html><head><meta charset="utf-8"><title>kquota back-test</title>'
