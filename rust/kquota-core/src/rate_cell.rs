@@ -21,7 +21,10 @@
 //!
 //! Event counts are not kept for the sample in progress: Kafka's `Rate` never reads them.
 
-use crate::cow::{AtomicBox, AtomicWord, Guard};
+use std::alloc::{alloc, handle_alloc_error, Layout};
+use std::ptr::NonNull;
+
+use crate::cow::{AtomicBox, AtomicWord, Guard, Thin};
 use crate::quota::{verdict, Check};
 use crate::samples::{exact_others_sum, small_whole, Samples, Summary, WindowConfig};
 
@@ -59,11 +62,12 @@ pub struct Bound {
 }
 
 /// Hot fields first, in declaration order: an in-place record reads `acc`, `base`, the
-/// bound and the summary (a few cache lines) and never the ring itself. 96 bytes: the
+/// bound and the summary (a few cache lines) and never the ring itself. 80 bytes: the
 /// bound is stored without `Option`'s padding, and the summary with its times as 32-bit
-/// offsets ([`Summary::to_offsets`]; none is kept when they do not fit).
+/// offsets ([`Summary::to_offsets`]; none is kept when they do not fit). The ring's
+/// columns follow in the same allocation (see [`Block`]).
 #[repr(C)]
-struct Block {
+struct Header {
     acc: AtomicWord,
     /// The time the accumulator's last-event offsets are relative to.
     base: i64,
@@ -74,9 +78,10 @@ struct Block {
     /// `has_summary`).
     cur_start: i64,
     prefix: f64,
-    /// The ring; the sample in progress's value and last-event time are in `acc`.
-    samples: Samples,
     offsets: [i32; 3],
+    /// The ring's sample in progress and its length in slots ([`Samples::raw`]).
+    cur: u32,
+    len: u32,
     has_bound: bool,
     has_summary: bool,
     /// Whether `prefix` holds instead the sum of every sample but the one in progress
@@ -89,8 +94,51 @@ struct Block {
     absent: bool,
 }
 
+/// One immutable state of a sensor: the header, then the ring's columns (`4 * len`
+/// words, [`Samples::raw`]; the sample in progress's value and last-event time are in
+/// `acc`), in one allocation: a new block costs one allocation, and a record that needs
+/// the ring finds it right after the header.
+#[repr(C)]
+struct Block {
+    head: Header,
+    columns: [f64],
+}
+
+/// Where a block's columns start: right after the header (a multiple of 8 bytes, so no
+/// padding comes between).
+const COLUMNS_AT: usize = std::mem::size_of::<Header>();
+const _: () = assert!(COLUMNS_AT % std::mem::align_of::<f64>() == 0);
+
+impl std::ops::Deref for Block {
+    type Target = Header;
+
+    #[inline]
+    fn deref(&self) -> &Header {
+        &self.head
+    }
+}
+
+// SAFETY: a block's allocation starts with its header, whose `len` (never changed after
+// `Block::alloc` wrote it) gives the number of columns: `from_thin` rebuilds the pointer
+// `alloc` made, metadata included, from the same address (same provenance).
+unsafe impl Thin for Block {
+    #[inline]
+    fn into_thin(value: Box<Block>) -> NonNull<u8> {
+        NonNull::from(Box::leak(value)).cast()
+    }
+
+    #[inline]
+    unsafe fn from_thin(thin: NonNull<u8>) -> NonNull<Block> {
+        // SAFETY: the caller's contract: `thin` is a live block, which starts with its
+        // header; only the plain `len` field is read (no reference to the header made).
+        let len = unsafe { (*thin.as_ptr().cast::<Header>()).len } as usize;
+        // SAFETY: derived from a non-null pointer.
+        unsafe { NonNull::new_unchecked(Block::fat(thin.as_ptr(), 4 * len)) }
+    }
+}
+
 impl Block {
-    fn new(samples: Samples, bound: Bound, absent: bool) -> Block {
+    fn new(samples: Samples, bound: Bound, absent: bool) -> Box<Block> {
         let summary = samples.summary();
         Block::with_summary(samples, summary, bound, absent)
     }
@@ -102,26 +150,67 @@ impl Block {
         summary: Option<Summary>,
         bound: Bound,
         absent: bool,
-    ) -> Block {
+    ) -> Box<Block> {
         let (value, base) = samples.current().unwrap_or((0.0, 0));
         let summary = summary.and_then(|s| s.to_offsets());
         let (cur_start, prefix, offsets) = summary.unwrap_or((0, 0.0, [0; 3]));
         let others = exact_others_sum(prefix, samples.tail())
             .filter(|_| summary.is_some() && small_whole(value));
-        Block {
+        let (cur, columns) = samples.raw();
+        let head = Header {
             acc: AtomicWord::new(pack(value, 0, false)),
             base,
             bound_value: bound.value.unwrap_or(0.0),
             bound_generation: bound.generation,
             cur_start,
             prefix: others.unwrap_or(prefix),
-            samples,
             offsets,
+            cur,
+            len: (columns.len() / 4) as u32,
             has_bound: bound.value.is_some(),
             has_summary: summary.is_some(),
             whole: others.is_some(),
             absent,
-        }
+        };
+        Block::alloc(head, columns)
+    }
+
+    /// The layout of a block of `n` columns: the header's, then `n` words, rounded up to
+    /// the alignment (as the compiler lays out `Block`).
+    fn layout(n: usize) -> Layout {
+        let columns = Layout::array::<f64>(n).expect("a ring of at most 65536 slots");
+        let (layout, at) = Layout::new::<Header>()
+            .extend(columns)
+            .expect("a ring of at most 65536 slots");
+        debug_assert_eq!(at, COLUMNS_AT);
+        layout.pad_to_align()
+    }
+
+    /// The block pointer for the allocation at `p` with `n` columns.
+    fn fat(p: *mut u8, n: usize) -> *mut Block {
+        std::ptr::slice_from_raw_parts_mut(p.cast::<f64>(), n) as *mut Block
+    }
+
+    /// A block of `head` and a copy of `columns`, in one allocation.
+    fn alloc(head: Header, columns: &[f64]) -> Box<Block> {
+        let n = columns.len();
+        let layout = Block::layout(n);
+        // SAFETY: `layout` has a non-zero size (the header's at least). The allocation is
+        // written in full before the box is made: the header at offset 0 (its layout's
+        // alignment is the allocation's) and the `n` columns at `COLUMNS_AT`, where
+        // `repr(C)` puts `Block::columns`; `layout` is the one `Box` frees it with
+        // (`Layout::for_value` of the block: header, `n` words, padded to the alignment).
+        let block = unsafe {
+            let p = alloc(layout);
+            if p.is_null() {
+                handle_alloc_error(layout);
+            }
+            p.cast::<Header>().write(head);
+            std::ptr::copy_nonoverlapping(columns.as_ptr(), p.add(COLUMNS_AT).cast(), n);
+            Box::from_raw(Block::fat(p, n))
+        };
+        debug_assert_eq!(Layout::for_value(&*block), layout);
+        block
     }
 
     #[inline]
@@ -138,10 +227,26 @@ impl Block {
             .then(|| Summary::from_offsets(self.cur_start, self.prefix, self.offsets))
     }
 
+    /// The values of the samples after the one in progress ([`Samples::tail`]).
+    #[inline]
+    fn tail(&self) -> &[f64] {
+        self.columns[..self.len as usize]
+            .get(self.cur as usize + 1..)
+            .unwrap_or(&[])
+    }
+
+    /// Asks the CPU to bring the ring's columns into cache (a hint).
+    #[inline]
+    fn prefetch_ring(&self) {
+        for line in self.columns.chunks(8) {
+            crate::prefetch(line.as_ptr());
+        }
+    }
+
     /// The ring with the accumulator word `word` folded into the sample in progress.
     fn folded(&self, word: u128) -> Samples {
         let (value, offset, _) = unpack(word);
-        let mut samples = self.samples.clone();
+        let mut samples = Samples::from_raw(self.cur, &self.columns);
         samples.set_current(value, self.base + offset);
         samples
     }
@@ -164,7 +269,7 @@ impl RateCell {
     /// An empty sensor with `bound`.
     pub fn new(bound: Bound) -> Self {
         RateCell {
-            block: AtomicBox::new(Block::new(Samples::new(), bound, false)),
+            block: AtomicBox::from_box(Block::new(Samples::new(), bound, false)),
         }
     }
 
@@ -284,7 +389,7 @@ impl RateCell {
                     let (rate, window) = if block.whole {
                         summary.rate_of_whole(cfg, t, updated)
                     } else {
-                        summary.rate(cfg, t, updated, block.samples.tail())
+                        summary.rate(cfg, t, updated, block.tail())
                     };
                     verdict(rate, bound, window)
                 }
@@ -302,7 +407,7 @@ impl RateCell {
                 return if block.whole {
                     summary.rate_of_whole(cfg, t, current).0
                 } else {
-                    summary.rate(cfg, t, current, block.samples.tail()).0
+                    summary.rate(cfg, t, current, block.tail()).0
                 };
             }
         }
@@ -349,7 +454,7 @@ impl RateCell {
             let block = loaded.get();
             // The copy below reads the whole ring, which in-place records do not touch
             // (often not in cache): start bringing it in before the seal's atomic.
-            block.samples.prefetch();
+            block.prefetch_ring();
             let Some(word) = seal(&block.acc) else {
                 continue;
             };
@@ -357,7 +462,7 @@ impl RateCell {
             let mut bound = block.bound();
             let mut absent = block.absent;
             let (result, summary) = change(&mut samples, &mut bound, &mut absent);
-            let next = Box::new(Block::with_summary(samples, summary, bound, absent));
+            let next = Block::with_summary(samples, summary, bound, absent);
             if self.block.replace(loaded, next, guard).is_ok() {
                 return result;
             }
@@ -389,8 +494,29 @@ mod tests {
     use crate::quota::check_bound;
 
     #[test]
-    fn a_block_is_96_bytes() {
-        assert_eq!(std::mem::size_of::<Block>(), 96);
+    fn a_header_is_80_bytes_and_a_block_adds_its_columns() {
+        assert_eq!(std::mem::size_of::<Header>(), 80);
+        let mut samples = Samples::new();
+        let cfg = WindowConfig::new(3, 100).unwrap();
+        for t in [0, 100, 200] {
+            samples.record(&cfg, 1.5, t);
+        }
+        let block = Block::new(
+            samples.clone(),
+            Bound {
+                value: None,
+                generation: 7,
+            },
+            false,
+        );
+        assert_eq!(std::mem::size_of_val(&*block), 80 + 3 * 4 * 8);
+        assert_eq!(&block.columns, samples.raw().1);
+        assert_eq!(block.tail(), samples.tail());
+        let thin = Block::into_thin(block);
+        // SAFETY: `thin` came from `into_thin` just above and is freed once, here.
+        let block = unsafe { Box::from_raw(Block::from_thin(thin).as_ptr()) };
+        assert_eq!((block.cur, block.len, block.columns.len()), (2, 3, 12));
+        assert_eq!(block.folded(block.acc.load()), samples);
     }
 
     #[test]

@@ -173,6 +173,22 @@ impl Samples {
         }
     }
 
+    /// The index of the sample in progress and the ring's columns (see the type's
+    /// documentation), for a caller that keeps them in its own allocation.
+    pub(crate) fn raw(&self) -> (u32, &[f64]) {
+        (self.cur, &self.columns)
+    }
+
+    /// The ring [`Self::raw`] gave these parts of.
+    pub(crate) fn from_raw(cur: u32, columns: &[f64]) -> Samples {
+        debug_assert_eq!(columns.len() % 4, 0);
+        Samples {
+            cur,
+            len: (columns.len() / 4) as u32,
+            columns: columns.into(),
+        }
+    }
+
     /// Heap bytes this ring holds (its slots), for memory accounting.
     pub fn heap_bytes(&self) -> usize {
         std::mem::size_of_val(&*self.columns)
