@@ -314,14 +314,10 @@ class Tally:
         self.pending: list[npt.NDArray[np.int64]] = []  # rows: scenario, throttle, columns
         self.comparison: dict[int, list[int]] = {}
 
-    def add(
-        self,
-        scenario: int,
-        out: dict[str, npt.NDArray[Any]],
-        pick: slice | npt.NDArray[np.int64],
-        live: pa.Array | None,
-    ) -> None:
-        throttle = np.asarray(out[THROTTLE][pick], dtype=np.int64)
+    def add(self, scenario: int, out: dict[str, npt.NDArray[Any]], live: pa.Array | None) -> None:
+        """Count one scenario's results ``out`` of a batch (``live``: the broker's own
+        throttle of each row, when the traffic has it)."""
+        throttle = np.asarray(out[THROTTLE], dtype=np.int64)
         n = len(throttle)
         if not n:
             return
@@ -330,8 +326,8 @@ class Tally:
         rows[:, 1] = throttle
         rows[:, 2] = 1
         for i, name in enumerate(_TYPE_THROTTLES):
-            rows[:, 3 + i] = np.asarray(out[name][pick]) > 0
-        rows[:, 6] = rows[:, 7] = np.asarray(out[ADDED_LATENCY][pick], dtype=np.int64)
+            rows[:, 3 + i] = np.asarray(out[name]) > 0
+        rows[:, 6] = rows[:, 7] = np.asarray(out[ADDED_LATENCY], dtype=np.int64)
         self.pending.append(_grouped(rows))
         if sum(len(p) for p in self.pending) >= _TALLY_COMPACT:
             self.pending = [_grouped(np.concatenate(self.pending))]
@@ -355,12 +351,13 @@ class Tally:
         """Rows of scenario, applied throttle and :data:`TALLY_COLUMNS`, one per distinct
         (scenario, throttle), in that order."""
         if not self.pending:
-            return np.empty((0, 2 + len(TALLY_COLUMNS)), dtype=np.int64)
+            return _NO_TALLY
         self.pending = [_grouped(np.concatenate(self.pending))]
         return self.pending[0]
 
 
 _TALLY_COMPACT: Final = 100_000
+_NO_TALLY: Final = np.empty((0, 2 + len(TALLY_COLUMNS)), dtype=np.int64)
 
 
 def _summed(old: list[int] | None, row: list[int]) -> list[int]:
@@ -394,7 +391,7 @@ def tally_frames(
     throttle_counts` returns, and :func:`~kquota.backtest.summaries.broker_comparison`'s
     (``None`` when no broker had the live throttles)."""
     tables = [tally.by_throttle for tally in parts.values()]
-    merged = _grouped(np.concatenate(tables)) if tables else np.empty((0, 8), dtype=np.int64)
+    merged = _grouped(np.concatenate(tables)) if tables else _NO_TALLY
     compared: dict[int, list[int]] = {}
     for tally in parts.values():
         for scenario, row in tally.comparison.items():
@@ -692,7 +689,7 @@ def _emit(
         if plan.tallies is not None:
             live = _live_throttles(own)
             for s, results in enumerate(per):
-                state.tally.add(s, results, slice(None), live)
+                state.tally.add(s, results, live)
         yield _wide(plan, labels, own, per)
         return
     # closed loop: each held row's results land in its batch's buffers as its scenarios
@@ -715,7 +712,7 @@ def _emit(
         if plan.tallies is not None:
             live = _live_throttles(rows)
             for s, results in enumerate(per):
-                state.tally.add(s, results, slice(None), live)
+                state.tally.add(s, results, live)
         yield _wide(plan, labels, rows, per)
 
 
