@@ -19,8 +19,8 @@ Steps (each Spark action is announced by :class:`~kquota.backtest.session.Progre
    or closed loop; each row comes out once, with every scenario's results. ``--partition
    sensor`` (open loop) resolves the sensors first (Arrow UDF), then groups by (broker,
    request-quota sensor) for the request quota and by (broker, API, byte-rate sensor) for
-   produce and fetch (a sensor always falls into one group, replayed in time order; more parallel
-   than there are brokers);
+   produce and fetch (a sensor always falls into one group, replayed in time order; more
+   parallel than there are brokers);
 5. write ``DIR/requests/`` (each request once, its input columns and every scenario's
    results: :mod:`~kquota.backtest.outputs`); ``DIR/entities/`` (one row per
    sensor) from the kernels' summaries, sent back with the replay (by sensor: aggregated
@@ -48,25 +48,17 @@ from typing import TYPE_CHECKING, Any, cast
 
 import pyarrow as pa  # type: ignore[import-untyped]
 
-from kquota.backtest import inputs, kernel, report, requestlog, stages, summaries
+from kquota.backtest import inputs, kernel, outputs, report, requestlog, stages, summaries
 from kquota.backtest.inputs import STANDARD
 from kquota.backtest.kernel import (
-    ADDED_LATENCY,
     API,
     BROKER,
     CLIENT,
-    FETCH_THROTTLE,
-    MUTATION_THROTTLE,
     PARTITIONS,
-    PRODUCE_THROTTLE,
-    REFUSED_PARTITIONS,
-    REQUEST_THROTTLE,
     SENSOR_CLIENT,
     SENSOR_USER,
-    SENT,
     SEQ_COLUMNS,
     THREAD,
-    THROTTLE,
     TS,
     USER,
 )
@@ -74,7 +66,6 @@ from kquota.backtest.options import (
     REASON,
     REQUEST_SENSOR_CLIENT,
     REQUEST_SENSOR_USER,
-    SCENARIO,
     BacktestOptions,
     BacktestResult,
 )
@@ -373,23 +364,9 @@ def _with_field(schema: StructType, *fields: tuple[str, DataType]) -> StructType
 
 def _results_field(mutations: bool) -> tuple[str, DataType]:
     """The :data:`~kquota.backtest.outputs.RESULTS` column: a list of every scenario's results."""
-    from pyspark.sql.types import ArrayType, IntegerType, LongType, StringType, StructField
-    from pyspark.sql.types import StructType as Struct
+    from pyspark.sql.pandas.types import from_arrow_type
 
-    int32 = IntegerType()
-    fields = [
-        (SCENARIO, StringType()),
-        (PRODUCE_THROTTLE, int32),
-        (FETCH_THROTTLE, int32),
-        (REQUEST_THROTTLE, int32),
-        (THROTTLE, int32),
-        (SENT, LongType()),
-        (ADDED_LATENCY, LongType()),
-    ]
-    if mutations:
-        fields += [(MUTATION_THROTTLE, int32), (REFUSED_PARTITIONS, int32)]
-    struct = Struct([StructField(name, kind, True) for name, kind in fields])
-    return RESULTS, ArrayType(struct, True)
+    return RESULTS, from_arrow_type(outputs.results_type(mutations))
 
 
 def _tag_fields() -> list[tuple[str, DataType]]:

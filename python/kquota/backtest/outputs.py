@@ -31,7 +31,7 @@ from kquota.backtest.options import RESULT_COLUMNS
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-__all__ = ["RESULTS", "read_requests", "scenario_rows", "wide_results"]
+__all__ = ["RESULTS", "read_requests", "results_type", "scenario_rows", "wide_results"]
 
 RESULTS: Final = "results"
 """The column of ``DIR/requests/`` with every scenario's results of the request (a list of
@@ -83,24 +83,33 @@ def read_requests(path: str | Path, scenario: str | None = None) -> pd.DataFrame
     return frame
 
 
+def results_type(mutations: bool) -> pa.DataType:
+    """The Arrow type of :data:`RESULTS`: a list of structs of the scenario's label and its
+    results (with ``mutations`` also :data:`~kquota.backtest.kernel.MUTATION_RESULTS`)."""
+    names = [*RESULT_COLUMNS[1:], *(MUTATION_RESULTS if mutations else ())]
+    fields = [pa.field(RESULT_COLUMNS[0], pa.string())]
+    fields += [pa.field(name, _INT64.get(name, pa.int32())) for name in names]
+    return pa.list_(pa.struct(fields))
+
+
 def wide_results(
     labels: pa.Array, results: list[dict[str, np.ndarray]], mutations: bool
 ) -> pa.Array:
     """The :data:`RESULTS` column of ``n`` requests: ``labels`` (one string per scenario)
-    and, per scenario, its result arrays of length ``n`` by name (the integer columns of
-    :data:`~kquota.backtest.options.RESULT_COLUMNS`, with ``mutations`` also
-    :data:`~kquota.backtest.kernel.MUTATION_RESULTS`)."""
+    and, per scenario, its result arrays of length ``n`` by name (the fields of
+    :func:`results_type` after the label)."""
     k = len(results)
     n = len(next(iter(results[0].values()))) if k else 0
-    names = [*RESULT_COLUMNS[1:], *(MUTATION_RESULTS if mutations else ())]
+    struct = results_type(mutations).value_type
     fields = [labels.take(pa.array(np.tile(np.arange(k, dtype=np.int32), n)))]
-    for name in names:
+    for field in list(struct)[1:]:
         # row-major: request i's entries are i*k .. i*k+k-1
-        stacked = np.stack([np.asarray(r[name]) for r in results], axis=1).ravel()
-        fields.append(pa.array(stacked, _TYPES.get(name, pa.int32())))
-    values = pa.StructArray.from_arrays(fields, names=[RESULT_COLUMNS[0], *names])
+        stacked = np.stack([np.asarray(r[field.name]) for r in results], axis=1).ravel()
+        fields.append(pa.array(stacked, field.type))
+    values = pa.StructArray.from_arrays(fields, fields=list(struct))
     offsets = pa.array(np.arange(0, k * n + 1, k, dtype=np.int32))
     return pa.ListArray.from_arrays(offsets, values)
 
 
-_TYPES: Final = {SENT: pa.int64(), ADDED_LATENCY: pa.int64()}
+_INT64: Final = {SENT: pa.int64(), ADDED_LATENCY: pa.int64()}
+"""The results kept in 64 bits (times); the others are 32-bit."""

@@ -626,9 +626,6 @@ def replay(plan: ReplayPlan, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.R
         plan.peak_rss.add(worker_peak_rss())
 
 
-_INT64_RESULTS: Final = frozenset((SENT, ADDED_LATENCY))
-
-
 def _result_names(plan: ReplayPlan) -> tuple[str, ...]:
     """The kernel's result arrays each scenario's entry of :data:`outputs.RESULTS` holds."""
     names = RESULT_COLUMNS[1:]
@@ -638,10 +635,8 @@ def _result_names(plan: ReplayPlan) -> tuple[str, ...]:
 def _buffers(plan: ReplayPlan, n: int) -> dict[str, npt.NDArray[Any]]:
     """Closed loop: room for every scenario's results of ``n`` held rows."""
     k = len(plan.labels)
-    return {
-        name: np.zeros((k, n), dtype=np.int64 if name in _INT64_RESULTS else np.int32)
-        for name in _result_names(plan)
-    }
+    fields = list(outputs.results_type(plan.mutations).value_type)[1:]
+    return {f.name: np.zeros((k, n), dtype=f.type.to_pandas_dtype()) for f in fields}
 
 
 def _wide(
