@@ -159,6 +159,8 @@ def test_requests_hold_each_request_once_with_every_scenario(
     )
     one = outputs.read_requests(out / "requests", scenario=result.scenarios[1])
     pd.testing.assert_frame_equal(one, want.reset_index(drop=True))
+    none = outputs.read_requests(out / "requests", scenario="no such label")
+    assert none.empty and list(none.columns) == list(pandas_rows.columns)
 
 
 def test_sensor_tags_are_the_cores(

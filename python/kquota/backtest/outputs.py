@@ -56,7 +56,9 @@ def scenario_rows(requests: DataFrame, scenario: int | None = None) -> DataFrame
 def read_requests(path: str | Path, scenario: str | None = None) -> pd.DataFrame:
     """``DIR/requests/`` as a pandas frame of one row per request and scenario (scenario by
     scenario, in ``--scale`` order), as :func:`scenario_rows` gives it; ``scenario``: only
-    that scenario's rows (its label, such as ``x2``). For outputs that fit in memory."""
+    that scenario's rows (its label, such as ``x2``; only those are built). For outputs
+    that fit in memory."""
+    import pyarrow.compute as pc  # type: ignore[import-untyped]
     import pyarrow.parquet as pq  # type: ignore[import-untyped]
 
     table = pq.read_table(str(path))
@@ -71,16 +73,17 @@ def read_requests(path: str | Path, scenario: str | None = None) -> pd.DataFrame
     if not (lengths == per_row).all():
         raise ValueError(f"{str(path)!r}: the rows do not all have {per_row} scenario results")
     values = nested.flatten()  # row-major: the scenarios of row 0, then of row 1, ...
-    order = np.arange(len(values)).reshape(-1, per_row).T.ravel()  # scenario-major
-    rows = np.repeat(np.arange(table.num_rows), per_row).reshape(-1, per_row).T.ravel()
+    if scenario is None:
+        order = np.arange(len(values)).reshape(-1, per_row).T.ravel()  # scenario-major
+    else:  # only that scenario's entries are taken, in row order
+        label = pc.fill_null(pc.equal(values.field(RESULT_COLUMNS[0]), scenario), False)
+        order = np.flatnonzero(label.to_numpy(zero_copy_only=False))
+    rows = order // per_row  # entry i belongs to row i // per_row
     columns = {n: rest.column(n).take(pa.array(rows)) for n in rest.column_names}
     ordered = values.take(pa.array(order))
     for field in ordered.type:
         columns[field.name] = ordered.field(field.name)
-    frame = pa.table(columns).to_pandas()
-    if scenario is not None:
-        frame = frame[frame[RESULT_COLUMNS[0]] == scenario].reset_index(drop=True)
-    return frame
+    return pa.table(columns).to_pandas()
 
 
 def results_type(mutations: bool) -> pa.DataType:
