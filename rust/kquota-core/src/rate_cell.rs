@@ -58,9 +58,7 @@ use std::sync::atomic::{fence, AtomicI32, AtomicI64, AtomicU32, AtomicU64};
 
 use crate::cow::{AtomicBox, AtomicWord, Guard, Thin};
 use crate::quota::{verdict, Check};
-use crate::samples::{
-    exact_others_sum, small_whole, Samples, Summary, WindowConfig, EXACT_LIMIT,
-};
+use crate::samples::{exact_others_sum, small_whole, Samples, Summary, WindowConfig, EXACT_LIMIT};
 
 /// The accumulator's high half: the seal bit, the claim bit, the parity (the view in
 /// force), then the last-event offset.
