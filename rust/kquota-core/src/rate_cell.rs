@@ -58,7 +58,9 @@ use std::sync::atomic::{fence, AtomicI32, AtomicI64, AtomicU32, AtomicU64};
 
 use crate::cow::{AtomicBox, AtomicWord, Guard, Thin};
 use crate::quota::{verdict, Check};
-use crate::samples::{exact_others_sum, small_whole, Samples, Summary, WindowConfig, EXACT_LIMIT};
+use crate::samples::{
+    exact_others_sum, slot_obsolete, small_whole, Samples, Summary, WindowConfig, EXACT_LIMIT,
+};
 
 /// The accumulator's high half: the seal bit, the claim bit, the parity (the view in
 /// force), then the last-event offset.
@@ -113,12 +115,14 @@ pub struct Bound {
     pub generation: u64,
 }
 
-/// Flags in [`View::cur`]'s high half (the low half is the index: a ring has at most
-/// 65536 slots).
+/// [`View::cur`]: the index in the low 16 bits (a ring has at most 65536 slots), three
+/// flags, then the number of slots the open that made this state purged.
+const INDEX: u32 = 0xffff;
 const HAS_SUMMARY: u32 = 1 << 16;
 const WHOLE: u32 = 1 << 17;
 const OPENED: u32 = 1 << 18;
-const INDEX: u32 = 0xffff;
+const PURGED_SHIFT: u32 = 19;
+const MAX_PURGED: usize = (1 << (32 - PURGED_SHIFT)) - 1;
 
 /// What the hot path reads of one state of the ring: the summary (its times as 32-bit
 /// offsets, [`Summary::to_offsets`]; none is kept when they do not fit) and the index of
@@ -132,12 +136,15 @@ struct View {
     /// the one in progress ([`exact_others_sum`]).
     prefix: AtomicU64,
     offsets: [AtomicI32; 3],
-    /// The sample in progress's index, and the `HAS_SUMMARY`, `WHOLE` and `OPENED` flags:
-    /// `WHOLE` when the prefix is the others' exact sum and the accumulator's value is
-    /// [`small_whole`] (an in-place record keeps it so): then a record or a measurement
-    /// reads no slot of the ring. `OPENED` when this state was reached by an in-place open
-    /// (then an in-place record's time is at or after the start; see the module
-    /// documentation).
+    /// The sample in progress's index, the `HAS_SUMMARY`, `WHOLE` and `OPENED` flags and
+    /// the purged count: `WHOLE` when the prefix is the others' exact sum and the
+    /// accumulator's value is [`small_whole`] (an in-place record keeps it so): then a
+    /// record or a measurement reads no slot of the ring. `OPENED` when this state was
+    /// reached by an in-place open (then an in-place record's time is at or after the
+    /// start; see the module documentation). The purged count `p`: that open's check
+    /// purged the `p` slots after the sample in progress (the oldest ones); this state
+    /// holds them as re-initialised at its start, whatever their words in the ring say
+    /// (the next open writes them).
     cur: AtomicU32,
 }
 
@@ -166,6 +173,11 @@ impl ViewData {
     #[inline]
     fn flag(&self, flag: u32) -> bool {
         self.cur & flag != 0
+    }
+
+    #[inline]
+    fn purged(&self) -> usize {
+        (self.cur >> PURGED_SHIFT) as usize
     }
 
     #[inline]
@@ -277,6 +289,7 @@ unsafe impl Thin for Block {
 }
 
 /// The column offsets of [`Samples::raw`]: values, counts, starts, last events.
+const COUNT: usize = 1;
 const START: usize = 2;
 const LAST: usize = 3;
 
@@ -414,10 +427,15 @@ impl Block {
             .iter()
             .map(|w| f64::from_bits(w.load(Relaxed)))
             .collect();
-        let mut samples = Samples::from_columns(view.index() as u32, columns);
+        let cur = view.index();
+        let mut samples = Samples::from_columns(cur as u32, columns);
         samples.set_current(acc.value, self.base + acc.offset);
         if view.flag(HAS_SUMMARY) {
             samples.set_current_start(view.cur_start);
+        }
+        let len = self.len as usize;
+        for k in 1..=view.purged().min(len.saturating_sub(1)) {
+            samples.purge_slot((cur + k) % len, view.cur_start);
         }
         samples
     }
@@ -621,25 +639,41 @@ impl RateCell {
         }
         let acc = unpack(word);
         let (cur, closed_last) = (view.index(), block.base + acc.offset);
-        if cur >= len {
+        let purged_before = view.purged();
+        if cur >= len || purged_before >= len {
             return Opened::Retry; // a torn view: the state changed
         }
-        // Samples::record in a full ring: the next slot is reset at `t` and takes `value`.
+        // Samples::record in a full ring: the next slot is reset at `t` and takes `value`;
+        // then (with `check`) the measurement purges every obsolete slot. In place only
+        // when those are the oldest ones, the run right after the next slot.
         let next = if cur + 1 >= len { 0 } else { cur + 1 };
         let updated = 0.0 + value;
         // The state after the open: the others' exact sum and the summary's times.
         let (mut others, mut magnitude) = (0.0, 0.0);
         let mut min_start = t;
         let (mut min_last, mut max_last) = (i64::MAX, i64::MIN);
-        for i in (0..len).filter(|&i| i != next) {
+        let mut purged = 0;
+        for k in 1..len {
+            let i = (next + k) % len;
             let (v, start, last) = if i == cur {
                 (acc.value, view.cur_start, closed_last)
+            } else if (i + len - cur) % len <= purged_before {
+                (0.0, view.cur_start, view.cur_start)
             } else {
                 (
                     block.value(i),
                     block.word(START, i) as i64,
                     block.word(LAST, i) as i64,
                 )
+            };
+            let (v, start, last) = if check && slot_obsolete(cfg, last, t) {
+                if purged + 1 != k || i == cur || purged == MAX_PURGED {
+                    return Opened::No;
+                }
+                purged += 1;
+                (0.0, t, t)
+            } else {
+                (v, start, last)
             };
             if !small_whole(v) {
                 return Opened::No;
@@ -669,15 +703,24 @@ impl RateCell {
         }
         // A reader of an older state that reads what follows sees this claim first.
         fence(Release);
+        // The words the current state does not read from the ring: the sample in
+        // progress's (closed now) and those of the slots its own open purged.
         block.set_word(0, cur, acc.value.to_bits());
         block.set_word(START, cur, view.cur_start as u64);
         block.set_word(LAST, cur, closed_last as u64);
+        for k in 1..=purged_before {
+            let i = (cur + k) % len;
+            block.set_word(0, i, 0.0f64.to_bits());
+            block.set_word(COUNT, i, 0);
+            block.set_word(START, i, view.cur_start as u64);
+            block.set_word(LAST, i, view.cur_start as u64);
+        }
         let parity = 1 - acc.parity;
         block.views[parity].store(&ViewData {
             cur_start: t,
             prefix: others,
             offsets,
-            cur: next as u32 | HAS_SUMMARY | WHOLE | OPENED,
+            cur: next as u32 | HAS_SUMMARY | WHOLE | OPENED | (purged as u32) << PURGED_SHIFT,
         });
         // Publish; fails only if another thread sealed the claimed word.
         if block
@@ -874,9 +917,10 @@ mod tests {
         &**cell.block.load(guard).get()
     }
 
-    #[test]
-    fn a_new_sample_in_a_full_whole_ring_opens_in_place() {
-        let cfg = WindowConfig::new(3, 100).unwrap();
+    /// Records `n` whole values every `step` ms with checks, comparing every check, the
+    /// samples and a later measurement with plain samples; returns how many new samples
+    /// were opened in place and how many took a new block.
+    fn opens(cfg: WindowConfig, step: i64, n: i64) -> (usize, usize) {
         let cell = RateCell::new(Bound {
             value: Some(1e9),
             generation: 0,
@@ -884,11 +928,9 @@ mod tests {
         let mut plain = Samples::new();
         let keep = BoundSource::<fn() -> Option<f64>>::Keep;
         let guard = pin();
-        let (mut in_place, mut grown) = (0, 0);
-        // A record every 30 ms: a new sample every 4 records (at 0, 120, 240, ...); the
-        // ring (4 slots) is full from 360 ms on.
-        for i in 0..200i64 {
-            let t = i * 30;
+        let (mut in_place, mut new_block) = (0, 0);
+        for i in 0..n {
+            let t = i * step;
             let v = (i % 7 * 100) as f64;
             let before = block_address(&cell, &guard);
             let starts_sample = plain
@@ -903,7 +945,7 @@ mod tests {
                 if before == block_address(&cell, &guard) {
                     in_place += 1;
                 } else {
-                    grown += 1;
+                    new_block += 1;
                 }
             }
             let observe = |s: &Samples| -> Vec<(u64, i64, i64)> {
@@ -915,14 +957,33 @@ mod tests {
             let snapshot = cell.samples(&guard);
             assert_eq!(snapshot.current_index(), plain.current_index(), "t={t}");
             assert_eq!(observe(&snapshot), observe(&plain), "t={t}");
-            let later = t + 7;
-            assert_eq!(
-                cell.measure(&cfg, later, &guard).to_bits(),
-                plain.clone().measure_rate(&cfg, later).0.to_bits()
-            );
+            if i % 3 == 0 {
+                let later = t + step / 4;
+                assert_eq!(
+                    cell.measure(&cfg, later, &guard).to_bits(),
+                    plain.measure_rate(&cfg, later).0.to_bits(),
+                    "t={later}"
+                );
+            }
         }
-        // Every new sample once the ring is full; the three that grow it take a new block.
-        assert_eq!((in_place, grown), (46, 3));
+        (in_place, new_block)
+    }
+
+    #[test]
+    fn a_new_sample_in_a_full_whole_ring_opens_in_place() {
+        // A record every 30 ms, windows of 100: a new sample every 4 records (at 0, 120,
+        // 240, ...); the ring (4 slots) is full from 360 ms on. Every new sample from
+        // then on opens in place; the three that grow the ring take a new block.
+        assert_eq!(opens(WindowConfig::new(3, 100).unwrap(), 30, 200), (46, 3));
+    }
+
+    #[test]
+    fn an_open_in_place_purges_the_oldest_samples() {
+        // Kafka's defaults and a record every 156 ms (the record benchmark's 10^4 keys):
+        // windows of 1092 ms, so at each new sample the oldest other one is obsolete and
+        // the check purges it. Still in place, but for the 11 new samples that grow the
+        // ring.
+        assert_eq!(opens(WindowConfig::QUOTA_DEFAULT, 156, 3000), (417, 11));
     }
 
     #[test]

@@ -376,6 +376,11 @@ impl Samples {
         }
     }
 
+    /// Re-initialises slot `i` at `t`, as a purge does.
+    pub(crate) fn purge_slot(&mut self, i: usize, t: i64) {
+        self.reset(i, t);
+    }
+
     /// Replaces the start of the sample in progress (no-op when empty).
     pub(crate) fn set_current_start(&mut self, start: i64) {
         if let Some(i) = self.current_index() {
