@@ -58,9 +58,7 @@ use std::sync::atomic::{fence, AtomicI32, AtomicI64, AtomicU32, AtomicU64};
 
 use crate::cow::{AtomicBox, AtomicWord, Guard, Thin};
 use crate::quota::{verdict, Check};
-use crate::samples::{
-    exact_others_sum, slot_obsolete, small_whole, Samples, Summary, WindowConfig, EXACT_LIMIT,
-};
+use crate::samples::{exact_others_sum, small_whole, Samples, Summary, WindowConfig, EXACT_LIMIT};
 
 /// The accumulator's high half: the seal bit, the claim bit, the parity (the view in
 /// force), then the last-event offset.
@@ -648,42 +646,61 @@ impl RateCell {
         // when those are the oldest ones, the run right after the next slot.
         let next = if cur + 1 >= len { 0 } else { cur + 1 };
         let updated = 0.0 + value;
-        // The state after the open: the others' exact sum and the summary's times.
-        let (mut others, mut magnitude) = (0.0, 0.0);
-        let mut min_start = t;
-        let (mut min_last, mut max_last) = (i64::MAX, i64::MIN);
-        let mut purged = 0;
-        for k in 1..len {
-            let i = (next + k) % len;
-            let (v, start, last) = if i == cur {
-                (acc.value, view.cur_start, closed_last)
-            } else if (i + len - cur) % len <= purged_before {
-                (0.0, view.cur_start, view.cur_start)
-            } else {
-                (
-                    block.value(i),
-                    block.word(START, i) as i64,
-                    block.word(LAST, i) as i64,
-                )
-            };
-            let (v, start, last) = if check && slot_obsolete(cfg, last, t) {
-                if purged + 1 != k || i == cur || purged == MAX_PURGED {
-                    return Opened::No;
-                }
-                purged += 1;
-                (0.0, t, t)
-            } else {
-                (v, start, last)
-            };
-            if !small_whole(v) {
+        // The state after the open, slot by slot from the oldest (right after the next
+        // slot) to the closed one: the others' exact sum and the summary's times.
+        let mut scan = Scan {
+            check,
+            t,
+            horizon: cfg.horizon_ms(),
+            seen: 0,
+            purged: 0,
+            others: 0.0,
+            magnitude: 0.0,
+            min_start: t,
+            min_last: i64::MAX,
+            max_last: i64::MIN,
+        };
+        // The slots this state holds as purged (at its start), but the next one.
+        let cs = view.cur_start;
+        let held = purged_before.max(1);
+        for _ in 1..held {
+            if !scan.visit(0.0, cs, cs) {
                 return Opened::No;
             }
-            others += v;
-            magnitude += v.abs();
-            min_start = min_start.min(start);
-            min_last = min_last.min(last);
-            max_last = max_last.max(last);
         }
+        // Then the ring's own words, in two contiguous runs (no index wraps inside one).
+        let (values, rest) = block.columns.split_at(len);
+        let (starts, lasts) = (&rest[len..2 * len], &rest[2 * len..]);
+        let from = next + held;
+        let from = if from >= len { from - len } else { from };
+        let count = len - 1 - held;
+        let first = (len - from).min(count);
+        for range in [from..from + first, 0..count - first] {
+            let slots = values[range.clone()]
+                .iter()
+                .zip(&starts[range.clone()])
+                .zip(&lasts[range]);
+            for ((v, start), last) in slots {
+                let v = f64::from_bits(v.load(Relaxed));
+                let (start, last) = (start.load(Relaxed) as i64, last.load(Relaxed) as i64);
+                if !scan.visit(v, start, last) {
+                    return Opened::No;
+                }
+            }
+        }
+        // The closed sample last: never purged in place.
+        let purged = scan.purged;
+        if !scan.visit(acc.value, cs, closed_last) || scan.purged != purged {
+            return Opened::No;
+        }
+        let Scan {
+            others,
+            magnitude,
+            min_start,
+            min_last,
+            max_last,
+            ..
+        } = scan;
         let summary = Summary::of_parts(t, min_start, min_last, max_last, others);
         let Some((_, _, offsets)) = summary.to_offsets() else {
             return Opened::No;
@@ -824,6 +841,47 @@ impl RateCell {
                 return result;
             }
         }
+    }
+}
+
+/// The state after an in-place open, as [`RateCell::open`] builds it slot by slot (all
+/// but the next one, from the oldest).
+struct Scan {
+    check: bool,
+    t: i64,
+    horizon: i64,
+    /// Slots visited, and how many of them (the first ones) the check purges.
+    seen: usize,
+    purged: usize,
+    others: f64,
+    magnitude: f64,
+    min_start: i64,
+    min_last: i64,
+    max_last: i64,
+}
+
+impl Scan {
+    /// Adds a slot; `false` if the open cannot be in place (an obsolete slot after one
+    /// that is not, or a value that is not [`small_whole`]).
+    #[inline]
+    fn visit(&mut self, v: f64, start: i64, last: i64) -> bool {
+        self.seen += 1;
+        // Kafka's purge (`slot_obsolete`, Java's wrapping subtraction).
+        let (v, start, last) = if self.check && self.t.wrapping_sub(last) >= self.horizon {
+            if self.purged + 1 != self.seen || self.purged == MAX_PURGED {
+                return false;
+            }
+            self.purged += 1;
+            (0.0, self.t, self.t)
+        } else {
+            (v, start, last)
+        };
+        self.others += v;
+        self.magnitude += v.abs();
+        self.min_start = self.min_start.min(start);
+        self.min_last = self.min_last.min(last);
+        self.max_last = self.max_last.max(last);
+        small_whole(v)
     }
 }
 
