@@ -558,6 +558,11 @@ impl RateCell {
         };
         loop {
             let block = self.block.load(guard).get();
+            // Which view to read depends on the accumulator: ask for the header's lines
+            // together rather than one after the other.
+            let head: *const Header = &block.head;
+            crate::prefetch(head);
+            crate::prefetch(head.cast::<u8>().wrapping_add(64));
             let word = block.acc.load();
             let acc = unpack(word);
             let view = block.views[acc.parity].load();
@@ -635,6 +640,9 @@ impl RateCell {
         {
             return Opened::No;
         }
+        // The scan below reads a slot's words in three columns, which in-place records do
+        // not touch (often not in cache): bring the lines in together, not one by one.
+        block.prefetch_ring();
         let acc = unpack(word);
         let (cur, closed_last) = (view.index(), block.base + acc.offset);
         let purged_before = view.purged();
