@@ -632,6 +632,8 @@ impl RateCell {
         off: i64,
         check: bool,
     ) -> Opened {
+        // Kafka measures (and so purges) after a record only when it checks a bound.
+        let check = check && block.has_bound;
         let len = block.len as usize;
         if !view.flag(WHOLE)
             || len != cfg.ring_len()
