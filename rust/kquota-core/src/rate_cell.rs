@@ -119,7 +119,8 @@ const INDEX: u32 = 0xffff;
 const HAS_SUMMARY: u32 = 1 << 16;
 const WHOLE: u32 = 1 << 17;
 const OPENED: u32 = 1 << 18;
-const PURGED_SHIFT: u32 = 19;
+const NONNEG: u32 = 1 << 19;
+const PURGED_SHIFT: u32 = 20;
 const MAX_PURGED: usize = (1 << (32 - PURGED_SHIFT)) - 1;
 
 /// What the hot path reads of one state of the ring: the summary (its times as 32-bit
@@ -134,8 +135,9 @@ struct View {
     /// the one in progress ([`exact_others_sum`]).
     prefix: AtomicU64,
     offsets: [AtomicI32; 3],
-    /// The sample in progress's index, the `HAS_SUMMARY`, `WHOLE` and `OPENED` flags and
-    /// the purged count: `WHOLE` when the prefix is the others' exact sum and the
+    /// The sample in progress's index, the `HAS_SUMMARY`, `WHOLE`, `OPENED` and `NONNEG`
+    /// flags and the purged count: `NONNEG` when, besides, no other sample's value is
+    /// negative (then the prefix is also the sum of the others' magnitudes). `WHOLE` when the prefix is the others' exact sum and the
     /// accumulator's value is [`small_whole`] (an in-place record keeps it so): then a
     /// record or a measurement reads no slot of the ring. `OPENED` when this state was
     /// reached by an in-place open (then an in-place record's time is at or after the
@@ -311,8 +313,13 @@ impl Block {
         let others = exact_others_sum(prefix, samples.tail())
             .filter(|_| summary.is_some() && small_whole(value));
         let (cur, columns) = samples.raw();
+        let nonneg = others.is_some()
+            && (0..columns.len() / 4)
+                .filter(|&i| i != cur as usize)
+                .all(|i| columns[i] >= 0.0);
         let flags = if summary.is_some() { HAS_SUMMARY } else { 0 }
-            | if others.is_some() { WHOLE } else { 0 };
+            | if others.is_some() { WHOLE } else { 0 }
+            | if nonneg { NONNEG } else { 0 };
         let view = ViewData {
             cur_start,
             prefix: others.unwrap_or(prefix),
@@ -635,7 +642,7 @@ impl RateCell {
         // Kafka measures (and so purges) after a record only when it checks a bound.
         let check = check && block.has_bound;
         let len = block.len as usize;
-        if !view.flag(WHOLE)
+        if !view.flag(NONNEG)
             || len != cfg.ring_len()
             || offset(view.cur_start, block.base).is_none()
             || t - view.cur_start < cfg.window_ms()
@@ -656,56 +663,60 @@ impl RateCell {
         // when those are the oldest ones, the run right after the next slot.
         let next = if cur + 1 >= len { 0 } else { cur + 1 };
         let updated = 0.0 + value;
-        // The state after the open, slot by slot from the oldest (right after the next
-        // slot) to the closed one: the others' exact sum and the summary's times.
+        // The state after the open: the others' sum changes by the closed sample's value,
+        // less the next slot's and those of the slots the check purges (every value is
+        // whole, not negative and adds up to at most `EXACT_LIMIT` (`NONNEG`), so each
+        // step is exact); the summary's times, slot by slot from the oldest (right after
+        // the next slot) to the closed one.
+        let cs = view.cur_start;
+        let (values, rest) = block.columns.split_at(len);
+        let (starts, lasts) = (&rest[len..2 * len], &rest[2 * len..]);
+        // The slots this state holds as purged (at its start) hold nothing.
+        let mut others = view.prefix;
+        if purged_before == 0 {
+            others -= f64::from_bits(values[next].load(Relaxed));
+        }
         let mut scan = Scan {
             check,
             t,
             horizon: cfg.horizon_ms(),
             seen: 0,
             purged: 0,
-            others: 0.0,
-            magnitude: 0.0,
             min_start: t,
             min_last: i64::MAX,
             max_last: i64::MIN,
         };
-        // The slots this state holds as purged (at its start), but the next one.
-        let cs = view.cur_start;
         let held = purged_before.max(1);
         for _ in 1..held {
-            if !scan.visit(0.0, cs, cs) {
+            if scan.visit(cs, cs).is_none() {
                 return Opened::No;
             }
         }
         // Then the ring's own words, in two contiguous runs (no index wraps inside one).
-        let (values, rest) = block.columns.split_at(len);
-        let (starts, lasts) = (&rest[len..2 * len], &rest[2 * len..]);
         let from = next + held;
         let from = if from >= len { from - len } else { from };
         let count = len - 1 - held;
         let first = (len - from).min(count);
         for range in [from..from + first, 0..count - first] {
-            let slots = values[range.clone()]
-                .iter()
-                .zip(&starts[range.clone()])
-                .zip(&lasts[range]);
-            for ((v, start), last) in slots {
-                let v = f64::from_bits(v.load(Relaxed));
+            let offset = range.start;
+            let slots = starts[range.clone()].iter().zip(&lasts[range]);
+            for (k, (start, last)) in slots.enumerate() {
                 let (start, last) = (start.load(Relaxed) as i64, last.load(Relaxed) as i64);
-                if !scan.visit(v, start, last) {
-                    return Opened::No;
+                match scan.visit(start, last) {
+                    None => return Opened::No,
+                    Some(true) => others -= f64::from_bits(values[offset + k].load(Relaxed)),
+                    Some(false) => {}
                 }
             }
         }
         // The closed sample last: never purged in place.
-        let purged = scan.purged;
-        if !scan.visit(acc.value, cs, closed_last) || scan.purged != purged {
+        if scan.visit(cs, closed_last) != Some(false) {
             return Opened::No;
         }
+        let closed = acc.value;
+        let others = others + closed;
         let Scan {
-            others,
-            magnitude,
+            purged,
             min_start,
             min_last,
             max_last,
@@ -715,7 +726,8 @@ impl RateCell {
         let Some((_, _, offsets)) = summary.to_offsets() else {
             return Opened::No;
         };
-        if magnitude > EXACT_LIMIT
+        if !(closed >= 0.0 && small_whole(closed))
+            || others > EXACT_LIMIT
             || !small_whole(updated)
             || !summary.record_in_place(cfg, t, check)
         {
@@ -747,7 +759,12 @@ impl RateCell {
             cur_start: t,
             prefix: others,
             offsets,
-            cur: next as u32 | HAS_SUMMARY | WHOLE | OPENED | (purged as u32) << PURGED_SHIFT,
+            cur: next as u32
+                | HAS_SUMMARY
+                | WHOLE
+                | OPENED
+                | NONNEG
+                | (purged as u32) << PURGED_SHIFT,
         });
         // Publish; fails only if another thread sealed the claimed word.
         if block
@@ -863,35 +880,34 @@ struct Scan {
     /// Slots visited, and how many of them (the first ones) the check purges.
     seen: usize,
     purged: usize,
-    others: f64,
-    magnitude: f64,
     min_start: i64,
     min_last: i64,
     max_last: i64,
 }
 
 impl Scan {
-    /// Adds a slot; `false` if the open cannot be in place (an obsolete slot after one
-    /// that is not, or a value that is not [`small_whole`]).
+    /// Adds a slot; `Some(true)` if the check purges it, `None` if the open cannot be in
+    /// place (an obsolete slot after one that is not).
     #[inline]
-    fn visit(&mut self, v: f64, start: i64, last: i64) -> bool {
+    fn visit(&mut self, start: i64, last: i64) -> Option<bool> {
         self.seen += 1;
         // Kafka's purge (`slot_obsolete`, Java's wrapping subtraction).
-        let (v, start, last) = if self.check && self.t.wrapping_sub(last) >= self.horizon {
+        let purge = self.check && self.t.wrapping_sub(last) >= self.horizon;
+        if purge {
             if self.purged + 1 != self.seen || self.purged == MAX_PURGED {
-                return false;
+                return None;
             }
             self.purged += 1;
-            (0.0, self.t, self.t)
+        }
+        let (start, last) = if purge {
+            (self.t, self.t)
         } else {
-            (v, start, last)
+            (start, last)
         };
-        self.others += v;
-        self.magnitude += v.abs();
         self.min_start = self.min_start.min(start);
         self.min_last = self.min_last.min(last);
         self.max_last = self.max_last.max(last);
-        small_whole(v)
+        Some(purge)
     }
 }
 
