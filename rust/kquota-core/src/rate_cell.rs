@@ -1071,6 +1071,39 @@ mod tests {
     }
 
     #[test]
+    fn purging_opens_stay_in_place() {
+        // The loom model `purging_opens_racing_a_record`, on one thread: the record at 39
+        // purges the sample last recorded at 19 (a new block); the opens at 50 and 60
+        // each purge one sample and stay in the block, as do the records in between.
+        let cfg = WindowConfig::new(2, 10).unwrap();
+        let cell = RateCell::new(Bound {
+            value: Some(1e9),
+            generation: 0,
+        });
+        let mut plain = Samples::new();
+        let keep = BoundSource::<fn() -> Option<f64>>::Keep;
+        let guard = pin();
+        let observe = |s: &Samples| -> Vec<(u64, i64, i64)> {
+            s.slots()
+                .iter()
+                .map(|x| (x.value.to_bits(), x.start, x.last))
+                .collect()
+        };
+        let mut same_block = Vec::new();
+        for t in [0, 10, 19, 20, 29, 30, 39, 50, 52, 60] {
+            let before = block_address(&cell, &guard);
+            plain.record(&cfg, 1.0, t);
+            let expected = check_bound(&mut plain, &cfg, 1e9, t);
+            assert_eq!(cell.record(&cfg, 1.0, t, true, &keep, &guard), expected);
+            assert_eq!(observe(&cell.samples(&guard)), observe(&plain), "t={t}");
+            if before == block_address(&cell, &guard) {
+                same_block.push(t);
+            }
+        }
+        assert_eq!(same_block, [19, 29, 30, 50, 52, 60]);
+    }
+
+    #[test]
     fn in_place_and_structural_records_agree_with_plain_samples() {
         let cfg = WindowConfig::new(3, 100).unwrap();
         let cell = RateCell::new(Bound {

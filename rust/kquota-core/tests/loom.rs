@@ -396,6 +396,24 @@ mod open_in_place {
     }
 
     #[test]
+    fn purging_opens_racing_a_record() {
+        // The record at 39 purges the sample last recorded at 19 (a new block); the open
+        // at 50 purges the one last recorded at 29 (in place: the new state holds it as
+        // purged), the one at 60 the one last recorded at 39, and writes the slot the
+        // first purged; the record at 52 lands in between or opens its own.
+        check(
+            BOUND,
+            vec![
+                Step::Record(1.0, 30),
+                Step::Record(1.0, 39),
+                Step::Record(1.0, 50),
+                Step::Record(1.0, 60),
+            ],
+            vec![Step::Record(2.0, 52)],
+        );
+    }
+
+    #[test]
     fn an_open_racing_a_quota_change() {
         // The check of the record at 30 (about 200/s) breaks a bound of 50/s but not 1e9.
         check(
