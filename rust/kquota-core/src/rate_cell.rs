@@ -726,11 +726,12 @@ impl RateCell {
         let Some((_, _, offsets)) = summary.to_offsets() else {
             return Opened::No;
         };
-        if !(closed >= 0.0 && small_whole(closed))
-            || others > EXACT_LIMIT
-            || !small_whole(updated)
-            || !summary.record_in_place(cfg, t, check)
-        {
+        let fits = closed >= 0.0
+            && small_whole(closed)
+            && others <= EXACT_LIMIT
+            && small_whole(updated)
+            && summary.record_in_place(cfg, t, check);
+        if !fits {
             return Opened::No;
         }
         // Claim. Pairs with the release fence of the opener of the state read above, if
