@@ -8,19 +8,24 @@
 //! record and its check are one atomic step, as under Kafka's `synchronized` sensor.
 //!
 //! **Opening the next sample in place.** A record that starts a new sample in a full ring
-//! whose values are [`small_whole`] (so the sum of the other samples is exact in any
-//! order), when nothing must be purged and the times fit, changes the block's words
-//! instead of replacing the block. The accumulator's *parity* bit selects which of the
-//! header's two [`View`]s (the summary of the ring, the index of the sample in progress
-//! and its start) is the current one; the other is spare. The opener
+//! whose values are whole and not negative, adding up to at most 2^51 (so every sum of
+//! them is exact, in any order), when the samples its check purges (if any) are the oldest
+//! ones and the times fit, changes the block's words instead of replacing the block. The
+//! accumulator's *parity* bit selects which of the header's two [`View`]s (the summary of
+//! the ring, the index of the sample in progress, its start, and how many slots after it
+//! the open that made this state purged) is the current one; the other is spare. The
+//! opener
 //!
 //! 1. computes the next state from the current one (the closed sample's value and last
-//!    event from the accumulator, the others from the ring);
+//!    event from the accumulator, the slots the current state holds as purged, the
+//!    others' times from the ring; the others' sum changes by the values that leave and
+//!    the one that joins);
 //! 2. *claims* the accumulator: a compare-and-swap setting its OPENING bit (no record
 //!    lands on a claimed word; the claim fails if anything changed since step 1);
 //! 3. writes only words no reader of the current state uses: the closed slot's value,
 //!    start and last event in the ring (the current state takes them from the
-//!    accumulator and the view) and the spare view;
+//!    accumulator and the view), the words of the slots the current state holds as
+//!    purged (it takes them from its view), and the spare view;
 //! 4. *publishes*: a compare-and-swap from the claimed word to the new sample's
 //!    accumulator with the parity flipped.
 //!
@@ -49,7 +54,7 @@
 //! livelock an earlier "fold only" helper had).
 //!
 //! Event counts are not kept for the sample in progress, nor for a sample opened in
-//! place: Kafka's `Rate` never reads them.
+//! place (its slot keeps the count it had): Kafka's `Rate` never reads them.
 
 use std::alloc::{alloc, handle_alloc_error, Layout};
 use std::ptr::NonNull;
