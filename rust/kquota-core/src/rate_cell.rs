@@ -41,6 +41,11 @@
 //! least one window after the previous state's start, while every last event of that
 //! state lies before its start plus one window.
 //!
+//! Under `--cfg loom` the accumulator is a loom mutex, so the models explore every
+//! interleaving of the claims, publications, seals and records on it (where every decision
+//! is made); the view and ring words stay plain atomics there, whose ordering rests on the
+//! fences above rather than on the model.
+//!
 //! Everything else (a record that starts a new sample otherwise, a measurement that
 //! purges, a bound that changes, a time too far from the block's base) is a structural
 //! change: the changer first *seals* the accumulator (a bit in the same word, so no record
