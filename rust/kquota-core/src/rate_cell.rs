@@ -1,50 +1,112 @@
 //! [`RateCell`]: the lock-free state of one rate sensor, with an allocation-free hot path.
 //!
-//! The sample ring lives in an immutable [`Block`] behind an [`AtomicBox`]. Only two
-//! numbers change on an ordinary record: the value and the last-event time of the sample
-//! in progress. They live outside the ring, in one 128-bit atomic word of the block (the
+//! The sample ring lives in a [`Block`] behind an [`AtomicBox`]. Only two numbers change
+//! on an ordinary record: the value and the last-event time of the sample in progress.
+//! They live outside the ring, in one 128-bit atomic word of the block (the
 //! *accumulator*), so an ordinary record is one compare-and-swap on that word, and the
-//! quota check after it reads the immutable ring plus the value it just installed: the
+//! quota check after it reads the ring's summary plus the value it just installed: the
 //! record and its check are one atomic step, as under Kafka's `synchronized` sensor.
 //!
-//! Everything else (a record that starts a new sample, a measurement that purges, a bound
-//! that changes, a time too far from the block's base) is a structural change: the
-//! changer first *seals* the accumulator (a bit in the same word, so no record can land
-//! after the seal), folds the sealed accumulator into a copy of the ring, applies its
-//! change and publishes the new block with a compare-and-swap on the box. A thread that
-//! finds a sealed accumulator does not wait for the sealer: it applies its own operation
-//! the same structural way, on the same sealed block. Every published block therefore
-//! completes some operation, so a sealing thread that stalls stops nobody (lock-free),
-//! and every operation takes effect exactly once on a consistent state (linearizable;
-//! model-checked in `tests/loom.rs`, which found the livelock an earlier "fold only"
-//! helper had).
+//! **Opening the next sample in place.** A record that starts a new sample in a full ring
+//! whose values are whole and not negative, adding up to at most 2^51 (so every sum of
+//! them is exact, in any order), when the samples its check purges (if any) are the oldest
+//! ones and the times fit, changes the block's words instead of replacing the block. The
+//! accumulator's *parity* bit selects which of the header's two [`View`]s (the summary of
+//! the ring, the index of the sample in progress, its start, and how many slots after it
+//! the open that made this state purged) is the current one; the other is spare. The
+//! opener
 //!
-//! Event counts are not kept for the sample in progress: Kafka's `Rate` never reads them.
+//! 1. computes the next state from the current one (the closed sample's value and last
+//!    event from the accumulator, the slots the current state holds as purged, the
+//!    others' times from the ring; the others' sum changes by the values that leave and
+//!    the one that joins);
+//! 2. *claims* the accumulator: a compare-and-swap setting its OPENING bit (no record
+//!    lands on a claimed word; the claim fails if anything changed since step 1);
+//! 3. writes only words no reader of the current state uses: the closed slot's value,
+//!    start and last event in the ring (the current state takes them from the
+//!    accumulator and the view), the words of the slots the current state holds as
+//!    purged (it takes them from its view), and the spare view;
+//! 4. *publishes*: a compare-and-swap from the claimed word to the new sample's
+//!    accumulator with the parity flipped.
+//!
+//! A thread that finds a claimed word does not wait: it seals it (below) and goes the
+//! structural way, and the opener's publication then fails. So a claim is a lock that any
+//! thread can break, and the protocol stays lock-free. Readers that load the accumulator,
+//! read a view or ring words and then act validate afterwards (the record by its
+//! compare-and-swap, a measurement by loading the accumulator again, after an acquire
+//! fence that pairs with the opener's release fence after its claim): a read that saw an
+//! opener's write implies the claim came first, so the validation fails. An accumulator
+//! word is never repeated within a block (no ABA): states alternate views, and the last
+//! events of a state reached by an in-place open are at or after its start, which is at
+//! least one window after the previous state's start, while every last event of that
+//! state lies before its start plus one window.
+//!
+//! Under `--cfg loom` the accumulator is a loom mutex, so the models explore every
+//! interleaving of the claims, publications, seals and records on it (where every decision
+//! is made); the view and ring words stay plain atomics there, whose ordering rests on the
+//! fences above rather than on the model.
+//!
+//! Everything else (a record that starts a new sample otherwise, a measurement that
+//! purges, a bound that changes, a time too far from the block's base) is a structural
+//! change: the changer first *seals* the accumulator (a bit in the same word, so no record
+//! nor claim can land after the seal), folds the sealed accumulator and its view into a
+//! copy of the ring, applies its change and publishes the new block with a
+//! compare-and-swap on the box. A thread that finds a sealed accumulator does not wait for
+//! the sealer: it applies its own operation the same structural way, on the same sealed
+//! block. Every published block therefore completes some operation, so a sealing thread
+//! that stalls stops nobody (lock-free), and every operation takes effect exactly once on a
+//! consistent state (linearizable; model-checked in `tests/loom.rs`, which found the
+//! livelock an earlier "fold only" helper had).
+//!
+//! Event counts are not kept for the sample in progress, nor for a sample opened in
+//! place (its slot keeps the count it had): Kafka's `Rate` never reads them.
 
 use std::alloc::{alloc, handle_alloc_error, Layout};
 use std::ptr::NonNull;
+use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
+use std::sync::atomic::{fence, AtomicI32, AtomicI64, AtomicU32, AtomicU64};
 
 use crate::cow::{AtomicBox, AtomicWord, Guard, Thin};
 use crate::quota::{verdict, Check};
-use crate::samples::{exact_others_sum, small_whole, Samples, Summary, WindowConfig};
+use crate::samples::{exact_others_sum, small_whole, Samples, Summary, WindowConfig, EXACT_LIMIT};
 
-/// The seal bit of the accumulator's high half.
+/// The accumulator's high half: the seal bit, the claim bit, the parity (the view in
+/// force), then the last-event offset.
 const SEALED: u64 = 1;
-/// Last-event times are stored relative to the block's base in 63 bits.
-const MAX_OFFSET: i64 = 1 << 62;
+const OPENING: u64 = 2;
+const PARITY: u64 = 4;
+const FLAG_BITS: u32 = 3;
+/// Times are stored relative to the block's base in 61 bits; an in-place open keeps every
+/// time it compares within this range of the base, so no difference of two wraps.
+const MAX_OFFSET: i64 = 1 << 59;
 
-fn pack(value: f64, offset: i64, sealed: bool) -> u128 {
-    let high = ((offset as u64) << 1) | u64::from(sealed);
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Acc {
+    value: f64,
+    offset: i64,
+    sealed: bool,
+    opening: bool,
+    parity: usize,
+}
+
+fn pack(value: f64, offset: i64, parity: usize) -> u128 {
+    let high = ((offset as u64) << FLAG_BITS) | if parity == 1 { PARITY } else { 0 };
     (u128::from(high) << 64) | u128::from(value.to_bits())
 }
 
-fn unpack(word: u128) -> (f64, i64, bool) {
+fn unpack(word: u128) -> Acc {
     let high = (word >> 64) as u64;
-    (
-        f64::from_bits(word as u64),
-        (high as i64) >> 1,
-        high & SEALED != 0,
-    )
+    Acc {
+        value: f64::from_bits(word as u64),
+        offset: (high as i64) >> FLAG_BITS,
+        sealed: high & SEALED != 0,
+        opening: high & OPENING != 0,
+        parity: usize::from(high & PARITY != 0),
+    }
+}
+
+fn with_flag(word: u128, flag: u64) -> u128 {
+    word | (u128::from(flag) << 64)
 }
 
 fn offset(t: i64, base: i64) -> Option<i64> {
@@ -61,11 +123,118 @@ pub struct Bound {
     pub generation: u64,
 }
 
+/// [`View::cur`]: the index in the low 16 bits (a ring has at most 65536 slots), three
+/// flags, then the number of slots the open that made this state purged.
+const INDEX: u32 = 0xffff;
+const HAS_SUMMARY: u32 = 1 << 16;
+const WHOLE: u32 = 1 << 17;
+const OPENED: u32 = 1 << 18;
+const NONNEG: u32 = 1 << 19;
+const PURGED_SHIFT: u32 = 20;
+const MAX_PURGED: usize = (1 << (32 - PURGED_SHIFT)) - 1;
+
+/// What the hot path reads of one state of the ring: the summary (its times as 32-bit
+/// offsets, [`Summary::to_offsets`]; none is kept when they do not fit) and the index of
+/// the sample in progress. Atomics, all accessed `Relaxed`, because an opener rewrites the
+/// spare view while a reader that loaded an older accumulator may still read it (and then
+/// discards what it read; see the module documentation).
+#[repr(C)]
+struct View {
+    cur_start: AtomicI64,
+    /// The bits of the summary's prefix, or (when `WHOLE`) of the sum of every sample but
+    /// the one in progress ([`exact_others_sum`]).
+    prefix: AtomicU64,
+    offsets: [AtomicI32; 3],
+    /// The sample in progress's index, the `HAS_SUMMARY`, `WHOLE`, `OPENED` and `NONNEG`
+    /// flags and the purged count: `NONNEG` when, besides, no other sample's value is
+    /// negative (then the prefix is also the sum of the others' magnitudes). `WHOLE` when the prefix is the others' exact sum and the
+    /// accumulator's value is [`small_whole`] (an in-place record keeps it so): then a
+    /// record or a measurement reads no slot of the ring. `OPENED` when this state was
+    /// reached by an in-place open (then an in-place record's time is at or after the
+    /// start; see the module documentation). The purged count `p`: that open's check
+    /// purged the `p` slots after the sample in progress (the oldest ones); this state
+    /// holds them as re-initialised at its start, whatever their words in the ring say
+    /// (the next open writes them).
+    cur: AtomicU32,
+}
+
+/// A [`View`]'s contents.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct ViewData {
+    cur_start: i64,
+    prefix: f64,
+    offsets: [i32; 3],
+    cur: u32,
+}
+
+impl ViewData {
+    const EMPTY: ViewData = ViewData {
+        cur_start: 0,
+        prefix: 0.0,
+        offsets: [0; 3],
+        cur: 0,
+    };
+
+    #[inline]
+    fn index(&self) -> usize {
+        (self.cur & INDEX) as usize
+    }
+
+    #[inline]
+    fn flag(&self, flag: u32) -> bool {
+        self.cur & flag != 0
+    }
+
+    #[inline]
+    fn purged(&self) -> usize {
+        (self.cur >> PURGED_SHIFT) as usize
+    }
+
+    #[inline]
+    fn summary(&self) -> Option<Summary> {
+        self.flag(HAS_SUMMARY)
+            .then(|| Summary::from_offsets(self.cur_start, self.prefix, self.offsets))
+    }
+}
+
+impl View {
+    fn new(data: ViewData) -> View {
+        View {
+            cur_start: AtomicI64::new(data.cur_start),
+            prefix: AtomicU64::new(data.prefix.to_bits()),
+            offsets: data.offsets.map(AtomicI32::new),
+            cur: AtomicU32::new(data.cur),
+        }
+    }
+
+    #[inline]
+    fn load(&self) -> ViewData {
+        ViewData {
+            cur_start: self.cur_start.load(Relaxed),
+            prefix: f64::from_bits(self.prefix.load(Relaxed)),
+            offsets: [
+                self.offsets[0].load(Relaxed),
+                self.offsets[1].load(Relaxed),
+                self.offsets[2].load(Relaxed),
+            ],
+            cur: self.cur.load(Relaxed),
+        }
+    }
+
+    fn store(&self, data: &ViewData) {
+        self.cur_start.store(data.cur_start, Relaxed);
+        self.prefix.store(data.prefix.to_bits(), Relaxed);
+        for (o, v) in self.offsets.iter().zip(data.offsets) {
+            o.store(v, Relaxed);
+        }
+        self.cur.store(data.cur, Relaxed);
+    }
+}
+
 /// Hot fields first, in declaration order: an in-place record reads `acc`, `base`, the
-/// bound and the summary (a few cache lines) and never the ring itself. 80 bytes: the
-/// bound is stored without `Option`'s padding, and the summary with its times as 32-bit
-/// offsets ([`Summary::to_offsets`]; none is kept when they do not fit). The ring's
-/// columns follow in the same allocation (see [`Block`]).
+/// bound and one view (a few cache lines) and, for whole values, never the ring itself.
+/// 112 bytes: the bound is stored without `Option`'s padding, and each view's times as
+/// 32-bit offsets. The ring's columns follow in the same allocation (see [`Block`]).
 #[repr(C)]
 struct Header {
     acc: AtomicWord,
@@ -74,40 +243,32 @@ struct Header {
     /// [`Bound`]'s value (when `has_bound`) and generation.
     bound_value: f64,
     bound_generation: u64,
-    /// The summary's start of the sample in progress, prefix and offsets (when
-    /// `has_summary`).
-    cur_start: i64,
-    prefix: f64,
-    offsets: [i32; 3],
-    /// The ring's sample in progress and its length in slots ([`Samples::raw`]).
-    cur: u32,
+    /// The current view (the accumulator's parity) and the spare one.
+    views: [View; 2],
+    /// The ring's length in slots ([`Samples::raw`]).
     len: u32,
     has_bound: bool,
-    has_summary: bool,
-    /// Whether `prefix` holds instead the sum of every sample but the one in progress
-    /// ([`exact_others_sum`]), and the accumulator's value is [`small_whole`] (an
-    /// in-place record keeps it so): then a record or a measurement reads no slot of
-    /// the ring.
-    whole: bool,
     /// Removed by expiry (see [`RateCell::remove_if`]): the ring is empty and the sensor
     /// does not exist for readers until a record or [`RateCell::revive`] brings it back.
     absent: bool,
 }
 
-/// One immutable state of a sensor: the header, then the ring's columns (`4 * len`
-/// words, [`Samples::raw`]; the sample in progress's value and last-event time are in
-/// `acc`), in one allocation: a new block costs one allocation, and a record that needs
-/// the ring finds it right after the header.
+/// One state of a sensor: the header, then the ring's columns (`4 * len` words,
+/// [`Samples::raw`], as bits; the sample in progress's value and last-event time are in
+/// `acc`, its start in the current view), in one allocation: a new block costs one
+/// allocation, and a record that needs the ring finds it right after the header. The
+/// columns are atomics (all accessed `Relaxed`) because an in-place open writes the words
+/// of the slot it closes (see the module documentation).
 #[repr(C)]
 struct Block {
     head: Header,
-    columns: [f64],
+    columns: [AtomicU64],
 }
 
 /// Where a block's columns start: right after the header (a multiple of 8 bytes, so no
 /// padding comes between).
 const COLUMNS_AT: usize = std::mem::size_of::<Header>();
-const _: () = assert!(COLUMNS_AT % std::mem::align_of::<f64>() == 0);
+const _: () = assert!(COLUMNS_AT % std::mem::align_of::<AtomicU64>() == 0);
 
 impl std::ops::Deref for Block {
     type Target = Header;
@@ -137,6 +298,11 @@ unsafe impl Thin for Block {
     }
 }
 
+/// The column offsets of [`Samples::raw`]: values, counts, starts, last events.
+const COUNT: usize = 1;
+const START: usize = 2;
+const LAST: usize = 3;
+
 impl Block {
     fn new(samples: Samples, bound: Bound, absent: bool) -> Box<Block> {
         let summary = samples.summary();
@@ -157,19 +323,27 @@ impl Block {
         let others = exact_others_sum(prefix, samples.tail())
             .filter(|_| summary.is_some() && small_whole(value));
         let (cur, columns) = samples.raw();
-        let head = Header {
-            acc: AtomicWord::new(pack(value, 0, false)),
-            base,
-            bound_value: bound.value.unwrap_or(0.0),
-            bound_generation: bound.generation,
+        let nonneg = others.is_some()
+            && (0..columns.len() / 4)
+                .filter(|&i| i != cur as usize)
+                .all(|i| columns[i] >= 0.0);
+        let flags = if summary.is_some() { HAS_SUMMARY } else { 0 }
+            | if others.is_some() { WHOLE } else { 0 }
+            | if nonneg { NONNEG } else { 0 };
+        let view = ViewData {
             cur_start,
             prefix: others.unwrap_or(prefix),
             offsets,
-            cur,
+            cur: cur | flags,
+        };
+        let head = Header {
+            acc: AtomicWord::new(pack(value, 0, 0)),
+            base,
+            bound_value: bound.value.unwrap_or(0.0),
+            bound_generation: bound.generation,
+            views: [View::new(view), View::new(ViewData::EMPTY)],
             len: (columns.len() / 4) as u32,
             has_bound: bound.value.is_some(),
-            has_summary: summary.is_some(),
-            whole: others.is_some(),
             absent,
         };
         Block::alloc(head, columns)
@@ -178,7 +352,7 @@ impl Block {
     /// The layout of a block of `n` columns: the header's, then `n` words, rounded up to
     /// the alignment (as the compiler lays out `Block`).
     fn layout(n: usize) -> Layout {
-        let columns = Layout::array::<f64>(n).expect("a ring of at most 65536 slots");
+        let columns = Layout::array::<AtomicU64>(n).expect("a ring of at most 65536 slots");
         let (layout, at) = Layout::new::<Header>()
             .extend(columns)
             .expect("a ring of at most 65536 slots");
@@ -188,7 +362,7 @@ impl Block {
 
     /// The block pointer for the allocation at `p` with `n` columns.
     fn fat(p: *mut u8, n: usize) -> *mut Block {
-        std::ptr::slice_from_raw_parts_mut(p.cast::<f64>(), n) as *mut Block
+        std::ptr::slice_from_raw_parts_mut(p.cast::<AtomicU64>(), n) as *mut Block
     }
 
     /// A block of `head` and a copy of `columns`, in one allocation.
@@ -198,15 +372,21 @@ impl Block {
         // SAFETY: `layout` has a non-zero size (the header's at least). The allocation is
         // written in full before the box is made: the header at offset 0 (its layout's
         // alignment is the allocation's) and the `n` columns at `COLUMNS_AT`, where
-        // `repr(C)` puts `Block::columns`; `layout` is the one `Box` frees it with
-        // (`Layout::for_value` of the block: header, `n` words, padded to the alignment).
+        // `repr(C)` puts `Block::columns` (an `AtomicU64` has the size and bit validity of
+        // an `f64`'s bits, and the allocation is not shared yet, so plain writes
+        // initialize it); `layout` is the one `Box` frees it with (`Layout::for_value` of
+        // the block: header, `n` words, padded to the alignment).
         let block = unsafe {
             let p = alloc(layout);
             if p.is_null() {
                 handle_alloc_error(layout);
             }
             p.cast::<Header>().write(head);
-            std::ptr::copy_nonoverlapping(columns.as_ptr(), p.add(COLUMNS_AT).cast(), n);
+            std::ptr::copy_nonoverlapping(
+                columns.as_ptr().cast::<u64>(),
+                p.add(COLUMNS_AT).cast::<u64>(),
+                n,
+            );
             Box::from_raw(Block::fat(p, n))
         };
         debug_assert_eq!(Layout::for_value(&*block), layout);
@@ -221,18 +401,26 @@ impl Block {
         }
     }
 
+    /// The word of `column` for slot `i` ([`Samples::raw`]'s layout).
     #[inline]
-    fn summary(&self) -> Option<Summary> {
-        self.has_summary
-            .then(|| Summary::from_offsets(self.cur_start, self.prefix, self.offsets))
+    fn word(&self, column: usize, i: usize) -> u64 {
+        self.columns[column * self.len as usize + i].load(Relaxed)
     }
 
-    /// The values of the samples after the one in progress ([`Samples::tail`]).
     #[inline]
-    fn tail(&self) -> &[f64] {
-        self.columns[..self.len as usize]
-            .get(self.cur as usize + 1..)
-            .unwrap_or(&[])
+    fn set_word(&self, column: usize, i: usize, w: u64) {
+        self.columns[column * self.len as usize + i].store(w, Relaxed);
+    }
+
+    #[inline]
+    fn value(&self, i: usize) -> f64 {
+        f64::from_bits(self.word(0, i))
+    }
+
+    /// The values of the samples after the one at `cur` ([`Samples::tail`]).
+    #[inline]
+    fn tail(&self, cur: usize) -> impl Iterator<Item = f64> + '_ {
+        (cur + 1..self.len as usize).map(|i| self.value(i))
     }
 
     /// Asks the CPU to bring the ring's columns into cache (a hint).
@@ -243,11 +431,27 @@ impl Block {
         }
     }
 
-    /// The ring with the accumulator word `word` folded into the sample in progress.
+    /// The ring in the state of accumulator word `word`: its view's sample in progress,
+    /// with the accumulator's value and last event and the view's start. Exact when no
+    /// opener can write the words it reads: `word` is sealed, or still current after.
     fn folded(&self, word: u128) -> Samples {
-        let (value, offset, _) = unpack(word);
-        let mut samples = Samples::from_raw(self.cur, &self.columns);
-        samples.set_current(value, self.base + offset);
+        let acc = unpack(word);
+        let view = self.views[acc.parity].load();
+        let columns: Box<[f64]> = self
+            .columns
+            .iter()
+            .map(|w| f64::from_bits(w.load(Relaxed)))
+            .collect();
+        let cur = view.index();
+        let mut samples = Samples::from_columns(cur as u32, columns);
+        samples.set_current(acc.value, self.base + acc.offset);
+        if view.flag(HAS_SUMMARY) {
+            samples.set_current_start(view.cur_start);
+        }
+        let len = self.len as usize;
+        for k in 1..=view.purged().min(len.saturating_sub(1)) {
+            samples.purge_slot((cur + k) % len, view.cur_start);
+        }
         samples
     }
 }
@@ -313,9 +517,20 @@ impl RateCell {
 
     /// A copy of the samples, with the sample in progress up to date.
     pub fn samples(&self, guard: &Guard) -> Samples {
-        // A sealed word is frozen, so folding it gives the current state either way.
-        let block = self.block.load(guard).get();
-        block.folded(block.acc.load())
+        loop {
+            let block = self.block.load(guard).get();
+            let word = block.acc.load();
+            let samples = block.folded(word);
+            // A sealed word is frozen (and so is the state of a claimed one while it is
+            // claimed); otherwise the copy is exact if the word is still current after it.
+            if unpack(word).sealed {
+                return samples;
+            }
+            fence(Acquire);
+            if block.acc.load() == word {
+                return samples;
+            }
+        }
     }
 
     /// Records `value` at `t`; with `check`, measures and checks the bound as Kafka's
@@ -360,36 +575,56 @@ impl RateCell {
         };
         loop {
             let block = self.block.load(guard).get();
+            // Which view to read depends on the accumulator: ask for the header's lines
+            // together rather than one after the other.
+            let head: *const Header = &block.head;
+            crate::prefetch(head);
+            crate::prefetch(head.cast::<u8>().wrapping_add(64));
             let word = block.acc.load();
-            let (current, _, sealed) = unpack(word);
+            let acc = unpack(word);
+            let view = block.views[acc.parity].load();
             let bound_current = match source {
                 BoundSource::Keep => true,
                 BoundSource::Generation { generation, .. } => block.bound_generation == *generation,
             };
-            let Some(summary) = block.summary() else {
+            let Some(summary) = view.summary() else {
                 return structural();
             };
-            let updated = current + value;
-            let in_place = !sealed
-                && bound_current
-                && summary.record_in_place(cfg, t, check)
-                && (!block.whole || small_whole(updated));
-            let Some(off) = offset(t, block.base).filter(|_| in_place) else {
+            let whole = view.flag(WHOLE);
+            let off = offset(t, block.base);
+            if acc.sealed || acc.opening || !bound_current || off.is_none() {
                 return structural();
-            };
+            }
+            let off = off.unwrap_or_default();
+            if !summary.record_in_place(cfg, t, check) {
+                match self.open(block, cfg, word, &view, value, t, off, check) {
+                    Opened::Done(result) => return result,
+                    Opened::Retry => continue,
+                    Opened::No => return structural(),
+                }
+            }
+            let updated = acc.value + value;
+            if (whole && !small_whole(updated)) || (view.flag(OPENED) && t < view.cur_start) {
+                return structural();
+            }
+            // Pairs with an opener's release fence after its claim: if a read above saw an
+            // opener's write, the exchange below sees its claim and fails.
+            fence(Acquire);
             if block
                 .acc
-                .compare_exchange(word, pack(updated, off, false))
+                .compare_exchange(word, pack(updated, off, acc.parity))
                 .is_err()
             {
                 continue;
             }
             return match block.bound().value {
                 Some(bound) if check => {
-                    let (rate, window) = if block.whole {
+                    let (rate, window) = if whole {
                         summary.rate_of_whole(cfg, t, updated)
                     } else {
-                        summary.rate(cfg, t, updated, block.tail())
+                        // A state that is not whole is never opened in place: until the
+                        // block is replaced, no word of its ring changes.
+                        summary.rate(cfg, t, updated, block.tail(view.index()))
                     };
                     verdict(rate, bound, window)
                 }
@@ -398,20 +633,197 @@ impl RateCell {
         }
     }
 
-    /// The rate per second at `t`; purges obsolete samples as Kafka's measurement does.
-    pub fn measure(&self, cfg: &WindowConfig, t: i64, guard: &Guard) -> f64 {
-        let block = self.block.load(guard).get();
-        let (current, off, sealed) = unpack(block.acc.load());
-        if let Some(summary) = block.summary().filter(|_| !sealed) {
-            if summary.measure_is_pure(cfg, t, block.base + off) {
-                return if block.whole {
-                    summary.rate_of_whole(cfg, t, current).0
-                } else {
-                    summary.rate(cfg, t, current, block.tail()).0
-                };
+    /// Opens the next sample in place (see the module documentation) for a record of
+    /// `value` at `t` (offset `off` from the base) that starts a new sample in the state
+    /// of accumulator word `word` and view `view`, if the ring is full, whole, nothing
+    /// must be purged and the times fit.
+    #[allow(clippy::too_many_arguments)]
+    fn open(
+        &self,
+        block: &Block,
+        cfg: &WindowConfig,
+        word: u128,
+        view: &ViewData,
+        value: f64,
+        t: i64,
+        off: i64,
+        check: bool,
+    ) -> Opened {
+        // Kafka measures (and so purges) after a record only when it checks a bound.
+        let check = check && block.has_bound;
+        let len = block.len as usize;
+        if !view.flag(NONNEG)
+            || len != cfg.ring_len()
+            || offset(view.cur_start, block.base).is_none()
+            || t - view.cur_start < cfg.window_ms()
+        {
+            return Opened::No;
+        }
+        // The scan below reads a slot's words in three columns, which in-place records do
+        // not touch (often not in cache): bring the lines in together, not one by one.
+        block.prefetch_ring();
+        let acc = unpack(word);
+        let (cur, closed_last) = (view.index(), block.base + acc.offset);
+        let purged_before = view.purged();
+        if cur >= len || purged_before >= len {
+            return Opened::Retry; // a torn view: the state changed
+        }
+        // Samples::record in a full ring: the next slot is reset at `t` and takes `value`;
+        // then (with `check`) the measurement purges every obsolete slot. In place only
+        // when those are the oldest ones, the run right after the next slot.
+        let next = if cur + 1 >= len { 0 } else { cur + 1 };
+        let updated = 0.0 + value;
+        // The state after the open: the others' sum changes by the closed sample's value,
+        // less the next slot's and those of the slots the check purges (every value is
+        // whole, not negative and adds up to at most `EXACT_LIMIT` (`NONNEG`), so each
+        // step is exact); the summary's times, slot by slot from the oldest (right after
+        // the next slot) to the closed one.
+        let cs = view.cur_start;
+        let (values, rest) = block.columns.split_at(len);
+        let (starts, lasts) = (&rest[len..2 * len], &rest[2 * len..]);
+        // The slots this state holds as purged (at its start) hold nothing.
+        let mut others = view.prefix;
+        if purged_before == 0 {
+            others -= f64::from_bits(values[next].load(Relaxed));
+        }
+        let mut scan = Scan {
+            check,
+            t,
+            horizon: cfg.horizon_ms(),
+            seen: 0,
+            purged: 0,
+            min_start: t,
+            min_last: i64::MAX,
+            max_last: i64::MIN,
+        };
+        let held = purged_before.max(1);
+        for _ in 1..held {
+            if scan.visit(cs, cs).is_none() {
+                return Opened::No;
             }
         }
-        self.structural(guard, |samples, _| samples.measure_rate(cfg, t).0)
+        // Then the ring's own words, in two contiguous runs (no index wraps inside one).
+        let from = next + held;
+        let from = if from >= len { from - len } else { from };
+        let count = len - 1 - held;
+        let first = (len - from).min(count);
+        for range in [from..from + first, 0..count - first] {
+            let offset = range.start;
+            let slots = starts[range.clone()].iter().zip(&lasts[range]);
+            for (k, (start, last)) in slots.enumerate() {
+                let (start, last) = (start.load(Relaxed) as i64, last.load(Relaxed) as i64);
+                match scan.visit(start, last) {
+                    None => return Opened::No,
+                    Some(true) => others -= f64::from_bits(values[offset + k].load(Relaxed)),
+                    Some(false) => {}
+                }
+            }
+        }
+        // The closed sample last: never purged in place.
+        if scan.visit(cs, closed_last) != Some(false) {
+            return Opened::No;
+        }
+        let closed = acc.value;
+        let others = others + closed;
+        let Scan {
+            purged,
+            min_start,
+            min_last,
+            max_last,
+            ..
+        } = scan;
+        let summary = Summary::of_parts(t, min_start, min_last, max_last, others);
+        let Some((_, _, offsets)) = summary.to_offsets() else {
+            return Opened::No;
+        };
+        let fits = closed >= 0.0
+            && small_whole(closed)
+            && others <= EXACT_LIMIT
+            && small_whole(updated)
+            && summary.record_in_place(cfg, t, check);
+        if !fits {
+            return Opened::No;
+        }
+        // Claim. Pairs with the release fence of the opener of the state read above, if
+        // the reads saw a later opener's writes (then this exchange fails).
+        fence(Acquire);
+        let claimed = with_flag(word, OPENING);
+        if block.acc.compare_exchange(word, claimed).is_err() {
+            return Opened::Retry;
+        }
+        // A reader of an older state that reads what follows sees this claim first.
+        fence(Release);
+        // The words the current state does not read from the ring: the sample in
+        // progress's (closed now) and those of the slots its own open purged.
+        block.set_word(0, cur, acc.value.to_bits());
+        block.set_word(START, cur, view.cur_start as u64);
+        block.set_word(LAST, cur, closed_last as u64);
+        for k in 1..=purged_before {
+            let i = (cur + k) % len;
+            block.set_word(0, i, 0.0f64.to_bits());
+            block.set_word(COUNT, i, 0);
+            block.set_word(START, i, view.cur_start as u64);
+            block.set_word(LAST, i, view.cur_start as u64);
+        }
+        let parity = 1 - acc.parity;
+        block.views[parity].store(&ViewData {
+            cur_start: t,
+            prefix: others,
+            offsets,
+            cur: next as u32
+                | HAS_SUMMARY
+                | WHOLE
+                | OPENED
+                | NONNEG
+                | (purged as u32) << PURGED_SHIFT,
+        });
+        // Publish; fails only if another thread sealed the claimed word.
+        if block
+            .acc
+            .compare_exchange(claimed, pack(updated, off, parity))
+            .is_err()
+        {
+            return Opened::Retry;
+        }
+        Opened::Done(match block.bound().value {
+            Some(bound) if check => {
+                let (rate, window) = summary.rate_of_whole(cfg, t, updated);
+                verdict(rate, bound, window)
+            }
+            _ => Check::UNCHECKED,
+        })
+    }
+
+    /// The rate per second at `t`; purges obsolete samples as Kafka's measurement does.
+    pub fn measure(&self, cfg: &WindowConfig, t: i64, guard: &Guard) -> f64 {
+        loop {
+            let block = self.block.load(guard).get();
+            let word = block.acc.load();
+            let acc = unpack(word);
+            let view = block.views[acc.parity].load();
+            let pure = view
+                .summary()
+                .filter(|s| {
+                    !acc.sealed
+                        && !acc.opening
+                        && s.measure_is_pure(cfg, t, block.base + acc.offset)
+                })
+                .map(|summary| {
+                    if view.flag(WHOLE) {
+                        summary.rate_of_whole(cfg, t, acc.value).0
+                    } else {
+                        summary.rate(cfg, t, acc.value, block.tail(view.index())).0
+                    }
+                });
+            let Some(rate) = pure else {
+                return self.structural(guard, |samples, _| samples.measure_rate(cfg, t).0);
+            };
+            // As in `record`: what was read is the state of `word` if it is still current.
+            fence(Acquire);
+            if block.acc.load() == word {
+                return rate;
+            }
+        }
     }
 
     /// Replaces the bound; the samples are kept.
@@ -470,15 +882,65 @@ impl RateCell {
     }
 }
 
+/// The state after an in-place open, as [`RateCell::open`] builds it slot by slot (all
+/// but the next one, from the oldest).
+struct Scan {
+    check: bool,
+    t: i64,
+    horizon: i64,
+    /// Slots visited, and how many of them (the first ones) the check purges.
+    seen: usize,
+    purged: usize,
+    min_start: i64,
+    min_last: i64,
+    max_last: i64,
+}
+
+impl Scan {
+    /// Adds a slot; `Some(true)` if the check purges it, `None` if the open cannot be in
+    /// place (an obsolete slot after one that is not).
+    #[inline]
+    fn visit(&mut self, start: i64, last: i64) -> Option<bool> {
+        self.seen += 1;
+        // Kafka's purge (`slot_obsolete`, Java's wrapping subtraction).
+        let purge = self.check && self.t.wrapping_sub(last) >= self.horizon;
+        if purge {
+            if self.purged + 1 != self.seen || self.purged == MAX_PURGED {
+                return None;
+            }
+            self.purged += 1;
+        }
+        let (start, last) = if purge {
+            (self.t, self.t)
+        } else {
+            (start, last)
+        };
+        self.min_start = self.min_start.min(start);
+        self.min_last = self.min_last.min(last);
+        self.max_last = self.max_last.max(last);
+        Some(purge)
+    }
+}
+
+/// How an in-place open ended.
+enum Opened {
+    /// Opened; the record's check.
+    Done(Check),
+    /// The state changed meanwhile: start over.
+    Retry,
+    /// Not possible in place: take the structural way.
+    No,
+}
+
 /// Seals the accumulator (if not sealed yet) and returns the sealed word; `None` if the
 /// word kept changing under us (retry from a fresh load).
 fn seal(acc: &AtomicWord) -> Option<u128> {
     let mut word = acc.load();
     for _ in 0..64 {
-        if unpack(word).2 {
+        if unpack(word).sealed {
             return Some(word);
         }
-        let sealed = word | (u128::from(SEALED) << 64);
+        let sealed = with_flag(word, SEALED);
         match acc.compare_exchange(word, sealed) {
             Ok(_) => return Some(sealed),
             Err(now) => word = now,
@@ -494,8 +956,8 @@ mod tests {
     use crate::quota::check_bound;
 
     #[test]
-    fn a_header_is_80_bytes_and_a_block_adds_its_columns() {
-        assert_eq!(std::mem::size_of::<Header>(), 80);
+    fn a_header_is_112_bytes_and_a_block_adds_its_columns() {
+        assert_eq!(std::mem::size_of::<Header>(), 112);
         let mut samples = Samples::new();
         let cfg = WindowConfig::new(3, 100).unwrap();
         for t in [0, 100, 200] {
@@ -509,27 +971,147 @@ mod tests {
             },
             false,
         );
-        assert_eq!(std::mem::size_of_val(&*block), 80 + 3 * 4 * 8);
-        assert_eq!(&block.columns, samples.raw().1);
-        assert_eq!(block.tail(), samples.tail());
+        assert_eq!(std::mem::size_of_val(&*block), 112 + 3 * 4 * 8);
+        let words: Vec<f64> = block
+            .columns
+            .iter()
+            .map(|w| f64::from_bits(w.load(Relaxed)))
+            .collect();
+        assert_eq!(&words[..], samples.raw().1);
+        let view = block.views[0].load();
+        assert!(block.tail(view.index()).eq(samples.tail().iter().copied()));
         let thin = Block::into_thin(block);
         // SAFETY: `thin` came from `into_thin` just above and is freed once, here.
         let block = unsafe { Box::from_raw(Block::from_thin(thin).as_ptr()) };
-        assert_eq!((block.cur, block.len, block.columns.len()), (2, 3, 12));
+        let view = block.views[0].load();
+        assert_eq!((view.index(), block.len, block.columns.len()), (2, 3, 12));
         assert_eq!(block.folded(block.acc.load()), samples);
     }
 
     #[test]
     fn pack_round_trips() {
-        for (v, o, s) in [
-            (0.0, 0, false),
-            (-1.5, -5, true),
-            (f64::MAX, MAX_OFFSET - 1, false),
+        for (v, o, p) in [
+            (0.0, 0, 0),
+            (-1.5, -5, 1),
+            (f64::MAX, MAX_OFFSET - 1, 0),
+            (1.0, -MAX_OFFSET, 1),
         ] {
-            assert_eq!(unpack(pack(v, o, s)), (v, o, s));
+            let acc = unpack(pack(v, o, p));
+            assert_eq!((acc.value, acc.offset, acc.parity), (v, o, p));
+            assert!(!acc.sealed && !acc.opening);
+            let flagged = unpack(with_flag(with_flag(pack(v, o, p), OPENING), SEALED));
+            assert_eq!((flagged.offset, flagged.parity), (o, p));
+            assert!(flagged.sealed && flagged.opening);
         }
         assert_eq!(offset(i64::MAX, i64::MIN), None);
         assert_eq!(offset(10, 4), Some(6));
+    }
+
+    /// The address of the current block (to tell an in-place change from a new block).
+    fn block_address(cell: &RateCell, guard: &Guard) -> *const Header {
+        &**cell.block.load(guard).get()
+    }
+
+    /// Records `n` whole values every `step` ms with checks, comparing every check, the
+    /// samples and a later measurement with plain samples; returns how many new samples
+    /// were opened in place and how many took a new block.
+    fn opens(cfg: WindowConfig, step: i64, n: i64) -> (usize, usize) {
+        let cell = RateCell::new(Bound {
+            value: Some(1e9),
+            generation: 0,
+        });
+        let mut plain = Samples::new();
+        let keep = BoundSource::<fn() -> Option<f64>>::Keep;
+        let guard = pin();
+        let (mut in_place, mut new_block) = (0, 0);
+        for i in 0..n {
+            let t = i * step;
+            let v = (i % 7 * 100) as f64;
+            let before = block_address(&cell, &guard);
+            let starts_sample = plain
+                .current_index()
+                .is_some_and(|c| t - plain.slots()[c].start >= cfg.window_ms());
+            plain.record(&cfg, v, t);
+            let expected = check_bound(&mut plain, &cfg, 1e9, t);
+            let got = cell.record(&cfg, v, t, true, &keep, &guard);
+            assert_eq!(got, expected, "t={t}");
+            assert_eq!(got.rate.map(f64::to_bits), expected.rate.map(f64::to_bits));
+            if starts_sample {
+                if before == block_address(&cell, &guard) {
+                    in_place += 1;
+                } else {
+                    new_block += 1;
+                }
+            }
+            let observe = |s: &Samples| -> Vec<(u64, i64, i64)> {
+                s.slots()
+                    .iter()
+                    .map(|x| (x.value.to_bits(), x.start, x.last))
+                    .collect()
+            };
+            let snapshot = cell.samples(&guard);
+            assert_eq!(snapshot.current_index(), plain.current_index(), "t={t}");
+            assert_eq!(observe(&snapshot), observe(&plain), "t={t}");
+            if i % 3 == 0 {
+                let later = t + step / 4;
+                assert_eq!(
+                    cell.measure(&cfg, later, &guard).to_bits(),
+                    plain.measure_rate(&cfg, later).0.to_bits(),
+                    "t={later}"
+                );
+            }
+        }
+        (in_place, new_block)
+    }
+
+    #[test]
+    fn a_new_sample_in_a_full_whole_ring_opens_in_place() {
+        // A record every 30 ms, windows of 100: a new sample every 4 records (at 0, 120,
+        // 240, ...); the ring (4 slots) is full from 360 ms on. Every new sample from
+        // then on opens in place; the three that grow the ring take a new block.
+        assert_eq!(opens(WindowConfig::new(3, 100).unwrap(), 30, 200), (46, 3));
+    }
+
+    #[test]
+    fn an_open_in_place_purges_the_oldest_samples() {
+        // Kafka's defaults and a record every 156 ms (the record benchmark's 10^4 keys):
+        // windows of 1092 ms, so at each new sample the oldest other one is obsolete and
+        // the check purges it. Still in place, but for the 11 new samples that grow the
+        // ring.
+        assert_eq!(opens(WindowConfig::QUOTA_DEFAULT, 156, 3000), (417, 11));
+    }
+
+    #[test]
+    fn purging_opens_stay_in_place() {
+        // The loom model `purging_opens_racing_a_record`, on one thread: the record at 39
+        // purges the sample last recorded at 19 (a new block); the opens at 50 and 60
+        // each purge one sample and stay in the block, as do the records in between.
+        let cfg = WindowConfig::new(2, 10).unwrap();
+        let cell = RateCell::new(Bound {
+            value: Some(1e9),
+            generation: 0,
+        });
+        let mut plain = Samples::new();
+        let keep = BoundSource::<fn() -> Option<f64>>::Keep;
+        let guard = pin();
+        let observe = |s: &Samples| -> Vec<(u64, i64, i64)> {
+            s.slots()
+                .iter()
+                .map(|x| (x.value.to_bits(), x.start, x.last))
+                .collect()
+        };
+        let mut same_block = Vec::new();
+        for t in [0, 10, 19, 20, 29, 30, 39, 50, 52, 60] {
+            let before = block_address(&cell, &guard);
+            plain.record(&cfg, 1.0, t);
+            let expected = check_bound(&mut plain, &cfg, 1e9, t);
+            assert_eq!(cell.record(&cfg, 1.0, t, true, &keep, &guard), expected);
+            assert_eq!(observe(&cell.samples(&guard)), observe(&plain), "t={t}");
+            if before == block_address(&cell, &guard) {
+                same_block.push(t);
+            }
+        }
+        assert_eq!(same_block, [19, 29, 30, 50, 52, 60]);
     }
 
     #[test]

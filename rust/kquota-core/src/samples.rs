@@ -179,13 +179,13 @@ impl Samples {
         (self.cur, &self.columns)
     }
 
-    /// The ring [`Self::raw`] gave these parts of.
-    pub(crate) fn from_raw(cur: u32, columns: &[f64]) -> Samples {
+    /// The ring [`Self::raw`] gave these parts of, taking the columns as they are.
+    pub(crate) fn from_columns(cur: u32, columns: Box<[f64]>) -> Samples {
         debug_assert_eq!(columns.len() % 4, 0);
         Samples {
             cur,
             len: (columns.len() / 4) as u32,
-            columns: columns.into(),
+            columns,
         }
     }
 
@@ -376,6 +376,18 @@ impl Samples {
         }
     }
 
+    /// Re-initialises slot `i` at `t`, as a purge does.
+    pub(crate) fn purge_slot(&mut self, i: usize, t: i64) {
+        self.reset(i, t);
+    }
+
+    /// Replaces the start of the sample in progress (no-op when empty).
+    pub(crate) fn set_current_start(&mut self, start: i64) {
+        if let Some(i) = self.current_index() {
+            self.set_word(START, i, start as u64);
+        }
+    }
+
     /// The values of the samples after the one in progress, in index order (see
     /// [`Summary::rate`]).
     pub fn tail(&self) -> &[f64] {
@@ -446,7 +458,9 @@ fn from_offset32(o: i32, origin: i64) -> i64 {
     match o {
         i32::MAX => i64::MAX,
         i32::MIN => i64::MIN,
-        _ => origin + i64::from(o),
+        // Wrapping: a torn read of a summary (which the reader then discards, see
+        // `rate_cell`) must not panic; an offset `to_offsets` made never wraps.
+        _ => origin.wrapping_add(i64::from(o)),
     }
 }
 
@@ -482,6 +496,24 @@ impl Summary {
 }
 
 impl Summary {
+    /// A summary of its parts (see the type's documentation): for a caller that computes
+    /// them for a ring it keeps in its own form.
+    pub(crate) fn of_parts(
+        cur_start: i64,
+        min_start: i64,
+        min_other_last: i64,
+        max_other_last: i64,
+        prefix: f64,
+    ) -> Summary {
+        Summary {
+            cur_start,
+            min_start,
+            min_other_last,
+            max_other_last,
+            prefix,
+        }
+    }
+
     /// Whether no sample but the one in progress is obsolete at `t`, and no other
     /// sample's age at `t` wraps around (then the exact path decides).
     fn others_live(&self, cfg: &WindowConfig, t: i64, cur_last: Option<i64>) -> bool {
@@ -514,7 +546,13 @@ impl Summary {
     /// The rate at `t` (and its window) with the sample in progress holding `current`
     /// and `tail` the ring's [`Samples::tail`]: what [`Samples::measure_rate`] gives when
     /// measuring is pure, bit for bit.
-    pub fn rate(&self, cfg: &WindowConfig, t: i64, current: f64, tail: &[f64]) -> (f64, i64) {
+    pub fn rate(
+        &self,
+        cfg: &WindowConfig,
+        t: i64,
+        current: f64,
+        tail: impl IntoIterator<Item = f64>,
+    ) -> (f64, i64) {
         let mut sum = self.prefix + current;
         for v in tail {
             sum += v;
@@ -536,7 +574,7 @@ impl Summary {
 
 /// Every value at most this large in magnitude, and whole: a sum of two such numbers (or
 /// of sums of them) never leaves the integers a double holds exactly (2^53).
-const EXACT_LIMIT: f64 = (1u64 << 51) as f64;
+pub(crate) const EXACT_LIMIT: f64 = (1u64 << 51) as f64;
 
 /// Whether `v` is a whole number of magnitude at most [`EXACT_LIMIT`].
 #[inline]

@@ -245,6 +245,185 @@ fn a_quota_change_racing_checked_records() {
     });
 }
 
+/// Opening the next sample in place (`rate_cell`'s claim, write and publish): models that
+/// start from a full ring of whole values, so that a record starting a new sample opens it
+/// in place when nothing else intervenes. Every record's check, every measurement and the
+/// final samples must be those of some sequential order of the same operations.
+mod open_in_place {
+    use super::*;
+    use kquota_core::Check;
+
+    #[derive(Clone, Copy, Debug)]
+    enum Step {
+        Record(f64, i64),
+        Measure(i64),
+        SetQuota(f64),
+    }
+
+    #[derive(Clone, Copy, Debug, PartialEq)]
+    enum Seen {
+        Check(Check),
+        Rate(u64),
+        Nothing,
+    }
+
+    type Outcome = (Observed, Vec<Seen>, Vec<Seen>);
+
+    fn step(state: &mut (Samples, f64), cfg: &WindowConfig, op: Step) -> Seen {
+        match op {
+            Step::Record(v, t) => {
+                state.0.record(cfg, v, t);
+                Seen::Check(check_bound(&mut state.0, cfg, state.1, t))
+            }
+            Step::Measure(t) => Seen::Rate(state.0.measure_rate(cfg, t).0.to_bits()),
+            Step::SetQuota(q) => {
+                state.1 = q;
+                Seen::Nothing
+            }
+        }
+    }
+
+    fn run_step(rate: &SampledRate, op: Step) -> Seen {
+        match op {
+            Step::Record(v, t) => Seen::Check(rate.record(v, t).unwrap()),
+            Step::Measure(t) => Seen::Rate(rate.measure(t).to_bits()),
+            Step::SetQuota(q) => {
+                rate.set_quota(Some(q)).unwrap();
+                Seen::Nothing
+            }
+        }
+    }
+
+    fn outcomes(cfg: &WindowConfig, start: (Samples, f64), a: &[Step], b: &[Step]) -> Vec<Outcome> {
+        fn go(
+            cfg: &WindowConfig,
+            s: (Samples, f64),
+            a: &[Step],
+            b: &[Step],
+            seen: (Vec<Seen>, Vec<Seen>),
+            out: &mut Vec<Outcome>,
+        ) {
+            if a.is_empty() && b.is_empty() {
+                out.push((observable(&s.0), seen.0, seen.1));
+                return;
+            }
+            if let Some((&op, rest)) = a.split_first() {
+                let mut next = s.clone();
+                let mut seen = seen.clone();
+                seen.0.push(step(&mut next, cfg, op));
+                go(cfg, next, rest, b, seen, out);
+            }
+            if let Some((&op, rest)) = b.split_first() {
+                let mut next = s;
+                let mut seen = seen;
+                seen.1.push(step(&mut next, cfg, op));
+                go(cfg, next, a, rest, seen, out);
+            }
+        }
+        let mut out = Vec::new();
+        go(cfg, start, a, b, (vec![], vec![]), &mut out);
+        out
+    }
+
+    /// 2 samples of 10 ms (3 slots, horizon 20 ms), filled by records at 0, 10, 19, 20
+    /// and 29: the sample in progress started at 20, and a record at 30 opens the next
+    /// one in place (nothing is obsolete at 30: the oldest other sample last recorded at
+    /// 19).
+    const FILL: [Step; 5] = [
+        Step::Record(1.0, 0),
+        Step::Record(1.0, 10),
+        Step::Record(1.0, 19),
+        Step::Record(1.0, 20),
+        Step::Record(1.0, 29),
+    ];
+
+    fn check(quota: f64, a: Vec<Step>, b: Vec<Step>) {
+        let cfg = WindowConfig::new(2, 10).unwrap();
+        let mut start = (Samples::new(), quota);
+        for op in FILL {
+            step(&mut start, &cfg, op);
+        }
+        let allowed = outcomes(&cfg, start, &a, &b);
+        let mut model = loom::model::Builder::new();
+        model.preemption_bound = Some(3);
+        model.check(move || {
+            let rate = Arc::new(SampledRate::new(cfg, Some(quota)).unwrap());
+            for op in FILL {
+                run_step(&rate, op);
+            }
+            let other = rate.clone();
+            let b = b.clone();
+            let worker =
+                thread::spawn(move || b.iter().map(|&op| run_step(&other, op)).collect::<Vec<_>>());
+            let ra: Vec<_> = a.iter().map(|&op| run_step(&rate, op)).collect();
+            let rb = worker.join().unwrap();
+            let end = (observable(&rate.samples_snapshot()), ra, rb);
+            assert!(allowed.contains(&end), "not a sequential outcome: {end:?}");
+        });
+    }
+
+    #[test]
+    fn two_records_race_to_open_the_next_sample() {
+        // Whichever opens first, the other records into the new sample; if the one at 31
+        // opens first, the one at 30 lands before the new sample's start (Kafka adds it
+        // to the sample in progress).
+        check(
+            BOUND,
+            vec![Step::Record(2.0, 30)],
+            vec![Step::Record(4.0, 31)],
+        );
+    }
+
+    #[test]
+    fn an_open_racing_a_purging_measurement() {
+        // The measurement at 40 purges the sample last recorded at 19.
+        check(
+            BOUND,
+            vec![Step::Record(2.0, 30), Step::Record(1.0, 35)],
+            vec![Step::Measure(40)],
+        );
+    }
+
+    #[test]
+    fn two_opens_in_place_racing_a_record() {
+        // The opens at 30 and 40 use both views in turn; the record at 39 either lands in
+        // the sample opened at 30 or opens its own.
+        check(
+            BOUND,
+            vec![Step::Record(1.0, 30), Step::Record(1.0, 40)],
+            vec![Step::Record(1.0, 39)],
+        );
+    }
+
+    #[test]
+    fn purging_opens_racing_a_record() {
+        // The record at 39 purges the sample last recorded at 19 (a new block); the open
+        // at 50 purges the one last recorded at 29 (in place: the new state holds it as
+        // purged), the one at 60 the one last recorded at 39, and writes the slot the
+        // first purged; the record at 52 lands in between or opens its own.
+        check(
+            BOUND,
+            vec![
+                Step::Record(1.0, 30),
+                Step::Record(1.0, 39),
+                Step::Record(1.0, 50),
+                Step::Record(1.0, 60),
+            ],
+            vec![Step::Record(2.0, 52)],
+        );
+    }
+
+    #[test]
+    fn an_open_racing_a_quota_change() {
+        // The check of the record at 30 (about 200/s) breaks a bound of 50/s but not 1e9.
+        check(
+            50.0,
+            vec![Step::Record(2.0, 30), Step::Measure(31)],
+            vec![Step::SetQuota(1e9), Step::Record(1.0, 32)],
+        );
+    }
+}
+
 /// The copy-on-write cell (quota configuration, throttle-time averages): concurrent
 /// updates are never lost, and a reader sees a whole value, never half of an update.
 #[test]

@@ -52,6 +52,16 @@ fn value() -> impl Strategy<Value = f64> {
     ]
 }
 
+/// Whole values (a few negative ones, -0.0, and some near the limit of exact sums), with
+/// now and then one that is not.
+fn whole_value() -> impl Strategy<Value = f64> {
+    prop_oneof![
+        8 => (0i64..10_000).prop_map(|v| v as f64),
+        1 => (-100i64..0).prop_map(|v| v as f64),
+        1 => prop::sample::select(vec![-0.0, (1u64 << 50) as f64, (1u64 << 51) as f64, 0.5]),
+    ]
+}
+
 /// Subnormals (5e-324 is the smallest double > 0), the smallest normal, and the largest
 /// doubles (two of them sum to infinity); `-v` of each is drawn too, -0.0 among them.
 const TINY_AND_HUGE: [f64; 7] = [
@@ -72,7 +82,11 @@ fn bound() -> impl Strategy<Value = f64> {
     ]
 }
 
-fn ops(window: i64, horizon: i64) -> impl Strategy<Value = Vec<(i64, Op)>> {
+fn ops<S: Strategy<Value = f64> + 'static>(
+    window: i64,
+    horizon: i64,
+    value: impl Fn() -> S,
+) -> impl Strategy<Value = Vec<(i64, Op)>> {
     let op = prop_oneof![
         6 => value().prop_map(Op::Record),
         2 => value().prop_map(Op::RecordNoCheck),
@@ -121,48 +135,69 @@ proptest! {
 
     #[test]
     fn rate_cell_equals_sequential_samples(
-        (n, w, trace) in (1i64..13, 1i64..3000).prop_flat_map(|(n, w)| (Just(n), Just(w), ops(w, n * w))),
+        (n, w, trace) in (1i64..13, 1i64..3000).prop_flat_map(|(n, w)| (Just(n), Just(w), ops(w, n * w, value))),
         t0 in start_time(),
     ) {
-        let cfg = WindowConfig::new(n, w).unwrap();
-        let rate = SampledRate::new(cfg, Some(100.0)).unwrap();
-        let mut plain = Samples::new();
-        let mut bound = Some(100.0);
-        let mut t = t0;
-        for (step, op) in trace {
-            t = t.wrapping_add(step);
-            match op {
-                Op::Record(v) => {
-                    let got = rate.record(v, t).unwrap();
-                    plain.record(&cfg, v, t);
-                    let want = match bound {
-                        Some(b) => check_bound(&mut plain, &cfg, b, t),
-                        None => Check::UNCHECKED,
-                    };
-                    prop_assert!(same_check(&got, &want), "record {v} at {t}: {got:?} != {want:?}");
-                }
-                Op::RecordNoCheck(v) => {
-                    rate.record_no_check(v, t).unwrap();
-                    plain.record(&cfg, v, t);
-                }
-                Op::Measure => {
-                    let got = rate.measure(t);
-                    let want = plain.measure_rate(&cfg, t).0;
-                    prop_assert!(same(got, want), "measure at {t}: {got} != {want}");
-                }
-                Op::SetQuota(q) => {
-                    rate.set_quota(q).unwrap();
-                    bound = q;
-                }
+        rate_cell_trace(n, w, trace, t0)?;
+    }
+
+    /// The same with whole values, which let a record that starts a new sample in a full
+    /// ring open it in place (`rate_cell`).
+    #[test]
+    fn rate_cell_equals_sequential_samples_on_whole_values(
+        (n, w, trace) in (1i64..13, 1i64..3000).prop_flat_map(|(n, w)| (Just(n), Just(w), ops(w, n * w, whole_value))),
+        t0 in start_time(),
+    ) {
+        rate_cell_trace(n, w, trace, t0)?;
+    }
+}
+
+fn rate_cell_trace(n: i64, w: i64, trace: Vec<(i64, Op)>, t0: i64) -> Result<(), TestCaseError> {
+    let cfg = WindowConfig::new(n, w).unwrap();
+    let rate = SampledRate::new(cfg, Some(100.0)).unwrap();
+    let mut plain = Samples::new();
+    let mut bound = Some(100.0);
+    let mut t = t0;
+    for (step, op) in trace {
+        t = t.wrapping_add(step);
+        match op {
+            Op::Record(v) => {
+                let got = rate.record(v, t).unwrap();
+                plain.record(&cfg, v, t);
+                let want = match bound {
+                    Some(b) => check_bound(&mut plain, &cfg, b, t),
+                    None => Check::UNCHECKED,
+                };
+                prop_assert!(
+                    same_check(&got, &want),
+                    "record {v} at {t}: {got:?} != {want:?}"
+                );
+            }
+            Op::RecordNoCheck(v) => {
+                rate.record_no_check(v, t).unwrap();
+                plain.record(&cfg, v, t);
+            }
+            Op::Measure => {
+                let got = rate.measure(t);
+                let want = plain.measure_rate(&cfg, t).0;
+                prop_assert!(same(got, want), "measure at {t}: {got} != {want}");
+            }
+            Op::SetQuota(q) => {
+                rate.set_quota(q).unwrap();
+                bound = q;
             }
         }
-        let got = rate.samples_snapshot();
-        let observe = |s: &Samples| -> Vec<(u64, i64, i64)> {
-            s.slots().iter().map(|x| (x.value.to_bits(), x.start, x.last)).collect()
-        };
-        prop_assert_eq!(got.current_index(), plain.current_index());
-        prop_assert_eq!(observe(&got), observe(&plain));
     }
+    let got = rate.samples_snapshot();
+    let observe = |s: &Samples| -> Vec<(u64, i64, i64)> {
+        s.slots()
+            .iter()
+            .map(|x| (x.value.to_bits(), x.start, x.last))
+            .collect()
+    };
+    prop_assert_eq!(got.current_index(), plain.current_index());
+    prop_assert_eq!(observe(&got), observe(&plain));
+    Ok(())
 }
 
 // -- through the manager -----------------------------------------------------------------
