@@ -5,12 +5,14 @@
 //! arithmetic (no precedence walk, no sensor expiry, no bound refresh: less work than
 //! kquota does). A second baseline is a peer: the `governor` crate's keyed rate limiter
 //! (GCRA over a concurrent hash map; a different algorithm, not Kafka's semantics).
-//! Groups: one thread and one key, one thread across 10 000 keys, two threads on the same
-//! key, two threads on distinct keys. The one-thread groups also time a manager built with
-//! a custom quota callback (KIP-257, `kquota_with_callback`): a record of a resolved client
-//! never calls the callback, so it should cost what the default path does.
-//! Each benchmark's clock (a record every 1/64 ms) runs on across criterion's samples, as
-//! a broker's does: it never goes back, so a sensor starts a new sample every window.
+//! Groups: one thread and one key, one thread across 10 000 keys, the same with every
+//! record starting a new sample (each key's records one window apart), two threads on the
+//! same key, two threads on distinct keys. The first two groups also time a manager built
+//! with a custom quota callback (KIP-257, `kquota_with_callback`): a record of a resolved
+//! client never calls the callback, so it should cost what the default path does.
+//! Each benchmark's clock (a record every 1/64 ms; in the third group a key's records are
+//! a second apart) runs on across criterion's samples, as a broker's does: it never goes
+//! back, so a sensor starts a new sample every window.
 
 use std::collections::HashMap;
 use std::hint::black_box;
@@ -194,6 +196,39 @@ fn bench(c: &mut Criterion) {
         b.iter(|| {
             i += 1;
             black_box(locked.record_and_check("alice", &ids[i % KEYS], 100.0, (i / 64) as i64))
+        })
+    });
+    let limiter = governor();
+    g.bench_function("governor_keyed", |b| {
+        let mut i = 0usize;
+        b.iter(|| {
+            i += 1;
+            black_box(limiter.check_key(&ids[i % KEYS]).is_ok())
+        })
+    });
+    g.finish();
+
+    // Every record starts a new sample (and purges the oldest): round robin over the keys,
+    // a key's records one window (1 s) apart. The worst case of the open.
+    let mut g = c.benchmark_group("one_thread_10k_keys_every_record_opens");
+    let opens_at = |i: usize| (i * 1000 / KEYS) as i64;
+    let m = manager();
+    let mut i = 0usize; // across samples: the clock only moves forward
+    g.bench_function("kquota", |b| {
+        b.iter(|| {
+            i += 1;
+            black_box(
+                m.record("alice", &ids[i % KEYS], 100.0, opens_at(i))
+                    .unwrap(),
+            )
+        })
+    });
+    let locked = LockedRates::new();
+    let mut i = 0usize; // across samples: the clock only moves forward
+    g.bench_function("mutex_baseline", |b| {
+        b.iter(|| {
+            i += 1;
+            black_box(locked.record_and_check("alice", &ids[i % KEYS], 100.0, opens_at(i)))
         })
     });
     let limiter = governor();
