@@ -68,7 +68,10 @@ use std::sync::atomic::{fence, AtomicI32, AtomicI64, AtomicU32, AtomicU64};
 
 use crate::cow::{AtomicBox, AtomicWord, Guard, Thin};
 use crate::quota::{verdict, Check};
-use crate::samples::{exact_others_sum, small_whole, Samples, Summary, WindowConfig, EXACT_LIMIT};
+use crate::samples::{
+    exact_others_sum, slot_obsolete, small_whole, window_over, Samples, Summary, WindowConfig,
+    EXACT_LIMIT,
+};
 
 /// The accumulator's high half: the seal bit, the claim bit, the parity (the view in
 /// force), then the last-event offset.
@@ -655,13 +658,10 @@ impl RateCell {
         if !view.flag(NONNEG)
             || len != cfg.ring_len()
             || offset(view.cur_start, block.base).is_none()
-            || t - view.cur_start < cfg.window_ms()
+            || !window_over(cfg, view.cur_start, t)
         {
             return Opened::No;
         }
-        // The scan below reads a slot's words in three columns, which in-place records do
-        // not touch (often not in cache): bring the lines in together, not one by one.
-        block.prefetch_ring();
         let acc = unpack(word);
         let (cur, closed_last) = (view.index(), block.base + acc.offset);
         let purged_before = view.purged();
@@ -689,7 +689,7 @@ impl RateCell {
         let mut scan = Scan {
             check,
             t,
-            horizon: cfg.horizon_ms(),
+            cfg: *cfg,
             seen: 0,
             purged: 0,
             min_start: t,
@@ -887,7 +887,7 @@ impl RateCell {
 struct Scan {
     check: bool,
     t: i64,
-    horizon: i64,
+    cfg: WindowConfig,
     /// Slots visited, and how many of them (the first ones) the check purges.
     seen: usize,
     purged: usize,
@@ -902,8 +902,7 @@ impl Scan {
     #[inline]
     fn visit(&mut self, start: i64, last: i64) -> Option<bool> {
         self.seen += 1;
-        // Kafka's purge (`slot_obsolete`, Java's wrapping subtraction).
-        let purge = self.check && self.t.wrapping_sub(last) >= self.horizon;
+        let purge = self.check && slot_obsolete(&self.cfg, last, self.t);
         if purge {
             if self.purged + 1 != self.seen || self.purged == MAX_PURGED {
                 return None;
