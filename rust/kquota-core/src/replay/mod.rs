@@ -292,6 +292,18 @@ struct Decision {
     by: i8,
 }
 
+/// What the client quotas read of one event.
+#[derive(Debug, Clone, Copy)]
+struct Request {
+    pair: u32,
+    kind: ApiKind,
+    acks: i16,
+    bytes: f64,
+    thread: Option<f64>,
+    /// How much later than its time the request is handled (closed loop).
+    latency: i64,
+}
+
 /// When the expiry task last ran, as seen from the replay's clock.
 #[derive(Debug, Clone)]
 struct Clock {
@@ -397,7 +409,26 @@ impl Scenario {
     /// entity summaries.
     #[inline]
     fn handle(&mut self, e: &Event, now: i64) -> Decision {
+        let request = Request {
+            pair: e.pair,
+            kind: e.kind,
+            acks: e.acks,
+            bytes: e.bytes,
+            thread: e.thread,
+            latency: now - e.time,
+        };
         let run = self.clock.run_at(now);
+        let mut d = self.client_quotas(&request, now, run);
+        if let Some((partitions, strict)) = e.mutation {
+            self.mutate(e, partitions, strict, now, run, &mut d);
+        }
+        d
+    }
+
+    /// The client quotas (produce, fetch, request) of one request at `now`, the latest
+    /// expiry run being `run`, and their entity summaries: [`RequestPath::record`].
+    #[inline(always)]
+    fn client_quotas(&mut self, e: &Request, now: i64, run: Option<i64>) -> Decision {
         let [produce, fetch, request] = &mut self.tables;
         let thread = e.thread.filter(|_| checks_request_quota(e.kind, e.acks));
         let (mut p, mut f, mut r) = (0, 0, 0);
@@ -425,51 +456,8 @@ impl Scenario {
                 }
             }
         }
-        let (mut applied, by) = applied_throttle(p, f, r);
-        let mut by = by.map_or(BY_NONE, quota_code);
-        let (mut m, mut refused) = (0, 0);
-        if let Some((partitions, strict)) = e.mutation {
-            // Kafka's controller records a request topic by topic (its strict or
-            // permissive request quota): a strict one refuses each topic while the bucket
-            // is overdrawn; the request's throttle is the last violation's. The response
-            // then takes the larger of the mutation and request throttles, ties to the
-            // request quota (sendResponseMaybeThrottleWithControllerQuota).
-            let whole = [partitions];
-            let topics: &[i32] = e.topics.as_deref().unwrap_or(&whole);
-            let mut last_throttle = 0;
-            let mut violated = false;
-            for &permits in topics {
-                let check = self
-                    .mutations
-                    .record(e.pair, f64::from(permits), strict, now, run);
-                if check.violated {
-                    violated = true;
-                    last_throttle = check.throttle_ms;
-                }
-                if !check.accepted {
-                    refused += permits;
-                }
-            }
-            if violated {
-                m = remaining_throttle(last_throttle, now, now);
-            }
-            self.mutations.count(
-                e.pair,
-                &Usage {
-                    time_ms: now,
-                    bytes: i64::from(partitions),
-                    usage: i64::from(partitions - refused),
-                    recorded: true,
-                    throttle_ms: m,
-                    added_latency_ms: now - e.time,
-                },
-            );
-            if m > applied {
-                (applied, by) = (m, BY_MUTATION);
-            }
-        }
+        let (applied, by) = applied_throttle(p, f, r);
         // the summaries
-        let latency = now - e.time;
         let bytes = e.bytes as i64;
         let usage = |usage: i64, recorded: bool, throttle_ms: i32| Usage {
             time_ms: now,
@@ -477,7 +465,7 @@ impl Scenario {
             usage,
             recorded,
             throttle_ms,
-            added_latency_ms: latency,
+            added_latency_ms: e.latency,
         };
         match e.kind {
             ApiKind::Produce if produce.enabled() => {
@@ -495,10 +483,64 @@ impl Scenario {
             produce: p,
             fetch: f,
             request: r,
-            mutation: m,
-            refused,
+            mutation: 0,
+            refused: 0,
             applied,
-            by,
+            by: by.map_or(BY_NONE, quota_code),
+        }
+    }
+
+    /// A controller mutation of `partitions` (`strict` or not) at `now` on the
+    /// controller-mutation quota, and its entity summary; `d` holds the client quotas'
+    /// decision and takes the mutation's.
+    fn mutate(
+        &mut self,
+        e: &Event,
+        partitions: i32,
+        strict: bool,
+        now: i64,
+        run: Option<i64>,
+        d: &mut Decision,
+    ) {
+        // Kafka's controller records a request topic by topic (its strict or permissive
+        // request quota): a strict one refuses each topic while the bucket is overdrawn;
+        // the request's throttle is the last violation's. The response then takes the
+        // larger of the mutation and request throttles, ties to the request quota
+        // (sendResponseMaybeThrottleWithControllerQuota).
+        let whole = [partitions];
+        let topics: &[i32] = e.topics.as_deref().unwrap_or(&whole);
+        let mut last_throttle = 0;
+        let mut violated = false;
+        let (mut m, mut refused) = (0, 0);
+        for &permits in topics {
+            let check = self
+                .mutations
+                .record(e.pair, f64::from(permits), strict, now, run);
+            if check.violated {
+                violated = true;
+                last_throttle = check.throttle_ms;
+            }
+            if !check.accepted {
+                refused += permits;
+            }
+        }
+        if violated {
+            m = remaining_throttle(last_throttle, now, now);
+        }
+        self.mutations.count(
+            e.pair,
+            &Usage {
+                time_ms: now,
+                bytes: i64::from(partitions),
+                usage: i64::from(partitions - refused),
+                recorded: true,
+                throttle_ms: m,
+                added_latency_ms: now - e.time,
+            },
+        );
+        (d.mutation, d.refused) = (m, refused);
+        if m > d.applied {
+            (d.applied, d.by) = (m, BY_MUTATION);
         }
     }
 
@@ -894,8 +936,24 @@ impl ReplayKernel {
                 if i + PREFETCH < n {
                     s.prefetch(events, i + PREFETCH);
                 }
-                let e = Self::event(events, i, first);
-                let d = s.handle(&e, e.time);
+                let d = if events.kind[i] == KIND_MUTATION {
+                    let e = Self::event(events, i, first);
+                    s.handle(&e, e.time)
+                } else {
+                    // a request of a checked batch, read from its columns
+                    let ns = events.thread_ns[i];
+                    let now = events.time_ms[i];
+                    let request = Request {
+                        pair: events.pair[i] as u32,
+                        kind: kind_of(events.kind[i]).unwrap_or(ApiKind::Other),
+                        acks: events.acks[i],
+                        bytes: events.bytes[i],
+                        thread: (!ns.is_nan()).then_some(ns),
+                        latency: 0,
+                    };
+                    let run = s.clock.run_at(now);
+                    s.client_quotas(&request, now, run)
+                };
                 applied[i] = d.applied;
                 by[i] = d.by;
                 produce[i] = d.produce;

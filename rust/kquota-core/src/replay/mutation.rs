@@ -6,7 +6,7 @@
 
 use std::collections::HashMap;
 
-use super::stats::{EntityStats, EntitySummary, Histogram, SummaryType, Usage};
+use super::stats::{EntityStats, EntitySummary, Histogram, SummaryType, Usage, WindowIndex};
 
 use crate::entity::{Overrides, QuotaEntity};
 use crate::mutation::ControllerMutationQuotaManager;
@@ -38,6 +38,8 @@ pub(crate) struct MutationTable {
     by_tags: HashMap<(String, String), u32>,
     /// The sensor of each pair.
     of_pair: Vec<u32>,
+    /// The whole window of the last mutation counted, for the peaks.
+    clock: WindowIndex,
 }
 
 impl MutationTable {
@@ -56,6 +58,7 @@ impl MutationTable {
             sensors: Vec::new(),
             by_tags: HashMap::new(),
             of_pair: Vec::new(),
+            clock: WindowIndex::new(&manager.window()),
         }
     }
 
@@ -170,9 +173,9 @@ impl MutationTable {
         if !self.enabled() {
             return;
         }
-        let window = self.window;
+        let window = self.clock.of(usage.time_ms);
         let s = &mut self.sensors[self.of_pair[pair as usize] as usize];
-        s.stats.add(usage, &window, &mut s.spans, &mut s.positive);
+        s.stats.add(usage, window, &mut s.spans, &mut s.positive);
     }
 
     /// The summaries of the sensors that recorded something, by tags.

@@ -231,16 +231,16 @@ impl Rings {
         let values = &mut values[..len];
         let starts = &mut starts[..len];
         let lasts = &mut lasts[..len];
-        // the purge and the oldest times in one scalar loop, then the sums in slot order
+        // the purge and the oldest times in one branch-free loop (Kafka resets an obsolete
+        // slot: value 0, start and last at t), then the sums in slot order
         let (mut min_start, mut low) = (i64::MAX, i64::MAX);
         for i in 0..len {
-            let (mut start, mut last) = (starts[i] as i64, lasts[i] as i64);
-            if slot_obsolete(cfg, last, t) {
-                values[i] = 0f64.to_bits();
-                (start, last) = (t, t);
-                starts[i] = t as u64;
-                lasts[i] = t as u64;
-            }
+            let obsolete = slot_obsolete(cfg, lasts[i] as i64, t);
+            let start = if obsolete { t } else { starts[i] as i64 };
+            let last = if obsolete { t } else { lasts[i] as i64 };
+            values[i] = if obsolete { 0 } else { values[i] };
+            starts[i] = start as u64;
+            lasts[i] = last as u64;
             min_start = min_start.min(start);
             low = low.min(last);
         }

@@ -11,7 +11,7 @@ use std::collections::HashMap;
 mod custom;
 
 use super::ring::Rings;
-use super::stats::{EntityStats, EntitySummary, Histogram, Usage};
+use super::stats::{EntityStats, EntitySummary, Histogram, Usage, WindowIndex};
 use crate::entity::Overrides;
 use crate::error::Result;
 use crate::manager::{
@@ -41,6 +41,8 @@ pub(crate) struct SensorTable {
     span: usize,
     /// Each sensor's positive throttles.
     positive: Vec<Histogram>,
+    /// The whole window of the last event counted, for the peaks.
+    clock: WindowIndex,
     /// The manager's quota callback, if it has one: it resolves instead of `overrides`.
     custom: Option<custom::Custom>,
 }
@@ -65,6 +67,7 @@ impl SensorTable {
             spans: Vec::new(),
             span: EntityStats::span(&window),
             positive: Vec::new(),
+            clock: WindowIndex::new(&window),
             custom: None,
         }
     }
@@ -120,7 +123,8 @@ impl SensorTable {
         let id = self.pair_sensor[pair as usize];
         let id = id as usize;
         let spans = &mut self.spans[id * self.span..(id + 1) * self.span];
-        self.stats[id].add(usage, &self.window, spans, &mut self.positive[id]);
+        let window = self.clock.of(usage.time_ms);
+        self.stats[id].add(usage, window, spans, &mut self.positive[id]);
     }
 
     /// The summaries of the sensors that recorded something.

@@ -34,6 +34,45 @@ pub(crate) struct Usage {
     pub added_latency_ms: i64,
 }
 
+/// The whole window `floor(t / window_ms)` of the times a caller asks about, with the last
+/// one's time range remembered: times that stay in it (as a replay's do, for a whole
+/// window's worth of events) cost no division.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct WindowIndex {
+    window_ms: i64,
+    index: i64,
+    /// The last window's range `[lo, hi)` (empty before the first call).
+    lo: i64,
+    hi: i64,
+}
+
+impl WindowIndex {
+    pub fn new(window: &WindowConfig) -> Self {
+        WindowIndex {
+            window_ms: window.window_ms(),
+            index: 0,
+            lo: 0,
+            hi: 0,
+        }
+    }
+
+    /// The whole window of `t`.
+    #[inline]
+    pub fn of(&mut self, t: i64) -> i64 {
+        if t < self.lo || t >= self.hi {
+            let w = self.window_ms;
+            self.index = t.div_euclid(w);
+            // an empty range (always asked again) where the window's ends overflow
+            (self.lo, self.hi) = self
+                .index
+                .checked_mul(w)
+                .and_then(|lo| Some((lo, lo.checked_add(w)?)))
+                .unwrap_or((0, 0));
+        }
+        self.index
+    }
+}
+
 /// What one entity has seen so far, in a few plain words: its positive throttles
 /// ([`Histogram`], touched only when it is throttled) and the usage of its last windows
 /// for the peak (a ring of `span` sums, see [`EntityStats::add`]) are kept beside it by
@@ -51,8 +90,8 @@ pub(crate) struct EntityStats {
     /// The usage in the last `span` windows (up to the last event's), and its largest.
     in_span: i64,
     peak: i64,
-    /// The window of the last event: its index and time range `[lo, hi)`.
-    window: (i64, i64, i64),
+    /// The whole window of the last event.
+    window: i64,
     /// The slot of the last event's window in the ring of `span` sums.
     slot: usize,
 }
@@ -63,18 +102,14 @@ impl EntityStats {
         window.num_samples().saturating_sub(1).max(1) as usize
     }
 
-    /// Adds one event. `spans` is this entity's ring of [`Self::span`] sums (zeros before
-    /// its first event): the sum of window `k` is in slot `k mod span` while `k` is one of
-    /// the last `span` windows up to the last event's, so a window that falls out of the
-    /// span is taken out of `in_span` as its slot is reused. Events come in time order.
+    /// Adds one event. `window` is the whole window of its time (`floor(time / window_ms)`,
+    /// from the caller's [`WindowIndex`]); `spans` is this entity's ring of [`Self::span`]
+    /// sums (zeros before its first event): the sum of window `k` is in slot `k mod span`
+    /// while `k` is one of the last `span` windows up to the last event's, so a window that
+    /// falls out of the span is taken out of `in_span` as its slot is reused. Events come
+    /// in time order.
     #[inline]
-    pub fn add(
-        &mut self,
-        u: &Usage,
-        window: &WindowConfig,
-        spans: &mut [i64],
-        positive: &mut Histogram,
-    ) {
+    pub fn add(&mut self, u: &Usage, window: i64, spans: &mut [i64], positive: &mut Histogram) {
         let first = self.requests == 0;
         self.requests += 1;
         self.bytes = self.bytes.wrapping_add(u.bytes);
@@ -90,30 +125,11 @@ impl EntityStats {
         self.max_latency = self.max_latency.max(u.added_latency_ms);
         // the peak over `span` consecutive windows
         let span = spans.len();
-        let (last, lo, hi) = self.window;
-        let mut index = last;
-        if first || !(lo..hi).contains(&u.time_ms) {
-            let w = window.window_ms();
-            // the next window without a division when the time is in it
-            index = match last.checked_add(1) {
-                Some(next)
-                    if !first
-                        && next.checked_mul(w) == Some(hi)
-                        && u.time_ms >= hi
-                        && hi.checked_add(w).is_some_and(|end| u.time_ms < end) =>
-                {
-                    next
-                }
-                _ => u.time_ms.div_euclid(w),
-            };
-            let start = index.saturating_mul(w);
-            self.window = (index, start, start.saturating_add(w));
-        }
         if first {
             self.slot = 0;
-        } else if index != last {
-            debug_assert!(index > last, "events come in time order");
-            let gap = index.wrapping_sub(last) as u64;
+        } else if window != self.window {
+            debug_assert!(window > self.window, "events come in time order");
+            let gap = window.wrapping_sub(self.window) as u64;
             if gap >= span as u64 {
                 spans.fill(0);
                 self.in_span = 0;
@@ -129,6 +145,7 @@ impl EntityStats {
                 }
             }
         }
+        self.window = window;
         let amount = if u.recorded { u.usage } else { 0 };
         spans[self.slot] += amount;
         self.in_span += amount;
@@ -384,6 +401,7 @@ mod tests {
         let mut s = EntityStats::default();
         let mut spans = vec![0; EntityStats::span(&w)];
         let mut positive = Histogram::default();
+        let mut clock = WindowIndex::new(&w);
         for (i, t) in [0, 0, 5, 0, 9, 0, 0, 3, 0, 0].iter().enumerate() {
             s.add(
                 &Usage {
@@ -394,7 +412,7 @@ mod tests {
                     throttle_ms: *t,
                     added_latency_ms: 0,
                 },
-                &w,
+                clock.of(i as i64),
                 &mut spans,
                 &mut positive,
             );
@@ -419,6 +437,7 @@ mod tests {
             let mut s = EntityStats::default();
             let mut spans = vec![0; span];
             let mut positive = Histogram::default();
+            let mut clock = WindowIndex::new(&w);
             let mut events: Vec<(i64, i64)> = Vec::new();
             let mut t: i64 = -50 * window_ms;
             for _ in 0..5000 {
@@ -441,7 +460,7 @@ mod tests {
                         throttle_ms: 0,
                         added_latency_ms: 0,
                     },
-                    &w,
+                    clock.of(t),
                     &mut spans,
                     &mut positive,
                 );

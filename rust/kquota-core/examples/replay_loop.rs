@@ -1,0 +1,109 @@
+//! Replays `requests` requests of the replay bench's trace (10 000 entities, open loop,
+//! one scenario, `per_ms` requests per ms; default 10) through the replay kernel, for
+//! counting instructions and cache misses per request with cachegrind, or timing it
+//! without criterion:
+//!
+//! ```text
+//! cargo build --release -p kquota-core --example replay_loop
+//! valgrind --tool=cachegrind --cache-sim=yes target/release/examples/replay_loop 2000000
+//! valgrind --tool=cachegrind --cache-sim=yes target/release/examples/replay_loop 4000000
+//! target/release/examples/replay_loop 50000000 10 time
+//! ```
+//!
+//! The difference of two totals over the difference of the requests is the cost of one
+//! request (the set-up is the same in both). The trace is generated as the bench's is.
+
+use std::hint::black_box;
+use std::time::Instant;
+
+use kquota_core::replay::Events;
+use kquota_core::{QuotaEntity, QuotaManager, QuotaType, ReplayKernel, ReplayOptions, RequestPath};
+
+const ENTITIES: usize = 10_000;
+const TRACE: usize = 1 << 20;
+const BATCH: usize = 1 << 16;
+
+fn main() {
+    let mut args = std::env::args().skip(1);
+    let requests: u64 = args.next().map_or(2_000_000, |a| a.parse().unwrap());
+    let per_ms: i64 = args.next().map_or(10, |a| a.parse().unwrap());
+    let timed = args.next().is_some();
+    let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+    let mut next = move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    let pairs: Vec<(String, String)> = (0..ENTITIES)
+        .map(|i| (format!("user-{}", i % 1000), format!("client-{i}")))
+        .collect();
+    let (mut pair, mut kind, mut bytes, mut thread_ns, mut acks) =
+        (vec![], vec![], vec![], vec![], vec![]);
+    for _ in 0..TRACE {
+        pair.push((next() % ENTITIES as u64) as i32);
+        let k = next() % 100;
+        kind.push(if k < 50 {
+            0i8
+        } else if k < 85 {
+            1
+        } else {
+            2
+        });
+        bytes.push((100 + next() % 19_900) as f64);
+        thread_ns.push((50_000 + next() % 1_950_000) as f64);
+        acks.push(if next() % 8 == 0 { 0i16 } else { -1 });
+    }
+    let defaults = QuotaEntity::parse(Some("<default>"), Some("<default>")).unwrap();
+    let scale = if per_ms >= 100 { 7.0 } else { 1.0 };
+    let [p, f, r] = QuotaType::ALL.map(|t| {
+        let m = QuotaManager::with_defaults(t);
+        let quota = scale
+            * match t {
+                QuotaType::Produce => 14_000.0,
+                QuotaType::Fetch => 10_500.0,
+                QuotaType::Request => 0.175,
+            };
+        m.set_quota(&defaults, quota).unwrap();
+        m
+    });
+    let path = RequestPath::new(&p, &f, &r).unwrap();
+    let mut kernel = ReplayKernel::new(&pairs, &[path], ReplayOptions::default()).unwrap();
+    let mut times = vec![0i64; BATCH];
+    let mut done: u64 = 0;
+    let mut throttled = 0usize;
+    let mut start = Instant::now();
+    let warm = if timed { TRACE as u64 } else { 0 };
+    while done < warm + requests {
+        if done == warm {
+            start = Instant::now();
+        }
+        let at = (done % TRACE as u64) as usize;
+        let end = if done < warm { warm } else { warm + requests };
+        let n = (end - done).min(BATCH as u64).min((TRACE - at) as u64) as usize;
+        for (k, slot) in times[..n].iter_mut().enumerate() {
+            *slot = (done + k as u64) as i64 / per_ms;
+        }
+        let events = Events {
+            time_ms: &times[..n],
+            pair: &pair[at..at + n],
+            kind: &kind[at..at + n],
+            bytes: &bytes[at..at + n],
+            thread_ns: &thread_ns[at..at + n],
+            acks: &acks[at..at + n],
+            partitions: &[],
+            strict: &[],
+            topic_offsets: &[],
+            topic_partitions: &[],
+        };
+        let out = black_box(kernel.feed(&events).unwrap());
+        throttled += out.throttle_ms.iter().filter(|&&t| t > 0).count();
+        done += n as u64;
+    }
+    if timed {
+        let ns = start.elapsed().as_nanos() as f64 / requests as f64;
+        println!("{ns:.1} ns per request ({per_ms} per ms, {throttled} throttled)");
+    } else {
+        println!("{throttled} throttled");
+    }
+}
