@@ -44,6 +44,7 @@
 //! **Summaries** ([`ReplayKernel::summaries`]) are accumulated in the same pass, per
 //! scenario, quota type and sensor tags (see [`stats`]).
 
+mod groups;
 mod mutation;
 pub mod recommend;
 mod ring;
@@ -62,10 +63,11 @@ use crate::request_path::{
     applied_throttle, checks_request_quota, fetch_unrecorded, ApiKind, RequestPath,
 };
 use crate::token_bucket::remaining_throttle;
+use groups::{Groups, Record};
 use mutation::MutationTable;
 use sensor::SensorTable;
-use stats::Usage;
 pub use stats::{EntitySummary, SummaryType};
+use stats::{Usage, WindowIndex};
 
 /// How often Kafka's broker runs its sensor-expiry task, ms.
 pub const EXPIRY_TASK_MS: i64 = 30_000;
@@ -382,26 +384,182 @@ fn table_index(quota_type: QuotaType) -> usize {
     quota_code(quota_type) as usize
 }
 
-/// How many events ahead the open loop prefetches sensors.
-const PREFETCH: usize = 12;
+/// How many records ahead the open loop prefetches a sensor it moves to.
+const PREFETCH: usize = 16;
+
+/// The decisions of one scenario for a batch, column by column (the scenario's part of
+/// the [`Output`] columns).
+struct Decisions<'a> {
+    applied: &'a mut [i32],
+    by: &'a mut [i8],
+    produce: &'a mut [i32],
+    fetch: &'a mut [i32],
+    request: &'a mut [i32],
+    mutation: &'a mut [i32],
+    refused: &'a mut [i32],
+}
+
+/// The open loop's working space, reused from batch to batch.
+#[derive(Debug, Clone, Default)]
+struct Scratch {
+    groups: Groups,
+}
 
 impl Scenario {
-    /// Prefetch (a hint): the sensors event `i` of checked columns records into.
-    #[inline]
-    fn prefetch(&self, events: &Events<'_>, i: usize) {
-        let [produce, fetch, request] = &self.tables;
-        let pair = events.pair[i] as u32;
-        let kind = events.kind[i];
-        let bytes = match kind {
-            KIND_PRODUCE => produce,
-            KIND_FETCH => fetch,
-            _ => request,
-        };
-        if (kind == KIND_PRODUCE || kind == KIND_FETCH) && bytes.enabled() {
-            bytes.prefetch(pair);
+    /// Open loop: replays `n` checked events of a batch, quota type by quota type and,
+    /// within one, sensor by sensor ([`Groups`]; sensors are independent in open loop):
+    /// the request quota first (a fetch's bytes are taken back when it throttles), then
+    /// produce, fetch and the controller mutations. The same decisions and summaries as
+    /// [`Scenario::handle`] event by event.
+    fn replay_batch(
+        &mut self,
+        events: &Events<'_>,
+        n: usize,
+        first: u64,
+        scratch: &mut Scratch,
+        d: Decisions<'_>,
+    ) {
+        let groups = &mut scratch.groups;
+        let clock = self.clock.clone();
+        let [produce, fetch, request] = &mut self.tables;
+        if request.enabled() {
+            groups.clear();
+            for i in 0..n {
+                let (ns, kind) = (events.thread_ns[i], events.kind[i]);
+                let kind = kind_of(kind).unwrap_or(ApiKind::Other);
+                if !ns.is_nan() && checks_request_quota(kind, events.acks[i]) {
+                    groups.push(Record {
+                        sensor: request.sensor_of(events.pair[i] as u32),
+                        event: i as u32,
+                        time: events.time_ms[i],
+                        value: ns,
+                        bytes: events.bytes[i] as i64,
+                    });
+                }
+            }
+            Self::replay_table(request, groups, &clock, |table, r, run, window| {
+                let throttle = table.record_sensor(r.sensor, r.value, r.time, true, run);
+                d.request[r.event as usize] = throttle;
+                let usage = Usage {
+                    time_ms: r.time,
+                    bytes: r.bytes,
+                    usage: r.value as i64,
+                    recorded: true,
+                    throttle_ms: throttle,
+                    added_latency_ms: 0,
+                };
+                table.count_sensor(r.sensor, &usage, window);
+            });
         }
-        if !events.thread_ns[i].is_nan() && request.enabled() {
-            request.prefetch(pair);
+        for (table, kind) in [(produce, KIND_PRODUCE), (fetch, KIND_FETCH)] {
+            if !table.enabled() {
+                continue;
+            }
+            groups.clear();
+            for i in 0..n {
+                if events.kind[i] == kind {
+                    let bytes = events.bytes[i];
+                    groups.push(Record {
+                        sensor: table.sensor_of(events.pair[i] as u32),
+                        event: i as u32,
+                        time: events.time_ms[i],
+                        value: bytes,
+                        bytes: bytes as i64,
+                    });
+                }
+            }
+            let out: &mut [i32] = if kind == KIND_PRODUCE {
+                d.produce
+            } else {
+                d.fetch
+            };
+            let request = &*d.request;
+            Self::replay_table(table, groups, &clock, |table, r, run, window| {
+                let throttle = table.record_sensor(r.sensor, r.value, r.time, true, run);
+                let event = r.event as usize;
+                out[event] = throttle;
+                let mut recorded = true;
+                if kind == KIND_FETCH && fetch_unrecorded(throttle, request[event]) {
+                    table.record_sensor(r.sensor, -r.value, r.time, false, run);
+                    recorded = false;
+                }
+                let usage = Usage {
+                    time_ms: r.time,
+                    bytes: r.bytes,
+                    usage: r.bytes,
+                    recorded,
+                    throttle_ms: throttle,
+                    added_latency_ms: 0,
+                };
+                table.count_sensor(r.sensor, &usage, window);
+            });
+        }
+        for i in 0..n {
+            let (applied, by) = applied_throttle(d.produce[i], d.fetch[i], d.request[i]);
+            d.applied[i] = applied;
+            d.by[i] = by.map_or(BY_NONE, quota_code);
+        }
+        // the controller mutations, in time order, on the scenario's clock
+        if events.partitions.is_empty() {
+            if let Some(&last) = events.time_ms[..n].last() {
+                self.clock.run_at(last);
+            }
+            return;
+        }
+        for i in 0..n {
+            let run = self.clock.run_at(events.time_ms[i]);
+            if events.kind[i] != KIND_MUTATION {
+                continue;
+            }
+            let e = ReplayKernel::event(events, i, first);
+            let Some((partitions, strict)) = e.mutation else {
+                continue;
+            };
+            let mut decision = Decision {
+                produce: d.produce[i],
+                fetch: d.fetch[i],
+                request: d.request[i],
+                mutation: 0,
+                refused: 0,
+                applied: d.applied[i],
+                by: d.by[i],
+            };
+            self.mutate(&e, partitions, strict, e.time, run, &mut decision);
+            d.mutation[i] = decision.mutation;
+            d.refused[i] = decision.refused;
+            d.applied[i] = decision.applied;
+            d.by[i] = decision.by;
+        }
+    }
+
+    /// Replays the records of one table sorted by sensor: `record(table, record, run,
+    /// window)` for each, sensor by sensor, each sensor's records in time order; `run` is
+    /// the latest expiry run at or before the record (from a copy of the scenario's clock
+    /// as the batch found it, per sensor) and `window` the whole window of its time.
+    #[inline(always)]
+    fn replay_table(
+        table: &mut SensorTable,
+        groups: &mut Groups,
+        clock: &Clock,
+        mut record: impl FnMut(&mut SensorTable, &Record, Option<i64>, i64),
+    ) {
+        groups.sort(table.sensor_count());
+        let records = groups.records();
+        let mut windows = WindowIndex::new(table.window());
+        let mut sensor_clock = clock.clone();
+        let mut sensor = u32::MAX;
+        for (k, r) in records.iter().enumerate() {
+            if let Some(ahead) = records.get(k + PREFETCH) {
+                if ahead.sensor != records[k + PREFETCH - 1].sensor {
+                    table.prefetch_sensor(ahead.sensor);
+                }
+            }
+            if r.sensor != sensor {
+                sensor = r.sensor;
+                sensor_clock = clock.clone();
+            }
+            let run = sensor_clock.run_at(r.time);
+            record(table, r, run, windows.of(r.time));
         }
     }
 
@@ -590,6 +748,8 @@ pub struct ReplayKernel {
     /// Closed loop: rows replayed by a quota change or an expiry run, handed out with the
     /// next batch's.
     held: Output,
+    /// The open loop's working space.
+    scratch: Scratch,
 }
 
 impl ReplayKernel {
@@ -633,6 +793,7 @@ impl ReplayKernel {
             next_seq: 0,
             horizon: None,
             held: Output::default(),
+            scratch: Scratch::default(),
         };
         kernel.add_pairs(pairs)?;
         Ok(kernel)
@@ -920,49 +1081,24 @@ impl ReplayKernel {
             sent_ms: Vec::with_capacity(rows),
             added_latency_ms: vec![0; rows],
         };
+        let mut scratch = std::mem::take(&mut self.scratch);
         for (index, s) in self.scenarios.iter_mut().enumerate() {
             out.scenario.extend(std::iter::repeat_n(index as u32, n));
             out.seq.extend(first..first + n as u64);
             out.sent_ms.extend_from_slice(&events.time_ms[..n]);
             let at = index * n..(index + 1) * n;
-            let applied = &mut out.throttle_ms[at.clone()];
-            let by = &mut out.throttled_by[at.clone()];
-            let produce = &mut out.produce_throttle_ms[at.clone()];
-            let fetch = &mut out.fetch_throttle_ms[at.clone()];
-            let request = &mut out.request_throttle_ms[at.clone()];
-            let mutation = &mut out.mutation_throttle_ms[at.clone()];
-            let refused = &mut out.refused_partitions[at];
-            for i in 0..n {
-                if i + PREFETCH < n {
-                    s.prefetch(events, i + PREFETCH);
-                }
-                let d = if events.kind[i] == KIND_MUTATION {
-                    let e = Self::event(events, i, first);
-                    s.handle(&e, e.time)
-                } else {
-                    // a request of a checked batch, read from its columns
-                    let ns = events.thread_ns[i];
-                    let now = events.time_ms[i];
-                    let request = Request {
-                        pair: events.pair[i] as u32,
-                        kind: kind_of(events.kind[i]).unwrap_or(ApiKind::Other),
-                        acks: events.acks[i],
-                        bytes: events.bytes[i],
-                        thread: (!ns.is_nan()).then_some(ns),
-                        latency: 0,
-                    };
-                    let run = s.clock.run_at(now);
-                    s.client_quotas(&request, now, run)
-                };
-                applied[i] = d.applied;
-                by[i] = d.by;
-                produce[i] = d.produce;
-                fetch[i] = d.fetch;
-                request[i] = d.request;
-                mutation[i] = d.mutation;
-                refused[i] = d.refused;
-            }
+            let decisions = Decisions {
+                applied: &mut out.throttle_ms[at.clone()],
+                by: &mut out.throttled_by[at.clone()],
+                produce: &mut out.produce_throttle_ms[at.clone()],
+                fetch: &mut out.fetch_throttle_ms[at.clone()],
+                request: &mut out.request_throttle_ms[at.clone()],
+                mutation: &mut out.mutation_throttle_ms[at.clone()],
+                refused: &mut out.refused_partitions[at],
+            };
+            s.replay_batch(events, n, first, &mut scratch, decisions);
         }
+        self.scratch = scratch;
         out
     }
 

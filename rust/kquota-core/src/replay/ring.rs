@@ -41,6 +41,8 @@ const BOUND: usize = 6;
 const LAST_RECORD: usize = 7;
 const LIVE: usize = 8;
 const META: usize = 9;
+/// The slots of a ring of Kafka's default quota window (`quota.window.num` 11).
+const QUOTA_DEFAULT_SLOTS: usize = 12;
 
 /// The rings of many sensors of one window configuration.
 #[derive(Debug, Clone)]
@@ -137,6 +139,23 @@ impl Rings {
         let cfg = self.cfg;
         let slots = self.slots;
         let block = self.block_mut(s);
+        // Kafka's default ring (11 samples, 12 slots) with its length known to the compiler
+        if slots == QUOTA_DEFAULT_SLOTS {
+            Self::record_in(&cfg, QUOTA_DEFAULT_SLOTS, block, value, t, check)
+        } else {
+            Self::record_in(&cfg, slots, block, value, t, check)
+        }
+    }
+
+    #[inline(always)]
+    fn record_in(
+        cfg: &WindowConfig,
+        slots: usize,
+        block: &mut [u64],
+        value: f64,
+        t: i64,
+        check: bool,
+    ) -> (f64, i64) {
         let (meta, rest) = block.split_at_mut(META);
         let (values, rest) = rest.split_at_mut(slots);
         let (starts, lasts) = rest.split_at_mut(slots);
@@ -151,7 +170,7 @@ impl Rings {
             lasts[0] = t as u64;
             (low, newest) = (t, t);
         }
-        if window_over(&cfg, starts[cur] as i64, t) {
+        if window_over(cfg, starts[cur] as i64, t) {
             cur = if cur + 1 >= slots { 0 } else { cur + 1 };
             if cur >= len {
                 len += 1;
@@ -181,10 +200,10 @@ impl Rings {
             for v in &values[cur..len] {
                 sum += f64::from_bits(*v);
             }
-            let window = window_from_oldest(&cfg, meta[MIN_START] as i64, t);
+            let window = window_from_oldest(cfg, meta[MIN_START] as i64, t);
             return (per_second(sum, window), window);
         }
-        Self::full_pass(&cfg, meta, values, starts, lasts, cur, len, t)
+        Self::full_pass(cfg, meta, values, starts, lasts, cur, len, t)
     }
 
     /// Measures sensor `s`'s rate at `t` (purging, and creating the first sample if the
@@ -217,7 +236,7 @@ impl Rings {
     /// Purges the obsolete samples at `t`, then adds the values in slot order and finds
     /// the oldest start: `Samples`' measurement. Remembers what the fast path needs.
     #[allow(clippy::too_many_arguments)]
-    #[inline]
+    #[inline(always)]
     fn full_pass(
         cfg: &WindowConfig,
         meta: &mut [u64],
@@ -228,11 +247,24 @@ impl Rings {
         len: usize,
         t: i64,
     ) -> (f64, i64) {
+        #[cfg(target_arch = "x86_64")]
+        if let (Ok(values), Ok(starts), Ok(lasts)) = (
+            <&mut [u64; 12]>::try_from(&mut *values),
+            <&mut [u64; 12]>::try_from(&mut *starts),
+            <&mut [u64; 12]>::try_from(&mut *lasts),
+        ) {
+            if std::arch::is_x86_feature_detected!("avx2") {
+                // SAFETY: the CPU has AVX2 (checked just above).
+                let pass =
+                    unsafe { avx2::pass_12(values, starts, lasts, cur, len, t, cfg.horizon_ms()) };
+                return Self::remember(cfg, meta, pass, t);
+            }
+        }
         let values = &mut values[..len];
         let starts = &mut starts[..len];
         let lasts = &mut lasts[..len];
-        // the purge and the oldest times in one branch-free loop (Kafka resets an obsolete
-        // slot: value 0, start and last at t), then the sums in slot order
+        // the purge and the oldest times in one loop (Kafka resets an obsolete slot: value
+        // 0, start and last at t), then the sums in slot order
         let (mut min_start, mut low) = (i64::MAX, i64::MAX);
         for i in 0..len {
             let obsolete = slot_obsolete(cfg, lasts[i] as i64, t);
@@ -247,12 +279,132 @@ impl Rings {
         let (before, from) = values.split_at(cur);
         let prefix = before.iter().fold(0.0, |acc, v| acc + f64::from_bits(*v));
         let sum = from.iter().fold(prefix, |acc, v| acc + f64::from_bits(*v));
-        meta[MIN_START] = min_start as u64;
-        meta[PREFIX] = f64::to_bits(prefix);
-        meta[LOW_LAST] = low as u64;
+        Self::remember(
+            cfg,
+            meta,
+            Pass {
+                min_start,
+                low,
+                prefix,
+                sum,
+            },
+            t,
+        )
+    }
+
+    /// Keeps what a full pass found for the fast path, and measures.
+    #[inline(always)]
+    fn remember(cfg: &WindowConfig, meta: &mut [u64], pass: Pass, t: i64) -> (f64, i64) {
+        meta[MIN_START] = pass.min_start as u64;
+        meta[PREFIX] = f64::to_bits(pass.prefix);
+        meta[LOW_LAST] = pass.low as u64;
         meta[EXACT] = 1;
-        let window = window_from_oldest(cfg, min_start, t);
-        (per_second(sum, window), window)
+        let window = window_from_oldest(cfg, pass.min_start, t);
+        (per_second(pass.sum, window), window)
+    }
+}
+
+/// What a full pass over a ring finds: the oldest start and last-event time, the sum of
+/// the values before the sample in progress and the sum of them all (in slot order).
+struct Pass {
+    min_start: i64,
+    low: i64,
+    prefix: f64,
+    sum: f64,
+}
+
+/// The full pass of a ring of Kafka's default length (12 slots) with AVX2, three slots of
+/// four at a time: the same purge (`slot_obsolete`: the wrapping age at least the
+/// horizon) and the same sums in slot order.
+#[cfg(target_arch = "x86_64")]
+mod avx2 {
+    use super::Pass;
+    use std::arch::x86_64::*;
+
+    /// The lane-wise minimum of signed 64-bit integers.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    fn min64(a: __m256i, b: __m256i) -> __m256i {
+        _mm256_blendv_epi8(a, b, _mm256_cmpgt_epi64(a, b))
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    fn horizontal_min(v: __m256i) -> i64 {
+        let mut lanes = [0i64; 4];
+        // SAFETY: `lanes` is 32 writable bytes.
+        unsafe { _mm256_storeu_si256(lanes.as_mut_ptr().cast(), v) };
+        lanes.into_iter().fold(i64::MAX, i64::min)
+    }
+
+    /// The purge at `t` of the `len` slots created (the others are left as they are),
+    /// and what the pass finds ([`Pass`]).
+    #[target_feature(enable = "avx2")]
+    pub(super) fn pass_12(
+        values: &mut [u64; 12],
+        starts: &mut [u64; 12],
+        lasts: &mut [u64; 12],
+        cur: usize,
+        len: usize,
+        t: i64,
+        horizon: i64,
+    ) -> Pass {
+        let now = _mm256_set1_epi64x(t);
+        let younger = _mm256_set1_epi64x(horizon - 1);
+        let created_below = _mm256_set1_epi64x(len as i64);
+        let cur_below = _mm256_set1_epi64x(cur as i64);
+        let max = _mm256_set1_epi64x(i64::MAX);
+        let (mut min_start, mut low) = (max, max);
+        let mut all = [0u64; 12];
+        let mut before = [0u64; 12];
+        for k in 0..3 {
+            let at = 4 * k;
+            let first = at as i64;
+            let index = _mm256_setr_epi64x(first, first + 1, first + 2, first + 3);
+            // SAFETY: each array has 12 words, so words at..at + 4 are in bounds.
+            let (value, start, last) = unsafe {
+                (
+                    _mm256_loadu_si256(values.as_ptr().add(at).cast()),
+                    _mm256_loadu_si256(starts.as_ptr().add(at).cast()),
+                    _mm256_loadu_si256(lasts.as_ptr().add(at).cast()),
+                )
+            };
+            let created = _mm256_cmpgt_epi64(created_below, index);
+            let age = _mm256_sub_epi64(now, last);
+            let obsolete = _mm256_and_si256(created, _mm256_cmpgt_epi64(age, younger));
+            let value = _mm256_andnot_si256(obsolete, value);
+            let start = _mm256_blendv_epi8(start, now, obsolete);
+            let last = _mm256_blendv_epi8(last, now, obsolete);
+            // SAFETY: as for the loads; the three arrays do not overlap (three &mut).
+            unsafe {
+                _mm256_storeu_si256(values.as_mut_ptr().add(at).cast(), value);
+                _mm256_storeu_si256(starts.as_mut_ptr().add(at).cast(), start);
+                _mm256_storeu_si256(lasts.as_mut_ptr().add(at).cast(), last);
+                _mm256_storeu_si256(
+                    all.as_mut_ptr().add(at).cast(),
+                    _mm256_and_si256(created, value),
+                );
+                _mm256_storeu_si256(
+                    before.as_mut_ptr().add(at).cast(),
+                    _mm256_and_si256(_mm256_cmpgt_epi64(cur_below, index), value),
+                );
+            }
+            min_start = min64(min_start, _mm256_blendv_epi8(max, start, created));
+            low = min64(low, _mm256_blendv_epi8(max, last, created));
+        }
+        // in slot order, a 0 for each slot not counted (adding 0 changes no sum of
+        // values: none is -0)
+        let (mut sum, mut prefix) = (0.0, 0.0);
+        for i in 0..12 {
+            sum += f64::from_bits(all[i]);
+            prefix += f64::from_bits(before[i]);
+        }
+        Pass {
+            min_start: horizontal_min(min_start),
+            low: horizontal_min(low),
+            prefix,
+            sum,
+        }
     }
 }
 
@@ -271,6 +423,11 @@ mod tests {
             self.0 ^= self.0 << 17;
             self.0
         }
+    }
+
+    #[test]
+    fn the_default_ring_length_is_kafkas() {
+        assert_eq!(QUOTA_DEFAULT_SLOTS, WindowConfig::QUOTA_DEFAULT.ring_len());
     }
 
     /// What the block remembers holds: the bounds on the last-event times always, the

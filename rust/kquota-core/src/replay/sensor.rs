@@ -97,17 +97,6 @@ impl SensorTable {
         self.overrides.quota_limit(u, c)
     }
 
-    /// Prefetch, first stage: the sensor's block and summary record of `pair` (a hint).
-    #[inline]
-    pub fn prefetch(&self, pair: u32) {
-        if let Some(&id) = self.pair_sensor.get(pair as usize) {
-            let id = id as usize;
-            self.rings.prefetch(id);
-            crate::prefetch_all(self.stats.as_ptr().wrapping_add(id));
-            crate::prefetch(self.spans.as_ptr().wrapping_add(id * self.span));
-        }
-    }
-
     /// The fetch-size cap of `pair` ([`max_value_in_quota_window`]); `f64::MAX` while
     /// nothing is enabled.
     pub fn max_value_in_quota_window(&self, pair: u32) -> f64 {
@@ -121,10 +110,22 @@ impl SensorTable {
     #[inline]
     pub fn count(&mut self, pair: u32, usage: &Usage) {
         let id = self.pair_sensor[pair as usize];
+        let window = self.clock.of(usage.time_ms);
+        self.count_sensor(id, usage, window);
+    }
+
+    /// Adds one event to the summary of sensor `id`; `window` is the whole window of its
+    /// time (`floor(time / window_ms)` of this table's window).
+    #[inline]
+    pub fn count_sensor(&mut self, id: u32, usage: &Usage, window: i64) {
         let id = id as usize;
         let spans = &mut self.spans[id * self.span..(id + 1) * self.span];
-        let window = self.clock.of(usage.time_ms);
         self.stats[id].add(usage, window, spans, &mut self.positive[id]);
+    }
+
+    /// This table's window configuration.
+    pub fn window(&self) -> &WindowConfig {
+        &self.window
     }
 
     /// The summaries of the sensors that recorded something.
@@ -198,20 +199,24 @@ impl SensorTable {
         self.resolve(pairs, 0)
     }
 
-    /// The sensor of `pair`, (re)created empty if it does not exist or the expiry run at
-    /// `run` (the latest at or before now, `None` if none) removed it.
+    /// Number of sensors (ids `0..`), live or not.
+    pub fn sensor_count(&self) -> usize {
+        self.rings.len()
+    }
+
+    /// The sensor id of `pair` (meaningless while nothing is enabled).
     #[inline]
-    fn live_sensor(&mut self, pair: u32, run: Option<i64>) -> usize {
-        let id = self.pair_sensor[pair as usize] as usize;
-        let (last_record, live) = self.rings.life(id);
-        let removed = match run {
-            Some(run) => sensor_expired(last_record, run, self.expiry_ms),
-            None => false,
-        };
-        if !live || removed {
-            self.rings.revive(id);
-        }
-        id
+    pub fn sensor_of(&self, pair: u32) -> u32 {
+        self.pair_sensor[pair as usize]
+    }
+
+    /// Prefetch (a hint): sensor `id`'s block and summary record.
+    #[inline]
+    pub fn prefetch_sensor(&self, id: u32) {
+        let id = id as usize;
+        self.rings.prefetch(id);
+        crate::prefetch_all(self.stats.as_ptr().wrapping_add(id));
+        crate::prefetch(self.spans.as_ptr().wrapping_add(id * self.span));
     }
 
     /// Records usage `value` (bytes or thread nanoseconds, valid) of `pair` at `t`; with
@@ -222,7 +227,31 @@ impl SensorTable {
         if !self.enabled() {
             return 0;
         }
-        let id = self.live_sensor(pair, run);
+        let id = self.pair_sensor[pair as usize];
+        self.record_sensor(id, value, t, check, run)
+    }
+
+    /// [`Self::record`] into sensor `id` (of an enabled table): the sensor is first
+    /// (re)created empty if it does not exist or the expiry run at `run` (the latest at or
+    /// before `t`, `None` if none) removed it.
+    #[inline]
+    pub fn record_sensor(
+        &mut self,
+        id: u32,
+        value: f64,
+        t: i64,
+        check: bool,
+        run: Option<i64>,
+    ) -> i32 {
+        let id = id as usize;
+        let (last_record, live) = self.rings.life(id);
+        let removed = match run {
+            Some(run) => sensor_expired(last_record, run, self.expiry_ms),
+            None => false,
+        };
+        if !live || removed {
+            self.rings.revive(id);
+        }
         self.rings.set_last_record(id, t);
         let (rate, window) = self
             .rings
