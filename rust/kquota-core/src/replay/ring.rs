@@ -53,16 +53,23 @@ pub(crate) struct Rings {
     /// Words per sensor.
     stride: usize,
     words: Vec<u64>,
+    /// Whether full passes over a 12-slot ring use AVX2 (the CPU has it).
+    avx2: bool,
 }
 
 impl Rings {
     pub fn new(cfg: WindowConfig) -> Self {
         let slots = cfg.ring_len();
+        #[cfg(target_arch = "x86_64")]
+        let avx2 = std::arch::is_x86_feature_detected!("avx2");
+        #[cfg(not(target_arch = "x86_64"))]
+        let avx2 = false;
         Rings {
             cfg,
             slots,
             stride: META + 3 * slots,
             words: Vec::new(),
+            avx2,
         }
     }
 
@@ -136,20 +143,22 @@ impl Rings {
     /// returns the rate and its window (else `(0.0, 0)`).
     #[inline]
     pub fn record(&mut self, s: usize, value: f64, t: i64, check: bool) -> (f64, i64) {
-        let cfg = self.cfg;
+        let (cfg, avx2) = (self.cfg, self.avx2);
         let slots = self.slots;
         let block = self.block_mut(s);
         // Kafka's default ring (11 samples, 12 slots) with its length known to the compiler
         if slots == QUOTA_DEFAULT_SLOTS {
-            Self::record_in(&cfg, QUOTA_DEFAULT_SLOTS, block, value, t, check)
+            Self::record_in(&cfg, avx2, QUOTA_DEFAULT_SLOTS, block, value, t, check)
         } else {
-            Self::record_in(&cfg, slots, block, value, t, check)
+            Self::record_in(&cfg, avx2, slots, block, value, t, check)
         }
     }
 
     #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
     fn record_in(
         cfg: &WindowConfig,
+        avx2: bool,
         slots: usize,
         block: &mut [u64],
         value: f64,
@@ -203,13 +212,13 @@ impl Rings {
             let window = window_from_oldest(cfg, meta[MIN_START] as i64, t);
             return (per_second(sum, window), window);
         }
-        Self::full_pass(cfg, meta, values, starts, lasts, cur, len, t)
+        Self::full_pass(cfg, avx2, meta, values, starts, lasts, cur, len, t)
     }
 
     /// Measures sensor `s`'s rate at `t` (purging, and creating the first sample if the
     /// ring is empty), as [`crate::samples::Samples::measure_rate`].
     pub fn measure(&mut self, s: usize, t: i64) -> (f64, i64) {
-        let cfg = self.cfg;
+        let (cfg, avx2) = (self.cfg, self.avx2);
         let slots = self.slots;
         let block = self.block_mut(s);
         let (meta, rest) = block.split_at_mut(META);
@@ -225,12 +234,12 @@ impl Rings {
             meta[CUR_LEN] = 1 << 32;
             meta[LOW_LAST] = t as u64;
             meta[NEWEST] = t as u64;
-            return Self::full_pass(&cfg, meta, values, starts, lasts, 0, 1, t);
+            return Self::full_pass(&cfg, avx2, meta, values, starts, lasts, 0, 1, t);
         }
         let (low, newest) = (meta[LOW_LAST] as i64, meta[NEWEST] as i64);
         meta[LOW_LAST] = low.min(t) as u64;
         meta[NEWEST] = newest.max(t) as u64;
-        Self::full_pass(&cfg, meta, values, starts, lasts, cur, len, t)
+        Self::full_pass(&cfg, avx2, meta, values, starts, lasts, cur, len, t)
     }
 
     /// Purges the obsolete samples at `t`, then adds the values in slot order and finds
@@ -239,6 +248,7 @@ impl Rings {
     #[inline(always)]
     fn full_pass(
         cfg: &WindowConfig,
+        avx2: bool,
         meta: &mut [u64],
         values: &mut [u64],
         starts: &mut [u64],
@@ -253,8 +263,8 @@ impl Rings {
             <&mut [u64; 12]>::try_from(&mut *starts),
             <&mut [u64; 12]>::try_from(&mut *lasts),
         ) {
-            if std::arch::is_x86_feature_detected!("avx2") {
-                // SAFETY: the CPU has AVX2 (checked just above).
+            if avx2 {
+                // SAFETY: the CPU has AVX2 (`Rings::new` asked it).
                 let pass =
                     unsafe { avx2::pass_12(values, starts, lasts, cur, len, t, cfg.horizon_ms()) };
                 return Self::remember(cfg, meta, pass, t);
@@ -457,9 +467,15 @@ mod tests {
     #[test]
     fn rings_equal_samples_bit_for_bit() {
         let mut seq = Seq(0x2545_F491_4F6C_DD1D);
-        for (n, w) in [(11, 1000), (2, 30_000), (1, 1), (3, 7), (11, 1)] {
+        let simd = [false, Rings::new(WindowConfig::QUOTA_DEFAULT).avx2];
+        for ((n, w), avx2) in [(11, 1000), (2, 30_000), (1, 1), (3, 7), (11, 1)]
+            .into_iter()
+            .flat_map(|c| simd.map(|a| (c, a)))
+        {
             let cfg = WindowConfig::new(n, w).unwrap();
             let mut rings = Rings::new(cfg);
+            // both full passes: AVX2's (where the CPU has it) and the scalar one
+            rings.avx2 = avx2;
             let sensors = 3;
             let mut reference: Vec<Samples> = (0..sensors).map(|_| Samples::new()).collect();
             for _ in 0..sensors {
