@@ -15,8 +15,7 @@
 
 use super::ring::Rings;
 use crate::error::{check_usage, Error, Result};
-use crate::manager::{rate_units, throttle_int, QuotaType};
-use crate::quota::verdict;
+use crate::manager::{rate_units, QuotaType};
 use crate::samples::WindowConfig;
 
 /// The traffic of a group of entities, sorted by entity, then broker, then replay order.
@@ -69,9 +68,8 @@ impl Entity<'_> {
             let mut rings = Rings::new(*self.window);
             let sensor = rings.push(quota);
             for (i, (&t, &v)) in times.iter().zip(units).enumerate() {
-                let (rate, window) = rings.record(sensor, v, t, true);
-                let check = verdict(rate, quota, window);
-                let throttle = throttle_int(self.quota_type, self.window, check);
+                let measured = rings.record(sensor, v, t, true);
+                let throttle = measured.throttle(self.quota_type, self.window, quota);
                 if throttle > 0 {
                     throttled += 1;
                 }

@@ -20,7 +20,35 @@
 //! pass. Anything else (a new sample, a purge, a time earlier than one seen, Java's
 //! wrapping arithmetic) takes the full pass, which is `Samples`' arithmetic.
 
+use crate::manager::{throttle_int, QuotaType};
+use crate::quota::{certainly_within, verdict};
 use crate::samples::{per_second, slot_obsolete, window_from_oldest, window_over, WindowConfig};
+
+/// A ring's measurement: the sum of its values (in slot order) and the window in ms it is
+/// divided by (Kafka's `Rate`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct Measured {
+    pub sum: f64,
+    pub window: i64,
+}
+
+impl Measured {
+    /// The rate per second.
+    pub fn rate(&self) -> f64 {
+        per_second(self.sum, self.window)
+    }
+
+    /// A `quota_type` manager's throttle (Kafka's int) for this measurement checked
+    /// against `bound` ([`throttle_int`] of [`verdict`]), without the rate's division when
+    /// the sum is clearly within the bound ([`certainly_within`]).
+    #[inline]
+    pub fn throttle(&self, quota_type: QuotaType, window: &WindowConfig, bound: f64) -> i32 {
+        if certainly_within(self.sum, bound, self.window) {
+            return 0;
+        }
+        throttle_int(quota_type, window, verdict(self.rate(), bound, self.window))
+    }
+}
 
 /// `cur | len << 32`: the sample in progress and the number of samples created.
 const CUR_LEN: usize = 0;
@@ -140,9 +168,9 @@ impl Rings {
 
     /// Records `value` at `t` in sensor `s`'s ring, as [`crate::samples::Samples::record`];
     /// with `check`, then measures at `t` as [`crate::samples::Samples::measure_rate`] and
-    /// returns the rate and its window (else `(0.0, 0)`).
+    /// returns the measurement (else a sum of 0 over 1 ms).
     #[inline]
-    pub fn record(&mut self, s: usize, value: f64, t: i64, check: bool) -> (f64, i64) {
+    pub fn record(&mut self, s: usize, value: f64, t: i64, check: bool) -> Measured {
         let (cfg, avx2) = (self.cfg, self.avx2);
         let slots = self.slots;
         let block = self.block_mut(s);
@@ -164,7 +192,7 @@ impl Rings {
         value: f64,
         t: i64,
         check: bool,
-    ) -> (f64, i64) {
+    ) -> Measured {
         let (meta, rest) = block.split_at_mut(META);
         let (values, rest) = rest.split_at_mut(slots);
         let (starts, lasts) = rest.split_at_mut(slots);
@@ -199,7 +227,10 @@ impl Rings {
         meta[NEWEST] = newest as u64;
         if !check {
             meta[EXACT] = u64::from(exact);
-            return (0.0, 0);
+            return Measured {
+                sum: 0.0,
+                window: 1,
+            };
         }
         // No purge when the oldest possible last-event time is younger than the horizon
         // and no age wraps: every age is then in [0, t - low].
@@ -210,14 +241,14 @@ impl Rings {
                 sum += f64::from_bits(*v);
             }
             let window = window_from_oldest(cfg, meta[MIN_START] as i64, t);
-            return (per_second(sum, window), window);
+            return Measured { sum, window };
         }
         Self::full_pass(cfg, avx2, meta, values, starts, lasts, cur, len, t)
     }
 
     /// Measures sensor `s`'s rate at `t` (purging, and creating the first sample if the
     /// ring is empty), as [`crate::samples::Samples::measure_rate`].
-    pub fn measure(&mut self, s: usize, t: i64) -> (f64, i64) {
+    pub fn measure(&mut self, s: usize, t: i64) -> Measured {
         let (cfg, avx2) = (self.cfg, self.avx2);
         let slots = self.slots;
         let block = self.block_mut(s);
@@ -256,7 +287,7 @@ impl Rings {
         cur: usize,
         len: usize,
         t: i64,
-    ) -> (f64, i64) {
+    ) -> Measured {
         #[cfg(target_arch = "x86_64")]
         if let (Ok(values), Ok(starts), Ok(lasts)) = (
             <&mut [u64; 12]>::try_from(&mut *values),
@@ -304,13 +335,16 @@ impl Rings {
 
     /// Keeps what a full pass found for the fast path, and measures.
     #[inline(always)]
-    fn remember(cfg: &WindowConfig, meta: &mut [u64], pass: Pass, t: i64) -> (f64, i64) {
+    fn remember(cfg: &WindowConfig, meta: &mut [u64], pass: Pass, t: i64) -> Measured {
         meta[MIN_START] = pass.min_start as u64;
         meta[PREFIX] = f64::to_bits(pass.prefix);
         meta[LOW_LAST] = pass.low as u64;
         meta[EXACT] = 1;
         let window = window_from_oldest(cfg, pass.min_start, t);
-        (per_second(pass.sum, window), window)
+        Measured {
+            sum: pass.sum,
+            window,
+        }
     }
 }
 
@@ -502,6 +536,7 @@ mod tests {
                 match (r >> 56) % 16 {
                     0 => {
                         let got = rings.measure(s, t);
+                        let got = (got.rate(), got.window);
                         let want = reference[s].measure_rate(&cfg, t);
                         assert_eq!(got.1, want.1, "window, step {step}");
                         assert_eq!(got.0.to_bits(), want.0.to_bits(), "rate, step {step}");
@@ -516,6 +551,7 @@ mod tests {
                     }
                     _ => {
                         let got = rings.record(s, value, t, true);
+                        let got = (got.rate(), got.window);
                         reference[s].record(&cfg, value, t);
                         let want = reference[s].measure_rate(&cfg, t);
                         assert_eq!(got.1, want.1, "window, step {step}");

@@ -14,10 +14,7 @@ use super::ring::Rings;
 use super::stats::{EntityStats, EntitySummary, Histogram, Usage, WindowIndex};
 use crate::entity::Overrides;
 use crate::error::Result;
-use crate::manager::{
-    max_value_in_quota_window, rate_units, sensor_expired, throttle_int, QuotaType,
-};
-use crate::quota::{verdict, Check};
+use crate::manager::{max_value_in_quota_window, rate_units, sensor_expired, QuotaType};
 use crate::samples::WindowConfig;
 
 /// The sensors of one quota type of one scenario.
@@ -253,14 +250,13 @@ impl SensorTable {
             self.rings.revive(id);
         }
         self.rings.set_last_record(id, t);
-        let (rate, window) = self
+        let measured = self
             .rings
             .record(id, rate_units(self.quota_type, value), t, check);
         if !check {
             return 0;
         }
-        let outcome: Check = verdict(rate, self.rings.bound(id), window);
-        throttle_int(self.quota_type, &self.window, outcome)
+        measured.throttle(self.quota_type, &self.window, self.rings.bound(id))
     }
 
     /// The rate of `pair`'s sensor at `t` (purges), `None` when it does not exist.
@@ -274,6 +270,6 @@ impl SensorTable {
         if !live || removed {
             return None;
         }
-        Some(self.rings.measure(id, t).0)
+        Some(self.rings.measure(id, t).rate())
     }
 }
