@@ -8,7 +8,11 @@
 //! valgrind --tool=cachegrind --cache-sim=yes target/release/examples/replay_loop 2000000
 //! valgrind --tool=cachegrind --cache-sim=yes target/release/examples/replay_loop 4000000
 //! target/release/examples/replay_loop 50000000 10 time
+//! target/release/examples/replay_loop 50000000 10 time 1000
 //! ```
+//!
+//! The last argument, the number of entities, tells how much of the time is memory: with
+//! 1000 entities every sensor stays in cache.
 //!
 //! The difference of two totals over the difference of the requests is the cost of one
 //! request (the set-up is the same in both). The trace is generated as the bench's is.
@@ -19,7 +23,6 @@ use std::time::Instant;
 use kquota_core::replay::Events;
 use kquota_core::{QuotaEntity, QuotaManager, QuotaType, ReplayKernel, ReplayOptions, RequestPath};
 
-const ENTITIES: usize = 10_000;
 const TRACE: usize = 1 << 20;
 const BATCH: usize = 1 << 16;
 
@@ -27,7 +30,8 @@ fn main() {
     let mut args = std::env::args().skip(1);
     let requests: u64 = args.next().map_or(2_000_000, |a| a.parse().unwrap());
     let per_ms: i64 = args.next().map_or(10, |a| a.parse().unwrap());
-    let timed = args.next().is_some();
+    let timed = args.next().is_some_and(|a| a == "time");
+    let entities: usize = args.next().map_or(10_000, |a| a.parse().unwrap());
     let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
     let mut next = move || {
         x ^= x << 13;
@@ -35,13 +39,13 @@ fn main() {
         x ^= x << 17;
         x
     };
-    let pairs: Vec<(String, String)> = (0..ENTITIES)
+    let pairs: Vec<(String, String)> = (0..entities)
         .map(|i| (format!("user-{}", i % 1000), format!("client-{i}")))
         .collect();
     let (mut pair, mut kind, mut bytes, mut thread_ns, mut acks) =
         (vec![], vec![], vec![], vec![], vec![]);
     for _ in 0..TRACE {
-        pair.push((next() % ENTITIES as u64) as i32);
+        pair.push((next() % entities as u64) as i32);
         let k = next() % 100;
         kind.push(if k < 50 {
             0i8

@@ -15,8 +15,10 @@ pub(crate) struct Record {
     pub time: i64,
     /// Usage, in the units the table records (bytes, thread nanoseconds).
     pub value: f64,
-    /// The request's bytes as a whole number (what its summary adds up).
-    pub bytes: i64,
+    /// What else the table reads of the event: the request quota, the request's bytes
+    /// as a whole number (its summary adds them up); the fetch quota, 1 when the request
+    /// quota throttled the fetch (its bytes are then taken back), else 0.
+    pub aux: i64,
 }
 
 /// Records sorted by sensor, stably (a sensor's records keep the order they were added
@@ -52,8 +54,10 @@ impl Groups {
                 c[((r.sensor >> (8 * d)) & 0xff) as usize] += 1;
             }
         }
-        self.spare.clear();
-        self.spare.resize(n, Record::default());
+        // the spare buffer only grows (it is written before it is read)
+        if self.spare.len() < n {
+            self.spare.resize(n, Record::default());
+        }
         for (d, count) in counts.iter().enumerate() {
             // a digit every record shares moves nothing
             if count.iter().any(|&c| c as usize == n) {
@@ -71,6 +75,7 @@ impl Groups {
                 next[digit] += 1;
             }
             std::mem::swap(&mut self.records, &mut self.spare);
+            self.records.truncate(n);
         }
     }
 
@@ -90,7 +95,7 @@ mod tests {
             event,
             time: i64::from(event),
             value: 1.0,
-            bytes: 1,
+            aux: 1,
         }
     }
 

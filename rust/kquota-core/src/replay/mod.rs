@@ -433,23 +433,21 @@ impl Scenario {
                         event: i as u32,
                         time: events.time_ms[i],
                         value: ns,
-                        bytes: events.bytes[i] as i64,
+                        aux: events.bytes[i] as i64,
                     });
                 }
             }
-            Self::replay_table(request, groups, &clock, |table, r, run, window| {
-                let throttle = table.record_sensor(r.sensor, r.value, r.time, true, run);
-                d.request[r.event as usize] = throttle;
-                let usage = Usage {
-                    time_ms: r.time,
-                    bytes: r.bytes,
-                    usage: r.value as i64,
-                    recorded: true,
-                    throttle_ms: throttle,
-                    added_latency_ms: 0,
-                };
-                table.count_sensor(r.sensor, &usage, window);
-            });
+            let out = &mut *d.request;
+            Self::replay_table(
+                request,
+                groups,
+                &clock,
+                |r, throttle| {
+                    out[r.event as usize] = throttle;
+                    false
+                },
+                |r| (r.aux, r.value as i64),
+            );
         }
         for (table, kind) in [(produce, KIND_PRODUCE), (fetch, KIND_FETCH)] {
             if !table.enabled() {
@@ -458,13 +456,12 @@ impl Scenario {
             groups.clear();
             for i in 0..n {
                 if events.kind[i] == kind {
-                    let bytes = events.bytes[i];
                     groups.push(Record {
                         sensor: table.sensor_of(events.pair[i] as u32),
                         event: i as u32,
                         time: events.time_ms[i],
-                        value: bytes,
-                        bytes: bytes as i64,
+                        value: events.bytes[i],
+                        aux: i64::from(d.request[i] > 0),
                     });
                 }
             }
@@ -473,26 +470,17 @@ impl Scenario {
             } else {
                 d.fetch
             };
-            let request = &*d.request;
-            Self::replay_table(table, groups, &clock, |table, r, run, window| {
-                let throttle = table.record_sensor(r.sensor, r.value, r.time, true, run);
-                let event = r.event as usize;
-                out[event] = throttle;
-                let mut recorded = true;
-                if kind == KIND_FETCH && fetch_unrecorded(throttle, request[event]) {
-                    table.record_sensor(r.sensor, -r.value, r.time, false, run);
-                    recorded = false;
-                }
-                let usage = Usage {
-                    time_ms: r.time,
-                    bytes: r.bytes,
-                    usage: r.bytes,
-                    recorded,
-                    throttle_ms: throttle,
-                    added_latency_ms: 0,
-                };
-                table.count_sensor(r.sensor, &usage, window);
-            });
+            Self::replay_table(
+                table,
+                groups,
+                &clock,
+                |r, throttle| {
+                    out[r.event as usize] = throttle;
+                    // a fetch's bytes are taken back when it or the request quota throttled it
+                    kind == KIND_FETCH && fetch_unrecorded(throttle, r.aux as i32)
+                },
+                |r| (r.value as i64, r.value as i64),
+            );
         }
         for i in 0..n {
             let (applied, by) = applied_throttle(d.produce[i], d.fetch[i], d.request[i]);
@@ -532,34 +520,33 @@ impl Scenario {
         }
     }
 
-    /// Replays the records of one table sorted by sensor: `record(table, record, run,
-    /// window)` for each, sensor by sensor, each sensor's records in time order; `run` is
-    /// the latest expiry run at or before the record (from a copy of the scenario's clock
-    /// as the batch found it, per sensor) and `window` the whole window of its time.
+    /// Replays the records of one table sorted by sensor, sensor by sensor, each sensor's
+    /// records in time order ([`SensorTable::replay_run`] with `decide` and `usage`),
+    /// prefetching the sensors ahead.
     #[inline(always)]
     fn replay_table(
         table: &mut SensorTable,
         groups: &mut Groups,
         clock: &Clock,
-        mut record: impl FnMut(&mut SensorTable, &Record, Option<i64>, i64),
+        mut decide: impl FnMut(&Record, i32) -> bool,
+        usage: impl Fn(&Record) -> (i64, i64) + Copy,
     ) {
         groups.sort(table.sensor_count());
         let records = groups.records();
         let mut windows = WindowIndex::new(table.window());
-        let mut sensor_clock = clock.clone();
-        let mut sensor = u32::MAX;
-        for (k, r) in records.iter().enumerate() {
-            if let Some(ahead) = records.get(k + PREFETCH) {
-                if ahead.sensor != records[k + PREFETCH - 1].sensor {
-                    table.prefetch_sensor(ahead.sensor);
-                }
+        let mut start = 0;
+        while start < records.len() {
+            let sensor = records[start].sensor;
+            let mut end = start + 1;
+            while end < records.len() && records[end].sensor == sensor {
+                end += 1;
             }
-            if r.sensor != sensor {
-                sensor = r.sensor;
-                sensor_clock = clock.clone();
+            if let Some(ahead) = records.get(end + PREFETCH) {
+                table.prefetch_sensor(ahead.sensor);
             }
-            let run = sensor_clock.run_at(r.time);
-            record(table, r, run, windows.of(r.time));
+            let run = &records[start..end];
+            table.replay_run(sensor, run, clock, &mut windows, &mut decide, usage);
+            start = end;
         }
     }
 

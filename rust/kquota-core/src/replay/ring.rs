@@ -136,12 +136,20 @@ impl Rings {
         crate::prefetch(base.wrapping_add(self.stride - 1));
     }
 
-    pub fn bound(&self, s: usize) -> f64 {
-        f64::from_bits(self.block(s)[BOUND])
-    }
-
     pub fn set_bound(&mut self, s: usize, bound: f64) {
         self.block_mut(s)[BOUND] = bound.to_bits();
+    }
+
+    /// Sensor `s`'s block, to work on.
+    #[inline]
+    pub fn ring(&mut self, s: usize) -> Ring<'_> {
+        let (cfg, avx2, slots) = (self.cfg, self.avx2, self.slots);
+        Ring {
+            cfg,
+            avx2,
+            slots,
+            block: self.block_mut(s),
+        }
     }
 
     /// Kafka's `Sensor.lastRecordTime` and whether the sensor exists (created, and not
@@ -153,32 +161,69 @@ impl Rings {
     }
 
     /// (Re)creates sensor `s` live with an empty ring (its bound stays).
-    #[inline]
+    #[cfg(test)]
     pub fn revive(&mut self, s: usize) {
-        let b = self.block_mut(s);
-        b[CUR_LEN] = 0;
-        b[EXACT] = 0;
-        b[LIVE] = 1;
+        self.ring(s).revive();
     }
 
-    #[inline]
-    pub fn set_last_record(&mut self, s: usize, t: i64) {
-        self.block_mut(s)[LAST_RECORD] = t as u64;
-    }
-
-    /// Records `value` at `t` in sensor `s`'s ring, as [`crate::samples::Samples::record`];
-    /// with `check`, then measures at `t` as [`crate::samples::Samples::measure_rate`] and
-    /// returns the measurement (else a sum of 0 over 1 ms).
+    /// Records `value` at `t` in sensor `s`'s ring ([`Ring::record`]).
     #[inline]
     pub fn record(&mut self, s: usize, value: f64, t: i64, check: bool) -> Measured {
-        let (cfg, avx2) = (self.cfg, self.avx2);
-        let slots = self.slots;
-        let block = self.block_mut(s);
+        self.ring(s).record(value, t, check)
+    }
+
+    /// Measures sensor `s`'s rate at `t` ([`Ring::measure`]).
+    pub fn measure(&mut self, s: usize, t: i64) -> Measured {
+        self.ring(s).measure(t)
+    }
+}
+
+/// One sensor's block of a [`Rings`], borrowed to record into.
+pub(crate) struct Ring<'a> {
+    cfg: WindowConfig,
+    avx2: bool,
+    slots: usize,
+    block: &'a mut [u64],
+}
+
+impl Ring<'_> {
+    /// The sensor's bound.
+    #[inline]
+    pub fn bound(&self) -> f64 {
+        f64::from_bits(self.block[BOUND])
+    }
+
+    /// Kafka's `Sensor.lastRecordTime` and whether the sensor exists (created, and not
+    /// removed by expiry as seen at that time).
+    #[inline]
+    pub fn life(&self) -> (i64, bool) {
+        (self.block[LAST_RECORD] as i64, self.block[LIVE] != 0)
+    }
+
+    /// (Re)creates the sensor live with an empty ring (its bound stays).
+    #[inline]
+    pub fn revive(&mut self) {
+        self.block[CUR_LEN] = 0;
+        self.block[EXACT] = 0;
+        self.block[LIVE] = 1;
+    }
+
+    #[inline]
+    pub fn set_last_record(&mut self, t: i64) {
+        self.block[LAST_RECORD] = t as u64;
+    }
+
+    /// Records `value` at `t`, as [`crate::samples::Samples::record`]; with `check`, then
+    /// measures at `t` as [`crate::samples::Samples::measure_rate`] and returns the
+    /// measurement (else a sum of 0 over 1 ms).
+    #[inline]
+    pub fn record(&mut self, value: f64, t: i64, check: bool) -> Measured {
+        let (cfg, avx2, slots) = (self.cfg, self.avx2, self.slots);
         // Kafka's default ring (11 samples, 12 slots) with its length known to the compiler
         if slots == QUOTA_DEFAULT_SLOTS {
-            Self::record_in(&cfg, avx2, QUOTA_DEFAULT_SLOTS, block, value, t, check)
+            Self::record_in(&cfg, avx2, QUOTA_DEFAULT_SLOTS, self.block, value, t, check)
         } else {
-            Self::record_in(&cfg, avx2, slots, block, value, t, check)
+            Self::record_in(&cfg, avx2, slots, self.block, value, t, check)
         }
     }
 
@@ -246,12 +291,11 @@ impl Rings {
         Self::full_pass(cfg, avx2, meta, values, starts, lasts, cur, len, t)
     }
 
-    /// Measures sensor `s`'s rate at `t` (purging, and creating the first sample if the
-    /// ring is empty), as [`crate::samples::Samples::measure_rate`].
-    pub fn measure(&mut self, s: usize, t: i64) -> Measured {
-        let (cfg, avx2) = (self.cfg, self.avx2);
-        let slots = self.slots;
-        let block = self.block_mut(s);
+    /// Measures the rate at `t` (purging, and creating the first sample if the ring is
+    /// empty), as [`crate::samples::Samples::measure_rate`].
+    pub fn measure(&mut self, t: i64) -> Measured {
+        let (cfg, avx2, slots) = (self.cfg, self.avx2, self.slots);
+        let block = &mut *self.block;
         let (meta, rest) = block.split_at_mut(META);
         let (values, rest) = rest.split_at_mut(slots);
         let (starts, lasts) = rest.split_at_mut(slots);

@@ -10,8 +10,10 @@ use std::collections::HashMap;
 
 mod custom;
 
-use super::ring::Rings;
+use super::groups::Record;
+use super::ring::{Ring, Rings};
 use super::stats::{EntityStats, EntitySummary, Histogram, Usage, WindowIndex};
+use super::Clock;
 use crate::entity::Overrides;
 use crate::error::Result;
 use crate::manager::{max_value_in_quota_window, rate_units, sensor_expired, QuotaType};
@@ -240,23 +242,59 @@ impl SensorTable {
         check: bool,
         run: Option<i64>,
     ) -> i32 {
+        let rules = self.rules();
+        rules.record(&mut self.rings.ring(id as usize), value, t, check, run)
+    }
+
+    fn rules(&self) -> Rules {
+        Rules {
+            quota_type: self.quota_type,
+            window: self.window,
+            expiry_ms: self.expiry_ms,
+        }
+    }
+
+    /// Open loop: sensor `id`'s records of a batch (`records`, in time order), each
+    /// recorded with a check as [`Self::record_sensor`] does, the latest expiry run before
+    /// it from a copy of `clock`; `decide(record, throttle)` says whether its usage is
+    /// taken back (a throttled fetch: recorded again negated, without a check), and the
+    /// summary counts it with `usage(record)` (its bytes and usage as whole numbers).
+    /// `windows` gives each record's whole window.
+    #[inline(always)]
+    pub fn replay_run(
+        &mut self,
+        id: u32,
+        records: &[Record],
+        clock: &Clock,
+        windows: &mut WindowIndex,
+        mut decide: impl FnMut(&Record, i32) -> bool,
+        usage: impl Fn(&Record) -> (i64, i64),
+    ) {
+        let rules = self.rules();
         let id = id as usize;
-        let (last_record, live) = self.rings.life(id);
-        let removed = match run {
-            Some(run) => sensor_expired(last_record, run, self.expiry_ms),
-            None => false,
-        };
-        if !live || removed {
-            self.rings.revive(id);
+        let mut ring = self.rings.ring(id);
+        let stats = &mut self.stats[id];
+        let spans = &mut self.spans[id * self.span..(id + 1) * self.span];
+        let positive = &mut self.positive[id];
+        let mut clock = clock.clone();
+        for r in records {
+            let run = clock.run_at(r.time);
+            let throttle = rules.record(&mut ring, r.value, r.time, true, run);
+            let recorded = !decide(r, throttle);
+            if !recorded {
+                rules.record(&mut ring, -r.value, r.time, false, run);
+            }
+            let (bytes, usage) = usage(r);
+            let u = Usage {
+                time_ms: r.time,
+                bytes,
+                usage,
+                recorded,
+                throttle_ms: throttle,
+                added_latency_ms: 0,
+            };
+            stats.add(&u, windows.of(r.time), spans, positive);
         }
-        self.rings.set_last_record(id, t);
-        let measured = self
-            .rings
-            .record(id, rate_units(self.quota_type, value), t, check);
-        if !check {
-            return 0;
-        }
-        measured.throttle(self.quota_type, &self.window, self.rings.bound(id))
     }
 
     /// The rate of `pair`'s sensor at `t` (purges), `None` when it does not exist.
@@ -271,5 +309,43 @@ impl SensorTable {
             return None;
         }
         Some(self.rings.measure(id, t).rate())
+    }
+}
+
+/// What a table's sensors record by: its quota type, window and sensor expiry.
+#[derive(Debug, Clone, Copy)]
+struct Rules {
+    quota_type: QuotaType,
+    window: WindowConfig,
+    expiry_ms: i64,
+}
+
+impl Rules {
+    /// Records usage `value` (bytes or thread nanoseconds) into `ring` at `t`, the sensor
+    /// first (re)created empty if it does not exist or the expiry run at `run` removed
+    /// it; with `check` returns the manager's throttle (Kafka's int), else 0.
+    #[inline(always)]
+    fn record(
+        &self,
+        ring: &mut Ring<'_>,
+        value: f64,
+        t: i64,
+        check: bool,
+        run: Option<i64>,
+    ) -> i32 {
+        let (last_record, live) = ring.life();
+        let removed = match run {
+            Some(run) => sensor_expired(last_record, run, self.expiry_ms),
+            None => false,
+        };
+        if !live || removed {
+            ring.revive();
+        }
+        ring.set_last_record(t);
+        let measured = ring.record(rate_units(self.quota_type, value), t, check);
+        if !check {
+            return 0;
+        }
+        measured.throttle(self.quota_type, &self.window, ring.bound())
     }
 }

@@ -231,9 +231,15 @@ impl Histogram {
     fn add(&mut self, value: i32) {
         self.recent.push(value);
         if self.recent.len() >= Self::BUFFER.max(self.counts.len()) {
-            self.counts = self.merged();
-            self.recent.clear();
+            self.merge();
         }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn merge(&mut self) {
+        self.counts = self.merged();
+        self.recent.clear();
     }
 
     /// `counts` with `recent` merged in.
