@@ -28,37 +28,39 @@ pub(crate) struct Record {
 pub(crate) struct Groups {
     records: Vec<Record>,
     spare: Vec<Record>,
+    /// The bytes of a sensor id the sort looks at, and how many records have each value
+    /// of each (counted as records are added).
+    counts: Vec<[u32; 256]>,
 }
 
 impl Groups {
-    /// Starts a new set of records.
-    pub fn clear(&mut self) {
+    /// Starts a new set of records, of sensor ids below `sensors`.
+    pub fn clear(&mut self, sensors: usize) {
         self.records.clear();
+        let digits = (usize::BITS - sensors.saturating_sub(1).leading_zeros()).div_ceil(8);
+        self.counts.clear();
+        self.counts.resize(digits as usize, [0; 256]);
     }
 
     #[inline]
     pub fn push(&mut self, record: Record) {
+        for (d, count) in self.counts.iter_mut().enumerate() {
+            count[((record.sensor >> (8 * d)) & 0xff) as usize] += 1;
+        }
         self.records.push(record);
     }
 
-    /// Sorts the records by sensor (stably); `sensors` is above every sensor id.
-    pub fn sort(&mut self, sensors: usize) {
-        let digits = (usize::BITS - sensors.saturating_sub(1).leading_zeros()).div_ceil(8);
+    /// Sorts the records by sensor, stably.
+    pub fn sort(&mut self) {
         let n = self.records.len();
-        if digits == 0 || n < 2 {
+        if n < 2 {
             return;
-        }
-        let mut counts = vec![[0u32; 256]; digits as usize];
-        for r in &self.records {
-            for (d, c) in counts.iter_mut().enumerate() {
-                c[((r.sensor >> (8 * d)) & 0xff) as usize] += 1;
-            }
         }
         // the spare buffer only grows (it is written before it is read)
         if self.spare.len() < n {
             self.spare.resize(n, Record::default());
         }
-        for (d, count) in counts.iter().enumerate() {
+        for (d, count) in self.counts.iter().enumerate() {
             // a digit every record shares moves nothing
             if count.iter().any(|&c| c as usize == n) {
                 continue;
@@ -106,7 +108,7 @@ mod tests {
         let mut g = Groups::default();
         let mut x: u64 = 0x2545_F491_4F6C_DD1D;
         for sensors in [1usize, 2, 255, 256, 257, 70_000, 1 << 24] {
-            g.clear();
+            g.clear(sensors);
             let mut want = Vec::new();
             for event in 0..3000u32 {
                 x ^= x << 13;
@@ -116,12 +118,12 @@ mod tests {
                 g.push(record(sensor, event));
                 want.push(record(sensor, event));
             }
-            g.sort(sensors);
+            g.sort();
             want.sort_by_key(|r| r.sensor);
             assert_eq!(g.records(), &want[..], "{sensors} sensors");
         }
-        g.clear();
-        g.sort(10);
+        g.clear(10);
+        g.sort();
         assert!(g.records().is_empty());
     }
 }

@@ -423,7 +423,7 @@ impl Scenario {
         let clock = self.clock.clone();
         let [produce, fetch, request] = &mut self.tables;
         if request.enabled() {
-            groups.clear();
+            groups.clear(request.sensor_count());
             for i in 0..n {
                 let (ns, kind) = (events.thread_ns[i], events.kind[i]);
                 let kind = kind_of(kind).unwrap_or(ApiKind::Other);
@@ -453,7 +453,7 @@ impl Scenario {
             if !table.enabled() {
                 continue;
             }
-            groups.clear();
+            groups.clear(table.sensor_count());
             for i in 0..n {
                 if events.kind[i] == kind {
                     groups.push(Record {
@@ -531,7 +531,7 @@ impl Scenario {
         mut decide: impl FnMut(&Record, i32) -> bool,
         usage: impl Fn(&Record) -> (i64, i64) + Copy,
     ) {
-        groups.sort(table.sensor_count());
+        groups.sort();
         let records = groups.records();
         let mut windows = WindowIndex::new(table.window());
         let mut start = 0;
@@ -887,14 +887,20 @@ impl ReplayKernel {
             || (0..n).all(|i| {
                 events.kind[i] != KIND_MUTATION || Self::topics_invalid(events, i).is_none()
             });
-        let usage_ok = |v: f64| v.is_finite() & (v >= 0.0);
-        let bytes_ok = events.kind[..n]
+        // usage is finite and >= 0 (two comparisons, which NaN fails); other requests'
+        // bytes are not read, so only where some bytes are not usage are the kinds asked
+        let usage_ok = |v: f64| (v >= 0.0) & (v < f64::INFINITY);
+        let bytes_ok = events.bytes[..n]
             .iter()
-            .zip(&events.bytes[..n])
-            .fold(true, |ok, (&k, &b)| ok & ((k >= KIND_OTHER) | usage_ok(b)));
+            .fold(true, |ok, &b| ok & usage_ok(b))
+            || events.kind[..n]
+                .iter()
+                .zip(&events.bytes[..n])
+                .fold(true, |ok, (&k, &b)| ok & ((k >= KIND_OTHER) | usage_ok(b)));
+        // NaN (unknown) or usage: neither below 0 nor infinite
         let threads_ok = events.thread_ns[..n]
             .iter()
-            .fold(true, |ok, &ns| ok & (ns.is_nan() | usage_ok(ns)));
+            .fold(true, |ok, &ns| ok & !(ns < 0.0) & (ns != f64::INFINITY));
         ordered && pairs_ok && kinds_ok && mutations_ok && topics_ok && bytes_ok && threads_ok
     }
 

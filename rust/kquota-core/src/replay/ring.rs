@@ -200,12 +200,14 @@ impl Ring<'_> {
         (self.block[LAST_RECORD] as i64, self.block[LIVE] != 0)
     }
 
-    /// (Re)creates the sensor live with an empty ring (its bound stays).
+    /// (Re)creates the sensor live with an empty ring (its bound stays). The values of
+    /// the slots not created are 0 (the full pass adds them up).
     #[inline]
     pub fn revive(&mut self) {
         self.block[CUR_LEN] = 0;
         self.block[EXACT] = 0;
         self.block[LIVE] = 1;
+        self.block[META..META + self.slots].fill(0);
     }
 
     #[inline]
@@ -440,11 +442,8 @@ mod avx2 {
         let now = _mm256_set1_epi64x(t);
         let younger = _mm256_set1_epi64x(horizon - 1);
         let created_below = _mm256_set1_epi64x(len as i64);
-        let cur_below = _mm256_set1_epi64x(cur as i64);
         let max = _mm256_set1_epi64x(i64::MAX);
         let (mut min_start, mut low) = (max, max);
-        let mut all = [0u64; 12];
-        let mut before = [0u64; 12];
         for k in 0..3 {
             let at = 4 * k;
             let first = at as i64;
@@ -468,25 +467,18 @@ mod avx2 {
                 _mm256_storeu_si256(values.as_mut_ptr().add(at).cast(), value);
                 _mm256_storeu_si256(starts.as_mut_ptr().add(at).cast(), start);
                 _mm256_storeu_si256(lasts.as_mut_ptr().add(at).cast(), last);
-                _mm256_storeu_si256(
-                    all.as_mut_ptr().add(at).cast(),
-                    _mm256_and_si256(created, value),
-                );
-                _mm256_storeu_si256(
-                    before.as_mut_ptr().add(at).cast(),
-                    _mm256_and_si256(_mm256_cmpgt_epi64(cur_below, index), value),
-                );
             }
             min_start = min64(min_start, _mm256_blendv_epi8(max, start, created));
             low = min64(low, _mm256_blendv_epi8(max, last, created));
         }
-        // in slot order, a 0 for each slot not counted (adding 0 changes no sum of
-        // values: none is -0)
-        let (mut sum, mut prefix) = (0.0, 0.0);
-        for i in 0..12 {
-            sum += f64::from_bits(all[i]);
-            prefix += f64::from_bits(before[i]);
+        // the values in slot order (a slot not created holds 0, which changes no sum of
+        // values: none is -0), and the sum before the sample in progress
+        let (mut sum, mut partial) = (0.0, [0.0; 12]);
+        for (v, p) in values.iter().zip(&mut partial) {
+            sum += f64::from_bits(*v);
+            *p = sum;
         }
+        let prefix = if cur == 0 { 0.0 } else { partial[cur - 1] };
         Pass {
             min_start: horizontal_min(min_start),
             low: horizontal_min(low),

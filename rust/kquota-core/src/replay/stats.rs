@@ -108,7 +108,7 @@ impl EntityStats {
     /// while `k` is one of the last `span` windows up to the last event's, so a window that
     /// falls out of the span is taken out of `in_span` as its slot is reused. Events come
     /// in time order.
-    #[inline]
+    #[inline(always)]
     pub fn add(&mut self, u: &Usage, window: i64, spans: &mut [i64], positive: &mut Histogram) {
         let first = self.requests == 0;
         self.requests += 1;
