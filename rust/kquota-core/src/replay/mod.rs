@@ -889,7 +889,7 @@ impl ReplayKernel {
             });
         // usage is finite and >= 0 (two comparisons, which NaN fails); other requests'
         // bytes are not read, so only where some bytes are not usage are the kinds asked
-        let usage_ok = |v: f64| (v >= 0.0) & (v < f64::INFINITY);
+        let usage_ok = |v: f64| (0.0..f64::INFINITY).contains(&v);
         let bytes_ok = events.bytes[..n]
             .iter()
             .fold(true, |ok, &b| ok & usage_ok(b))
@@ -897,10 +897,9 @@ impl ReplayKernel {
                 .iter()
                 .zip(&events.bytes[..n])
                 .fold(true, |ok, (&k, &b)| ok & ((k >= KIND_OTHER) | usage_ok(b)));
-        // NaN (unknown) or usage: neither below 0 nor infinite
         let threads_ok = events.thread_ns[..n]
             .iter()
-            .fold(true, |ok, &ns| ok & !(ns < 0.0) & (ns != f64::INFINITY));
+            .fold(true, |ok, &ns| ok & (ns.is_nan() | usage_ok(ns)));
         ordered && pairs_ok && kinds_ok && mutations_ok && topics_ok && bytes_ok && threads_ok
     }
 
