@@ -20,7 +20,13 @@
 //! than the one before it is refused, naming both. Every column is checked before
 //! anything is replayed, so a refused batch changes nothing.
 //!
-//! **Open loop** replays each event at its time. **Closed loop** lets clients honour
+//! **Open loop** replays each event at its time. A request's throttles depend only on its
+//! own sensors there, so a batch is replayed quota type by quota type (the request quota
+//! first: a fetch's bytes are taken back when it throttles) and, within one, sensor by
+//! sensor, each sensor's records in time order (module `groups`: the records sorted by sensor,
+//! so a sensor's samples and summary are read once per batch, in memory order; the
+//! decisions are those of the request-by-request order, which a property test compares
+//! with [`crate::RequestPath`]). **Closed loop** lets clients honour
 //! KIP-219: a client (one pair) throttled for `T` ms at `t` sends nothing before `t + T`,
 //! and its later requests shift later by what it waited (the shift never shrinks):
 //! `sent = max(recorded + shift, mute end)`; events are replayed in order of `sent`, ties
