@@ -7,10 +7,10 @@
 //! three [`QuotaManager`]s, one request at a time by name (what the back-test's Python
 //! kernel runs per request, without the Python around it).
 //!
-//! The trace: 2^20 requests, pairs uniform at random; 50 % produce (`acks=0` for one in
-//! eight), 35 % fetch, 15 % other; sizes of 100 B to 20 kB, handler times of 50 us to
-//! 2 ms; the quotas (scaled with the rate) throttle a few percent of the requests. Longer
-//! runs repeat it later in time. Two rates:
+//! The trace (`common/replay_trace.rs`): 2^20 requests, pairs uniform at random; 50 %
+//! produce (`acks=0` for one in eight), 35 % fetch, 15 % other; sizes of 100 B to 20 kB,
+//! handler times of 50 us to 2 ms; the quotas (scaled with the rate) throttle a few
+//! percent of the requests. Longer runs repeat it later in time. Two rates:
 //!
 //! * `replay_open_10k_entities`: 10 requests per ms (10^4 requests/s, the low end of the
 //!   issue's busy broker), so each entity sends about one request a second: with Kafka's
@@ -32,78 +32,14 @@ use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use kquota_core::replay::Events;
-use kquota_core::{
-    ApiKind, QuotaEntity, QuotaManager, QuotaType, ReplayKernel, ReplayOptions, Request,
-    RequestPath,
-};
+use kquota_core::{ApiKind, QuotaManager, ReplayKernel, ReplayOptions, Request, RequestPath};
+
+#[path = "common/replay_trace.rs"]
+mod replay_trace;
+use replay_trace::{managers, Trace, TRACE};
 
 const ENTITIES: usize = 10_000;
-const TRACE: usize = 1 << 20;
 const BATCH: usize = 1 << 16;
-
-struct Trace {
-    pairs: Vec<(String, String)>,
-    pair: Vec<i32>,
-    kind: Vec<i8>,
-    bytes: Vec<f64>,
-    thread_ns: Vec<f64>,
-    acks: Vec<i16>,
-}
-
-fn trace() -> Trace {
-    let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
-    let mut next = move || {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        x
-    };
-    let pairs = (0..ENTITIES)
-        .map(|i| (format!("user-{}", i % 1000), format!("client-{i}")))
-        .collect();
-    let mut t = Trace {
-        pairs,
-        pair: Vec::with_capacity(TRACE),
-        kind: Vec::with_capacity(TRACE),
-        bytes: Vec::with_capacity(TRACE),
-        thread_ns: Vec::with_capacity(TRACE),
-        acks: Vec::with_capacity(TRACE),
-    };
-    for _ in 0..TRACE {
-        t.pair.push((next() % ENTITIES as u64) as i32);
-        let k = next() % 100;
-        t.kind.push(if k < 50 {
-            0
-        } else if k < 85 {
-            1
-        } else {
-            2
-        });
-        t.bytes.push((100 + next() % 19_900) as f64);
-        t.thread_ns.push((50_000 + next() % 1_950_000) as f64);
-        t.acks.push(if next() % 8 == 0 { 0 } else { -1 });
-    }
-    t
-}
-
-/// The `<default>` quotas for a trace of `per_ms` requests per ms, scaled so that they
-/// throttle a few percent of the requests at either rate (about 4.6 % at 10 per ms and
-/// 1.9 % at 100; the bench prints it).
-fn managers(per_ms: i64) -> [QuotaManager; 3] {
-    let defaults = QuotaEntity::parse(Some("<default>"), Some("<default>")).unwrap();
-    let scale = if per_ms >= 100 { 7.0 } else { 1.0 };
-    QuotaType::ALL.map(|t| {
-        let m = QuotaManager::with_defaults(t);
-        let quota = scale
-            * match t {
-                QuotaType::Produce => 14_000.0,
-                QuotaType::Fetch => 10_500.0,
-                QuotaType::Request => 0.175,
-            };
-        m.set_quota(&defaults, quota).unwrap();
-        m
-    })
-}
 
 /// The kernel, fed the trace from request `done` on.
 struct KernelRun<'a> {
@@ -240,7 +176,7 @@ fn bench_rate(c: &mut Criterion, trace: &Trace, group: &str, per_ms: i64) {
 }
 
 fn bench(c: &mut Criterion) {
-    let trace = trace();
+    let trace = replay_trace::trace(ENTITIES);
     bench_rate(c, &trace, "replay_open_10k_entities", 10);
     bench_rate(c, &trace, "replay_open_10k_entities_100_per_ms", 100);
 }

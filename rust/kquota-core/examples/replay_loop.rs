@@ -15,15 +15,19 @@
 //! 1000 entities every sensor stays in cache.
 //!
 //! The difference of two totals over the difference of the requests is the cost of one
-//! request (the set-up is the same in both). The trace is generated as the bench's is.
+//! request (the set-up is the same in both). The trace and quotas are the bench's
+//! (`benches/common/replay_trace.rs`); the quotas suit 10^4 entities.
 
 use std::hint::black_box;
 use std::time::Instant;
 
 use kquota_core::replay::Events;
-use kquota_core::{QuotaEntity, QuotaManager, QuotaType, ReplayKernel, ReplayOptions, RequestPath};
+use kquota_core::{ReplayKernel, ReplayOptions, RequestPath};
 
-const TRACE: usize = 1 << 20;
+#[path = "../benches/common/replay_trace.rs"]
+mod replay_trace;
+use replay_trace::{managers, TRACE};
+
 const BATCH: usize = 1 << 16;
 
 fn main() {
@@ -32,47 +36,10 @@ fn main() {
     let per_ms: i64 = args.next().map_or(10, |a| a.parse().unwrap());
     let timed = args.next().is_some_and(|a| a == "time");
     let entities: usize = args.next().map_or(10_000, |a| a.parse().unwrap());
-    let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
-    let mut next = move || {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        x
-    };
-    let pairs: Vec<(String, String)> = (0..entities)
-        .map(|i| (format!("user-{}", i % 1000), format!("client-{i}")))
-        .collect();
-    let (mut pair, mut kind, mut bytes, mut thread_ns, mut acks) =
-        (vec![], vec![], vec![], vec![], vec![]);
-    for _ in 0..TRACE {
-        pair.push((next() % entities as u64) as i32);
-        let k = next() % 100;
-        kind.push(if k < 50 {
-            0i8
-        } else if k < 85 {
-            1
-        } else {
-            2
-        });
-        bytes.push((100 + next() % 19_900) as f64);
-        thread_ns.push((50_000 + next() % 1_950_000) as f64);
-        acks.push(if next() % 8 == 0 { 0i16 } else { -1 });
-    }
-    let defaults = QuotaEntity::parse(Some("<default>"), Some("<default>")).unwrap();
-    let scale = if per_ms >= 100 { 7.0 } else { 1.0 };
-    let [p, f, r] = QuotaType::ALL.map(|t| {
-        let m = QuotaManager::with_defaults(t);
-        let quota = scale
-            * match t {
-                QuotaType::Produce => 14_000.0,
-                QuotaType::Fetch => 10_500.0,
-                QuotaType::Request => 0.175,
-            };
-        m.set_quota(&defaults, quota).unwrap();
-        m
-    });
+    let t = replay_trace::trace(entities);
+    let [p, f, r] = managers(per_ms);
     let path = RequestPath::new(&p, &f, &r).unwrap();
-    let mut kernel = ReplayKernel::new(&pairs, &[path], ReplayOptions::default()).unwrap();
+    let mut kernel = ReplayKernel::new(&t.pairs, &[path], ReplayOptions::default()).unwrap();
     let mut times = vec![0i64; BATCH];
     let mut done: u64 = 0;
     let mut throttled = 0usize;
@@ -92,11 +59,11 @@ fn main() {
         }
         let events = Events {
             time_ms: &times[..n],
-            pair: &pair[at..at + n],
-            kind: &kind[at..at + n],
-            bytes: &bytes[at..at + n],
-            thread_ns: &thread_ns[at..at + n],
-            acks: &acks[at..at + n],
+            pair: &t.pair[at..at + n],
+            kind: &t.kind[at..at + n],
+            bytes: &t.bytes[at..at + n],
+            thread_ns: &t.thread_ns[at..at + n],
+            acks: &t.acks[at..at + n],
             partitions: &[],
             strict: &[],
             topic_offsets: &[],
