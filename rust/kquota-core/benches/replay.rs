@@ -31,7 +31,6 @@ use std::hint::black_box;
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, Criterion};
-use kquota_core::replay::Events;
 use kquota_core::{ApiKind, QuotaManager, ReplayKernel, ReplayOptions, Request, RequestPath};
 
 #[path = "common/replay_trace.rs"]
@@ -77,18 +76,7 @@ impl<'a> KernelRun<'a> {
             for (k, slot) in self.times[..n].iter_mut().enumerate() {
                 *slot = (self.done + k as u64) as i64 / self.per_ms;
             }
-            let events = Events {
-                time_ms: &self.times[..n],
-                pair: &t.pair[at..at + n],
-                kind: &t.kind[at..at + n],
-                bytes: &t.bytes[at..at + n],
-                thread_ns: &t.thread_ns[at..at + n],
-                acks: &t.acks[at..at + n],
-                partitions: &[],
-                strict: &[],
-                topic_offsets: &[],
-                topic_partitions: &[],
-            };
+            let events = t.events(at, &self.times[..n]);
             let out = black_box(self.kernel.feed(&events).unwrap());
             throttled += out.throttle_ms.iter().filter(|&&x| x > 0).count();
             self.done += n as u64;

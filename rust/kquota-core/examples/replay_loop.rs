@@ -21,7 +21,6 @@
 use std::hint::black_box;
 use std::time::Instant;
 
-use kquota_core::replay::Events;
 use kquota_core::{ReplayKernel, ReplayOptions, RequestPath};
 
 #[path = "../benches/common/replay_trace.rs"]
@@ -57,18 +56,7 @@ fn main() {
         for (k, slot) in times[..n].iter_mut().enumerate() {
             *slot = (done + k as u64) as i64 / per_ms;
         }
-        let events = Events {
-            time_ms: &times[..n],
-            pair: &t.pair[at..at + n],
-            kind: &t.kind[at..at + n],
-            bytes: &t.bytes[at..at + n],
-            thread_ns: &t.thread_ns[at..at + n],
-            acks: &t.acks[at..at + n],
-            partitions: &[],
-            strict: &[],
-            topic_offsets: &[],
-            topic_partitions: &[],
-        };
+        let events = t.events(at, &times[..n]);
         let out = black_box(kernel.feed(&events).unwrap());
         throttled += out.throttle_ms.iter().filter(|&&t| t > 0).count();
         done += n as u64;

@@ -5,6 +5,7 @@
 //! one in eight), 35 % fetch, 15 % other; sizes of 100 B to 20 kB, handler times of 50 us
 //! to 2 ms. The same numbers on every run (xorshift from a fixed seed).
 
+use kquota_core::replay::Events;
 use kquota_core::{QuotaEntity, QuotaManager, QuotaType};
 
 pub const TRACE: usize = 1 << 20;
@@ -16,6 +17,25 @@ pub struct Trace {
     pub bytes: Vec<f64>,
     pub thread_ns: Vec<f64>,
     pub acks: Vec<i16>,
+}
+
+impl Trace {
+    /// The events `at..at + times.len()` of the trace at `times` (no mutations).
+    pub fn events<'a>(&'a self, at: usize, times: &'a [i64]) -> Events<'a> {
+        let n = times.len();
+        Events {
+            time_ms: times,
+            pair: &self.pair[at..at + n],
+            kind: &self.kind[at..at + n],
+            bytes: &self.bytes[at..at + n],
+            thread_ns: &self.thread_ns[at..at + n],
+            acks: &self.acks[at..at + n],
+            partitions: &[],
+            strict: &[],
+            topic_offsets: &[],
+            topic_partitions: &[],
+        }
+    }
 }
 
 pub fn trace(entities: usize) -> Trace {
