@@ -75,6 +75,9 @@ use sensor::SensorTable;
 pub use stats::{EntitySummary, SummaryType};
 use stats::{Usage, WindowIndex};
 
+/// The most events one batch may hold (the open loop numbers a batch's events in 32 bits).
+pub const MAX_BATCH: usize = u32::MAX as usize;
+
 /// How often Kafka's broker runs its sensor-expiry task, ms.
 pub const EXPIRY_TASK_MS: i64 = 30_000;
 
@@ -161,6 +164,12 @@ impl Events<'_> {
                 "event columns differ in length: time_ms {n}, pair {}, kind {}, bytes {}, \
                  thread_ns {}, acks {}",
                 lens[0], lens[1], lens[2], lens[3], lens[4]
+            )));
+        }
+        if n > MAX_BATCH {
+            return Err(Error::InvalidUsage(format!(
+                "a batch of {n} events: a batch holds at most {MAX_BATCH}; feed them in \
+                 smaller batches"
             )));
         }
         let (p, s) = (self.partitions.len(), self.strict.len());
