@@ -23,7 +23,10 @@ fn main() {
     for id in &ids {
         let _ = limiter.check_key(id);
     }
+    let start = std::time::Instant::now();
     for i in 0..iterations {
         black_box(limiter.check_key(&ids[i % keys]).is_ok());
     }
+    let ns = start.elapsed().as_nanos() as f64 / iterations.max(1) as f64;
+    eprintln!("{ns:.1} ns per check (the loop alone)");
 }

@@ -30,8 +30,11 @@ fn main() {
     for id in &ids {
         m.record("alice", id, 1.0, 0).unwrap();
     }
+    let start = std::time::Instant::now();
     for i in 0..iterations {
         let id = &ids[i % keys];
         black_box(m.record("alice", id, 100.0, (i / per_ms) as i64).unwrap());
     }
+    let ns = start.elapsed().as_nanos() as f64 / iterations.max(1) as f64;
+    eprintln!("{ns:.1} ns per record (the loop alone)");
 }
