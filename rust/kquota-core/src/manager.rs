@@ -244,13 +244,16 @@ impl Drop for ThrottleCell {
 ///
 /// The tags are the entry's key and are not stored again here: every use of an entry
 /// has them at hand (the request's own tags, the cached resolution's, the map's key).
+///
+/// In declaration order (`repr(C)`): what a record reads and writes right after the key
+/// (the entry's first 43 bytes after the reference counts), then the throttle-time
+/// sensor, which only a throttle touches.
+#[repr(C)]
 struct Sensors {
     /// The quota sensor's samples and bound; absent when expiry removed it.
     cell: RateCell,
     /// Kafka's `Sensor.lastRecordTime` of each sensor.
     quota_last: AtomicI64,
-    throttle_last: AtomicI64,
-    throttle: ThrottleCell,
     /// Killed by expiry (both sensors removed): never used again.
     dead: AtomicBool,
     /// Returned by a settle ([`Tables::live`]): the entry is (or will be, by a rebuild's
@@ -261,6 +264,8 @@ struct Sensors {
     /// finds it makes them present again first). Never left false while one is absent:
     /// see [`Sensors::make_present`].
     partial: AtomicBool,
+    throttle_last: AtomicI64,
+    throttle: ThrottleCell,
 }
 
 impl Sensors {
