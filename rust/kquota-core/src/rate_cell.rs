@@ -558,10 +558,11 @@ impl RateCell {
     /// claimed, has a summary, its bound is current, the record stays in the sample in
     /// progress, and the accumulator's compare-and-swap succeeds at the first try (the
     /// first pass of [`Self::record_any`]'s loop, without the rest of that loop, so that
-    /// the common case is a few instructions and no call). `None` when anything else
+    /// the common case is a few instructions and no call), or opens the sample it
+    /// starts in place ([`Self::open`]) as that pass would. `None` when anything else
     /// holds: then nothing was recorded, and [`Self::record_any`] records.
     #[inline(always)]
-    pub fn record_in_place<F: Fn() -> Option<f64>>(
+    fn record_in_place<F: Fn() -> Option<f64>>(
         &self,
         cfg: &WindowConfig,
         value: f64,
@@ -585,8 +586,14 @@ impl RateCell {
         };
         let summary = view.summary()?;
         let off = offset(t, block.base)?;
-        if acc.sealed || acc.opening || !bound_current || !summary.record_in_place(cfg, t, check) {
+        if acc.sealed || acc.opening || !bound_current {
             return None;
+        }
+        if !summary.record_in_place(cfg, t, check) {
+            return match self.open(block, cfg, word, &view, value, t, off, check) {
+                Opened::Done(result) => Some(result),
+                Opened::Retry | Opened::No => None,
+            };
         }
         let whole = view.flag(WHOLE);
         let updated = acc.value + value;
