@@ -446,12 +446,16 @@ fn pack(a: &[u8], b: &[u8]) -> Option<[u64; 3]> {
     if len > Pair::INLINE {
         return None;
     }
-    // One of the two is empty under a one-level configuration (the tags of a client-id
-    // level have no user, those of a user level no client id): the words of the other
-    // come from word loads, in registers. (A buffer written byte range by byte range and
-    // read back by words makes the loads wait for the stores: store forwarding fails.)
-    let mut words = if cfg!(target_endian = "little") && (a.is_empty() || b.is_empty()) {
-        words_of(if a.is_empty() { b } else { a })
+    // The words come from word loads and shifts, in registers. (A buffer written byte
+    // range by byte range and read back by words makes the loads wait for the stores:
+    // store forwarding fails.)
+    let mut words = if cfg!(target_endian = "little") {
+        if a.is_empty() || b.is_empty() {
+            words_of(if a.is_empty() { b } else { a })
+        } else {
+            let (a, b) = (words_of(a), shifted(words_of(b), a.len()));
+            [a[0] | b[0], a[1] | b[1], a[2] | b[2]]
+        }
     } else {
         let mut raw = [0u8; 24];
         put(&mut raw, 0, a);
@@ -461,6 +465,29 @@ fn pack(a: &[u8], b: &[u8]) -> Option<[u64; 3]> {
     };
     words[2] |= u64::from_ne_bytes([0, 0, 0, 0, 0, a.len() as u8, len as u8, KIND_INLINE]);
     Some(words)
+}
+
+/// Little-endian words moved `bytes` bytes up (at most [`Pair::INLINE`]), the top ones
+/// dropped.
+#[inline(always)]
+fn shifted(w: [u64; 3], bytes: usize) -> [u64; 3] {
+    let (q, r) = (bytes / 8, (8 * bytes % 64) as u32);
+    let word = |i: usize| if i < 3 { w[i] } else { 0 };
+    // Word `i` of the result: word `i - q` moved up by `r` bits, with the top bits of
+    // word `i - q - 1` below them (none when `r` is 0).
+    let part = |i: usize| {
+        if i < q {
+            return 0;
+        }
+        let high = word(i - q) << r;
+        let low = if r == 0 || i == q {
+            0
+        } else {
+            word(i - q - 1) >> (64 - r)
+        };
+        high | low
+    };
+    [part(0), part(1), part(2)]
 }
 
 /// The little-endian words of `s` (at most [`Pair::INLINE`] bytes) at byte 0, zero after
@@ -720,6 +747,17 @@ mod tests {
             raw[..n].copy_from_slice(&text[..n]);
             let word = |i: usize| u64::from_le_bytes(raw[8 * i..8 * i + 8].try_into().unwrap());
             assert_eq!(words_of(&text[..n]), [word(0), word(1), word(2)], "{n}");
+            for at in 0..=Pair::INLINE - n {
+                let mut moved = [0u8; 24];
+                moved[at..at + n].copy_from_slice(&text[..n]);
+                let word =
+                    |i: usize| u64::from_le_bytes(moved[8 * i..8 * i + 8].try_into().unwrap());
+                assert_eq!(
+                    shifted(words_of(&text[..n]), at),
+                    [word(0), word(1), word(2)],
+                    "{n} at {at}"
+                );
+            }
         }
     }
 

@@ -1134,10 +1134,11 @@ impl QuotaManager {
         check: bool,
         guard: &Guard,
     ) -> Result<i32> {
-        let outcome = self.with_sensors(config, user, client_id, now, guard, |tags, s| {
-            s.record(tags, config, &self.window, value, now, check, guard)
-        })?;
-        Ok(self.throttle_int(outcome))
+        // (The closure returns the throttle, not the check: a copy of the check out of
+        // the closure's result made a load wait on two stores.)
+        self.with_sensors(config, user, client_id, now, guard, |tags, s| {
+            self.throttle_int(s.record(tags, config, &self.window, value, now, check, guard))
+        })
     }
 
     /// Accounts a throttle of `throttle_ms` > 0 applied to a client: records it in the
