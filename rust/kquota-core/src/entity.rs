@@ -380,8 +380,8 @@ impl Pair {
     /// The three words of an inline pair.
     #[inline(always)]
     fn words(&self) -> Option<&[u64; 3]> {
-        // SAFETY: see the `impl`.
         if self.is_inline() {
+            // SAFETY: see the `impl`: the inline form.
             Some(unsafe { &self.0.inline })
         } else {
             None
