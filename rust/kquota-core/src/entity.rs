@@ -303,64 +303,109 @@ pub fn sanitize_user(name: &str) -> Cow<'_, str> {
 }
 
 /// An owned `(a, b)` string pair: the key of sensors (by tags) and of resolved clients.
-/// 24 bytes: up to [`Pair::INLINE`] bytes of `a` then `b` are kept inline (no allocation,
-/// and a lookup compares them without following a pointer), longer pairs in one
-/// allocation; either way with where `b` starts.
-#[derive(Clone)]
+/// 24 bytes: up to [`Pair::INLINE`] bytes of `a` then `b` are kept inline (no allocation),
+/// longer pairs in one allocation; either way with where `b` starts.
+///
+/// An inline pair is three words that depend only on the strings (the bytes of `a` then
+/// `b`, zeros up to byte 21, then the split, the length and a zero kind byte), so a lookup
+/// packs its borrowed strings the same way once ([`PairRef::new`]), hashes the three
+/// words and compares each candidate with three word comparisons, without a call and
+/// without reading the strings again.
 pub(crate) struct Pair(Repr);
+
+/// The two forms of a [`Pair`]; which one is in the kind byte, the last of both.
+#[repr(C)]
+union Repr {
+    inline: [u64; 3],
+    heap: std::mem::ManuallyDrop<HeapPair>,
+}
+
+/// A pair longer than [`Pair::INLINE`] bytes: both strings in one allocation. 24 bytes,
+/// every one of them initialized: the last word holds no pointer, so reading it as an
+/// integer ([`Pair::tail`]) is sound in both forms.
+#[repr(C)]
+struct HeapPair {
+    both: Box<str>,
+    split: u32,
+    zero: [u8; 3],
+    kind: u8,
+}
+
+const _: () = assert!(std::mem::size_of::<HeapPair>() == 24);
+const _: () = assert!(std::mem::size_of::<Repr>() == 24);
+
+/// The kind byte (byte 23) of an inline pair and of a heap one.
+const KIND_INLINE: u8 = 0;
+const KIND_HEAP: u8 = 1;
 
 impl Eq for Pair {}
 
-#[derive(Clone)]
-enum Repr {
-    /// `bytes[..len]` is `a` then `b`, valid UTF-8 split at a char boundary at `split`.
-    Inline {
-        len: u8,
-        split: u8,
-        bytes: [u8; Pair::INLINE],
-    },
-    Heap {
-        both: Box<str>,
-        split: u32,
-    },
-}
-
+// SAFETY (of the `unsafe` reads of `Repr` below): every constructor writes all 24 bytes of
+// the form it makes, and `Pair::is_inline` (the kind byte, in the last word, which is an
+// integer in both forms) says which form that is.
 impl Pair {
     /// The most bytes kept inline.
     const INLINE: usize = 21;
 
     pub fn new(a: &str, b: &str) -> Pair {
-        let len = a.len() + b.len();
-        if len <= Self::INLINE {
-            let mut bytes = [0u8; Self::INLINE];
-            bytes[..a.len()].copy_from_slice(a.as_bytes());
-            bytes[a.len()..len].copy_from_slice(b.as_bytes());
-            return Pair(Repr::Inline {
-                len: len as u8,
-                split: a.len() as u8,
-                bytes,
-            });
+        if let Some(words) = pack(a.as_bytes(), b.as_bytes()) {
+            return Pair(Repr { inline: words });
         }
-        let mut both = String::with_capacity(len);
+        let mut both = String::with_capacity(a.len() + b.len());
         both.push_str(a);
         both.push_str(b);
-        Pair(Repr::Heap {
-            both: both.into_boxed_str(),
-            split: u32::try_from(a.len()).expect("a name shorter than 4 GiB"),
+        Pair(Repr {
+            heap: std::mem::ManuallyDrop::new(HeapPair {
+                both: both.into_boxed_str(),
+                split: u32::try_from(a.len()).expect("a name shorter than 4 GiB"),
+                zero: [0; 3],
+                kind: KIND_HEAP,
+            }),
         })
+    }
+
+    /// The last word: the split, length and kind of an inline pair; the split and kind of
+    /// a heap one.
+    #[inline(always)]
+    fn tail(&self) -> u64 {
+        // SAFETY: see the `impl`: the last word is initialized and holds no pointer.
+        unsafe { self.0.inline[2] }
+    }
+
+    #[inline(always)]
+    fn is_inline(&self) -> bool {
+        self.tail().to_ne_bytes()[23 - 16] == KIND_INLINE
+    }
+
+    /// The three words of an inline pair.
+    #[inline(always)]
+    fn words(&self) -> Option<&[u64; 3]> {
+        if self.is_inline() {
+            // SAFETY: see the `impl`: the inline form.
+            Some(unsafe { &self.0.inline })
+        } else {
+            None
+        }
     }
 
     /// Both strings, one after the other, and where the second starts.
     #[inline]
     fn parts(&self) -> (&str, usize) {
-        match &self.0 {
-            Repr::Inline { len, split, bytes } => {
-                // SAFETY: `new` copied `a` then `b`, two whole strings, into
-                // `bytes[..len]`: valid UTF-8.
-                let both = unsafe { std::str::from_utf8_unchecked(&bytes[..usize::from(*len)]) };
-                (both, usize::from(*split))
+        match self.words() {
+            Some(words) => {
+                // SAFETY: 24 initialized bytes, in the allocation of `self`.
+                let raw: &[u8; 24] = unsafe { &*words.as_ptr().cast::<[u8; 24]>() };
+                let (split, len) = (usize::from(raw[21]), usize::from(raw[22]));
+                // SAFETY: `pack` copied `a` then `b`, two whole strings, into
+                // `raw[..len]`: valid UTF-8, split at a char boundary at `split`.
+                let both = unsafe { std::str::from_utf8_unchecked(&raw[..len]) };
+                (both, split)
             }
-            Repr::Heap { both, split } => (both, *split as usize),
+            None => {
+                // SAFETY: see the `impl`: not inline, so the heap form.
+                let heap = unsafe { &self.0.heap };
+                (&heap.both, heap.split as usize)
+            }
         }
     }
 
@@ -372,6 +417,123 @@ impl Pair {
     pub fn second(&self) -> &str {
         let (both, split) = self.parts();
         &both[split..]
+    }
+}
+
+impl Clone for Pair {
+    fn clone(&self) -> Pair {
+        match self.words() {
+            Some(&words) => Pair(Repr { inline: words }),
+            None => Pair::new(self.first(), self.second()),
+        }
+    }
+}
+
+impl Drop for Pair {
+    fn drop(&mut self) {
+        if !self.is_inline() {
+            // SAFETY: the heap form (see the `impl`), dropped once, here.
+            unsafe { std::mem::ManuallyDrop::drop(&mut self.0.heap) };
+        }
+    }
+}
+
+/// The inline words of `a` then `b` ([`Pair`]'s layout), or `None` when they are longer
+/// than [`Pair::INLINE`] bytes.
+#[inline(always)]
+fn pack(a: &[u8], b: &[u8]) -> Option<[u64; 3]> {
+    let len = a.len() + b.len();
+    if len > Pair::INLINE {
+        return None;
+    }
+    // The words come from word loads and shifts, in registers. (A buffer written byte
+    // range by byte range and read back by words makes the loads wait for the stores:
+    // store forwarding fails.)
+    let mut words = if cfg!(target_endian = "little") {
+        if a.is_empty() || b.is_empty() {
+            words_of(if a.is_empty() { b } else { a })
+        } else {
+            let (a, b) = (words_of(a), shifted(words_of(b), a.len()));
+            [a[0] | b[0], a[1] | b[1], a[2] | b[2]]
+        }
+    } else {
+        let mut raw = [0u8; 24];
+        put(&mut raw, 0, a);
+        put(&mut raw, a.len(), b);
+        let word = |i: usize| u64::from_ne_bytes(raw[8 * i..8 * i + 8].try_into().unwrap());
+        [word(0), word(1), word(2)]
+    };
+    words[2] |= u64::from_ne_bytes([0, 0, 0, 0, 0, a.len() as u8, len as u8, KIND_INLINE]);
+    Some(words)
+}
+
+/// Little-endian words moved `bytes` bytes up (at most [`Pair::INLINE`]), the top ones
+/// dropped.
+#[inline(always)]
+fn shifted(w: [u64; 3], bytes: usize) -> [u64; 3] {
+    let (q, r) = (bytes / 8, (8 * bytes % 64) as u32);
+    let word = |i: usize| if i < 3 { w[i] } else { 0 };
+    // Word `i` of the result: word `i - q` moved up by `r` bits, with the top bits of
+    // word `i - q - 1` below them (none when `r` is 0).
+    let part = |i: usize| {
+        if i < q {
+            return 0;
+        }
+        let high = word(i - q) << r;
+        let low = if r == 0 || i == q {
+            0
+        } else {
+            word(i - q - 1) >> (64 - r)
+        };
+        high | low
+    };
+    [part(0), part(1), part(2)]
+}
+
+/// The little-endian words of `s` (at most [`Pair::INLINE`] bytes) at byte 0, zero after
+/// it: at most three loads, overlapping, and shifts.
+#[inline(always)]
+fn words_of(s: &[u8]) -> [u64; 3] {
+    let n = s.len();
+    let load8 = |i: usize| u64::from_le_bytes(s[i..i + 8].try_into().unwrap());
+    let load4 = |i: usize| u64::from(u32::from_le_bytes(s[i..i + 4].try_into().unwrap()));
+    match n {
+        0 => [0; 3],
+        1..=3 => {
+            let byte = |i: usize| u64::from(s[i]) << (8 * i);
+            [byte(0) | byte(n / 2) | byte(n - 1), 0, 0]
+        }
+        4..=7 => [load4(0) | load4(n - 4) << (8 * (n - 4)), 0, 0],
+        8 => [load8(0), 0, 0],
+        9..=15 => [load8(0), load8(n - 8) >> (8 * (16 - n)), 0],
+        16 => [load8(0), load8(8), 0],
+        _ => [load8(0), load8(8), load8(n - 8) >> (8 * (24 - n))],
+    }
+}
+
+/// Copies `s` to `raw[at..at + s.len()]` (within the first [`Pair::INLINE`] bytes) with at
+/// most three fixed-size moves, overlapping, instead of a call to `memcpy`.
+#[inline(always)]
+fn put(raw: &mut [u8; 24], at: usize, s: &[u8]) {
+    let n = s.len();
+    if n >= 8 {
+        let first: [u8; 8] = s[..8].try_into().unwrap();
+        let last: [u8; 8] = s[n - 8..].try_into().unwrap();
+        if n > 16 {
+            let middle: [u8; 8] = s[8..16].try_into().unwrap();
+            raw[at + 8..at + 16].copy_from_slice(&middle);
+        }
+        raw[at..at + 8].copy_from_slice(&first);
+        raw[at + n - 8..at + n].copy_from_slice(&last);
+    } else if n >= 4 {
+        let first: [u8; 4] = s[..4].try_into().unwrap();
+        let last: [u8; 4] = s[n - 4..].try_into().unwrap();
+        raw[at..at + 4].copy_from_slice(&first);
+        raw[at + n - 4..at + n].copy_from_slice(&last);
+    } else if n > 0 {
+        raw[at] = s[0];
+        raw[at + n / 2] = s[n / 2];
+        raw[at + n - 1] = s[n - 1];
     }
 }
 
@@ -389,8 +551,8 @@ impl std::fmt::Debug for Pair {
 /// with a masked load, which at an unmapped address costs a microcode assist (measured:
 /// a record for tags with an empty user took 200-400 ns instead of 35-50).
 ///
-/// Strings of up to 16 bytes (client ids, most principals) are compared with at most
-/// two word loads each instead of a call.
+/// Strings of up to 16 bytes are compared with at most two word loads each instead of a
+/// call.
 #[inline]
 fn str_eq(a: &str, b: &str) -> bool {
     let (a, b) = (a.as_bytes(), b.as_bytes());
@@ -412,35 +574,80 @@ fn str_eq(a: &str, b: &str) -> bool {
 }
 
 impl PartialEq for Pair {
+    #[inline]
     fn eq(&self, other: &Pair) -> bool {
-        str_eq(self.first(), other.first()) && str_eq(self.second(), other.second())
+        match (self.words(), other.words()) {
+            (Some(a), Some(b)) => a == b,
+            (None, None) => {
+                str_eq(self.first(), other.first()) && str_eq(self.second(), other.second())
+            }
+            _ => false,
+        }
     }
 }
 
 impl Hash for Pair {
+    #[inline]
     fn hash<H: Hasher>(&self, state: &mut H) {
         // Must hash exactly as `PairRef` does.
-        self.first().hash(state);
-        self.second().hash(state);
+        match self.words() {
+            Some(words) => hash_words(words, state),
+            None => hash_long(self.first(), self.second(), state),
+        }
     }
 }
 
-/// A borrowed `(a, b)` that looks up a [`Pair`] without allocating.
+#[inline(always)]
+fn hash_words<H: Hasher>(words: &[u64; 3], state: &mut H) {
+    for &w in words {
+        state.write_u64(w);
+    }
+}
+
+fn hash_long<H: Hasher>(a: &str, b: &str, state: &mut H) {
+    a.hash(state);
+    b.hash(state);
+}
+
+/// A borrowed `(a, b)` that looks up a [`Pair`] without allocating: packed once, as the
+/// pair it looks for is ([`Pair`]).
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct PairRef<'a>(pub &'a str, pub &'a str);
+pub(crate) enum PairRef<'a> {
+    /// The inline words of the pair.
+    Inline([u64; 3]),
+    /// A pair longer than [`Pair::INLINE`] bytes.
+    Long(&'a str, &'a str),
+}
+
+impl<'a> PairRef<'a> {
+    #[inline(always)]
+    pub fn new(a: &'a str, b: &'a str) -> PairRef<'a> {
+        match pack(a.as_bytes(), b.as_bytes()) {
+            Some(words) => PairRef::Inline(words),
+            None => PairRef::Long(a, b),
+        }
+    }
+}
 
 impl Hash for PairRef<'_> {
+    #[inline(always)]
     fn hash<H: Hasher>(&self, state: &mut H) {
         // Must hash exactly as `Pair` does.
-        self.0.hash(state);
-        self.1.hash(state);
+        match self {
+            PairRef::Inline(words) => hash_words(words, state),
+            PairRef::Long(a, b) => hash_long(a, b, state),
+        }
     }
 }
 
 impl crate::hash_map::Equivalent<Pair> for PairRef<'_> {
-    #[inline]
+    #[inline(always)]
     fn equivalent(&self, key: &Pair) -> bool {
-        str_eq(key.first(), self.0) && str_eq(key.second(), self.1)
+        match (self, key.words()) {
+            (PairRef::Inline(words), Some(key)) => words == key,
+            (PairRef::Long(a, b), None) => str_eq(key.first(), a) && str_eq(key.second(), b),
+            _ => false,
+        }
     }
 }
 
@@ -462,9 +669,13 @@ mod tests {
         ] {
             let p = Pair::new(a, b);
             assert_eq!((p.first(), p.second()), (a, b));
-            assert_eq!(h.hash_one(&p), h.hash_one(PairRef(a, b)));
-            assert!(crate::hash_map::Equivalent::equivalent(&PairRef(a, b), &p));
+            assert_eq!(h.hash_one(&p), h.hash_one(PairRef::new(a, b)));
+            assert!(crate::hash_map::Equivalent::equivalent(
+                &PairRef::new(a, b),
+                &p
+            ));
             assert_eq!(p, p.clone());
+            assert!(p.is_inline());
         }
         assert_eq!(std::mem::size_of::<Pair>(), 24);
         let long = "x".repeat(Pair::INLINE);
@@ -475,15 +686,79 @@ mod tests {
         ] {
             let p = Pair::new(a, b);
             assert_eq!((p.first(), p.second()), (a, b));
-            assert_eq!(h.hash_one(&p), h.hash_one(PairRef(a, b)));
+            assert_eq!(h.hash_one(&p), h.hash_one(PairRef::new(a, b)));
+            assert!(crate::hash_map::Equivalent::equivalent(
+                &PairRef::new(a, b),
+                &p
+            ));
+            assert_eq!(p, p.clone());
+            assert_eq!(p.is_inline(), a.len() + b.len() <= Pair::INLINE);
         }
-        assert!(matches!(Pair::new(&long, "").0, Repr::Inline { .. }));
-        assert!(matches!(Pair::new(&long, "z").0, Repr::Heap { .. }));
+        assert!(Pair::new(&long, "").is_inline());
+        assert!(!Pair::new(&long, "z").is_inline());
         assert_ne!(Pair::new("ab", "c"), Pair::new("a", "bc"));
         assert_ne!(
             h.hash_one(Pair::new("ab", "c")),
             h.hash_one(Pair::new("a", "bc"))
         );
+    }
+
+    #[test]
+    fn every_length_and_split_packs_hashes_and_compares_as_its_strings() {
+        use crate::hash_map::Equivalent;
+        use std::hash::BuildHasher;
+        let h = foldhash::fast::FixedState::with_seed(3);
+        let text: String = (0..Pair::INLINE + 3)
+            .map(|i| char::from(b'a' + i as u8))
+            .collect();
+        for len in 0..=text.len() {
+            for split in 0..=len {
+                let (a, b) = (&text[..split], &text[split..len]);
+                let p = Pair::new(a, b);
+                assert_eq!((p.first(), p.second()), (a, b));
+                assert_eq!(p.is_inline(), len <= Pair::INLINE);
+                assert_eq!(h.hash_one(&p), h.hash_one(PairRef::new(a, b)));
+                assert!(PairRef::new(a, b).equivalent(&p));
+                assert_eq!(p.clone(), p);
+                // Every byte counts, and so does the split.
+                for i in 0..len {
+                    let mut other = text[..len].to_owned().into_bytes();
+                    other[i] = b'Z';
+                    let other = String::from_utf8(other).unwrap();
+                    let (c, d) = other.split_at(split);
+                    assert!(!PairRef::new(c, d).equivalent(&p), "{a:?} {b:?} byte {i}");
+                    assert_ne!(Pair::new(c, d), p);
+                }
+                if split > 0 {
+                    let (c, d) = text[..len].split_at(split - 1);
+                    assert!(!PairRef::new(c, d).equivalent(&p));
+                    assert_ne!(Pair::new(c, d), p);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn words_of_a_string_are_its_bytes_zero_padded() {
+        let text: Vec<u8> = (0..Pair::INLINE as u8).map(|i| 200 - i).collect();
+        for n in 0..=text.len() {
+            let mut raw = [0u8; 24];
+            put(&mut raw, 0, &text[..n]);
+            raw[..n].copy_from_slice(&text[..n]);
+            let word = |i: usize| u64::from_le_bytes(raw[8 * i..8 * i + 8].try_into().unwrap());
+            assert_eq!(words_of(&text[..n]), [word(0), word(1), word(2)], "{n}");
+            for at in 0..=Pair::INLINE - n {
+                let mut moved = [0u8; 24];
+                moved[at..at + n].copy_from_slice(&text[..n]);
+                let word =
+                    |i: usize| u64::from_le_bytes(moved[8 * i..8 * i + 8].try_into().unwrap());
+                assert_eq!(
+                    shifted(words_of(&text[..n]), at),
+                    [word(0), word(1), word(2)],
+                    "{n} at {at}"
+                );
+            }
+        }
     }
 
     #[test]

@@ -46,8 +46,10 @@ pub fn check_quota(value: f64) -> Result<f64> {
 }
 
 /// Checks a usage value given to a quota manager: finite and not negative.
+#[inline]
 pub fn check_usage(value: f64) -> Result<f64> {
-    if value.is_finite() && value >= 0.0 {
+    // Finite and not negative, in two comparisons (each false for NaN).
+    if (0.0..f64::INFINITY).contains(&value) {
         Ok(value)
     } else {
         Err(Error::InvalidUsage(format!(

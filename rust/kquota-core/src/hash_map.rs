@@ -56,8 +56,10 @@ const FROZEN: usize = 2;
 const MIN_SLOTS: usize = 8;
 
 /// A key and its value, always inside an `Arc`: a map holds one reference to each node
-/// in it (a slot is the pointer of that `Arc`), and its users may hold more.
-#[repr(align(8))]
+/// in it (a slot is the pointer of that `Arc`), and its users may hold more. The key
+/// first, then the value (`repr(C)`: a lookup compares the key and then reads the value's
+/// first fields, which a value type can put first).
+#[repr(C, align(8))]
 pub struct Node<K, V> {
     key: K,
     value: V,
@@ -281,13 +283,42 @@ where
     }
 
     /// The node of `key`.
-    #[inline]
+    #[inline(always)]
     fn find<'g, Q>(&self, key: &Q, guard: &'g Guard) -> Option<&'g Node<K, V>>
     where
         Q: Hash + Equivalent<K> + ?Sized,
     {
         let hash = self.hasher.hash_one(key) as usize;
-        let mut table = self.table.load(Acquire, guard);
+        let table = self.table.load(Acquire, guard);
+        // The first probe, inline: a slot that is neither frozen nor a tombstone holds the
+        // key's entry, another entry, or nothing (then the key is absent). Anything else
+        // takes the loop, from that slot again.
+        // SAFETY: as in `newest`.
+        let t = unsafe { table.deref() };
+        let s = t.slots[hash & t.mask()].load(Acquire, guard);
+        if s.tag() == 0 {
+            // SAFETY: as in `iter`.
+            match unsafe { s.as_ref() } {
+                Some(e) if key.equivalent(&e.key) => return Some(e),
+                None => return None,
+                Some(_) => {}
+            }
+        }
+        self.probe(key, hash, table, guard)
+    }
+
+    /// [`Self::find`]'s probe loop, from the first slot of `hash` in `table`.
+    #[inline(never)]
+    fn probe<'g, Q>(
+        &self,
+        key: &Q,
+        hash: usize,
+        mut table: Shared<'g, Table<K, V>>,
+        guard: &'g Guard,
+    ) -> Option<&'g Node<K, V>>
+    where
+        Q: Hash + Equivalent<K> + ?Sized,
+    {
         'tables: loop {
             // SAFETY: as in `newest`.
             let t = unsafe { table.deref() };

@@ -244,13 +244,16 @@ impl Drop for ThrottleCell {
 ///
 /// The tags are the entry's key and are not stored again here: every use of an entry
 /// has them at hand (the request's own tags, the cached resolution's, the map's key).
+///
+/// In declaration order (`repr(C)`): what a record reads and writes right after the key
+/// (the entry's first 43 bytes after the reference counts), then the throttle-time
+/// sensor, which only a throttle touches.
+#[repr(C)]
 struct Sensors {
     /// The quota sensor's samples and bound; absent when expiry removed it.
     cell: RateCell,
     /// Kafka's `Sensor.lastRecordTime` of each sensor.
     quota_last: AtomicI64,
-    throttle_last: AtomicI64,
-    throttle: ThrottleCell,
     /// Killed by expiry (both sensors removed): never used again.
     dead: AtomicBool,
     /// Returned by a settle ([`Tables::live`]): the entry is (or will be, by a rebuild's
@@ -261,6 +264,8 @@ struct Sensors {
     /// finds it makes them present again first). Never left false while one is absent:
     /// see [`Sensors::make_present`].
     partial: AtomicBool,
+    throttle_last: AtomicI64,
+    throttle: ThrottleCell,
 }
 
 impl Sensors {
@@ -359,6 +364,7 @@ impl Sensors {
     }
 
     #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
     fn record(
         &self,
         tags: Tags<'_>,
@@ -370,16 +376,14 @@ impl Sensors {
         guard: &Guard,
     ) -> Check {
         self.quota_last.store(now, Relaxed);
-        let compute = || Some(bound_of(tags, config));
-        let source = if config.custom {
-            BoundSource::Keep
-        } else {
-            BoundSource::Generation {
-                generation: config.generation,
-                compute,
-            }
-        };
-        self.cell.record(window, value, now, check, &source, guard)
+        self.cell.record(
+            window,
+            value,
+            now,
+            check,
+            &bound_source(tags, config),
+            guard,
+        )
     }
 
     fn measure(&self, window: &WindowConfig, now: i64, guard: &Guard) -> f64 {
@@ -425,6 +429,24 @@ impl Sensors {
             };
             true
         })
+    }
+}
+
+/// Where a sensor of `tags` takes its bound from: the one it holds under a callback
+/// (asked at resolution or reset), otherwise the one of the configuration's generation.
+#[inline(always)]
+fn bound_source<'a>(
+    tags: Tags<'a>,
+    config: &'a QuotaConfig,
+) -> BoundSource<impl Fn() -> Option<f64> + 'a> {
+    let compute = move || Some(bound_of(tags, config));
+    if config.custom {
+        BoundSource::Keep
+    } else {
+        BoundSource::Generation {
+            generation: config.generation,
+            compute,
+        }
     }
 }
 
@@ -912,7 +934,7 @@ impl QuotaManager {
     {
         loop {
             let round = self.expiry_round.load(Acquire);
-            if let Some(resolved) = maps.clients.get(&PairRef(user, client_id), guard) {
+            if let Some(resolved) = maps.clients.get(&PairRef::new(user, client_id), guard) {
                 if resolved.generation == config.generation
                     && (resolved.expiry_round == round || resolved.sensors.complete(guard))
                 {
@@ -977,7 +999,7 @@ impl QuotaManager {
                 let u: &str = &u;
                 if let Some(sensors) = maps
                     .sensors
-                    .get(&PairRef(u, c), guard)
+                    .get(&PairRef::new(u, c), guard)
                     .filter(|s| s.ready())
                 {
                     return Ok(f((u, c), sensors));
@@ -1048,6 +1070,7 @@ impl QuotaManager {
     }
 
     /// Records a converted, valid value; does nothing while no quota was ever configured.
+    #[inline]
     fn record_usage(
         &self,
         user: &str,
@@ -1061,10 +1084,61 @@ impl QuotaManager {
         if config.overrides.enabled == 0 {
             return Ok(0);
         }
-        let outcome = self.with_sensors(config, user, client_id, now, &guard, |tags, s| {
-            s.record(tags, config, &self.window, value, now, check, &guard)
-        })?;
-        Ok(self.throttle_int(outcome))
+        match self.record_ready(config, user, client_id, value, now, check, &guard) {
+            Some(outcome) => Ok(self.throttle_int(outcome)),
+            None => self.record_resolving(config, user, client_id, value, now, check, &guard),
+        }
+    }
+
+    /// [`Self::record_usage`]'s common case, inline: no callback, one level of quotas
+    /// (the tags follow from the client, [`Overrides::simple_tags`]), and the entry of
+    /// those tags in the current maps and ready (what [`Self::with_sensors`] checks
+    /// first). `None` otherwise, having recorded nothing.
+    #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
+    fn record_ready(
+        &self,
+        config: &QuotaConfig,
+        user: &str,
+        client_id: &str,
+        value: f64,
+        now: i64,
+        check: bool,
+        guard: &Guard,
+    ) -> Option<Check> {
+        if config.custom {
+            return None;
+        }
+        let (u, c) = config.overrides.simple_tags(user, client_id)?;
+        let u: &str = &u;
+        let sensors = self
+            .maps
+            .load(guard)
+            .sensors
+            .get(&PairRef::new(u, c), guard)
+            .filter(|s| s.ready())?;
+        Some(sensors.record((u, c), config, &self.window, value, now, check, guard))
+    }
+
+    /// [`Self::record_usage`] in every case: resolving the client's sensors (creating
+    /// them if need be) and recording in any way.
+    #[inline(never)]
+    #[allow(clippy::too_many_arguments)]
+    fn record_resolving(
+        &self,
+        config: &QuotaConfig,
+        user: &str,
+        client_id: &str,
+        value: f64,
+        now: i64,
+        check: bool,
+        guard: &Guard,
+    ) -> Result<i32> {
+        // (The closure returns the throttle, not the check: a copy of the check out of
+        // the closure's result made a load wait on two stores.)
+        self.with_sensors(config, user, client_id, now, guard, |tags, s| {
+            self.throttle_int(s.record(tags, config, &self.window, value, now, check, guard))
+        })
     }
 
     /// Accounts a throttle of `throttle_ms` > 0 applied to a client: records it in the
@@ -1148,7 +1222,7 @@ impl QuotaManager {
                 let maps = self.maps.load(guard);
                 let cached = maps
                     .clients
-                    .get(&PairRef(user, client_id), guard)?
+                    .get(&PairRef::new(user, client_id), guard)?
                     .sensors
                     .key()
                     .clone();
@@ -1158,7 +1232,7 @@ impl QuotaManager {
                 .config
                 .read(guard, |c| c.overrides.tags(&sanitize_user(user), client_id)),
         };
-        let key = PairRef(&u, &c);
+        let key = PairRef::new(&u, &c);
         let find = |maps: &Maps| {
             maps.sensors
                 .get_node(&key, guard)

@@ -399,7 +399,7 @@ impl ControllerMutationQuotaManager {
         let bound = config.overrides.quota_limit(&u, &c).unwrap_or(UNLIMITED);
         let m = self.buckets.pin();
         let sensor = m
-            .get(&PairRef(&u, &c))
+            .get(&PairRef::new(&u, &c))
             .filter(|s| !s.life.removed.load(Relaxed))?;
         Some(sensor.bucket.measure(&self.window, bound, now))
     }
@@ -411,7 +411,7 @@ impl ControllerMutationQuotaManager {
         let (u, c) = self.tags(user, client_id);
         let m = self.buckets.pin();
         let sensor = m
-            .get(&PairRef(&u, &c))
+            .get(&PairRef::new(&u, &c))
             .filter(|s| !s.life.removed.load(Relaxed))?;
         Some(sensor.rate.update(&pin(), |s| {
             s.measure_rate(&WindowConfig::METRICS_DEFAULT, now).0
@@ -455,7 +455,7 @@ impl ControllerMutationQuotaManager {
         let (u, c) = self.tags(user, client_id);
         let m = self.throttles.pin();
         let sensor = m
-            .get(&PairRef(&u, &c))
+            .get(&PairRef::new(&u, &c))
             .filter(|s| !s.life.removed.load(Relaxed))?;
         Some(sensor.samples.update(&pin(), |s| {
             s.measure_avg(&WindowConfig::METRICS_DEFAULT, now)

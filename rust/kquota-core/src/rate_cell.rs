@@ -538,7 +538,94 @@ impl RateCell {
 
     /// Records `value` at `t`; with `check`, measures and checks the bound as Kafka's
     /// `Sensor.record` does (one atomic step).
+    #[inline]
     pub fn record<F: Fn() -> Option<f64>>(
+        &self,
+        cfg: &WindowConfig,
+        value: f64,
+        t: i64,
+        check: bool,
+        source: &BoundSource<F>,
+        guard: &Guard,
+    ) -> Check {
+        match self.record_in_place(cfg, value, t, check, source, guard) {
+            Some(result) => result,
+            None => self.record_any(cfg, value, t, check, source, guard),
+        }
+    }
+
+    /// [`Self::record`] when it changes only the accumulator: the state is not sealed nor
+    /// claimed, has a summary, its bound is current, the record stays in the sample in
+    /// progress, and the accumulator's compare-and-swap succeeds at the first try (the
+    /// first pass of [`Self::record_any`]'s loop, without the rest of that loop, so that
+    /// the common case is a few instructions and no call), or opens the sample it
+    /// starts in place ([`Self::open`]) as that pass would. `None` when anything else
+    /// holds: then nothing was recorded, and [`Self::record_any`] records.
+    #[inline(always)]
+    fn record_in_place<F: Fn() -> Option<f64>>(
+        &self,
+        cfg: &WindowConfig,
+        value: f64,
+        t: i64,
+        check: bool,
+        source: &BoundSource<F>,
+        guard: &Guard,
+    ) -> Option<Check> {
+        let block = self.block.load(guard).get();
+        // Which view to read depends on the accumulator: ask for the header's lines
+        // together rather than one after the other.
+        let head: *const Header = &block.head;
+        crate::prefetch(head);
+        crate::prefetch(head.cast::<u8>().wrapping_add(64));
+        let word = block.acc.load();
+        let acc = unpack(word);
+        let view = block.views[acc.parity].load();
+        let bound_current = match source {
+            BoundSource::Keep => true,
+            BoundSource::Generation { generation, .. } => block.bound_generation == *generation,
+        };
+        let summary = view.summary()?;
+        let off = offset(t, block.base)?;
+        if acc.sealed || acc.opening || !bound_current {
+            return None;
+        }
+        if !summary.record_in_place(cfg, t, check) {
+            return match self.open(block, cfg, word, &view, value, t, off, check) {
+                Opened::Done(result) => Some(result),
+                Opened::Retry | Opened::No => None,
+            };
+        }
+        let whole = view.flag(WHOLE);
+        let updated = acc.value + value;
+        if (whole && !small_whole(updated)) || (view.flag(OPENED) && t < view.cur_start) {
+            return None;
+        }
+        // Pairs with an opener's release fence after its claim: if a read above saw an
+        // opener's write, the exchange below sees its claim and fails.
+        fence(Acquire);
+        block
+            .acc
+            .compare_exchange(word, pack(updated, off, acc.parity))
+            .ok()?;
+        Some(match block.bound().value {
+            Some(bound) if check => {
+                let (rate, window) = if whole {
+                    summary.rate_of_whole(cfg, t, updated)
+                } else {
+                    // A state that is not whole is never opened in place: until the
+                    // block is replaced, no word of its ring changes.
+                    summary.rate(cfg, t, updated, block.tail(view.index()))
+                };
+                verdict(rate, bound, window)
+            }
+            _ => Check::UNCHECKED,
+        })
+    }
+
+    /// [`Self::record`], every case: in place, opening the next sample in place, or
+    /// structural.
+    #[inline(never)]
+    fn record_any<F: Fn() -> Option<f64>>(
         &self,
         cfg: &WindowConfig,
         value: f64,
@@ -641,6 +728,7 @@ impl RateCell {
     /// of accumulator word `word` and view `view`, if the ring is full, whole, nothing
     /// must be purged and the times fit.
     #[allow(clippy::too_many_arguments)]
+    #[inline(never)]
     fn open(
         &self,
         block: &Block,
