@@ -548,21 +548,20 @@ impl RateCell {
         source: &BoundSource<F>,
         guard: &Guard,
     ) -> Check {
-        match self.record_in_place(cfg, value, t, check, source, guard) {
-            Some(result) => result,
-            None => self.record_any(cfg, value, t, check, source, guard),
+        match self.attempt(cfg, value, t, check, source, guard) {
+            Attempt::Done(result) => result,
+            _ => self.record_any(cfg, value, t, check, source, guard),
         }
     }
 
-    /// [`Self::record`] when it changes only the accumulator: the state is not sealed nor
-    /// claimed, has a summary, its bound is current, the record stays in the sample in
-    /// progress, and the accumulator's compare-and-swap succeeds at the first try (the
-    /// first pass of [`Self::record_any`]'s loop, without the rest of that loop, so that
-    /// the common case is a few instructions and no call), or opens the sample it
-    /// starts in place ([`Self::open`]) as that pass would. `None` when anything else
-    /// holds: then nothing was recorded, and [`Self::record_any`] records.
+    /// One pass of [`Self::record`] without the structural path: the record when it
+    /// changes only the accumulator (the state is not sealed nor claimed, has a summary,
+    /// its bound is current, the record stays in the sample in progress, and the
+    /// accumulator's compare-and-swap succeeds) or opens the sample it starts in place
+    /// ([`Self::open`]); otherwise whether to try again or record structurally. The
+    /// common case is this pass alone, inline, with no call.
     #[inline(always)]
-    fn record_in_place<F: Fn() -> Option<f64>>(
+    fn attempt<F: Fn() -> Option<f64>>(
         &self,
         cfg: &WindowConfig,
         value: f64,
@@ -570,7 +569,7 @@ impl RateCell {
         check: bool,
         source: &BoundSource<F>,
         guard: &Guard,
-    ) -> Option<Check> {
+    ) -> Attempt {
         let block = self.block.load(guard).get();
         // Which view to read depends on the accumulator: ask for the header's lines
         // together rather than one after the other.
@@ -584,30 +583,38 @@ impl RateCell {
             BoundSource::Keep => true,
             BoundSource::Generation { generation, .. } => block.bound_generation == *generation,
         };
-        let summary = view.summary()?;
-        let off = offset(t, block.base)?;
+        let Some(summary) = view.summary() else {
+            return Attempt::Structural;
+        };
+        let Some(off) = offset(t, block.base) else {
+            return Attempt::Structural;
+        };
         if acc.sealed || acc.opening || !bound_current {
-            return None;
+            return Attempt::Structural;
         }
         if !summary.record_in_place(cfg, t, check) {
             return match self.open(block, cfg, word, &view, value, t, off, check) {
-                Opened::Done(result) => Some(result),
-                Opened::Retry | Opened::No => None,
+                Opened::Done(result) => Attempt::Done(result),
+                Opened::Retry => Attempt::Retry,
+                Opened::No => Attempt::Structural,
             };
         }
         let whole = view.flag(WHOLE);
         let updated = acc.value + value;
         if (whole && !small_whole(updated)) || (view.flag(OPENED) && t < view.cur_start) {
-            return None;
+            return Attempt::Structural;
         }
         // Pairs with an opener's release fence after its claim: if a read above saw an
         // opener's write, the exchange below sees its claim and fails.
         fence(Acquire);
-        block
+        if block
             .acc
             .compare_exchange(word, pack(updated, off, acc.parity))
-            .ok()?;
-        Some(match block.bound().value {
+            .is_err()
+        {
+            return Attempt::Retry;
+        }
+        Attempt::Done(match block.bound().value {
             Some(bound) if check => {
                 let (rate, window) = if whole {
                     summary.rate_of_whole(cfg, t, updated)
@@ -664,62 +671,11 @@ impl RateCell {
             })
         };
         loop {
-            let block = self.block.load(guard).get();
-            // Which view to read depends on the accumulator: ask for the header's lines
-            // together rather than one after the other.
-            let head: *const Header = &block.head;
-            crate::prefetch(head);
-            crate::prefetch(head.cast::<u8>().wrapping_add(64));
-            let word = block.acc.load();
-            let acc = unpack(word);
-            let view = block.views[acc.parity].load();
-            let bound_current = match source {
-                BoundSource::Keep => true,
-                BoundSource::Generation { generation, .. } => block.bound_generation == *generation,
-            };
-            let Some(summary) = view.summary() else {
-                return structural();
-            };
-            let whole = view.flag(WHOLE);
-            let off = offset(t, block.base);
-            if acc.sealed || acc.opening || !bound_current || off.is_none() {
-                return structural();
+            match self.attempt(cfg, value, t, check, source, guard) {
+                Attempt::Done(result) => return result,
+                Attempt::Retry => continue,
+                Attempt::Structural => return structural(),
             }
-            let off = off.unwrap_or_default();
-            if !summary.record_in_place(cfg, t, check) {
-                match self.open(block, cfg, word, &view, value, t, off, check) {
-                    Opened::Done(result) => return result,
-                    Opened::Retry => continue,
-                    Opened::No => return structural(),
-                }
-            }
-            let updated = acc.value + value;
-            if (whole && !small_whole(updated)) || (view.flag(OPENED) && t < view.cur_start) {
-                return structural();
-            }
-            // Pairs with an opener's release fence after its claim: if a read above saw an
-            // opener's write, the exchange below sees its claim and fails.
-            fence(Acquire);
-            if block
-                .acc
-                .compare_exchange(word, pack(updated, off, acc.parity))
-                .is_err()
-            {
-                continue;
-            }
-            return match block.bound().value {
-                Some(bound) if check => {
-                    let (rate, window) = if whole {
-                        summary.rate_of_whole(cfg, t, updated)
-                    } else {
-                        // A state that is not whole is never opened in place: until the
-                        // block is replaced, no word of its ring changes.
-                        summary.rate(cfg, t, updated, block.tail(view.index()))
-                    };
-                    verdict(rate, bound, window)
-                }
-                _ => Check::UNCHECKED,
-            };
         }
     }
 
@@ -1007,6 +963,16 @@ impl Scan {
         self.max_last = self.max_last.max(last);
         Some(purge)
     }
+}
+
+/// What one pass of [`RateCell::record`] came to.
+enum Attempt {
+    /// Recorded (and checked).
+    Done(Check),
+    /// Another thread changed the state first: try again.
+    Retry,
+    /// Only the structural path can record this.
+    Structural,
 }
 
 /// How an in-place open ended.
