@@ -423,27 +423,10 @@ def rate_series(
             & tags[0].eqNullSafe(F.lit(user))
             & tags[1].eqNullSafe(F.lit(client))
         )
-    # The plotted sensors' rows are few: requests/ is read once for them (kept by Spark
-    # until the series are collected), not once per quota type plotted.
-    selected = requests.where(theirs).persist()
-    try:
-        if selected.count() == 0:  # (the read that keeps them)
-            return {}
-        return _rate_series_of(selected, top, options, base)
-    finally:
-        selected.unpersist()
-
-
-def _rate_series_of(
-    selected: DataFrame, top: pd.DataFrame, options: BacktestOptions, base: str
-) -> dict[str, pd.DataFrame]:
-    """:func:`rate_series` of the plotted sensors' rows, ``selected`` from requests/."""
-    from pyspark.sql import functions as F
-
     usage = usage_all(
-        selected,
+        requests.where(theirs),
         options.quotas,
-        set(top["quota_type"]),  # a selection per type plotted
+        set(top["quota_type"]),  # a selection (a read of requests/) per type plotted
         options.scenarios.index(base),
     )
     if usage is None:
