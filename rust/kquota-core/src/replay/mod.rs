@@ -309,18 +309,6 @@ struct Decision {
     by: i8,
 }
 
-/// What the client quotas read of one event.
-#[derive(Debug, Clone, Copy)]
-struct Request {
-    pair: u32,
-    kind: ApiKind,
-    acks: i16,
-    bytes: f64,
-    thread: Option<f64>,
-    /// How much later than its time the request is handled (closed loop).
-    latency: i64,
-}
-
 /// When the expiry task last ran, as seen from the replay's clock.
 #[derive(Debug, Clone)]
 struct Clock {
@@ -569,16 +557,8 @@ impl Scenario {
     /// entity summaries.
     #[inline]
     fn handle(&mut self, e: &Event, now: i64) -> Decision {
-        let request = Request {
-            pair: e.pair,
-            kind: e.kind,
-            acks: e.acks,
-            bytes: e.bytes,
-            thread: e.thread,
-            latency: now - e.time,
-        };
         let run = self.clock.run_at(now);
-        let mut d = self.client_quotas(&request, now, run);
+        let mut d = self.client_quotas(e, now, run);
         if let Some((partitions, strict)) = e.mutation {
             self.mutate(e, partitions, strict, now, run, &mut d);
         }
@@ -588,7 +568,7 @@ impl Scenario {
     /// The client quotas (produce, fetch, request) of one request at `now`, the latest
     /// expiry run being `run`, and their entity summaries: [`RequestPath::record`].
     #[inline(always)]
-    fn client_quotas(&mut self, e: &Request, now: i64, run: Option<i64>) -> Decision {
+    fn client_quotas(&mut self, e: &Event, now: i64, run: Option<i64>) -> Decision {
         let [produce, fetch, request] = &mut self.tables;
         let thread = e.thread.filter(|_| checks_request_quota(e.kind, e.acks));
         let (mut p, mut f, mut r) = (0, 0, 0);
@@ -625,7 +605,7 @@ impl Scenario {
             usage,
             recorded,
             throttle_ms,
-            added_latency_ms: e.latency,
+            added_latency_ms: now - e.time,
         };
         match e.kind {
             ApiKind::Produce if produce.enabled() => {
