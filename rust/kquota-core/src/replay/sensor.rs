@@ -108,16 +108,8 @@ impl SensorTable {
     /// Adds one event to the summary of `pair`'s sensor.
     #[inline]
     pub fn count(&mut self, pair: u32, usage: &Usage) {
-        let id = self.pair_sensor[pair as usize];
+        let id = self.pair_sensor[pair as usize] as usize;
         let window = self.clock.of(usage.time_ms);
-        self.count_sensor(id, usage, window);
-    }
-
-    /// Adds one event to the summary of sensor `id`; `window` is the whole window of its
-    /// time (`floor(time / window_ms)` of this table's window).
-    #[inline]
-    pub fn count_sensor(&mut self, id: u32, usage: &Usage, window: i64) {
-        let id = id as usize;
         let spans = &mut self.spans[id * self.span..(id + 1) * self.span];
         self.stats[id].add(usage, window, spans, &mut self.positive[id]);
     }
@@ -226,24 +218,9 @@ impl SensorTable {
         if !self.enabled() {
             return 0;
         }
-        let id = self.pair_sensor[pair as usize];
-        self.record_sensor(id, value, t, check, run)
-    }
-
-    /// [`Self::record`] into sensor `id` (of an enabled table): the sensor is first
-    /// (re)created empty if it does not exist or the expiry run at `run` (the latest at or
-    /// before `t`, `None` if none) removed it.
-    #[inline]
-    pub fn record_sensor(
-        &mut self,
-        id: u32,
-        value: f64,
-        t: i64,
-        check: bool,
-        run: Option<i64>,
-    ) -> i32 {
+        let id = self.pair_sensor[pair as usize] as usize;
         let rules = self.rules();
-        rules.record(&mut self.rings.ring(id as usize), value, t, check, run)
+        rules.record(&mut self.rings.ring(id), value, t, check, run)
     }
 
     fn rules(&self) -> Rules {
@@ -255,7 +232,7 @@ impl SensorTable {
     }
 
     /// Open loop: sensor `id`'s records of a batch (`records`, in time order), each
-    /// recorded with a check as [`Self::record_sensor`] does, the latest expiry run before
+    /// recorded with a check as [`Self::record`] does, the latest expiry run before
     /// it from a copy of `clock`; `decide(record, throttle)` says whether its usage is
     /// taken back (a throttled fetch: recorded again negated, without a check), and the
     /// summary counts it with `usage(record)` (its bytes and usage as whole numbers).
