@@ -250,18 +250,25 @@ struct Header {
     views: [View; 2],
     /// The ring's length in slots ([`Samples::raw`]).
     len: u32,
+    /// The ring's times are two words per slot, absolute ([`Block::times`]); otherwise
+    /// one word per slot, two 32-bit offsets from `base`.
+    wide: bool,
     has_bound: bool,
     /// Removed by expiry (see [`RateCell::remove_if`]): the ring is empty and the sensor
     /// does not exist for readers until a record or [`RateCell::revive`] brings it back.
     absent: bool,
 }
 
-/// One state of a sensor: the header, then the ring's columns (`4 * len` words,
-/// [`Samples::raw`], as bits; the sample in progress's value and last-event time are in
-/// `acc`, its start in the current view), in one allocation: a new block costs one
-/// allocation, and a record that needs the ring finds it right after the header. The
-/// columns are atomics (all accessed `Relaxed`) because an in-place open writes the words
-/// of the slot it closes (see the module documentation).
+/// One state of a sensor: the header, then the ring's columns (the sample in progress's
+/// value and last-event time are in `acc`, its start in the current view), in one
+/// allocation: a new block costs one allocation, and a record that needs the ring finds it
+/// right after the header. The columns are the `len` values (as bits), then each slot's
+/// start and last-event time: as offsets from the header's `base` in 32 bits each, packed
+/// in one word (16 bytes a slot in all), or, when some time is too far from the base for
+/// that (`wide`), as two absolute words. Event counts are not kept: Kafka's `Rate` never
+/// reads them (a folded ring's counts are zero). The columns are atomics (all accessed
+/// `Relaxed`) because an in-place open writes the words of the slot it closes (see the
+/// module documentation).
 #[repr(C)]
 struct Block {
     head: Header,
@@ -284,7 +291,8 @@ impl std::ops::Deref for Block {
 
 // SAFETY: a block's allocation starts with its header, whose `len` (never changed after
 // `Block::alloc` wrote it) gives the number of columns: `from_thin` rebuilds the pointer
-// `alloc` made, metadata included, from the same address (same provenance).
+// `alloc` made, metadata included, from the same address (same provenance); `wide`, never
+// changed either, gives the layout of the times.
 unsafe impl Thin for Block {
     #[inline]
     fn into_thin(value: Box<Block>) -> NonNull<u8> {
@@ -295,16 +303,46 @@ unsafe impl Thin for Block {
     unsafe fn from_thin(thin: NonNull<u8>) -> NonNull<Block> {
         // SAFETY: the caller's contract: `thin` is a live block, which starts with its
         // header; only the plain `len` field is read (no reference to the header made).
-        let len = unsafe { (*thin.as_ptr().cast::<Header>()).len } as usize;
+        let (len, wide) = unsafe {
+            let head = thin.as_ptr().cast::<Header>();
+            ((*head).len as usize, (*head).wide)
+        };
         // SAFETY: derived from a non-null pointer.
-        unsafe { NonNull::new_unchecked(Block::fat(thin.as_ptr(), 4 * len)) }
+        unsafe { NonNull::new_unchecked(Block::fat(thin.as_ptr(), column_words(len, wide))) }
     }
 }
 
-/// The column offsets of [`Samples::raw`]: values, counts, starts, last events.
-const COUNT: usize = 1;
-const START: usize = 2;
-const LAST: usize = 3;
+/// The columns of starts and of last events in [`Samples::raw`] (after the values and the
+/// event counts).
+const RAW_START: usize = 2;
+const RAW_LAST: usize = 3;
+
+/// The words of a block's columns for a ring of `len` slots.
+fn column_words(len: usize, wide: bool) -> usize {
+    if wide {
+        3 * len
+    } else {
+        2 * len
+    }
+}
+
+/// A slot's start and last-event time as one word of two 32-bit offsets from `base`, if
+/// both fit.
+#[inline]
+fn pack_times(start: i64, last: i64, base: i64) -> Option<u64> {
+    let start = i32::try_from(start.checked_sub(base)?).ok()?;
+    let last = i32::try_from(last.checked_sub(base)?).ok()?;
+    Some(u64::from(start as u32) | u64::from(last as u32) << 32)
+}
+
+/// The times [`pack_times`] packed.
+#[inline]
+fn unpack_times(word: u64, base: i64) -> (i64, i64) {
+    (
+        base + i64::from(word as u32 as i32),
+        base + i64::from((word >> 32) as u32 as i32),
+    )
+}
 
 impl Block {
     fn new(samples: Samples, bound: Bound, absent: bool) -> Box<Block> {
@@ -326,10 +364,14 @@ impl Block {
         let others = exact_others_sum(prefix, samples.tail())
             .filter(|_| summary.is_some() && small_whole(value));
         let (cur, columns) = samples.raw();
+        let len = columns.len() / 4;
         let nonneg = others.is_some()
-            && (0..columns.len() / 4)
+            && (0..len)
                 .filter(|&i| i != cur as usize)
                 .all(|i| columns[i] >= 0.0);
+        let time = |column: usize, i: usize| columns[column * len + i].to_bits() as i64;
+        let wide =
+            (0..len).any(|i| pack_times(time(RAW_START, i), time(RAW_LAST, i), base).is_none());
         let flags = if summary.is_some() { HAS_SUMMARY } else { 0 }
             | if others.is_some() { WHOLE } else { 0 }
             | if nonneg { NONNEG } else { 0 };
@@ -345,15 +387,16 @@ impl Block {
             bound_value: bound.value.unwrap_or(0.0),
             bound_generation: bound.generation,
             views: [View::new(view), View::new(ViewData::EMPTY)],
-            len: (columns.len() / 4) as u32,
+            len: len as u32,
+            wide,
             has_bound: bound.value.is_some(),
             absent,
         };
         Block::alloc(head, columns)
     }
 
-    /// The layout of a block of `n` columns: the header's, then `n` words, rounded up to
-    /// the alignment (as the compiler lays out `Block`).
+    /// The layout of a block of `n` column words: the header's, then `n` words, rounded
+    /// up to the alignment (as the compiler lays out `Block`).
     fn layout(n: usize) -> Layout {
         let columns = Layout::array::<AtomicU64>(n).expect("a ring of at most 65536 slots");
         let (layout, at) = Layout::new::<Header>()
@@ -363,33 +406,48 @@ impl Block {
         layout.pad_to_align()
     }
 
-    /// The block pointer for the allocation at `p` with `n` columns.
+    /// The block pointer for the allocation at `p` with `n` column words.
     fn fat(p: *mut u8, n: usize) -> *mut Block {
         std::ptr::slice_from_raw_parts_mut(p.cast::<AtomicU64>(), n) as *mut Block
     }
 
-    /// A block of `head` and a copy of `columns`, in one allocation.
-    fn alloc(head: Header, columns: &[f64]) -> Box<Block> {
-        let n = columns.len();
+    /// A block of `head` and the ring `raw` ([`Samples::raw`]'s columns, `head.len` slots)
+    /// in the layout `head.wide` says, in one allocation.
+    fn alloc(head: Header, raw: &[f64]) -> Box<Block> {
+        let len = head.len as usize;
+        debug_assert_eq!(raw.len(), 4 * len);
+        let (base, wide) = (head.base, head.wide);
+        let time = |column: usize, i: usize| raw[column * len + i].to_bits() as i64;
+        let n = column_words(len, wide);
         let layout = Block::layout(n);
         // SAFETY: `layout` has a non-zero size (the header's at least). The allocation is
         // written in full before the box is made: the header at offset 0 (its layout's
-        // alignment is the allocation's) and the `n` columns at `COLUMNS_AT`, where
+        // alignment is the allocation's) and the `n` column words at `COLUMNS_AT`, where
         // `repr(C)` puts `Block::columns` (an `AtomicU64` has the size and bit validity of
-        // an `f64`'s bits, and the allocation is not shared yet, so plain writes
-        // initialize it); `layout` is the one `Box` frees it with (`Layout::for_value` of
-        // the block: header, `n` words, padded to the alignment).
+        // a `u64`, and the allocation is not shared yet, so plain writes initialize it):
+        // `len` values, then `len` packed times or (`wide`) `len` starts and `len` last
+        // events. `layout` is the one `Box` frees it with (`Layout::for_value` of the
+        // block: header, `n` words, padded to the alignment).
         let block = unsafe {
             let p = alloc(layout);
             if p.is_null() {
                 handle_alloc_error(layout);
             }
             p.cast::<Header>().write(head);
-            std::ptr::copy_nonoverlapping(
-                columns.as_ptr().cast::<u64>(),
-                p.add(COLUMNS_AT).cast::<u64>(),
-                n,
-            );
+            let words = p.add(COLUMNS_AT).cast::<u64>();
+            for i in 0..len {
+                words.add(i).write(raw[i].to_bits());
+                let (start, last) = (time(RAW_START, i), time(RAW_LAST, i));
+                if wide {
+                    words.add(len + i).write(start as u64);
+                    words.add(2 * len + i).write(last as u64);
+                } else {
+                    let packed = pack_times(start, last, base);
+                    words
+                        .add(len + i)
+                        .write(packed.expect("`wide` when a time does not fit"));
+                }
+            }
             Box::from_raw(Block::fat(p, n))
         };
         debug_assert_eq!(Layout::for_value(&*block), layout);
@@ -404,20 +462,30 @@ impl Block {
         }
     }
 
-    /// The word of `column` for slot `i` ([`Samples::raw`]'s layout).
-    #[inline]
-    fn word(&self, column: usize, i: usize) -> u64 {
-        self.columns[column * self.len as usize + i].load(Relaxed)
-    }
-
-    #[inline]
-    fn set_word(&self, column: usize, i: usize, w: u64) {
-        self.columns[column * self.len as usize + i].store(w, Relaxed);
-    }
-
     #[inline]
     fn value(&self, i: usize) -> f64 {
-        f64::from_bits(self.word(0, i))
+        f64::from_bits(self.columns[i].load(Relaxed))
+    }
+
+    /// Slot `i`'s start and last-event time.
+    #[inline]
+    fn times(&self, i: usize) -> (i64, i64) {
+        let len = self.len as usize;
+        let word = |k: usize| self.columns[k].load(Relaxed);
+        if self.wide {
+            (word(len + i) as i64, word(2 * len + i) as i64)
+        } else {
+            unpack_times(word(len + i), self.base)
+        }
+    }
+
+    /// Writes slot `i` of a block that is not `wide`, whose times fit
+    /// ([`pack_times`]).
+    #[inline]
+    fn set_slot(&self, i: usize, value: f64, times: u64) {
+        debug_assert!(!self.wide);
+        self.columns[i].store(value.to_bits(), Relaxed);
+        self.columns[self.len as usize + i].store(times, Relaxed);
     }
 
     /// The values of the samples after the one at `cur` ([`Samples::tail`]).
@@ -435,23 +503,26 @@ impl Block {
     }
 
     /// The ring in the state of accumulator word `word`: its view's sample in progress,
-    /// with the accumulator's value and last event and the view's start. Exact when no
-    /// opener can write the words it reads: `word` is sealed, or still current after.
+    /// with the accumulator's value and last event and the view's start (every event count
+    /// zero: a block keeps none). Exact when no opener can write the words it reads: `word`
+    /// is sealed, or still current after.
     fn folded(&self, word: u128) -> Samples {
         let acc = unpack(word);
         let view = self.views[acc.parity].load();
-        let columns: Box<[f64]> = self
-            .columns
-            .iter()
-            .map(|w| f64::from_bits(w.load(Relaxed)))
-            .collect();
+        let len = self.len as usize;
+        let mut columns = vec![0.0; 4 * len].into_boxed_slice();
+        for i in 0..len {
+            let (start, last) = self.times(i);
+            columns[i] = self.value(i);
+            columns[RAW_START * len + i] = f64::from_bits(start as u64);
+            columns[RAW_LAST * len + i] = f64::from_bits(last as u64);
+        }
         let cur = view.index();
         let mut samples = Samples::from_columns(cur as u32, columns);
         samples.set_current(acc.value, self.base + acc.offset);
         if view.flag(HAS_SUMMARY) {
             samples.set_current_start(view.cur_start);
         }
-        let len = self.len as usize;
         for k in 1..=view.purged().min(len.saturating_sub(1)) {
             samples.purge_slot((cur + k) % len, view.cur_start);
         }
@@ -700,14 +771,22 @@ impl RateCell {
         let check = check && block.has_bound;
         let len = block.len as usize;
         if !view.flag(NONNEG)
+            || block.wide
             || len != cfg.ring_len()
-            || offset(view.cur_start, block.base).is_none()
             || !window_over(cfg, view.cur_start, t)
         {
             return Opened::No;
         }
         let acc = unpack(word);
         let (cur, closed_last) = (view.index(), block.base + acc.offset);
+        // The ring's words this open writes: the closed slot's times, and the start (at
+        // once its last event) of the slots the current state holds as purged.
+        let (Some(closed_times), Some(purged_times)) = (
+            pack_times(view.cur_start, closed_last, block.base),
+            pack_times(view.cur_start, view.cur_start, block.base),
+        ) else {
+            return Opened::No;
+        };
         let purged_before = view.purged();
         if cur >= len || purged_before >= len {
             return Opened::Retry; // a torn view: the state changed
@@ -723,8 +802,7 @@ impl RateCell {
         // step is exact); the summary's times, slot by slot from the oldest (right after
         // the next slot) to the closed one.
         let cs = view.cur_start;
-        let (values, rest) = block.columns.split_at(len);
-        let (starts, lasts) = (&rest[len..2 * len], &rest[2 * len..]);
+        let (values, times) = block.columns.split_at(len);
         // The slots this state holds as purged (at its start) hold nothing.
         let mut others = view.prefix;
         if purged_before == 0 {
@@ -753,9 +831,8 @@ impl RateCell {
         let first = (len - from).min(count);
         for range in [from..from + first, 0..count - first] {
             let offset = range.start;
-            let slots = starts[range.clone()].iter().zip(&lasts[range]);
-            for (k, (start, last)) in slots.enumerate() {
-                let (start, last) = (start.load(Relaxed) as i64, last.load(Relaxed) as i64);
+            for (k, word) in times[range].iter().enumerate() {
+                let (start, last) = unpack_times(word.load(Relaxed), block.base);
                 match scan.visit(start, last) {
                     None => return Opened::No,
                     Some(true) => others -= f64::from_bits(values[offset + k].load(Relaxed)),
@@ -799,15 +876,9 @@ impl RateCell {
         fence(Release);
         // The words the current state does not read from the ring: the sample in
         // progress's (closed now) and those of the slots its own open purged.
-        block.set_word(0, cur, acc.value.to_bits());
-        block.set_word(START, cur, view.cur_start as u64);
-        block.set_word(LAST, cur, closed_last as u64);
+        block.set_slot(cur, acc.value, closed_times);
         for k in 1..=purged_before {
-            let i = (cur + k) % len;
-            block.set_word(0, i, 0.0f64.to_bits());
-            block.set_word(COUNT, i, 0);
-            block.set_word(START, i, view.cur_start as u64);
-            block.set_word(LAST, i, view.cur_start as u64);
+            block.set_slot((cur + k) % len, 0.0, purged_times);
         }
         let parity = 1 - acc.parity;
         block.views[parity].store(&ViewData {
@@ -1008,37 +1079,83 @@ mod tests {
     use crate::cow::pin;
     use crate::quota::check_bound;
 
-    #[test]
-    fn a_header_is_112_bytes_and_a_block_adds_its_columns() {
-        assert_eq!(std::mem::size_of::<Header>(), 112);
+    /// A ring's values, starts and last events (what a block keeps of it).
+    fn observe(s: &Samples) -> Vec<(u64, i64, i64)> {
+        s.slots()
+            .iter()
+            .map(|x| (x.value.to_bits(), x.start, x.last))
+            .collect()
+    }
+
+    fn three_samples(times: [i64; 3]) -> Samples {
         let mut samples = Samples::new();
         let cfg = WindowConfig::new(3, 100).unwrap();
-        for t in [0, 100, 200] {
+        for t in times {
             samples.record(&cfg, 1.5, t);
         }
-        let block = Block::new(
-            samples.clone(),
-            Bound {
-                value: None,
-                generation: 7,
-            },
-            false,
-        );
-        assert_eq!(std::mem::size_of_val(&*block), 112 + 3 * 4 * 8);
-        let words: Vec<f64> = block
-            .columns
-            .iter()
-            .map(|w| f64::from_bits(w.load(Relaxed)))
-            .collect();
-        assert_eq!(&words[..], samples.raw().1);
+        samples
+    }
+
+    #[test]
+    fn a_header_is_112_bytes_and_a_block_adds_16_bytes_a_slot() {
+        assert_eq!(std::mem::size_of::<Header>(), 112);
+        let samples = three_samples([0, 100, 200]);
+        let bound = Bound {
+            value: None,
+            generation: 7,
+        };
+        let block = Block::new(samples.clone(), bound, false);
+        assert_eq!(std::mem::size_of_val(&*block), 112 + 3 * 16);
+        assert!(!block.wide);
         let view = block.views[0].load();
         assert!(block.tail(view.index()).eq(samples.tail().iter().copied()));
         let thin = Block::into_thin(block);
         // SAFETY: `thin` came from `into_thin` just above and is freed once, here.
         let block = unsafe { Box::from_raw(Block::from_thin(thin).as_ptr()) };
         let view = block.views[0].load();
-        assert_eq!((view.index(), block.len, block.columns.len()), (2, 3, 12));
-        assert_eq!(block.folded(block.acc.load()), samples);
+        assert_eq!((view.index(), block.len, block.columns.len()), (2, 3, 6));
+        let folded = block.folded(block.acc.load());
+        assert_eq!(observe(&folded), observe(&samples));
+        assert_eq!(folded.current_index(), samples.current_index());
+        assert!(folded.slots().iter().all(|slot| slot.count == 0));
+    }
+
+    #[test]
+    fn times_too_far_from_the_base_for_32_bits_are_kept_whole() {
+        // 2^31 ms is about 24.9 days: the first slot's times are further than that from
+        // the base (the last event), so the block keeps each time in a word of its own.
+        let far = 1i64 << 31;
+        for (times, wide) in [
+            ([-far + 100, 0, 100], false),
+            ([-far + 99, 0, 100], true),
+            ([i64::MIN / 2, 0, i64::MAX / 2], true),
+        ] {
+            let samples = three_samples(times);
+            let block = Block::new(
+                samples.clone(),
+                Bound {
+                    value: None,
+                    generation: 0,
+                },
+                false,
+            );
+            assert_eq!(block.wide, wide, "{times:?}");
+            let words: usize = if wide { 3 * 3 } else { 2 * 3 };
+            // Padded to the accumulator's 16-byte alignment.
+            let bytes = (112 + words * 8).next_multiple_of(16);
+            assert_eq!(std::mem::size_of_val(&*block), bytes);
+            let thin = Block::into_thin(block);
+            // SAFETY: as above.
+            let block = unsafe { Box::from_raw(Block::from_thin(thin).as_ptr()) };
+            assert_eq!(block.columns.len(), words);
+            assert_eq!(observe(&block.folded(block.acc.load())), observe(&samples));
+        }
+        assert_eq!(pack_times(i64::MIN, 0, 1), None);
+        assert_eq!(pack_times(0, i64::MAX, -1), None);
+        for (start, last, base) in [(-5, 7, 3), (0, 0, 0), (i64::MAX - 9, i64::MAX, i64::MAX)] {
+            let packed = pack_times(start, last, base).unwrap();
+            assert_eq!(unpack_times(packed, base), (start, last));
+        }
     }
 
     #[test]
@@ -1096,12 +1213,6 @@ mod tests {
                     new_block += 1;
                 }
             }
-            let observe = |s: &Samples| -> Vec<(u64, i64, i64)> {
-                s.slots()
-                    .iter()
-                    .map(|x| (x.value.to_bits(), x.start, x.last))
-                    .collect()
-            };
             let snapshot = cell.samples(&guard);
             assert_eq!(snapshot.current_index(), plain.current_index(), "t={t}");
             assert_eq!(observe(&snapshot), observe(&plain), "t={t}");
@@ -1135,6 +1246,21 @@ mod tests {
     }
 
     #[test]
+    fn opens_in_place_until_the_times_are_too_far_from_the_base() {
+        // Windows of 2^28 ms (about 3.1 days) and a record at the start of each (a step):
+        // every record after the first starts a sample; the 4-slot ring is full from the
+        // fourth on (3 new blocks grow it), and from then on each open's check purges the
+        // oldest sample (its last event 3 windows old), in place. Nothing else changes the
+        // block. Its times are 32-bit offsets from its base (the last event when it was
+        // made), and 2^31 ms is 8 steps: the block made at step k takes the opens at
+        // k+1 .. k+8 in place (the last one writes the closed sample's times, 7 steps after
+        // the base), and the one at k+9 (8 steps) takes a new block. From step 3 on: new
+        // blocks at 12, 21, ..., 399 (44 of them), the other 352 opens in place.
+        let (in_place, new_block) = opens(WindowConfig::new(3, 1 << 28).unwrap(), 1 << 28, 400);
+        assert_eq!((in_place, new_block), (352, 3 + 44));
+    }
+
+    #[test]
     fn purging_opens_stay_in_place() {
         // The loom model `purging_opens_racing_a_record`, on one thread: the record at 39
         // purges the sample last recorded at 19 (a new block); the opens at 50 and 60
@@ -1147,12 +1273,6 @@ mod tests {
         let mut plain = Samples::new();
         let keep = BoundSource::<fn() -> Option<f64>>::Keep;
         let guard = pin();
-        let observe = |s: &Samples| -> Vec<(u64, i64, i64)> {
-            s.slots()
-                .iter()
-                .map(|x| (x.value.to_bits(), x.start, x.last))
-                .collect()
-        };
         let mut same_block = Vec::new();
         for t in [0, 10, 19, 20, 29, 30, 39, 50, 52, 60] {
             let before = block_address(&cell, &guard);
