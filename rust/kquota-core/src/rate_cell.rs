@@ -435,8 +435,8 @@ impl Block {
             }
             p.cast::<Header>().write(head);
             let words = p.add(COLUMNS_AT).cast::<u64>();
-            for i in 0..len {
-                words.add(i).write(raw[i].to_bits());
+            for (i, value) in raw[..len].iter().enumerate() {
+                words.add(i).write(value.to_bits());
                 let (start, last) = (time(RAW_START, i), time(RAW_LAST, i));
                 if wide {
                     words.add(len + i).write(start as u64);
