@@ -335,6 +335,18 @@ fn pack_times(start: i64, last: i64, base: i64) -> Option<u64> {
     Some(u64::from(start as u32) | u64::from(last as u32) << 32)
 }
 
+/// Whether every time in `times` ([`Samples::raw`]'s starts and last events, as bits)
+/// fits [`pack_times`] from `base`.
+fn times_fit(times: &[f64], base: i64) -> bool {
+    let (mut min, mut max) = (i64::MAX, i64::MIN);
+    for t in times {
+        let t = t.to_bits() as i64;
+        min = min.min(t);
+        max = max.max(t);
+    }
+    times.is_empty() || pack_times(min, max, base).is_some()
+}
+
 /// The times [`pack_times`] packed.
 #[inline]
 fn unpack_times(word: u64, base: i64) -> (i64, i64) {
@@ -369,9 +381,7 @@ impl Block {
             && (0..len)
                 .filter(|&i| i != cur as usize)
                 .all(|i| columns[i] >= 0.0);
-        let time = |column: usize, i: usize| columns[column * len + i].to_bits() as i64;
-        let wide =
-            (0..len).any(|i| pack_times(time(RAW_START, i), time(RAW_LAST, i), base).is_none());
+        let wide = !times_fit(&columns[RAW_START * len..], base);
         let flags = if summary.is_some() { HAS_SUMMARY } else { 0 }
             | if others.is_some() { WHOLE } else { 0 }
             | if nonneg { NONNEG } else { 0 };
@@ -417,7 +427,12 @@ impl Block {
         let len = head.len as usize;
         debug_assert_eq!(raw.len(), 4 * len);
         let (base, wide) = (head.base, head.wide);
-        let time = |column: usize, i: usize| raw[column * len + i].to_bits() as i64;
+        let (values, starts, lasts) = (
+            &raw[..len],
+            &raw[RAW_START * len..RAW_LAST * len],
+            &raw[RAW_LAST * len..],
+        );
+        debug_assert_eq!(wide, !times_fit(&raw[RAW_START * len..], base));
         let n = column_words(len, wide);
         let layout = Block::layout(n);
         // SAFETY: `layout` has a non-zero size (the header's at least). The allocation is
@@ -425,9 +440,9 @@ impl Block {
         // alignment is the allocation's) and the `n` column words at `COLUMNS_AT`, where
         // `repr(C)` puts `Block::columns` (an `AtomicU64` has the size and bit validity of
         // a `u64`, and the allocation is not shared yet, so plain writes initialize it):
-        // `len` values, then `len` packed times or (`wide`) `len` starts and `len` last
-        // events. `layout` is the one `Box` frees it with (`Layout::for_value` of the
-        // block: header, `n` words, padded to the alignment).
+        // `len` values, then `len` starts and `len` last events (`wide`) or `len` words of
+        // both, packed. `layout` is the one `Box` frees it with (`Layout::for_value` of
+        // the block: header, `n` words, padded to the alignment).
         let block = unsafe {
             let p = alloc(layout);
             if p.is_null() {
@@ -435,17 +450,19 @@ impl Block {
             }
             p.cast::<Header>().write(head);
             let words = p.add(COLUMNS_AT).cast::<u64>();
-            for (i, value) in raw[..len].iter().enumerate() {
-                words.add(i).write(value.to_bits());
-                let (start, last) = (time(RAW_START, i), time(RAW_LAST, i));
-                if wide {
-                    words.add(len + i).write(start as u64);
-                    words.add(2 * len + i).write(last as u64);
-                } else {
-                    let packed = pack_times(start, last, base);
-                    words
-                        .add(len + i)
-                        .write(packed.expect("`wide` when a time does not fit"));
+            let copy = |from: &[f64], at: usize| {
+                std::ptr::copy_nonoverlapping(from.as_ptr().cast::<u64>(), words.add(at), len);
+            };
+            copy(values, 0);
+            if wide {
+                copy(starts, len);
+                copy(lasts, 2 * len);
+            } else {
+                // Every time fits ([`times_fit`]): the offsets are exact.
+                let offset = |t: &f64| (t.to_bits() as i64).wrapping_sub(base) as u32;
+                for (i, (start, last)) in starts.iter().zip(lasts).enumerate() {
+                    let packed = u64::from(offset(start)) | u64::from(offset(last)) << 32;
+                    words.add(len + i).write(packed);
                 }
             }
             Box::from_raw(Block::fat(p, n))
@@ -481,7 +498,7 @@ impl Block {
 
     /// Writes slot `i` of a block that is not `wide`, whose times fit
     /// ([`pack_times`]).
-    #[inline]
+    #[inline(always)]
     fn set_slot(&self, i: usize, value: f64, times: u64) {
         debug_assert!(!self.wide);
         self.columns[i].store(value.to_bits(), Relaxed);
@@ -510,13 +527,17 @@ impl Block {
         let acc = unpack(word);
         let view = self.views[acc.parity].load();
         let len = self.len as usize;
-        let mut columns = vec![0.0; 4 * len].into_boxed_slice();
-        for i in 0..len {
-            let (start, last) = self.times(i);
-            columns[i] = self.value(i);
-            columns[RAW_START * len + i] = f64::from_bits(start as u64);
-            columns[RAW_LAST * len + i] = f64::from_bits(last as u64);
+        let mut columns = Vec::with_capacity(4 * len);
+        columns.extend((0..len).map(|i| self.value(i)));
+        columns.extend((0..len).map(|_| 0.0));
+        for column in [0, 1] {
+            let time = |i| {
+                let times = self.times(i);
+                f64::from_bits((if column == 0 { times.0 } else { times.1 }) as u64)
+            };
+            columns.extend((0..len).map(time));
         }
+        let columns = columns.into_boxed_slice();
         let cur = view.index();
         let mut samples = Samples::from_columns(cur as u32, columns);
         samples.set_current(acc.value, self.base + acc.offset);

@@ -443,6 +443,7 @@ pub struct Summary {
 /// A time as a 32-bit offset from `origin`, for [`Summary::to_offsets`]: `i64::MAX` and
 /// `i64::MIN` (the "no other sample" bounds) as `i32::MAX` and `i32::MIN`, any other time
 /// only if its offset lies strictly between them.
+#[inline(always)]
 fn offset32(t: i64, origin: i64) -> Option<i32> {
     match t {
         i64::MAX => Some(i32::MAX),
@@ -469,6 +470,7 @@ impl Summary {
     /// the other three times as 32-bit offsets from that start; `None` when one does not
     /// fit (then a caller keeps no summary and takes the exact path).
     /// [`Summary::from_offsets`] gives back the same summary, bit for bit.
+    #[inline(always)]
     pub fn to_offsets(&self) -> Option<(i64, f64, [i32; 3])> {
         let origin = self.cur_start;
         Some((
