@@ -126,15 +126,18 @@ pub struct Bound {
     pub generation: u64,
 }
 
-/// [`View::cur`]: the index in the low 16 bits (a ring has at most 65536 slots), three
-/// flags, then the number of slots the open that made this state purged.
+/// [`View::cur`]: the index in the low 16 bits (a ring has at most 65536 slots), four
+/// flags, then the mask of the slots the state holds as purged.
 const INDEX: u32 = 0xffff;
 const HAS_SUMMARY: u32 = 1 << 16;
 const WHOLE: u32 = 1 << 17;
 const OPENED: u32 = 1 << 18;
 const NONNEG: u32 = 1 << 19;
 const PURGED_SHIFT: u32 = 20;
-const MAX_PURGED: usize = (1 << (32 - PURGED_SHIFT)) - 1;
+/// The purged mask's width: bit `k` is the slot `k + 1` places after the sample in
+/// progress, so a ring of up to 13 slots (Kafka's default is 12) has a bit for every other
+/// slot.
+const PURGED_BITS: usize = (32 - PURGED_SHIFT) as usize;
 
 /// What the hot path reads of one state of the ring: the summary (its times as 32-bit
 /// offsets, [`Summary::to_offsets`]; none is kept when they do not fit) and the index of
@@ -149,15 +152,15 @@ struct View {
     prefix: AtomicU64,
     offsets: [AtomicI32; 3],
     /// The sample in progress's index, the `HAS_SUMMARY`, `WHOLE`, `OPENED` and `NONNEG`
-    /// flags and the purged count: `NONNEG` when, besides, no other sample's value is
+    /// flags and the purged mask: `NONNEG` when, besides, no other sample's value is
     /// negative (then the prefix is also the sum of the others' magnitudes). `WHOLE` when the prefix is the others' exact sum and the
     /// accumulator's value is [`small_whole`] (an in-place record keeps it so): then a
     /// record or a measurement reads no slot of the ring. `OPENED` when this state was
     /// reached by an in-place open (then an in-place record's time is at or after the
-    /// start; see the module documentation). The purged count `p`: that open's check
-    /// purged the `p` slots after the sample in progress (the oldest ones); this state
-    /// holds them as re-initialised at its start, whatever their words in the ring say
-    /// (the next open writes them).
+    /// start; see the module documentation). The purged mask: the slots that open's check
+    /// purged (bit `k` for the slot `k + 1` places after the sample in progress); this
+    /// state holds them as re-initialised at its start, whatever their words in the ring
+    /// say (the next open writes them).
     cur: AtomicU32,
 }
 
@@ -188,9 +191,10 @@ impl ViewData {
         self.cur & flag != 0
     }
 
+    /// The purged mask (see [`View::cur`]).
     #[inline]
-    fn purged(&self) -> usize {
-        (self.cur >> PURGED_SHIFT) as usize
+    fn purged(&self) -> u32 {
+        self.cur >> PURGED_SHIFT
     }
 
     #[inline]
@@ -544,8 +548,9 @@ impl Block {
         if view.flag(HAS_SUMMARY) {
             samples.set_current_start(view.cur_start);
         }
-        for k in 1..=view.purged().min(len.saturating_sub(1)) {
-            samples.purge_slot((cur + k) % len, view.cur_start);
+        let purged = view.purged();
+        for k in (0..PURGED_BITS.min(len.saturating_sub(1))).filter(|k| purged >> k & 1 != 0) {
+            samples.purge_slot((cur + 1 + k) % len, view.cur_start);
         }
         samples
     }
@@ -773,8 +778,8 @@ impl RateCell {
 
     /// Opens the next sample in place (see the module documentation) for a record of
     /// `value` at `t` (offset `off` from the base) that starts a new sample in the state
-    /// of accumulator word `word` and view `view`, if the ring is full, whole, nothing
-    /// must be purged and the times fit.
+    /// of accumulator word `word` and view `view`, if the ring is full and whole, the
+    /// slots the check purges have a bit in the purged mask, and the times fit.
     #[allow(clippy::too_many_arguments)]
     #[inline(never)]
     fn open(
@@ -808,65 +813,58 @@ impl RateCell {
         ) else {
             return Opened::No;
         };
-        let purged_before = view.purged();
-        if cur >= len || purged_before >= len {
+        // The mask's bit `k` is the slot `k + 1` after `cur`; none is `cur` itself.
+        let held = view.purged();
+        if cur >= len || (len <= PURGED_BITS && held >> (len - 1) != 0) {
             return Opened::Retry; // a torn view: the state changed
         }
         // Samples::record in a full ring: the next slot is reset at `t` and takes `value`;
-        // then (with `check`) the measurement purges every obsolete slot. In place only
-        // when those are the oldest ones, the run right after the next slot.
+        // then (with `check`) the measurement purges every obsolete slot. The new state
+        // holds those as purged (a bit each in its mask), so none of their words is
+        // written before the state that reads them is gone.
         let next = if cur + 1 >= len { 0 } else { cur + 1 };
         let updated = 0.0 + value;
         // The state after the open: the others' sum changes by the closed sample's value,
         // less the next slot's and those of the slots the check purges (every value is
         // whole, not negative and adds up to at most `EXACT_LIMIT` (`NONNEG`), so each
         // step is exact); the summary's times, slot by slot from the oldest (right after
-        // the next slot) to the closed one.
+        // the next slot) to the closed one. A slot this state holds as purged holds
+        // nothing, started and last recorded at this state's start.
         let cs = view.cur_start;
         let (values, times) = block.columns.split_at(len);
-        // The slots this state holds as purged (at its start) hold nothing.
         let mut others = view.prefix;
-        if purged_before == 0 {
+        if held & 1 == 0 {
             others -= f64::from_bits(values[next].load(Relaxed));
         }
         let mut scan = Scan {
             check,
             t,
             cfg: *cfg,
-            seen: 0,
-            purged: 0,
+            purged: Some(0),
             min_start: t,
             min_last: i64::MAX,
             max_last: i64::MIN,
         };
-        let held = purged_before.max(1);
-        for _ in 1..held {
-            if scan.visit(cs, cs).is_none() {
-                return Opened::No;
+        // The others, from the oldest: the slot `k + 1` after `next` has bit `k` in the
+        // new mask and bit `k + 1` in this state's.
+        let mut i = next;
+        for k in 0..len - 2 {
+            i = if i + 1 >= len { 0 } else { i + 1 };
+            let was_held = k + 1 < PURGED_BITS && held >> (k + 1) & 1 != 0;
+            let (start, last) = if was_held {
+                (cs, cs)
+            } else {
+                unpack_times(times[i].load(Relaxed), block.base)
+            };
+            if scan.visit(k, start, last) && !was_held {
+                others -= f64::from_bits(values[i].load(Relaxed));
             }
         }
-        // Then the ring's own words, in two contiguous runs (no index wraps inside one).
-        let from = next + held;
-        let from = if from >= len { from - len } else { from };
-        let count = len - 1 - held;
-        let first = (len - from).min(count);
-        for range in [from..from + first, 0..count - first] {
-            let offset = range.start;
-            for (k, word) in times[range].iter().enumerate() {
-                let (start, last) = unpack_times(word.load(Relaxed), block.base);
-                match scan.visit(start, last) {
-                    None => return Opened::No,
-                    Some(true) => others -= f64::from_bits(values[offset + k].load(Relaxed)),
-                    Some(false) => {}
-                }
-            }
-        }
-        // The closed sample last: never purged in place.
-        if scan.visit(cs, closed_last) != Some(false) {
-            return Opened::No;
-        }
+        // The closed sample last.
         let closed = acc.value;
-        let others = others + closed;
+        if !scan.visit(len - 2, cs, closed_last) {
+            others += closed;
+        }
         let Scan {
             purged,
             min_start,
@@ -874,6 +872,9 @@ impl RateCell {
             max_last,
             ..
         } = scan;
+        let Some(purged) = purged else {
+            return Opened::No; // a slot without a bit in the mask is purged
+        };
         let summary = Summary::of_parts(t, min_start, min_last, max_last, others);
         let Some((_, _, offsets)) = summary.to_offsets() else {
             return Opened::No;
@@ -896,22 +897,20 @@ impl RateCell {
         // A reader of an older state that reads what follows sees this claim first.
         fence(Release);
         // The words the current state does not read from the ring: the sample in
-        // progress's (closed now) and those of the slots its own open purged.
+        // progress's (closed now) and those of the slots it holds as purged.
         block.set_slot(cur, acc.value, closed_times);
-        for k in 1..=purged_before {
-            block.set_slot((cur + k) % len, 0.0, purged_times);
+        let mut mask = held;
+        while mask != 0 {
+            let k = mask.trailing_zeros() as usize;
+            mask &= mask - 1;
+            block.set_slot((cur + 1 + k) % len, 0.0, purged_times);
         }
         let parity = 1 - acc.parity;
         block.views[parity].store(&ViewData {
             cur_start: t,
             prefix: others,
             offsets,
-            cur: next as u32
-                | HAS_SUMMARY
-                | WHOLE
-                | OPENED
-                | NONNEG
-                | (purged as u32) << PURGED_SHIFT,
+            cur: next as u32 | HAS_SUMMARY | WHOLE | OPENED | NONNEG | purged << PURGED_SHIFT,
         });
         // Publish; fails only if another thread sealed the claimed word.
         if block
@@ -1024,28 +1023,21 @@ struct Scan {
     check: bool,
     t: i64,
     cfg: WindowConfig,
-    /// Slots visited, and how many of them (the first ones) the check purges.
-    seen: usize,
-    purged: usize,
+    /// The new state's purged mask; `None` once a purged slot has no bit in it.
+    purged: Option<u32>,
     min_start: i64,
     min_last: i64,
     max_last: i64,
 }
 
 impl Scan {
-    /// Adds a slot; `Some(true)` if the check purges it, `None` if the open cannot be in
-    /// place (an obsolete slot after one that is not).
+    /// Adds the slot `k + 1` places after the new sample in progress; true if the check
+    /// purges it.
     #[inline]
-    fn visit(&mut self, start: i64, last: i64) -> Option<bool> {
-        self.seen += 1;
+    fn visit(&mut self, k: usize, start: i64, last: i64) -> bool {
         let purge = self.check && slot_obsolete(&self.cfg, last, self.t);
-        if purge {
-            if self.purged + 1 != self.seen || self.purged == MAX_PURGED {
-                return None;
-            }
-            self.purged += 1;
-        }
         let (start, last) = if purge {
+            self.purged = self.purged.filter(|_| k < PURGED_BITS).map(|m| m | 1 << k);
             (self.t, self.t)
         } else {
             (start, last)
@@ -1053,7 +1045,7 @@ impl Scan {
         self.min_start = self.min_start.min(start);
         self.min_last = self.min_last.min(last);
         self.max_last = self.max_last.max(last);
-        Some(purge)
+        purge
     }
 }
 
@@ -1279,6 +1271,35 @@ mod tests {
         // blocks at 12, 21, ..., 399 (44 of them), the other 352 opens in place.
         let (in_place, new_block) = opens(WindowConfig::new(3, 1 << 28).unwrap(), 1 << 28, 400);
         assert_eq!((in_place, new_block), (352, 3 + 44));
+    }
+
+    #[test]
+    fn sparse_records_open_in_place() {
+        // Kafka's defaults (11 windows of 1 s, a 12-slot ring) and a client that records
+        // less than once a window: every record after the first starts a sample (399),
+        // the first 11 of them grow the ring, and each open's check purges the slots whose
+        // last event is 11 s old or more, wherever they are in the ring (slots purged by
+        // an earlier open were re-initialised then, so they are younger than the ones
+        // after them): the new state holds each in its purged mask, and every open is in
+        // place, up to records 30 s apart.
+        for step in [1001, 1562, 2000, 5000, 10999, 11000, 12000, 30000] {
+            let got = opens(WindowConfig::QUOTA_DEFAULT, step, 400);
+            assert_eq!(got, (388, 11), "a record every {step} ms");
+        }
+        // 13 windows (a 14-slot ring): the mask has a bit for the 12 slots after the
+        // sample in progress, not for the 13th, the oldest. A record every 1562 ms never
+        // purges it (its samples are 20 s old or younger), so every open is in place. With
+        // 20 windows and a record every 3 s, an open purges up to 14 slots, the last ones
+        // further than 12 places on: every open takes a new block, as every purge did
+        // before masks.
+        assert_eq!(
+            opens(WindowConfig::new(13, 1000).unwrap(), 1562, 400),
+            (386, 13)
+        );
+        assert_eq!(
+            opens(WindowConfig::new(20, 1000).unwrap(), 3000, 400),
+            (0, 399)
+        );
     }
 
     #[test]
