@@ -69,8 +69,7 @@ use std::sync::atomic::{fence, AtomicI32, AtomicI64, AtomicU32, AtomicU64};
 use crate::cow::{AtomicBox, AtomicWord, Guard, Thin};
 use crate::quota::{verdict, Check};
 use crate::samples::{
-    exact_others_sum, slot_obsolete, small_whole, window_over, Samples, Summary, WindowConfig,
-    EXACT_LIMIT,
+    exact_others_sum, small_whole, window_over, Samples, Summary, WindowConfig, EXACT_LIMIT,
 };
 
 /// The accumulator's high half: the seal bit, the claim bit, the parity (the view in
@@ -799,6 +798,7 @@ impl RateCell {
         if !view.flag(NONNEG)
             || block.wide
             || len != cfg.ring_len()
+            || len > 64
             || !window_over(cfg, view.cur_start, t)
         {
             return Opened::No;
@@ -836,45 +836,67 @@ impl RateCell {
         if held & 1 == 0 {
             others -= f64::from_bits(values[next].load(Relaxed));
         }
-        let mut scan = Scan {
-            check,
-            t,
-            cfg: *cfg,
-            purged: Some(0),
-            min_start: t,
-            min_last: i64::MAX,
-            max_last: i64::MIN,
-        };
+        // Times as offsets from the base (every ring time fits 32 bits; so do `cs` and
+        // the closed sample's, checked above): from the new state's start `t`, the oldest
+        // start and the range of the others' last events. A slot the check purges counts
+        // as re-initialised at `t`; the new mask gets its bit.
+        let base = block.base;
+        let (t_off, cs_off) = (t - base, cs - base);
+        let horizon = if check { cfg.horizon_ms() } else { i64::MAX };
+        let (mut min_start, mut min_last, mut max_last) = (t_off, i64::MAX, i64::MIN);
+        let mut purged = 0u64;
         // The others, from the oldest: the slot `k + 1` after `next` has bit `k` in the
-        // new mask and bit `k + 1` in this state's.
+        // new mask and bit `k + 1` in this state's (a ring of at most 64 slots, so every
+        // position has a bit here).
+        let held = u64::from(held);
+        let (values, times) = (&values[..len], &times[..len]);
         let mut i = next;
         for k in 0..len - 2 {
-            i = if i + 1 >= len { 0 } else { i + 1 };
-            let was_held = k + 1 < PURGED_BITS && held >> (k + 1) & 1 != 0;
+            i = if i + 1 == len { 0 } else { i + 1 };
+            let was_held = held >> (k + 1) & 1 != 0;
+            let w = times[i].load(Relaxed);
             let (start, last) = if was_held {
-                (cs, cs)
+                (cs_off, cs_off)
             } else {
-                unpack_times(times[i].load(Relaxed), block.base)
+                (
+                    i64::from(w as u32 as i32),
+                    i64::from((w >> 32) as u32 as i32),
+                )
             };
-            if scan.visit(k, start, last) && !was_held {
-                others -= f64::from_bits(values[i].load(Relaxed));
-            }
+            let purge = t_off - last >= horizon;
+            let (start, last) = if purge {
+                purged |= 1 << k;
+                if !was_held {
+                    others -= f64::from_bits(values[i].load(Relaxed));
+                }
+                (t_off, t_off)
+            } else {
+                (start, last)
+            };
+            min_start = min_start.min(start);
+            min_last = min_last.min(last);
+            max_last = max_last.max(last);
         }
+        let k = len - 2;
         // The closed sample last.
         let closed = acc.value;
-        if !scan.visit(len - 2, cs, closed_last) {
+        let closed_last_off = closed_last - base;
+        if t_off - closed_last_off >= horizon {
+            purged |= 1 << k;
+            min_start = min_start.min(t_off);
+            min_last = min_last.min(t_off);
+            max_last = max_last.max(t_off);
+        } else {
             others += closed;
+            min_start = min_start.min(cs_off);
+            min_last = min_last.min(closed_last_off);
+            max_last = max_last.max(closed_last_off);
         }
-        let Scan {
-            purged,
-            min_start,
-            min_last,
-            max_last,
-            ..
-        } = scan;
-        let Some(purged) = purged else {
-            return Opened::No; // a slot without a bit in the mask is purged
-        };
+        if purged >> PURGED_BITS != 0 {
+            return Opened::No; // a purged slot has no bit in the mask
+        }
+        let purged = purged as u32;
+        let (min_start, min_last, max_last) = (base + min_start, base + min_last, base + max_last);
         let summary = Summary::of_parts(t, min_start, min_last, max_last, others);
         let Some((_, _, offsets)) = summary.to_offsets() else {
             return Opened::No;
@@ -1014,38 +1036,6 @@ impl RateCell {
                 return result;
             }
         }
-    }
-}
-
-/// The state after an in-place open, as [`RateCell::open`] builds it slot by slot (all
-/// but the next one, from the oldest).
-struct Scan {
-    check: bool,
-    t: i64,
-    cfg: WindowConfig,
-    /// The new state's purged mask; `None` once a purged slot has no bit in it.
-    purged: Option<u32>,
-    min_start: i64,
-    min_last: i64,
-    max_last: i64,
-}
-
-impl Scan {
-    /// Adds the slot `k + 1` places after the new sample in progress; true if the check
-    /// purges it.
-    #[inline]
-    fn visit(&mut self, k: usize, start: i64, last: i64) -> bool {
-        let purge = self.check && slot_obsolete(&self.cfg, last, self.t);
-        let (start, last) = if purge {
-            self.purged = self.purged.filter(|_| k < PURGED_BITS).map(|m| m | 1 << k);
-            (self.t, self.t)
-        } else {
-            (start, last)
-        };
-        self.min_start = self.min_start.min(start);
-        self.min_last = self.min_last.min(last);
-        self.max_last = self.max_last.max(last);
-        purge
     }
 }
 
