@@ -131,6 +131,41 @@ fn parallel(threads: usize, iters: u64, op: impl Fn(usize, u64) + Sync) -> Durat
     })
 }
 
+/// Records round robin over the keys with a key's records `apart_ms` apart (every record
+/// starts a new sample), against the same baselines.
+fn opening(c: &mut Criterion, ids: &[String], group: &str, apart_ms: usize) {
+    let mut g = c.benchmark_group(group);
+    let opens_at = |i: usize| (i * apart_ms / KEYS) as i64;
+    let m = manager();
+    let mut i = 0usize; // across samples: the clock only moves forward
+    g.bench_function("kquota", |b| {
+        b.iter(|| {
+            i += 1;
+            black_box(
+                m.record("alice", &ids[i % KEYS], 100.0, opens_at(i))
+                    .unwrap(),
+            )
+        })
+    });
+    let locked = LockedRates::new();
+    let mut i = 0usize; // across samples: the clock only moves forward
+    g.bench_function("mutex_baseline", |b| {
+        b.iter(|| {
+            i += 1;
+            black_box(locked.record_and_check("alice", &ids[i % KEYS], 100.0, opens_at(i)))
+        })
+    });
+    let limiter = governor();
+    g.bench_function("governor_keyed", |b| {
+        let mut i = 0usize;
+        b.iter(|| {
+            i += 1;
+            black_box(limiter.check_key(&ids[i % KEYS]).is_ok())
+        })
+    });
+    g.finish();
+}
+
 fn bench(c: &mut Criterion) {
     let ids: Vec<String> = (0..KEYS).map(|i| format!("client-{i}")).collect();
 
@@ -209,37 +244,15 @@ fn bench(c: &mut Criterion) {
     g.finish();
 
     // Every record starts a new sample (and purges the oldest): round robin over the keys,
-    // a key's records one window (1 s) apart. The worst case of the open.
-    let mut g = c.benchmark_group("one_thread_10k_keys_every_record_opens");
-    let opens_at = |i: usize| (i * 1000 / KEYS) as i64;
-    let m = manager();
-    let mut i = 0usize; // across samples: the clock only moves forward
-    g.bench_function("kquota", |b| {
-        b.iter(|| {
-            i += 1;
-            black_box(
-                m.record("alice", &ids[i % KEYS], 100.0, opens_at(i))
-                    .unwrap(),
-            )
-        })
-    });
-    let locked = LockedRates::new();
-    let mut i = 0usize; // across samples: the clock only moves forward
-    g.bench_function("mutex_baseline", |b| {
-        b.iter(|| {
-            i += 1;
-            black_box(locked.record_and_check("alice", &ids[i % KEYS], 100.0, opens_at(i)))
-        })
-    });
-    let limiter = governor();
-    g.bench_function("governor_keyed", |b| {
-        let mut i = 0usize;
-        b.iter(|| {
-            i += 1;
-            black_box(limiter.check_key(&ids[i % KEYS]).is_ok())
-        })
-    });
-    g.finish();
+    // a key's records one window (1 s) apart; then (`sparse`) 2.5 s apart, clients that
+    // record less than once a window, so that each open purges every sample 11 s old,
+    // the ones an earlier open purged included.
+    for (group, apart_ms) in [
+        ("one_thread_10k_keys_every_record_opens", 1000),
+        ("one_thread_10k_keys_sparse", 2500),
+    ] {
+        opening(c, &ids, group, apart_ms);
+    }
 
     for (group, distinct) in [
         ("two_threads_same_key", false),
