@@ -9,12 +9,12 @@
 //!
 //! **Opening the next sample in place.** A record that starts a new sample in a full ring
 //! whose values are whole and not negative, adding up to at most 2^51 (so every sum of
-//! them is exact, in any order), when the samples its check purges (if any) are the oldest
-//! ones and the times fit, changes the block's words instead of replacing the block. The
-//! accumulator's *parity* bit selects which of the header's two [`View`]s (the summary of
-//! the ring, the index of the sample in progress, its start, and how many slots after it
-//! the open that made this state purged) is the current one; the other is spare. The
-//! opener
+//! them is exact, in any order), when the samples its check purges (if any) are among the
+//! 12 after the new sample in progress (all of them in Kafka's default ring) and the times
+//! fit, changes the block's words instead of replacing the block. The accumulator's
+//! *parity* bit selects which of the header's two [`View`]s (the summary of the ring, the
+//! index of the sample in progress, its start, and the mask of the slots the open that
+//! made this state purged) is the current one; the other is spare. The opener
 //!
 //! 1. computes the next state from the current one (the closed sample's value and last
 //!    event from the accumulator, the slots the current state holds as purged, the
