@@ -131,28 +131,36 @@ fn parallel(threads: usize, iters: u64, op: impl Fn(usize, u64) + Sync) -> Durat
     })
 }
 
-/// Records round robin over the keys with a key's records `apart_ms` apart (every record
-/// starts a new sample), against the same baselines.
-fn opening(c: &mut Criterion, ids: &[String], group: &str, apart_ms: usize) {
+/// Records round robin over the keys, at the time `clock(i)` for the `i`-th record, in
+/// kquota (and, with `callback`, in a manager with a quota callback) against the same
+/// baselines.
+fn round_robin(
+    c: &mut Criterion,
+    ids: &[String],
+    group: &str,
+    clock: impl Fn(usize) -> i64 + Copy,
+    callback: bool,
+) {
     let mut g = c.benchmark_group(group);
-    let opens_at = |i: usize| (i * apart_ms / KEYS) as i64;
-    let m = manager();
-    let mut i = 0usize; // across samples: the clock only moves forward
-    g.bench_function("kquota", |b| {
-        b.iter(|| {
-            i += 1;
-            black_box(
-                m.record("alice", &ids[i % KEYS], 100.0, opens_at(i))
-                    .unwrap(),
-            )
-        })
-    });
+    let managers = [
+        Some(("kquota", manager())),
+        callback.then(|| ("kquota_with_callback", callback_manager())),
+    ];
+    for (name, m) in managers.into_iter().flatten() {
+        let mut i = 0usize; // across samples: the clock only moves forward
+        g.bench_function(name, |b| {
+            b.iter(|| {
+                i += 1;
+                black_box(m.record("alice", &ids[i % KEYS], 100.0, clock(i)).unwrap())
+            })
+        });
+    }
     let locked = LockedRates::new();
     let mut i = 0usize; // across samples: the clock only moves forward
     g.bench_function("mutex_baseline", |b| {
         b.iter(|| {
             i += 1;
-            black_box(locked.record_and_check("alice", &ids[i % KEYS], 100.0, opens_at(i)))
+            black_box(locked.record_and_check("alice", &ids[i % KEYS], 100.0, clock(i)))
         })
     });
     let limiter = governor();
@@ -201,47 +209,8 @@ fn bench(c: &mut Criterion) {
     });
     g.finish();
 
-    let mut g = c.benchmark_group("one_thread_10k_keys");
-    let m = manager();
-    let mut i = 0usize; // across samples: the clock only moves forward
-    g.bench_function("kquota", |b| {
-        b.iter(|| {
-            i += 1;
-            black_box(
-                m.record("alice", &ids[i % KEYS], 100.0, (i / 64) as i64)
-                    .unwrap(),
-            )
-        })
-    });
-    let custom = callback_manager();
-    let mut i = 0usize; // across samples: the clock only moves forward
-    g.bench_function("kquota_with_callback", |b| {
-        b.iter(|| {
-            i += 1;
-            black_box(
-                custom
-                    .record("alice", &ids[i % KEYS], 100.0, (i / 64) as i64)
-                    .unwrap(),
-            )
-        })
-    });
-    let locked = LockedRates::new();
-    let mut i = 0usize; // across samples: the clock only moves forward
-    g.bench_function("mutex_baseline", |b| {
-        b.iter(|| {
-            i += 1;
-            black_box(locked.record_and_check("alice", &ids[i % KEYS], 100.0, (i / 64) as i64))
-        })
-    });
-    let limiter = governor();
-    g.bench_function("governor_keyed", |b| {
-        let mut i = 0usize;
-        b.iter(|| {
-            i += 1;
-            black_box(limiter.check_key(&ids[i % KEYS]).is_ok())
-        })
-    });
-    g.finish();
+    // 64 records a millisecond: a key's records 156 ms apart.
+    round_robin(c, &ids, "one_thread_10k_keys", |i| (i / 64) as i64, true);
 
     // Every record starts a new sample (and purges the oldest): round robin over the keys,
     // a key's records one window (1 s) apart; then (`sparse`) 2.5 s apart, clients that
@@ -251,7 +220,7 @@ fn bench(c: &mut Criterion) {
         ("one_thread_10k_keys_every_record_opens", 1000),
         ("one_thread_10k_keys_sparse", 2500),
     ] {
-        opening(c, &ids, group, apart_ms);
+        round_robin(c, &ids, group, |i| (i * apart_ms / KEYS) as i64, false);
     }
 
     for (group, distinct) in [
