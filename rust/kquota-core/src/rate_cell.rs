@@ -1293,6 +1293,34 @@ mod tests {
     }
 
     #[test]
+    fn an_open_purges_the_sample_it_closes_in_place() {
+        // The loom model `an_open_purging_the_closed_sample_racing_a_record`, on one
+        // thread: the open at 55 purges both other samples, the one it closes (last
+        // recorded at 29) included, and stays in the block, as do the record at 58 and the
+        // open at 66, which writes the slots the state at 55 held as purged.
+        let cfg = WindowConfig::new(2, 10).unwrap();
+        let cell = RateCell::new(Bound {
+            value: Some(1e9),
+            generation: 0,
+        });
+        let mut plain = Samples::new();
+        let keep = BoundSource::<fn() -> Option<f64>>::Keep;
+        let guard = pin();
+        let mut same_block = Vec::new();
+        for t in [0, 10, 19, 20, 29, 55, 58, 66] {
+            let before = block_address(&cell, &guard);
+            plain.record(&cfg, 1.0, t);
+            let expected = check_bound(&mut plain, &cfg, 1e9, t);
+            assert_eq!(cell.record(&cfg, 1.0, t, true, &keep, &guard), expected);
+            assert_eq!(observe(&cell.samples(&guard)), observe(&plain), "t={t}");
+            if before == block_address(&cell, &guard) {
+                same_block.push(t);
+            }
+        }
+        assert_eq!(same_block, [19, 29, 55, 58, 66]);
+    }
+
+    #[test]
     fn purging_opens_stay_in_place() {
         // The loom model `purging_opens_racing_a_record`, on one thread: the record at 39
         // purges the sample last recorded at 19 (a new block); the opens at 50 and 60

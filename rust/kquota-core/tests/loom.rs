@@ -414,6 +414,20 @@ mod open_in_place {
     }
 
     #[test]
+    fn an_open_purging_the_closed_sample_racing_a_record() {
+        // A client that records less than once a window: the open at 55 purges both other
+        // samples (last recorded at 19 and 29), the one it closes included, in place (the
+        // new state holds them in its purged mask); the open at 66 writes their slots
+        // while it holds the accumulator, and the record at 58 lands before or after
+        // either open.
+        check(
+            BOUND,
+            vec![Step::Record(1.0, 55), Step::Record(1.0, 66)],
+            vec![Step::Record(2.0, 58)],
+        );
+    }
+
+    #[test]
     fn an_open_racing_a_quota_change() {
         // The check of the record at 30 (about 200/s) breaks a bound of 50/s but not 1e9.
         check(
