@@ -1292,12 +1292,10 @@ mod tests {
         );
     }
 
-    #[test]
-    fn an_open_purges_the_sample_it_closes_in_place() {
-        // The loom model `an_open_purging_the_closed_sample_racing_a_record`, on one
-        // thread: the open at 55 purges both other samples, the one it closes (last
-        // recorded at 29) included, and stays in the block, as do the record at 58 and the
-        // open at 66, which writes the slots the state at 55 held as purged.
+    /// Records 1.0 at each of `times` with checks (2 samples of 10 ms, a bound of 1e9),
+    /// comparing every check and the samples with plain samples; returns the times whose
+    /// record left the block in place.
+    fn in_place_times(times: &[i64]) -> Vec<i64> {
         let cfg = WindowConfig::new(2, 10).unwrap();
         let cell = RateCell::new(Bound {
             value: Some(1e9),
@@ -1307,7 +1305,7 @@ mod tests {
         let keep = BoundSource::<fn() -> Option<f64>>::Keep;
         let guard = pin();
         let mut same_block = Vec::new();
-        for t in [0, 10, 19, 20, 29, 55, 58, 66] {
+        for &t in times {
             let before = block_address(&cell, &guard);
             plain.record(&cfg, 1.0, t);
             let expected = check_bound(&mut plain, &cfg, 1e9, t);
@@ -1317,6 +1315,16 @@ mod tests {
                 same_block.push(t);
             }
         }
+        same_block
+    }
+
+    #[test]
+    fn an_open_purges_the_sample_it_closes_in_place() {
+        // The loom model `an_open_purging_the_closed_sample_racing_a_record`, on one
+        // thread: the open at 55 purges both other samples, the one it closes (last
+        // recorded at 29) included, and stays in the block, as do the record at 58 and the
+        // open at 66, which writes the slots the state at 55 held as purged.
+        let same_block = in_place_times(&[0, 10, 19, 20, 29, 55, 58, 66]);
         assert_eq!(same_block, [19, 29, 55, 58, 66]);
     }
 
@@ -1325,25 +1333,7 @@ mod tests {
         // The loom model `purging_opens_racing_a_record`, on one thread: the record at 39
         // purges the sample last recorded at 19 (a new block); the opens at 50 and 60
         // each purge one sample and stay in the block, as do the records in between.
-        let cfg = WindowConfig::new(2, 10).unwrap();
-        let cell = RateCell::new(Bound {
-            value: Some(1e9),
-            generation: 0,
-        });
-        let mut plain = Samples::new();
-        let keep = BoundSource::<fn() -> Option<f64>>::Keep;
-        let guard = pin();
-        let mut same_block = Vec::new();
-        for t in [0, 10, 19, 20, 29, 30, 39, 50, 52, 60] {
-            let before = block_address(&cell, &guard);
-            plain.record(&cfg, 1.0, t);
-            let expected = check_bound(&mut plain, &cfg, 1e9, t);
-            assert_eq!(cell.record(&cfg, 1.0, t, true, &keep, &guard), expected);
-            assert_eq!(observe(&cell.samples(&guard)), observe(&plain), "t={t}");
-            if before == block_address(&cell, &guard) {
-                same_block.push(t);
-            }
-        }
+        let same_block = in_place_times(&[0, 10, 19, 20, 29, 30, 39, 50, 52, 60]);
         assert_eq!(same_block, [19, 29, 30, 50, 52, 60]);
     }
 
