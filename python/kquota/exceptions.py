@@ -35,6 +35,11 @@ class MetricsServerError(KquotaError, OSError):
     """The metrics endpoint could not be started (e.g. its port is in use)."""
 
 
+class MissingExtraError(KquotaError, ImportError):
+    """A part of kquota used without the optional dependencies it needs: the message names
+    the extra that installs them (``pip install "kquota[proxy]"``)."""
+
+
 class ProxyError(KquotaError):
     """A client connection the proxy closes: a malformed or oversized frame, an unknown API
     key or version, a response that does not match its request, or a dead upstream."""
@@ -58,6 +63,7 @@ __all__ = [
     "InvalidValueError",
     "KquotaError",
     "MetricsServerError",
+    "MissingExtraError",
     "OutputError",
     "ProxyError",
     "QuotaCallbackError",

@@ -2,7 +2,12 @@
 
 Each subcommand lives in its own module of this package with a ``register(subparsers)``
 function that adds its parser and sets ``run`` (a function of the parsed arguments that
-returns the exit status). Add a command by adding its module to :data:`COMMANDS`.
+returns the exit status) and, for a command that needs an extra, ``extra`` (``"spark"``,
+``"proxy"``). Add a command by adding its module to :data:`COMMANDS`.
+
+Every module here imports with plain ``pip install kquota``: a command's own dependencies
+are imported when it runs, after :func:`main` has checked that its extra is installed (one
+line naming the extra to install, status 2, when it is not).
 
 Exit statuses (:mod:`kquota.cli.common`): 0 success, 1 a conformance mismatch, 2 bad input
 with one line on stderr naming it. No traceback reaches a user: each command turns the
@@ -17,6 +22,7 @@ import io
 import sys
 from collections.abc import Sequence
 
+from kquota._extras import missing, needs
 from kquota.cli import backtest, configs, conformance, gen_traffic, proxy, traffic
 from kquota.cli.common import EXIT_BAD_INPUT, fail
 
@@ -45,6 +51,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # --help, or a usage error argparse has already reported
         return exc.code if isinstance(exc.code, int) else EXIT_BAD_INPUT
+    if (extra := getattr(args, "extra", None)) and (modules := missing(extra)):
+        return fail(args.command, needs(extra, modules))
     try:
         status: int = args.run(args)
     except OSError as exc:  # a safety net: each command names its own paths first

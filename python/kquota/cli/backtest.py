@@ -14,7 +14,6 @@ from kquota.cli.common import EXIT_OK, fail
 from kquota.config import QuotaConfig, QuotaStore, open_store
 from kquota.exceptions import InvalidValueError, KquotaError, QuotaFileError, StoreError
 
-SPARK_EXTRA = 'needs the spark extra: pip install "kquota[spark]"'
 SQLITE_MAGIC = b"SQLite format 3\x00"
 MASTER = re.compile(
     r"local(\[(\d+|\*)(,\s*\d+)?\])?|local-cluster\[\d+,\s*\d+,\s*\d+\]|yarn|(spark|k8s)://\S+"
@@ -104,7 +103,7 @@ def register(subparsers: Any) -> None:
         ),
     )
     parser.add_argument("--quiet", action="store_true", help="no progress on stderr")
-    parser.set_defaults(run=run)
+    parser.set_defaults(run=run, extra="spark")
 
 
 def add_log_options(parser: argparse.ArgumentParser) -> None:
@@ -198,11 +197,9 @@ def _with_callback(config: QuotaConfig, spec: str | None) -> QuotaConfig:
 
 def run(args: argparse.Namespace) -> int:
     """Run the job; print the summary table and where the report is."""
-    try:
-        from kquota.backtest import inputs, job, report, session
-        from kquota.backtest.options import BacktestOptions
-    except ImportError as exc:
-        return fail("backtest", f"{SPARK_EXTRA} ({exc})")
+    from kquota.backtest import inputs, job, report, session
+    from kquota.backtest.options import BacktestOptions
+
     try:
         options = BacktestOptions(
             traffic=args.traffic,

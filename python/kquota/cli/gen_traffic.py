@@ -12,8 +12,6 @@ from kquota.cli.common import EXIT_OK, fail
 from kquota.config.model import check_name
 from kquota.exceptions import KquotaError, TrafficError
 
-SPARK_EXTRA = 'needs the spark extra (pandas, pyarrow): pip install "kquota[spark]"'
-
 
 def register(subparsers: Any) -> None:
     """Add the ``gen-traffic`` subcommand."""
@@ -50,7 +48,7 @@ def register(subparsers: Any) -> None:
         metavar="FILE",
         help="also write a quota file (kquota configs format) suited to this traffic",
     )
-    parser.set_defaults(run=run)
+    parser.set_defaults(run=run, extra="spark")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -59,10 +57,8 @@ def run(args: argparse.Namespace) -> int:
     Both files are written under temporary names and renamed at the end, so a run that
     fails (a bad option, a path that cannot be written) leaves neither behind.
     """
-    try:
-        from kquota.backtest import traffic
-    except ImportError as exc:
-        return fail("gen-traffic", f"{SPARK_EXTRA} ({exc})")
+    from kquota.backtest import traffic
+
     started = time.monotonic()
     try:
         check_name(args.out, "--out")  # pyarrow writes only UTF-8 paths

@@ -183,7 +183,7 @@ def register(subparsers: Any) -> None:
         choices=["DEBUG", "INFO", "WARNING", "ERROR"],
         help="log level on stderr (default INFO)",
     )
-    parser.set_defaults(run=run)
+    parser.set_defaults(run=run, extra="proxy")
 
 
 def _address(option: str, text: str) -> tuple[str, int]:
@@ -255,19 +255,15 @@ def run(args: argparse.Namespace) -> int:
     except (ValueError, KquotaError) as exc:
         return fail(_COMMAND, exc)
 
-    # Imported here: the proxy needs the `proxy` extra (kio), the other commands do not.
-    try:
-        from kquota.broker import (
-            ConnectionQuotaCollector,
-            MutationQuotaCollector,
-            QuotaCollector,
-            QuotaPlugin,
-            serve_metrics,
-        )
-        from kquota.config.live import LiveQuotas
-        from kquota.proxy import ProxyServer, kafka_clock_ms
-    except ImportError as exc:
-        return fail(_COMMAND, f'{exc}: install the proxy extra: pip install "kquota[proxy]"')
+    from kquota.broker import (
+        ConnectionQuotaCollector,
+        MutationQuotaCollector,
+        QuotaCollector,
+        QuotaPlugin,
+        serve_metrics,
+    )
+    from kquota.config.live import LiveQuotas
+    from kquota.proxy import ProxyServer, kafka_clock_ms
 
     logging.basicConfig(
         level=getattr(logging, args.log_level),

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from kquota.cli.backtest import MASTER, SPARK_EXTRA, add_log_options, log_options
+from kquota.cli.backtest import MASTER, add_log_options, log_options
 from kquota.cli.common import EXIT_OK, fail
 from kquota.exceptions import InvalidValueError, KquotaError
 
@@ -41,7 +41,7 @@ def register(subparsers: Any) -> None:
             )
         add_log_options(sub)
         sub.add_argument("--master", metavar="URL", help="Spark master (default local[*])")
-        sub.set_defaults(run=run_import if name == "import" else run_describe)
+        sub.set_defaults(run=run_import if name == "import" else run_describe, extra="spark")
 
 
 def _session(args: argparse.Namespace, command: str) -> Any:
@@ -59,10 +59,8 @@ def _session(args: argparse.Namespace, command: str) -> Any:
 
 
 def _run(args: argparse.Namespace, command: str, action: Any) -> int:
-    try:
-        from kquota.backtest import inputs, requestlog, session
-    except ImportError as exc:
-        return fail(command, f"{SPARK_EXTRA} ({exc})")
+    from kquota.backtest import inputs, requestlog, session
+
     try:
         options = log_options(args)
         requestlog.log_files(args.path)  # before Spark starts: missing, empty, unreadable

@@ -11,8 +11,26 @@ to it writes the traffic it sees as Parquet for ``kquota backtest`` (``kquota pr
 --capture DIR``; needs pyarrow).
 """
 
+from typing import TYPE_CHECKING, Any
+
+from kquota._extras import require
 from kquota.proxy.capture import TrafficCapture
 from kquota.proxy.sasl import ANONYMOUS
-from kquota.proxy.server import ProxyServer, kafka_clock_ms
+
+if TYPE_CHECKING:
+    from kquota.proxy.server import ProxyServer, kafka_clock_ms
 
 __all__ = ["ANONYMOUS", "ProxyServer", "TrafficCapture", "kafka_clock_ms"]
+
+_SERVER_NAMES = frozenset({"ProxyServer", "kafka_clock_ms"})
+
+
+def __getattr__(name: str) -> Any:
+    # The server is imported on first use: it needs the proxy extra (kio), while the
+    # capture's settings and the command line's help must load without it.
+    if name in _SERVER_NAMES:
+        require("proxy", "kquota.proxy")
+        from kquota.proxy import server
+
+        return getattr(server, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
