@@ -47,7 +47,7 @@ $(EXT): $(DEPS) $(RUST_SOURCES) pyproject.toml
 
 build: $(EXT) ## Build the extension (release) into .venv
 
-# The Kafka-compatible broker behind `kquota proxy` in the tests (about 31 min on 2 cores,
+# The Kafka-compatible broker behind `kquota proxy` in the tests (about 30 min on 2 cores,
 # the first time on a machine). `memory://` storage needs the dynostore feature.
 $(TANSU):
 	@echo "Building Tansu $(TANSU_VERSION) into $(dir $@) (once per machine; about 30 minutes on 2 cores)"

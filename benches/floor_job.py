@@ -1,4 +1,4 @@
-"""The floor job of issue 14's Spark targets: what any back-test on Spark pays at least.
+"""The floor job the Spark targets compare with: what any back-test on Spark pays at least.
 
 It reads the same Parquet traffic as ``kquota backtest``, repartitions it by broker, sorts
 it by time within partitions, passes every column through an identity ``mapInArrow`` (the

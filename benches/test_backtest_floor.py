@@ -1,4 +1,4 @@
-"""``kquota backtest`` against the floor job (benches/floor_job.py), issue 14's Spark targets.
+"""``kquota backtest`` against the floor job (benches/floor_job.py): the Spark targets.
 
 Both run as whole processes (``python -m kquota backtest ... --master local[2]`` and
 ``python benches/floor_job.py ... --master local[2]``: JVM start, Spark session, read,
@@ -11,8 +11,9 @@ other in the same run:
 
 The floor job runs again before each back-test, so every ratio compares runs made side by
 side. ``extra_info["calls"]`` is the number of requests, so values are per request.
-``make bench`` uses 30 M requests (as issue 14 sets), ``make bench-quick`` 300 000 (there the
-fixed costs of starting Spark weigh most); ``KQUOTA_BENCH_FLOOR_ROWS`` overrides both.
+``make bench`` uses 30 M requests (the size the targets are set for), ``make bench-quick``
+300 000 (there the fixed costs of starting Spark weigh most); ``KQUOTA_BENCH_FLOOR_ROWS``
+overrides both.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""``kquota backtest`` on the worst skew (issue 14's memory target): every request from one
+"""``kquota backtest`` on the worst skew (the memory target): every request from one
 client of one user on one broker, so one Spark task and one sensor hold all of it.
 
 * ``backtest_memory_one_entity``: the back-test (one scenario, Spark's default memory

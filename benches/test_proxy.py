@@ -1,4 +1,4 @@
-"""``kquota proxy``'s overhead (issue 12): a librdkafka producer of 1 KiB messages, no quota.
+"""``kquota proxy``'s overhead: a librdkafka producer of 1 KiB messages, no quota.
 
 Three ways to the same Tansu 0.6.0 broker (in memory, on 127.0.0.1), measured in the same
 run with their rounds interleaved (round ``i`` runs every role, in an order rotated by

@@ -1,7 +1,7 @@
 """The closed loop in plain Python, one request at a time through the core's
-:class:`kquota.RequestPath`: the back-test's former ``replay_closed``, kept as the tests'
-second oracle for :class:`kquota.ReplayKernel` in closed loop (which the back-test now
-runs, in ``kquota.backtest.kernel.replay_closed`` and on Spark)."""
+:class:`kquota.RequestPath`: a straightforward ``replay_closed``, the tests' second oracle
+for :class:`kquota.ReplayKernel` in closed loop (which the back-test runs, in
+``kquota.backtest.kernel.replay_closed`` and on Spark)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Recommendations in plain Python, one candidate quota at a time through a fresh
-:class:`kquota.QuotaManager` per broker (``record_batch``): the back-test's former
-``kernel.recommend``, kept as the tests' oracle for the core's search
-(``kquota._core.recommend_quotas``, which ``kquota.backtest.kernel.recommend`` now calls).
+:class:`kquota.QuotaManager` per broker (``record_batch``): a straightforward
+``kernel.recommend``, the tests' oracle for the core's search
+(``kquota._core.recommend_quotas``, which ``kquota.backtest.kernel.recommend`` calls).
 The results must be equal, number for number."""
 
 from __future__ import annotations

@@ -531,7 +531,7 @@ def test_recommendations_equal_the_per_candidate_managers(
     quota_type: str, window: Window, target: float
 ) -> None:
     # every entity of a mixed trace (several brokers each, repeated times), searched in one
-    # core call, against the former search: one QuotaManager per broker and candidate
+    # core call, against the plain search: one QuotaManager per broker and candidate
     frame = traffic_frame(12_000, seed=11, brokers=3)
     frame[TS] = frame[TS] - frame[TS] % 7  # times that repeat
     usage = recommendation_usage(frame, quota_type)

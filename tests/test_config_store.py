@@ -745,7 +745,7 @@ def test_a_subclass_only_needs_read_apply_describe() -> None:
 
 # -- IP entities and the schema upgrade (1 -> 2) ----------------------------------------
 
-# The schema-1 store exactly as kquota created it before IP entities (main's store.py
+# The schema-1 store exactly as a kquota without IP entities creates it (its store.py
 # _CREATE, with its two constants written out).
 SCHEMA_1 = (
     "CREATE TABLE kquota_meta (key TEXT PRIMARY KEY NOT NULL, value INTEGER NOT NULL)",
@@ -776,7 +776,7 @@ DEFAULT_IP = IpEntity(DEFAULT)
 
 
 def old_store(path: Path, version: int = 7) -> None:
-    """A schema-1 store written as the previous kquota wrote it: OLD_QUOTAS, window 5 x 2 s."""
+    """A schema-1 store as a kquota without IP entities writes it: OLD_QUOTAS, window 5 x 2 s."""
     with closing(sqlite3.connect(path, isolation_level=None)) as conn:
         conn.execute("BEGIN")
         for statement in SCHEMA_1:

@@ -1,6 +1,6 @@
 """kquota.ReplayKernel: the core's sequential replay against the back-test's Python kernel
 (``replay_open``, ``summarize``) and the closed loop in plain Python (closed_loop_reference.py,
-the back-test's former ``replay_closed``) on generated traffic, the conformance vectors
+a straightforward ``replay_closed``) on generated traffic, the conformance vectors
 replayed through it, and its handling of bad input."""
 
 from __future__ import annotations

@@ -245,9 +245,8 @@ def test_timestamps_in_the_brokers_zone(spark: Any, tmp_path: Path) -> None:
 
 # A line with no newline: Hadoop's line reader keeps at most MAX_LINE_BYTES (16 MiB) of
 # it and drops it, so memory is bounded whatever its size; it is counted from the bytes
-# no line accounts for. Measured on this 2-core machine (1 GB executor): without the bound
-# a 100 MB line fails with OutOfMemoryError; with it, 100 MB is read and counted in ~4 s.
-# 24 MB (> 16 MiB) proves the same code path at a quarter of the cost, for CI.
+# no line accounts for. Without the bound a 100 MB line exhausts a 1 GB executor
+# (OutOfMemoryError). 24 MB (> 16 MiB) takes the same code path at a fraction of the cost.
 LONG_LINE_MB = 24
 
 

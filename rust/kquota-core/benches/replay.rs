@@ -12,8 +12,8 @@
 //! handler times of 50 us to 2 ms; the quotas (scaled with the rate) throttle a few
 //! percent of the requests. Longer runs repeat it later in time. Two rates:
 //!
-//! * `replay_open_10k_entities`: 10 requests per ms (10^4 requests/s, the low end of the
-//!   issue's busy broker), so each entity sends about one request a second: with Kafka's
+//! * `replay_open_10k_entities`: 10 requests per ms (10^4 requests/s, the low end of a
+//!   busy broker's range), so each entity sends about one request a second: with Kafka's
 //!   1 s windows nearly every record opens a new window of its sensor (the worst case for
 //!   the kernel: a ring advance, a purge check and a full window sum per record);
 //! * `replay_open_10k_entities_100_per_ms`: 100 requests per ms (10^5 requests/s, the

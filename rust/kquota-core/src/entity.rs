@@ -548,8 +548,8 @@ impl std::fmt::Debug for Pair {
 
 /// String equality that never calls `memcmp` for empty strings. An empty `Box<str>`
 /// points to the dangling address 1, and glibc's AVX-512 `memcmp` reads even zero bytes
-/// with a masked load, which at an unmapped address costs a microcode assist (measured:
-/// a record for tags with an empty user took 200-400 ns instead of 35-50).
+/// with a masked load, which at an unmapped address costs a microcode assist (several
+/// times the cost of a whole record).
 ///
 /// Strings of up to 16 bytes are compared with at most two word loads each instead of a
 /// call.

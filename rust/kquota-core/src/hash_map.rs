@@ -23,9 +23,9 @@
 //! a table sized for four times the live entries, and publishes it. While it copies,
 //! lookups read the frozen slots (nothing can change them), and writers that meet a
 //! frozen slot wait for the new table: a resize blocks writers, as papaya's blocking
-//! resize mode (which the manager used) did. Unlike papaya's, the waiting writers do
-//! not help copy: a resizing thread that is descheduled holds up the map's writers
-//! (never its readers) until it runs again.
+//! resize mode does. Unlike papaya's, the waiting writers do not help copy: a resizing
+//! thread that is descheduled holds up the map's writers (never its readers) until it
+//! runs again.
 
 use std::hash::{BuildHasher, Hash};
 use std::ops::Deref;

@@ -1134,8 +1134,8 @@ impl QuotaManager {
         check: bool,
         guard: &Guard,
     ) -> Result<i32> {
-        // (The closure returns the throttle, not the check: a copy of the check out of
-        // the closure's result made a load wait on two stores.)
+        // (The closure returns the throttle, not the check: copying the check out of the
+        // closure's result makes a load wait on two stores.)
         self.with_sensors(config, user, client_id, now, guard, |tags, s| {
             self.throttle_int(s.record(tags, config, &self.window, value, now, check, guard))
         })

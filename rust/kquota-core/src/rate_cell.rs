@@ -55,8 +55,8 @@
 //! the sealer: it applies its own operation the same structural way, on the same sealed
 //! block. Every published block therefore completes some operation, so a sealing thread
 //! that stalls stops nobody (lock-free), and every operation takes effect exactly once on a
-//! consistent state (linearizable; model-checked in `tests/loom.rs`, which found the
-//! livelock an earlier "fold only" helper had).
+//! consistent state (linearizable; model-checked in `tests/loom.rs`). A helper that only
+//! folded the sealed block, without applying its own operation, could livelock.
 //!
 //! Event counts are not kept for the sample in progress, nor for a sample opened in
 //! place (its slot keeps the count it had): Kafka's `Rate` never reads them.
@@ -1280,8 +1280,8 @@ mod tests {
         // sample in progress, not for the 13th, the oldest. A record every 1562 ms never
         // purges it (its samples are 20 s old or younger), so every open is in place. With
         // 20 windows and a record every 3 s, an open purges up to 14 slots, the last ones
-        // further than 12 places on: every open takes a new block, as every purge did
-        // before masks.
+        // further than 12 places on, which the mask cannot hold: every open takes a new
+        // block.
         assert_eq!(
             opens(WindowConfig::new(13, 1000).unwrap(), 1562, 400),
             (386, 13)

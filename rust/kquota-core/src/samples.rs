@@ -94,8 +94,8 @@ pub struct Samples {
     columns: Box<[f64]>,
 }
 
-/// Values compare as numbers (as they did as `f64` fields); the other columns by their
-/// bits, since they hold integers.
+/// Values compare as `f64` numbers (`-0.0 == 0.0`, NaN equals nothing); the other columns
+/// by their bits, since they hold integers.
 impl PartialEq for Samples {
     fn eq(&self, other: &Samples) -> bool {
         let n = self.n();
@@ -698,7 +698,7 @@ mod tests {
         }
     }
 
-    /// Section 2.4's window as first written: always the division.
+    /// Section 2.4's window as the spec writes it: always the division.
     fn window_by_division(cfg: &WindowConfig, oldest: i64, t: i64) -> i64 {
         let mut elapsed = t.wrapping_sub(oldest);
         let full = (elapsed / cfg.window_ms) as i32;

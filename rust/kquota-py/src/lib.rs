@@ -879,9 +879,7 @@ const RELEASE_AFTER_EXPIRED: usize = 4096;
 /// Hands the heap's free pages back to the system. glibc's malloc keeps what expired
 /// sensors freed inside a fragmented heap, so without this a service's memory stays at its
 /// peak after a burst of clients has expired. Part of what an expiry frees is only freed
-/// later by the epoch scheme, so this hands back about one expiry behind (measured: 250 000
-/// clients x 3 managers, expired one manager after the other: 656 -> 586 -> 403 -> 219 MB,
-/// against 635 MB without; 29 MB once all is freed and trimmed).
+/// later by the epoch scheme, so this hands back about one expiry behind.
 fn release_freed_memory() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     {
