@@ -17,6 +17,9 @@ TANSU         := $(KQUOTA_CACHE)/tansu-$(TANSU_VERSION)/bin/tansu
 CARGO_FUZZ_VERSION := 0.13.2
 CARGO_FUZZ    := $(KQUOTA_CACHE)/cargo-fuzz-$(CARGO_FUZZ_VERSION)/bin/cargo-fuzz
 export CARGO_FUZZ
+# The GitHub workflows' linter, built with Go from its module.
+ACTIONLINT_VERSION := 1.7.12
+ACTIONLINT    := $(KQUOTA_CACHE)/actionlint-$(ACTIONLINT_VERSION)/bin/actionlint
 
 # The tests read ../shared (the semantics spec and Kafka's conformance vectors).
 SHARED ?= ../shared
@@ -59,7 +62,11 @@ $(CARGO_FUZZ):
 	cargo install cargo-fuzz --version $(CARGO_FUZZ_VERSION) --locked \
 	  --root $(KQUOTA_CACHE)/cargo-fuzz-$(CARGO_FUZZ_VERSION) --quiet
 
-tools: $(TANSU) $(CARGO_FUZZ) ## Build the pinned tools from crates.io into $(KQUOTA_CACHE)
+# actionlint, to check .github/workflows (make lint).
+$(ACTIONLINT):
+	GOBIN=$(dir $@) go install github.com/rhysd/actionlint/cmd/actionlint@v$(ACTIONLINT_VERSION)
+
+tools: $(TANSU) $(CARGO_FUZZ) $(ACTIONLINT) ## Build the pinned tools into $(KQUOTA_CACHE)
 
 # The demo times the back-test and, on the same traffic, the floor job of issue 14
 # (benches/floor_job.py: read, repartition by broker, sort by time, identity mapInArrow,
@@ -103,18 +110,19 @@ fuzz: $(EXT) $(CARGO_FUZZ) ## Fuzz each target for FUZZ_SECONDS (cargo fuzz + at
 test-python: check-shared $(EXT) $(TANSU) ## pytest (conformance vectors; kquota proxy against Tansu)
 	$(PY) -m pytest
 
-lint: $(DEPS) ## rustfmt, clippy -D warnings, ruff, mypy, stubtest of _core.pyi
+lint: $(DEPS) $(ACTIONLINT) ## rustfmt, clippy -D warnings, ruff, mypy, stubtest, actionlint
 	cargo fmt --all -- --check
 	cargo clippy --workspace --all-targets -- -D warnings
-	$(VENV)/bin/ruff check python tests benches examples fuzz/python
-	$(VENV)/bin/ruff format --check python tests benches examples fuzz/python
+	$(VENV)/bin/ruff check python tests benches examples fuzz/python .github/scripts
+	$(VENV)/bin/ruff format --check python tests benches examples fuzz/python .github/scripts
 	$(VENV)/bin/mypy
 	$(PY) -m mypy.stubtest kquota._core
+	$(ACTIONLINT) .github/workflows/*.yml
 
 format: $(DEPS) ## Format Rust and Python sources
 	cargo fmt --all
-	$(VENV)/bin/ruff format python tests benches examples fuzz/python
-	$(VENV)/bin/ruff check --fix python tests benches examples fuzz/python
+	$(VENV)/bin/ruff format python tests benches examples fuzz/python .github/scripts
+	$(VENV)/bin/ruff check --fix python tests benches examples fuzz/python .github/scripts
 
 bench: bench-rust bench-python ## All benchmarks (not part of make test); prints the table, writes it to README
 	$(PY) benches/report.py
