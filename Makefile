@@ -17,6 +17,12 @@ TANSU         := $(KQUOTA_CACHE)/tansu-$(TANSU_VERSION)/bin/tansu
 CARGO_FUZZ_VERSION := 0.13.2
 CARGO_FUZZ    := $(KQUOTA_CACHE)/cargo-fuzz-$(CARGO_FUZZ_VERSION)/bin/cargo-fuzz
 export CARGO_FUZZ
+# Apache Kafka's jars from Maven Central (kafka/pom.xml pins the versions: a 4.x broker by
+# default, a 3.9 one with -P kafka-3), for the real broker and the quota oracle in the tests.
+KAFKA_VERSION  := $(shell sed -n 's:.*<kafka.version>\(.*\)</kafka.version>.*:\1:p' kafka/pom.xml | sed -n 1p)
+KAFKA3_VERSION := $(shell sed -n 's:.*<kafka.version>\(.*\)</kafka.version>.*:\1:p' kafka/pom.xml | sed -n 2p)
+KAFKA          := $(KQUOTA_CACHE)/kafka-$(KAFKA_VERSION)/.complete
+KAFKA3         := $(KQUOTA_CACHE)/kafka-$(KAFKA3_VERSION)/.complete
 # The GitHub workflows' linter, built with Go from its module.
 ACTIONLINT_VERSION := 1.7.12
 ACTIONLINT    := $(KQUOTA_CACHE)/actionlint-$(ACTIONLINT_VERSION)/bin/actionlint
@@ -66,7 +72,15 @@ $(CARGO_FUZZ):
 $(ACTIONLINT):
 	GOBIN=$(dir $@) go install github.com/rhysd/actionlint/cmd/actionlint@v$(ACTIONLINT_VERSION)
 
-tools: $(TANSU) $(CARGO_FUZZ) $(ACTIONLINT) ## Build the pinned tools into $(KQUOTA_CACHE)
+# A Kafka's runtime classpath, copied whole into a fresh folder, then marked complete.
+$(KQUOTA_CACHE)/kafka-%/.complete: kafka/pom.xml
+	rm -rf $(dir $@) $(@D).partial
+	mvn -q -B -f kafka/pom.xml dependency:copy-dependencies -DoutputDirectory=$(@D).partial/libs \
+	  $(if $(filter $*,$(KAFKA3_VERSION)),-P kafka-3)
+	mv $(@D).partial $(@D)
+	touch $@
+
+tools: $(TANSU) $(CARGO_FUZZ) $(ACTIONLINT) $(KAFKA) $(KAFKA3) ## Build or fetch the pinned tools into $(KQUOTA_CACHE)
 
 # The demo times the back-test and, on the same traffic, the floor job of issue 14
 # (benches/floor_job.py: read, repartition by broker, sort by time, identity mapInArrow,
