@@ -121,7 +121,7 @@ test-corpora: $(CARGO_FUZZ) ## Replay the cargo fuzz targets' committed inputs (
 fuzz: $(EXT) $(CARGO_FUZZ) ## Fuzz each target for FUZZ_SECONDS (cargo fuzz + atheris); finds are new inputs
 	bash fuzz/run $(FUZZ_SECONDS)
 
-test-python: check-shared $(EXT) $(TANSU) ## pytest (conformance vectors; kquota proxy against Tansu)
+test-python: check-shared $(EXT) $(TANSU) $(KAFKA) $(KAFKA3) ## pytest (conformance, Kafka as the oracle, kquota proxy against Tansu)
 	$(PY) -m pytest
 
 lint: $(DEPS) $(ACTIONLINT) ## rustfmt, clippy -D warnings, ruff, mypy, stubtest, actionlint
