@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from test_proxy_support import create_topic
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("SHARED", ROOT.parent / "shared")).resolve()
@@ -408,18 +409,15 @@ def test_spark_install_generates_and_backtests_traffic(venvs: Venvs, tmp_path: P
 
 
 def _produce_through(bootstrap: str, topic: str, count: int) -> None:
-    """Real kafka-python producer (from this test's environment) through the proxy."""
-    from kafka import KafkaProducer
-    from test_proxy_support import create_topic
+    """A real librdkafka producer (from this test's environment) through the proxy."""
+    from confluent_kafka import Producer
 
     create_topic(bootstrap, topic)
-    producer = KafkaProducer(bootstrap_servers=bootstrap, client_id="installed", linger_ms=5)
-    try:
-        for i in range(count):
-            producer.send(topic, i.to_bytes(4, "big") + b"x" * 500)
-        producer.flush(60)
-    finally:
-        producer.close(10)
+    producer = Producer({"bootstrap.servers": bootstrap, "client.id": "installed", "linger.ms": 5})
+    for i in range(count):
+        producer.produce(topic, i.to_bytes(4, "big") + b"x" * 500)
+        producer.poll(0)
+    assert producer.flush(60) == 0
 
 
 def _run_proxy_with_capture(venv: Venv, tansu: Any, tmp_path: Path) -> Path:
