@@ -17,10 +17,10 @@ TANSU         := $(KQUOTA_CACHE)/tansu-$(TANSU_VERSION)/bin/tansu
 CARGO_FUZZ_VERSION := 0.13.2
 CARGO_FUZZ    := $(KQUOTA_CACHE)/cargo-fuzz-$(CARGO_FUZZ_VERSION)/bin/cargo-fuzz
 export CARGO_FUZZ
-# Apache Kafka's jars from Maven Central (kafka/pom.xml pins the versions: a 4.x broker by
-# default, a 3.9 one with -P kafka-3), for the real broker and the quota oracle in the tests.
-KAFKA_VERSION  := $(shell sed -n 's:.*<kafka.version>\(.*\)</kafka.version>.*:\1:p' kafka/pom.xml | sed -n 1p)
-KAFKA3_VERSION := $(shell sed -n 's:.*<kafka.version>\(.*\)</kafka.version>.*:\1:p' kafka/pom.xml | sed -n 2p)
+# Apache Kafka's jars from Maven Central, for the real brokers and the quota oracle in the
+# tests. apache-kafka/pom.xml pins the versions: a 4.x broker by default, 3.9 with -P kafka-3.
+KAFKA_VERSION  := $(shell sed -n 's:.*<kafka.version>\(.*\)</kafka.version>.*:\1:p' apache-kafka/pom.xml | sed -n 1p)
+KAFKA3_VERSION := $(shell sed -n 's:.*<kafka.version>\(.*\)</kafka.version>.*:\1:p' apache-kafka/pom.xml | sed -n 2p)
 KAFKA          := $(KQUOTA_CACHE)/kafka-$(KAFKA_VERSION)/.complete
 KAFKA3         := $(KQUOTA_CACHE)/kafka-$(KAFKA3_VERSION)/.complete
 # The GitHub workflows' linter, built with Go from its module.
@@ -73,9 +73,9 @@ $(ACTIONLINT):
 	GOBIN=$(dir $@) go install github.com/rhysd/actionlint/cmd/actionlint@v$(ACTIONLINT_VERSION)
 
 # A Kafka's runtime classpath, copied whole into a fresh folder, then marked complete.
-$(KQUOTA_CACHE)/kafka-%/.complete: kafka/pom.xml
+$(KQUOTA_CACHE)/kafka-%/.complete: apache-kafka/pom.xml
 	rm -rf $(dir $@) $(@D).partial
-	mvn -q -B -f kafka/pom.xml dependency:copy-dependencies -DoutputDirectory=$(@D).partial/libs \
+	mvn -q -B -f apache-kafka/pom.xml dependency:copy-dependencies -DoutputDirectory=$(@D).partial/libs \
 	  $(if $(filter $*,$(KAFKA3_VERSION)),-P kafka-3)
 	mv $(@D).partial $(@D)
 	touch $@
