@@ -254,6 +254,10 @@ def test_quick_start_2_proxy_holds_a_producer_to_its_quota(tansu: Any, tmp_path:
     assert sum(acked) <= 1.05 * quota * (elapsed + 10) + BATCH
     assert 0 < byte_rate <= 1.3 * quota
     assert throttle_time > 0
+    print(
+        f"{sum(acked) / quota:.1f} s of quota acked in {elapsed:.1f} s, {len(throttles)}"
+        f" throttles reported; scraped byte_rate {byte_rate / quota:.2f} Q"
+    )
 
 
 # -- quick start 3: a back-test from a Kafka request log ------------------------------------
