@@ -162,8 +162,8 @@ def _scrape(url: str, name: str, client_id: str) -> float:
 @pytest.mark.slow
 def test_quick_start_2_proxy_holds_a_producer_to_its_quota(tansu: Any, tmp_path: Path) -> None:
     pytest.importorskip("confluent_kafka")
-    from conftest import free_port
     from confluent_kafka import Producer
+    from conftest import free_port
     from test_proxy_support import create_topic
 
     (script,) = blocks("Quick start 2", "bash")
