@@ -378,3 +378,118 @@ def test_quick_start_3_backtests_the_sample_request_log(tmp_path: Path) -> None:
     report = (out / "report.html").read_text(encoding="utf-8")
     assert all(f"x{s:g}" in report for s in scales)
     assert not math.isnan(entities["throttled_fraction"].max())
+
+
+# -- the examples of the guide ---------------------------------------------------------------
+
+GUIDE = ROOT / "docs" / "guide"
+RUNS_HERE = ("configs",)
+"""The commands of the guide's shell blocks this test runs: ``kquota configs``, on a store of
+its own. The others need a broker or Spark and run in the quick starts above, or are
+covered by the command's own tests."""
+
+
+@pytest.mark.parametrize("page", sorted(p.name for p in GUIDE.glob("*.md")))
+def test_guide_examples_run_as_shown(page: str, tmp_path: Path) -> None:
+    """Each page's blocks, in order, in a folder of its own with a store of its own:
+    ``kquota configs`` commands run and succeed; a ``text`` block after them shows lines
+    they print; a ``properties`` block is the ``quota.properties`` the next example
+    reads; a quota file (``json``) loads; a Python block runs in a fresh interpreter and,
+    when a ``text`` block follows it, prints exactly that."""
+    from kquota.config.model import QuotaConfig
+
+    env = {**os.environ, "KQUOTA_STORE": str(tmp_path / "quotas.sqlite")}
+    found = FENCE.findall((GUIDE / page).read_text(encoding="utf-8"))
+    printed = ""
+    ran = 0
+    for index, (language, code) in enumerate(found):
+        follows = found[index + 1] if index + 1 < len(found) else ("", "")
+        if language == "bash":
+            printed = ""
+            for argv in commands(code):
+                if argv[0] == "kquota" and argv[1] in RUNS_HERE:
+                    result = subprocess.run(
+                        kquota_argv(argv),
+                        cwd=tmp_path,
+                        env=env,
+                        capture_output=True,
+                        text=True,
+                        timeout=60,
+                        check=False,
+                    )
+                    assert result.returncode == 0, (shlex.join(argv), result.stderr)
+                    printed += result.stdout
+                    ran += 1
+            if follows[0] == "text" and printed:
+                assert set(follows[1].splitlines()) <= set(printed.splitlines()), printed
+        elif language == "properties":
+            (tmp_path / "quota.properties").write_text(code, encoding="utf-8")
+        elif language == "json" and '"quotas"' in code:
+            QuotaConfig.from_json(json.loads(code), page)
+            ran += 1
+        elif language == "python":
+            result = subprocess.run(
+                [sys.executable, "-c", code],
+                cwd=tmp_path,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=120,
+                check=False,
+            )
+            assert result.returncode == 0, (page, code, result.stderr)
+            if follows[0] == "text":
+                assert result.stdout == follows[1], (page, code)
+            ran += 1
+    if page in ("configuring-quotas.md", "broker-plugin.md", "callbacks.md", "backtesting.md"):
+        assert ran, f"no example of {page} ran"
+
+
+# -- the benchmark table goes to benches/README.md ------------------------------------------
+
+
+def _bench_report() -> Any:
+    """``benches/report.py`` as a module (it imports ``quick`` from its own folder)."""
+    import importlib.util
+
+    sys.path.insert(0, str(ROOT / "benches"))
+    try:
+        spec = importlib.util.spec_from_file_location(
+            "bench_report", ROOT / "benches" / "report.py"
+        )
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = module  # its dataclasses look their module up there
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(ROOT / "benches"))
+    return module
+
+
+def test_bench_report_writes_its_table_into_benches_readme_only(tmp_path: Path) -> None:
+    report = _bench_report()
+    assert report.BENCH_README == ROOT / "benches" / "README.md"
+    assert report.START not in README.read_text(encoding="utf-8")
+    bench_readme = report.BENCH_README.read_text(encoding="utf-8")
+    assert bench_readme.count(report.START) == bench_readme.count(report.END) == 1
+
+    page = tmp_path / "README.md"
+    page.write_text(f"# head\n{report.START}\nold table\n{report.END}\ntail\n", encoding="utf-8")
+    report.write_table("| new | table |", page)
+    assert page.read_text(encoding="utf-8") == (
+        f"# head\n{report.START}\n| new | table |\n{report.END}\ntail\n"
+    )
+    unmarked = tmp_path / "unmarked.md"
+    unmarked.write_text("# no markers\n", encoding="utf-8")
+    with pytest.raises(report.MarkersMissing):
+        report.write_table("| new | table |", unmarked)
+    assert unmarked.read_text(encoding="utf-8") == "# no markers\n"
+
+
+def test_bench_table_is_the_latest_results(tmp_path: Path) -> None:
+    """The table in benches/README.md is what report.py makes of results/latest.json."""
+    report = _bench_report()
+    latest = json.loads(report.LATEST.read_text(encoding="utf-8"))
+    text = report.table(latest["rows"], latest["machine"], latest["mode"])
+    bench_readme = report.BENCH_README.read_text(encoding="utf-8")
+    assert f"{report.START}\n{text}\n{report.END}" in bench_readme
