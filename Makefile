@@ -31,7 +31,7 @@ ACTIONLINT    := $(KQUOTA_CACHE)/actionlint-$(ACTIONLINT_VERSION)/bin/actionlint
 SHARED ?= ../shared
 
 .DEFAULT_GOAL := help
-.PHONY: help tools demo test check-shared test-rust test-loom test-python test-corpora fuzz lint format bench bench-quick bench-rust bench-python build clean
+.PHONY: help tools demo test check-shared test-rust test-loom test-python test-corpora fuzz lint docs format bench bench-quick bench-rust bench-python build clean
 
 help: ## List the targets
 	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  make %-13s %s\n", $$1, $$2}'
@@ -40,7 +40,7 @@ $(PY):
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 
-# Dependencies come from pyproject.toml (runtime and every extra: dev, spark, proxy): one
+# Dependencies come from pyproject.toml (runtime and every extra: dev, docs, spark, proxy): one
 # source of truth.
 $(DEPS): pyproject.toml | $(PY)
 	$(PY) -c "import tomllib; p = tomllib.load(open('pyproject.toml', 'rb')); \
@@ -124,21 +124,30 @@ fuzz: $(EXT) $(CARGO_FUZZ) ## Fuzz each target for FUZZ_SECONDS (cargo fuzz + at
 test-python: check-shared $(EXT) $(TANSU) $(KAFKA) $(KAFKA3) ## pytest (conformance, Kafka as the oracle, kquota proxy against Tansu)
 	$(PY) -m pytest
 
-lint: $(DEPS) $(ACTIONLINT) ## rustfmt, clippy -D warnings, ruff, mypy, stubtest, actionlint
+lint: $(DEPS) $(ACTIONLINT) ## rustfmt, clippy, ruff, mypy, stubtest, actionlint, the docs build
 	cargo fmt --all -- --check
 	cargo clippy --workspace --all-targets -- -D warnings
-	$(VENV)/bin/ruff check python tests benches examples fuzz/python .github/scripts
-	$(VENV)/bin/ruff format --check python tests benches examples fuzz/python .github/scripts
+	$(VENV)/bin/ruff check python tests benches examples fuzz/python docs/_ext .github/scripts
+	$(VENV)/bin/ruff format --check python tests benches examples fuzz/python docs/_ext .github/scripts
 	$(VENV)/bin/mypy
 	$(PY) -m mypy.stubtest kquota._core
 	$(ACTIONLINT) .github/workflows/*.yml
+	$(MKDOCS_BUILD)
+
+# The site is built from the sources (mkdocstrings reads python/ and the _core.pyi stubs),
+# so it needs the docs extra but not the compiled extension.
+MKDOCS_BUILD := NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site
+
+docs: $(DEPS) ## Build the documentation site (mkdocs build --strict)
+	$(MKDOCS_BUILD)
+	@echo "The site is $(abspath site)/index.html"
 
 format: $(DEPS) ## Format Rust and Python sources
 	cargo fmt --all
-	$(VENV)/bin/ruff format python tests benches examples fuzz/python .github/scripts
-	$(VENV)/bin/ruff check --fix python tests benches examples fuzz/python .github/scripts
+	$(VENV)/bin/ruff format python tests benches examples fuzz/python docs/_ext .github/scripts
+	$(VENV)/bin/ruff check --fix python tests benches examples fuzz/python docs/_ext .github/scripts
 
-bench: bench-rust bench-python ## All benchmarks (not part of make test); prints the table, writes it to README
+bench: bench-rust bench-python ## All benchmarks (not part of make test); prints the table, writes it to benches/README.md
 	$(PY) benches/report.py
 
 # The same set in a few minutes: criterion's short times, KQUOTA_BENCH_QUICK read by benches/.
@@ -156,4 +165,4 @@ bench-python: $(EXT) ## pytest-benchmark: Python record against the model, limit
 
 clean: ## Remove build outputs and the virtualenv
 	cargo clean
-	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache
+	rm -rf $(VENV) site .pytest_cache .ruff_cache .mypy_cache

@@ -1,16 +1,18 @@
 """Collects the latest benchmark run (criterion, the memory bench and pytest-benchmark) into
-``benches/results/latest.json`` and the table in README.md between the bench markers, and
-prints the table.
+``benches/results/latest.json`` and the table in ``benches/README.md`` between the bench
+markers, and prints the table. The project's README.md is never written.
 
-Every row compares kquota with one baseline measured in the same run. Where issues 6, 14 and
-16 set a target for a number, the row says what it is and whether this run met it
+Every row compares kquota with one baseline measured in the same run. Where the project
+sets a target for a number, the row says what it is and whether this run met it
 (``target``, ``target_value`` in the row's unit, ``met``).
 Run by ``make bench`` and ``make bench-quick`` after the benchmarks; safe to run again on
-its own.
+its own. ``--from-latest`` writes the table again from ``benches/results/latest.json``
+without reading any benchmark output (after a change to the table's format).
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import platform
@@ -27,7 +29,8 @@ ROOT = Path(__file__).resolve().parents[1]
 CRITERION = ROOT / "target" / "criterion"
 PYTHON_RESULTS = ROOT / "benches" / "results" / "python.json"
 LATEST = ROOT / "benches" / "results" / "latest.json"
-README = ROOT / "README.md"
+BENCH_README = ROOT / "benches" / "README.md"
+"""Where the table goes: between :data:`START` and :data:`END`."""
 START, END = "<!-- bench:start -->", "<!-- bench:end -->"
 MEMORY = ROOT / "target" / "kquota-bench" / "memory.json"
 SUBJECT = "kquota"
@@ -139,7 +142,7 @@ def python_rows() -> tuple[list[Row], str | None]:
     return rows, results.get("mode")
 
 
-# -- targets (issues 6, 14 and 16) -----------------------------------------------------------
+# -- targets -----------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -177,7 +180,7 @@ TARGETS = [
         True,
     ),
     Target("core/memory_*_entities*/kquota", "*/locked_map", "<= 256 bytes", at_most(256)),
-    # issue 16: the core's structure
+    # the core's structure across many keys, and what expiry leaves
     Target(
         "core/one_thread_10k_keys/kquota",
         "*/governor_keyed",
@@ -186,15 +189,15 @@ TARGETS = [
         True,
     ),
     Target("core/memory_*_entities_expired/kquota", "*/live", "<= 10 MB", at_most(10_000_000)),
-    # issue 14: the replay kernel at >= 50 M requests/s on one core
+    # the replay kernel at >= 50 M requests/s on one core
     Target(
         "core/replay_open_10k_entities/kquota",
         "*/request_path",
         "<= 20 ns (>= 50 M requests/s)",
         at_most(20),
     ),
-    # issue 14: Spark end to end on local[2] (benches/test_backtest_floor.py), both timed as
-    # whole processes on the same traffic, against the floor job (benches/floor_job.py)
+    # Spark end to end on local[2] (benches/test_backtest_floor.py), both timed as whole
+    # processes on the same traffic, against the floor job (benches/floor_job.py)
     Target(
         "python/backtest_floor_1_scenario/kquota",
         "*/floor_job",
@@ -300,8 +303,7 @@ def table(rows: list[Row], info: dict[str, Any], mode: str) -> str:
     lines = [
         f"{run} on {info['cpu']} ({info['cores']} cores), Python {info['python']}, "
         f"{info['platform']}. Ratio = baseline / kquota, both from the same run (above 1: "
-        "kquota is faster or smaller). Targets are issues 6, 14 and 16's; a relative one shows the "
-        "bound it sets in this run.",
+        "kquota is faster or smaller). A relative target shows the bound it sets in this run.",
         "",
         "| benchmark | kquota | baseline (same run) | ratio | target | result |",
         "|---|---:|---:|---:|---|---|",
@@ -316,26 +318,56 @@ def table(rows: list[Row], info: dict[str, Any], mode: str) -> str:
     return "\n".join(lines) + floor_note(rows) + memory_note(rows)
 
 
-def main() -> int:
-    py_rows, py_mode = python_rows()
-    rows = criterion_rows() + memory_rows() + py_rows
-    if not rows:
-        print("no benchmark results found: run `make bench` first", file=sys.stderr)
-        return 1
-    mode = py_mode or MODE  # how the Python benchmarks were run, else how this is run
-    apply_targets(rows)
-    info = machine()
-    LATEST.parent.mkdir(parents=True, exist_ok=True)
-    LATEST.write_text(json.dumps({"machine": info, "mode": mode, "rows": rows}, indent=2) + "\n")
+class MarkersMissing(Exception):
+    """The README to write has no bench markers."""
+
+
+def write_table(text: str, readme: Path) -> None:
+    """Put ``text`` between the bench markers of ``readme``; everything else stays."""
+    content = readme.read_text(encoding="utf-8") if readme.is_file() else ""
+    if (
+        content.count(START) != 1
+        or content.count(END) != 1
+        or content.index(START) > content.index(END)
+    ):
+        raise MarkersMissing(f"{readme} has no {START} ... {END} section for the table")
+    head, rest = content.split(START, 1)
+    _, tail = rest.split(END, 1)
+    readme.write_text(f"{head}{START}\n{text}\n{END}{tail}", encoding="utf-8")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n", 1)[0])
+    parser.add_argument(
+        "--from-latest",
+        action="store_true",
+        help=f"write the table from {LATEST.relative_to(ROOT)} only",
+    )
+    args = parser.parse_args(argv)
+    if args.from_latest:
+        latest = json.loads(LATEST.read_text(encoding="utf-8"))
+        rows, info, mode = latest["rows"], latest["machine"], latest["mode"]
+    else:
+        py_rows, py_mode = python_rows()
+        rows = criterion_rows() + memory_rows() + py_rows
+        if not rows:
+            print("no benchmark results found: run `make bench` first", file=sys.stderr)
+            return 1
+        mode = py_mode or MODE  # how the Python benchmarks were run, else how this is run
+        apply_targets(rows)
+        info = machine()
+        LATEST.parent.mkdir(parents=True, exist_ok=True)
+        document = {"machine": info, "mode": mode, "rows": rows}
+        LATEST.write_text(json.dumps(document, indent=2) + "\n")
     text = table(rows, info, mode)
-    readme = README.read_text()
-    if START in readme and END in readme:
-        head, rest = readme.split(START, 1)
-        _, tail = rest.split(END, 1)
-        README.write_text(f"{head}{START}\n{text}\n{END}{tail}")
     print(text)
     missed = [r for r in rows if r.get("met") is False]
     print(f"\ntargets: {sum(r.get('met') is True for r in rows)} met, {len(missed)} missed")
+    try:
+        write_table(text, BENCH_README)
+    except MarkersMissing as exc:
+        print(f"report.py: {exc}", file=sys.stderr)
+        return 1
     return 0
 
 

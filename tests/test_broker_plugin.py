@@ -1,6 +1,6 @@
 """The request-path plugin (kquota.broker.plugin): Kafka's produce/fetch/request logic,
 the maintenance it runs by itself, the conformance vectors replayed through it, bad input,
-and the README's plugin."""
+and the plugin example of the guide (docs/guide/broker-plugin.md)."""
 
 from __future__ import annotations
 
@@ -511,15 +511,15 @@ def test_greedy_client_with_kafka_default_windows_bursts() -> None:
     assert len(sent) * 2000 / 120 / 200_000.0 == pytest.approx(1.0, abs=0.02)
 
 
-# -- the README's plugin ---------------------------------------------------------------
+# -- the plugin's example in the guide (docs/guide/broker-plugin.md) --------------------
 
 
 def readme_plugin_snippet() -> str:
-    text = (ROOT / "README.md").read_text()
-    section = text.split("## Broker-side plugin: KIP-219 channels and Prometheus", 1)[1]
+    text = (ROOT / "docs" / "guide" / "broker-plugin.md").read_text()
+    section = text.split("## On every request: `QuotaPlugin`", 1)[1]
     section = section.split("\n## ", 1)[0]
     match = re.search(r"```python\n(.*?)```", section, re.S)
-    assert match, "no python block in the README's plugin section"
+    assert match, "no python block in the guide's plugin section"
     return match.group(1)
 
 
@@ -529,7 +529,7 @@ def test_readme_plugin_runs_and_is_under_20_lines(capsys: pytest.CaptureFixture[
     code = readme_plugin_snippet()
     assert len(code.strip().splitlines()) < 20
     namespace: dict[str, Any] = {"__name__": "readme_plugin"}
-    exec(compile(code, "README.md", "exec"), namespace)
+    exec(compile(code, "broker-plugin.md", "exec"), namespace)
     out = capsys.readouterr().out.splitlines()
     answers = [int(line.split()[-1]) for line in out if line.startswith("alice throttle_time_ms")]
     assert len(answers) == 3 and answers[0] == 0 and answers[1] > 0

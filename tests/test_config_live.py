@@ -31,7 +31,7 @@ from kquota.config.store import Alteration, ChangeSet, MemoryStore, SQLiteStore
 from kquota.exceptions import InvalidConfigError, StoreError
 
 ALICE = Entity(user="alice")
-README = Path(__file__).resolve().parents[1] / "README.md"
+GUIDE = Path(__file__).resolve().parents[1] / "docs" / "guide" / "configuring-quotas.md"
 
 
 def change(entity: AnyEntity, add: dict[str, float] | None = None, *delete: str) -> ChangeSet:
@@ -229,10 +229,9 @@ def test_bad_arguments(args: tuple[Any, ...], kwargs: dict[str, Any], message: s
 
 
 def readme_examples() -> list[str]:
-    """The Python examples of the README's section on configuring quotas."""
-    text = README.read_text(encoding="utf-8")
-    section = text.split("## Configuring quotas", 1)[1].split("\n## ", 1)[0]
-    return re.findall(r"```python\n(.*?)```", section, re.DOTALL)
+    """The Python examples of the guide's page on configuring quotas."""
+    text = GUIDE.read_text(encoding="utf-8")
+    return re.findall(r"```python\n(.*?)```", text, re.DOTALL)
 
 
 def test_readme_examples(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -460,11 +460,11 @@ def test_scaled_scales_only_what_the_back_test_replays() -> None:
     assert config.manager("produce").quotas() == [(Entity(user=DEFAULT, client_id="admin"), 512.0)]
 
 
-def test_the_readme_quota_file_is_valid() -> None:
-    text = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
-    section = text.split("## Configuring quotas", 1)[1].split("\n## ", 1)[0]
+def test_the_guides_quota_file_is_valid() -> None:
+    guide = Path(__file__).resolve().parents[1] / "docs" / "guide" / "configuring-quotas.md"
+    section = guide.read_text(encoding="utf-8").split("## The quota file", 1)[1]
     block = re.search(r"```json\n(.*?)```", section, re.DOTALL)
     assert block is not None
-    config = QuotaConfig.from_json(json.loads(block.group(1)), "README.md")
+    config = QuotaConfig.from_json(json.loads(block.group(1)), "configuring-quotas.md")
     assert config.ip_quotas() == [("10.0.0.1", 20), (None, 100)]
     assert config.mutation_quotas() == [(Entity(client_id=DEFAULT), 10.0)]
