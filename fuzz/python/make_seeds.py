@@ -5,8 +5,8 @@
 Writes ``fuzz/seeds/{quota_file,scenario,cli_args}/`` and ``fuzz/dict/*.dict`` (the
 folders are replaced). Scenario seeds are the conformance vectors of ``../shared`` cut to
 their first steps (so each stays under the fuzzers' input size) plus hand-written edge
-cases; quota file seeds are the README's example and edge cases; ``cli_args`` seeds are
-the README's commands in the target's argv encoding. Run it again when the formats or
+cases; quota file seeds are the documented example and edge cases; ``cli_args`` seeds are
+the documented commands in the target's argv encoding. Run it again when the formats or
 the command line change, and commit the result.
 """
 
@@ -149,7 +149,7 @@ def scenarios(shared: Path | None) -> dict[str, Any]:
 
 
 def argv_seeds() -> dict[str, list[str]]:
-    """``cli_args`` seeds: the README's commands and a few bad ones."""
+    """``cli_args`` seeds: the documented commands and a few bad ones."""
     commands = {
         "alter_add": "configs --alter --add-config "
         "producer_byte_rate=1048576,consumer_byte_rate=2097152 "

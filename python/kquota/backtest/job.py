@@ -35,7 +35,8 @@ Steps (each Spark action is announced by :class:`~kquota.backtest.session.Progre
 The job never collects the traffic to the driver (the kernels' entity summaries, a row per
 sensor, come through it on their way to ``DIR/entities/``). Functions shipped to executors are
 module-level functions of this package with the configuration passed as JSON, so the
-executors need ``kquota`` installed (the README: "Running on an existing Spark cluster").
+executors need ``kquota`` installed (the back-testing guide, docs/guide/backtesting.md:
+"Running on a Spark cluster").
 """
 
 from __future__ import annotations
