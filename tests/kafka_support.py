@@ -639,8 +639,8 @@ class KafkaCluster:
 
     def start_broker(self, node_id: int, timeout: float = START_TIMEOUT_S) -> None:
         """Start a stopped broker again; return once it is a live broker again. (The
-        controller takes it back once its previous session has expired:
-        ``broker.session.timeout.ms``, 9 s.)"""
+        controller refuses its new registration until the heartbeats of the old one have
+        been missing for ``broker.session.timeout.ms``, 9 s: a restart takes about 10 s.)"""
         self.brokers[node_id].start(timeout)
 
     def stop(self, timeout: float = STOP_TIMEOUT_S) -> bool:
