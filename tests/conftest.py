@@ -2,6 +2,10 @@
 
 ``spark``: one real local SparkSession (``local[2]``, few shuffle partitions, no UI) for
 every Spark test of the session; tests that use it need the ``spark`` extra.
+
+``kafka_broker``, ``kafka3_broker``, ``kafka_cluster``: real Apache Kafka (the versions
+``kafka/pom.xml`` pins) from tests/kafka_support.py; a failing test's report names their
+log folders, which outlive the run.
 """
 
 from __future__ import annotations
@@ -60,10 +64,90 @@ def _no_kafka_client_outlives_its_test(request: pytest.FixtureRequest) -> Iterat
     now, not when the collector next runs: until then it reconnects to the address the
     next test's proxy listens on, and that proxy counts a connection it did not expect."""
     yield
-    if "tansu" in request.fixturenames:
+    if {"tansu", *KAFKA_FIXTURES} & set(request.fixturenames):
         import gc
 
         gc.collect()
+
+
+# -- Apache Kafka: real brokers, Kafka as the oracle -------------------------------------
+
+KAFKA_FIXTURES = ("kafka_broker", "kafka3_broker", "kafka_cluster")
+
+
+def _running(kafka: Any) -> Iterator[Any]:
+    """Start a ``KafkaBroker`` or ``KafkaCluster``, yield it, stop it (an error if it had
+    to be killed: every stop is meant to be clean). A missing jar or ``java`` fails the
+    tests that need it with what to run (``make test`` fetches the jars first; a skip would
+    drop Kafka's side of a comparison without a word)."""
+    from kafka_support import KafkaNotInstalled
+
+    try:
+        kafka.start()
+    except KafkaNotInstalled as missing:
+        pytest.fail(str(missing), pytrace=False)
+    try:
+        yield kafka
+    finally:
+        if not kafka.stop():
+            pytest.fail(f"did not stop on SIGTERM; killed\n{kafka.describe()}", pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """One Kafka 4 KRaft node (``KAFKA_VERSION``) for the session: a ``KafkaBroker``, with
+    ``bootstrap``, ``log_dir`` and ``request_log``. Tests leave it as they found it (a
+    quota they set, they delete)."""
+    from kafka_support import KAFKA_VERSION, KafkaBroker
+
+    folder = tmp_path_factory.mktemp(f"kafka-{KAFKA_VERSION}-")
+    yield from _running(KafkaBroker(folder, version=KAFKA_VERSION))
+
+
+@pytest.fixture(scope="session")
+def kafka3_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """The same with Kafka 3 (``KAFKA3_VERSION``, log4j 1): the request-log format most
+    clusters write today."""
+    from kafka_support import KAFKA3_VERSION, KafkaBroker
+
+    folder = tmp_path_factory.mktemp(f"kafka-{KAFKA3_VERSION}-")
+    yield from _running(KafkaBroker(folder, version=KAFKA3_VERSION))
+
+
+@pytest.fixture(scope="module")
+def _kafka_cluster_of_module(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    from kafka_support import KAFKA_VERSION, KafkaCluster
+
+    folder = tmp_path_factory.mktemp(f"kafka-cluster-{KAFKA_VERSION}-")
+    yield from _running(KafkaCluster(folder, size=3, version=KAFKA_VERSION))
+
+
+@pytest.fixture
+def kafka_cluster(_kafka_cluster_of_module: Any) -> Iterator[Any]:
+    """Three Kafka 4 brokers (node ids 0, 1, 2) and a KRaft controller for the module: a
+    ``KafkaCluster``, with ``bootstrap``, ``stop_broker(i)``, ``start_broker(i)``. Every
+    test gets every node running: one a test left stopped is started again after it."""
+    cluster = _kafka_cluster_of_module
+    yield cluster
+    for node in [cluster.controller, *cluster.brokers]:
+        if not node.running:
+            node.start()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    """A failing test that used a Kafka broker gets a section naming its log folder (kept
+    after the run with pytest's temporary folders) and its last warnings."""
+    report = yield
+    if report.failed:
+        from kafka_support import KafkaBroker, KafkaCluster
+
+        described: set[int] = set()
+        for name, value in getattr(item, "funcargs", {}).items():
+            if isinstance(value, KafkaBroker | KafkaCluster) and id(value) not in described:
+                described.add(id(value))
+                report.sections.append((f"Kafka: {name}", value.describe()))
+    return report
 
 
 # -- Tansu: the real Kafka-compatible broker behind `kquota proxy` -------------------------
