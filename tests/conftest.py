@@ -4,7 +4,7 @@
 every Spark test of the session; tests that use it need the ``spark`` extra.
 
 ``kafka_broker``, ``kafka3_broker``, ``kafka_cluster``: real Apache Kafka (the versions
-``kafka/pom.xml`` pins) from tests/kafka_support.py; a failing test's report names their
+``apache-kafka/pom.xml`` pins) from tests/kafka_support.py; a failing test's report names their
 log folders, which outlive the run.
 """
 

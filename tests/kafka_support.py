@@ -7,7 +7,7 @@ copies into ``${XDG_CACHE_HOME:-~/.cache}/kquota/kafka-<version>/libs``.
   broker can be stopped and started again while the other two keep serving.
 * ``kafka_configs``: Kafka's own ``kafka-configs`` against a running broker.
 
-The versions come from ``kafka/pom.xml``, the one place they are pinned: ``KAFKA_VERSION``
+The versions come from ``apache-kafka/pom.xml``, the one place they are pinned: ``KAFKA_VERSION``
 (the default profile, Kafka 4, log4j 2) and ``KAFKA3_VERSION`` (profile ``kafka-3``,
 log4j 1 through reload4j). Every broker logs in UTC, the zone ``kquota backtest`` reads
 request logs in by default.
@@ -32,7 +32,7 @@ from types import TracebackType
 from typing import Self
 
 ROOT = Path(__file__).resolve().parents[1]
-POM = ROOT / "kafka" / "pom.xml"
+POM = ROOT / "apache-kafka" / "pom.xml"
 LOGGING = Path(__file__).resolve().parent / "kafka_logging"
 
 BROKER_MAIN = "kafka.Kafka"
@@ -49,7 +49,7 @@ TOOL_TIMEOUT_S = 120.0
 
 
 def pinned_versions(pom: Path = POM) -> dict[str, str]:
-    """``{profile id: Kafka version}`` as ``kafka/pom.xml`` pins them, the profile active by
+    """``{profile id: Kafka version}`` as ``apache-kafka/pom.xml`` pins them, the profile active by
     default first (it takes the project's ``kafka.version``; a profile may override it)."""
     ns = {"m": "http://maven.apache.org/POM/4.0.0"}
     project = ET.parse(pom).getroot()
