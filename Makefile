@@ -31,7 +31,7 @@ ACTIONLINT    := $(KQUOTA_CACHE)/actionlint-$(ACTIONLINT_VERSION)/bin/actionlint
 SHARED ?= ../shared
 
 .DEFAULT_GOAL := help
-.PHONY: help tools demo test check-shared test-rust test-loom test-python test-corpora fuzz lint docs format bench bench-quick bench-rust bench-python build clean
+.PHONY: help tools demo test check-shared test-rust test-loom test-python test-corpora fuzz fuzz-oracle lint docs format bench bench-quick bench-rust bench-python build clean
 
 help: ## List the targets
 	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  make %-13s %s\n", $$1, $$2}'
@@ -120,6 +120,16 @@ test-corpora: $(CARGO_FUZZ) ## Replay the cargo fuzz targets' committed inputs (
 
 fuzz: $(EXT) $(CARGO_FUZZ) ## Fuzz each target for FUZZ_SECONDS (cargo fuzz + atheris); finds are new inputs
 	bash fuzz/run $(FUZZ_SECONDS)
+
+# Random traces through Apache Kafka's own quota classes and through kquota, beyond the fixed
+# seed make test runs (tests/test_kafka_oracle.py): another seed (an int, or random) and
+# ORACLE_SCALE times the examples.
+ORACLE_SEED  ?= random
+ORACLE_SCALE ?= 10
+
+fuzz-oracle: check-shared $(EXT) $(KAFKA) ## Random traces against Kafka's quota classes (ORACLE_SEED, ORACLE_SCALE)
+	KQUOTA_ORACLE_SEED=$(ORACLE_SEED) KQUOTA_ORACLE_SCALE=$(ORACLE_SCALE) \
+	  $(PY) -m pytest tests/test_kafka_oracle.py -k with_kafka -p no:cacheprovider
 
 test-python: check-shared $(EXT) $(TANSU) $(KAFKA) $(KAFKA3) ## pytest (conformance, Kafka as the oracle, kquota proxy against Tansu)
 	$(PY) -m pytest

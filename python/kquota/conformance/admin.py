@@ -63,6 +63,8 @@ OPS: Final[Mapping[str, Mapping[str, _Op]]] = {
         ),
         "drain": _Op({}, {"channels": "ints", "queue_size": "int"}),
         "sensors": _Op({}, {"names": "strs"}),
+        "set_quota": _Op({"user": "str?", "client_id": "str?", "value": "number"}, {}),
+        "remove_quota": _Op({"user": "str?", "client_id": "str?"}, {}),
     },
     "connection_rate": {
         "set_ip_quota": _Op({"ip": "str?", "value": "int?"}, {}),
@@ -440,6 +442,12 @@ class _Mutations:
                 return {"queue_size": m.queue_size}
             case "drain":
                 return {"channels": m.expired_channels(t), "queue_size": m.queue_size}
+            case "set_quota":
+                m.set_quota(kquota.Entity(f["user"], f["client_id"]), f["value"])
+                return {}
+            case "remove_quota":
+                m.remove_quota(kquota.Entity(f["user"], f["client_id"]))
+                return {}
             case _:  # sensors
                 return {"names": m.sensor_names()}
 

@@ -434,7 +434,15 @@ impl ControllerMutationQuotaManager {
             )));
         }
         let (u, c) = self.tags(user, client_id);
-        let sensor = get_or_create(&self.throttles, &Pair::new(&u, &c), || ThrottleSensor {
+        let tags = Pair::new(&u, &c);
+        // Kafka's throttle gets (or creates) both of the client's sensors, the bucket
+        // too, whether quotas are enabled or not.
+        get_or_create(&self.buckets, &tags, || BucketSensor {
+            bucket: BucketCell::new(),
+            rate: CowCell::new(Samples::new()),
+            life: Life::new(now),
+        });
+        let sensor = get_or_create(&self.throttles, &tags, || ThrottleSensor {
             samples: CowCell::new(Samples::new()),
             life: Life::new(now),
         });

@@ -144,6 +144,14 @@ fn controller_mutation(name: &str, v: &Value) {
                 serde_json::json!({"channels": channels, "queue_size": m.queue_size()})
             }
             "sensors" => serde_json::json!({"names": m.sensor_names()}),
+            "set_quota" => {
+                m.set_quota(&entity(step), f(&step["value"])).unwrap();
+                Value::Null
+            }
+            "remove_quota" => {
+                m.remove_quota(&entity(step));
+                Value::Null
+            }
             op => panic!("{name}: unknown op {op}"),
         };
         check(name, n, &step["expect"], &got);
