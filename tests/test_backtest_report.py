@@ -227,7 +227,7 @@ def test_opening_says_who_was_throttled_how_long_and_what_the_others_change() ->
         "Replayed at their recorded times, as if clients ignored throttles (open loop), 30 of "
         "1,000 requests (3.00%) would have been throttled under these quotas (x1), all from "
         "one entity.",
-        "Throttled, by quota type: produce: user=alice (30 requests, 6.00% of its produce "
+        "The produce quotas would throttle user=alice (30 requests, 6.00% of its produce "
         "requests, up to 4.0 s).",
         "The brokers would have answered the throttled requests with throttles of 3.0 s on "
         "average; over all requests the p99 throttle is 2.9 s and the longest 4.0 s "
@@ -243,13 +243,17 @@ def test_opening_says_who_was_throttled_how_long_and_what_the_others_change() ->
 def test_opening_follows_the_entities_the_quotas_throttle() -> None:
     before = opening(result(), entity_rows(ALICE_THROTTLED))
     after = opening(result(), entity_rows(BOB_THROTTLED))
-    assert "fetch: user=bob (30 requests, 15% of its fetch requests, up to 2.5 s)" in after[1]
+    assert after[1] == (
+        "The fetch quotas would throttle user=bob (30 requests, 15% of its fetch requests, up "
+        "to 2.5 s)."
+    )
     assert "alice" not in after[1] and "bob" not in before[1]
     both = {**ALICE_THROTTLED, ("fetch", "b1", "bob"): BOB_THROTTLED[("fetch", "b1", "bob")]}
     two = opening(result(), entity_rows(both))
     assert two[0].endswith("under these quotas (x1), from 2 entities.")
     # the type with the most throttle time first
-    assert two[1].index("produce: user=alice") < two[1].index("fetch: user=bob")
+    assert two[1].startswith("The produce quotas would throttle user=alice (30 requests")
+    assert "; the fetch quotas, user=bob (30 requests" in two[1]
 
 
 def test_opening_in_closed_loop_says_how_far_clients_fell_behind() -> None:
@@ -271,8 +275,8 @@ def test_opening_without_the_entities_names_the_most_throttled_sensors() -> None
     sentences = opening(result())
     assert sentences[0].endswith("under these quotas (x1).")  # no count of entities
     assert sentences[1] == (
-        "The most throttled, by quota type: produce: user=alice (30 requests, 7.50% of its "
-        "produce requests, up to 4.0 s)."
+        "Among the most throttled sensors, the produce quotas would throttle user=alice (30 "
+        "requests, 7.50% of its produce requests, up to 4.0 s)."
     )
 
 
@@ -301,7 +305,7 @@ def test_the_report_and_the_summary_open_with_the_sentences(tmp_path: Path) -> N
     assert page.index('<p class="opening">Replayed at their recorded times') < page.index(
         "<h2>Scenarios</h2>"
     )
-    assert "fetch: user=bob (30 requests" in page
+    assert "The fetch quotas would throttle user=bob (30 requests" in page
     text = summary_text(done)
     assert " ".join(text.split()).count(" ".join(sentences)) == 1
     assert text.index("Replayed at their") < text.index("scenario  requests")
@@ -397,7 +401,9 @@ def test_the_opening_names_who_the_quotas_throttle_and_changes_with_them(
     path, config = generated
     sentences = back_test(spark, path, config, tmp_path / "as-given")
     # the generated consumer that resets its offsets catches up at three times its quota
-    assert "fetch: user=analytics (" in sentences[1]
+    who = sentences[1]
+    fetch = who[who.lower().index("the fetch quotas") :].split(";")[0]
+    assert "user=analytics (" in fetch
     # with a quota it never comes near, it is not named; the rest of the words follow
     analytics = Entity(user=traffic.BOOTSTRAP_USER)
     roomy = QuotaConfig(

@@ -324,8 +324,8 @@ def _rows(frame: pd.DataFrame, columns: Sequence[tuple[str, str, str]]) -> list[
 _TYPE_WORDS: Final = {
     "produce": "produce",
     "fetch": "fetch",
-    "request": "request time",
-    "controller_mutation": "controller mutations",
+    "request": "request-time",
+    "controller_mutation": "controller-mutation",
 }
 _REQUESTS_OF: Final = {
     "produce": "produce requests",
@@ -476,10 +476,9 @@ def opening(result: BacktestResult, entities: pd.DataFrame | None = None) -> lis
 def _who(per: pd.DataFrame, complete: bool) -> list[str]:
     """Who was throttled, per quota type (the type with the most throttle time first)."""
     time_per_type = per.groupby("quota_type", observed=True)["total_throttle_ms"].sum()
-    parts = []
+    parts: list[str] = []
     for quota_type in time_per_type.sort_values(ascending=False, kind="stable").index:
         mine = per[per["quota_type"] == quota_type]
-        words = _TYPE_WORDS.get(str(quota_type), str(quota_type))
         requests = _REQUESTS_OF.get(str(quota_type), "requests")
         named = []
         for record in mine.head(NAMED_PER_TYPE).to_dict("records"):
@@ -490,9 +489,13 @@ def _who(per: pd.DataFrame, complete: bool) -> list[str]:
                 f"{_duration(float(record['max_throttle_ms']))})"
             )
         more = len(mine) - len(named) if complete else 0
-        parts.append(f"{words}: {_listed(named, more, 'other' if more == 1 else 'others')}")
-    lead = "Throttled" if complete else "The most throttled"
-    return [f"{lead}, by quota type: " + "; ".join(parts) + "."]
+        what = "other entity" if more == 1 else "other entities"
+        quotas = f"the {_TYPE_WORDS.get(str(quota_type), str(quota_type))} quotas"
+        verb = " would throttle " if not parts else ", "
+        parts.append(quotas + verb + _listed(named, more, what))
+    lead = "" if complete else "Among the most throttled sensors, "
+    text = lead + "; ".join(parts)
+    return [f"{text[0].upper()}{text[1:]}."]
 
 
 def _delay(result: BacktestResult, base: pd.Series, per: pd.DataFrame) -> str:
