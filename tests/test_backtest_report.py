@@ -1,20 +1,34 @@
-"""The back-test report (kquota.backtest.report) from small result tables, without Spark."""
+"""The back-test report (kquota.backtest.report): from small result tables without Spark,
+and its opening sentences on a real back-test of generated traffic."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
-from kquota.backtest.options import BacktestResult
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from kquota import Entity
+from kquota.backtest import traffic
+from kquota.backtest.job import run
+from kquota.backtest.options import BacktestOptions, BacktestResult
 from kquota.backtest.report import (
+    MAX_POINTS,
+    RatePlot,
+    opening,
     rate_over_time,
+    rate_plot,
+    read_entities,
     scenario_totals,
     summary_text,
     throttle_histogram,
     write_report,
 )
-from kquota.config import QuotaConfig, Window
+from kquota.config import QuotaConfig, QuotaEntry, Window
 
 START = 1_717_372_800  # seconds
 
@@ -23,6 +37,7 @@ def result() -> BacktestResult:
     totals = pd.DataFrame(
         {
             "scenario": ["x1", "x2"],
+            "scale": [1.0, 2.0],
             "requests": [1000, 1000],
             "throttled_requests": [30, 5],
             "throttled_fraction": [0.03, 0.005],
@@ -38,6 +53,7 @@ def result() -> BacktestResult:
     )
     top = pd.DataFrame(
         {
+            "scenario": ["x1"],
             "quota_type": ["produce"],
             "broker": ["b1"],
             "sensor_user": ["alice"],
@@ -45,6 +61,7 @@ def result() -> BacktestResult:
             "entity": ["user=alice"],
             "quota": [1000.0],
             "requests": [400],
+            "throttled_requests": [30],
             "throttled_fraction": [0.075],
             "total_throttle_ms": [90_000],
             "p99_throttle_ms": [2900],
@@ -161,3 +178,243 @@ def test_totals_and_histogram_from_throttle_counts() -> None:
     histogram = throttle_histogram(counts)
     assert histogram["count"].sum() == (requests["throttle_ms"] > 0).sum()
     assert set(histogram["bin"]) <= set(range(13))
+
+
+# -- the opening sentences -------------------------------------------------------------------
+
+
+def entity_rows(throttled: dict[tuple[str, str, str], tuple[int, int, int, int]]) -> pd.DataFrame:
+    """``DIR/entities/`` rows of the base scenario x1 (and an unthrottled x2): per
+    (quota type, broker, user), ``(requests, throttled, total ms, max ms)``."""
+    rows = []
+    for (quota_type, broker, user), (n, hit, total, longest) in throttled.items():
+        for scenario, factor in (("x1", 1), ("x2", 0)):
+            rows.append(
+                {
+                    "scenario": scenario,
+                    "quota_type": quota_type,
+                    "broker": broker,
+                    "sensor_user": user,
+                    "sensor_client_id": "",
+                    "entity": f"user={user}",
+                    "quota": 1000.0,
+                    "requests": n,
+                    "throttled_requests": hit * factor,
+                    "throttled_fraction": hit * factor / n,
+                    "total_throttle_ms": total * factor,
+                    "p99_throttle_ms": 0,
+                    "max_throttle_ms": longest * factor,
+                }
+            )
+    return pd.DataFrame(rows)
+
+
+ALICE_THROTTLED = {
+    ("produce", "b1", "alice"): (400, 30, 90_000, 4000),
+    ("produce", "b2", "alice"): (100, 0, 0, 0),
+    ("fetch", "b1", "bob"): (200, 0, 0, 0),
+}
+BOB_THROTTLED = {
+    ("produce", "b1", "alice"): (400, 0, 0, 0),
+    ("produce", "b2", "alice"): (100, 0, 0, 0),
+    ("fetch", "b1", "bob"): (200, 30, 60_000, 2500),
+}
+
+
+def test_opening_says_who_was_throttled_how_long_and_what_the_others_change() -> None:
+    sentences = opening(result(), entity_rows(ALICE_THROTTLED))
+    assert sentences == [
+        "Replayed at their recorded times, as if clients ignored throttles (open loop), 30 of "
+        "1,000 requests (3.00%) would have been throttled under these quotas (x1), all from "
+        "one entity.",
+        "The produce quotas would throttle user=alice (30 requests, 6.00% of its produce "
+        "requests, up to 4.0 s).",
+        "The brokers would have answered the throttled requests with throttles of 3.0 s on "
+        "average; over all requests the p99 throttle is 2.9 s and the longest 4.0 s "
+        "(user=alice, produce): this measures how far the recorded demand exceeds the quotas, "
+        "not what clients would wait (a closed-loop run, --mode closed, tells that).",
+        "Scaled by 2 (x2), the quotas would throttle 0.50% of requests (p99 0 ms, longest 900 ms).",
+        "The recommended quotas (per entity, the smallest that keeps its throttled fraction "
+        "at or under --target) would raise user=alice's produce quota from 1 kB/s to 2.7 kB/s "
+        "(7.50% of its requests throttled, then 0.75%).",
+    ]
+
+
+def test_opening_follows_the_entities_the_quotas_throttle() -> None:
+    before = opening(result(), entity_rows(ALICE_THROTTLED))
+    after = opening(result(), entity_rows(BOB_THROTTLED))
+    assert after[1] == (
+        "The fetch quotas would throttle user=bob (30 requests, 15% of its fetch requests, up "
+        "to 2.5 s)."
+    )
+    assert "alice" not in after[1] and "bob" not in before[1]
+    both = {**ALICE_THROTTLED, ("fetch", "b1", "bob"): BOB_THROTTLED[("fetch", "b1", "bob")]}
+    two = opening(result(), entity_rows(both))
+    assert two[0].endswith("under these quotas (x1), from 2 entities.")
+    # the type with the most throttle time first
+    assert two[1].startswith("The produce quotas would throttle user=alice (30 requests")
+    assert "; the fetch quotas, user=bob (30 requests" in two[1]
+
+
+def test_opening_in_closed_loop_says_how_far_clients_fell_behind() -> None:
+    closed = dataclasses.replace(result(), mode="closed")
+    closed.totals.loc[0, ["mean_added_latency_ms", "max_added_latency_ms"]] = [1500.0, 95_000]
+    sentences = opening(closed, entity_rows(ALICE_THROTTLED))
+    assert sentences[0].startswith(
+        "Under these quotas (x1), clients that honour throttles (closed loop, as Kafka "
+        "clients do) would have had 30 of 1,000 requests (3.00%) throttled"
+    )
+    assert sentences[2] == (
+        "A throttled request was held back 3.0 s on average; over all requests the p99 "
+        "throttle is 2.9 s and the longest 4.0 s (user=alice, produce). Waiting, clients fell "
+        "behind: their requests went out 1.5 s late on average, at most 1.6 min."
+    )
+
+
+def test_opening_without_the_entities_names_the_most_throttled_sensors() -> None:
+    sentences = opening(result())
+    assert sentences[0].endswith("under these quotas (x1).")  # no count of entities
+    assert sentences[1] == (
+        "Among the most throttled sensors, the produce quotas would throttle user=alice (30 "
+        "requests, 7.50% of its produce requests, up to 4.0 s)."
+    )
+
+
+def test_opening_when_nothing_is_throttled() -> None:
+    quiet = result()
+    quiet.totals.loc[:, ["throttled_requests", "throttled_fraction"]] = 0
+    quiet.recommendations = None
+    sentences = opening(quiet, entity_rows(BOB_THROTTLED))
+    assert sentences[0] == (
+        "Replayed at their recorded times (open loop), none of the 1,000 requests would have "
+        "been throttled under these quotas (x1)."
+    )
+    assert len(sentences) == 2 and "x2" in sentences[1]
+
+
+def test_the_report_and_the_summary_open_with_the_sentences(tmp_path: Path) -> None:
+    entities = tmp_path / "entities"
+    entities.mkdir()
+    table = pa.Table.from_pandas(entity_rows(BOB_THROTTLED), preserve_index=False)
+    pq.write_table(table, entities / "part-00000.parquet")
+    (entities / "_SUCCESS").touch()
+    done = dataclasses.replace(result(), out=str(tmp_path))
+    sentences = opening(done, read_entities(tmp_path))
+    assert "user=bob" in sentences[1]
+    page = write_report(done, tmp_path).read_text()
+    assert page.index('<p class="opening">Replayed at their recorded times') < page.index(
+        "<h2>Scenarios</h2>"
+    )
+    assert "The fetch quotas would throttle user=bob (30 requests" in page
+    text = summary_text(done)
+    assert " ".join(text.split()).count(" ".join(sentences)) == 1
+    assert text.index("Replayed at their") < text.index("scenario  requests")
+    assert read_entities(tmp_path / "nowhere") is None
+    assert read_entities("s3a://bucket/out") is None
+
+
+# -- the rate plots --------------------------------------------------------------------------
+
+
+def fetch_series(throttled_windows: range, total: int, sparse: bool = False) -> pd.DataFrame:
+    """A fetch sensor's usage per window: 30,000 bytes a window, but in
+    ``throttled_windows`` only throttled fetches (empty responses, their bytes unrecorded);
+    ``sparse``: there, only every other window has a request (the others none)."""
+    windows = np.arange(START, START + total)
+    stopped = np.isin(windows, np.asarray(throttled_windows) + START)
+    series = pd.DataFrame(
+        {
+            "window": windows,
+            "amount": np.where(stopped, 0.0, 30_000.0),
+            "throttled": stopped.astype(np.int64),
+            "requests": 1,
+            "unrecorded": stopped.astype(np.int64),
+        }
+    )
+    if sparse:
+        series = series[~stopped | (windows % 2 == 0)].reset_index(drop=True)
+    return series
+
+
+def points_over(plot: RatePlot, windows: pd.Series) -> np.ndarray:
+    """Which drawn points stand for one of ``windows`` (a point stands for the windows from
+    its own time to the next point's)."""
+    seconds = plot.times.astype("datetime64[ms]").astype(np.int64) // 1000
+    covered = np.zeros(len(seconds), dtype=np.bool_)
+    covered[np.searchsorted(seconds, windows.to_numpy(), side="right") - 1] = True
+    return covered
+
+
+@pytest.mark.parametrize("sparse", [False, True])
+@pytest.mark.parametrize("points", [MAX_POINTS, 97])
+def test_a_throttled_fetch_is_a_gap_not_a_rate_of_zero(points: int, sparse: bool) -> None:
+    window = Window()  # 11 windows of 1 s
+    stretch = range(600, 1400)  # long enough for the sensor's rate to fall to 0
+    series = fetch_series(stretch, 2000, sparse)
+    plot = rate_plot(series, window, "fetch", 25_000.0, points)
+    assert len(plot.times) <= points
+    throttled = series.loc[series["throttled"] > 0, "window"]
+    over = points_over(plot, throttled)
+    assert over.any() and not (plot.rate[over] == 0).any()
+    assert np.isnan(plot.rate[over]).mean() > 0.9  # gaps, but where a point stands for more
+    # outside the stretch, the rate the sensor measured (30,000 B/s once 10 windows are full)
+    assert np.nanmax(plot.rate) == 30_000.0 and not np.isnan(plot.rate[~over]).any()
+    # every throttled fetch is marked on the quota it went over, none at 0
+    assert len(plot.mark_times) == len(throttled) and (plot.mark_rates == 25_000.0).all()
+    # the sensor's own rate there is 0: without the gap, that is what would be drawn
+    _, kept = rate_over_time(series["window"], series["amount"], window.num_samples)
+    assert (kept[610:1400] == 0).all()
+
+
+def test_throttled_produce_is_drawn_at_its_rate() -> None:
+    series = fetch_series(range(600, 700), 1000).assign(unrecorded=0)
+    plot = rate_plot(series, Window(), "produce", 25_000.0)
+    assert not np.isnan(plot.rate).any()
+    assert len(plot.mark_times) == 100 and (plot.mark_rates < 30_000.0).all()
+
+
+# -- on a real back-test ---------------------------------------------------------------------
+
+SPEC = traffic.TrafficSpec(requests=20_000, brokers=2, users=10, clients=40, hours=1.0, seed=0)
+
+
+@pytest.fixture(scope="module")
+def generated(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, QuotaConfig]:
+    table = traffic.generate(dataclasses.replace(SPEC, bursts=3))
+    folder = tmp_path_factory.mktemp("opening")
+    return traffic.write(table, folder / "traffic.parquet"), traffic.suggest_quotas(table)
+
+
+def back_test(spark: Any, path: Path, config: QuotaConfig, out: Path) -> list[str]:
+    options = BacktestOptions(
+        traffic=str(path), quotas=config, out=str(out), mode="closed", scales=(0.5, 1.0, 2.0)
+    )
+    done = run(spark, options)
+    assert done.report is not None and '<p class="opening">' in done.report.read_text()
+    return opening(done, read_entities(out))
+
+
+@pytest.mark.slow
+def test_the_opening_names_who_the_quotas_throttle_and_changes_with_them(
+    spark: Any, generated: tuple[Path, QuotaConfig], tmp_path: Path
+) -> None:
+    path, config = generated
+    sentences = back_test(spark, path, config, tmp_path / "as-given")
+    # the generated consumer that resets its offsets catches up at three times its quota
+    who = sentences[1]
+    fetch = who[who.lower().index("the fetch quotas") :].split(";")[0]
+    assert "user=analytics (" in fetch
+    # with a quota it never comes near, it is not named; the rest of the words follow
+    analytics = Entity(user=traffic.BOOTSTRAP_USER)
+    roomy = QuotaConfig(
+        config.window,
+        tuple(
+            QuotaEntry(e.entity, {**e.config, "consumer_byte_rate": 1e12})
+            if e.entity == analytics
+            else e
+            for e in config.entries
+        ),
+    )
+    raised = back_test(spark, path, roomy, tmp_path / "raised")
+    assert "analytics" not in " ".join(raised)
+    assert raised[0] != sentences[0] and raised[1] != sentences[1]

@@ -49,3 +49,16 @@ def test_make_help_lists_the_commands_the_readme_gives() -> None:
     assert {"demo", "test", "fuzz", "tools", "bench", "bench-quick", "lint"} <= targets
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     assert "make demo" in readme and "make test" in readme
+
+
+def test_make_demo_back_tests_in_closed_loop_with_the_open_loop_beside_it() -> None:
+    # dry (-n), with nothing to build: the commands the demo runs, in order
+    result = make("-n", "demo", "PY=python", "EXT=")
+    assert result.returncode == 0, result.stderr
+    runs = [line for line in result.stdout.splitlines() if " -m kquota backtest " in line]
+    assert len(runs) == 2, result.stdout
+    timed, beside = runs
+    assert "--mode closed" in timed and "--recommend" in timed and "--scale 0.5,1,2" in timed
+    assert "--mode open" in beside and "--out demo-out/backtest-open" in beside
+    assert "open loop replays the recorded times" in result.stdout
+    assert "(target: at most 3x)" in result.stdout and "issue" not in result.stdout.lower()

@@ -1,14 +1,20 @@
 """The back-test report: ``DIR/report.html`` with PNG plots, and the terminal summary.
 
-Everything here works on the small tables a :class:`~kquota.backtest.options.BacktestResult`
-holds (collected aggregates, never the traffic), so it is plain pandas and matplotlib.
+Both open with a few sentences in words (:func:`opening`): who would have been throttled,
+how long they would have waited, what the other scenarios and the recommended quotas
+change. Everything here works on the small tables a
+:class:`~kquota.backtest.options.BacktestResult` holds and on ``DIR/entities/`` (one row
+per sensor and scenario; collected aggregates, never the traffic), so it is plain pandas
+and matplotlib.
 """
 
 from __future__ import annotations
 
 import html
 import math
+import textwrap
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
@@ -19,11 +25,16 @@ from kquota.backtest.kernel import BROKER, SENSOR_CLIENT, SENSOR_USER
 
 if TYPE_CHECKING:
     from kquota.backtest.options import BacktestResult
+    from kquota.config import Window
 
 __all__ = [
     "PLOTTED_ENTITIES",
     "TOP_ENTITIES",
+    "RatePlot",
+    "opening",
     "rate_over_time",
+    "rate_plot",
+    "read_entities",
     "scenario_totals",
     "summary_text",
     "throttle_histogram",
@@ -34,6 +45,8 @@ TOP_ENTITIES: Final = 10
 """How many of the most throttled sensors the report lists."""
 PLOTTED_ENTITIES: Final = 4
 """How many of them get a rate-against-quota plot."""
+WIDTH: Final = 100
+"""The terminal summary's sentences are wrapped at this width."""
 MAX_POINTS: Final = 2000
 """Points per plotted line (peaks are kept when a series is longer)."""
 
@@ -69,14 +82,74 @@ def rate_over_time(
     return np.arange(first, last + 1, dtype=np.int64), totals / span
 
 
-def _peaks(x: np.ndarray, y: np.ndarray, points: int = MAX_POINTS) -> tuple[np.ndarray, np.ndarray]:
-    """At most ``points`` points, keeping each chunk's maximum."""
+@dataclass(frozen=True)
+class RatePlot:
+    """What a rate-against-quota plot draws: the line (``times``, ``rate`` per second, NaN
+    for a gap) and the throttled windows' marks (``mark_times``, ``mark_rates``)."""
+
+    times: np.ndarray
+    rate: np.ndarray
+    mark_times: np.ndarray
+    mark_rates: np.ndarray
+
+
+def rate_plot(
+    series: pd.DataFrame,
+    window: Window,
+    quota_type: str,
+    quota: float | None,
+    points: int = MAX_POINTS,
+) -> RatePlot:
+    """One sensor's rate against its quota, as the report draws it.
+
+    ``series`` is the sensor's usage per window (:func:`kquota.backtest.summaries.rate_series`:
+    ``window``, ``amount``, ``throttled`` and ``unrecorded``, the requests whose bytes were
+    unrecorded). The line is the windowed rate at the end of every window
+    (:func:`rate_over_time`), zoomed on the throttled stretch when it is short, at most
+    ``points`` points (each the largest of its stretch of windows).
+
+    A throttled fetch gets an empty response and its bytes are not counted (as Kafka
+    does), so the rate that remains says nothing of what the client asked for: a window
+    with an unrecorded fetch has no rate (a gap in the line), rather than the rate the
+    sensor keeps, often 0. Its mark sits on the quota it went over; other throttled
+    windows are marked at their rate.
+    """
+    windows, per_window = rate_over_time(series["window"], series["amount"], window.num_samples)
+    rate = per_window * (1000.0 / window.window_ms)
+    throttled = np.isin(windows, series.loc[series["throttled"] > 0, "window"])
+    fetch = quota_type == "fetch"
+    if fetch:
+        unrecorded = series["unrecorded"] if "unrecorded" in series else series["throttled"]
+        rate[np.isin(windows, series.loc[unrecorded > 0, "window"])] = np.nan
+    zoomed = _zoom(windows, windows[throttled], window.window_ms)
+    windows, rate, throttled = windows[zoomed], rate[zoomed], throttled[zoomed]
+    times = np.asarray(pd.to_datetime(windows * window.window_ms, unit="ms"))
+    x, y = _peaks(times, rate, points)
+    if fetch:
+        bound = quota if quota is not None and not math.isnan(quota) else None
+        marked = throttled if bound is not None else np.zeros(len(throttled), dtype=np.bool_)
+        heights = np.full(int(marked.sum()), bound if bound is not None else 0.0)
+    else:
+        marked = throttled
+        heights = rate[marked]
+    return RatePlot(x, y, times[marked], heights)
+
+
+def _peaks(x: np.ndarray, y: np.ndarray, points: int) -> tuple[np.ndarray, np.ndarray]:
+    """At most ``points`` points, keeping each chunk's maximum.
+
+    A gap (NaN) stays a gap: a chunk of gaps only is one, and so is a chunk whose other
+    windows are all 0 (else a stretch of throttled fetches would be drawn at 0).
+    """
     if len(x) <= points:
         return x, y
     chunk = math.ceil(len(x) / points)
     pad = (-len(y)) % chunk
-    y_pad = np.concatenate((y, np.full(pad, -np.inf))).reshape(-1, chunk)
-    return x[::chunk], y_pad.max(axis=1)
+    y_pad = np.concatenate((y, np.full(pad, np.nan))).reshape(-1, chunk)
+    peak = np.fmax.reduce(y_pad, axis=1)
+    gaps = np.concatenate((np.isnan(y), np.zeros(pad, dtype=np.bool_))).reshape(-1, chunk)
+    peak[gaps.any(axis=1) & (peak == 0)] = np.nan
+    return x[::chunk], peak
 
 
 def _zoom(windows: np.ndarray, throttled: np.ndarray, window_ms: int) -> np.ndarray:
@@ -248,8 +321,277 @@ def _rows(frame: pd.DataFrame, columns: Sequence[tuple[str, str, str]]) -> list[
     ]
 
 
+_TYPE_WORDS: Final = {
+    "produce": "produce",
+    "fetch": "fetch",
+    "request": "request-time",
+    "controller_mutation": "controller-mutation",
+}
+_REQUESTS_OF: Final = {
+    "produce": "produce requests",
+    "fetch": "fetch requests",
+    "request": "requests",
+    "controller_mutation": "controller mutations",
+}
+_HEADLINE: Final = {
+    "closed": "Under {quotas} ({scenario}), clients that honour throttles (closed loop, as "
+    "Kafka clients do) would have had {count} requests ({share}) throttled{counted}.",
+    "open": "Replayed at their recorded times, as if clients ignored throttles (open loop), "
+    "{count} requests ({share}) would have been throttled under {quotas} ({scenario})"
+    "{counted}.",
+}
+_UNTHROTTLED: Final = {
+    "closed": "Under {quotas} ({scenario}), clients that honour throttles (closed loop, as "
+    "Kafka clients do) would have had none of their {requests} requests throttled.",
+    "open": "Replayed at their recorded times (open loop), none of the {requests} requests "
+    "would have been throttled under {quotas} ({scenario}).",
+}
+NAMED_PER_TYPE: Final = 3
+"""How many throttled entities of each quota type the opening sentences name."""
+
+
+def read_entities(out: str | Path) -> pd.DataFrame | None:
+    """``DIR/entities/`` (one row per sensor and scenario) of a local output folder, or
+    ``None`` when it is not there (a remote output, or no back-test wrote it)."""
+    text = str(out)
+    if "://" in text and not text.startswith("file://"):
+        return None
+    folder = Path(text.removeprefix("file://")) / "entities"
+    if not folder.is_dir():
+        return None
+    import pyarrow.parquet as pq  # type: ignore[import-untyped]
+
+    frame: pd.DataFrame = pq.read_table(str(folder)).to_pandas()
+    return frame
+
+
+def _duration(ms: float) -> str:
+    if ms < 1000:
+        return f"{ms:,.0f} ms"
+    if ms < 60_000:
+        return f"{ms / 1000:.1f} s"
+    if ms < 3_600_000:
+        return f"{ms / 60_000:.1f} min"
+    return f"{ms / 3_600_000:,.1f} h"
+
+
+def _share(fraction: float) -> str:
+    if 0 < fraction < 0.0001:
+        return "under 0.01%"
+    return f"{100 * fraction:.2f}%" if fraction < 0.1 else f"{100 * fraction:.0f}%"
+
+
+def _amount(value: float, quota_type: str) -> str:
+    """A quota or rate in words: ``44 kB/s``, ``1.5% of a thread``."""
+    if quota_type == "request":
+        return f"{value:.3g}% of a thread"
+    if quota_type == "controller_mutation":
+        return f"{value:.3g} partitions/s"
+    for unit, size in (("GB/s", 1e9), ("MB/s", 1e6), ("kB/s", 1e3)):
+        if value >= size:
+            return f"{value / size:.3g} {unit}"
+    return f"{value:.3g} bytes/s"
+
+
+def _listed(items: Sequence[str], more: int = 0, what: str = "more") -> str:
+    words = list(items) + ([f"{more:,} {what}"] if more else [])
+    if len(words) <= 1:
+        return "".join(words)
+    return ", ".join(words[:-1]) + " and " + words[-1]
+
+
+def _throttled_entities(
+    result: BacktestResult, entities: pd.DataFrame | None
+) -> tuple[pd.DataFrame, bool]:
+    """Per throttled entity (quota type and entity, across brokers) of the base scenario:
+    ``requests`` (all its requests of that type), ``throttled_requests``,
+    ``total_throttle_ms``, ``max_throttle_ms`` and ``brokers`` (where it was throttled),
+    most throttle time first; and whether that is every throttled entity (from
+    ``entities``) or only the most throttled sensors (``result.top_entities``)."""
+    complete = entities is not None
+    rows = entities if entities is not None else result.top_entities
+    if "scenario" in rows.columns:
+        rows = rows[rows["scenario"] == result.base_scenario]
+    keys = ["quota_type", "entity"]
+    columns = [*keys, "requests", "throttled_requests", "total_throttle_ms"]
+    columns += ["max_throttle_ms", "brokers"]
+    if rows.empty:
+        return pd.DataFrame(columns=columns), complete
+    rows = rows.assign(
+        throttled_requests=rows["throttled_requests"].fillna(0).astype(np.int64),
+        hit=(rows["throttled_requests"] > 0).astype(np.int64),
+    )
+    per = rows.groupby(keys, as_index=False, observed=True, sort=False).agg(
+        requests=("requests", "sum"),
+        throttled_requests=("throttled_requests", "sum"),
+        total_throttle_ms=("total_throttle_ms", "sum"),
+        max_throttle_ms=("max_throttle_ms", "max"),
+        brokers=("hit", "sum"),
+    )
+    per = per[per["throttled_requests"] > 0]
+    per = per.sort_values(["total_throttle_ms", *keys], ascending=[False, True, True])
+    return per.reset_index(drop=True)[columns], complete
+
+
+def opening(result: BacktestResult, entities: pd.DataFrame | None = None) -> list[str]:
+    """The few sentences the report and the terminal summary open with, computed from the
+    results: who would have been throttled (entities, by quota type), how long they would
+    have waited, what the other scenarios change and, after ``--recommend``, what the
+    recommended quotas change.
+
+    ``entities``: ``DIR/entities/`` (:func:`read_entities`). Without it the sentences name
+    the most throttled sensors' entities (``result.top_entities``) and do not count them.
+    """
+    totals = result.totals.set_index("scenario") if not result.totals.empty else None
+    if totals is None or result.base_scenario not in totals.index:
+        return ["No request was replayed."]
+    base = totals.loc[result.base_scenario]
+    requests, throttled = int(base["requests"]), int(base["throttled_requests"])
+    mode = result.mode if result.mode in _HEADLINE else "open"
+    scale = f"{float(base['scale']):g}"
+    words = {
+        "quotas": "these quotas" if scale == "1" else f"these quotas scaled by {scale}",
+        "scenario": result.base_scenario,
+        "requests": f"{requests:,}",
+    }
+    if not throttled:
+        sentences = [_UNTHROTTLED[mode].format(**words)]
+    else:
+        per, complete = _throttled_entities(result, entities)
+        counted = f", from {len(per):,} entities" if complete and len(per) != 1 else ""
+        if complete and len(per) == 1:
+            counted = ", all from one entity"
+        headline = _HEADLINE[mode].format(
+            count=f"{throttled:,} of {requests:,}",
+            share=_share(throttled / requests),
+            counted=counted,
+            **words,
+        )
+        sentences = [headline, *_who(per, complete), _delay(result, base, per)]
+    sentences.extend(_other_scenarios(result, totals))
+    sentences.extend(_recommended(result))
+    return sentences
+
+
+def _who(per: pd.DataFrame, complete: bool) -> list[str]:
+    """Who was throttled, per quota type (the type with the most throttle time first)."""
+    time_per_type = per.groupby("quota_type", observed=True)["total_throttle_ms"].sum()
+    parts: list[str] = []
+    for quota_type in time_per_type.sort_values(ascending=False, kind="stable").index:
+        mine = per[per["quota_type"] == quota_type]
+        requests = _REQUESTS_OF.get(str(quota_type), "requests")
+        named = []
+        for record in mine.head(NAMED_PER_TYPE).to_dict("records"):
+            share = int(record["throttled_requests"]) / max(int(record["requests"]), 1)
+            named.append(
+                f"{record['entity']} ({int(record['throttled_requests']):,} requests, "
+                f"{_share(share)} of its {requests}, up to "
+                f"{_duration(float(record['max_throttle_ms']))})"
+            )
+        more = len(mine) - len(named) if complete else 0
+        what = "other entity" if more == 1 else "other entities"
+        quotas = f"the {_TYPE_WORDS.get(str(quota_type), str(quota_type))} quotas"
+        verb = " would throttle " if not parts else ", "
+        parts.append(quotas + verb + _listed(named, more, what))
+    lead = "" if complete else "Among the most throttled sensors, "
+    text = lead + "; ".join(parts)
+    return [f"{text[0].upper()}{text[1:]}."]
+
+
+def _delay(result: BacktestResult, base: pd.Series, per: pd.DataFrame) -> str:
+    """How long the throttled requests would have waited (closed loop) or how far the
+    demand exceeds the quotas (open loop)."""
+    throttled = int(base["throttled_requests"])
+    mean = float(base["total_throttle_ms"]) / throttled
+    p99, longest = float(base["p99_throttle_ms"]), float(base["max_throttle_ms"])
+    where = ""
+    if not per.empty:
+        top = per.sort_values("max_throttle_ms", ascending=False, kind="stable").iloc[0]
+        if float(top["max_throttle_ms"]) == longest:  # else not among the rows at hand
+            quota_type = str(top["quota_type"])
+            where = f" ({top['entity']}, {_TYPE_WORDS.get(quota_type, quota_type)})"
+    spread = (
+        f"{_duration(mean)} on average; over all requests the p99 throttle is "
+        f"{_duration(p99)} and the longest {_duration(longest)}{where}"
+    )
+    if result.mode == "closed":
+        lag = float(base["mean_added_latency_ms"])
+        most = float(base.get("max_added_latency_ms", 0) or 0)
+        return (
+            f"A throttled request was held back {spread}. Waiting, clients fell behind: "
+            f"their requests went out {_duration(lag)} late on average, at most "
+            f"{_duration(most)}."
+        )
+    return (
+        f"The brokers would have answered the throttled requests with throttles of {spread}: "
+        "this measures how far the recorded demand exceeds the quotas, not what clients "
+        "would wait (a closed-loop run, --mode closed, tells that)."
+    )
+
+
+def _other_scenarios(result: BacktestResult, totals: pd.DataFrame) -> list[str]:
+    """The other scenarios in one sentence: their throttled share, p99 and longest."""
+    parts: list[str] = []
+    for scenario in result.scenarios:
+        if scenario == result.base_scenario or scenario not in totals.index:
+            continue
+        row = totals.loc[scenario]
+        share = _share(int(row["throttled_requests"]) / max(int(row["requests"]), 1))
+        parts.append(
+            f"scaled by {float(row['scale']):g} ({scenario}), "
+            + ("the quotas would throttle " if not parts else "")
+            + f"{share} of requests (p99 {_duration(float(row['p99_throttle_ms']))}, longest "
+            f"{_duration(float(row['max_throttle_ms']))})"
+        )
+    if not parts:
+        return []
+    text = "; ".join(parts)
+    return [f"{text[0].upper()}{text[1:]}."]
+
+
+def _recommended(result: BacktestResult) -> list[str]:
+    """What the recommended quotas change, when ``--recommend`` ran."""
+    recommended = result.recommendations
+    if recommended is None or recommended.empty:
+        return []
+    current = recommended["current_quota"]
+    new = recommended["recommended_quota"]
+    raised = recommended[current.notna() & (new > current)]
+    lowered = recommended[current.notna() & (new < current)]
+    added = recommended[current.isna()]
+    raised = raised.sort_values(
+        ["current_throttled_fraction", "quota_type", "entity"], ascending=[False, True, True]
+    )
+    examples = []
+    for record in raised.head(2).to_dict("records"):
+        quota_type = str(record["quota_type"])
+        examples.append(
+            f"{record['entity']}'s {_TYPE_WORDS.get(quota_type, quota_type)} quota from "
+            f"{_amount(float(record['current_quota']), quota_type)} to "
+            f"{_amount(float(record['recommended_quota']), quota_type)} "
+            f"({_share(float(record['current_throttled_fraction']))} of its requests "
+            f"throttled, then {_share(float(record['recommended_throttled_fraction']))})"
+        )
+    changes = []
+    if len(raised) > len(examples):
+        changes.append(f"raise {len(raised):,} quotas, such as {_listed(examples)}")
+    elif len(raised):
+        changes.append(f"raise {_listed(examples)}")
+    if len(lowered):
+        changes.append(f"lower {len(lowered):,} that are more than their entities need")
+    if len(added):
+        changes.append(f"set {len(added):,} where there is none")
+    if not changes:
+        return ["The recommended quotas are the quotas as they are."]
+    return [
+        "The recommended quotas (per entity, the smallest that keeps its throttled fraction "
+        f"at or under --target) would {_listed(changes)}."
+    ]
+
+
 def summary_text(result: BacktestResult) -> str:
-    """The terminal summary: scenarios, the most throttled entities, recommendations."""
+    """The terminal summary: the opening sentences (:func:`opening`, from ``DIR/entities/``
+    when it is a local folder), scenarios, the most throttled entities, recommendations."""
     parts = [
         f"{result.rows_read:,} requests read, {result.rows_valid:,} replayed, "
         f"{result.rows_quarantined:,} quarantined; {result.mode} loop; "
@@ -260,6 +602,8 @@ def summary_text(result: BacktestResult) -> str:
     if result.worker_peak_rss:
         parts.append(f"  Python workers' peak RSS: {result.worker_peak_rss / 2**20:,.0f} MiB")
     parts.extend(f"  note: {note}" for note in result.notes)
+    parts.append("")
+    parts.append(textwrap.fill(" ".join(opening(result, read_entities(result.out))), WIDTH))
     parts.append("")
     parts.append(_table(_rows(result.totals, _TOTAL_COLUMNS), [c[0] for c in _TOTAL_COLUMNS]))
     broker = _broker_table(result)
@@ -306,28 +650,34 @@ def _plot_rates(result: BacktestResult, folder: Path) -> list[tuple[str, str]]:
         series = result.rate_series.get(key)
         if series is None or series.empty:
             continue
-        windows, per_window = rate_over_time(series["window"], series["amount"], window.num_samples)
-        rate = per_window * (1000.0 / window.window_ms)
-        throttled = series.loc[series["throttled"] > 0, "window"].to_numpy(dtype=np.int64)
-        zoomed = _zoom(windows, throttled, window.window_ms)
-        windows, rate = windows[zoomed], rate[zoomed]
-        times = pd.to_datetime(windows * window.window_ms, unit="ms")
-        x, y = _peaks(np.asarray(times), rate)
-        fig, ax = plt.subplots(figsize=(9, 3.2))
-        ax.plot(x, y, lw=0.8, label="windowed rate")
+        quota_type = str(record["quota_type"])
         quota = record.get("quota")
-        if quota is not None and not math.isnan(quota):
+        known = quota is not None and not math.isnan(quota)
+        plot = rate_plot(series, window, quota_type, float(quota) if known else None)
+        fig, ax = plt.subplots(figsize=(9, 3.2))
+        ax.plot(plot.times, plot.rate, lw=0.8, label="windowed rate")
+        if known:
             ax.axhline(quota, color="tab:red", lw=1, ls="--", label=f"quota {_fmt(quota)}")
-        marks = np.isin(windows, throttled)
-        if marks.any():
+        if len(plot.mark_times) and quota_type == "fetch":
             ax.plot(
-                np.asarray(times)[marks], rate[marks], ".", color="tab:red", ms=3, label="throttled"
+                plot.mark_times,
+                plot.mark_rates,
+                "|",
+                color="tab:red",
+                ms=6,
+                label="throttled (empty response, bytes not counted)",
             )
-        unit = _UNIT[str(record["quota_type"])]
+        elif len(plot.mark_times):
+            ax.plot(plot.mark_times, plot.mark_rates, ".", color="tab:red", ms=3, label="throttled")
+        unit = _UNIT[quota_type]
         title = f"{record['quota_type']} · {record['entity']} · broker {record[BROKER]}"
         ax.set_title(title, fontsize=10)
         ax.set_ylabel(unit)
-        ax.legend(loc="upper right", fontsize=8)
+        # headroom above the rate and the quota, for the legend not to hide either
+        top = np.fmax.reduce(np.append(plot.rate, float(quota) if known else np.nan))
+        if np.isfinite(top) and top > 0:
+            ax.set_ylim(0, 1.3 * top)
+        ax.legend(loc="upper right", fontsize=8, ncol=3)
         fig.autofmt_xdate()
         fig.tight_layout()
         name = f"rate_{number + 1}.png"
@@ -377,6 +727,7 @@ th, td { border: 1px solid #ccc; padding: 0.25em 0.6em; text-align: right; }
 th { background: #f3f3f3; }
 td:first-child, th:first-child { text-align: left; }
 code { background: #f3f3f3; padding: 0 0.2em; }
+p.opening { font-size: 1.05em; line-height: 1.5; }
 """
 
 
@@ -389,8 +740,10 @@ def write_report(result: BacktestResult, out: Path) -> Path:
     rate_plots = _plot_rates(result, folder)
     histogram = _plot_histogram(result, folder)
     esc = html.escape
+    sentences = opening(result, read_entities(out))
     body = [
         "<h1>kquota back-test</h1>",
+        f'<p class="opening">{esc(" ".join(sentences))}</p>',
         f"<p>{result.rows_read:,} requests read, {result.rows_valid:,} replayed "
         f"({result.mode} loop) under {len(result.scenarios)} scenario(s): "
         f"{esc(', '.join(result.scenarios))} (quotas scaled by that factor). "

@@ -405,7 +405,10 @@ def comparison(entities: DataFrame | pd.DataFrame, top: pd.DataFrame) -> pd.Data
 def rate_series(
     requests: DataFrame, top: pd.DataFrame, options: BacktestOptions, base: str
 ) -> dict[str, pd.DataFrame]:
-    """For the plotted sensors (base scenario): recorded usage per window, in quota units.
+    """For the plotted sensors (base scenario), per window: recorded usage in quota units
+    (``amount``), throttled requests, requests, and ``unrecorded`` requests (throttled
+    fetches: their bytes are not in ``amount``, and the report leaves their windows out of
+    the plotted rate).
 
     Only the base scenario's rows of those sensors are read and spread into usage."""
     from pyspark.sql import functions as F
@@ -445,6 +448,7 @@ def rate_series(
             F.sum(amount).alias("amount"),
             F.sum((F.col(THROTTLE) > 0).cast("long")).alias("throttled"),
             F.count(F.lit(1)).alias("requests"),
+            F.sum((~F.col(RECORDED)).cast("long")).alias("unrecorded"),
         )
         .orderBy(*_SENSOR_KEY, "window")
         .toPandas()

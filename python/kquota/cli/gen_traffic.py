@@ -20,10 +20,13 @@ def register(subparsers: Any) -> None:
         help="write realistic multi-tenant Kafka traffic (Parquet or CSV) for kquota backtest",
         description=(
             "Generate seeded multi-tenant traffic: heavy-tailed client sizes, a daily pattern, "
-            "producer bursts and a consumer that resets its offsets and bootstraps (KIP-13's "
-            "example). Writes one file with the columns kquota backtest reads, in the format "
-            "its name says (Parquet or CSV), and optionally a quota file that throttles some "
-            "of it. Exit status 2 on bad options or a path that cannot be written."
+            "producer bursts of a few times their quota and a consumer that resets its offsets "
+            "and catches up (KIP-13's example). Writes one file with the columns kquota "
+            "backtest reads, in the format its name says (Parquet or CSV), and optionally a "
+            "quota file for it: a <default> user quota and the heaviest tenants' own, some just "
+            "over their daily peak and some just under, so that scaling it (kquota backtest "
+            "--scale 0.5,1,2) throttles clearly more or less. Exit status 2 on bad options or "
+            "a path that cannot be written."
         ),
     )
     parser.add_argument(
@@ -46,7 +49,9 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--quotas-out",
         metavar="FILE",
-        help="also write a quota file (kquota configs format) suited to this traffic",
+        help="also write a quota file (kquota configs format) for this traffic, planned from "
+        "its steady part: some tenants run just over their quota at their daily peak, some "
+        "just under; bursts and the catch-up are a few times theirs",
     )
     parser.set_defaults(run=run, extra="spark")
 
@@ -87,7 +92,8 @@ def run(args: argparse.Namespace) -> int:
             table = traffic.generate(spec)
             traffic.write_to(table, data, path)
             if quotas_data is not None:
-                quotas_data.write_text(traffic.suggest_quotas(table).dumps(), encoding="utf-8")
+                planned = traffic.planned_quotas(table)
+                quotas_data.write_text(planned.dumps(), encoding="utf-8")
     except KquotaError as exc:
         return fail("gen-traffic", exc)
     print(f"wrote {table.num_rows:,} requests to {path} in {time.monotonic() - started:.1f} s")
