@@ -605,13 +605,16 @@ def greedy_librdkafka_producer(
     seconds: float,
     *,
     value_bytes: int = 4096,
+    batch_bytes: int = 32 * 1024,
     cap_bytes: int | None = None,
     producers: int = 1,
 ) -> Callable[[Side, Run], None]:
     """``producers`` librdkafka producers with the side's client id, producing as fast as
     they are let for ``seconds``, then dropping what is still queued and letting what is
     in flight finish. At most ``cap_bytes`` in all: a run without a quota stays small (and
-    ends once they are acknowledged, the rest of its seconds counting as idle)."""
+    ends once they are acknowledged, the rest of its seconds counting as idle). Requests
+    of at most ``batch_bytes`` (``batch.size``; 32 KiB: many requests, so that throttles
+    follow the rate closely)."""
 
     def workload(where: Side, run: Run) -> None:
         from confluent_kafka import Producer
@@ -639,7 +642,7 @@ def greedy_librdkafka_producer(
                     "client.id": where.client_id,
                     "acks": 1,
                     "linger.ms": 5,
-                    "batch.size": 32 * 1024,  # many requests: throttles follow the rate closely
+                    "batch.size": batch_bytes,
                     "queue.buffering.max.kbytes": BACKLOG_BYTES // 1024,
                     "throttle_cb": on_throttle,
                 }
@@ -915,6 +918,45 @@ def greedy_aiokafka_producer(
 
     def workload(where: Side, run: Run) -> None:
         asyncio.run(produce(where, run))
+
+    return workload
+
+
+def metadata_storm(seconds: float) -> Callable[[Side, Run], None]:
+    """One connection sending Metadata requests (v12, every topic) one after the other as
+    fast as the answers come, for ``seconds``: a client that ignores ``throttle_time_ms``,
+    so that only the mute of its connection holds it back. Each answer is one unit of the
+    run's data (requests per second); the throttle each carried is read from it."""
+
+    def workload(where: Side, run: Run) -> None:
+        import socket
+
+        from kquota.proxy import codec
+        from test_proxy_support import metadata_request, read_frame
+
+        spec = codec.api(3, 12)
+        host, port = where.bootstrap.rsplit(":", 1)
+        answered: list[tuple[float, int]] = []
+        throttles: list[int] = []
+        with socket.create_connection((host, int(port)), timeout=WAIT_S) as sock:
+            began = run.begin()
+            correlation_id = 0
+            while time.monotonic() - began < seconds:
+                correlation_id += 1
+                sock.sendall(metadata_request(correlation_id, where.client_id))
+                frame = read_frame(sock)
+                if frame is None:
+                    run.failures.append("the connection was closed")
+                    break
+                _, body = spec.response_header(frame)
+                offset = spec.throttle_offset(frame, body)
+                throttle = codec.read_int32(frame, offset) if offset is not None else 0
+                answered.append((time.monotonic() - began, 1))
+                if throttle > 0:
+                    throttles.append(throttle)
+        run.seconds = seconds
+        run.data = answered
+        run.client_throttles_ms = throttles
 
     return workload
 

@@ -13,9 +13,10 @@ The quota is 256 KiB/s and each run 20 s. Kafka measures a rate over 11 one-seco
 samples and pads a new client's window to 10 s, so a greedy client gets ~10 s of quota at
 once, then next to nothing (seconds 3-10 here: ~0.1 of the quota) until that burst's sample
 leaves the window at ~11 s, then another burst: over 20 s ~1.15 times the quota. Measured
-here (A / B): the greedy librdkafka producer 1.147 / 1.142 of the quota, 46 / 46
-throttled responses, largest throttle 1111 / 1112 ms; the consumer 0.984 / 0.984, 29 /
-29, 1999 / 1995 ms; kafka-python and aiokafka alike.
+here (A / B): the greedy librdkafka producer 1.144 / 1.144 of the quota, 35 / 36
+throttled responses in its 20 s, mean throttle 563 / 550 ms, largest 1109 / 1112 ms; the
+consumer 0.984 / 0.984, 26 / 27, 766 / 773 ms, 1999 / 1997 ms; kafka-python and aiokafka
+alike (15 s: 1.494 / 1.494 and 1.488 / 1.488 of the quota).
 
 Tolerances and why (``Tolerances``' defaults): the rate over the run within x0.8-x1.25,
 the first three seconds x0.67-x1.5, the rate in seconds 3-10 within 0.3 of the quota, the
@@ -25,6 +26,11 @@ a shared two-core machine: a mute that ends some ms late moves a response past a
 boundary, which can shift the second burst by a second and with it the last throttles of a
 run (measured: a consumer's last three throttles of ~2 s in A, one in B: its p90 halves,
 so p90 is reported but not compared).
+
+A Metadata storm under ``request_percentage`` has Kafka's shape through the proxy (a
+burst, then about one request a second with throttles of about a second) but not its
+size: the proxy charges the request quota with its own thread time per request, not the
+broker's (see the strict xfail below, which says by how much).
 
 The teeth: the same comparison fails a plain relay (the same proxy with no quota for the
 client: no throttle at all, 4 times the quota, all of it at once) and a proxy holding the
@@ -54,6 +60,7 @@ from side_by_side_support import (
     greedy_librdkafka_producer,
     librdkafka_consumer,
     measure,
+    metadata_storm,
     prefill,
     report,
     request_log,
@@ -71,7 +78,7 @@ QUOTA = 256 * 1024
 """producer_byte_rate and consumer_byte_rate, bytes/s."""
 RUN_S = 20.0
 """Seconds per run: Kafka's first burst, its trough and its second burst at ~11-12 s."""
-SHORT_S = 15.0
+SHORT_S = 14.0
 """Seconds per run of the later workloads, which repeat the first one with other clients
 (the same burst, trough and second burst; it keeps the file within ~5 minutes)."""
 CAP = int(4 * QUOTA * RUN_S)
@@ -280,6 +287,60 @@ def test_two_producers_sharing_a_quota_are_held_alike(shared: dict[str, Run]) ->
     responses: measured on Kafka alone 46, 54, 73, 78 and 128 in five runs, on kquota 46,
     61, 86, 98 and 105; before it, 24-26 throttles of the same values on both sides."""
     _alike(shared["kafka"], shared["kquota"], "produce", Tolerances(throttles_until_s=12))
+
+
+# -- 5. a Metadata storm under request_percentage ------------------------------------------
+
+STORM_PERCENTAGE = 1
+"""request_percentage: 1 % of one thread, 10 ms of request time a second (100 ms at once
+for a new client, Kafka's padded 10 s window)."""
+STORM_S = 10.0
+"""The first burst and the trough; what differs is the burst."""
+
+
+@pytest.fixture(scope="module")
+def storm(broker: SideBySideBroker, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Run]:
+    folder = tmp_path_factory.mktemp("storm")
+    return {
+        name: measure(
+            name,
+            broker,
+            folder / name,
+            f"storm-{name}",
+            f"request_percentage={STORM_PERCENTAGE}",
+            1.0,  # the run's data are answers: its rates are requests per second
+            metadata_storm(STORM_S),
+        )
+        for name in ("kafka", "kquota")
+    }
+
+
+def test_a_metadata_storm_has_kafkas_shape_through_the_proxy(storm: dict[str, Run]) -> None:
+    """Both sides let a burst through, then hold the client to about one request a second
+    with throttles of about one second (the window's span), and log every throttle the
+    client saw."""
+    print(f"\n{report(storm['kafka'], storm['kquota'], api='metadata')}")
+    for run in storm.values():
+        _seen_as_logged(run, "metadata")
+        assert run.cumulative_at(3) > 50, run.per_second()
+        assert max(run.per_second()[3:10]) <= 3, run.per_second()
+        assert 900 <= max(run.logged_throttles("metadata")) <= 1100
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=AssertionError,
+    reason=(
+        "the request quota is charged with different times: Kafka charges each request its"
+        " handler and network threads' time, kquota proxy its own thread's time, which it"
+        " can measure (the broker's it cannot see). For a Metadata request Kafka charged"
+        " 53-180 us (100 ms of quota over 565-1889 requests in its first burst; localTimeMs"
+        " ~20-40 us), kquota 30-50 us: 1.7-3.6 times as many requests got through its first"
+        " burst, with ~3 times as many throttles, shorter ones (mean 46 ms against 159 ms)"
+    ),
+)
+def test_a_metadata_storm_under_request_percentage_is_held_alike(storm: dict[str, Run]) -> None:
+    _alike(storm["kafka"], storm["kquota"], "metadata")
 
 
 # -- what Kafka itself did in (B) ------------------------------------------------------------
