@@ -33,6 +33,9 @@ being run B and ``kafka`` run A:
   run's client that its side wrote down. Ratio above 1: the proxy spends less CPU per
   request than the broker does.
 
+About 4 minutes; ``make bench-quick`` skips it (Kafka's windows do not shrink, so a
+quicker run would measure something else).
+
 pytest-benchmark times only functions it calls; the runs here are measured by a module
 fixture and given to each benchmark as its one round (``_record``, as benches/test_proxy.py
 does).
@@ -46,6 +49,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from quick import QUICK  # benches/quick.py, next to this file
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
@@ -60,10 +64,14 @@ from side_by_side_support import (
     prefill,
 )
 
-pytestmark = pytest.mark.filterwarnings(
-    # kafka-python 3.0.12 loads its schemas with importlib.resources' legacy API
-    "ignore:(open_text|read_text) is deprecated:DeprecationWarning",
-)
+pytestmark = [
+    pytest.mark.filterwarnings(
+        # kafka-python 3.0.12 loads its schemas with importlib.resources' legacy API
+        "ignore:(open_text|read_text) is deprecated:DeprecationWarning",
+    ),
+    # Kafka's windows do not shrink: a shorter run would measure something else
+    pytest.mark.skipif(QUICK, reason="about 4 minutes of real Kafka: make bench only"),
+]
 
 QUOTA = 256 * 1024
 SMALL_QUOTA = 1024 * 1024

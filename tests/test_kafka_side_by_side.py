@@ -16,7 +16,7 @@ leaves the window at ~11 s, then another burst: over 20 s ~1.15 times the quota.
 here (A / B): the greedy librdkafka producer 1.144 / 1.144 of the quota, 35 / 36
 throttled responses in its 20 s, mean throttle 563 / 550 ms, largest 1109 / 1112 ms; the
 consumer 0.984 / 0.984, 26 / 27, 766 / 773 ms, 1999 / 1997 ms; kafka-python and aiokafka
-alike (15 s: 1.494 / 1.494 and 1.488 / 1.488 of the quota).
+alike (15 s runs: 1.494 / 1.494 and 1.488 / 1.488 of the quota).
 
 Tolerances and why (``Tolerances``' defaults): the rate over the run within x0.8-x1.25,
 the first three seconds x0.67-x1.5, the rate in seconds 3-10 within 0.3 of the quota, the
