@@ -1057,5 +1057,4 @@ def report(*runs: Run, api: str) -> str:
 if __name__ == "__main__":
     if len(sys.argv) < 2 or sys.argv[1] != "token-bucket-proxy":
         sys.exit("usage: python tests/side_by_side_support.py token-bucket-proxy PROXY-ARGS...")
-    logging.captureWarnings(True)
     sys.exit(run_token_bucket_proxy(sys.argv[2:]))
