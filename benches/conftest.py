@@ -4,7 +4,9 @@ same run; at the end the ratios are printed and written to ``benches/results/pyt
 In a group, the benchmark whose ``extra_info["role"]`` is ``kquota`` is the subject and
 every other role is a baseline: one row per baseline, ``ratio = baseline / kquota``
 (above 1: kquota is faster). ``extra_info["calls"]`` is the number of calls a round makes,
-so values are per call.
+so values are per call. A group whose benchmarks give ``extra_info["unit"]`` recorded
+values in that unit rather than seconds (e.g. a rate, or milliseconds of throttle): they
+are shown as they are.
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     if bs is None or not bs.benchmarks:
         return
     by_group: dict[str, dict[str, float]] = {}
+    units: dict[str, tuple[str, float]] = {}  # group: (unit, scale from a round's value)
     details: dict[str, dict[str, Any]] = {}  # the subject's DETAILS, carried into its rows
     for bench in bs.benchmarks:
         role = bench.extra_info.get("role")
@@ -56,6 +59,8 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         if role:
             calls = bench.extra_info.get("calls", 1)
             by_group.setdefault(bench.group, {})[role] = bench.stats.median / calls
+            unit = bench.extra_info.get("unit")
+            units[bench.group] = ("ns/call", 1e9) if unit is None else (unit, 1.0)
             if role == SUBJECT:
                 details[bench.group] = {k: v for k, v in bench.extra_info.items() if k in DETAILS}
     rows: list[dict[str, Any]] = []
@@ -63,17 +68,18 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         if SUBJECT not in roles:
             continue
         value = roles[SUBJECT]
+        unit, scale = units[group]
         for role, base in roles.items():
             if role == SUBJECT:
                 continue
             rows.append(
                 {
                     "name": f"{group}/{SUBJECT}",
-                    "value": value * 1e9,
-                    "unit": "ns/call",
+                    "value": value * scale,
+                    "unit": unit,
                     "baseline": f"{group}/{role}",
-                    "baseline_value": base * 1e9,
-                    "ratio": base / value,
+                    "baseline_value": base * scale,
+                    "ratio": base / value if value else float("inf"),
                     **details.get(group, {}),
                 }
             )
@@ -84,9 +90,9 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     tr = session.config.pluginmanager.get_plugin("terminalreporter")
     if tr is not None:
         tr.write_line("")
-        tr.write_line(f"{'benchmark':<40} {'kquota ns':>10} {'baseline':<30} {'ns':>9}  ratio")
+        tr.write_line(f"{'benchmark':<40} {'kquota':>10} {'baseline':<30} {'value':>9}  ratio")
         for r in rows:
             tr.write_line(
-                f"{r['name']:<40} {r['value']:>10.0f} {r['baseline'].rsplit('/', 1)[1]:<30}"
-                f" {r['baseline_value']:>9.0f} {r['ratio']:>6.2f}x"
+                f"{r['name']:<40} {r['value']:>10.4g} {r['baseline'].rsplit('/', 1)[1]:<30}"
+                f" {r['baseline_value']:>9.4g} {r['ratio']:>6.2f}x  {r['unit']}"
             )
