@@ -30,7 +30,9 @@ so p90 is reported but not compared).
 A Metadata storm under ``request_percentage`` has Kafka's shape through the proxy (a
 burst, then about one request a second with throttles of about a second) but not its
 size: the proxy charges the request quota with its own thread time per request, not the
-broker's (see the strict xfail below, which says by how much).
+broker's, which it cannot see (30-50 us against Kafka's 50-180 us for a Metadata request
+here), so more requests get through its first burst. The fidelity guide documents this
+difference; the storm test below checks only the shape both share.
 
 The teeth: the same comparison fails a plain relay (the same proxy with no quota for the
 client: no throttle at all, 4 times the quota, all of it at once) and a proxy holding the
@@ -325,23 +327,6 @@ def test_a_metadata_storm_has_kafkas_shape_through_the_proxy(storm: dict[str, Ru
         assert run.cumulative_at(3) > 50, run.per_second()
         assert max(run.per_second()[3:10]) <= 3, run.per_second()
         assert 900 <= max(run.logged_throttles("metadata")) <= 1100
-
-
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason=(
-        "the request quota is charged with different times: Kafka charges each request its"
-        " handler and network threads' time, kquota proxy its own thread's time, which it"
-        " can measure (the broker's it cannot see). For a Metadata request Kafka charged"
-        " 50-180 us (100 ms of quota over 565-1889 requests in its first burst; localTimeMs"
-        " ~20-40 us), kquota 30-50 us: 1.2-3.6 times as many requests got through its first"
-        " burst, with 2-3 times as many throttles, shorter ones (mean 46-156 ms against"
-        " 159-292 ms)"
-    ),
-)
-def test_a_metadata_storm_under_request_percentage_is_held_alike(storm: dict[str, Run]) -> None:
-    _alike(storm["kafka"], storm["kquota"], "metadata")
 
 
 # -- what Kafka itself did in (B) ------------------------------------------------------------
