@@ -180,8 +180,14 @@ def kafka_configs(bootstrap: str, *args: str, version: str = KAFKA_VERSION) -> s
 
 
 def random_cluster_id() -> str:
-    """A random cluster id as Kafka writes one: 16 random bytes in unpadded base64url."""
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    """A random cluster id as Kafka writes one: 16 random bytes in unpadded base64url.
+
+    Like Kafka's own ``Uuid.randomUuid``, it never starts with ``-``: command lines would
+    read such an id as an option (one time in 64 otherwise)."""
+    while True:
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not cluster_id.startswith("-"):
+            return cluster_id
 
 
 def free_port() -> int:
@@ -371,8 +377,7 @@ class KafkaBroker:
             "format",
             "--config",
             str(self.properties_file),
-            "--cluster-id",
-            self.cluster_id,
+            f"--cluster-id={self.cluster_id}",
         )
 
     # life cycle

@@ -1054,6 +1054,21 @@ def report(*runs: Run, api: str) -> str:
     return "\n".join(json.dumps(run.summary(api)) for run in runs)
 
 
+def timeline(run: Run, api: str) -> str:
+    """The run second by second: what its clients got (x quota) and the throttles its side
+    wrote down in that second, so that a failed comparison shows where the runs parted."""
+    per_second = run.per_second()
+    throttles: list[list[int]] = [[] for _ in per_second]
+    for r in run.logged(api):
+        second = int((r.at_ms - run.began_wall_ms) // 1000)
+        if r.throttle_ms > 0 and 0 <= second < len(throttles):
+            throttles[second].append(r.throttle_ms)
+    lines = [f"{run.label}: second, x quota, throttles (ms)"]
+    for second, (got, held) in enumerate(zip(per_second, throttles, strict=True)):
+        lines.append(f"  {second:3d} {got:6.2f}  {held}")
+    return "\n".join(lines)
+
+
 if __name__ == "__main__":
     if len(sys.argv) < 2 or sys.argv[1] != "token-bucket-proxy":
         sys.exit("usage: python tests/side_by_side_support.py token-bucket-proxy PROXY-ARGS...")

@@ -38,6 +38,7 @@ from kafka_support import (
     kafka_home,
     kafka_libs,
     pinned_versions,
+    random_cluster_id,
 )
 
 pytestmark = pytest.mark.filterwarnings(
@@ -95,6 +96,16 @@ def test_missing_jars_say_to_run_make_tools(
         KafkaBroker(tmp_path / "broker").start()
     with pytest.raises(ValueError, match=r"'2\.8\.0' is not pinned"):
         KafkaBroker(tmp_path / "old", version="2.8.0")
+
+
+def test_a_cluster_id_that_starts_with_a_dash_formats(tmp_path: Path) -> None:
+    """One random id in 64 starts with ``-``; Kafka's own ids never do, and the storage
+    tool must still take one (it would read it as an option after ``--cluster-id ``)."""
+    assert not any(random_cluster_id().startswith("-") for _ in range(2000))
+    broker = KafkaBroker(tmp_path / "broker", cluster_id="-LsW87eqSJOhG6uR1Tnbuw")
+    broker.prepare()
+    meta = (broker.data_dir / "meta.properties").read_text()
+    assert "cluster.id=-LsW87eqSJOhG6uR1Tnbuw" in meta, meta
 
 
 def test_kafka_configs_reports_the_tools_own_error() -> None:

@@ -66,6 +66,7 @@ from side_by_side_support import (
     prefill,
     report,
     request_log,
+    timeline,
 )
 
 pytestmark = [
@@ -156,10 +157,11 @@ def _seen_as_logged(run: Run, api: str) -> None:
 
 
 def _alike(a: Run, b: Run, api: str, tolerances: Tolerances | None = None) -> None:
-    print(f"\n{report(a, b, api=api)}")
+    print(f"\n{report(a, b, api=api)}\n{timeline(a, api)}\n{timeline(b, api)}")
     for run in (a, b):
         _seen_as_logged(run, api)
-    assert compare(a, b, api, tolerances) == []
+    differences = compare(a, b, api, tolerances)
+    assert differences == [], differences
 
 
 def test_a_greedy_librdkafka_producer_is_held_alike(greedy: dict[str, Run]) -> None:
@@ -262,7 +264,17 @@ def python_producer(
 
 
 def test_a_python_producer_is_held_alike(python_producer: dict[str, Run]) -> None:
-    _alike(python_producer["kafka"], python_producer["kquota"], "produce")
+    """Rates over the whole run; throttles up to Kafka's second burst (12 s), as for the
+    shared quota below. A 14 s run ends inside that burst (6 to 10 throttles of ~110 ms in a
+    second), so how many of them fall inside the run turns on where the burst begins, to
+    the hundred ms: measured 29-31 throttled responses on both sides in most runs, once 33
+    on Kafka against 22 through the proxy. Before it, the runs agree to a throttle or two."""
+    _alike(
+        python_producer["kafka"],
+        python_producer["kquota"],
+        "produce",
+        Tolerances(throttles_until_s=12),
+    )
 
 
 # -- 4. two producers sharing one client id's quota ----------------------------------------
