@@ -448,8 +448,8 @@ def request_log(
     path: Path, client_ids: Iterable[str], since_ms: int, until_ms: int
 ) -> list[Response]:
     """The ``Completed request`` lines of ``client_ids`` logged from ``since_ms`` to
-    ``until_ms`` (epoch ms; the broker logs in UTC), in file order. Sizes are the records'
-    bytes (produce request, fetch response)."""
+    ``until_ms`` (epoch ms; the broker logs in UTC), in file order, each with the throttle
+    its response carried. Sizes are the records' bytes (produce request, fetch response)."""
     wanted = set(client_ids)
     found = []
     with path.open(encoding="utf-8", errors="replace") as lines:
@@ -462,6 +462,8 @@ def request_log(
             if not since_ms <= at_ms <= until_ms:
                 continue
             body = json.loads(match[3])
+            if body.get("isForwarded"):
+                continue  # the controller's line for a request a broker forwarded to it
             header = body["requestHeader"]
             client_id = header.get("clientId") or ""
             if client_id not in wanted:
@@ -472,7 +474,12 @@ def request_log(
                 size = _partitions_bytes(body["request"], "topicData", "partitionData")
             elif api == "fetch" and isinstance(body.get("response"), dict):
                 size = _partitions_bytes(body["response"], "responses", "partitions")
-            throttle = int(body["throttleTimeMs"])
+            # the line's own throttleTimeMs is the request quota's; a response forwarded
+            # from the controller carries the larger of it and the controller's (a mutation
+            # throttle), which the broker applies too
+            response = body.get("response")
+            answered = response.get("throttleTimeMs", 0) if isinstance(response, dict) else 0
+            throttle = max(int(body["throttleTimeMs"]), int(answered or 0))
             found.append(Response(at_ms, api, client_id, size, throttle, body["listener"]))
     return found
 

@@ -34,6 +34,14 @@ broker's, which it cannot see (30-50 us against Kafka's 50-180 us for a Metadata
 here), so more requests get through its first burst. The fidelity guide documents this
 difference; the storm test below checks only the shape both share.
 
+CreateTopics of 30 one-partition topics at once under ``controller_mutation_rate`` 2 gets
+the same answer on both sides, topic for topic: strict (kafka-python's v7) 23 created and 7
+refused with THROTTLING_QUOTA_EXCEEDED and a throttle of about 0.5 s; permissive
+(librdkafka's v4) all created and a throttle of about 4 s (measured 458 / 462 ms and
+3966 / 3959 ms). Kafka forwards the request to its controller, which computes that
+throttle; its request log then shows it only in the response (the line's own
+``throttleTimeMs`` is the request quota's, 0), and the broker mutes the client for it.
+
 The teeth: the same comparison fails a plain relay (the same proxy with no quota for the
 client: no throttle at all, 4 times the quota, all of it at once) and a proxy holding the
 same rate with a token bucket (:class:`~side_by_side_support.TokenBucketPlugin`, the
@@ -46,16 +54,21 @@ are up to ~1.1 s), and over 20 s it lets ~1.5 times the quota through.
 from __future__ import annotations
 
 import collections
+import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 from side_by_side_support import (
+    LOG_LAG_S,
     SIDES,
+    WAIT_S,
     Run,
     SideBySideBroker,
     Tolerances,
+    capture_rows,
     compare,
     greedy_aiokafka_producer,
     greedy_kafka_python_producer,
@@ -66,6 +79,7 @@ from side_by_side_support import (
     prefill,
     report,
     request_log,
+    side,
     timeline,
 )
 
@@ -77,6 +91,8 @@ pytestmark = [
     ),
 ]
 
+THROTTLING_QUOTA_EXCEEDED = 89
+"""The error code of a topic refused by a strict mutation quota."""
 QUOTA = 256 * 1024
 """producer_byte_rate and consumer_byte_rate, bytes/s."""
 RUN_S = 20.0
@@ -339,6 +355,124 @@ def test_a_metadata_storm_has_kafkas_shape_through_the_proxy(storm: dict[str, Ru
         assert run.cumulative_at(3) > 50, run.per_second()
         assert max(run.per_second()[3:10]) <= 3, run.per_second()
         assert 900 <= max(run.logged_throttles("metadata")) <= 1100
+
+
+# -- 6. CreateTopics under controller_mutation_rate -----------------------------------------
+
+MUTATION_RATE = 2
+"""controller_mutation_rate: partitions a second. Kafka's default 11 one-second samples
+give a new client a bucket of 22 partitions."""
+MUTATION_TOPICS = 30
+"""One-partition topics in one CreateTopics request: 8 over the bucket."""
+
+
+@dataclass
+class Creation:
+    """One CreateTopics request of 30 topics on one side: what the client was answered and
+    what the side wrote down."""
+
+    codes: list[int]  # each topic's error code, in the request's order
+    client_throttles_ms: list[int]  # as the client read them (librdkafka only)
+    logged_throttles_ms: list[int]  # each CreateTopics response's, in the log or capture
+
+
+def _create_many(
+    name: str, broker: SideBySideBroker, folder: Path, client_id: str, strict: bool
+) -> Creation:
+    """Ask for :data:`MUTATION_TOPICS` topics at once with ``controller_mutation_rate`` set
+    on ``client_id`` on side ``name``: kafka-python's v7 request (strict) or librdkafka's
+    v4 (permissive)."""
+    names = [f"{client_id}-{i:02d}" for i in range(MUTATION_TOPICS)]
+    quota = f"controller_mutation_rate={MUTATION_RATE}"
+    seen: list[int] = []
+    started_ms = time.time_ns() // 1_000_000
+    with side(name, broker, folder, client_id, quota) as where:
+        if strict:
+            from kafka.admin import KafkaAdminClient
+
+            admin = KafkaAdminClient(bootstrap_servers=where.bootstrap, client_id=client_id)
+            try:
+                spec = {"num_partitions": 1, "replication_factor": 1}
+                answer = admin.create_topics({n: spec for n in names}, raise_errors=False)
+            finally:
+                admin.close()
+            by_name = {t["name"]: t["error_code"] for t in answer["topics"]}
+            codes = [by_name[n] for n in names]
+        else:
+            from confluent_kafka import KafkaException
+            from confluent_kafka.admin import AdminClient, NewTopic
+
+            client = AdminClient(
+                {
+                    "bootstrap.servers": where.bootstrap,
+                    "client.id": client_id,
+                    "throttle_cb": lambda e: seen.append(round(e.throttle_time * 1000)),
+                }
+            )
+            futures = client.create_topics([NewTopic(n, 1, 1) for n in names])
+            codes = []
+            for n in names:
+                try:
+                    futures[n].result(timeout=WAIT_S)
+                    codes.append(0)
+                except KafkaException as error:
+                    codes.append(error.args[0].code())
+            deadline = time.monotonic() + 10
+            while not seen and time.monotonic() < deadline:
+                client.poll(0.1)  # throttle_cb runs from poll
+            del client  # before the proxy stops, or librdkafka reconnects to it
+    ended_ms = time.time_ns() // 1_000_000
+    if name == "kafka":
+        time.sleep(LOG_LAG_S)
+        logged = request_log(broker.request_log, [client_id], started_ms - 1000, ended_ms + 1000)
+    else:
+        logged = capture_rows(folder / "capture", [client_id])
+    throttles = [r.throttle_ms for r in logged if r.api == "create_topics"]
+    return Creation(codes, seen, throttles)
+
+
+@pytest.fixture(scope="module", params=["strict", "permissive"])
+def creations(
+    request: pytest.FixtureRequest,
+    broker: SideBySideBroker,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> dict[str, Creation]:
+    pytest.importorskip("kafka.admin")
+    folder = tmp_path_factory.mktemp(f"create-{request.param}")
+    return {
+        name: _create_many(
+            name, broker, folder / name, f"{request.param}-{name}", request.param == "strict"
+        )
+        for name in ("kafka", "kquota")
+    }
+
+
+def test_create_topics_under_a_mutation_rate_are_answered_alike(
+    request: pytest.FixtureRequest, creations: dict[str, Creation]
+) -> None:
+    """Strict (v6+): the topics within the bucket are created and the rest refused with
+    THROTTLING_QUOTA_EXCEEDED, the same topics on both sides; permissive (v4): every topic
+    created. Either way one response, throttled for the partitions over the bucket at the
+    rate (strict: the one that took it below zero; permissive: all 8), to within the ms
+    that pass between the bucket's creation and its use."""
+    a, b = creations["kafka"], creations["kquota"]
+    print(f"\n{request.node.callspec.id}: Kafka {a}\nkquota {b}")
+    burst = 11 * MUTATION_RATE
+    if request.node.callspec.id == "strict":
+        # Kafka admits while the bucket is not below zero: the 23rd partition takes it to -1
+        expected = [0] * (burst + 1) + [THROTTLING_QUOTA_EXCEEDED] * (MUTATION_TOPICS - burst - 1)
+        throttle_ms = 1000 / MUTATION_RATE
+    else:
+        expected = [0] * MUTATION_TOPICS
+        throttle_ms = (MUTATION_TOPICS - burst) * 1000 / MUTATION_RATE
+    for creation in (a, b):
+        assert creation.codes == expected
+        assert len(creation.logged_throttles_ms) == 1, creation
+        assert throttle_ms - 100 <= creation.logged_throttles_ms[0] <= throttle_ms
+        # what librdkafka read is what the side wrote down
+        assert creation.client_throttles_ms in ([], creation.logged_throttles_ms)
+    if request.node.callspec.id == "permissive":
+        assert a.client_throttles_ms and b.client_throttles_ms
 
 
 # -- what Kafka itself did in (B) ------------------------------------------------------------
