@@ -39,7 +39,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -67,11 +67,22 @@ class SideBySideBroker(KafkaBroker):
     ``PLAINTEXT`` (``bootstrap``) stays the inter-broker listener and advertises itself."""
 
     PROXIED = "PROXIED"
+    SASL = "SASL"
 
-    def __init__(self, folder: Path, **kwargs: Any) -> None:
+    def __init__(
+        self, folder: Path, *, sasl_users: Mapping[str, str] | None = None, **kwargs: Any
+    ) -> None:
         super().__init__(folder, **kwargs)
         self.proxied_port = free_port()
         self.proxy_port = free_port()
+        self.sasl_users = dict(sasl_users or {})
+        self.sasl_port = free_port() if self.sasl_users else 0
+
+    @property
+    def client_bootstrap(self) -> str:
+        """Where the clients of (A) connect: the ``SASL`` listener when the broker has SASL
+        users, else ``PLAINTEXT`` (the tools' listener either way)."""
+        return f"127.0.0.1:{self.sasl_port}" if self.sasl_users else self.bootstrap
 
     @property
     def proxied(self) -> str:
@@ -84,22 +95,41 @@ class SideBySideBroker(KafkaBroker):
         return f"127.0.0.1:{self.proxy_port}"
 
     def server_properties(self) -> dict[str, str]:
+        """With ``sasl_users``, ``PROXIED`` and a third listener, ``SASL``, authenticate
+        clients with SASL/PLAIN against those users and passwords; ``PLAINTEXT`` stays open
+        for the tools and the broker itself."""
         properties = super().server_properties()
         direct = f"PLAINTEXT://127.0.0.1:{self.port}"
-        properties["listeners"] = ",".join(
-            [
-                direct,
-                f"{self.PROXIED}://127.0.0.1:{self.proxied_port}",
-                f"CONTROLLER://127.0.0.1:{self.controller_port}",
-            ]
-        )
-        properties["advertised.listeners"] = (
-            f"{direct},{self.PROXIED}://127.0.0.1:{self.proxy_port}"
-        )
-        properties["listener.security.protocol.map"] = (
-            f"PLAINTEXT:PLAINTEXT,{self.PROXIED}:PLAINTEXT,CONTROLLER:PLAINTEXT"
-        )
+        proxied = f"{self.PROXIED}://127.0.0.1:{self.proxied_port}"
+        advertised = [direct, f"{self.PROXIED}://127.0.0.1:{self.proxy_port}"]
+        listeners = [direct, proxied, f"CONTROLLER://127.0.0.1:{self.controller_port}"]
+        protocol = "PLAINTEXT"
+        protocols = ["PLAINTEXT:PLAINTEXT", "CONTROLLER:PLAINTEXT"]
+        if self.sasl_users:
+            protocol = "SASL_PLAINTEXT"
+            sasl = f"{self.SASL}://127.0.0.1:{self.sasl_port}"
+            listeners.append(sasl)
+            advertised.append(sasl)
+            protocols.append(f"{self.SASL}:{protocol}")
+            users = " ".join(f'user_{u}="{p}"' for u, p in self.sasl_users.items())
+            jaas = f"org.apache.kafka.common.security.plain.PlainLoginModule required {users};"
+            properties["sasl.enabled.mechanisms"] = "PLAIN"
+            for name in (self.SASL, self.PROXIED):
+                properties[f"listener.name.{name.lower()}.plain.sasl.jaas.config"] = jaas
+        protocols.append(f"{self.PROXIED}:{protocol}")
+        properties["listeners"] = ",".join(listeners)
+        properties["advertised.listeners"] = ",".join(advertised)
+        properties["listener.security.protocol.map"] = ",".join(protocols)
         return properties
+
+    def sasl_config(self, user: str) -> dict[str, str]:
+        """librdkafka's settings to log in as ``user`` with SASL/PLAIN."""
+        return {
+            "security.protocol": "SASL_PLAINTEXT",
+            "sasl.mechanism": "PLAIN",
+            "sasl.username": user,
+            "sasl.password": self.sasl_users[user],
+        }
 
 
 def cpu_seconds(pid: int) -> float:
@@ -108,25 +138,29 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / TICKS  # utime, stime: fields 14 and 15
 
 
-def set_kafka_quota(broker: KafkaBroker, client_id: str, config: str) -> None:
-    """``kafka-configs --alter --add-config CONFIG`` on ``client_id``; returns once the
-    broker reports it (``--describe``), so a run never starts before its quota applies."""
-    entity = ("--entity-type", "clients", "--entity-name", client_id)
+def set_kafka_quota(
+    broker: KafkaBroker, name: str, config: str, entity_type: str = "clients"
+) -> None:
+    """``kafka-configs --alter --add-config CONFIG`` on the client id or user ``name``;
+    returns once the broker reports it (``--describe``), so a run never starts before its
+    quota applies."""
+    entity = ("--entity-type", entity_type, "--entity-name", name)
     kafka_configs(broker.bootstrap, "--alter", "--add-config", config, *entity)
     key = config.split("=", 1)[0]
     deadline = time.monotonic() + WAIT_S
     while key not in kafka_configs(broker.bootstrap, "--describe", *entity):
         if time.monotonic() > deadline:
-            raise RuntimeError(f"Kafka did not report {config} on {client_id}")
+            raise RuntimeError(f"Kafka did not report {config} on {entity_type} {name}")
         time.sleep(0.5)
 
 
-def kquota_configs(store: Path, client_id: str, config: str) -> None:
-    """``kquota configs --store STORE --alter --client CLIENT_ID --add-config CONFIG``."""
+def kquota_configs(store: Path, name: str, config: str, entity_type: str = "clients") -> None:
+    """``kquota configs --store STORE --alter --entity-type clients|users --entity-name
+    NAME --add-config CONFIG``."""
     subprocess.run(
         [
             *(sys.executable, "-m", "kquota", "configs", "--store", str(store), "--alter"),
-            *("--entity-type", "clients", "--entity-name", client_id, "--add-config", config),
+            *("--entity-type", entity_type, "--entity-name", name, "--add-config", config),
         ],
         check=True,
         capture_output=True,
@@ -518,8 +552,9 @@ class Side:
 
     name: str
     bootstrap: str
-    client_id: str  # a quota is set on it; unique per run
+    client_id: str  # unique per run; the quota is set on it, or on its user
     front: Front | None = None
+    config: dict[str, str] = field(default_factory=dict)  # the clients' own (SASL login)
 
 
 @contextlib.contextmanager
@@ -529,21 +564,26 @@ def side(
     folder: Path,
     client_id: str,
     quota: str,
+    *,
+    user: str | None = None,
 ) -> Iterator[Side]:
-    """Set ``quota`` (``KEY=VALUE``) on ``client_id`` where side ``name`` enforces it, and
-    yield where to connect: Kafka's own listener (``kafka``), or the proxy (the others)."""
+    """Set ``quota`` (``KEY=VALUE``) on ``client_id`` (or, given one, on ``user``, whom the
+    clients then log in as) where side ``name`` enforces it, and yield where to connect:
+    Kafka's own listener (``kafka``), or the proxy (the others)."""
+    entity_type, entity = ("users", user) if user else ("clients", client_id)
+    config = broker.sasl_config(user) if user else {}
     if name == "kafka":
-        set_kafka_quota(broker, client_id, quota)
-        yield Side(name, broker.bootstrap, client_id)
+        set_kafka_quota(broker, entity, quota, entity_type)
+        yield Side(name, broker.client_bootstrap, client_id, config=config)
         return
     store = folder / "quotas.sqlite"
     if name == "relay":  # a store, but no quota for this client
-        kquota_configs(store, f"not-{client_id}", quota)
+        kquota_configs(store, f"not-{entity}", quota, entity_type)
     else:
-        kquota_configs(store, client_id, quota)
+        kquota_configs(store, entity, quota, entity_type)
     front = Front(name, broker, store, folder)
     try:
-        yield Side(name, broker.proxy_bootstrap, client_id, front)
+        yield Side(name, broker.proxy_bootstrap, client_id, front, config)
     finally:
         front.stop()
 
@@ -558,15 +598,17 @@ def measure(
     workload: Callable[[Side, Run], None],
     *,
     idle_s: float = 0.0,
+    user: str | None = None,
 ) -> Run:
     """Run ``workload`` on side ``name`` with ``quota_config`` on ``client_id``, which its
     clients use; collect what Kafka logged or the proxy captured for it, and the CPU times
-    of the broker and the proxy over the workload. With ``idle_s``, their CPU time while
+    of the broker and the proxy over the workload. With ``user``, the quota is that user's
+    and the clients log in as it (SASL/PLAIN). With ``idle_s``, their CPU time while
     idle is measured first, for that long (:meth:`Run.cpu_per_request_us` takes it out)."""
     run = Run(name, client_id, quota)
     folder.mkdir(parents=True, exist_ok=True)
     assert broker.pid is not None
-    with side(name, broker, folder, client_id, quota_config) as where:
+    with side(name, broker, folder, client_id, quota_config, user=user) as where:
         pids = {"broker": broker.pid}
         if where.front is not None:
             pids["proxy"] = where.front.pid
@@ -652,6 +694,7 @@ def greedy_librdkafka_producer(
                     "batch.size": batch_bytes,
                     "queue.buffering.max.kbytes": BACKLOG_BYTES // 1024,
                     "throttle_cb": on_throttle,
+                    **where.config,
                 }
             )
             for _ in range(producers)

@@ -34,6 +34,10 @@ broker's, which it cannot see (30-50 us against Kafka's 50-180 us for a Metadata
 here), so more requests get through its first burst. The fidelity guide documents this
 difference; the storm test below checks only the shape both share.
 
+Two producers logged in as one user with SASL/PLAIN, on a second broker whose client
+listeners require it, are held by that user's quota alike: Kafka's, and the proxy's, which
+takes the user from the login passing through it to Kafka.
+
 CreateTopics of 30 one-partition topics at once under ``controller_mutation_rate`` 2 gets
 the same answer on both sides, topic for topic: strict (kafka-python's v7) 23 created and 7
 refused with THROTTLING_QUOTA_EXCEEDED and a throttle of about 0.5 s; permissive
@@ -317,6 +321,55 @@ def test_two_producers_sharing_a_quota_are_held_alike(shared: dict[str, Run]) ->
     responses: measured on Kafka alone 46, 54, 73, 78 and 128 in five runs, on kquota 46,
     61, 86, 98 and 105; before it, 24-26 throttles of the same values on both sides."""
     _alike(shared["kafka"], shared["kquota"], "produce", Tolerances(throttles_until_s=12))
+
+
+@pytest.fixture(scope="module")
+def sasl_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SideBySideBroker]:
+    """A second Kafka node whose client listeners take SASL/PLAIN logins of
+    :data:`SASL_USERS`, so that a user's quota applies (the proxy learns the user from the
+    authentication passing through it)."""
+    from conftest import _running
+
+    folder = tmp_path_factory.mktemp("side-by-side-sasl")
+    yield from _running(SideBySideBroker(folder, sasl_users=SASL_USERS))
+
+
+SASL_USERS = {f"tenant-{name}": f"{name}-secret" for name in ("kafka", "kquota")}
+"""One user per side, so that Kafka's quota of (A)'s user never applies in (B)."""
+
+
+@pytest.fixture(scope="module")
+def shared_user(
+    sasl_broker: SideBySideBroker, tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, Run]:
+    """Two librdkafka producers logged in as one user, held by that user's quota."""
+    _create_topics(sasl_broker, "tenant-kafka", "tenant-kquota")
+    folder = tmp_path_factory.mktemp("shared-user")
+    return {
+        name: measure(
+            name,
+            sasl_broker,
+            folder / name,
+            f"tenant-{name}",
+            f"producer_byte_rate={QUOTA}",
+            QUOTA,
+            greedy_librdkafka_producer(f"tenant-{name}", SHORT_S, cap_bytes=CAP, producers=2),
+            user=f"tenant-{name}",
+        )
+        for name in ("kafka", "kquota")
+    }
+
+
+def test_two_producers_sharing_a_users_quota_over_sasl_are_held_alike(
+    shared_user: dict[str, Run],
+) -> None:
+    """The same as two producers sharing a client id's quota, with the quota on the user
+    they log in as with SASL/PLAIN, through the proxy's pass-through of the login."""
+    a, b = shared_user["kafka"], shared_user["kquota"]
+    _alike(a, b, "produce", Tolerances(throttles_until_s=12))
+    # (A) logged in on Kafka's own SASL listener; (B) through the proxy, unthrottled by Kafka
+    assert {r.listener for r in a.responses} == {SideBySideBroker.SASL}
+    assert {r.listener for r in b.responses} == {""}  # the proxy's capture
 
 
 # -- 5. a Metadata storm under request_percentage ------------------------------------------
