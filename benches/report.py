@@ -271,10 +271,9 @@ def floor_note(rows: list[Row]) -> str:
     if not parts:
         return ""
     return (
-        "\n\nThe floor is `_noop_record`: the same call into the same extension, its "
-        "arguments parsed as `record` parses them, nothing done. kquota's `record` takes "
-        + " and ".join(parts)
-        + " more than the floor."
+        "\n\nThe floor is `_bench_noop_record`: a call into the same extension with the "
+        "same arguments, parsed as `record` parses them, nothing done. kquota's `record` "
+        "takes " + " and ".join(parts) + " more than the floor."
     )
 
 

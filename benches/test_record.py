@@ -5,9 +5,10 @@ Contenders (the pytest-benchmark group is ``record_one_entity`` or ``record_10k_
 
 * ``kquota``: ``QuotaManager.record(user, client_id, value, now_ms)``, which records the
   value and returns the throttle time: Kafka's record-and-check.
-* ``floor``: ``QuotaManager._noop_record`` with the same arguments. It is in the same
-  extension and parses them the same way, then does nothing: what CPython charges for
-  the call. Nothing can be faster than this from Python.
+* ``floor``: ``kquota._core._bench_noop_record(user, client_id, value, now_ms)``, a
+  module-level function taking the same arguments. It is in the same extension and parses
+  them the same way, then does nothing: what CPython charges for the call. Nothing can be
+  faster than this from Python.
 * ``model``: the pure-Python reference model of the same semantics
   (tests/reference_model.py).
 * ``limits_moving_window`` and ``limits_sliding_window_counter``: the ``limits`` package's
@@ -20,14 +21,14 @@ Contenders (the pytest-benchmark group is ``record_one_entity`` or ``record_10k_
   ``token_bucket.MemoryStorage``, with a bucket that no run empties.
 
 Fairness. Every contender runs in the same lean loop: a list of its own argument tuples,
-built before the round (untimed), and its bound method called directly with them, as in
-``for u, c, v, t in args: f(u, c, v, t)``; nothing is wrapped. A timed round is ``CALLS``
-calls. Every sensor, key and bucket exists before timing starts, and in the 10 000-entity
-groups every round goes through all 10 000 keys in turn. kquota and the model are given
-the time: ``now_ms`` advances by 1 ms every 64 calls over the whole run. ``limits`` and
-``token-bucket`` take no time argument; they read the wall clock (``time.time``,
-``time.monotonic``) on every call themselves, and that is part of what they cost.
-The loop's own cost (about what the floor shows) is in every number.
+built before the round (untimed), and its bound method (the floor: its function) called
+directly with them, as in ``for u, c, v, t in args: f(u, c, v, t)``; nothing is wrapped. A
+timed round is ``CALLS`` calls. Every sensor, key and bucket exists before timing starts,
+and in the 10 000-entity groups every round goes through all 10 000 keys in turn. kquota
+and the model are given the time: ``now_ms`` advances by 1 ms every 64 calls over the whole
+run. ``limits`` and ``token-bucket`` take no time argument; they read the wall clock
+(``time.time``, ``time.monotonic``) on every call themselves, and that is part of what they
+cost. The loop's own cost (about what the floor shows) is in every number.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ import limits
 import pytest
 import reference_model
 import token_bucket
+from kquota._core import _bench_noop_record
 from limits.storage import MemoryStorage
 from limits.strategies import MovingWindowRateLimiter, SlidingWindowCounterRateLimiter
 from quick import pick
@@ -109,9 +111,8 @@ def kquota_record(clients: list[str]) -> Contender:
 
 
 def floor(clients: list[str]) -> Contender:
-    m = kquota.QuotaManager("produce")
-    assert m._noop_record(USER, clients[0], VALUE, 0) == 0
-    return m._noop_record, timed_args(clients)
+    assert _bench_noop_record(USER, clients[0], VALUE, 0) == 0
+    return _bench_noop_record, timed_args(clients)
 
 
 def model(clients: list[str]) -> Contender:

@@ -15,7 +15,10 @@ use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyFloat, PyInt, PyString, PyTuple};
 
-use crate::errors;
+use crate::entity::Entity;
+use crate::error::errors;
+use crate::quota_manager::QuotaManager;
+use crate::request_path::RequestPath;
 
 /// At most this many characters of a bad value are quoted in a message.
 const SHOWN: usize = 80;
@@ -171,6 +174,11 @@ pub(crate) fn quota_type<'py>(obj: &Bound<'py, PyAny>) -> PyResult<Text<'py>> {
     text(obj, "quota_type")
 }
 
+/// `now_ms` when given, else the core's clock.
+pub(crate) fn now_or_clock(now_ms: Option<i64>) -> i64 {
+    now_ms.unwrap_or_else(kquota_core::monotonic_ms)
+}
+
 pub(crate) fn now_ms(obj: &Bound<'_, PyAny>) -> PyResult<Option<i64>> {
     optional(obj, |o| i64_arg(o, "now_ms"))
 }
@@ -220,8 +228,8 @@ pub(crate) fn quota(obj: &Bound<'_, PyAny>) -> PyResult<f64> {
 }
 
 /// A `kquota.Entity`.
-pub(crate) fn entity<'py>(obj: &Bound<'py, PyAny>) -> PyResult<Bound<'py, crate::Entity>> {
-    obj.cast::<crate::Entity>().cloned().map_err(|_| {
+pub(crate) fn entity<'py>(obj: &Bound<'py, PyAny>) -> PyResult<Bound<'py, Entity>> {
+    obj.cast::<Entity>().cloned().map_err(|_| {
         wrong_type(
             "entity",
             "a kquota.Entity, e.g. Entity(user='alice') or Entity(client_id=DEFAULT)",
@@ -351,21 +359,21 @@ pub(crate) fn requested_max_bytes(obj: &Bound<'_, PyAny>) -> PyResult<i64> {
 }
 
 /// A `kquota.QuotaManager`, for the parameter `name`.
-fn manager<'py>(obj: &Bound<'py, PyAny>, name: &str) -> PyResult<Py<crate::QuotaManager>> {
-    obj.cast::<crate::QuotaManager>()
+fn manager<'py>(obj: &Bound<'py, PyAny>, name: &str) -> PyResult<Py<QuotaManager>> {
+    obj.cast::<QuotaManager>()
         .map(|m| m.clone().unbind())
         .map_err(|_| wrong_type(name, "a kquota.QuotaManager", obj))
 }
 
-pub(crate) fn produce(obj: &Bound<'_, PyAny>) -> PyResult<Py<crate::QuotaManager>> {
+pub(crate) fn produce(obj: &Bound<'_, PyAny>) -> PyResult<Py<QuotaManager>> {
     manager(obj, "produce")
 }
 
-pub(crate) fn fetch(obj: &Bound<'_, PyAny>) -> PyResult<Py<crate::QuotaManager>> {
+pub(crate) fn fetch(obj: &Bound<'_, PyAny>) -> PyResult<Py<QuotaManager>> {
     manager(obj, "fetch")
 }
 
-pub(crate) fn request(obj: &Bound<'_, PyAny>) -> PyResult<Py<crate::QuotaManager>> {
+pub(crate) fn request(obj: &Bound<'_, PyAny>) -> PyResult<Py<QuotaManager>> {
     manager(obj, "request")
 }
 
@@ -459,7 +467,7 @@ pub(crate) fn topic_partitions_array<'py>(
 }
 
 /// The scenarios of a replay: a sequence of `kquota.RequestPath`.
-pub(crate) fn scenarios(obj: &Bound<'_, PyAny>) -> PyResult<Vec<Py<crate::RequestPath>>> {
+pub(crate) fn scenarios(obj: &Bound<'_, PyAny>) -> PyResult<Vec<Py<RequestPath>>> {
     let expected = "a sequence of kquota.RequestPath (one per scenario)";
     if obj.is_instance_of::<PyString>() {
         return Err(wrong_type("scenarios", expected, obj));
@@ -471,7 +479,7 @@ pub(crate) fn scenarios(obj: &Bound<'_, PyAny>) -> PyResult<Vec<Py<crate::Reques
     for (i, item) in items.enumerate() {
         let item = item?;
         let path = item
-            .cast::<crate::RequestPath>()
+            .cast::<RequestPath>()
             .map_err(|_| wrong_type(&format!("scenarios[{i}]"), "a kquota.RequestPath", &item))?;
         out.push(path.clone().unbind());
     }

@@ -1,13 +1,16 @@
-//! A Python object as the core's `QuotaCallback` (KIP-257), and the cluster-metadata
-//! types it is told about. Every call takes the GIL (the core calls only when it resolves
-//! a client or resets limits, never per record); whatever the object raises or returns
-//! that does not fit becomes a core `Callback` error naming the object, the method and
-//! the value, which the binding raises as `QuotaCallbackError`.
+//! A Python object as the core's `QuotaCallback` (KIP-257). Every call takes the GIL (the
+//! core calls only when it resolves a client or resets limits, never per record); whatever
+//! the object raises or returns that does not fit becomes a core `Callback` error naming
+//! the object, the method and the value, which the binding raises as
+//! `QuotaCallbackError`.
 
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyMapping, PyString};
 
 use kquota_core as core;
+
+use crate::cluster_metadata::ClusterMetadata;
+use crate::entity::Entity;
 
 /// The methods a callback must have (`close` is called by the Python layers that own it).
 pub(crate) const METHODS: [&str; 7] = [
@@ -92,8 +95,8 @@ impl PyCallback {
     }
 }
 
-fn entity<'py>(py: Python<'py>, e: &core::QuotaEntity) -> PyResult<Bound<'py, crate::Entity>> {
-    Bound::new(py, crate::Entity { inner: e.clone() })
+fn entity<'py>(py: Python<'py>, e: &core::QuotaEntity) -> PyResult<Bound<'py, Entity>> {
+    Bound::new(py, Entity { inner: e.clone() })
 }
 
 impl core::QuotaCallback for PyCallback {
@@ -208,160 +211,5 @@ impl core::QuotaCallback for PyCallback {
                 .map(|b| b.is_true())
                 .map_err(|_| self.wrong(M, &out, "a bool"))
         })
-    }
-}
-
-/// One broker of the cluster.
-#[pyclass(module = "kquota._core", frozen, get_all, eq, from_py_object)]
-#[derive(Clone, PartialEq)]
-pub(crate) struct BrokerNode {
-    node_id: i32,
-    host: String,
-    port: i32,
-    rack: Option<String>,
-}
-
-#[pymethods]
-impl BrokerNode {
-    #[new]
-    #[pyo3(signature = (node_id, host, port, rack=None))]
-    fn new(node_id: i32, host: String, port: i32, rack: Option<String>) -> Self {
-        BrokerNode {
-            node_id,
-            host,
-            port,
-            rack,
-        }
-    }
-
-    fn __repr__(&self) -> String {
-        format!(
-            "BrokerNode({}, {:?}, {}, rack={:?})",
-            self.node_id, self.host, self.port, self.rack
-        )
-    }
-}
-
-/// One partition and its leader (`None`: no leader known).
-#[pyclass(module = "kquota._core", frozen, get_all, eq, from_py_object)]
-#[derive(Clone, PartialEq)]
-pub(crate) struct PartitionLeader {
-    topic: String,
-    partition: i32,
-    leader: Option<i32>,
-}
-
-#[pymethods]
-impl PartitionLeader {
-    #[new]
-    #[pyo3(signature = (topic, partition, leader=None))]
-    fn new(topic: String, partition: i32, leader: Option<i32>) -> Self {
-        PartitionLeader {
-            topic,
-            partition,
-            leader,
-        }
-    }
-
-    fn __repr__(&self) -> String {
-        format!(
-            "PartitionLeader({:?}, {}, leader={:?})",
-            self.topic, self.partition, self.leader
-        )
-    }
-}
-
-/// The cluster metadata a quota callback is told about: brokers and partition leaders.
-#[pyclass(module = "kquota._core", frozen, get_all)]
-#[derive(Clone)]
-pub(crate) struct ClusterMetadata {
-    cluster_id: Option<String>,
-    local_broker: Option<i32>,
-    brokers: Vec<BrokerNode>,
-    partitions: Vec<PartitionLeader>,
-}
-
-#[pymethods]
-impl ClusterMetadata {
-    #[new]
-    #[pyo3(signature = (brokers=Vec::new(), partitions=Vec::new(), *, cluster_id=None, local_broker=None))]
-    fn new(
-        brokers: Vec<BrokerNode>,
-        partitions: Vec<PartitionLeader>,
-        cluster_id: Option<String>,
-        local_broker: Option<i32>,
-    ) -> Self {
-        ClusterMetadata {
-            cluster_id,
-            local_broker,
-            brokers,
-            partitions,
-        }
-    }
-
-    fn __repr__(&self) -> String {
-        format!(
-            "ClusterMetadata({} brokers, {} partitions, cluster_id={:?}, local_broker={:?})",
-            self.brokers.len(),
-            self.partitions.len(),
-            self.cluster_id,
-            self.local_broker
-        )
-    }
-}
-
-impl From<core::ClusterMetadata> for ClusterMetadata {
-    fn from(m: core::ClusterMetadata) -> Self {
-        ClusterMetadata {
-            cluster_id: m.cluster_id,
-            local_broker: m.local_broker,
-            brokers: m
-                .brokers
-                .into_iter()
-                .map(|b| BrokerNode {
-                    node_id: b.node_id,
-                    host: b.host,
-                    port: b.port,
-                    rack: b.rack,
-                })
-                .collect(),
-            partitions: m
-                .partitions
-                .into_iter()
-                .map(|p| PartitionLeader {
-                    topic: p.topic,
-                    partition: p.partition,
-                    leader: p.leader,
-                })
-                .collect(),
-        }
-    }
-}
-
-impl From<&ClusterMetadata> for core::ClusterMetadata {
-    fn from(m: &ClusterMetadata) -> Self {
-        core::ClusterMetadata {
-            cluster_id: m.cluster_id.clone(),
-            local_broker: m.local_broker,
-            brokers: m
-                .brokers
-                .iter()
-                .map(|b| core::BrokerNode {
-                    node_id: b.node_id,
-                    host: b.host.clone(),
-                    port: b.port,
-                    rack: b.rack.clone(),
-                })
-                .collect(),
-            partitions: m
-                .partitions
-                .iter()
-                .map(|p| core::PartitionLeader {
-                    topic: p.topic.clone(),
-                    partition: p.partition,
-                    leader: p.leader,
-                })
-                .collect(),
-        }
     }
 }

@@ -1,5 +1,6 @@
-//! `ReplayKernel`: the binding of `kquota_core::ReplayKernel`. Converts columns and
-//! results, maps errors and runs each batch without the GIL.
+//! `ReplayKernel`: the binding of `kquota_core::ReplayKernel`, and `recommend_quotas`
+//! over the same replays. Converts columns and results, maps errors and runs each batch
+//! without the GIL.
 
 use std::sync::{Mutex, MutexGuard, TryLockError};
 
@@ -10,8 +11,10 @@ use pyo3::types::PyDict;
 use kquota_core as core;
 
 use crate::args::{self, Text};
-use crate::mutation::ControllerMutationQuotaManager;
-use crate::{errors, CoreError, CoreResult, Entity, RequestPath};
+use crate::controller_mutation_quota_manager::ControllerMutationQuotaManager;
+use crate::entity::Entity;
+use crate::error::{errors, CoreError, CoreResult};
+use crate::request_path::RequestPath;
 
 /// A sequential replay of one broker's requests under several quota configurations.
 #[pyclass(module = "kquota._core", frozen)]
