@@ -682,4 +682,44 @@ mod tests {
         );
         assert_eq!(q.ip_rate("10.0.0.1", 3_600_001).unwrap(), None);
     }
+
+    const V4: &str = "10.0.0.1";
+    const MAPPED: &str = "::ffff:10.0.0.1";
+
+    #[test]
+    fn an_ipv4_mapped_address_is_its_ipv4_entity_for_quotas() {
+        // set under one spelling, read and removed under the other
+        for (set, get) in [(V4, MAPPED), (MAPPED, V4)] {
+            let q = quotas();
+            q.set_ip_quota(Some(set), Some(1)).unwrap();
+            assert_eq!(q.ip_quota(get).unwrap(), 1);
+            assert_eq!(q.ip_quota(set).unwrap(), 1);
+            assert_eq!(q.ip_quotas(), (vec![(V4.to_string(), 1)], None));
+            q.set_ip_quota(Some(get), None).unwrap();
+            assert_eq!(q.ip_quota(set).unwrap(), i32::MAX);
+            assert_eq!(q.ip_quotas(), (vec![], None));
+        }
+    }
+
+    #[test]
+    fn an_ipv4_mapped_address_records_on_its_ipv4_sensor() {
+        let q = quotas();
+        let t = 1_700_000_000_000;
+        q.set_ip_quota(Some(V4), Some(2)).unwrap();
+        for ip in [V4, MAPPED] {
+            let d = q.on_new_connection("EXTERNAL", ip, t).unwrap();
+            assert_eq!(d.ip_throttle_ms, 0, "{ip}");
+        }
+        // the third connection, under either spelling, is over the one entity's quota of 2
+        assert!(
+            q.on_new_connection("EXTERNAL", MAPPED, t)
+                .unwrap()
+                .ip_throttle_ms
+                > 0
+        );
+        assert_eq!(q.ip_sensor_names(), vec!["Connection-Accept-Rate-10.0.0.1"]);
+        assert_eq!(q.ip_rate(MAPPED, t).unwrap(), q.ip_rate(V4, t).unwrap());
+        assert_eq!(q.ip_bound(MAPPED).unwrap(), Some(2.0));
+        assert!(q.admit_ip("EXTERNAL", MAPPED, t).unwrap() > 0);
+    }
 }
