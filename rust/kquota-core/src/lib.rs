@@ -47,7 +47,7 @@ pub use sync::hash_map;
 pub use sync::table_swap as migrate;
 
 /// Custom quota callbacks (KIP-257): [`managers::callback`], and telling the managers'
-/// callbacks about the cluster ([`update_cluster_metadata`]).
+/// callbacks about the cluster ([`managers::manager::update_cluster_metadata`]).
 #[cfg(not(loom))]
 pub mod callback {
     pub use crate::managers::callback::*;

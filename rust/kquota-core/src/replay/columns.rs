@@ -186,7 +186,7 @@ impl Output {
     }
 }
 
-/// How a [`ReplayKernel`] replays.
+/// How a [`super::ReplayKernel`] replays.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ReplayOptions {
     /// Closed loop (clients honour KIP-219) instead of open loop.
