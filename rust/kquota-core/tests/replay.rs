@@ -120,9 +120,11 @@ fn item(n_pairs: usize, n_scenarios: usize, window: i64) -> impl Strategy<Value 
         0..n_pairs,
         prop::sample::select(vec![0i8, 0, 1, 1, 2]),
         prop_oneof![
-            Just(0.0),
-            0.0..20_000.0f64,
-            (0u32..20_000).prop_map(f64::from)
+            4 => Just(0.0),
+            4 => 0.0..20_000.0f64,
+            4 => (0u32..20_000).prop_map(f64::from),
+            // far over any quota: throttles past i32::MAX ms, which Kafka's int wraps
+            1 => 1e9..1e13f64,
         ],
         prop_oneof![1 => Just(f64::NAN), 6 => 0.0..40_000_000.0f64],
         prop::sample::select(vec![-1i16, 0, 1]),
@@ -149,7 +151,7 @@ fn item(n_pairs: usize, n_scenarios: usize, window: i64) -> impl Strategy<Value 
         40 => event,
         2 => change,
         1 => dt(window).prop_map(Item::Expire),
-        1 => (dt(window), 0..n_scenarios, quota_type(), 0..n_pairs)
+        3 => (dt(window), 0..n_scenarios, quota_type(), 0..n_pairs)
             .prop_map(|(dt, s, t, p)| Item::Measure(dt, s, t, p)),
         1 => (dt(window), 0..n_pairs, 0.0..5_000_000.0f64)
             .prop_map(|(dt, p, ns)| Item::NoThrottle(dt, p, ns)),
@@ -260,6 +262,13 @@ type Measured = Vec<(usize, Option<u64>)>;
 /// the closed loop as the back-test's `replay_closed` (a heap of each client's next
 /// request by (sent, input position); operations are items at their own time).
 fn oracle(trace: &Trace, closed: bool) -> (Vec<Row>, Measured) {
+    let (rows, measured, _) = oracle_counting(trace, closed);
+    (rows, measured)
+}
+
+/// [`oracle`], and how many sensors its expiry runs removed.
+fn oracle_counting(trace: &Trace, closed: bool) -> (Vec<Row>, Measured, usize) {
+    let mut expired = 0;
     let brokers: Vec<Broker> = trace
         .scenarios
         .iter()
@@ -283,12 +292,12 @@ fn oracle(trace: &Trace, closed: bool) -> (Vec<Row>, Measured) {
     for (index, broker) in brokers.iter().enumerate() {
         let path = broker.path();
         let mut last_tick: Option<i64> = None;
-        let tick = |now: i64, last_tick: &mut Option<i64>| {
+        let tick = |now: i64, last_tick: &mut Option<i64>, expired: &mut usize| {
             if let Some(p) = trace.task_ms {
                 let at = now.div_euclid(p) * p;
                 if last_tick.is_none_or(|l| at > l) {
                     for m in &broker.managers {
-                        m.expire_sensors(at);
+                        *expired += m.expire_sensors(at).len();
                     }
                     *last_tick = Some(at);
                 }
@@ -330,7 +339,7 @@ fn oracle(trace: &Trace, closed: bool) -> (Vec<Row>, Measured) {
             let (_, seq, item) = &timed[k];
             match item {
                 Item::Event(e) => {
-                    tick(now, &mut last_tick);
+                    tick(now, &mut last_tick, &mut expired);
                     let (user, client) = &trace.pairs[e.pair];
                     let kind = ["produce", "fetch", "other"][e.kind as usize]
                         .parse()
@@ -373,19 +382,19 @@ fn oracle(trace: &Trace, closed: bool) -> (Vec<Row>, Measured) {
                 }
                 Item::Expire(_) => {
                     for m in &broker.managers {
-                        m.expire_sensors(now);
+                        expired += m.expire_sensors(now).len();
                     }
                 }
                 Item::Measure(_, s, t, p) => {
                     if *s == index {
-                        tick(now, &mut last_tick);
+                        tick(now, &mut last_tick, &mut expired);
                         let (user, client) = &trace.pairs[*p];
                         let rate = broker.manager(*t).measure(user, client, now);
                         measured.push((k, rate.map(f64::to_bits)));
                     }
                 }
                 Item::NoThrottle(_, p, ns) => {
-                    tick(now, &mut last_tick);
+                    tick(now, &mut last_tick, &mut expired);
                     let (user, client) = &trace.pairs[*p];
                     broker
                         .manager(QuotaType::Request)
@@ -397,7 +406,7 @@ fn oracle(trace: &Trace, closed: bool) -> (Vec<Row>, Measured) {
     }
     out.sort_by_key(|r| (r.0, r.1));
     measured.sort();
-    (out, measured)
+    (out, measured, expired)
 }
 
 /// Event columns being gathered for a batch: time, pair, kind, bytes, thread ns, acks.
@@ -503,7 +512,9 @@ proptest! {
 }
 
 /// The random traces reach every branch: each quota applying a throttle, closed-loop
-/// delays, sensors removed by expiry (a sensor measured empty after a gap).
+/// delays, sensors removed by expiry (then measured empty: no sensor until the pair's
+/// next request), and produce and fetch throttles that Kafka's int conversion wraps
+/// negative ("not throttled").
 #[test]
 fn traces_cover_every_branch() {
     use proptest::strategy::ValueTree;
@@ -512,10 +523,12 @@ fn traces_cover_every_branch() {
     let mut by = [0usize; 3];
     let mut delayed = 0;
     let mut wrapped = 0;
+    let mut expired = 0;
+    let mut measured_empty = 0;
     for _ in 0..200 {
         let trace = trace().new_tree(&mut runner).unwrap().current();
-        let (rows, _) = oracle(&trace, true);
-        let (open, _) = oracle(&trace, false);
+        let (rows, _, removed) = oracle_counting(&trace, true);
+        let (open, measured, _) = oracle_counting(&trace, false);
         for r in &rows {
             if r.6 >= 0 {
                 by[r.6 as usize] += 1;
@@ -523,10 +536,31 @@ fn traces_cover_every_branch() {
         }
         delayed += rows.iter().zip(&open).filter(|(c, o)| c.7 > o.7).count();
         wrapped += open.iter().filter(|r| r.2 < 0 || r.3 < 0).count();
+        expired += removed;
+        // a sensor measured live, then measured absent
+        let mut live = std::collections::HashSet::new();
+        for (k, m) in &measured {
+            let Item::Measure(_, s, t, p) = &trace.items[*k] else {
+                unreachable!("a measurement comes from a Measure item");
+            };
+            if m.is_some() {
+                live.insert((*s, *t, *p));
+            } else if live.remove(&(*s, *t, *p)) {
+                measured_empty += 1;
+            }
+        }
     }
     assert!(by.iter().all(|&n| n > 50), "throttles by type: {by:?}");
     assert!(delayed > 100, "closed loop delayed {delayed} events");
-    let _ = wrapped;
+    assert!(expired > 50, "expiry removed {expired} sensors");
+    assert!(
+        measured_empty > 10,
+        "{measured_empty} sensors measured empty"
+    );
+    assert!(
+        wrapped > 20,
+        "{wrapped} produce or fetch throttles wrapped negative"
+    );
 }
 
 fn one_broker(quota: f64) -> Broker {

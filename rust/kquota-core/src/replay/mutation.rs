@@ -1,18 +1,18 @@
 //! The controller-mutation quota of one replay scenario: what
 //! [`crate::ControllerMutationQuotaManager`] does, for one thread. The buckets are the
 //! same [`Bucket`] arithmetic (strict and permissive enforcement from
-//! [`crate::token_bucket`]), the tags and bounds the same [`Overrides`] rules; each pair
+//! [`crate::kafka::token_bucket`]), the tags and bounds the same [`Overrides`] rules; each pair
 //! of the trace is resolved once to a dense bucket id (again when a quota changes).
 
 use std::collections::HashMap;
 
 use super::stats::{EntityStats, EntitySummary, Histogram, SummaryType, Usage, WindowIndex};
 
-use crate::entity::{Overrides, QuotaEntity};
-use crate::mutation::ControllerMutationQuotaManager;
-use crate::quota::UNLIMITED;
-use crate::samples::WindowConfig;
-use crate::token_bucket::{Bucket, MutationCheck};
+use crate::kafka::entity::{Overrides, QuotaEntity};
+use crate::kafka::quota::UNLIMITED;
+use crate::kafka::samples::WindowConfig;
+use crate::kafka::token_bucket::{Bucket, MutationCheck};
+use crate::managers::mutation::ControllerMutationQuotaManager;
 
 /// One bucket sensor (one tag pair).
 #[derive(Debug, Clone)]

@@ -15,8 +15,9 @@
 
 use super::ring::Rings;
 use crate::error::{check_usage, Error, Result};
-use crate::manager::{rate_units, QuotaType};
-use crate::samples::WindowConfig;
+use crate::kafka::quota_type::QuotaType;
+use crate::kafka::samples::WindowConfig;
+use crate::kafka::units::rate_units;
 
 /// The traffic of a group of entities, sorted by entity, then broker, then replay order.
 #[derive(Debug, Clone, Copy)]

@@ -1,5 +1,5 @@
 //! The sample rings of every sensor of one quota type in one scenario, in one flat block
-//! of words per sensor: the replay's compact, sequential copy of [`crate::samples::Samples`]
+//! of words per sensor: the replay's compact, sequential copy of [`crate::kafka::samples::Samples`]
 //! for the rates (no event counts: a rate never reads them), with the same rules
 //! ([`window_over`], [`slot_obsolete`], [`window_from_oldest`], [`per_second`]) and the same
 //! numbers bit for bit (a property test below checks it against `Samples`).
@@ -20,9 +20,12 @@
 //! pass. Anything else (a new sample, a purge, a time earlier than one seen, Java's
 //! wrapping arithmetic) takes the full pass, which is `Samples`' arithmetic.
 
-use crate::manager::{throttle_int, QuotaType};
-use crate::quota::{certainly_within, verdict};
-use crate::samples::{per_second, slot_obsolete, window_from_oldest, window_over, WindowConfig};
+use crate::kafka::quota::{certainly_within, verdict};
+use crate::kafka::quota_type::QuotaType;
+use crate::kafka::samples::{
+    per_second, slot_obsolete, window_from_oldest, window_over, WindowConfig,
+};
+use crate::kafka::sensor::throttle_int;
 
 /// A ring's measurement: the sum of its values (in slot order) and the window in ms it is
 /// divided by (Kafka's `Rate`).
@@ -130,10 +133,10 @@ impl Rings {
         let base = self.words.as_ptr().wrapping_add(s * self.stride);
         let mut offset = 0;
         while offset < self.stride {
-            crate::prefetch(base.wrapping_add(offset));
+            crate::sync::prefetch(base.wrapping_add(offset));
             offset += 8;
         }
-        crate::prefetch(base.wrapping_add(self.stride - 1));
+        crate::sync::prefetch(base.wrapping_add(self.stride - 1));
     }
 
     pub fn set_bound(&mut self, s: usize, bound: f64) {
@@ -215,8 +218,8 @@ impl Ring<'_> {
         self.block[LAST_RECORD] = t as u64;
     }
 
-    /// Records `value` at `t`, as [`crate::samples::Samples::record`]; with `check`, then
-    /// measures at `t` as [`crate::samples::Samples::measure_rate`] and returns the
+    /// Records `value` at `t`, as [`crate::kafka::samples::Samples::record`]; with `check`, then
+    /// measures at `t` as [`crate::kafka::samples::Samples::measure_rate`] and returns the
     /// measurement (else a sum of 0 over 1 ms).
     #[inline]
     pub fn record(&mut self, value: f64, t: i64, check: bool) -> Measured {
@@ -294,7 +297,7 @@ impl Ring<'_> {
     }
 
     /// Measures the rate at `t` (purging, and creating the first sample if the ring is
-    /// empty), as [`crate::samples::Samples::measure_rate`].
+    /// empty), as [`crate::kafka::samples::Samples::measure_rate`].
     pub fn measure(&mut self, t: i64) -> Measured {
         let (cfg, avx2, slots) = (self.cfg, self.avx2, self.slots);
         let block = &mut *self.block;
@@ -491,7 +494,7 @@ mod avx2 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::samples::Samples;
+    use crate::kafka::samples::Samples;
 
     /// A fixed pseudo-random sequence (xorshift), the same on every run.
     struct Seq(u64);

@@ -10,14 +10,16 @@ use std::collections::HashMap;
 
 mod custom;
 
+use super::clock::Clock;
 use super::groups::Record;
 use super::ring::{Ring, Rings};
 use super::stats::{EntityStats, EntitySummary, Histogram, Usage, WindowIndex};
-use super::Clock;
-use crate::entity::Overrides;
 use crate::error::Result;
-use crate::manager::{max_value_in_quota_window, rate_units, sensor_expired, QuotaType};
-use crate::samples::WindowConfig;
+use crate::kafka::entity::Overrides;
+use crate::kafka::quota_type::QuotaType;
+use crate::kafka::samples::WindowConfig;
+use crate::kafka::sensor::{max_value_in_quota_window, sensor_expired};
+use crate::kafka::units::rate_units;
 
 /// The sensors of one quota type of one scenario.
 #[derive(Debug, Clone)]
@@ -176,7 +178,7 @@ impl SensorTable {
     /// refreshes every sensor's bound (samples are kept), as the manager does.
     pub fn apply(
         &mut self,
-        entity: &crate::entity::QuotaEntity,
+        entity: &crate::kafka::entity::QuotaEntity,
         value: Option<f64>,
         pairs: &[(String, String)],
     ) -> Result<()> {
@@ -206,8 +208,8 @@ impl SensorTable {
     pub fn prefetch_sensor(&self, id: u32) {
         let id = id as usize;
         self.rings.prefetch(id);
-        crate::prefetch_all(self.stats.as_ptr().wrapping_add(id));
-        crate::prefetch(self.spans.as_ptr().wrapping_add(id * self.span));
+        crate::sync::prefetch_all(self.stats.as_ptr().wrapping_add(id));
+        crate::sync::prefetch(self.spans.as_ptr().wrapping_add(id * self.span));
     }
 
     /// Records usage `value` (bytes or thread nanoseconds, valid) of `pair` at `t`; with

@@ -14,8 +14,9 @@
 //!   time order, so only the sums of the last `num_samples - 1` windows are kept, in a
 //!   ring indexed by the window.
 
-use crate::manager::{QuotaType, NANOS_TO_PERCENT};
-use crate::samples::WindowConfig;
+use crate::kafka::quota_type::QuotaType;
+use crate::kafka::samples::WindowConfig;
+use crate::kafka::units::NANOS_TO_PERCENT;
 
 /// One event as an entity's summary sees it.
 #[derive(Debug, Clone, Copy)]

@@ -8,10 +8,10 @@ use std::fmt;
 use std::sync::Arc;
 
 use super::SensorTable;
-use crate::callback::{check_limit, QuotaCallback};
-use crate::entity::QuotaEntity;
 use crate::error::Result;
-use crate::quota::UNLIMITED;
+use crate::kafka::entity::QuotaEntity;
+use crate::kafka::quota::UNLIMITED;
+use crate::managers::callback::{check_limit, QuotaCallback};
 
 /// The callback of a table and the limit it gave each sensor (by sensor id).
 #[derive(Clone)]
@@ -141,7 +141,7 @@ impl SensorTable {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::entity::sanitize_user;
+    use crate::kafka::entity::sanitize_user;
 
     #[test]
     fn desanitize_inverts_sanitize() {

@@ -1,6 +1,6 @@
 //! Replacing a set of lock-free hash maps by a fresh, smaller set while other threads
 //! keep using them ([`Tables`]): how the manager gives back the memory of its sensor maps
-//! after a burst of clients expired (a map's table only grows: [`crate::hash_map`]).
+//! after a burst of clients expired (a map's table only grows: [`crate::sync::hash_map`]).
 //!
 //! The maps (the value `T`, e.g. the manager's sensor maps and resolution cache) sit
 //! behind one atomically replaced pointer, `current`. Each sensor map ([`Table`]) maps a
@@ -38,7 +38,7 @@
 //! unlink from `current`) meet the same fence pairs: either the killer's unlink sees the
 //! copy/offer into `N`, or the copier's later dead check (after its fence) sees the mark.
 //!
-//! The maps are taken to be linearizable ([`crate::hash_map`]'s operations are), so a
+//! The maps are taken to be linearizable ([`crate::sync::hash_map`]'s operations are), so a
 //! lookup that misses a key is ordered before an insert of it that it did not see; and an
 //! iteration sees every entry present throughout it.
 //!
@@ -54,7 +54,7 @@ use std::sync::atomic::Ordering::{Acquire, Relaxed, Release, SeqCst};
 #[cfg(not(loom))]
 use std::sync::atomic::{fence, AtomicBool};
 
-use crate::cow::{AtomicBox, AtomicRef, Guard, Loaded};
+use crate::sync::cow::{AtomicBox, AtomicRef, Guard, Loaded};
 
 /// A value expiry can kill: once dead it is never used again nor copied into a map.
 pub trait Mortal {

@@ -9,131 +9,35 @@
 //!
 //! The sensor maps and the cache are replaced by fresh, right-sized ones when expiry has
 //! left them far below the size they reached (a map's table only grows), without a
-//! lock and without losing or splitting a sensor: see [`crate::migrate`].
+//! lock and without losing or splitting a sensor: see [`crate::sync::table_swap`].
 
-use std::fmt;
-use std::str::FromStr;
 use std::sync::atomic::{
     fence, AtomicBool, AtomicI64, AtomicU64, AtomicUsize,
     Ordering::{AcqRel, Acquire, Relaxed, Release, SeqCst},
 };
 use std::sync::Arc;
 
-use crate::callback::{check_limit, QuotaCallback};
-use crate::cow::{collect_garbage, pin, CowCell, Guard};
-use crate::delay_queue::DelayQueue;
-use crate::entity::{sanitize_user, Overrides, Pair, PairRef, QuotaEntity};
+use super::callback::{check_limit, ClusterMetadata, QuotaCallback};
 use crate::error::{check_quota, check_usage, Error, Result};
-use crate::hash_map::Node;
-use crate::javamath::long_to_int;
-use crate::migrate::{copy_again, unlink_dead, Mortal, Table, Tables};
-use crate::quota::{Check, UNLIMITED};
-use crate::rate_cell::{Bound, BoundSource, RateCell};
-use crate::samples::{Samples, WindowConfig};
+use crate::kafka::delay_queue::DelayQueue;
+use crate::kafka::entity::{sanitize_user, Overrides, Pair, PairRef, QuotaEntity};
+use crate::kafka::quota::{Check, UNLIMITED};
+pub use crate::kafka::quota_type::QuotaType;
+use crate::kafka::rate_cell::{Bound, BoundSource, RateCell};
+use crate::kafka::samples::{Samples, WindowConfig};
+pub use crate::kafka::sensor::DEFAULT_SENSOR_EXPIRY_MS;
+use crate::kafka::sensor::{max_value_in_quota_window, sensor_expired, throttle_int};
+use crate::kafka::units::rate_units;
+use crate::sync::cow::{collect_garbage, pin, CowCell, Guard};
+use crate::sync::hash_map::Node;
+use crate::sync::table_swap::{copy_again, unlink_dead, Mortal, Table, Tables};
 
-type Map<K, V> = crate::hash_map::HashMap<K, V, foldhash::fast::RandomState>;
-
-/// Kafka's sensor-expiry time for quota sensors: one hour without a record.
-pub const DEFAULT_SENSOR_EXPIRY_MS: i64 = 3_600_000;
+type Map<K, V> = crate::sync::hash_map::HashMap<K, V, foldhash::fast::RandomState>;
 
 /// The maps are rebuilt right-sized once they reached at least this many entries and
 /// hold fewer than an eighth of that.
 const SHRINK_FLOOR: usize = 1024;
 const SHRINK_RATIO: usize = 8;
-
-/// Percent of one thread per second for one nanosecond of thread time (KIP-124).
-pub const NANOS_TO_PERCENT: f64 = 100.0 / 1_000_000_000.0;
-
-/// A valid usage value in the unit of `quota_type`'s rate: bytes stay bytes, request
-/// thread nanoseconds become percent of a thread (`nanos * (100.0 / 1e9)`, KIP-124).
-pub fn rate_units(quota_type: QuotaType, value: f64) -> f64 {
-    match quota_type {
-        QuotaType::Request => value * NANOS_TO_PERCENT,
-        _ => value,
-    }
-}
-
-/// Kafka's throttle as a quota manager returns it from a check on windows `window`: the
-/// int of the long (wrapping), and for `request` first capped at one window (KIP-124).
-pub fn throttle_int(quota_type: QuotaType, window: &WindowConfig, check: Check) -> i32 {
-    let t = check.throttle_ms;
-    match quota_type {
-        QuotaType::Request => long_to_int(t.min(window.window_ms())),
-        _ => long_to_int(t),
-    }
-}
-
-/// Kafka's fetch-size cap for a client whose sensor enforces `bound` (`None`: no quota
-/// applies): `bound * (num_samples - 1) * window_seconds`, or `f64::MAX`.
-pub fn max_value_in_quota_window(bound: Option<f64>, window: &WindowConfig) -> f64 {
-    match bound {
-        Some(bound) => {
-            bound * f64::from(window.num_samples() - 1) * (window.window_ms() / 1000) as f64
-        }
-        None => f64::MAX,
-    }
-}
-
-/// Whether a sensor that last recorded at `last_record` is expired at `now`: idle for
-/// strictly longer than `expiry_ms` (Kafka's `Sensor.hasExpired`).
-pub fn sensor_expired(last_record: i64, now: i64, expiry_ms: i64) -> bool {
-    now.wrapping_sub(last_record) > expiry_ms
-}
-
-/// The three client-quota types.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum QuotaType {
-    /// Produce bytes per second (`producer_byte_rate`).
-    Produce,
-    /// Fetch bytes per second (`consumer_byte_rate`).
-    Fetch,
-    /// Request-handler time, percent of one thread (`request_percentage`).
-    Request,
-}
-
-impl QuotaType {
-    /// All types, in Kafka's order.
-    pub const ALL: [QuotaType; 3] = [QuotaType::Produce, QuotaType::Fetch, QuotaType::Request];
-
-    /// `"produce"`, `"fetch"` or `"request"`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            QuotaType::Produce => "produce",
-            QuotaType::Fetch => "fetch",
-            QuotaType::Request => "request",
-        }
-    }
-
-    /// Kafka's metric group and sensor-name prefix: `Produce`, `Fetch`, `Request`.
-    pub fn group(self) -> &'static str {
-        match self {
-            QuotaType::Produce => "Produce",
-            QuotaType::Fetch => "Fetch",
-            QuotaType::Request => "Request",
-        }
-    }
-}
-
-impl FromStr for QuotaType {
-    type Err = Error;
-
-    fn from_str(s: &str) -> Result<Self> {
-        QuotaType::ALL
-            .into_iter()
-            .find(|t| t.as_str() == s)
-            .ok_or_else(|| {
-                Error::InvalidConfig(format!(
-                    "unknown quota type {s:?}: expected \"produce\", \"fetch\" or \"request\""
-                ))
-            })
-    }
-}
-
-impl fmt::Display for QuotaType {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
 
 /// The configuration snapshot: overrides, enabled levels and a generation that every
 /// change bumps (sensors and cached resolutions compare it to know they are current).
@@ -665,7 +569,7 @@ impl QuotaManager {
     }
 
     /// A manager whose entity resolution and quota limits come from `callback` (KIP-257)
-    /// instead of Kafka's precedence; see [`crate::callback`]. Quotas are on from the
+    /// instead of Kafka's precedence; see [`crate::managers::callback`]. Quotas are on from the
     /// start, as in Kafka with a callback.
     pub fn with_callback(
         quota_type: QuotaType,
@@ -1490,6 +1394,35 @@ impl QuotaManager {
         }
         Ok(throttles)
     }
+}
+
+/// Tells every distinct callback of `managers` (by identity: three managers usually share
+/// one) about `metadata` once, then resets the limits of the managers whose callback
+/// answered true, as Kafka's broker does for its three quota managers. Managers without a
+/// callback are skipped. Returns whether any callback answered true.
+pub fn update_cluster_metadata(
+    managers: &[&QuotaManager],
+    metadata: &ClusterMetadata,
+) -> Result<bool> {
+    let mut answers: Vec<(usize, bool)> = Vec::new();
+    let mut any = false;
+    for m in managers {
+        let Some(cb) = m.callback() else { continue };
+        let id = cb.identity();
+        let changed = match answers.iter().find(|(p, _)| *p == id) {
+            Some(&(_, changed)) => changed,
+            None => {
+                let changed = cb.update_cluster_metadata(metadata)?;
+                answers.push((id, changed));
+                changed
+            }
+        };
+        if changed {
+            m.reset_limits()?;
+            any = true;
+        }
+    }
+    Ok(any)
 }
 
 #[cfg(test)]

@@ -35,10 +35,10 @@
 //! record, check-then-record) is one compare-and-swap, so it is atomic, as Kafka's
 //! `synchronized` sensor makes it, and lock-free.
 
-use crate::cow::AtomicWord;
 use crate::error::{Error, Result};
-use crate::javamath;
-use crate::samples::WindowConfig;
+use crate::kafka::javamath;
+use crate::kafka::samples::WindowConfig;
+use crate::sync::cow::AtomicWord;
 
 /// Java's `Math.min(double, double)`: NaN if either is NaN, and -0.0 below 0.0.
 pub fn java_min(a: f64, b: f64) -> f64 {

@@ -1,128 +1,19 @@
 //! [`RequestPath`]: what Kafka's request handlers do with a broker's three quota managers
-//! for one request (`KafkaApis.handleProduceRequest` / `handleFetchRequest` and the
-//! request-quota check of every other throttle-able API; spec sections 9-11).
+//! for one request: the order of [`record_request`] on the managers, then the applied
+//! throttle accounted through the manager that applied it.
 //!
-//! * produce: the bytes are recorded on the produce quota and the handler-thread time on
-//!   the request quota, except with `acks=0` (no response, no request-quota check);
-//! * fetch: the thread time on the request quota, then the response bytes on the fetch
-//!   quota; if either throttles, the bytes are taken back (the response goes out empty);
-//! * any other API: the request quota only.
-//!
-//! The applied throttle is the larger of the two (ties go to the request quota); a
-//! throttle `<= 0`, including one that Kafka's int conversion wrapped negative, means
-//! "not throttled". The client is throttled through the manager whose throttle applied.
-//!
-//! The rules are plain functions ([`applied_throttle`], [`fetch_unrecorded`],
-//! [`capped_fetch_bytes`]) so that a vectorized caller can apply exactly the same ones.
+//! The rules are plain functions in [`crate::kafka::request`] ([`applied_throttle`],
+//! [`fetch_unrecorded`], [`capped_fetch_bytes`]), re-exported here, so that a vectorized
+//! caller can apply exactly the same ones.
 
-use crate::error::{check_usage, Error, Result};
-use crate::javamath::double_to_int;
-use crate::manager::{QuotaManager, QuotaType};
+pub use crate::kafka::request::{
+    applied_throttle, applied_throttles, capped_fetch_bytes, checks_request_quota,
+    fetch_unrecorded, record_request, ApiKind, RecordedThrottles, Request, RequestSensors,
+};
 
-/// The kind of API a request is, as far as client quotas tell them apart.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum ApiKind {
-    /// `Produce`: bytes on the produce quota, thread time on the request quota.
-    Produce,
-    /// A consumer `Fetch`: thread time on the request quota, bytes on the fetch quota.
-    Fetch,
-    /// Any other throttle-able API: the request quota only.
-    Other,
-}
-
-impl ApiKind {
-    /// `"produce"`, `"fetch"` or `"other"`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ApiKind::Produce => "produce",
-            ApiKind::Fetch => "fetch",
-            ApiKind::Other => "other",
-        }
-    }
-}
-
-impl std::str::FromStr for ApiKind {
-    type Err = Error;
-
-    fn from_str(s: &str) -> Result<Self> {
-        match s {
-            "produce" => Ok(ApiKind::Produce),
-            "fetch" => Ok(ApiKind::Fetch),
-            "other" => Ok(ApiKind::Other),
-            _ => Err(Error::InvalidUsage(format!(
-                "invalid kind {s:?}: expected \"produce\", \"fetch\" or \"other\""
-            ))),
-        }
-    }
-}
-
-/// One request as the quota check sees it.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Request {
-    /// Which quotas it is checked against.
-    pub kind: ApiKind,
-    /// Produce request size or fetch response size in bytes (ignored for [`ApiKind::Other`]).
-    pub bytes: f64,
-    /// Request-handler thread time in nanoseconds; `None` when it is not known (a traffic
-    /// trace without it): then the request quota is not consulted.
-    pub thread_time_ns: Option<f64>,
-    /// The produce request's `acks` (ignored for other kinds); `0` skips the request quota.
-    pub acks: i16,
-}
-
-impl Request {
-    /// A produce request of `bytes` that took `thread_time_ns` of handler time.
-    pub fn produce(bytes: f64, thread_time_ns: f64, acks: i16) -> Self {
-        Request {
-            kind: ApiKind::Produce,
-            bytes,
-            thread_time_ns: Some(thread_time_ns),
-            acks,
-        }
-    }
-
-    /// A consumer fetch whose response holds `bytes`.
-    pub fn fetch(bytes: f64, thread_time_ns: f64) -> Self {
-        Request {
-            kind: ApiKind::Fetch,
-            bytes,
-            thread_time_ns: Some(thread_time_ns),
-            acks: -1,
-        }
-    }
-
-    /// Any other throttle-able request.
-    pub fn other(thread_time_ns: f64) -> Self {
-        Request {
-            kind: ApiKind::Other,
-            bytes: 0.0,
-            thread_time_ns: Some(thread_time_ns),
-            acks: -1,
-        }
-    }
-
-    /// Whether the request quota is checked: thread time known, and not a produce with
-    /// `acks=0`.
-    fn checks_request_quota(&self) -> Option<f64> {
-        self.thread_time_ns
-            .filter(|_| checks_request_quota(self.kind, self.acks))
-    }
-
-    /// Checks both usage values before anything is recorded.
-    fn check(&self) -> Result<()> {
-        if self.kind != ApiKind::Other {
-            check_usage(self.bytes).map_err(|e| named("bytes", e))?;
-        }
-        if let Some(ns) = self.thread_time_ns {
-            check_usage(ns).map_err(|e| named("thread_time_ns", e))?;
-        }
-        Ok(())
-    }
-}
-
-fn named(name: &str, e: Error) -> Error {
-    Error::InvalidUsage(format!("{name}: {e}"))
-}
+use super::manager::QuotaManager;
+use crate::error::{Error, Result};
+use crate::kafka::quota_type::QuotaType;
 
 /// What the quota check of one request decided.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -149,69 +40,6 @@ impl Outcome {
     pub fn throttled(&self) -> bool {
         self.throttle_ms > 0
     }
-}
-
-/// The throttle Kafka applies from the three quotas' throttles and the quota that
-/// applies it: the largest, ties to the request quota (then produce before fetch, which
-/// never meet in one request); `(0, None)` when none is `> 0`.
-pub fn applied_throttle(
-    produce_ms: i32,
-    fetch_ms: i32,
-    request_ms: i32,
-) -> (i32, Option<QuotaType>) {
-    let (bytes_ms, bytes_type) = if fetch_ms > produce_ms {
-        (fetch_ms, QuotaType::Fetch)
-    } else {
-        (produce_ms, QuotaType::Produce)
-    };
-    let (applied, by) = if bytes_ms > request_ms {
-        (bytes_ms, bytes_type)
-    } else {
-        (request_ms, QuotaType::Request)
-    };
-    if applied > 0 {
-        (applied, Some(by))
-    } else {
-        (0, None)
-    }
-}
-
-/// [`applied_throttle`] of each event of three columns of throttles (produce, fetch,
-/// request), for a caller that recorded each quota type as a batch.
-pub fn applied_throttles(
-    produce_ms: &[i32],
-    fetch_ms: &[i32],
-    request_ms: &[i32],
-) -> Result<Vec<i32>> {
-    let n = produce_ms.len();
-    if fetch_ms.len() != n || request_ms.len() != n {
-        return Err(Error::InvalidUsage(format!(
-            "throttle arrays differ in length: produce {n}, fetch {}, request {}",
-            fetch_ms.len(),
-            request_ms.len()
-        )));
-    }
-    Ok((0..n)
-        .map(|i| applied_throttle(produce_ms[i], fetch_ms[i], request_ms[i]).0)
-        .collect())
-}
-
-/// Whether a request of `kind` with `acks` is checked against the request quota (when its
-/// thread time is known): every request but a produce with `acks=0`, which gets no response.
-pub fn checks_request_quota(kind: ApiKind, acks: i16) -> bool {
-    !(kind == ApiKind::Produce && acks == 0)
-}
-
-/// Whether a fetch's bytes are taken back: its fetch or its request quota throttled it.
-pub fn fetch_unrecorded(fetch_ms: i32, request_ms: i32) -> bool {
-    fetch_ms > 0 || request_ms > 0
-}
-
-/// A fetch's max bytes capped by the fetch quota's window cap (from
-/// [`QuotaManager::max_value_in_quota_window`]), converted to an int as Java's `(int)`
-/// cast does (truncating, saturating, NaN to 0).
-pub fn capped_fetch_bytes(requested_max_bytes: i64, cap: f64) -> i64 {
-    requested_max_bytes.min(i64::from(double_to_int(cap)))
 }
 
 /// A broker's produce, fetch and request quota managers, used together as Kafka's request
@@ -271,34 +99,23 @@ impl<'a> RequestPath<'a> {
         now: i64,
     ) -> Result<Outcome> {
         request.check()?;
-        let thread = request.checks_request_quota();
-        let mut produce_ms = 0;
-        let mut fetch_ms = 0;
-        let mut request_ms = 0;
-        let mut unrecorded = false;
-        match request.kind {
-            ApiKind::Produce => {
-                produce_ms = self.produce.record(user, client_id, request.bytes, now)?;
-                if let Some(ns) = thread {
-                    request_ms = self.request.record(user, client_id, ns, now)?;
-                }
-            }
-            ApiKind::Fetch => {
-                if let Some(ns) = thread {
-                    request_ms = self.request.record(user, client_id, ns, now)?;
-                }
-                fetch_ms = self.fetch.record(user, client_id, request.bytes, now)?;
-                if fetch_unrecorded(fetch_ms, request_ms) {
-                    self.fetch.unrecord(user, client_id, request.bytes, now)?;
-                    unrecorded = true;
-                }
-            }
-            ApiKind::Other => {
-                if let Some(ns) = thread {
-                    request_ms = self.request.record(user, client_id, ns, now)?;
-                }
-            }
-        }
+        let mut sensors = Sensors {
+            path: self,
+            user,
+            client_id,
+            now,
+        };
+        let RecordedThrottles {
+            produce_ms,
+            fetch_ms,
+            request_ms,
+            unrecorded,
+        } = record_request(
+            &mut sensors,
+            request.kind,
+            request.bytes,
+            request.checks_request_quota(),
+        )?;
         let (throttle_ms, throttled_by) = applied_throttle(produce_ms, fetch_ms, request_ms);
         Ok(Outcome {
             produce_throttle_ms: produce_ms,
@@ -364,10 +181,34 @@ impl<'a> RequestPath<'a> {
     }
 }
 
+/// One client's sensors in a [`RequestPath`]'s managers at one time.
+struct Sensors<'p, 'a> {
+    path: &'p RequestPath<'a>,
+    user: &'p str,
+    client_id: &'p str,
+    now: i64,
+}
+
+impl RequestSensors for Sensors<'_, '_> {
+    type Error = Error;
+
+    fn record(&mut self, quota_type: QuotaType, value: f64) -> Result<i32> {
+        self.path
+            .manager(quota_type)
+            .record(self.user, self.client_id, value, self.now)
+    }
+
+    fn unrecord_fetch(&mut self, bytes: f64) -> Result<()> {
+        self.path
+            .fetch
+            .unrecord(self.user, self.client_id, bytes, self.now)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::entity::QuotaEntity;
+    use crate::kafka::entity::QuotaEntity;
 
     fn user(name: &str) -> QuotaEntity {
         QuotaEntity::parse(Some(name), None).unwrap()

@@ -1,5 +1,5 @@
 //! [`HashMap`]: the core's concurrent hash map, reclaimed by the same epoch as every other
-//! lock-free structure of the crate ([`crate::cow`], the delay queue's skip list).
+//! lock-free structure of the crate ([`crate::sync::cow`], the delay queue's skip list).
 //!
 //! One epoch for everything means one pin per operation: a record pins once and hands
 //! that guard to the map lookup and to its sensor's copy-on-write block. (Maps with

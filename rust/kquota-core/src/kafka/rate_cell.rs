@@ -66,11 +66,11 @@ use std::ptr::NonNull;
 use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
 use std::sync::atomic::{fence, AtomicI32, AtomicI64, AtomicU32, AtomicU64};
 
-use crate::cow::{AtomicBox, AtomicWord, Guard, Thin};
-use crate::quota::{verdict, Check};
-use crate::samples::{
+use crate::kafka::quota::{verdict, Check};
+use crate::kafka::samples::{
     exact_others_sum, small_whole, window_over, Samples, Summary, WindowConfig, EXACT_LIMIT,
 };
+use crate::sync::cow::{AtomicBox, AtomicWord, Guard, Thin};
 
 /// The accumulator's high half: the seal bit, the claim bit, the parity (the view in
 /// force), then the last-event offset.
@@ -518,7 +518,7 @@ impl Block {
     #[inline]
     fn prefetch_ring(&self) {
         for line in self.columns.chunks(8) {
-            crate::prefetch(line.as_ptr());
+            crate::sync::prefetch(line.as_ptr());
         }
     }
 
@@ -670,8 +670,8 @@ impl RateCell {
         // Which view to read depends on the accumulator: ask for the header's lines
         // together rather than one after the other.
         let head: *const Header = &block.head;
-        crate::prefetch(head);
-        crate::prefetch(head.cast::<u8>().wrapping_add(64));
+        crate::sync::prefetch(head);
+        crate::sync::prefetch(head.cast::<u8>().wrapping_add(64));
         let word = block.acc.load();
         let acc = unpack(word);
         let view = block.views[acc.parity].load();
@@ -1079,8 +1079,8 @@ fn seal(acc: &AtomicWord) -> Option<u128> {
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
-    use crate::cow::pin;
-    use crate::quota::check_bound;
+    use crate::kafka::quota::check_bound;
+    use crate::sync::cow::pin;
 
     /// A ring's values, starts and last events (what a block keeps of it).
     fn observe(s: &Samples) -> Vec<(u64, i64, i64)> {

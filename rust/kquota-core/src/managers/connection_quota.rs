@@ -3,7 +3,7 @@
 //! acceptor waits before accepting) and the per-IP `connection_creation_rate` with IP
 //! overrides and a `<default>` IP quota (the connection is accepted, then closed after
 //! the throttle). The arithmetic and the record/take-back protocol are in
-//! [`crate::connection_rate`]; connection *counts* (`max.connections`,
+//! [`crate::kafka::connection_rate`]; connection *counts* (`max.connections`,
 //! `max.connections.per.ip`) are not modelled here.
 //!
 //! Lock-free: the configuration (IP quotas, listener and broker limits) is one
@@ -21,43 +21,20 @@ use std::sync::atomic::{
 };
 use std::sync::Arc;
 
-use crate::connection_rate::{self, ConnectionRateSensor, UNLIMITED_CONNECTION_RATE};
-use crate::cow::{pin, CowCell, Guard};
 use crate::error::{Error, Result};
-use crate::manager::DEFAULT_SENSOR_EXPIRY_MS;
-use crate::quota::Check;
-use crate::rate_cell::{Bound, BoundSource, RateCell};
-use crate::samples::{Samples, WindowConfig};
+use crate::kafka::connection_rate::{self, ConnectionRateSensor, UNLIMITED_CONNECTION_RATE};
+use crate::kafka::ip::canonical_ip;
+pub use crate::kafka::ip::host_address;
+use crate::kafka::quota::Check;
+use crate::kafka::rate_cell::{Bound, BoundSource, RateCell};
+use crate::kafka::samples::{Samples, WindowConfig};
+use crate::kafka::sensor::DEFAULT_SENSOR_EXPIRY_MS;
+use crate::sync::cow::{pin, CowCell, Guard};
 
-type Map<K, V> = crate::hash_map::HashMap<K, V, foldhash::fast::RandomState>;
+type Map<K, V> = crate::sync::hash_map::HashMap<K, V, foldhash::fast::RandomState>;
 
 /// Kafka's sensor-name prefix of connection-rate sensors.
 const SENSOR_PREFIX: &str = "Connection-Accept-Rate";
-
-/// Parses an IP literal (IPv4 or IPv6) as Kafka's `InetAddress` would hold it. Host
-/// names are refused: kquota does not resolve names.
-pub fn parse_ip(ip: &str) -> Result<IpAddr> {
-    ip.trim().parse().map_err(|_| {
-        Error::InvalidUsage(format!(
-            "invalid IP {ip:?}: expected an IPv4 or IPv6 address literal such as \
-             \"192.168.0.1\" or \"::1\" (host names are not resolved)"
-        ))
-    })
-}
-
-/// Java's `InetAddress.getHostAddress()`: dotted IPv4, or eight uncompressed lowercase
-/// hex groups for IPv6 (the `ip` tag and sensor name Kafka uses).
-pub fn host_address(ip: &IpAddr) -> String {
-    match ip {
-        IpAddr::V4(v4) => v4.to_string(),
-        IpAddr::V6(v6) => v6
-            .segments()
-            .iter()
-            .map(|s| format!("{s:x}"))
-            .collect::<Vec<_>>()
-            .join(":"),
-    }
-}
 
 fn check_rate(what: &str, rate: i64, min: i64) -> Result<i32> {
     if (min..=i64::from(i32::MAX)).contains(&rate) {
@@ -242,7 +219,7 @@ impl ConnectionQuotas {
     /// is a whole number from 1 to `i32::MAX` (as Kafka's controller accepts it);
     /// `i32::MAX` is Kafka's "unlimited" and turns the IP's measurement off.
     pub fn set_ip_quota(&self, ip: Option<&str>, rate: Option<i64>) -> Result<()> {
-        let ip = ip.map(parse_ip).transpose()?;
+        let ip = ip.map(canonical_ip).transpose()?;
         let rate = rate
             .map(|r| check_rate("connection_creation_rate", r, 1))
             .transpose()?;
@@ -261,7 +238,7 @@ impl ConnectionQuotas {
     /// The rate that applies to `ip` now (`connectionRateForIp`): its override, else the
     /// default IP quota, else `i32::MAX` (unlimited).
     pub fn ip_quota(&self, ip: &str) -> Result<i32> {
-        let ip = parse_ip(ip)?;
+        let ip = canonical_ip(ip)?;
         Ok(self.config.read(&pin(), |c| c.rate_for_ip(&ip)))
     }
 
@@ -419,7 +396,7 @@ impl ConnectionQuotas {
     /// the connection was taken back out of the rates and is to be closed after that
     /// many ms. IPs whose quota is unlimited are not measured.
     pub fn admit_ip(&self, listener: &str, ip: &str, now: i64) -> Result<i32> {
-        let addr = parse_ip(ip)?;
+        let addr = canonical_ip(ip)?;
         let guard = pin();
         let config = self.config.load(&guard);
         let l = Self::listener_of(config, listener)?;
@@ -457,7 +434,7 @@ impl ConnectionQuotas {
         ip: &str,
         now: i64,
     ) -> Result<ConnectionDecision> {
-        parse_ip(ip)?;
+        canonical_ip(ip)?;
         let accept_delay_ms = self.accept_delay(listener, now)?;
         let ip_throttle_ms = self.admit_ip(listener, ip, now + i64::from(accept_delay_ms))?;
         Ok(ConnectionDecision {
@@ -529,7 +506,7 @@ impl ConnectionQuotas {
 
     /// An IP's `connection-accept-rate` at `now`; `None` when it has no sensor.
     pub fn ip_rate(&self, ip: &str, now: i64) -> Result<Option<f64>> {
-        let addr = parse_ip(ip)?;
+        let addr = canonical_ip(ip)?;
         let m = self.ips.pin();
         Ok(m.get(&addr)
             .filter(|s| !s.removed.load(Relaxed))
@@ -539,7 +516,7 @@ impl ConnectionQuotas {
     /// The bound an IP's sensor enforces (its metric config's quota): the IP's rate now;
     /// `None` when it has no sensor.
     pub fn ip_bound(&self, ip: &str) -> Result<Option<f64>> {
-        let addr = parse_ip(ip)?;
+        let addr = canonical_ip(ip)?;
         let exists = self
             .ips
             .pin()
@@ -685,8 +662,11 @@ mod tests {
 
     #[test]
     fn ipv6_host_address_is_javas() {
-        assert_eq!(host_address(&parse_ip("::1").unwrap()), "0:0:0:0:0:0:0:1");
-        assert_eq!(host_address(&parse_ip("10.0.0.1").unwrap()), "10.0.0.1");
+        assert_eq!(
+            host_address(&canonical_ip("::1").unwrap()),
+            "0:0:0:0:0:0:0:1"
+        );
+        assert_eq!(host_address(&canonical_ip("10.0.0.1").unwrap()), "10.0.0.1");
     }
 
     #[test]
@@ -701,5 +681,45 @@ mod tests {
             vec!["Connection-Accept-Rate-10.0.0.1"]
         );
         assert_eq!(q.ip_rate("10.0.0.1", 3_600_001).unwrap(), None);
+    }
+
+    const V4: &str = "10.0.0.1";
+    const MAPPED: &str = "::ffff:10.0.0.1";
+
+    #[test]
+    fn an_ipv4_mapped_address_is_its_ipv4_entity_for_quotas() {
+        // set under one spelling, read and removed under the other
+        for (set, get) in [(V4, MAPPED), (MAPPED, V4)] {
+            let q = quotas();
+            q.set_ip_quota(Some(set), Some(1)).unwrap();
+            assert_eq!(q.ip_quota(get).unwrap(), 1);
+            assert_eq!(q.ip_quota(set).unwrap(), 1);
+            assert_eq!(q.ip_quotas(), (vec![(V4.to_string(), 1)], None));
+            q.set_ip_quota(Some(get), None).unwrap();
+            assert_eq!(q.ip_quota(set).unwrap(), i32::MAX);
+            assert_eq!(q.ip_quotas(), (vec![], None));
+        }
+    }
+
+    #[test]
+    fn an_ipv4_mapped_address_records_on_its_ipv4_sensor() {
+        let q = quotas();
+        let t = 1_700_000_000_000;
+        q.set_ip_quota(Some(V4), Some(2)).unwrap();
+        for ip in [V4, MAPPED] {
+            let d = q.on_new_connection("EXTERNAL", ip, t).unwrap();
+            assert_eq!(d.ip_throttle_ms, 0, "{ip}");
+        }
+        // the third connection, under either spelling, is over the one entity's quota of 2
+        assert!(
+            q.on_new_connection("EXTERNAL", MAPPED, t)
+                .unwrap()
+                .ip_throttle_ms
+                > 0
+        );
+        assert_eq!(q.ip_sensor_names(), vec!["Connection-Accept-Rate-10.0.0.1"]);
+        assert_eq!(q.ip_rate(MAPPED, t).unwrap(), q.ip_rate(V4, t).unwrap());
+        assert_eq!(q.ip_bound(MAPPED).unwrap(), Some(2.0));
+        assert!(q.admit_ip("EXTERNAL", MAPPED, t).unwrap() > 0);
     }
 }

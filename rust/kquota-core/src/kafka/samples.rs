@@ -1,7 +1,7 @@
 //! Sampled windows, as Kafka's `SampledStat` keeps them (spec section 2).
 //!
 //! [`Samples`] is plain sequential state; the thread-safe sensors wrap it in a
-//! copy-on-write cell (see [`crate::cow`]). Every rule that decides a number lives here.
+//! copy-on-write cell (see [`crate::sync::cow`]). Every rule that decides a number lives here.
 
 use crate::error::{Error, Result};
 
@@ -169,7 +169,7 @@ impl Samples {
     #[inline]
     pub fn prefetch(&self) {
         for line in self.columns.chunks(8) {
-            crate::prefetch(line.as_ptr());
+            crate::sync::prefetch(line.as_ptr());
         }
     }
 

@@ -1,7 +1,7 @@
 //! The quota bound check and Kafka's throttle-time formula (spec sections 3 and 4).
 
-use crate::javamath;
-use crate::samples::{Samples, WindowConfig};
+use crate::kafka::javamath;
+use crate::kafka::samples::{Samples, WindowConfig};
 
 /// The bound of a sensor to which no quota applies: `(double) Long.MAX_VALUE`.
 pub const UNLIMITED: f64 = i64::MAX as f64;
@@ -105,7 +105,7 @@ mod tests {
             };
             if certainly_within(sum, bound, window) {
                 within += 1;
-                let rate = crate::samples::per_second(sum, window);
+                let rate = crate::kafka::samples::per_second(sum, window);
                 assert!(
                     !verdict(rate, bound, window).violated,
                     "sum {sum}, bound {bound}, window {window}"

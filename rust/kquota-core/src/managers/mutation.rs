@@ -2,7 +2,7 @@
 //! `controller_mutation_rate`): partitions created or deleted per second by CreateTopics,
 //! CreatePartitions and DeleteTopics, per user / client id with the same entities,
 //! precedence and sensor sharing as the other client quotas (spec section 6, reused from
-//! [`crate::entity`]), measured by a [`crate::token_bucket`] instead of a sampled rate.
+//! [`crate::kafka::entity`]), measured by a [`crate::kafka::token_bucket`] instead of a sampled rate.
 //!
 //! Lock-free: the configuration is one copy-on-write snapshot, the sensors live in
 //! lock-free hash maps keyed by their metric tags, each bucket is one atomic word and
@@ -15,77 +15,18 @@ use std::sync::atomic::{
 };
 use std::sync::Arc;
 
-use crate::cow::{pin, CowCell};
-use crate::delay_queue::DelayQueue;
-use crate::entity::{sanitize_user, Overrides, Pair, PairRef, QuotaEntity};
 use crate::error::{check_quota, Error, Result};
-use crate::javamath::long_to_int;
-use crate::manager::DEFAULT_SENSOR_EXPIRY_MS;
-use crate::quota::UNLIMITED;
-use crate::samples::{Samples, WindowConfig};
-use crate::token_bucket::{check_permits, BucketCell, MutationCheck};
+use crate::kafka::delay_queue::DelayQueue;
+use crate::kafka::entity::{sanitize_user, Overrides, Pair, PairRef, QuotaEntity};
+use crate::kafka::javamath::long_to_int;
+pub use crate::kafka::mutation_api::MutationApi;
+use crate::kafka::quota::UNLIMITED;
+use crate::kafka::samples::{Samples, WindowConfig};
+use crate::kafka::sensor::DEFAULT_SENSOR_EXPIRY_MS;
+use crate::kafka::token_bucket::{check_permits, BucketCell, MutationCheck};
+use crate::sync::cow::{pin, CowCell};
 
-type Map<K, V> = crate::hash_map::HashMap<K, V, foldhash::fast::RandomState>;
-
-/// The requests that mutate partitions and the first version of each that Kafka
-/// enforces strictly (`ControllerApis` / `KafkaApis`: `strictSinceVersion`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum MutationApi {
-    /// CreateTopics: strict since v6.
-    CreateTopics,
-    /// CreatePartitions: strict since v3.
-    CreatePartitions,
-    /// DeleteTopics: strict since v5.
-    DeleteTopics,
-}
-
-impl MutationApi {
-    /// Every mutation API.
-    pub const ALL: [MutationApi; 3] = [
-        MutationApi::CreateTopics,
-        MutationApi::CreatePartitions,
-        MutationApi::DeleteTopics,
-    ];
-
-    /// The first request version on which the quota is strict.
-    pub fn strict_since_version(self) -> i16 {
-        match self {
-            MutationApi::CreateTopics => 6,
-            MutationApi::CreatePartitions => 3,
-            MutationApi::DeleteTopics => 5,
-        }
-    }
-
-    /// Whether a request of `version` is enforced strictly (else permissively).
-    pub fn is_strict(self, version: i16) -> bool {
-        version >= self.strict_since_version()
-    }
-
-    /// `"create_topics"`, `"create_partitions"` or `"delete_topics"`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            MutationApi::CreateTopics => "create_topics",
-            MutationApi::CreatePartitions => "create_partitions",
-            MutationApi::DeleteTopics => "delete_topics",
-        }
-    }
-}
-
-impl std::str::FromStr for MutationApi {
-    type Err = Error;
-
-    fn from_str(s: &str) -> Result<Self> {
-        MutationApi::ALL
-            .into_iter()
-            .find(|a| a.as_str() == s)
-            .ok_or_else(|| {
-                Error::InvalidUsage(format!(
-                    "unknown mutation api {s:?}: expected \"create_topics\", \
-                     \"create_partitions\" or \"delete_topics\""
-                ))
-            })
-    }
-}
+type Map<K, V> = crate::sync::hash_map::HashMap<K, V, foldhash::fast::RandomState>;
 
 /// When a sensor last recorded and whether expiry removed it.
 struct Life {
@@ -594,7 +535,7 @@ impl MutationRequestQuota {
     /// The throttle to put in the response at `now`: the last throttle minus the time
     /// since it was computed, at least 0.
     pub fn throttle_time(&self, now: i64) -> i32 {
-        crate::token_bucket::remaining_throttle(
+        crate::kafka::token_bucket::remaining_throttle(
             self.last_throttle_ms.load(Relaxed),
             self.last_recorded_ms.load(Relaxed),
             now,
@@ -605,7 +546,7 @@ impl MutationRequestQuota {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::rate::SampledRate;
+    use crate::kafka::rate::SampledRate;
 
     fn pair(user: &str, client: &str) -> QuotaEntity {
         QuotaEntity::parse(Some(user), Some(client)).unwrap()
@@ -752,5 +693,16 @@ mod tests {
         assert!(MutationApi::CreateTopics.is_strict(6));
         assert!(!MutationApi::DeleteTopics.is_strict(4));
         assert!("alter_topics".parse::<MutationApi>().is_err());
+    }
+
+    #[test]
+    fn a_new_mutation_bucket_is_full_at_first_use_on_the_default_clock() {
+        let manager = ControllerMutationQuotaManager::with_defaults();
+        let user = QuotaEntity::parse(Some("u"), None).unwrap();
+        manager.set_quota(&user, 10.0).unwrap();
+        let now = crate::kafka::clock::monotonic_ms();
+        assert_eq!(manager.record("u", "c", 1.0, now).unwrap(), 0);
+        // 11 samples x 1 s x 10 partitions/s, less the one recorded.
+        assert_eq!(manager.tokens("u", "c", now), Some(109.0));
     }
 }

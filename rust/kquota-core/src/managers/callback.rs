@@ -15,9 +15,9 @@
 //! asked again) on its next request. Kafka asks for the tags on every request; kquota
 //! caches them between resets, which is the one difference a callback can observe.
 
-use crate::entity::QuotaEntity;
 use crate::error::{Error, Result};
-use crate::manager::{QuotaManager, QuotaType};
+use crate::kafka::entity::QuotaEntity;
+use crate::kafka::quota_type::QuotaType;
 
 /// One broker of the cluster, as a Metadata response lists it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -89,7 +89,7 @@ pub trait QuotaCallback: Send + Sync {
     fn update_cluster_metadata(&self, metadata: &ClusterMetadata) -> Result<bool>;
 
     /// Which callback this is: two managers whose callbacks have the same identity share
-    /// one (and [`update_cluster_metadata`] tells it once). The address of `self` unless
+    /// one (and [`crate::callback::update_cluster_metadata`] tells it once). The address of `self` unless
     /// a wrapper knows better (a binding wrapping one foreign object several times).
     fn identity(&self) -> usize {
         (self as *const Self).cast::<()>() as usize
@@ -114,33 +114,4 @@ pub(crate) fn check_limit(tags: (&str, &str), limit: Option<f64>) -> Result<Opti
         )),
         other => Ok(other),
     }
-}
-
-/// Tells every distinct callback of `managers` (by identity: three managers usually share
-/// one) about `metadata` once, then resets the limits of the managers whose callback
-/// answered true, as Kafka's broker does for its three quota managers. Managers without a
-/// callback are skipped. Returns whether any callback answered true.
-pub fn update_cluster_metadata(
-    managers: &[&QuotaManager],
-    metadata: &ClusterMetadata,
-) -> Result<bool> {
-    let mut answers: Vec<(usize, bool)> = Vec::new();
-    let mut any = false;
-    for m in managers {
-        let Some(cb) = m.callback() else { continue };
-        let id = cb.identity();
-        let changed = match answers.iter().find(|(p, _)| *p == id) {
-            Some(&(_, changed)) => changed,
-            None => {
-                let changed = cb.update_cluster_metadata(metadata)?;
-                answers.push((id, changed));
-                changed
-            }
-        };
-        if changed {
-            m.reset_limits()?;
-            any = true;
-        }
-    }
-    Ok(any)
 }

@@ -163,7 +163,7 @@ mod imp {
 
         /// Publishes `new` with a sequentially consistent swap and hands back the value it
         /// displaced, NOT retired: the caller keeps it reachable as long as it needs (see
-        /// [`crate::migrate`]) and then passes it to [`Self::retire`].
+        /// [`crate::sync::table_swap`]) and then passes it to [`Self::retire`].
         #[inline]
         pub fn swap<'g>(&self, new: Box<T>, _guard: &'g Guard) -> Loaded<'g, T> {
             let old = self.ptr.swap(T::into_thin(new).as_ptr(), SeqCst);
@@ -443,7 +443,7 @@ pub use imp::{collect_garbage, pin, AtomicBox, AtomicRef, AtomicWord, Guard, Loa
 
 /// A type whose boxes an [`AtomicBox`] keeps behind a thin (one-word) pointer: every
 /// sized type, and an unsized type that can find its own length in its allocation (the
-/// rate sensor's block, whose sample ring follows its header; see [`crate::rate_cell`]).
+/// rate sensor's block, whose sample ring follows its header; see [`crate::kafka::rate_cell`]).
 ///
 /// # Safety
 ///
@@ -485,7 +485,7 @@ unsafe impl<T: ?Sized + Send + Sync> Sync for AtomicRef<T> {}
 
 /// A copy-on-write cell: every update copies the value, changes the copy and publishes
 /// it atomically. For state that changes rarely (the quota configuration, throttle-time
-/// averages); the rate sensors' hot path avoids the copy (see [`crate::rate_cell`]).
+/// averages); the rate sensors' hot path avoids the copy (see [`crate::kafka::rate_cell`]).
 pub struct CowCell<T> {
     inner: AtomicBox<T>,
 }

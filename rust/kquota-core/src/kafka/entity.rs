@@ -242,7 +242,7 @@ impl Overrides {
     /// [`crate::UNLIMITED`] when no quota applies.
     pub fn bound(&self, user: &str, client: &str) -> f64 {
         self.quota_limit(user, client)
-            .unwrap_or(crate::quota::UNLIMITED)
+            .unwrap_or(crate::kafka::quota::UNLIMITED)
     }
 
     /// The quota that applies to a sensor with these tags, `None` when none does
@@ -640,7 +640,7 @@ impl Hash for PairRef<'_> {
     }
 }
 
-impl crate::hash_map::Equivalent<Pair> for PairRef<'_> {
+impl crate::sync::hash_map::Equivalent<Pair> for PairRef<'_> {
     #[inline(always)]
     fn equivalent(&self, key: &Pair) -> bool {
         match (self, key.words()) {
@@ -670,7 +670,7 @@ mod tests {
             let p = Pair::new(a, b);
             assert_eq!((p.first(), p.second()), (a, b));
             assert_eq!(h.hash_one(&p), h.hash_one(PairRef::new(a, b)));
-            assert!(crate::hash_map::Equivalent::equivalent(
+            assert!(crate::sync::hash_map::Equivalent::equivalent(
                 &PairRef::new(a, b),
                 &p
             ));
@@ -687,7 +687,7 @@ mod tests {
             let p = Pair::new(a, b);
             assert_eq!((p.first(), p.second()), (a, b));
             assert_eq!(h.hash_one(&p), h.hash_one(PairRef::new(a, b)));
-            assert!(crate::hash_map::Equivalent::equivalent(
+            assert!(crate::sync::hash_map::Equivalent::equivalent(
                 &PairRef::new(a, b),
                 &p
             ));
@@ -705,7 +705,7 @@ mod tests {
 
     #[test]
     fn every_length_and_split_packs_hashes_and_compares_as_its_strings() {
-        use crate::hash_map::Equivalent;
+        use crate::sync::hash_map::Equivalent;
         use std::hash::BuildHasher;
         let h = foldhash::fast::FixedState::with_seed(3);
         let text: String = (0..Pair::INLINE + 3)

@@ -1,10 +1,10 @@
 //! [`SampledRate`]: one thread-safe Kafka `Rate` with an optional upper bound.
 
-use crate::cow::pin;
 use crate::error::{check_finite, check_quota, Result};
-use crate::quota::Check;
-use crate::rate_cell::{Bound, BoundSource, RateCell};
-use crate::samples::{Samples, WindowConfig};
+use crate::kafka::quota::Check;
+use crate::kafka::rate_cell::{Bound, BoundSource, RateCell};
+use crate::kafka::samples::{Samples, WindowConfig};
+use crate::sync::cow::pin;
 
 type Keep = BoundSource<fn() -> Option<f64>>;
 

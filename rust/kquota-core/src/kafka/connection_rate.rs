@@ -1,6 +1,6 @@
 //! The arithmetic and the record/unrecord protocol of Kafka's connection-creation-rate
 //! quotas (KIP-612, `ConnectionQuotas` in `core/src/main/scala/kafka/network/SocketServer.scala`
-//! at the pinned commit), over any rate sensor; [`crate::connection_quota`] holds the
+//! at the pinned commit), over any rate sensor; [`crate::managers::connection_quota`] holds the
 //! broker's sensors and configuration.
 //!
 //! Every sensor here is Kafka's sampled `Rate` (spec section 2) with an upper bound, and
@@ -23,9 +23,9 @@
 //! than under Kafka's lock (at most one per connection being refused at that instant).
 //! The loom model in `tests/loom.rs` checks that nothing is lost or counted twice.
 
-use crate::javamath::long_to_int;
-use crate::quota::Check;
-use crate::rate::SampledRate;
+use crate::kafka::javamath::long_to_int;
+use crate::kafka::quota::Check;
+use crate::kafka::rate::SampledRate;
 
 /// `Integer.MAX_VALUE`: the "no limit" value of every connection-rate setting
 /// (`IP_CONNECTION_RATE_DEFAULT`, `MAX_CONNECTION_CREATION_RATE_DEFAULT`). An IP whose
@@ -112,7 +112,7 @@ where
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
-    use crate::samples::WindowConfig;
+    use crate::kafka::samples::WindowConfig;
 
     #[test]
     fn bounded_by_one_window() {

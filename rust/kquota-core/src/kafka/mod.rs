@@ -1,0 +1,24 @@
+//! Kafka's quota arithmetic and entity rules, one module per rule, each exact to the
+//! bit: sampled windows, the bound check and throttle formula, token buckets, the
+//! connection rate, entities and their precedence, the request path's order, units and
+//! names. Builds only on [`crate::sync`].
+
+pub mod clock;
+pub mod connection_rate;
+#[cfg(not(loom))]
+pub mod delay_queue;
+#[cfg(not(loom))]
+pub mod entity;
+pub mod ip;
+pub mod javamath;
+pub mod mutation_api;
+pub mod quota;
+pub mod quota_type;
+pub mod rate;
+pub mod rate_cell;
+#[cfg(not(loom))]
+pub mod request;
+pub mod samples;
+pub mod sensor;
+pub mod token_bucket;
+pub mod units;

@@ -1,0 +1,37 @@
+//! Rules of a client-quota sensor that do not depend on how its samples are stored:
+//! expiry, the throttle a manager returns, the fetch-size cap.
+
+use super::javamath::long_to_int;
+use super::quota::Check;
+use super::quota_type::QuotaType;
+use super::samples::WindowConfig;
+
+/// Kafka's sensor-expiry time for quota sensors: one hour without a record.
+pub const DEFAULT_SENSOR_EXPIRY_MS: i64 = 3_600_000;
+
+/// Kafka's throttle as a quota manager returns it from a check on windows `window`: the
+/// int of the long (wrapping), and for `request` first capped at one window (KIP-124).
+pub fn throttle_int(quota_type: QuotaType, window: &WindowConfig, check: Check) -> i32 {
+    let t = check.throttle_ms;
+    match quota_type {
+        QuotaType::Request => long_to_int(t.min(window.window_ms())),
+        _ => long_to_int(t),
+    }
+}
+
+/// Kafka's fetch-size cap for a client whose sensor enforces `bound` (`None`: no quota
+/// applies): `bound * (num_samples - 1) * window_seconds`, or `f64::MAX`.
+pub fn max_value_in_quota_window(bound: Option<f64>, window: &WindowConfig) -> f64 {
+    match bound {
+        Some(bound) => {
+            bound * f64::from(window.num_samples() - 1) * (window.window_ms() / 1000) as f64
+        }
+        None => f64::MAX,
+    }
+}
+
+/// Whether a sensor that last recorded at `last_record` is expired at `now`: idle for
+/// strictly longer than `expiry_ms` (Kafka's `Sensor.hasExpired`).
+pub fn sensor_expired(last_record: i64, now: i64, expiry_ms: i64) -> bool {
+    now.wrapping_sub(last_record) > expiry_ms
+}
