@@ -24,9 +24,9 @@ use std::collections::BTreeMap;
 
 use arbitrary::Arbitrary;
 use kquota_core::error::Error;
-use kquota_core::javamath::long_to_int;
-use kquota_core::quota::{check_bound, Check};
-use kquota_core::samples::Samples;
+use kquota_core::kafka::javamath::long_to_int;
+use kquota_core::kafka::quota::{check_bound, Check};
+use kquota_core::kafka::samples::Samples;
 use kquota_core::{
     sanitize_user, EntityName, QuotaEntity, QuotaManager, QuotaType, SampledRate, SensorSnapshot,
     WindowConfig, UNLIMITED,

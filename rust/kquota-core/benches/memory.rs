@@ -11,7 +11,7 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicIsize, Ordering::Relaxed};
 
-use kquota_core::samples::{Samples, WindowConfig};
+use kquota_core::kafka::samples::{Samples, WindowConfig};
 use kquota_core::{QuotaEntity, QuotaManager, QuotaType};
 
 struct Counting;

@@ -21,8 +21,8 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, Criterion};
-use kquota_core::quota::check_bound;
-use kquota_core::samples::{Samples, WindowConfig};
+use kquota_core::kafka::quota::check_bound;
+use kquota_core::kafka::samples::{Samples, WindowConfig};
 use kquota_core::{ClusterMetadata, QuotaCallback, QuotaEntity, QuotaManager, QuotaType};
 
 const KEYS: usize = 10_000;

@@ -21,8 +21,8 @@
 //! * [`replay`]: the same request path replayed sequentially over columns of events, for
 //!   back-testing ([`ReplayKernel`]: several scenarios in one pass, open or closed loop).
 //!
-//! [`error`] is shared by every layer. The modules are also reachable at the crate root
-//! under their short names (`kquota_core::samples`, `kquota_core::manager`, ...).
+//! [`error`] is shared by every layer. The types a user of the crate needs are re-exported
+//! at its root.
 //!
 //! Everything is safe to call from many threads at once; no operation takes a lock.
 //! The spec is `shared/docs/kafka-quota-semantics.md`.
@@ -34,25 +34,6 @@ pub mod managers;
 #[cfg(not(loom))]
 pub mod replay;
 pub mod sync;
-
-// Every module under its short path.
-pub use kafka::{connection_rate, javamath, quota, rate, rate_cell, samples, token_bucket};
-#[cfg(not(loom))]
-pub use kafka::{delay_queue, entity};
-#[cfg(not(loom))]
-pub use managers::{connection_quota, manager, mutation, request_path};
-pub use sync::cow;
-#[cfg(not(loom))]
-pub use sync::hash_map;
-pub use sync::table_swap as migrate;
-
-/// Custom quota callbacks (KIP-257): [`managers::callback`], and telling the managers'
-/// callbacks about the cluster ([`managers::manager::update_cluster_metadata`]).
-#[cfg(not(loom))]
-pub mod callback {
-    pub use crate::managers::callback::*;
-    pub use crate::managers::manager::update_cluster_metadata;
-}
 
 pub use error::{Error, Result};
 pub use kafka::clock::monotonic_ms;
@@ -80,7 +61,7 @@ pub use managers::callback::{BrokerNode, ClusterMetadata, PartitionLeader, Quota
 #[cfg(not(loom))]
 pub use managers::connection_quota::{ConnectionDecision, ConnectionQuotas};
 #[cfg(not(loom))]
-pub use managers::manager::{QuotaManager, SensorSnapshot};
+pub use managers::manager::{update_cluster_metadata, QuotaManager, SensorSnapshot};
 #[cfg(not(loom))]
 pub use managers::mutation::{ControllerMutationQuotaManager, MutationRequestQuota};
 #[cfg(not(loom))]

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 
 use kquota_core::{
-    callback::update_cluster_metadata, BrokerNode, ClusterMetadata, EntityName, Error, Events,
+    update_cluster_metadata, BrokerNode, ClusterMetadata, EntityName, Error, Events,
     PartitionLeader, QuotaCallback, QuotaEntity, QuotaManager, QuotaType, ReplayKernel,
     ReplayOptions, Request, RequestPath, WindowConfig, DEFAULT_SENSOR_EXPIRY_MS,
 };

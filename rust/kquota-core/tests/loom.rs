@@ -8,8 +8,8 @@
 //! Run with `RUSTFLAGS="--cfg loom" cargo test -p kquota-core --release --test loom`.
 #![cfg(loom)]
 
-use kquota_core::quota::check_bound;
-use kquota_core::samples::Samples;
+use kquota_core::kafka::quota::check_bound;
+use kquota_core::kafka::samples::Samples;
 use kquota_core::{SampledRate, WindowConfig};
 use loom::sync::Arc;
 use loom::thread;
@@ -442,7 +442,7 @@ mod open_in_place {
 /// updates are never lost, and a reader sees a whole value, never half of an update.
 #[test]
 fn copy_on_write_updates_are_never_lost() {
-    use kquota_core::cow::{pin, CowCell};
+    use kquota_core::sync::cow::{pin, CowCell};
 
     let mut model = loom::model::Builder::new();
     model.preemption_bound = Some(3);
@@ -475,8 +475,8 @@ fn copy_on_write_updates_are_never_lost() {
 /// resolution) and one looked up during it. Every record must be in the one sensor each
 /// key has in the current maps afterwards.
 mod rebuild {
-    use kquota_core::cow::pin;
-    use kquota_core::migrate::{copy_again, unlink_dead, Mortal, Table, Tables};
+    use kquota_core::sync::cow::pin;
+    use kquota_core::sync::table_swap::{copy_again, unlink_dead, Mortal, Table, Tables};
     use loom::sync::atomic::{AtomicBool, AtomicUsize};
     use loom::sync::Mutex;
     use loom::thread;
@@ -643,7 +643,7 @@ mod rebuild {
 // -- KIP-599: the token bucket cell ----------------------------------------------------
 
 mod token_bucket_model {
-    use kquota_core::token_bucket::{Bucket, BucketCell, MutationCheck};
+    use kquota_core::kafka::token_bucket::{Bucket, BucketCell, MutationCheck};
     use kquota_core::WindowConfig;
     use loom::sync::Arc;
     use loom::thread;
@@ -746,7 +746,7 @@ mod token_bucket_model {
 // -- KIP-612: an IP's connection taken back out of the rates ---------------------------
 
 mod connection_model {
-    use kquota_core::connection_rate::{accept_delay, admit_ip};
+    use kquota_core::kafka::connection_rate::{accept_delay, admit_ip};
     use kquota_core::{SampledRate, WindowConfig};
     use loom::sync::Arc;
     use loom::thread;

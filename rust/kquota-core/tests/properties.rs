@@ -8,9 +8,9 @@
 
 use std::collections::HashMap;
 
-use kquota_core::javamath::long_to_int;
-use kquota_core::quota::{check_bound, Check};
-use kquota_core::samples::{Samples, WindowConfig};
+use kquota_core::kafka::javamath::long_to_int;
+use kquota_core::kafka::quota::{check_bound, Check};
+use kquota_core::kafka::samples::{Samples, WindowConfig};
 use kquota_core::{sanitize_user, QuotaEntity, QuotaManager, QuotaType, SampledRate, UNLIMITED};
 use proptest::prelude::*;
 
@@ -357,7 +357,7 @@ proptest! {
 
 mod token_bucket_properties {
     use super::fixed;
-    use kquota_core::token_bucket::{burst, Bucket, BucketCell};
+    use kquota_core::kafka::token_bucket::{burst, Bucket, BucketCell};
     use kquota_core::WindowConfig;
     use proptest::prelude::*;
 

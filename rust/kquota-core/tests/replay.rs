@@ -8,8 +8,8 @@
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
+use kquota_core::kafka::samples::WindowConfig;
 use kquota_core::replay::{quota_code, Events, Output, BY_NONE};
-use kquota_core::samples::WindowConfig;
 use kquota_core::{
     Error, QuotaEntity, QuotaManager, QuotaType, ReplayKernel, ReplayOptions, Request, RequestPath,
 };

@@ -10,10 +10,10 @@
 //! refused once an earlier one overdrew the bucket.
 #![cfg(not(loom))]
 
+use kquota_core::kafka::samples::WindowConfig;
 use kquota_core::replay::{
     quota_code, Events, Output, BY_MUTATION, BY_NONE, KIND_MUTATION, KIND_OTHER,
 };
-use kquota_core::samples::WindowConfig;
 use kquota_core::{
     ControllerMutationQuotaManager, MutationRequestQuota, QuotaEntity, QuotaManager, QuotaType,
     ReplayKernel, ReplayOptions, Request, RequestPath,

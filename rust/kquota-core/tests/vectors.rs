@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use kquota_core::token_bucket::{throttle_time, Bucket};
+use kquota_core::kafka::token_bucket::{throttle_time, Bucket};
 use kquota_core::{
     ConnectionQuotas, ControllerMutationQuotaManager, MutationRequestQuota, QuotaEntity,
     WindowConfig,

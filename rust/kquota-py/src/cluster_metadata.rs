@@ -117,5 +117,7 @@ pub(crate) fn update_cluster_metadata(
 ) -> CoreResult<bool> {
     let md = core::ClusterMetadata::from(metadata.get());
     let refs: Vec<&core::QuotaManager> = managers.iter().map(|m| &m.get().inner).collect();
-    Ok(core::callback::update_cluster_metadata(&refs, &md)?)
+    Ok(core::managers::manager::update_cluster_metadata(
+        &refs, &md,
+    )?)
 }

@@ -9,7 +9,7 @@ use crate::args;
 /// Java's `(int)` cast of a double: truncation, saturating, NaN to 0.
 #[pyfunction]
 pub(crate) fn double_to_int(#[pyo3(from_py_with = args::java_double)] value: f64) -> i32 {
-    core::javamath::double_to_int(value)
+    core::kafka::javamath::double_to_int(value)
 }
 
 /// The clock the core uses when `now_ms` is omitted.

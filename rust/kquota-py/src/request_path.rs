@@ -172,7 +172,7 @@ pub(crate) fn applied_throttles<'py>(
         request_ms.as_array().to_vec(),
     );
     let applied = py
-        .detach(|| core::request_path::applied_throttles(&p, &f, &r))
+        .detach(|| core::managers::request_path::applied_throttles(&p, &f, &r))
         .map_err(CoreError)?;
     Ok(PyArray1::from_vec(py, applied))
 }

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use pyo3::prelude::*;
 
 use kquota_core as core;
-use kquota_core::token_bucket::{self, BucketCell};
+use kquota_core::kafka::token_bucket::{self, BucketCell};
 
 use crate::args::{self, now_or_clock};
 use crate::error::CoreResult;

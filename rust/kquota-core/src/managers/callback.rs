@@ -89,7 +89,7 @@ pub trait QuotaCallback: Send + Sync {
     fn update_cluster_metadata(&self, metadata: &ClusterMetadata) -> Result<bool>;
 
     /// Which callback this is: two managers whose callbacks have the same identity share
-    /// one (and [`crate::callback::update_cluster_metadata`] tells it once). The address of `self` unless
+    /// one (and [`crate::update_cluster_metadata`] tells it once). The address of `self` unless
     /// a wrapper knows better (a binding wrapping one foreign object several times).
     fn identity(&self) -> usize {
         (self as *const Self).cast::<()>() as usize
