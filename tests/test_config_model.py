@@ -301,6 +301,27 @@ def test_ip_entities_are_canonical(text: str, canonical: str) -> None:
     assert IpEntity(text).is_default == (text == DEFAULT)
 
 
+def test_an_ipv4_mapped_address_is_its_ipv4_entity_in_the_connection_quota() -> None:
+    """A dual-stack acceptor sees an IPv4 client as ``::ffff:a.b.c.d``: the quota set on
+    ``a.b.c.d`` (as a store keeps it) is that client's, with one sensor for both forms,
+    so connections under either form are throttled as if all came as ``a.b.c.d``."""
+
+    def connections(*ips: str) -> tuple[ConnectionQuotas, list[int]]:
+        quotas = ConnectionQuotas(num_samples=2, window_ms=1000)
+        quotas.add_listener("PLAINTEXT")
+        quotas.set_ip_quota(IpEntity("::ffff:10.0.0.1").ip, 1)
+        now = 10**12
+        throttles = [quotas.on_new_connection("PLAINTEXT", ip, now).ip_throttle_ms for ip in ips]
+        return quotas, throttles
+
+    mixed, throttles = connections(*("::ffff:10.0.0.1", "10.0.0.1") * 3)
+    _, plain = connections(*("10.0.0.1",) * 6)
+    assert throttles == plain and throttles[0] == 0 and throttles[-1] > 0, throttles
+    assert mixed.ip_quotas() == ([("10.0.0.1", 1)], None)
+    assert mixed.ip_quota("::ffff:10.0.0.1") == mixed.ip_quota("10.0.0.1") == 1
+    assert len(mixed.ip_sensor_names()) == 1, mixed.ip_sensor_names()
+
+
 @pytest.mark.parametrize(
     "text",
     [

@@ -17,6 +17,10 @@ import numpy.typing as npt
 
 __all__ = [
     "DEFAULT",
+    "MUTATION_STRICT_SINCE",
+    "NANOS_TO_PERCENT",
+    "QUOTA_CALLBACK_METHODS",
+    "QUOTA_TYPES",
     "UNLIMITED",
     "UNLIMITED_CONNECTION_RATE",
     "BrokerNode",
@@ -44,12 +48,15 @@ __all__ = [
     "TokenBucket",
     "__version__",
     "applied_throttles",
+    "canonical_ip",
+    "check_quota",
     "double_to_int",
     "monotonic_ms",
     "mutation_is_strict",
     "recommend_quotas",
     "sanitize_user",
     "token_bucket_throttle_time",
+    "unrecorded_by_request",
     "update_cluster_metadata",
 ]
 
@@ -73,6 +80,35 @@ def monotonic_ms() -> int:
 
 def sanitize_user(principal: str) -> str:
     """A principal name in Kafka's sanitized form (URL-encoded UTF-8, ``%20`` and ``%2A``)."""
+
+def canonical_ip(ip: str) -> str:
+    """An IP address literal as the connection quota keys it: an IPv4-mapped IPv6 address
+    (``::ffff:10.0.0.1``) is its IPv4 address, as Java's ``InetAddress`` reads it; IPv6 is
+    compressed. Raises :class:`InvalidUsageError` for anything else (host names are not
+    resolved)."""
+
+def check_quota(value: float) -> float:
+    """``value`` if every manager takes it as a quota (finite and greater than 0), else
+    :class:`InvalidQuotaError`."""
+
+def unrecorded_by_request(request_ms: npt.ArrayLike) -> npt.NDArray[np.bool_]:
+    """For each fetch, whether its request-quota throttle makes the fetch quota unrecord
+    it (a throttle > 0): the request half of the rule :class:`RequestPath` applies, for a
+    fetch manager's ``record_batch(..., unrecord_if=...)``."""
+
+QUOTA_TYPES: Final[tuple[_QuotaType, ...]]
+"""The client-quota types in the core's order: ``("produce", "fetch", "request")``."""
+
+NANOS_TO_PERCENT: Final[float]
+"""One nanosecond of thread time in ``request_percentage`` units (percent of one thread
+for one second)."""
+
+MUTATION_STRICT_SINCE: Final[dict[str, int]]
+"""Each mutation API (``create_topics``, ``create_partitions``, ``delete_topics``) and the
+first request version on which Kafka enforces ``controller_mutation_rate`` strictly."""
+
+QUOTA_CALLBACK_METHODS: Final[tuple[str, ...]]
+"""The methods a quota callback must have (:class:`kquota.QuotaCallback`)."""
 
 @final
 class Entity:

@@ -54,7 +54,7 @@ import importlib
 from collections.abc import Mapping
 from typing import Protocol, runtime_checkable
 
-from kquota._core import ClusterMetadata, Entity
+from kquota._core import QUOTA_CALLBACK_METHODS, ClusterMetadata, Entity
 from kquota.exceptions import InvalidConfigError, QuotaCallbackError
 
 __all__ = ["QuotaCallback", "load_callback"]
@@ -150,17 +150,7 @@ def load_callback(spec: str) -> QuotaCallback:
             f"quota callback factory {spec!r} raised {type(e).__name__}: {e}"
         ) from e
     missing = [
-        name
-        for name in (
-            "quota_metric_tags",
-            "quota_limit",
-            "update_quota",
-            "remove_quota",
-            "quota_reset_required",
-            "update_cluster_metadata",
-            "close",
-        )
-        if not callable(getattr(callback, name, None))
+        name for name in QUOTA_CALLBACK_METHODS if not callable(getattr(callback, name, None))
     ]
     if missing:
         raise QuotaCallbackError(

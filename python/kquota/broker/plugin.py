@@ -49,10 +49,10 @@ from kquota._core import update_cluster_metadata as _update_cluster_metadata
 from kquota.broker.channels import ThrottledChannels
 from kquota.callback import QuotaCallback, load_callback
 from kquota.exceptions import ChannelError, InvalidConfigError, InvalidUsageError, InvalidValueError
+from kquota.quota_types import QuotaType
 
 __all__ = ["QuotaOutcome", "QuotaPlugin", "QuotaType"]
 
-QuotaType = Literal["produce", "fetch", "request"]
 
 ThrottledBy = Literal["produce", "fetch", "request", "controller_mutation"]
 """The quota whose throttle a :class:`QuotaOutcome` applied."""

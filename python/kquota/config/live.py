@@ -45,12 +45,12 @@ from kquota.config.model import (
     CONTROLLER_MUTATION_RATE,
     PROPERTY_OF,
     QuotaConfig,
-    QuotaType,
     Window,
     check_ip,
 )
 from kquota.config.store import QuotaStore, StoreSnapshot
 from kquota.exceptions import InvalidConfigError
+from kquota.quota_types import QuotaType
 
 DEFAULT_INTERVAL: Final = 0.5
 """Seconds between two reads of the store's version."""

@@ -45,7 +45,7 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final, Literal, TypeAlias
+from typing import Any, Final, TypeAlias
 
 from kquota import (
     DEFAULT,
@@ -56,9 +56,9 @@ from kquota import (
     QuotaManager,
     SampledRate,
 )
-from kquota.exceptions import KquotaError, QuotaFileError
-
-QuotaType = Literal["produce", "fetch", "request"]
+from kquota._core import canonical_ip, check_quota
+from kquota.exceptions import InvalidQuotaError, InvalidUsageError, KquotaError, QuotaFileError
+from kquota.quota_types import QuotaType
 
 PROPERTIES: Final[dict[str, QuotaType]] = {
     "producer_byte_rate": "produce",
@@ -120,10 +120,12 @@ def check_value(name: str, value: object) -> float:
 
 
 def _check_number(name: str, number: float, shown: str) -> float:
-    if not math.isfinite(number) or number <= 0:
+    try:
+        check_quota(number)  # the core's rule: what every manager accepts
+    except InvalidQuotaError:
         raise QuotaFileError(
             f"invalid value {shown} for {name}: a quota must be a finite number greater than 0"
-        )
+        ) from None
     if name == CONNECTION_CREATION_RATE:
         if number > MAX_CONNECTION_CREATION_RATE:
             raise QuotaFileError(
@@ -155,17 +157,12 @@ def check_ip(text: str, what: str = "ip") -> str:
         return text
     check_name(text, what)
     try:
-        address = ipaddress.ip_address(text)
-    except ValueError:
-        address = None
-    if address is None or (isinstance(address, ipaddress.IPv6Address) and address.scope_id):
+        return canonical_ip(text)  # the core's rule, which the connection quota keys by
+    except InvalidUsageError:
         raise QuotaFileError(
             f"invalid {what} {text!r}: expected an IPv4 or IPv6 address such as 192.168.0.1 "
             "or 2001:db8::1 (host names are not resolved)"
-        )
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        return str(address.ipv4_mapped)
-    return str(address)
+        ) from None
 
 
 _DECIMAL = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")

@@ -45,9 +45,9 @@ impl PyCallback {
         if !missing.is_empty() {
             return Err(core::Error::InvalidConfig(format!(
                 "invalid quota callback {name}: it has no method {} (a kquota.QuotaCallback \
-                 has quota_metric_tags, quota_limit, update_quota, remove_quota, \
-                 quota_reset_required, update_cluster_metadata and close)",
-                missing.join(", ")
+                 has {})",
+                missing.join(", "),
+                METHODS.join(", ")
             )));
         }
         Ok(PyCallback {

@@ -6,6 +6,7 @@
 //! writes the methods several classes share.
 
 use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyTuple};
 
 use kquota_core as core;
 
@@ -39,7 +40,7 @@ use connection_decision::ConnectionDecision;
 use connection_quotas::ConnectionQuotas;
 use controller_mutation_quota_manager::{mutation_is_strict, ControllerMutationQuotaManager};
 use entity::{sanitize_user, Entity};
-use functions::{double_to_int, monotonic_ms};
+use functions::{canonical_ip, check_quota, double_to_int, monotonic_ms, unrecorded_by_request};
 use mutation_check::MutationCheck;
 use mutation_request_quota::MutationRequestQuota;
 use partition_leader::PartitionLeader;
@@ -83,6 +84,20 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(double_to_int, m)?)?;
     m.add_function(wrap_pyfunction!(monotonic_ms, m)?)?;
     m.add_function(wrap_pyfunction!(sanitize_user, m)?)?;
+    m.add_function(wrap_pyfunction!(canonical_ip, m)?)?;
+    m.add_function(wrap_pyfunction!(check_quota, m)?)?;
+    m.add_function(wrap_pyfunction!(unrecorded_by_request, m)?)?;
+    m.add("QUOTA_TYPES", PyTuple::new(py, core::QUOTA_TYPE_NAMES)?)?;
+    m.add("NANOS_TO_PERCENT", core::NANOS_TO_PERCENT)?;
+    let strict_since = PyDict::new(py);
+    for (api, version) in core::strict_since_versions() {
+        strict_since.set_item(api, version)?;
+    }
+    m.add("MUTATION_STRICT_SINCE", strict_since)?;
+    m.add(
+        "QUOTA_CALLBACK_METHODS",
+        PyTuple::new(py, callback::METHODS)?,
+    )?;
     // Bound without `add_function`, which would list it in `__all__`: it is private.
     let floor = wrap_pyfunction!(bench_noop_record, m)?;
     m.setattr("_bench_noop_record", floor)?;

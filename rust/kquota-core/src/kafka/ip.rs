@@ -9,7 +9,7 @@ use crate::error::{Error, Result};
 /// `InetAddress.getByName` returns an `Inet4Address` for it, so both spellings are one
 /// entity. Host names are refused: kquota does not resolve names.
 pub fn canonical_ip(ip: &str) -> Result<IpAddr> {
-    let addr: IpAddr = ip.trim().parse().map_err(|_| {
+    let addr: IpAddr = ip.parse().map_err(|_| {
         Error::InvalidUsage(format!(
             "invalid IP {ip:?}: expected an IPv4 or IPv6 address literal such as \
              \"192.168.0.1\" or \"::1\" (host names are not resolved)"
@@ -42,7 +42,9 @@ mod tests {
         let v4 = IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1));
         assert_eq!(canonical_ip("10.0.0.1").unwrap(), v4);
         assert_eq!(canonical_ip("::ffff:10.0.0.1").unwrap(), v4);
-        assert_eq!(canonical_ip(" ::FFFF:a00:1 ").unwrap(), v4);
+        assert_eq!(canonical_ip("::FFFF:a00:1").unwrap(), v4);
+        // A literal exactly: no white space, as in a store's entity name.
+        assert!(canonical_ip(" 10.0.0.1").is_err() && canonical_ip("10.0.0.1 ").is_err());
         assert_eq!(
             host_address(&canonical_ip("::ffff:10.0.0.1").unwrap()),
             "10.0.0.1"
