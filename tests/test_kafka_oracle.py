@@ -647,6 +647,7 @@ mutation_drafts = weighted(
         ),
     ),
     (3, draft("rq_throttle", pick=picks)),
+    (4, draft("rq_later", pick=picks, v=permits)),
     (8, draft("read", **_client)),
     (2, draft("throttle", **_client, ms=throttles, ch=channels)),
     (2, draft("drain")),
@@ -671,9 +672,8 @@ def mutation_traces(draw: st.DrawFn) -> Trace:
             op.update(op.pop("e"))
         elif op["op"] == "rq_open":
             # As the controller uses one: made for a request, its topics recorded one
-            # after the other at once. (Kafka binds the client's sensor when the quota is
-            # made, kquota resolves it at each record: they differ when anything comes in
-            # between; see tests/vectors/open and test_open_disagreements.)
+            # after the other at once; ``rq_later`` records into it again after other
+            # operations (quota changes, expiry), which must not move its sensor.
             op["rid"] = opened
             topics = [
                 {"op": "rq_record", "t": op["t"], "rid": opened, "v": v} for v in op.pop("topics")
@@ -685,6 +685,10 @@ def mutation_traces(draw: st.DrawFn) -> Trace:
             if not opened:
                 continue
             op["rid"] = item["pick"] % opened
+        elif op["op"] == "rq_later":
+            if not opened:
+                continue
+            op = {"op": "rq_record", "t": op["t"], "rid": item["pick"] % opened, "v": op["v"]}
         ops.append(op)
     return Trace("mutation", {"samples": samples, "window_s": window_s}, start, ops)
 
@@ -710,7 +714,7 @@ def run_mutation_trace(trace: Trace) -> list[dict[str, Any]]:
                 check = record(u, c, op["v"], t)
                 return {"ok": check.accepted, "last": check.throttle_ms}
             case "rq_open":
-                request = mgr.request_quota(u, c, op["strict"])
+                request = mgr.request_quota(u, c, op["strict"], t)
                 requests[op["rid"]] = request
                 return {"exc": request.is_exceeded}
             case "rq_record":
@@ -1128,7 +1132,6 @@ def test_token_bucket_agrees_with_kafka(oracle: KafkaOracle) -> None:
 ROOT: Final = Path(__file__).resolve().parents[1]
 SHARED_VECTORS: Final = ROOT.parent / "shared" / "conformance"
 KQUOTA_VECTORS: Final = ROOT / "tests" / "vectors"
-OPEN_VECTORS: Final = KQUOTA_VECTORS / "open"
 
 Reader = Callable[[list[dict[str, Any]]], Any]
 """Reads one expected field from Kafka's answers to the operations of one step."""
@@ -1373,7 +1376,7 @@ def _vector_files() -> list[Path]:
     shared = sorted(SHARED_VECTORS.glob("*.json"))
     mutation = [
         path
-        for path in sorted(KQUOTA_VECTORS.glob("*.json")) + sorted(OPEN_VECTORS.glob("*.json"))
+        for path in sorted(KQUOTA_VECTORS.glob("*.json"))
         if json.loads(path.read_text(encoding="utf-8"))["quota_type"] == "controller_mutation"
     ]
     return shared + mutation
@@ -1405,32 +1408,6 @@ def test_vector_expectations_are_kafkas_answers(oracle: KafkaOracle, path: Path)
             assert got == want, f"{step}: {key}: Kafka says {got!r}, the vector {want!r}"
             compared += 1
     assert compared > 0
-
-
-class StillDiffers(AssertionError):
-    """kquota's replay of an open vector stops at a mismatch, as expected."""
-
-
-@pytest.mark.xfail(
-    reason="kquota's MutationRequestQuota does not bind its client's sensor when made",
-    raises=StillDiffers,
-    strict=True,
-)
-@pytest.mark.parametrize("path", sorted(OPEN_VECTORS.glob("*.json")), ids=lambda p: p.stem)
-def test_open_disagreements(path: Path) -> None:
-    """Disagreements found and not fixed yet: Kafka's answers (checked above) that kquota
-    does not give. When one passes, its file moves up to ``tests/vectors``."""
-    from kquota.conformance import load, replay
-
-    result = replay(load(path))
-    assert result.checked > 0
-    if not result.ok:
-        raise StillDiffers(f"{result.name}: {result.mismatch}")
-
-
-def test_open_disagreement_vectors_exist() -> None:
-    """The test above is not vacuous (while there are open disagreements)."""
-    assert sorted(OPEN_VECTORS.glob("*.json"))
 
 
 # == where kquota refuses what Kafka's classes take ==========================================

@@ -183,7 +183,7 @@ fn oracle(trace: &Trace) -> (Vec<Row>, Vec<Option<u64>>) {
                     // as the proxy (and Kafka's controller): one request quota, each
                     // topic recorded in turn; no topic is one mutation of 0 partitions
                     let quota =
-                        MutationRequestQuota::new(b.mutation.clone(), user, client, *strict);
+                        MutationRequestQuota::new(b.mutation.clone(), user, client, *strict, t);
                     let whole = [0];
                     let topics: &[i32] = if topics.is_empty() { &whole } else { topics };
                     for &n in topics {

@@ -118,6 +118,7 @@ fn controller_mutation(name: &str, v: &Value) {
                     user,
                     client,
                     step["strict"].as_bool().unwrap(),
+                    t,
                 );
                 let got = serde_json::json!({"exceeded": r.is_exceeded()});
                 requests.insert(step["request"].as_str().unwrap().to_owned(), r);

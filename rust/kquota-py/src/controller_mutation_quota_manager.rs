@@ -125,15 +125,25 @@ pymethods_with!([window, client_quota] impl ControllerMutationQuotaManager {
             .into())
     }
 
-    /// The quota of one request (Kafka's Strict/PermissiveControllerMutationQuota).
+    /// The quota of one request (Kafka's Strict/PermissiveControllerMutationQuota), made
+    /// at `now_ms`: it binds the client's sensors then.
+    #[pyo3(signature = (user, client_id, strict, now_ms=None))]
     fn request_quota(
         &self,
         #[pyo3(from_py_with = args::user)] user: Text<'_>,
         #[pyo3(from_py_with = args::client_id)] client_id: Text<'_>,
         #[pyo3(from_py_with = args::strict)] strict: bool,
+        #[pyo3(from_py_with = args::now_ms)] now_ms: Option<i64>,
     ) -> MutationRequestQuota {
+        let now = now_or_clock(now_ms);
         MutationRequestQuota {
-            inner: core::MutationRequestQuota::new(self.inner.clone(), &user, &client_id, strict),
+            inner: core::MutationRequestQuota::new(
+                self.inner.clone(),
+                &user,
+                &client_id,
+                strict,
+                now,
+            ),
         }
     }
 

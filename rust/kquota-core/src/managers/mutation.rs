@@ -227,26 +227,15 @@ impl ControllerMutationQuotaManager {
         })
     }
 
-    /// Runs `op` on the client's bucket with the bound now in force (creating the
-    /// client's bucket and throttle-time sensors, as Kafka's `getOrCreateQuotaSensors`
-    /// does); `None` when quotas were never enabled. The bucket counts as recorded into
-    /// (for expiry) only when the mutation was accepted: a strict refusal records
-    /// nothing in Kafka.
-    fn with_bucket(
-        &self,
-        user: &str,
-        client_id: &str,
-        permits: f64,
-        now: i64,
-        op: impl FnOnce(&BucketCell, f64) -> MutationCheck,
-    ) -> Option<MutationCheck> {
+    /// The client's bucket sensor and its tags, creating it and the throttle-time sensor
+    /// as Kafka's `getOrCreateQuotaSensors` does; `None` when quotas were never enabled.
+    fn bind(&self, user: &str, client_id: &str, now: i64) -> Option<(Pair, Arc<BucketSensor>)> {
         let guard = pin();
         let config = self.config.load(&guard);
         if config.overrides.enabled == 0 {
             return None;
         }
         let (u, c) = config.overrides.tags(&sanitize_user(user), client_id);
-        let bound = config.overrides.quota_limit(&u, &c).unwrap_or(UNLIMITED);
         let tags = Pair::new(&u, &c);
         let sensor = get_or_create(&self.buckets, &tags, || BucketSensor {
             bucket: BucketCell::new(),
@@ -257,14 +246,57 @@ impl ControllerMutationQuotaManager {
             samples: CowCell::new(Samples::new()),
             life: Life::new(now),
         });
-        let check = op(&sensor.bucket, bound);
+        Some((tags, sensor))
+    }
+
+    /// Records `permits` into `sensor` (of `tags`), strictly or permissively, with the
+    /// bound its tags have now (Kafka updates a live sensor's quota when quotas change).
+    /// The sensor counts as recorded into (for expiry) only when the mutation was
+    /// accepted: a strict refusal records nothing in Kafka.
+    fn record_into(
+        &self,
+        tags: &Pair,
+        sensor: &BucketSensor,
+        strict: bool,
+        permits: f64,
+        now: i64,
+    ) -> MutationCheck {
+        let guard = pin();
+        let bound = self.config.read(&guard, |c| {
+            c.overrides.quota_limit(tags.first(), tags.second())
+        });
+        let bound = bound.unwrap_or(UNLIMITED);
+        let check = if strict {
+            sensor
+                .bucket
+                .record_strict(&self.window, bound, permits, now)
+        } else {
+            sensor
+                .bucket
+                .record_permissive(&self.window, bound, permits, now)
+        };
         if check.accepted {
             sensor.rate.update(&guard, |s| {
                 s.record(&WindowConfig::METRICS_DEFAULT, permits, now)
             });
             sensor.life.last_record.store(now, Relaxed);
         }
-        Some(check)
+        check
+    }
+
+    fn record_now(
+        &self,
+        user: &str,
+        client_id: &str,
+        strict: bool,
+        permits: f64,
+        now: i64,
+    ) -> Result<MutationCheck> {
+        let permits = check_permits(permits)?;
+        Ok(match self.bind(user, client_id, now) {
+            Some((tags, sensor)) => self.record_into(&tags, &sensor, strict, permits, now),
+            None => MutationCheck::FREE,
+        })
     }
 
     /// Strict enforcement (new request versions): if the client's bucket is already
@@ -278,13 +310,7 @@ impl ControllerMutationQuotaManager {
         permits: f64,
         now: i64,
     ) -> Result<MutationCheck> {
-        let permits = check_permits(permits)?;
-        let cfg = self.window;
-        Ok(self
-            .with_bucket(user, client_id, permits, now, |b, q| {
-                b.record_strict(&cfg, q, permits, now)
-            })
-            .unwrap_or(MutationCheck::FREE))
+        self.record_now(user, client_id, true, permits, now)
     }
 
     /// Permissive enforcement (old request versions): records `permits`, then gives the
@@ -296,13 +322,7 @@ impl ControllerMutationQuotaManager {
         permits: f64,
         now: i64,
     ) -> Result<MutationCheck> {
-        let permits = check_permits(permits)?;
-        let cfg = self.window;
-        Ok(self
-            .with_bucket(user, client_id, permits, now, |b, q| {
-                b.record_permissive(&cfg, q, permits, now)
-            })
-            .unwrap_or(MutationCheck::FREE))
+        self.record_now(user, client_id, false, permits, now)
     }
 
     /// Strict or permissive as Kafka picks for `api` at request `version`.
@@ -480,25 +500,30 @@ impl ControllerMutationQuotaManager {
 /// waited since. Shareable (atomics), though a request normally uses it from one thread.
 pub struct MutationRequestQuota {
     manager: Arc<ControllerMutationQuotaManager>,
-    user: String,
-    client_id: String,
+    /// The client's sensor and its tags, bound when the request's quota is made, as
+    /// Kafka's `newStrictQuotaFor` / `newPermissiveQuotaFor` bind it: a quota change or an
+    /// expiry during the request does not move it. `None` when quotas were never enabled
+    /// then (Kafka's unbounded quota: nothing is recorded).
+    sensor: Option<(Pair, Arc<BucketSensor>)>,
     strict: bool,
     last_throttle_ms: AtomicI64,
     last_recorded_ms: AtomicI64,
 }
 
 impl MutationRequestQuota {
-    /// The quota of one request from `user` / `client_id`, strict or permissive.
+    /// The quota of one request from `user` / `client_id`, strict or permissive, made at
+    /// `now`: it gets or creates the client's sensors then.
     pub fn new(
         manager: Arc<ControllerMutationQuotaManager>,
         user: &str,
         client_id: &str,
         strict: bool,
+        now: i64,
     ) -> Self {
+        let sensor = manager.bind(user, client_id, now);
         MutationRequestQuota {
             manager,
-            user: user.to_owned(),
-            client_id: client_id.to_owned(),
+            sensor,
             strict,
             last_throttle_ms: AtomicI64::new(0),
             last_recorded_ms: AtomicI64::new(0),
@@ -510,15 +535,17 @@ impl MutationRequestQuota {
         self.strict
     }
 
-    /// Records the permits of one topic at `now`. A strict quota refuses it (the topic
-    /// fails with THROTTLING_QUOTA_EXCEEDED) when the bucket is already overdrawn.
+    /// Records the permits of one topic at `now` into the request's sensor. A strict
+    /// quota refuses it (the topic fails with THROTTLING_QUOTA_EXCEEDED) when the bucket
+    /// is already overdrawn.
     pub fn record(&self, permits: f64, now: i64) -> Result<MutationCheck> {
-        let check = if self.strict {
-            self.manager
-                .record_strict(&self.user, &self.client_id, permits, now)?
-        } else {
-            self.manager
-                .record_permissive(&self.user, &self.client_id, permits, now)?
+        let permits = check_permits(permits)?;
+        let check = match &self.sensor {
+            Some((tags, sensor)) => {
+                self.manager
+                    .record_into(tags, sensor, self.strict, permits, now)
+            }
+            None => MutationCheck::FREE,
         };
         if check.violated {
             self.last_throttle_ms.store(check.throttle_ms, Relaxed);
@@ -684,7 +711,7 @@ mod tests {
         );
         m.set_quota(&pair("u", "c"), 10.0).unwrap();
         let t = 1_000_000;
-        let strict = MutationRequestQuota::new(m.clone(), "u", "c", true);
+        let strict = MutationRequestQuota::new(m.clone(), "u", "c", true, t);
         assert!(strict.record(90.0, t).unwrap().accepted);
         assert!(strict.record(90.0, t).unwrap().accepted);
         assert!(!strict.record(90.0, t).unwrap().accepted);
