@@ -32,7 +32,7 @@ import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 import reference_model
-from kquota.backtest import kernel, traffic
+from kquota.backtest import kernel, synthetic
 from kquota.backtest.job import run
 from kquota.backtest.kernel import API, BROKER, BYTES, CLIENT, SEQ_COLUMNS, THREAD, TS, USER
 from kquota.backtest.options import BacktestOptions
@@ -48,8 +48,8 @@ KERNEL_ROUNDS = pick(5, 2)
 
 @pytest.fixture(scope="module")
 def broker() -> tuple[pd.DataFrame, QuotaConfig]:
-    table = traffic.generate(traffic.TrafficSpec(requests=KERNEL_ROWS, seed=5))
-    config = traffic.suggest_quotas(table)
+    table = synthetic.generate(synthetic.TrafficSpec(requests=KERNEL_ROWS, seed=5))
+    config = synthetic.suggest_quotas(table)
     frame = table.to_pandas()
     one = frame[frame[BROKER] == "broker-1"].reset_index(drop=True)
     one[SEQ_COLUMNS[0]] = 0
@@ -206,10 +206,10 @@ def test_record_batch_alone(benchmark: Any, broker: tuple[pd.DataFrame, QuotaCon
 @pytest.fixture(scope="module")
 def traces(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, QuotaConfig]:
     folder = tmp_path_factory.mktemp("spark")
-    table = traffic.generate(traffic.TrafficSpec(requests=SPARK_ROWS, seed=6))
-    config = traffic.suggest_quotas(table)
-    big = traffic.write(table, folder / "big.parquet")
-    small = traffic.write(table.slice(0, BASELINE_SPARK_ROWS), folder / "small.parquet")
+    table = synthetic.generate(synthetic.TrafficSpec(requests=SPARK_ROWS, seed=6))
+    config = synthetic.suggest_quotas(table)
+    big = synthetic.write(table, folder / "big.parquet")
+    small = synthetic.write(table.slice(0, BASELINE_SPARK_ROWS), folder / "small.parquet")
     return big, small, config
 
 

@@ -1,6 +1,6 @@
 """Kafka's request log as back-test traffic (kquota.backtest.requestlog).
 
-The log is written by kquota.backtest.requestlog_gen from kio message structures; every
+The log is written by requestlog_gen (beside the tests) from kio message structures; every
 field read must equal what the generator put in, and every byte count must equal kio's
 own encoding of the same messages (requestlog_gen.expected_bytes). Spark tests share the
 session's ``spark`` fixture.
@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import requestlog_gen as gen
 from kquota.backtest import requestlog
-from kquota.backtest import requestlog_gen as gen
 from kquota.backtest.kernel import API, BROKER, BYTES, CLIENT, THREAD, TS, USER
 from kquota.backtest.requestlog import LogOptions
 from kquota.exceptions import TrafficError

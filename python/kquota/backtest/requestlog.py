@@ -2,7 +2,7 @@
 
 A broker with ``kafka.request.logger`` at DEBUG writes one ``Completed request:`` line per
 request into ``kafka-request.log`` (rolled hourly, often gzip-compressed afterwards). This
-module reads those files into kquota's traffic schema (:mod:`kquota.backtest.traffic`),
+module reads those files into kquota's traffic schema (:mod:`kquota.backtest.synthetic`),
 one row per usable line, with Spark's own JVM functions only (text source, one anchored
 ``regexp_extract`` on the head of the line, ``from_json`` with a schema of just the fields
 needed, higher-order functions for the byte counts): no Python runs per line.
