@@ -35,6 +35,7 @@ import reference_model
 from kquota.backtest import kernel, synthetic
 from kquota.backtest.job import run
 from kquota.backtest.kernel import API, BROKER, BYTES, CLIENT, SEQ_COLUMNS, THREAD, TS, USER
+from kquota.backtest.kernel.replay import _pair_codes
 from kquota.backtest.options import BacktestOptions
 from kquota.config import QuotaConfig
 from quick import pick
@@ -69,7 +70,7 @@ def reference_replay(frame: pd.DataFrame, config: QuotaConfig) -> None:
         managers[quota_type] = manager
     order = kernel.time_order(frame)
     ordered = frame.iloc[order]
-    codes, pairs = kernel._pair_codes(ordered[USER], ordered[CLIENT])
+    codes, pairs = _pair_codes(ordered[USER], ordered[CLIENT])
     times = ordered[TS].to_numpy(dtype=np.int64)
     known = ordered[THREAD].notna().to_numpy()
     request = np.zeros(len(frame), dtype=np.int32)
@@ -181,7 +182,7 @@ def test_record_batch_alone(benchmark: Any, broker: tuple[pd.DataFrame, QuotaCon
     frame, config = broker
     order = kernel.time_order(frame)
     ordered = frame.iloc[order]
-    codes, pairs = kernel._pair_codes(ordered[USER], ordered[CLIENT])
+    codes, pairs = _pair_codes(ordered[USER], ordered[CLIENT])
     times = ordered[TS].to_numpy(dtype=np.int64)
     kind = kernel.kinds(ordered[API])
     thread = ordered[THREAD].to_numpy(dtype=np.float64)

@@ -1,7 +1,8 @@
 """``kquota proxy --capture DIR``: the traffic the proxy sees, as back-test input.
 
-One row per request the proxy checked a quota for, in kquota's traffic schema (the columns
-``kquota traffic import`` writes from a Kafka request log), taken at the moment of the
+One row per request the proxy checked a quota for, in kquota's traffic schema
+(:mod:`kquota.traffic_schema`, the columns ``kquota traffic import`` writes from a Kafka
+request log), taken at the moment of the
 check: the time the quotas recorded it (the plugin's clock, in epoch ms: the clock's
 reading plus one offset fixed by :meth:`TrafficCapture.align`, so the quotas' arithmetic,
 which depends only on differences, replays alike), the user and
@@ -39,6 +40,19 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 from kquota.exceptions import InvalidConfigError, OutputError
+from kquota.traffic_schema import (
+    ACKS,
+    API,
+    API_VERSION,
+    BROKER,
+    BYTES,
+    CLIENT,
+    CORRELATION_ID,
+    KAFKA_THROTTLE,
+    THREAD,
+    TS,
+    USER,
+)
 
 if TYPE_CHECKING:
     import pyarrow as pa  # type: ignore[import-untyped]
@@ -63,9 +77,6 @@ _SUFFIX: Final = ".parquet"
 
 def _schema() -> pa.Schema:
     import pyarrow as pa
-
-    from kquota.backtest.kernel import API, BROKER, BYTES, CLIENT, THREAD, TS, USER
-    from kquota.backtest.requestlog import ACKS, API_VERSION, CORRELATION_ID, KAFKA_THROTTLE
 
     return pa.schema(
         [
