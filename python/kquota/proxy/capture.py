@@ -29,6 +29,7 @@ of sending each response, which the proxy adds to the request quota without a ch
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import datetime
 import logging
@@ -57,7 +58,13 @@ from kquota.traffic_schema import (
 if TYPE_CHECKING:
     import pyarrow as pa  # type: ignore[import-untyped]
 
-__all__ = ["CONNECTION", "DEFAULT_ROLL_BYTES", "DEFAULT_ROLL_SECONDS", "TrafficCapture"]
+__all__ = [
+    "CONNECTION",
+    "DEFAULT_ROLL_BYTES",
+    "DEFAULT_ROLL_SECONDS",
+    "TrafficCapture",
+    "flush_every_second",
+]
 
 log = logging.getLogger("kquota.proxy")
 
@@ -289,3 +296,11 @@ def _check_folder(folder: Path) -> None:
     except OSError as exc:
         reason = exc.strerror or str(exc)
         raise OutputError(f"cannot write the capture to {str(folder)!r}: {reason}") from None
+
+
+async def flush_every_second(capture: TrafficCapture) -> None:
+    """Hand the capture's rows to its writer at least every second, also when no request
+    comes to do it (the proxy runs this task while it serves)."""
+    while True:
+        await asyncio.sleep(1.0)
+        capture.flush_due()
