@@ -45,8 +45,6 @@ __all__ = [
     "summarize",
 ]
 
-# -- entity summaries ------------------------------------------------------------------------
-
 SENSOR_USER: Final = "sensor_user"
 """The ``user`` metric tag of a sensor (sanitized; empty when the sensor is not per user)."""
 SENSOR_CLIENT: Final = "sensor_client_id"

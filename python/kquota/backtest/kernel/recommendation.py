@@ -24,8 +24,6 @@ __all__ = [
     "recommend",
 ]
 
-# -- recommendations -------------------------------------------------------------------------
-
 RECOMMENDATION_COLUMNS: Final = (
     "quota_type",
     SENSOR_USER,
