@@ -32,9 +32,10 @@ import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 import reference_model
-from kquota.backtest import kernel, traffic
+from kquota.backtest import kernel, synthetic
 from kquota.backtest.job import run
 from kquota.backtest.kernel import API, BROKER, BYTES, CLIENT, SEQ_COLUMNS, THREAD, TS, USER
+from kquota.backtest.kernel.replay import _pair_codes
 from kquota.backtest.options import BacktestOptions
 from kquota.config import QuotaConfig
 from quick import pick
@@ -48,8 +49,8 @@ KERNEL_ROUNDS = pick(5, 2)
 
 @pytest.fixture(scope="module")
 def broker() -> tuple[pd.DataFrame, QuotaConfig]:
-    table = traffic.generate(traffic.TrafficSpec(requests=KERNEL_ROWS, seed=5))
-    config = traffic.suggest_quotas(table)
+    table = synthetic.generate(synthetic.TrafficSpec(requests=KERNEL_ROWS, seed=5))
+    config = synthetic.suggest_quotas(table)
     frame = table.to_pandas()
     one = frame[frame[BROKER] == "broker-1"].reset_index(drop=True)
     one[SEQ_COLUMNS[0]] = 0
@@ -69,7 +70,7 @@ def reference_replay(frame: pd.DataFrame, config: QuotaConfig) -> None:
         managers[quota_type] = manager
     order = kernel.time_order(frame)
     ordered = frame.iloc[order]
-    codes, pairs = kernel._pair_codes(ordered[USER], ordered[CLIENT])
+    codes, pairs = _pair_codes(ordered[USER], ordered[CLIENT])
     times = ordered[TS].to_numpy(dtype=np.int64)
     known = ordered[THREAD].notna().to_numpy()
     request = np.zeros(len(frame), dtype=np.int32)
@@ -181,7 +182,7 @@ def test_record_batch_alone(benchmark: Any, broker: tuple[pd.DataFrame, QuotaCon
     frame, config = broker
     order = kernel.time_order(frame)
     ordered = frame.iloc[order]
-    codes, pairs = kernel._pair_codes(ordered[USER], ordered[CLIENT])
+    codes, pairs = _pair_codes(ordered[USER], ordered[CLIENT])
     times = ordered[TS].to_numpy(dtype=np.int64)
     kind = kernel.kinds(ordered[API])
     thread = ordered[THREAD].to_numpy(dtype=np.float64)
@@ -206,10 +207,10 @@ def test_record_batch_alone(benchmark: Any, broker: tuple[pd.DataFrame, QuotaCon
 @pytest.fixture(scope="module")
 def traces(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, QuotaConfig]:
     folder = tmp_path_factory.mktemp("spark")
-    table = traffic.generate(traffic.TrafficSpec(requests=SPARK_ROWS, seed=6))
-    config = traffic.suggest_quotas(table)
-    big = traffic.write(table, folder / "big.parquet")
-    small = traffic.write(table.slice(0, BASELINE_SPARK_ROWS), folder / "small.parquet")
+    table = synthetic.generate(synthetic.TrafficSpec(requests=SPARK_ROWS, seed=6))
+    config = synthetic.suggest_quotas(table)
+    big = synthetic.write(table, folder / "big.parquet")
+    small = synthetic.write(table.slice(0, BASELINE_SPARK_ROWS), folder / "small.parquet")
     return big, small, config
 
 

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kquota.backtest import traffic
+from kquota.backtest import synthetic
 from quick import pick
 
 ROWS = int(os.environ.get("KQUOTA_BENCH_FLOOR_ROWS", "0")) or pick(30_000_000, 300_000)
@@ -39,10 +39,10 @@ SCALES = {"1_scenario": "1", "3_scenarios": "0.5,1,2"}
 def generated(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     """The traffic (Parquet) and a quota file for it, from ``kquota gen-traffic``."""
     folder = tmp_path_factory.mktemp("floor")
-    table = traffic.generate(traffic.TrafficSpec(requests=ROWS, seed=14))
+    table = synthetic.generate(synthetic.TrafficSpec(requests=ROWS, seed=14))
     quotas = folder / "quotas.json"
-    quotas.write_text(traffic.suggest_quotas(table).dumps())
-    path = traffic.write(table, folder / "traffic.parquet")
+    quotas.write_text(synthetic.suggest_quotas(table).dumps())
+    path = synthetic.write(table, folder / "traffic.parquet")
     del table
     return path, quotas
 

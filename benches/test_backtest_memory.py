@@ -25,7 +25,7 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from kquota.backtest import traffic
+from kquota.backtest import synthetic
 from quick import pick
 
 ROWS = int(os.environ.get("KQUOTA_BENCH_MEMORY_ROWS", "0")) or pick(30_000_000, 300_000)
@@ -38,14 +38,14 @@ PEAK = re.compile(r"Python workers' peak RSS: ([\d,]+) MiB")
 def one_entity(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     """Generated traffic made into one entity: one broker, one user, one client id."""
     folder = tmp_path_factory.mktemp("memory")
-    spec = traffic.TrafficSpec(requests=ROWS, brokers=1, users=1, clients=2, seed=14)
-    table = traffic.generate(spec)
+    spec = synthetic.TrafficSpec(requests=ROWS, brokers=1, users=1, clients=2, seed=14)
+    table = synthetic.generate(spec)
     for name, value in (("user", "tenant-000"), ("client_id", "app-0")):
         index = table.schema.get_field_index(name)
         table = table.set_column(index, name, pa.repeat(pa.scalar(value, pa.string()), ROWS))
     quotas = folder / "quotas.json"
-    quotas.write_text(traffic.suggest_quotas(table).dumps())
-    path = traffic.write(table, folder / "traffic.parquet")
+    quotas.write_text(synthetic.suggest_quotas(table).dumps())
+    path = synthetic.write(table, folder / "traffic.parquet")
     del table
     return path, quotas
 

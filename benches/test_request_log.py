@@ -8,7 +8,7 @@
   (The job imports the log into ``DIR/traffic/`` and back-tests from there, so the two
   sides run the same steps; the ratio shows what the log path adds.)
 
-The lines are those of :mod:`kquota.backtest.requestlog_gen` (kio messages: Produce and
+The lines are those of ``tests/requestlog_gen.py`` (kio messages: Produce and
 Fetch of every version, other APIs, TRACE lines) repeated with new times and correlation
 ids: 10^7 in ``make bench``, 2 * 10^5 with ``KQUOTA_BENCH_QUICK`` (benches/quick.py).
 """
@@ -20,8 +20,8 @@ from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
-from kquota.backtest import requestlog, traffic
-from kquota.backtest import requestlog_gen as gen
+import requestlog_gen as gen
+from kquota.backtest import requestlog, synthetic
 from kquota.backtest.job import run
 from kquota.backtest.options import BacktestOptions
 from kquota.config import QuotaConfig
@@ -38,7 +38,7 @@ def log(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Quo
     folder = tmp_path_factory.mktemp("request-log")
     gen.write_repeated(gen.LogSpec(requests=2_000, brokers=3, seed=5), folder / "logs", LINES, 2)
     requestlog.import_log(spark, str(folder / "logs"), str(folder / "once"))
-    config = traffic.suggest_quotas(pq.read_table(folder / "once"))
+    config = synthetic.suggest_quotas(pq.read_table(folder / "once"))
     return folder / "logs", config
 
 

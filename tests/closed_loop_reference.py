@@ -17,11 +17,10 @@ from kquota.backtest.kernel import (
     THREAD,
     TS,
     USER,
-    _closed_frame,
-    _pair_codes,
     kinds,
     time_order,
 )
+from kquota.backtest.kernel.replay import _closed_frame, _pair_codes
 from kquota.config import QuotaConfig
 
 

@@ -22,10 +22,10 @@ from kquota.backtest.kernel import (
     BoolArray,
     FloatArray,
     Int64Array,
-    _rate_units,
     entity_label,
     time_order,
 )
+from kquota.backtest.kernel.entities import _rate_units
 from kquota.config import Window
 from kquota.config.model import QuotaType
 

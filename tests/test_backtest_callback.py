@@ -21,7 +21,7 @@ from kquota.backtest.job import run
 from kquota.backtest.kernel import SENSOR_CLIENT, SENSOR_USER, USER
 from kquota.backtest.options import BacktestOptions
 from kquota.backtest.outputs import read_requests
-from kquota.backtest.traffic import TrafficSpec, generate
+from kquota.backtest.synthetic import TrafficSpec, generate
 from kquota.config import QuotaConfig
 from kquota.config.model import QuotaEntry, Window
 

@@ -41,7 +41,7 @@ from kquota.backtest.kernel import (
     USER,
 )
 from kquota.backtest.options import RESULT_COLUMNS, BacktestOptions, BacktestResult
-from kquota.backtest.traffic import TrafficSpec, generate
+from kquota.backtest.synthetic import TrafficSpec, generate
 from kquota.config import QuotaConfig
 from kquota.conformance import load_scenario
 from kquota.exceptions import TrafficError

@@ -39,7 +39,7 @@ from kquota.backtest.kernel import (
     USAGE,
     USER,
 )
-from kquota.backtest.traffic import TrafficSpec, generate
+from kquota.backtest.synthetic import TrafficSpec, generate
 from kquota.config import QuotaConfig, QuotaEntry, Window
 from kquota.conformance import Scenario, expand_paths, load_scenario
 from recommend_reference import recommend_reference, throttled_fraction

@@ -13,7 +13,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from kquota import Entity
-from kquota.backtest import traffic
+from kquota.backtest import synthetic
 from kquota.backtest.job import run
 from kquota.backtest.options import BacktestOptions, BacktestResult
 from kquota.backtest.report import (
@@ -375,14 +375,14 @@ def test_throttled_produce_is_drawn_at_its_rate() -> None:
 
 # -- on a real back-test ---------------------------------------------------------------------
 
-SPEC = traffic.TrafficSpec(requests=20_000, brokers=2, users=10, clients=40, hours=1.0, seed=0)
+SPEC = synthetic.TrafficSpec(requests=20_000, brokers=2, users=10, clients=40, hours=1.0, seed=0)
 
 
 @pytest.fixture(scope="module")
 def generated(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, QuotaConfig]:
-    table = traffic.generate(dataclasses.replace(SPEC, bursts=3))
+    table = synthetic.generate(dataclasses.replace(SPEC, bursts=3))
     folder = tmp_path_factory.mktemp("opening")
-    return traffic.write(table, folder / "traffic.parquet"), traffic.suggest_quotas(table)
+    return synthetic.write(table, folder / "traffic.parquet"), synthetic.suggest_quotas(table)
 
 
 def back_test(spark: Any, path: Path, config: QuotaConfig, out: Path) -> list[str]:
@@ -405,7 +405,7 @@ def test_the_opening_names_who_the_quotas_throttle_and_changes_with_them(
     fetch = who[who.lower().index("the fetch quotas") :].split(";")[0]
     assert "user=analytics (" in fetch
     # with a quota it never comes near, it is not named; the rest of the words follow
-    analytics = Entity(user=traffic.BOOTSTRAP_USER)
+    analytics = Entity(user=synthetic.BOOTSTRAP_USER)
     roomy = QuotaConfig(
         config.window,
         tuple(

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kquota.backtest import traffic
+from kquota.backtest import synthetic
 from kquota.backtest.outputs import read_requests
 from kquota.cli import main
 from kquota.config import SQLiteStore
@@ -21,10 +21,10 @@ from test_backtest_kernel import mixed_config
 @pytest.fixture(scope="module")
 def inputs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     folder = tmp_path_factory.mktemp("cli")
-    table = traffic.generate(traffic.TrafficSpec(requests=20_000, brokers=3, hours=1.0, seed=4))
-    path = traffic.write(table, folder / "traffic.parquet")
+    table = synthetic.generate(synthetic.TrafficSpec(requests=20_000, brokers=3, hours=1.0, seed=4))
+    path = synthetic.write(table, folder / "traffic.parquet")
     quotas = folder / "quotas.json"
-    quotas.write_text(traffic.suggest_quotas(table).dumps())
+    quotas.write_text(synthetic.suggest_quotas(table).dumps())
     return path, quotas
 
 

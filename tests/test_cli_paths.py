@@ -23,7 +23,7 @@ import pyarrow.csv as pcsv
 import pyarrow.parquet as pq
 import pytest
 from kquota import Entity
-from kquota.backtest import inputs, traffic
+from kquota.backtest import inputs, synthetic
 from kquota.backtest.outputs import read_requests
 from kquota.cli import main
 from kquota.config import QuotaConfig, QuotaEntry, SQLiteStore, Window
@@ -199,7 +199,7 @@ def test_the_unwritable_folder_really_refuses_files(unwritable: Path) -> None:
 
 def test_the_safety_net_line_names_the_file() -> None:
     """What ``kquota.cli.main`` prints for an ``OSError`` no command translated."""
-    from kquota.cli import _os_error
+    from kquota.cli.common import _os_error
 
     too_long = OSError(errno.ENAMETOOLONG, os.strerror(errno.ENAMETOOLONG), LONG)
     assert _os_error(too_long) == f"'{LONG}': File name too long"
@@ -219,7 +219,7 @@ def test_gen_traffic_writes_csv_for_csv_names_and_parquet_for_parquet_names(
     for name in names:
         assert main(["gen-traffic", "--out", str(tmp_path / name), *spec]) == 0, name
     capsys.readouterr()
-    expected = traffic.generate(traffic.TrafficSpec(requests=300, seed=5)).to_pandas()
+    expected = synthetic.generate(synthetic.TrafficSpec(requests=300, seed=5)).to_pandas()
 
     assert (tmp_path / "t.csv").read_text().startswith('"ts_ms","broker","user"')
     assert gzip.decompress((tmp_path / "t.csv.gz").read_bytes()).startswith(b'"ts_ms"')

@@ -352,7 +352,7 @@ def test_plain_install_library_names_the_proxy_extra(venvs: Venvs, tmp_path: Pat
 def _request_log(folder: Path) -> Path:
     """A small request log in Kafka's format (the generator needs kio: written here, by the
     test's own environment)."""
-    from kquota.backtest import requestlog_gen as gen
+    import requestlog_gen as gen
 
     gen.write(gen.LogSpec(requests=300, brokers=2, seed=5), folder)
     return folder

@@ -21,7 +21,7 @@ import kquota
 import pytest
 from conftest import free_port
 from kquota.proxy import codec
-from kquota.proxy.server import _PIPELINE_DEPTH
+from kquota.proxy.pipeline import PIPELINE_DEPTH as _PIPELINE_DEPTH
 from test_proxy_support import (
     SCRIPT_HANG_S,
     RecordingPlugin,

@@ -1,6 +1,6 @@
 """Kafka's request log as back-test traffic (kquota.backtest.requestlog).
 
-The log is written by kquota.backtest.requestlog_gen from kio message structures; every
+The log is written by requestlog_gen (beside the tests) from kio message structures; every
 field read must equal what the generator put in, and every byte count must equal kio's
 own encoding of the same messages (requestlog_gen.expected_bytes). Spark tests share the
 session's ``spark`` fixture.
@@ -14,10 +14,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import requestlog_gen as gen
 from kquota.backtest import requestlog
-from kquota.backtest import requestlog_gen as gen
 from kquota.backtest.kernel import API, BROKER, BYTES, CLIENT, THREAD, TS, USER
 from kquota.backtest.requestlog import LogOptions
+from kquota.backtest.requestlog.description import _describe_apis
+from kquota.backtest.requestlog.import_job import _import_rows
+from kquota.backtest.requestlog.summary import _metrics, _summary
 from kquota.exceptions import TrafficError
 
 pytest.importorskip("kio", reason='the generator needs kio: pip install "kquota[proxy]"')
@@ -284,7 +287,7 @@ def test_hostile_lines_are_counted_not_fatal(spark: Any, tmp_path: Path) -> None
     lines = requestlog.read(spark, str(tmp_path))
     assert [Path(f).name for f in lines.files.empty] == ["kafka-request.log.2"]
     frame = lines.frame.toPandas()
-    summary = requestlog._summary(lines, lines.frame.agg(*requestlog._metrics()).first().asDict())
+    summary = _summary(lines, lines.frame.agg(*_metrics()).first().asDict())
     assert summary.skipped[requestlog.TOO_LONG] == 1
     assert summary.examples[requestlog.TOO_LONG][0].endswith(
         "bytes of the input are in lines not read"
@@ -336,8 +339,8 @@ def test_import_and_describe_parse_each_line_once(
     folder, _ = written
     lines = requestlog.read(spark, str(folder))
     for query in (
-        requestlog._import_rows(lines, Observation("kquota-test-import")),
-        requestlog._describe_apis(lines, Observation("kquota-test-describe")),
+        _import_rows(lines, Observation("kquota-test-import")),
+        _describe_apis(lines, Observation("kquota-test-describe")),
     ):
         plan = query._jdf.queryExecution().executedPlan().toString()
         assert plan.count("from_json(") == 1

@@ -9,8 +9,8 @@ from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
+import requestlog_gen as gen
 from kquota.backtest import requestlog
-from kquota.backtest import requestlog_gen as gen
 from kquota.cli import main
 from test_backtest_kernel import mixed_config
 

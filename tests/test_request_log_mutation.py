@@ -12,9 +12,9 @@ from typing import Any
 
 import pandas as pd
 import pytest
+import requestlog_gen as gen
 from kquota import ControllerMutationQuotaManager
 from kquota.backtest import requestlog
-from kquota.backtest import requestlog_gen as gen
 from kquota.backtest.kernel import MUTATION_THROTTLE, REFUSED_PARTITIONS, THROTTLE
 from kquota.backtest.outputs import read_requests
 from kquota.backtest.requestlog import LogOptions

@@ -1,4 +1,4 @@
-"""Generated demo traffic (kquota.backtest.traffic) and ``kquota gen-traffic``: its shape,
+"""Generated demo traffic (kquota.backtest.synthetic) and ``kquota gen-traffic``: its shape,
 and the what-if its suggested quotas give (x0.5, x1, x2 throttle clearly differently)."""
 
 from __future__ import annotations
@@ -14,11 +14,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from kquota import DEFAULT
-from kquota.backtest import kernel, traffic
+from kquota.backtest import kernel, synthetic
 from kquota.backtest.job import run
 from kquota.backtest.kernel import BROKER, FETCH_THROTTLE, PRODUCE_THROTTLE, SEQ_COLUMNS, THROTTLE
 from kquota.backtest.options import BacktestOptions
-from kquota.backtest.traffic import BOOTSTRAP_CLIENT, BOOTSTRAP_USER, TrafficSpec
+from kquota.backtest.synthetic import BOOTSTRAP_CLIENT, BOOTSTRAP_USER, TrafficSpec
 from kquota.cli import main
 from kquota.config import QuotaConfig
 from kquota.exceptions import TrafficError
@@ -28,17 +28,17 @@ DAY = TrafficSpec(requests=300_000, seed=1)
 
 @pytest.fixture(scope="module")
 def day() -> pd.DataFrame:
-    return traffic.generate(DAY).to_pandas()
+    return synthetic.generate(DAY).to_pandas()
 
 
 @pytest.fixture(scope="module")
 def planned() -> QuotaConfig:
     """The quotas ``kquota gen-traffic --quotas-out`` writes for :data:`DAY`."""
-    return traffic.planned_quotas(traffic.generate(DAY))
+    return synthetic.planned_quotas(synthetic.generate(DAY))
 
 
 def test_schema_order_and_size(day: pd.DataFrame) -> None:
-    table = traffic.generate(TrafficSpec(requests=1000, seed=1))
+    table = synthetic.generate(TrafficSpec(requests=1000, seed=1))
     assert table.schema == pa.schema(
         [
             ("ts_ms", pa.int64()),
@@ -61,9 +61,9 @@ def test_schema_order_and_size(day: pd.DataFrame) -> None:
 
 
 def test_seeded(day: pd.DataFrame) -> None:
-    again = traffic.generate(DAY).to_pandas()
+    again = synthetic.generate(DAY).to_pandas()
     pd.testing.assert_frame_equal(again, day)
-    other = traffic.generate(TrafficSpec(requests=DAY.requests, seed=2)).to_pandas()
+    other = synthetic.generate(TrafficSpec(requests=DAY.requests, seed=2)).to_pandas()
     assert not other["client_id"].equals(day["client_id"])
 
 
@@ -92,7 +92,7 @@ def test_bursts_and_the_bootstrapping_consumer(day: pd.DataFrame) -> None:
 
 
 def test_suggested_quotas_throttle_some_traffic(day: pd.DataFrame) -> None:
-    config = traffic.suggest_quotas(pa.Table.from_pandas(day, preserve_index=False))
+    config = synthetic.suggest_quotas(pa.Table.from_pandas(day, preserve_index=False))
     assert QuotaConfig.from_json(config.to_json()).dumps() == config.dumps()
     assert config.quotas("produce") and config.quotas("fetch") and config.quotas("request")
     broker = day[day["broker"] == "broker-1"]
@@ -146,7 +146,7 @@ def test_some_tenants_run_just_over_their_quota_and_some_just_under(
     day: pd.DataFrame, planned: QuotaConfig, measured: bool
 ) -> None:
     table = pa.Table.from_pandas(day, preserve_index=False)
-    config = traffic.suggest_quotas(table) if measured else planned
+    config = synthetic.suggest_quotas(table) if measured else planned
     own = {
         (entry.entity.user, "produce" if name.startswith("producer") else "fetch")
         for entry in config.entries
@@ -198,8 +198,8 @@ def assert_clearly_fewer(per_scale: list[tuple[int, int]]) -> None:
 @pytest.mark.parametrize("closed", [True, False], ids=["closed", "open"])
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_the_planned_quotas_scaled_throttle_clearly_differently(seed: int, closed: bool) -> None:
-    table = traffic.generate(dataclasses.replace(SMALL, seed=seed))
-    config = traffic.planned_quotas(table)
+    table = synthetic.generate(dataclasses.replace(SMALL, seed=seed))
+    config = synthetic.planned_quotas(table)
     frame = table.to_pandas()
     results = {s: replayed(frame, config.scaled(s), closed) for s in (0.5, 1.0, 2.0)}
     assert_clearly_fewer(throttled_per_scale(results))
@@ -230,7 +230,7 @@ def test_the_what_if_of_gen_traffic_on_spark(spark: Any, tmp_path: Path) -> None
 
 def test_planned_quotas_of_other_traffic_are_the_suggested_ones(day: pd.DataFrame) -> None:
     table = pa.Table.from_pandas(day, preserve_index=False).replace_schema_metadata(None)
-    assert traffic.planned_quotas(table).dumps() == traffic.suggest_quotas(table).dumps()
+    assert synthetic.planned_quotas(table).dumps() == synthetic.suggest_quotas(table).dumps()
 
 
 def test_invalid_specs() -> None:
@@ -243,8 +243,8 @@ def test_invalid_specs() -> None:
 @pytest.mark.slow
 def test_three_million_rows_well_under_a_minute(tmp_path: Path) -> None:
     started = time.monotonic()
-    table = traffic.generate(TrafficSpec(requests=3_000_000))
-    traffic.write(table, tmp_path / "t.parquet")
+    table = synthetic.generate(TrafficSpec(requests=3_000_000))
+    synthetic.write(table, tmp_path / "t.parquet")
     elapsed = time.monotonic() - started
     assert table.num_rows == 3_000_000
     assert elapsed < 30, f"{elapsed:.1f} s"
@@ -262,8 +262,8 @@ def test_gen_traffic_command(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     assert BOOTSTRAP_USER not in set(table.column("user").to_pylist())
     # the quotas the traffic was planned against, which the Parquet file also carries
     spec = TrafficSpec(requests=5000, seed=3, bootstrap=False)
-    want = traffic.planned_quotas(traffic.generate(spec)).dumps()
-    assert QuotaConfig.load(quotas).dumps() == want == traffic.planned_quotas(table).dumps()
+    want = synthetic.planned_quotas(synthetic.generate(spec)).dumps()
+    assert QuotaConfig.load(quotas).dumps() == want == synthetic.planned_quotas(table).dumps()
     assert main(["gen-traffic", "--out", str(out), "--requests", "-5"]) == 2
     assert "invalid requests -5" in capsys.readouterr().err
     assert np.all(np.diff(table.column("ts_ms").to_numpy()) >= 0)

@@ -284,21 +284,21 @@ def _environment(box: Sandbox) -> Iterator[None]:
 
 def _no_spark_no_large_traffic(patches: contextlib.ExitStack) -> None:
     try:
-        from kquota.backtest import session, traffic
+        from kquota.backtest import session, synthetic
     except ImportError:  # without the spark extra both commands stop with status 2
         return
-    real_generate = traffic.generate
+    real_generate = synthetic.generate
 
     def spark_session(*args: Any, **kwargs: Any) -> Any:
         raise WouldStartSpark
 
-    def generate(spec: traffic.TrafficSpec) -> Any:
+    def generate(spec: synthetic.TrafficSpec) -> Any:
         if any(getattr(spec, name) > limit for name, limit in _SMALL_TRAFFIC.items()):
             raise WouldGenerate
         return real_generate(spec)
 
     patches.enter_context(mock.patch.object(session, "spark_session", spark_session))
-    patches.enter_context(mock.patch.object(traffic, "generate", generate))
+    patches.enter_context(mock.patch.object(synthetic, "generate", generate))
 
 
 def _text_stream(errors: str) -> io.TextIOWrapper:

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from fuzz_common import check_message, scratch
 from kquota.conformance import AdminScenario, Scenario, load, replay
-from kquota.conformance.admin import AdminStep
 from kquota.conformance.clients import Step
+from kquota.conformance.other_quotas import AdminStep
 from kquota.exceptions import ScenarioError
 
 

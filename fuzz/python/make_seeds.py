@@ -25,8 +25,8 @@ sys.path.insert(0, str(HERE))
 
 from fuzz_cli_args import VOCABULARY  # noqa: E402
 from kquota.config.model import ENTITY_KEYS, PROPERTIES  # noqa: E402
-from kquota.conformance.admin import ADMIN_TYPES, OPS  # noqa: E402
 from kquota.conformance.clients import _MANAGER_OPS, _SENSOR_OPS  # noqa: E402
+from kquota.conformance.other_quotas import ADMIN_TYPES, OPS  # noqa: E402
 
 MAX_SEED_BYTES = 6000
 """Seeds stay below the targets' ``-max_len`` (8192) with room for mutations."""

@@ -19,7 +19,7 @@ broker's requests through the core. The Spark job is wired in small modules arou
 * ``python -m kquota.backtest``: the spark-submit entry point (``kquota backtest``'s
   arguments).
 
-:mod:`kquota.backtest.report` renders the results; :mod:`kquota.backtest.traffic`
+:mod:`kquota.backtest.report` renders the results; :mod:`kquota.backtest.synthetic`
 generates realistic demo traffic and :mod:`kquota.backtest.requestlog` reads Kafka's
 request log. Only the Spark modules and the report need the ``spark`` extra
 (``pip install "kquota[spark]"``).

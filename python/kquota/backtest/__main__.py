@@ -1,5 +1,6 @@
 r"""``python -m kquota.backtest ARGS`` runs ``kquota backtest ARGS``: the entry point for
-``spark-submit``, with the same arguments, parsed by the same parser.
+``spark-submit``, with the same arguments, parsed by the same parser
+(:func:`kquota.cli.backtest.main`, which loads no other command).
 
 ``spark-submit`` runs a Python file rather than a module, so give it this file::
 
@@ -19,9 +20,9 @@ from pathlib import Path
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``kquota backtest`` with ``argv`` (default: ``sys.argv[1:]``); return the status."""
-    from kquota.cli import main as cli_main
+    from kquota.cli.backtest import main as backtest_main
 
-    return cli_main(["backtest", *(sys.argv[1:] if argv is None else argv)])
+    return backtest_main(argv)
 
 
 if __name__ == "__main__":

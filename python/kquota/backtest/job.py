@@ -73,6 +73,7 @@ from kquota.backtest.options import (
 from kquota.backtest.outputs import RESULTS
 from kquota.backtest.session import Progress, reading_traffic, spark_errors, writing_output
 from kquota.exceptions import OutputError, TrafficError
+from kquota.traffic_schema import KAFKA_THROTTLE
 
 if TYPE_CHECKING:
     from pyspark import Accumulator, AccumulatorParam
@@ -226,7 +227,7 @@ def _run(spark: SparkSession, options: BacktestOptions, progress: Progress) -> B
     progress.phase("collecting summaries for the report")
     if tallies is not None:
         by_throttle, broker = stages.tally_frames(tallies.value, options.scenarios)
-        live = {f.name: f.dataType for f in requests.schema.fields}.get(requestlog.KAFKA_THROTTLE)
+        live = {f.name: f.dataType for f in requests.schema.fields}.get(KAFKA_THROTTLE)
         if live is None:
             broker = None
         elif broker is None:  # not in whole numbers: Spark compares them as it can

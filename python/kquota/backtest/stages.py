@@ -50,9 +50,9 @@ from kquota.backtest.kernel import (
     STRICT as STRICT_COLUMN,
 )
 from kquota.backtest.options import REQUEST_SENSOR_CLIENT, REQUEST_SENSOR_USER, RESULT_COLUMNS
-from kquota.backtest.requestlog import KAFKA_THROTTLE
 from kquota.config import QuotaConfig
 from kquota.config.model import QuotaType
+from kquota.traffic_schema import KAFKA_THROTTLE
 
 __all__ = [
     "KIND",

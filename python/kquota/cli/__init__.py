@@ -18,13 +18,10 @@ that still escapes (it names its file) into it too.
 from __future__ import annotations
 
 import argparse
-import io
-import sys
 from collections.abc import Sequence
 
-from kquota._extras import missing, needs
 from kquota.cli import backtest, configs, conformance, gen_traffic, proxy, traffic
-from kquota.cli.common import EXIT_BAD_INPUT, fail
+from kquota.cli.common import EXIT_BAD_INPUT, escape_stdout, run_command
 
 COMMANDS = (conformance, configs, backtest, gen_traffic, traffic, proxy)
 
@@ -42,33 +39,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``kquota`` command with ``argv`` (default: ``sys.argv[1:]``); return the status."""
-    # File names from the command line may hold undecodable bytes (lone surrogates in
-    # Python): print them escaped, as Python's stderr does, instead of failing.
-    if isinstance(sys.stdout, io.TextIOWrapper):
-        sys.stdout.reconfigure(errors="backslashreplace")
+    escape_stdout()
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # --help, or a usage error argparse has already reported
         return exc.code if isinstance(exc.code, int) else EXIT_BAD_INPUT
-    if (extra := getattr(args, "extra", None)) and (modules := missing(extra)):
-        return fail(args.command, needs(extra, modules))
-    try:
-        status: int = args.run(args)
-    except OSError as exc:  # a safety net: each command names its own paths first
-        return fail(args.command, _os_error(exc))
-    return status
-
-
-def _os_error(exc: OSError) -> str:
-    """``'PATH': reason`` for an ``OSError`` that names a file, else its message."""
-    reason = exc.strerror or str(exc) or type(exc).__name__
-    if exc.filename is None:
-        return reason
-    names = repr(str(exc.filename))
-    if exc.filename2 is not None:
-        names += f" -> {str(exc.filename2)!r}"
-    return f"{names}: {reason}"
+    return run_command(args)
 
 
 if __name__ == "__main__":

@@ -6,11 +6,12 @@ import argparse
 import dataclasses
 import re
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from kquota.callback import load_callback
-from kquota.cli.common import EXIT_OK, fail
+from kquota.cli.common import EXIT_BAD_INPUT, EXIT_OK, escape_stdout, fail, run_command
 from kquota.config import QuotaConfig, QuotaStore, open_store
 from kquota.exceptions import InvalidValueError, KquotaError, QuotaFileError, StoreError
 
@@ -104,6 +105,21 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument("--quiet", action="store_true", help="no progress on stderr")
     parser.set_defaults(run=run, extra="spark")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``kquota backtest`` alone, with ``argv`` (default: ``sys.argv[1:]``); return the
+    status. The parser is ``kquota``'s with only this subcommand, so that the arguments,
+    the help and the messages are those of ``kquota backtest`` without loading the other
+    commands (``python -m kquota.backtest``, the spark-submit entry point, runs this)."""
+    escape_stdout()
+    parser = argparse.ArgumentParser(prog="kquota")
+    register(parser.add_subparsers(dest="command", metavar="COMMAND", required=True))
+    try:
+        args = parser.parse_args(["backtest", *(sys.argv[1:] if argv is None else argv)])
+    except SystemExit as exc:  # --help, or a usage error argparse has already reported
+        return exc.code if isinstance(exc.code, int) else EXIT_BAD_INPUT
+    return run_command(args)
 
 
 def add_log_options(parser: argparse.ArgumentParser) -> None:

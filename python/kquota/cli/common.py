@@ -1,8 +1,13 @@
-"""What every ``kquota`` subcommand shares: exit statuses and error reporting."""
+"""What every ``kquota`` subcommand shares: exit statuses, error reporting, and running a
+parsed command."""
 
 from __future__ import annotations
 
+import argparse
+import io
 import sys
+
+from kquota._extras import missing, needs
 
 EXIT_OK = 0
 """Success."""
@@ -20,3 +25,37 @@ def fail(command: str, message: object) -> int:
     text = str(message).replace("\r", "\\r").replace("\n", "\\n")
     print(f"kquota {command}: {text}", file=sys.stderr)
     return EXIT_BAD_INPUT
+
+
+def escape_stdout() -> None:
+    """Print undecodable bytes escaped, as Python's stderr does, instead of failing: file
+    names from the command line may hold them (lone surrogates in Python)."""
+    if isinstance(sys.stdout, io.TextIOWrapper):
+        sys.stdout.reconfigure(errors="backslashreplace")
+
+
+def run_command(args: argparse.Namespace) -> int:
+    """Run a parsed subcommand (``args.run``) and return its exit status; one line naming
+    the extra to install (status 2) when its ``args.extra`` is missing.
+
+    Both ``kquota`` and ``python -m kquota.backtest`` (the spark-submit entry point, which
+    parses the ``backtest`` arguments alone) run their command through this function.
+    """
+    if (extra := getattr(args, "extra", None)) and (modules := missing(extra)):
+        return fail(args.command, needs(extra, modules))
+    try:
+        status: int = args.run(args)
+    except OSError as exc:  # a safety net: each command names its own paths first
+        return fail(args.command, _os_error(exc))
+    return status
+
+
+def _os_error(exc: OSError) -> str:
+    """``'PATH': reason`` for an ``OSError`` that names a file, else its message."""
+    reason = exc.strerror or str(exc) or type(exc).__name__
+    if exc.filename is None:
+        return reason
+    names = repr(str(exc.filename))
+    if exc.filename2 is not None:
+        names += f" -> {str(exc.filename2)!r}"
+    return f"{names}: {reason}"

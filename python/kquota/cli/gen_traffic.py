@@ -62,13 +62,13 @@ def run(args: argparse.Namespace) -> int:
     Both files are written under temporary names and renamed at the end, so a run that
     fails (a bad option, a path that cannot be written) leaves neither behind.
     """
-    from kquota.backtest import traffic
+    from kquota.backtest import synthetic
 
     started = time.monotonic()
     try:
         check_name(args.out, "--out")  # pyarrow writes only UTF-8 paths
-        traffic.output_format(args.out)
-        spec = traffic.TrafficSpec(
+        synthetic.output_format(args.out)
+        spec = synthetic.TrafficSpec(
             requests=args.requests,
             brokers=args.brokers,
             users=args.users,
@@ -78,21 +78,21 @@ def run(args: argparse.Namespace) -> int:
             bootstrap=not args.no_bootstrap,
             seed=args.seed,
         )
-        path = traffic.data_file(args.out)
+        path = synthetic.data_file(args.out)
         quotas = Path(args.quotas_out) if args.quotas_out is not None else None
         if quotas is not None and quotas.absolute() == path.absolute():
             raise TrafficError(f"--quotas-out {args.quotas_out!r} is the --out file: give another")
         with contextlib.ExitStack() as files:  # both folders checked before generating
-            data = files.enter_context(traffic.staged(path, "--out"))
+            data = files.enter_context(synthetic.staged(path, "--out"))
             quotas_data = (
-                files.enter_context(traffic.staged(quotas, "--quotas-out"))
+                files.enter_context(synthetic.staged(quotas, "--quotas-out"))
                 if quotas is not None
                 else None
             )
-            table = traffic.generate(spec)
-            traffic.write_to(table, data, path)
+            table = synthetic.generate(spec)
+            synthetic.write_to(table, data, path)
             if quotas_data is not None:
-                planned = traffic.planned_quotas(table)
+                planned = synthetic.planned_quotas(table)
                 quotas_data.write_text(planned.dumps(), encoding="utf-8")
     except KquotaError as exc:
         return fail("gen-traffic", exc)

@@ -31,11 +31,10 @@ from kquota import (
 from kquota.cli.common import EXIT_OK, fail
 from kquota.config.store import DEFAULT_LOCK_TIMEOUT, STORE_ENV, open_store
 from kquota.exceptions import KquotaError
+from kquota.proxy.admission import DEFAULT_LISTENER
 from kquota.proxy.capture import DEFAULT_ROLL_BYTES, DEFAULT_ROLL_SECONDS
 
 _COMMAND = "proxy"
-
-DEFAULT_LISTENER = "PLAINTEXT"  # kquota.proxy.server's, without importing kio here
 
 
 def register(subparsers: Any) -> None:

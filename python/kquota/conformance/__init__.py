@@ -7,7 +7,7 @@ Two families, one module each:
 * :mod:`~kquota.conformance.clients`: the client quotas (``produce``, ``fetch``,
   ``request``, one ``sensor``), the vectors of ``shared/conformance``; replayed against
   :mod:`kquota` or a stand-in backend (the test suite's reference model).
-* :mod:`~kquota.conformance.admin`: the token bucket, controller mutations (KIP-599) and
+* :mod:`~kquota.conformance.other_quotas`: the token bucket, controller mutations (KIP-599) and
   connection creation (KIP-612), the vectors of kquota's ``tests/vectors``.
 
 :func:`load` reads a file of either family, :func:`replay` drives it through kquota.
@@ -17,8 +17,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kquota.conformance import admin, clients
-from kquota.conformance.admin import ADMIN_TYPES, AdminScenario, load_admin, replay_admin
+from kquota.conformance import clients, other_quotas
 from kquota.conformance.clients import (
     Backend,
     Mismatch,
@@ -29,6 +28,7 @@ from kquota.conformance.clients import (
     expand_paths,
     load_scenario,
 )
+from kquota.conformance.other_quotas import ADMIN_TYPES, AdminScenario, load_admin, replay_admin
 from kquota.exceptions import ScenarioError
 
 __all__ = [
@@ -40,12 +40,12 @@ __all__ = [
     "Result",
     "Scenario",
     "Step",
-    "admin",
     "clients",
     "expand_paths",
     "load",
     "load_admin",
     "load_scenario",
+    "other_quotas",
     "replay",
 ]
 

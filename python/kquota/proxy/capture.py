@@ -1,7 +1,8 @@
 """``kquota proxy --capture DIR``: the traffic the proxy sees, as back-test input.
 
-One row per request the proxy checked a quota for, in kquota's traffic schema (the columns
-``kquota traffic import`` writes from a Kafka request log), taken at the moment of the
+One row per request the proxy checked a quota for, in kquota's traffic schema
+(:mod:`kquota.traffic_schema`, the columns ``kquota traffic import`` writes from a Kafka
+request log), taken at the moment of the
 check: the time the quotas recorded it (the plugin's clock, in epoch ms: the clock's
 reading plus one offset fixed by :meth:`TrafficCapture.align`, so the quotas' arithmetic,
 which depends only on differences, replays alike), the user and
@@ -28,6 +29,7 @@ of sending each response, which the proxy adds to the request quota without a ch
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import datetime
 import logging
@@ -39,11 +41,30 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 from kquota.exceptions import InvalidConfigError, OutputError
+from kquota.traffic_schema import (
+    ACKS,
+    API,
+    API_VERSION,
+    BROKER,
+    BYTES,
+    CLIENT,
+    CORRELATION_ID,
+    KAFKA_THROTTLE,
+    THREAD,
+    TS,
+    USER,
+)
 
 if TYPE_CHECKING:
     import pyarrow as pa  # type: ignore[import-untyped]
 
-__all__ = ["CONNECTION", "DEFAULT_ROLL_BYTES", "DEFAULT_ROLL_SECONDS", "TrafficCapture"]
+__all__ = [
+    "CONNECTION",
+    "DEFAULT_ROLL_BYTES",
+    "DEFAULT_ROLL_SECONDS",
+    "TrafficCapture",
+    "flush_every_second",
+]
 
 log = logging.getLogger("kquota.proxy")
 
@@ -63,9 +84,6 @@ _SUFFIX: Final = ".parquet"
 
 def _schema() -> pa.Schema:
     import pyarrow as pa
-
-    from kquota.backtest.kernel import API, BROKER, BYTES, CLIENT, THREAD, TS, USER
-    from kquota.backtest.requestlog import ACKS, API_VERSION, CORRELATION_ID, KAFKA_THROTTLE
 
     return pa.schema(
         [
@@ -278,3 +296,11 @@ def _check_folder(folder: Path) -> None:
     except OSError as exc:
         reason = exc.strerror or str(exc)
         raise OutputError(f"cannot write the capture to {str(folder)!r}: {reason}") from None
+
+
+async def flush_every_second(capture: TrafficCapture) -> None:
+    """Hand the capture's rows to its writer at least every second, also when no request
+    comes to do it (the proxy runs this task while it serves)."""
+    while True:
+        await asyncio.sleep(1.0)
+        capture.flush_due()

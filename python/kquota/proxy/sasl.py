@@ -16,15 +16,46 @@ credentials the proxy cannot verify: their connections keep ``ANONYMOUS``.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Final
 
-__all__ = ["ANONYMOUS", "PRINCIPAL_MECHANISMS", "principal_from_auth_bytes"]
+__all__ = ["ANONYMOUS", "PRINCIPAL_MECHANISMS", "SaslExchange", "principal_from_auth_bytes"]
 
 ANONYMOUS: Final = "ANONYMOUS"
 """Kafka's principal name of an unauthenticated connection."""
 
 PRINCIPAL_MECHANISMS: Final = frozenset({"PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"})
 """The SASL mechanisms whose principal the proxy can read."""
+
+
+@dataclass(slots=True)
+class SaslExchange:
+    """One connection's SASL exchange as the proxy follows it: the mechanism its
+    SaslHandshake named, the user name its first SaslAuthenticate message gave, and the
+    user its quotas apply to (``user``), which takes that name once the broker accepts it."""
+
+    user: str = ANONYMOUS
+    mechanism: str | None = None
+    pending_user: str | None = None
+
+    def authenticate(self, auth_bytes: object) -> bool:
+        """Take the user name from a SaslAuthenticate message's ``auth_bytes`` (the first
+        that has one); ``True`` when the mechanism is one whose principal the proxy cannot
+        read (the connection's quotas then apply as :data:`ANONYMOUS`)."""
+        if self.mechanism is None or self.pending_user is not None:
+            return False
+        if not isinstance(auth_bytes, bytes):
+            return False
+        self.pending_user = principal_from_auth_bytes(self.mechanism, auth_bytes)
+        return self.pending_user is None and self.mechanism not in PRINCIPAL_MECHANISMS
+
+    def result(self, error_code: int) -> None:
+        """The broker's answer to a SaslAuthenticate: the user name is adopted once it
+        answers without an error, and forgotten when it refuses."""
+        if error_code == 0 and self.pending_user is not None:
+            self.user = self.pending_user
+        elif error_code != 0:
+            self.pending_user = None
 
 
 def principal_from_auth_bytes(mechanism: str, auth_bytes: bytes) -> str | None:

@@ -1,0 +1,114 @@
+"""Recommended quotas: per entity, the smallest quota that keeps its throttled fraction
+at most a target (:func:`recommend`)."""
+
+from __future__ import annotations
+
+from typing import Final
+
+import numpy as np
+import numpy.typing as npt
+import pandas as pd  # type: ignore[import-untyped]
+
+from kquota._core import recommend_quotas
+from kquota.backtest.kernel.entities import SENSOR_CLIENT, SENSOR_USER, USAGE, entity_label
+from kquota.backtest.kernel.schema import (
+    BROKER,
+    SEQ_COLUMNS,
+    TS,
+)
+from kquota.config import Window
+from kquota.config.model import QuotaType
+
+__all__ = [
+    "RECOMMENDATION_COLUMNS",
+    "recommend",
+]
+
+RECOMMENDATION_COLUMNS: Final = (
+    "quota_type",
+    SENSOR_USER,
+    SENSOR_CLIENT,
+    "entity",
+    "brokers",
+    "requests",
+    "recommended_quota",
+    "throttled_fraction",
+)
+"""The columns of :func:`recommend`, one row per entity (sensor tags, across brokers)."""
+
+
+def recommend(
+    usage: pd.DataFrame, window: Window, quota_type: QuotaType, target: float
+) -> pd.DataFrame:
+    """Per entity, the smallest quota that keeps its throttled fraction at most ``target``.
+
+    An entity is a sensor's tags (:data:`SENSOR_USER`, :data:`SENSOR_CLIENT`) of one quota
+    type, on every broker it was seen (the quota applies per broker, the fraction is over
+    all its requests). ``usage`` holds every request of the entities it contains, with
+    :data:`BROKER`, :data:`TS` (the recorded time: recommendations replay the recorded
+    timeline), :data:`USAGE`, optionally :data:`SEQ_COLUMNS` and, for fetch,
+    ``unrecord_if`` (the request quota throttled it). The quota is found in the core
+    (``kquota._core.recommend_quotas``, one call for all the entities, without the GIL): a
+    bisection that replays the entity's traffic under each candidate, one sensor per
+    broker; the fraction falls as the quota grows except for small wiggles (an unrecorded
+    fetch changes what later requests see), and the result is checked to meet the target.
+    ``recommended_quota`` is rounded up to whole bytes/s (hundredths of a percent for
+    ``request``), within 0.1 % of the smallest found; ``throttled_fraction`` is at that value.
+    """
+    if not 0.0 <= target < 1.0:
+        raise ValueError(f"invalid target {target!r}: expected a fraction in [0, 1)")
+    if usage.empty:
+        return pd.DataFrame(columns=list(RECOMMENDATION_COLUMNS))
+    user_codes, user_tags = pd.factorize(usage[SENSOR_USER], sort=True, use_na_sentinel=False)
+    client_codes, client_tags = pd.factorize(usage[SENSOR_CLIENT], sort=True, use_na_sentinel=False)
+    broker_codes, _ = pd.factorize(usage[BROKER], sort=True, use_na_sentinel=False)
+    keys: list[npt.NDArray[np.generic]] = [
+        usage[name].to_numpy() for name in reversed(SEQ_COLUMNS) if name in usage.columns
+    ]
+    keys += [usage[TS].to_numpy(dtype=np.int64), broker_codes, client_codes, user_codes]
+    order = np.lexsort(keys)
+    users, clients, brokers = user_codes[order], client_codes[order], broker_codes[order]
+    n = len(order)
+    new_entity = np.ones(n, dtype=np.bool_)
+    new_entity[1:] = (users[1:] != users[:-1]) | (clients[1:] != clients[:-1])
+    new_run = new_entity.copy()
+    new_run[1:] |= brokers[1:] != brokers[:-1]
+    run_starts = np.flatnonzero(new_run)
+    runs = np.append(run_starts, n).astype(np.int64)
+    entity_runs = np.append(np.flatnonzero(new_entity[run_starts]), len(run_starts)).astype(
+        np.int64
+    )
+    drops = (
+        usage["unrecord_if"].to_numpy(dtype=np.bool_)[order]
+        if quota_type == "fetch" and "unrecord_if" in usage.columns
+        else None
+    )
+    quotas, fractions = recommend_quotas(
+        quota_type,
+        usage[TS].to_numpy(dtype=np.int64)[order],
+        usage[USAGE].to_numpy(dtype=np.float64)[order],
+        runs,
+        entity_runs,
+        target=target,
+        num_samples=window.num_samples,
+        window_ms=window.window_ms,
+        unrecord_if=drops,
+    )
+    firsts = runs[entity_runs[:-1]]
+    user_of = [user_tags[c] for c in users[firsts]]
+    client_of = [client_tags[c] for c in clients[firsts]]
+    return pd.DataFrame(
+        {
+            "quota_type": quota_type,
+            SENSOR_USER: user_of,
+            SENSOR_CLIENT: client_of,
+            "entity": [
+                entity_label(str(u), str(c)) for u, c in zip(user_of, client_of, strict=True)
+            ],
+            "brokers": np.diff(entity_runs),
+            "requests": np.diff(np.append(firsts, n)),
+            "recommended_quota": quotas,
+            "throttled_fraction": fractions,
+        },
+        columns=list(RECOMMENDATION_COLUMNS),
+    )

@@ -1,0 +1,154 @@
+"""Kafka's request log (``kafka.request.logger``) as back-test traffic.
+
+A broker with ``kafka.request.logger`` at DEBUG writes one ``Completed request:`` line per
+request into ``kafka-request.log`` (rolled hourly, often gzip-compressed afterwards). This
+module reads those files into kquota's traffic schema (:mod:`kquota.backtest.synthetic`),
+one row per usable line, with Spark's own JVM functions only (text source, one anchored
+``regexp_extract`` on the head of the line, ``from_json`` with a schema of just the fields
+needed, higher-order functions for the byte counts): no Python runs per line.
+
+What a row holds (``../shared/docs/kafka-request-log.md``, section 5):
+
+* ``ts_ms``: when Kafka records quota usage, ``end - responseQueueTimeMs - sendTimeMs``
+  rounded down to the millisecond, the end being the line's timestamp read in
+  :attr:`LogOptions.timezone`;
+* ``broker`` (from the file's path or :attr:`LogOptions.broker_id`), ``user`` (the
+  principal's name), ``client_id``, ``api`` (``produce``, ``fetch``, ``metadata``...);
+* ``bytes``: for Produce the request size Kafka records (header + body, rebuilt from the
+  logged fields with the message schema of the logged version); for a consumer Fetch that
+  was not throttled, 4 + the response body size; 0 for a throttled Fetch (Kafka
+  un-records it and sends an empty response) and for every other API;
+* ``thread_time_ns``: handler-thread time (``localTimeMs``), null for Produce with
+  ``acks=0`` (Kafka records it on the exempt sensor, not the request quota);
+* extra columns carried through the back-test: :data:`ACKS`, :data:`KAFKA_THROTTLE`
+  (what Kafka applied), :data:`API_VERSION`, :data:`CORRELATION_ID`;
+* when the log has CreateTopics, CreatePartitions or DeleteTopics lines,
+  :data:`~kquota.backtest.kernel.PARTITIONS`, :data:`~kquota.backtest.kernel.STRICT` and
+  :data:`~kquota.backtest.kernel.TOPIC_PARTITIONS` (:func:`mutation_partitions`: topic
+  partition counts tracked over the log in time order, the total and each topic's in request
+  order; a request with a topic of unknown count has neither, counted in
+  :attr:`LogSummary.unknown_counts`).
+
+Lines that give no row are counted by reason (:data:`REASONS`) with up to five examples
+each: lines of other loggers and ``RequestChannel$`` TRACE lines, the pre-2.8 text format,
+truncated or corrupt JSON, invalid UTF-8, and the requests Kafka keeps outside client
+quotas (follower fetches, lines forwarded to the controller, inter-broker APIs answered
+on the exempt path). They never fail a run; a non-empty file with no usable line does.
+
+One module per step, their public names re-exported here:
+
+* :mod:`~kquota.backtest.requestlog.files`: the files a path names, the broker of each,
+  :class:`LogOptions` (no Spark);
+* :mod:`~kquota.backtest.requestlog.lines`: :func:`read`, each line's row or the reason
+  it has none;
+* :mod:`~kquota.backtest.requestlog.sizes`: Kafka's request and response sizes rebuilt
+  from the logged fields (:func:`uvarint_size` in Python, the rest as Spark columns);
+* :mod:`~kquota.backtest.requestlog.summary`: :class:`LogSummary`, what a pass found;
+* :mod:`~kquota.backtest.requestlog.import_job`: :func:`import_log` and
+  :func:`mutation_partitions`;
+* :mod:`~kquota.backtest.requestlog.description`: :func:`describe`.
+"""
+
+from kquota.backtest.requestlog.description import (
+    Description,
+    describe,
+)
+from kquota.backtest.requestlog.files import (
+    DEFAULT_BROKER_ID_FROM,
+    DEFAULT_NUM_PARTITIONS,
+    FILE_PREFIX,
+    FORMAT,
+    LogFiles,
+    LogOptions,
+    broker_of,
+    check_timezone,
+    is_request_log,
+    log_files,
+)
+from kquota.backtest.requestlog.import_job import (
+    import_log,
+    mutation_partitions,
+)
+from kquota.backtest.requestlog.lines import (
+    BAD_TIME,
+    CORRUPT,
+    EXAMPLE_CHARS,
+    EXEMPT,
+    EXEMPT_API_KEYS,
+    FOLLOWER,
+    FORWARDED,
+    LINE_SCHEMA,
+    MAX_LINE_BYTES,
+    NO_BODY,
+    NOT_UTF8,
+    OLD_FORMAT,
+    OTHER_LINE,
+    REASONS,
+    STRICT_SINCE,
+    TOO_LONG,
+    TRACE_LINE,
+    UNKNOWN_VERSION,
+    read,
+)
+from kquota.backtest.requestlog.sizes import (
+    uvarint_size,
+)
+from kquota.backtest.requestlog.summary import (
+    EXAMPLES,
+    UNKNOWN_COUNT,
+    LogSummary,
+)
+from kquota.traffic_schema import (
+    ACKS,
+    API_VERSION,
+    COLUMNS,
+    CORRELATION_ID,
+    EXTRA_COLUMNS,
+    KAFKA_THROTTLE,
+)
+
+__all__ = [
+    "ACKS",
+    "API_VERSION",
+    "BAD_TIME",
+    "COLUMNS",
+    "CORRELATION_ID",
+    "CORRUPT",
+    "DEFAULT_BROKER_ID_FROM",
+    "DEFAULT_NUM_PARTITIONS",
+    "EXAMPLES",
+    "EXAMPLE_CHARS",
+    "EXEMPT",
+    "EXEMPT_API_KEYS",
+    "EXTRA_COLUMNS",
+    "FILE_PREFIX",
+    "FOLLOWER",
+    "FORMAT",
+    "FORWARDED",
+    "KAFKA_THROTTLE",
+    "LINE_SCHEMA",
+    "MAX_LINE_BYTES",
+    "NOT_UTF8",
+    "NO_BODY",
+    "OLD_FORMAT",
+    "OTHER_LINE",
+    "REASONS",
+    "STRICT_SINCE",
+    "TOO_LONG",
+    "TRACE_LINE",
+    "UNKNOWN_COUNT",
+    "UNKNOWN_VERSION",
+    "Description",
+    "LogFiles",
+    "LogOptions",
+    "LogSummary",
+    "broker_of",
+    "check_timezone",
+    "describe",
+    "import_log",
+    "is_request_log",
+    "log_files",
+    "mutation_partitions",
+    "read",
+    "uvarint_size",
+]

@@ -1,0 +1,175 @@
+"""``kquota traffic import``: a request log written as traffic Parquet in one pass over
+its lines, with the partitions of each controller-mutation request tracked over the log."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from kquota.backtest.kernel import SEQ_COLUMNS
+from kquota.backtest.requestlog.files import LogOptions
+from kquota.backtest.requestlog.lines import _REASON, _TOPICS, _Lines, read
+from kquota.backtest.requestlog.summary import EXAMPLES, LogSummary, _metrics, _spark_call, _summary
+from kquota.exceptions import OutputError
+from kquota.traffic_schema import (
+    COLUMNS,
+    PARTITIONS,
+    STRICT,
+    TOPIC_PARTITIONS,
+    TS,
+)
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+
+def _import_rows(lines: _Lines, observation: Any) -> DataFrame:
+    """The rows :func:`import_log` writes (:data:`COLUMNS`), with :func:`_metrics` observed
+    on every line of the same pass. The filter on the skip reason sits above the observed
+    metrics, which Spark does not push a filter through: a line is parsed once (a filter
+    pushed below the parsing projection would inline ``from_json`` once per use of a parsed
+    field, ~20 times a line)."""
+    from pyspark.sql import functions as F
+
+    observed = lines.frame.observe(observation, *_metrics())
+    return observed.where(F.col(_REASON).isNull()).select(*COLUMNS, STRICT, _TOPICS, *SEQ_COLUMNS)
+
+
+def mutation_partitions(rows: DataFrame) -> DataFrame:
+    """Per CreateTopics, CreatePartitions or DeleteTopics row of ``rows`` (imported lines with
+    their ``_kq_topics``), the partitions it creates or deletes, tracked over the whole log in
+    time order (ties by input position): a created topic has its requested count
+    (``numPartitions``, else its assignments, else ``num.partitions``); a deleted topic the
+    count its latest CreateTopics, CreatePartitions or Metadata response line gave; a grown
+    topic its new count minus that one. Columns: the row's
+    :data:`~kquota.backtest.kernel.SEQ_COLUMNS`, ``partitions`` (null when a topic's count is
+    unknown), :data:`~kquota.backtest.kernel.TOPIC_PARTITIONS` (each topic's count in
+    request order, which the replay records topic by topic as Kafka's controller does; null
+    with ``partitions``), ``unknown`` (those topics' names)."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    events = rows.where(F.size(F.col(_TOPICS)) > 0).select(
+        F.col(TS), *SEQ_COLUMNS, F.posexplode(F.col(_TOPICS)).alias("_kq_pos", "_kq_t")
+    )
+    t = F.col("_kq_t")
+    order = [F.col(TS), *(F.col(c) for c in SEQ_COLUMNS), F.col("_kq_pos")]
+    before = (
+        Window.partitionBy(t["name"]).orderBy(*order).rowsBetween(Window.unboundedPreceding, -1)
+    )
+    # the count after each event: -1 once deleted (unknown until created or seen again)
+    after = F.when(t["op"] == "delete", F.lit(-1)).otherwise(t["count"])
+    known = F.last(after, ignorenulls=True).over(before)
+    count = (
+        F.when(t["op"] == "create", t["count"])
+        .when((t["op"] == "delete") & (known >= 0), known)
+        .when((t["op"] == "grow") & (known >= 0) & (t["count"] >= known), t["count"] - known)
+    )
+    # the counts first (over every event, Metadata ones too), then the mutations
+    mutations = (
+        events.select(
+            *SEQ_COLUMNS,
+            F.col("_kq_pos"),
+            t["op"].alias("_kq_op"),
+            t["name"].alias("_kq_name"),
+            count.alias("_kq_count"),
+        )
+        .where(F.col("_kq_op") != "seen")
+        .groupBy(*SEQ_COLUMNS)
+        .agg(
+            F.sum("_kq_count").alias(PARTITIONS),
+            F.count_if(F.col("_kq_count").isNull()).alias("_kq_unknown"),
+            F.sort_array(F.collect_list(F.struct("_kq_pos", "_kq_count"))).alias("_kq_each"),
+            F.collect_list(
+                F.when(F.col("_kq_count").isNull(), F.coalesce("_kq_name", F.lit("")))
+            ).alias("unknown"),
+        )
+    )
+    return mutations.select(
+        *SEQ_COLUMNS,
+        F.when(F.col("_kq_unknown") == 0, F.col(PARTITIONS)).cast("int").alias(PARTITIONS),
+        F.when(
+            F.col("_kq_unknown") == 0,
+            F.transform("_kq_each", lambda e: e["_kq_count"].cast("int")),
+        ).alias(TOPIC_PARTITIONS),
+        F.col("unknown"),
+    )
+
+
+def import_log(
+    spark: SparkSession, path: str, out: str, options: LogOptions | None = None
+) -> LogSummary:
+    """Read the request log ``path`` into traffic Parquet at ``out`` (a folder) in one pass
+    over the lines; return what was read. ``out`` is written under a temporary name and
+    replaces any earlier ``out`` only when the log had usable lines; otherwise it raises
+    :class:`~kquota.exceptions.TrafficError` and ``out`` stays as it was."""
+    import shutil
+
+    from pyspark.sql import Observation
+
+    from kquota.backtest.session import writing_output as _writing
+
+    started = time.monotonic()
+    lines = read(spark, path, options)
+    observation = Observation(f"kquota-request-log-{uuid.uuid4().hex}")
+    rows = _import_rows(lines, observation)
+    target = Path(out.removeprefix("file://"))
+    temporary = target.with_name(f".{target.name[:100]}.{uuid.uuid4().hex[:8]}.tmp")
+    parsed = target.with_name(f".{target.name[:100]}.{uuid.uuid4().hex[:8]}.lines.tmp")
+    try:
+        with _spark_call(path), _writing(out):
+            rows.write.mode("overwrite").parquet(str(parsed))
+        summary = _summary(lines, observation.get)
+        with _spark_call(path), _writing(out):
+            _with_partitions(spark, str(parsed), summary).write.mode("overwrite").parquet(
+                str(temporary)
+            )
+        if target.is_dir():
+            shutil.rmtree(target)
+        elif target.exists():
+            raise OutputError(f"cannot write {out!r}: it is a file, not a folder")
+        temporary.rename(target)
+    finally:
+        shutil.rmtree(temporary, ignore_errors=True)
+        shutil.rmtree(parsed, ignore_errors=True)
+    summary.seconds = time.monotonic() - started
+    return summary
+
+
+def _with_partitions(spark: SparkSession, parsed: str, summary: LogSummary) -> DataFrame:
+    """The imported rows at ``parsed`` (:data:`COLUMNS`) and, when the log has mutation
+    requests, :data:`PARTITIONS` from :func:`mutation_partitions` and :data:`STRICT`; counts
+    the mutation requests and those of unknown count into ``summary``."""
+    from pyspark.sql import functions as F
+
+    rows = spark.read.parquet(parsed)
+    counted = mutation_partitions(rows)
+    joined = rows.join(counted, list(SEQ_COLUMNS), "left")
+    mutation = F.col(STRICT).isNotNull()
+    # a mutation request with no topic creates or deletes nothing
+    partitions = F.when(
+        mutation, F.when(F.col("unknown").isNull(), F.lit(0)).otherwise(F.col(PARTITIONS))
+    )
+    stats = (
+        joined.where(mutation)
+        .agg(
+            F.count(F.lit(1)).alias("mutations"),
+            F.count_if(partitions.isNull()).alias("unknown"),
+            F.slice(F.array_distinct(F.flatten(F.collect_list("unknown"))), 1, EXAMPLES).alias(
+                "topics"
+            ),
+        )
+        .first()
+    )
+    if stats is not None:
+        summary.mutations = int(stats["mutations"] or 0)
+        summary.unknown_counts = int(stats["unknown"] or 0)
+        summary.unknown_topics = sorted(stats["topics"] or [])
+    if not summary.mutations:  # the traffic as before: no mutation columns
+        return rows.orderBy(*SEQ_COLUMNS).select(*COLUMNS)
+    out = joined.withColumn(PARTITIONS, partitions.cast("int")).withColumn(
+        TOPIC_PARTITIONS, F.when(partitions.isNotNull(), F.col(TOPIC_PARTITIONS))
+    )
+    return out.orderBy(*SEQ_COLUMNS).select(*COLUMNS, PARTITIONS, STRICT, TOPIC_PARTITIONS)

@@ -1,0 +1,147 @@
+"""What reading a log found (:class:`LogSummary`): lines, rows, and the lines skipped by
+reason with their first examples, aggregated on the same pass that reads the rows."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Final
+
+from kquota.backtest.kernel import SEQ_COLUMNS
+from kquota.backtest.requestlog.files import _LOCAL_SCHEME
+from kquota.backtest.requestlog.lines import (
+    _EXAMPLE,
+    _FILE,
+    _PLAIN,
+    _REASON,
+    MAX_LINE_BYTES,
+    REASONS,
+    TOO_LONG,
+    _Lines,
+)
+from kquota.exceptions import TrafficError
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column
+
+
+EXAMPLES: Final = 5
+"""Examples kept per reason."""
+UNKNOWN_COUNT: Final = (
+    "partition count of a deleted or grown topic unknown (no earlier CreateTopics, "
+    "CreatePartitions or Metadata line for it)"
+)
+"""Why a mutation request has no :data:`PARTITIONS` (it still gives a row)."""
+
+
+@dataclass
+class LogSummary:
+    """What reading the log found: lines, rows, and lines skipped by reason."""
+
+    path: str
+    files: int
+    empty_files: tuple[str, ...]
+    lines: int
+    rows: int
+    skipped: dict[str, int] = field(default_factory=dict)
+    examples: dict[str, list[str]] = field(default_factory=dict)
+    seconds: float = 0.0
+    mutations: int = 0
+    """CreateTopics, CreatePartitions and DeleteTopics requests read."""
+    unknown_counts: int = 0
+    """Of those, requests whose partition count is unknown (a DeleteTopics or CreatePartitions
+    of a topic no earlier CreateTopics, CreatePartitions or Metadata line gave the count of):
+    imported without :data:`PARTITIONS`, so not replayed on the mutation quota."""
+    unknown_topics: list[str] = field(default_factory=list)
+    """Up to :data:`EXAMPLES` of the topics whose count was unknown."""
+
+    @property
+    def lines_skipped(self) -> int:
+        return sum(self.skipped.values())
+
+    def notes(self) -> list[str]:
+        """One line per skip reason with its count and first example (for the report)."""
+        out = [
+            f"request log {self.path}: {self.lines:,} lines in {self.files:,} file(s), "
+            f"{self.rows:,} requests, {self.lines_skipped:,} lines skipped"
+            + (f", {len(self.empty_files):,} empty file(s)" if self.empty_files else "")
+        ]
+        for reason, count in self.skipped.items():
+            example = self.examples.get(reason, [""])[0]
+            out.append(f"skipped {count:,} line(s): {reason}, e.g. {example!r}")
+        if self.unknown_counts:
+            topics = ", ".join(repr(t) for t in self.unknown_topics)
+            out.append(
+                f"{self.unknown_counts:,} of {self.mutations:,} mutation request(s) not replayed "
+                f"on the controller-mutation quota: {UNKNOWN_COUNT} (e.g. {topics})"
+            )
+        return out
+
+
+def _metrics() -> list[Column]:
+    """Aggregates over classified lines: lines, rows, and per reason its count and the first
+    :data:`EXAMPLES` examples in input order (bounded: ``min_by`` keeps only ``k``)."""
+    from pyspark.sql import functions as F
+
+    reason = F.col(_REASON)
+    metrics = [
+        F.count(F.lit(1)).alias("lines"),
+        F.count_if(reason.isNull()).alias("rows"),
+        F.collect_set(F.col(_FILE)).alias("files_with_lines"),
+        F.collect_set(F.when(reason.isNull(), F.col(_FILE))).alias("files_with_rows"),
+        F.sum(F.col(_PLAIN)).alias("plain_bytes"),
+    ]
+    for i, name in enumerate(REASONS):
+        hit = reason == name
+        metrics.append(F.count_if(hit).alias(f"n{i}"))
+        order = F.when(hit, F.struct(*SEQ_COLUMNS))
+        metrics.append(F.min_by(F.col(_EXAMPLE), order, EXAMPLES).alias(f"e{i}"))
+    return metrics
+
+
+def _summary(lines: _Lines, values: dict[str, Any]) -> LogSummary:
+    """The :class:`LogSummary` of :func:`_metrics`' values; raises
+    :class:`~kquota.exceptions.TrafficError` naming the files that have lines but no
+    usable one (or saying that no file has a line)."""
+    skipped: dict[str, int] = {}
+    examples: dict[str, list[str]] = {}
+    for i, name in enumerate(REASONS):
+        count = int(values.get(f"n{i}") or 0)
+        if count:
+            skipped[name] = count
+            examples[name] = [e for e in (values.get(f"e{i}") or []) if e is not None]
+    read_bytes = int(values.get("plain_bytes") or 0)
+    missing = (lines.files.plain_bytes or 0) - read_bytes
+    if lines.files.plain_bytes is not None and missing >= MAX_LINE_BYTES:
+        skipped = {TOO_LONG: 1, **skipped}
+        examples[TOO_LONG] = [f"{missing:,} bytes of the input are in lines not read"]
+    summary = LogSummary(
+        path=lines.files.path,
+        files=len(lines.read),
+        empty_files=lines.files.empty,
+        lines=int(values.get("lines") or 0),
+        rows=int(values.get("rows") or 0),
+        skipped=skipped,
+        examples=examples,
+    )
+    with_lines = set(values.get("files_with_lines") or ())
+    with_rows = set(values.get("files_with_rows") or ())
+    useless = sorted(with_lines - with_rows)
+    if useless:
+        names = ", ".join(repr(_LOCAL_SCHEME.sub("/", f)) for f in useless[:3])
+        more = f" and {len(useless) - 3:,} more" if len(useless) > 3 else ""
+        detail = "; ".join(f"{n:,} {r}" for r, n in skipped.items())
+        raise TrafficError(
+            f"traffic file {names}{more}: no usable Completed request line ({detail}); "
+            "expected Kafka's request log (kafka.request.logger at DEBUG, Kafka 2.8 or later)"
+        )
+    if summary.rows == 0:
+        raise TrafficError(
+            f"traffic {lines.files.path!r} has no line in its {len(lines.read):,} file(s)"
+        )
+    return summary
+
+
+def _spark_call(path: str) -> Any:
+    from kquota.backtest.session import reading_traffic as _reading
+
+    return _reading(path)
