@@ -146,7 +146,7 @@ def _one(
     if topics is not None and not isinstance(topics, float) and len(topics):
         # per-topic counts: one request quota, each topic recorded in turn (the proxy's
         # path, as Kafka's controller): a strict one refuses topics once overdrawn
-        quota = mutation.request_quota(r["user"], r["client_id"], bool(r["strict"]))
+        quota = mutation.request_quota(r["user"], r["client_id"], bool(r["strict"]), now_ms=now)
         refused = sum(int(n) for n in topics if not quota.record(float(n), now_ms=now).accepted)
         m = quota.throttle_time(now_ms=now)
         applied = max(applied, m)

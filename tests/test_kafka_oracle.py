@@ -722,7 +722,7 @@ def run_mutation_trace(trace: Trace) -> list[dict[str, Any]]:
                 check = request.record(op["v"], t)
                 return {
                     "ok": check.accepted,
-                    "last": check.throttle_ms,
+                    "last": request.last_throttle_ms,
                     "exc": request.is_exceeded,
                     "th": request.throttle_time(t),
                 }

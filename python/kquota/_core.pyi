@@ -845,8 +845,13 @@ class ControllerMutationQuotaManager:
         now_ms: int | None = None,
     ) -> MutationCheck:
         """Strict or permissive as Kafka picks for ``api`` at request ``version``."""
-    def request_quota(self, user: str, client_id: str, strict: bool) -> MutationRequestQuota:
-        """The quota of one request (Kafka's Strict/PermissiveControllerMutationQuota)."""
+    def request_quota(
+        self, user: str, client_id: str, strict: bool, now_ms: int | None = None
+    ) -> MutationRequestQuota:
+        """The quota of one request (Kafka's Strict/PermissiveControllerMutationQuota),
+        made at ``now_ms``: while quotas are enabled it gets or creates the client's
+        sensors then, and records into them for its life, even if a quota change moves
+        the client to other tags meanwhile."""
     def tokens(self, user: str, client_id: str, now_ms: int | None = None) -> float | None:
         """The client's tokens at ``now_ms`` (refills); ``None`` without a bucket."""
     def mutation_rate(self, user: str, client_id: str, now_ms: int | None = None) -> float | None:
@@ -882,6 +887,10 @@ class MutationRequestQuota:
     @property
     def strict(self) -> bool: ...
     def record(self, permits: float, now_ms: int | None = None) -> MutationCheck: ...
+    @property
+    def last_throttle_ms(self) -> int:
+        """The throttle of the last record that overdrew the bucket, as that record
+        computed it (0 before any did): Kafka's ``lastThrottleTimeMs``."""
     @property
     def is_exceeded(self) -> bool:
         """A strict quota that refused a record (a permissive one never is)."""

@@ -51,7 +51,7 @@ from kquota.backtest.kernel import (
 )
 from kquota.backtest.options import REQUEST_SENSOR_CLIENT, REQUEST_SENSOR_USER, RESULT_COLUMNS
 from kquota.config import QuotaConfig
-from kquota.config.model import QuotaType
+from kquota.quota_types import QuotaType
 from kquota.traffic_schema import KAFKA_THROTTLE
 
 __all__ = [

@@ -424,7 +424,7 @@ class _Mutations:
             case "record":
                 return {"throttle_ms": m.record(f["user"], f["client_id"], f["value"], t)}
             case "request":
-                request = m.request_quota(f["user"], f["client_id"], f["strict"])
+                request = m.request_quota(f["user"], f["client_id"], f["strict"], t)
                 self._requests[f["request"]] = request
                 return {"exceeded": request.is_exceeded}
             case "request_record" | "request_throttle_time":

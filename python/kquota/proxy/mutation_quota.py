@@ -92,8 +92,8 @@ class MutationQuota:
                 if topic.name in counts:
                     topic.permits = None  # TOPIC_ALREADY_EXISTS, before the quota
         strict = mutation_is_strict(request.api, spec.version)  # type: ignore[arg-type]
-        quota = self.manager.request_quota(connection.user, header.client_id, strict)
         now = self.plugin.channels.now_ms()
+        quota = self.manager.request_quota(connection.user, header.client_id, strict, now)
         permits = 0
         for topic in request.topics:
             if topic.permits is None:

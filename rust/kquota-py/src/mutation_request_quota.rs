@@ -31,6 +31,11 @@ impl MutationRequestQuota {
     }
 
     #[getter]
+    fn last_throttle_ms(&self) -> i64 {
+        self.inner.last_throttle_ms()
+    }
+
+    #[getter]
     fn is_exceeded(&self) -> bool {
         self.inner.is_exceeded()
     }

@@ -25,7 +25,7 @@ from kquota.backtest.kernel.schema import (
     Int64Array,
 )
 from kquota.config import QuotaConfig, Window
-from kquota.config.model import QuotaType
+from kquota.quota_types import QuotaType
 
 __all__ = [
     "RECORDED",

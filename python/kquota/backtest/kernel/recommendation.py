@@ -17,7 +17,7 @@ from kquota.backtest.kernel.schema import (
     TS,
 )
 from kquota.config import Window
-from kquota.config.model import QuotaType
+from kquota.quota_types import QuotaType
 
 __all__ = [
     "RECOMMENDATION_COLUMNS",

@@ -11,7 +11,7 @@ import numpy.typing as npt
 import pandas as pd  # type: ignore[import-untyped]
 
 from kquota import QuotaManager, ReplayKernel, RequestPath
-from kquota._core import applied_throttles
+from kquota._core import applied_throttles, unrecorded_by_request
 from kquota.backtest.kernel.schema import (
     ADDED_LATENCY,
     API,
@@ -36,7 +36,7 @@ from kquota.backtest.kernel.schema import (
     Int64Array,
 )
 from kquota.config import QuotaConfig
-from kquota.config.model import QuotaType
+from kquota.quota_types import QuotaType
 
 __all__ = [
     "OpenLoop",
@@ -333,13 +333,12 @@ def _unrecord_if(request_throttles: npt.ArrayLike) -> BoolArray:
     """Which fetches the request quota throttled, for the fetch manager's batch call.
 
     The open loop records each quota type as one batch, so it cannot call the core's
-    per-request :class:`kquota.RequestPath`; it applies the same rule in two halves.
-    :class:`~kquota.RequestPath` unrecords a fetch when its fetch or its request throttle
-    is > 0 (a throttle <= 0, wrapped or not, is none): ``record_batch`` on the fetch
-    manager takes the fetch half itself, and this is the request half, passed as its
+    per-request :class:`kquota.RequestPath`; it applies the core's unrecord rule in two
+    halves: ``record_batch`` on the fetch manager takes the fetch half itself, and
+    :func:`kquota._core.unrecorded_by_request` is the request half, passed as its
     ``unrecord_if``. The property tests check the open loop against the core's path.
     """
-    return np.asarray(request_throttles) > 0
+    return unrecorded_by_request(np.asarray(request_throttles, dtype=np.int32))
 
 
 def replay_open(frame: pd.DataFrame, config: QuotaConfig) -> pd.DataFrame:

@@ -12,7 +12,8 @@ from typing import Final
 import numpy as np
 import numpy.typing as npt
 
-from kquota.config.model import QuotaType
+from kquota import _core, quota_types
+from kquota.quota_types import QuotaType
 from kquota.traffic_schema import (
     API,
     BROKER,
@@ -70,11 +71,11 @@ KIND_PRODUCE: Final = "produce"
 KIND_FETCH: Final = "fetch"
 KIND_OTHER: Final = "other"
 
-QUOTA_TYPES: Final[tuple[QuotaType, ...]] = ("produce", "fetch", "request")
-"""The three client-quota types, in the order the results list them."""
+QUOTA_TYPES: Final = quota_types.QUOTA_TYPES
+"""The three client-quota types, in the order the results list them (the core's)."""
 
-NANOS_TO_PERCENT: Final = 100.0 / 1_000_000_000.0
-"""Request-time usage unit: thread nanoseconds to percent of one thread (Kafka's constant)."""
+NANOS_TO_PERCENT: Final = _core.NANOS_TO_PERCENT
+"""Request-time usage unit: thread nanoseconds to percent of one thread (the core's)."""
 # -- results -----------------------------------------------------------------------------------
 
 PRODUCE_THROTTLE: Final = "produce_throttle_ms"

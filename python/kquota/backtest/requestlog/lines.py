@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
+from kquota._core import MUTATION_STRICT_SINCE
 from kquota.backtest.kernel import SEQ_COLUMNS
 from kquota.backtest.requestlog.files import (
     _LOCAL_SCHEME,
@@ -54,8 +55,13 @@ METADATA: Final = 3
 CREATE_TOPICS: Final = 19
 DELETE_TOPICS: Final = 20
 CREATE_PARTITIONS: Final = 37
-STRICT_SINCE: Final = {CREATE_TOPICS: 6, CREATE_PARTITIONS: 3, DELETE_TOPICS: 5}
-"""The controller-mutation APIs and the first version Kafka enforces strictly."""
+STRICT_SINCE: Final = {
+    CREATE_TOPICS: MUTATION_STRICT_SINCE["create_topics"],
+    CREATE_PARTITIONS: MUTATION_STRICT_SINCE["create_partitions"],
+    DELETE_TOPICS: MUTATION_STRICT_SINCE["delete_topics"],
+}
+"""The controller-mutation APIs (by API key) and the first version Kafka enforces
+strictly: the core's versions."""
 MAX_PRODUCE_VERSION: Final = 13
 MAX_FETCH_VERSION: Final = 18
 EXEMPT_API_KEYS: Final = {

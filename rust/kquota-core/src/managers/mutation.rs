@@ -554,6 +554,12 @@ impl MutationRequestQuota {
         Ok(check)
     }
 
+    /// The throttle of the last record that overdrew the bucket, as it computed it (0
+    /// before any did): Kafka's `lastThrottleTimeMs`.
+    pub fn last_throttle_ms(&self) -> i64 {
+        self.last_throttle_ms.load(Relaxed)
+    }
+
     /// `isExceeded`: a strict quota that refused a record (a permissive one never is).
     pub fn is_exceeded(&self) -> bool {
         self.strict && self.last_throttle_ms.load(Relaxed) > 0
