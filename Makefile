@@ -125,7 +125,7 @@ test-loom: ## Model-check the core's atomic protocols with loom
 FUZZ_SECONDS ?= 30
 
 # Deterministic: every committed corpus, seed and regression input, once each. The atheris
-# targets' inputs are replayed by pytest (tests/test_fuzz_targets.py).
+# targets' inputs are replayed by pytest (tests/project/test_fuzz_targets.py).
 test-corpora: $(CARGO_FUZZ) ## Replay the cargo fuzz targets' committed inputs (no new inputs)
 	bash fuzz/run --replay api_sequence parse
 
@@ -133,14 +133,14 @@ fuzz: $(EXT) $(CARGO_FUZZ) ## Fuzz each target for FUZZ_SECONDS (cargo fuzz + at
 	bash fuzz/run $(FUZZ_SECONDS)
 
 # Random traces through Apache Kafka's own quota classes and through kquota, beyond the fixed
-# seed make test runs (tests/test_kafka_oracle.py): another seed (an int, or random) and
+# seed make test runs (tests/core/test_kafka_oracle.py): another seed (an int, or random) and
 # ORACLE_SCALE times the examples.
 ORACLE_SEED  ?= random
 ORACLE_SCALE ?= 10
 
 fuzz-oracle: check-shared $(EXT) $(KAFKA) ## Random traces against Kafka's quota classes (ORACLE_SEED, ORACLE_SCALE)
 	KQUOTA_ORACLE_SEED=$(ORACLE_SEED) KQUOTA_ORACLE_SCALE=$(ORACLE_SCALE) \
-	  $(PY) -m pytest tests/test_kafka_oracle.py -k with_kafka -p no:cacheprovider
+	  $(PY) -m pytest tests/core/test_kafka_oracle.py -k with_kafka -p no:cacheprovider
 
 test-python: check-shared $(EXT) $(TANSU) $(KAFKA) $(KAFKA3) ## pytest (conformance, Kafka as the oracle, kquota proxy against Tansu)
 	$(PY) -m pytest

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 # The pure-Python reference model lives with the tests (it is their second oracle).
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "support"))
 
 from quick import MODE  # benches/quick.py, next to this file
 from report import machine  # benches/report.py, next to this file

@@ -2,7 +2,7 @@
 
 * ``backtest_kernel_vs_reference``: :func:`kquota.backtest.kernel.replay_open` (the core's
   batch call per quota type) on one broker's requests, against the same kernel steps on the
-  pure-Python reference model's managers (tests/reference_model.py, exact, slow).
+  pure-Python reference model's managers (tests/support/reference_model.py, exact, slow).
 * ``backtest_kernel_vs_numpy``: the same kquota kernel against a NumPy/pandas
   implementation of what one would write without kquota: per sensor, a sliding sum over
   ``num_samples - 1`` windows and Kafka's throttle formula, fully vectorized. It is *not*

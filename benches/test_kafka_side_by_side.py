@@ -1,8 +1,8 @@
 """Apache Kafka's own quotas against ``kquota proxy`` on one real Kafka 4.1 broker, side by
 side: what the clients saw and what each costs per request.
 
-The workloads and the broker are those of tests/test_kafka_side_by_side.py (shared in
-tests/side_by_side_support.py): a greedy librdkafka producer under a
+The workloads and the broker are those of tests/proxy/test_kafka_side_by_side.py (shared in
+tests/support/side_by_side_support.py): a greedy librdkafka producer under a
 ``producer_byte_rate`` and a librdkafka consumer group reading a filled topic under a
 ``consumer_byte_rate``, both 256 KiB/s, each run 20 s (A) straight to Kafka with the quota
 set by ``kafka-configs`` and (B) through ``kquota proxy`` (its own process) with the same
@@ -51,7 +51,7 @@ from typing import Any
 import pytest
 from quick import QUICK  # benches/quick.py, next to this file
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "support"))
 
 from side_by_side_support import (
     Run,

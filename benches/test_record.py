@@ -10,7 +10,7 @@ Contenders (the pytest-benchmark group is ``record_one_entity`` or ``record_10k_
   them the same way, then does nothing: what CPython charges for the call. Nothing can be
   faster than this from Python.
 * ``model``: the pure-Python reference model of the same semantics
-  (tests/reference_model.py).
+  (tests/support/reference_model.py).
 * ``limits_moving_window`` and ``limits_sliding_window_counter``: the ``limits`` package's
   ``MovingWindowRateLimiter`` and ``SlidingWindowCounterRateLimiter`` over
   ``limits.storage.MemoryStorage``, called as ``hit(item, user, client_id)`` with a limit

@@ -8,7 +8,7 @@
   (The job imports the log into ``DIR/traffic/`` and back-tests from there, so the two
   sides run the same steps; the ratio shows what the log path adds.)
 
-The lines are those of ``tests/requestlog_gen.py`` (kio messages: Produce and
+The lines are those of ``tests/support/requestlog_gen.py`` (kio messages: Produce and
 Fetch of every version, other APIs, TRACE lines) repeated with new times and correlation
 ids: 10^7 in ``make bench``, 2 * 10^5 with ``KQUOTA_BENCH_QUICK`` (benches/quick.py).
 """

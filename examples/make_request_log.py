@@ -5,7 +5,7 @@ Two brokers, one folder each, with the files Kafka rolls: ``kafka-request.log``,
 previous hour's ``kafka-request.log.2024-06-03-01`` and a compressed
 ``kafka-request.log.2024-06-03-00.gz``. The lines are what Kafka's
 ``kafka.request.logger`` writes at DEBUG, built from Kafka's message schemas by
-the test suite's ``tests/requestlog_gen.py`` (which needs the ``proxy`` extra for them): 300
+the test suite's ``tests/support/requestlog_gen.py`` (which needs the ``proxy`` extra for them): 300
 requests of Produce, Fetch and other APIs over about 3.4 s, with the lines a real log
 mixes in (TRACE lines, follower fetches, inter-broker APIs, forwarded requests).
 Deterministic: running it again writes the same files.
@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 
 # The generator is a test helper, not part of the installed package: it lives with the tests.
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "support"))
 
 import requestlog_gen
 

@@ -4,8 +4,8 @@
 every Spark test of the session; tests that use it need the ``spark`` extra.
 
 ``kafka_broker``, ``kafka3_broker``, ``kafka_cluster``: real Apache Kafka (the versions
-``apache-kafka/pom.xml`` pins) from tests/kafka_support.py; a failing test's report names their
-log folders, which outlive the run.
+``apache-kafka/pom.xml`` pins) from tests/support/kafka_support.py; a failing test's
+report names their log folders, which outlive the run.
 """
 
 from __future__ import annotations
@@ -16,9 +16,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import paths as _paths
 import pytest
 
-SHARED = Path(__file__).resolve().parents[2] / "shared"
+SHARED = _paths.SHARED
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:

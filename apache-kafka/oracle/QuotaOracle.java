@@ -1,7 +1,7 @@
 /*
  * Apache Kafka's own quota classes as an oracle for kquota's tests.
  *
- * Compiled by tests/kafka_oracle.py against the jars `make tools` copies into
+ * Compiled by tests/support/kafka_oracle.py against the jars `make tools` copies into
  * ${XDG_CACHE_HOME:-~/.cache}/kquota/kafka-<version>/libs (the version pinned in
  * kafka/pom.xml), and run as one JVM per test session. It uses Kafka's classes as a
  * library: every quota decision below is made by Kafka's code (ClientQuotaManager,

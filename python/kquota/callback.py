@@ -16,8 +16,8 @@ for a client already resolved never calls Python. Anything the callback raises, 
 of the wrong type or range it returns, raises :class:`~kquota.QuotaCallbackError` naming the
 callback, the method and the value, and leaves no sensor half-created.
 
-Example: every user's ``<user>`` quota divided by two (``tests/callbacks/half_user_quota.py``
-is this class)::
+Example: every user's ``<user>`` quota divided by two
+(``tests/support/callbacks/half_user_quota.py`` is this class)::
 
     class HalfUserQuota:
         def __init__(self):

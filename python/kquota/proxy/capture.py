@@ -14,7 +14,7 @@ where an imported log has what the broker applied), the API version, the correla
 and the client's connection (``connection``, ``HOST:PORT``: with the correlation id, it
 names the request). ``kquota backtest`` over a
 capture with the quotas the proxy ran with gives, request for request, the throttles it
-applied (tests/test_proxy_capture.py).
+applied (tests/proxy/test_proxy_capture.py).
 
 Files are Parquet, written by a thread of their own and rolled by size or age: a file is
 written under a hidden name (``.traffic-*.parquet.inprogress``, which Spark skips) and

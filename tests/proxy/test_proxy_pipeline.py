@@ -1,0 +1,158 @@
+"""How ``kquota proxy`` pipelines: Produce requests go on to the broker while earlier ones
+still wait for their responses (at most ``_PIPELINE_DEPTH``), any other request only once
+everything before it has been answered, and a pipelined request's quota is still checked
+in its turn, after the mute its predecessor's response started, as Kafka checks it.
+
+The broker here is a stand-in (``ScriptedBroker``): Tansu cannot be told to hold a
+response until a second request has arrived, which is what shows pipelining without a
+clock. It speaks Kafka through kio, like the clients' frames below.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import kquota
+import pytest
+from conftest import free_port
+from kquota.proxy import codec
+from kquota.proxy.pipeline import PIPELINE_DEPTH as _PIPELINE_DEPTH
+from proxy_support import (
+    SCRIPT_HANG_S,
+    RecordingPlugin,
+    ScriptedBroker,
+    metadata_request,
+    produce_request,
+    read_frame,
+    run_proxy,
+)
+
+
+@contextmanager
+def proxied(
+    plugin: kquota.broker.QuotaPlugin | None = None,
+) -> Iterator[tuple[ScriptedBroker, socket.socket, Any]]:
+    broker = ScriptedBroker()
+    try:
+        with (
+            run_proxy(("127.0.0.1", broker.port), free_port(), plugin) as proxy,
+            socket.create_connection(proxy.server.address, timeout=SCRIPT_HANG_S) as client,
+        ):
+            yield broker, client, proxy
+    finally:
+        broker.close()
+
+
+def _answered(client: socket.socket) -> int:
+    frame = read_frame(client)
+    assert frame is not None, "the proxy closed the connection"
+    return codec.response_correlation_id(frame)
+
+
+def test_produce_requests_reach_the_broker_before_earlier_ones_are_answered() -> None:
+    with proxied() as (broker, client, _):
+        client.sendall(b"".join(produce_request(c, "p", 100) for c in (1, 2, 3)))
+        # all three are at the broker while it has answered none (without pipelining,
+        # the second would never come and next_request would time out)
+        assert [broker.next_request() for _ in range(3)] == [(1, 0), (2, 0), (3, 0)]
+        for correlation_id in (1, 2, 3):
+            broker.answer(correlation_id, 0)
+        assert [_answered(client) for _ in range(3)] == [1, 2, 3]
+
+
+def test_at_most_pipeline_depth_produce_requests_are_in_flight() -> None:
+    total = _PIPELINE_DEPTH + 3
+    with proxied() as (broker, client, _):
+        client.sendall(b"".join(produce_request(c, "p", 10) for c in range(1, total + 1)))
+        first = [broker.next_request()[0] for _ in range(_PIPELINE_DEPTH)]
+        assert first == list(range(1, _PIPELINE_DEPTH + 1))
+        assert broker.nothing_more(), f"more than {_PIPELINE_DEPTH} requests in flight"
+        broker.answer(1, 0)  # one answered: one more may go
+        assert broker.next_request() == (_PIPELINE_DEPTH + 1, 0)
+        assert broker.nothing_more()
+        received = _PIPELINE_DEPTH + 1
+        for correlation_id in range(2, total + 1):
+            broker.answer(correlation_id, 0)
+            if received < total:
+                received += 1
+                assert broker.next_request() == (received, 0)
+        assert [_answered(client) for _ in range(total)] == list(range(1, total + 1))
+
+
+def test_other_requests_wait_until_every_earlier_one_is_answered() -> None:
+    with proxied() as (broker, client, _):
+        client.sendall(produce_request(1, "p", 10) + metadata_request(2, "p"))
+        assert broker.next_request() == (1, 0)
+        assert broker.nothing_more(), "the metadata request went on before the produce was answered"
+        broker.answer(1, 0)
+        assert broker.next_request() == (2, 3)
+        broker.answer(2, 3)
+        assert [_answered(client) for _ in range(2)] == [1, 2]
+        # and a produce request behind a metadata request waits for it too
+        client.sendall(metadata_request(3, "p") + produce_request(4, "p", 10))
+        assert broker.next_request() == (3, 3)
+        assert broker.nothing_more()
+        broker.answer(3, 3)
+        assert broker.next_request() == (4, 0)
+        broker.answer(4, 0)
+        assert [_answered(client) for _ in range(2)] == [3, 4]
+
+
+def test_a_pipelined_request_is_checked_in_its_turn_after_the_mute() -> None:
+    """The first request exceeds the produce quota at once (a throttle of seconds); the
+    second, already at the broker, is checked and answered only once that throttle has
+    passed, as Kafka, which reads it only then, would check it."""
+    plugin = RecordingPlugin()
+    plugin.produce.set_quota(kquota.Entity(client_id="p"), 1000)  # bytes/s
+    with proxied(plugin) as (broker, client, _):
+        client.sendall(produce_request(1, "p", 20_000) + produce_request(2, "p", 10))
+        assert [broker.next_request() for _ in range(2)] == [(1, 0), (2, 0)]
+        broker.answer(1, 0)
+        broker.answer(2, 0)
+        frame = read_frame(client)
+        first_at = time.monotonic()
+        assert frame is not None and codec.response_correlation_id(frame) == 1
+        spec = codec.api(0, 9)
+        offset = spec.throttle_offset(frame, spec.response_header(frame)[1])
+        assert offset is not None
+        throttle = codec.read_int32(frame, offset)
+        assert throttle > 1000
+        assert _answered(client) == 2
+        second_at = time.monotonic()
+    first, second = (a for a in plugin.applied if a.api == "produce")
+    assert first.outcome.throttle_time_ms == throttle
+    assert second.at_ms >= first.at_ms + throttle  # checked after the mute, on its clock
+    assert second_at - first_at >= throttle / 1000 - 0.01  # and answered no earlier
+
+
+@pytest.mark.parametrize("acks", [0, 1])
+def test_shutdown_answers_pipelined_requests(acks: int) -> None:
+    """Requests already forwarded are answered when the proxy shuts down (acks=0 ones
+    only recorded: they have no response)."""
+    broker = ScriptedBroker()
+    plugin = RecordingPlugin()
+    try:
+        with run_proxy(("127.0.0.1", broker.port), free_port(), plugin) as proxy:
+            client = socket.create_connection(proxy.server.address, timeout=SCRIPT_HANG_S)
+            client.sendall(produce_request(1, "p", 10) + produce_request(2, "p", 10, acks=acks))
+            assert [broker.next_request() for _ in range(2)] == [(1, 0), (2, 0)]
+            stopping = asyncio.run_coroutine_threadsafe(
+                proxy.server.shutdown(SCRIPT_HANG_S), proxy.loop
+            )
+            broker.answer(1, 0)
+            if acks:
+                broker.answer(2, 0)
+            assert _answered(client) == 1
+            if acks:
+                assert _answered(client) == 2
+            assert read_frame(client) is None  # then closed
+            client.close()
+            stopping.result(SCRIPT_HANG_S)
+    finally:
+        broker.close()
+    assert [a.size > 0 for a in plugin.applied if a.api == "produce"] == [True, True]

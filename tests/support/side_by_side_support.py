@@ -1,0 +1,1127 @@
+"""The same clients against Kafka's own quotas and against ``kquota proxy``, on one broker
+(no tests here; tests/proxy/test_kafka_side_by_side.py and benches/test_kafka_side_by_side.py
+use it).
+
+One Apache Kafka KRaft node with two client listeners:
+
+* ``PLAINTEXT`` on port P, advertised as itself: the clients of run (A) talk to Kafka
+  directly and Kafka enforces its own quota, set with Kafka's ``kafka-configs`` on their
+  client id;
+* ``PROXIED`` on port Q, advertised as the proxy's address R: the clients of run (B)
+  bootstrap at R, every address Kafka gives them is R, so every request of theirs goes
+  through ``kquota proxy --listen R --upstream Q`` with the same quota set with
+  ``kquota configs`` on their client id (Kafka has none on it).
+
+A run is one workload for some seconds; what it leaves is a :class:`Run`: what the clients
+saw (acknowledged or consumed bytes with their times, the throttle each response
+carried as the client reported it), what the side enforcing the quota wrote down for
+every response (Kafka's request log in (A), the proxy's ``--capture`` in (B)), and the CPU
+time of the broker JVM and of the proxy process over the run (``/proc/PID/stat``).
+:func:`compare` says, with numbers, where two runs differ beyond stated tolerances.
+
+The teeth: :class:`Front` also runs the same proxy with no quota for the client (a plain
+relay) and the same proxy with :class:`TokenBucketPlugin`, a token bucket at the same
+rate in place of Kafka's sampled windows (``python tests/support/side_by_side_support.py
+token-bucket-proxy ARGS``: ``kquota proxy ARGS`` with that plugin).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import math
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+SUPPORT = Path(__file__).resolve().parent
+if str(SUPPORT) not in sys.path:  # run as a script (the token-bucket proxy)
+    sys.path.insert(0, str(SUPPORT))
+
+from kafka_support import KafkaBroker, free_port, kafka_configs  # noqa: E402
+
+WAIT_S = 60.0
+"""Bounds a wait (a start, a flush, a log line); never a measurement."""
+TICKS = os.sysconf("SC_CLK_TCK")
+LOG_LAG_S = 1.0
+"""How long after a run Kafka's request log is read: its lines follow the responses."""
+
+
+# -- the broker with a proxied listener ---------------------------------------------------
+
+
+class SideBySideBroker(KafkaBroker):
+    """A :class:`KafkaBroker` with a second client listener, ``PROXIED`` on
+    ``proxied_port``, which advertises ``127.0.0.1:proxy_port``, where the proxy listens.
+    ``PLAINTEXT`` (``bootstrap``) stays the inter-broker listener and advertises itself."""
+
+    PROXIED = "PROXIED"
+    SASL = "SASL"
+
+    def __init__(
+        self, folder: Path, *, sasl_users: Mapping[str, str] | None = None, **kwargs: Any
+    ) -> None:
+        super().__init__(folder, **kwargs)
+        self.proxied_port = free_port()
+        self.proxy_port = free_port()
+        self.sasl_users = dict(sasl_users or {})
+        self.sasl_port = free_port() if self.sasl_users else 0
+
+    @property
+    def client_bootstrap(self) -> str:
+        """Where the clients of (A) connect: the ``SASL`` listener when the broker has SASL
+        users, else ``PLAINTEXT`` (the tools' listener either way)."""
+        return f"127.0.0.1:{self.sasl_port}" if self.sasl_users else self.bootstrap
+
+    @property
+    def proxied(self) -> str:
+        """The proxied listener itself: the proxy's upstream."""
+        return f"127.0.0.1:{self.proxied_port}"
+
+    @property
+    def proxy_bootstrap(self) -> str:
+        """Where the clients of (B) bootstrap: the proxy."""
+        return f"127.0.0.1:{self.proxy_port}"
+
+    def server_properties(self) -> dict[str, str]:
+        """With ``sasl_users``, ``PROXIED`` and a third listener, ``SASL``, authenticate
+        clients with SASL/PLAIN against those users and passwords; ``PLAINTEXT`` stays open
+        for the tools and the broker itself."""
+        properties = super().server_properties()
+        direct = f"PLAINTEXT://127.0.0.1:{self.port}"
+        proxied = f"{self.PROXIED}://127.0.0.1:{self.proxied_port}"
+        advertised = [direct, f"{self.PROXIED}://127.0.0.1:{self.proxy_port}"]
+        listeners = [direct, proxied, f"CONTROLLER://127.0.0.1:{self.controller_port}"]
+        protocol = "PLAINTEXT"
+        protocols = ["PLAINTEXT:PLAINTEXT", "CONTROLLER:PLAINTEXT"]
+        if self.sasl_users:
+            protocol = "SASL_PLAINTEXT"
+            sasl = f"{self.SASL}://127.0.0.1:{self.sasl_port}"
+            listeners.append(sasl)
+            advertised.append(sasl)
+            protocols.append(f"{self.SASL}:{protocol}")
+            users = " ".join(f'user_{u}="{p}"' for u, p in self.sasl_users.items())
+            jaas = f"org.apache.kafka.common.security.plain.PlainLoginModule required {users};"
+            properties["sasl.enabled.mechanisms"] = "PLAIN"
+            for name in (self.SASL, self.PROXIED):
+                properties[f"listener.name.{name.lower()}.plain.sasl.jaas.config"] = jaas
+        protocols.append(f"{self.PROXIED}:{protocol}")
+        properties["listeners"] = ",".join(listeners)
+        properties["advertised.listeners"] = ",".join(advertised)
+        properties["listener.security.protocol.map"] = ",".join(protocols)
+        return properties
+
+    def sasl_config(self, user: str) -> dict[str, str]:
+        """librdkafka's settings to log in as ``user`` with SASL/PLAIN."""
+        return {
+            "security.protocol": "SASL_PLAINTEXT",
+            "sasl.mechanism": "PLAIN",
+            "sasl.username": user,
+            "sasl.password": self.sasl_users[user],
+        }
+
+
+def cpu_seconds(pid: int) -> float:
+    """User plus system CPU time of process ``pid`` (all its threads) so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICKS  # utime, stime: fields 14 and 15
+
+
+def set_kafka_quota(
+    broker: KafkaBroker, name: str, config: str, entity_type: str = "clients"
+) -> None:
+    """``kafka-configs --alter --add-config CONFIG`` on the client id or user ``name``;
+    returns once the broker reports it (``--describe``), so a run never starts before its
+    quota applies."""
+    entity = ("--entity-type", entity_type, "--entity-name", name)
+    kafka_configs(broker.bootstrap, "--alter", "--add-config", config, *entity)
+    key = config.split("=", 1)[0]
+    deadline = time.monotonic() + WAIT_S
+    while key not in kafka_configs(broker.bootstrap, "--describe", *entity):
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"Kafka did not report {config} on {entity_type} {name}")
+        time.sleep(0.5)
+
+
+def kquota_configs(store: Path, name: str, config: str, entity_type: str = "clients") -> None:
+    """``kquota configs --store STORE --alter --entity-type clients|users --entity-name
+    NAME --add-config CONFIG``."""
+    subprocess.run(
+        [
+            *(sys.executable, "-m", "kquota", "configs", "--store", str(store), "--alter"),
+            *("--entity-type", entity_type, "--entity-name", name, "--add-config", config),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=WAIT_S,
+        env=_env(),
+    )
+
+
+def _env() -> dict[str, str]:
+    """This interpreter's environment with this checkout's ``python/`` first on the path."""
+    python = str(SUPPORT.parents[1] / "python")
+    path = os.environ.get("PYTHONPATH", "")
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (python, path) if p)}
+
+
+# -- the proxy in front of the proxied listener --------------------------------------------
+
+FRONTS = ("kquota", "relay", "token-bucket")
+"""``kquota``: ``kquota proxy`` as a user runs it. ``relay``: the same command with a store
+that has no quota for the client (a plain relay for it). ``token-bucket``: the same
+command with :class:`TokenBucketPlugin` in place of Kafka's quota plugin."""
+
+
+class Front:
+    """``kquota proxy --listen PROXY --upstream PROXIED --store STORE --capture DIR`` (or one
+    of the teeth, see :data:`FRONTS`) as its own process, until :meth:`stop`."""
+
+    def __init__(self, kind: str, broker: SideBySideBroker, store: Path, folder: Path) -> None:
+        if kind not in FRONTS:
+            raise ValueError(f"front {kind!r}: use one of {FRONTS}")
+        self.kind = kind
+        self.capture = folder / "capture"
+        self.log = folder / "proxy.log"
+        args = [
+            *("proxy", "--listen", broker.proxy_bootstrap, "--upstream", broker.proxied),
+            *("--store", str(store), "--capture", str(self.capture), "--log-level", "WARNING"),
+        ]
+        python = [sys.executable, "-X", "faulthandler"]
+        if kind == "token-bucket":
+            command = [*python, __file__, "token-bucket-proxy", *args]
+        else:
+            command = [*python, "-m", "kquota", *args]
+        folder.mkdir(parents=True, exist_ok=True)
+        with self.log.open("ab") as err:
+            self.process = subprocess.Popen(
+                command,
+                stdout=subprocess.PIPE,
+                stderr=err,
+                stdin=subprocess.DEVNULL,
+                env=_env(),
+                text=True,
+            )
+        assert self.process.stdout is not None
+        line = self.process.stdout.readline()  # the one line it prints once it listens
+        if not line.startswith("kquota proxy: listening"):
+            self.process.kill()
+            self.process.wait()
+            raise RuntimeError(f"{kind} proxy did not start: {line!r} {self.log.read_text()}")
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def stop(self) -> str:
+        """SIGTERM (the capture's last file is written), wait; its log."""
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(WAIT_S)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+                raise RuntimeError(f"{self.kind} proxy did not stop on SIGTERM") from None
+        assert self.process.stdout is not None
+        self.process.stdout.close()
+        if self.process.returncode != 0:
+            raise RuntimeError(
+                f"{self.kind} proxy exited with {self.process.returncode}: {self.log.read_text()}"
+            )
+        return self.log.read_text()
+
+
+# -- the token bucket (a tooth) -------------------------------------------------------------
+
+
+def token_bucket_plugin_class() -> type:
+    """:class:`TokenBucketPlugin`, built on first use (it subclasses kquota's plugin, whose
+    import needs the proxy's extra; this module is also imported where it is not needed)."""
+    from kquota import TokenBucket, token_bucket_throttle_time
+    from kquota.broker import QuotaOutcome, QuotaPlugin
+
+    class TokenBucketPlugin(QuotaPlugin):  # type: ignore[misc]
+        """kquota's plugin with produce and fetch byte rates held by a token bucket per
+        client instead of Kafka's sampled rate: ``kquota.TokenBucket`` at the client's
+        quota (as the store gives it), whose burst is Kafka's own for KIP-599
+        (``num_samples * window`` of quota) and which starts full. A request that
+        overdraws it is throttled by the time the bucket needs to refill to zero
+        (``token_bucket_throttle_time``), the channel muted for it; a throttled fetch is
+        answered empty and its bytes given back, as kquota and Kafka do. The request
+        quota and everything else is kquota's."""
+
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self._buckets: dict[tuple[str, str, str], Any] = {}
+            self._guard = threading.Lock()
+
+        def _bucket(self, kind: str, user: str, client_id: str) -> tuple[Any, float] | None:
+            manager = self.produce if kind == "produce" else self.fetch
+            quota = manager.quota_for(user, client_id)
+            if quota is None:
+                return None
+            with self._guard:
+                bucket = self._buckets.get((kind, user, client_id))
+                if bucket is None or bucket.quota != quota:
+                    bucket = TokenBucket(
+                        quota, num_samples=manager.num_samples, window_ms=manager.window_ms
+                    )
+                    self._buckets[(kind, user, client_id)] = bucket
+            return bucket, quota
+
+        def _take(
+            self,
+            kind: str,
+            user: str,
+            client_id: str,
+            size: float,
+            channel: int | None,
+            now_ms: int | None,
+        ) -> Any:
+            found = self._bucket(kind, user, client_id)
+            if found is None:
+                return QuotaOutcome()
+            bucket, quota = found
+            now = self.channels.now_ms() if now_ms is None else now_ms
+            bucket.record(size, now)
+            throttle = token_bucket_throttle_time(bucket.measure(now), quota)
+            if throttle <= 0:
+                return QuotaOutcome()
+            fetch = kind == "fetch"
+            if fetch:
+                bucket.record(-size, now)  # answered empty: its bytes are not sent
+            manager = self.fetch if fetch else self.produce
+            end = None
+            if channel is not None:
+                end = self.channels.throttle(
+                    channel, throttle, manager=manager, user=user, client_id=client_id, now_ms=now
+                )
+            return QuotaOutcome(throttle, fetch, kind, end)
+
+        def on_produce(
+            self,
+            user: str,
+            client_id: str,
+            size_bytes: float,
+            thread_time_ns: float,
+            *,
+            acks: int = -1,
+            channel: int | None = None,
+            now_ms: int | None = None,
+        ) -> Any:
+            return self._take("produce", user, client_id, size_bytes, channel, now_ms)
+
+        def on_fetch(
+            self,
+            user: str,
+            client_id: str,
+            response_bytes: float,
+            thread_time_ns: float,
+            *,
+            channel: int | None = None,
+            now_ms: int | None = None,
+        ) -> Any:
+            return self._take("fetch", user, client_id, response_bytes, channel, now_ms)
+
+    return TokenBucketPlugin
+
+
+def run_token_bucket_proxy(argv: list[str]) -> int:
+    """``kquota proxy ARGV`` with :class:`TokenBucketPlugin` as its plugin: the same
+    command, store, capture and connection handling; only the quota arithmetic differs."""
+    import kquota.broker
+    from kquota.cli import main
+
+    kquota.broker.QuotaPlugin = token_bucket_plugin_class()  # what `kquota proxy` builds
+    return main(argv)
+
+
+# -- what a run saw ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Response:
+    """One response as the side enforcing the quota wrote it down: Kafka's request log
+    (A) or the proxy's capture (B)."""
+
+    at_ms: int  # epoch ms
+    api: str  # produce, fetch, metadata, ... (lower case, as in a capture)
+    client_id: str
+    size: int  # produce: request bytes; fetch: response bytes the quota counted
+    throttle_ms: int
+    listener: str = ""  # Kafka's listener (request log only)
+
+
+@dataclass
+class Run:
+    """One workload run: what its clients saw and what the quota's side wrote down."""
+
+    label: str
+    client_id: str
+    quota: float  # the bound, in the workload's unit per second
+    seconds: float = 0.0
+    began_wall_ms: int = 0
+    data: list[tuple[float, int]] = field(default_factory=list)  # (s from start, bytes)
+    client_throttles_ms: list[int] = field(default_factory=list)  # > 0, as clients saw them
+    failures: list[str] = field(default_factory=list)
+    responses: list[Response] = field(default_factory=list)
+    wall_s: float = 0.0  # the workload's own wall time (set-up and read-back left out)
+    cpu_s: dict[str, float] = field(default_factory=dict)  # broker, proxy: over wall_s
+    idle_cpu_per_s: dict[str, float] = field(default_factory=dict)  # the same, idle
+
+    def begin(self) -> float:
+        """Mark the run's start (its second 0) now; the ``time.monotonic()`` it is at."""
+        self.began_wall_ms = time.time_ns() // 1_000_000
+        return time.monotonic()
+
+    # the clients' side
+    @property
+    def total(self) -> int:
+        return sum(n for t, n in self.data if t < self.seconds)
+
+    @property
+    def rate(self) -> float:
+        """Bytes (or units) per second over the run, as a multiple of the quota."""
+        return self.total / self.seconds / self.quota
+
+    def per_second(self) -> list[float]:
+        """Bytes in each whole second of the run, as multiples of the quota."""
+        bins = [0.0] * int(self.seconds)
+        for t, n in self.data:
+            if 0 <= t < len(bins):
+                bins[int(t)] += n
+        return [b / self.quota for b in bins]
+
+    def cumulative_at(self, second: float) -> float:
+        """Bytes by ``second`` of the run, as seconds of quota."""
+        return sum(n for t, n in self.data if t < second) / self.quota
+
+    # the quota's side
+    @property
+    def ended_wall_ms(self) -> int:
+        return self.began_wall_ms + round(self.seconds * 1000)
+
+    def logged(self, api: str, *, after_the_run: bool = False) -> list[Response]:
+        """The ``api`` responses of the run's seconds (and those after it, in flight when
+        it ended, with ``after_the_run``)."""
+        end = math.inf if after_the_run else self.ended_wall_ms
+        return [r for r in self.responses if r.api == api and r.at_ms < end]
+
+    def logged_throttles(self, api: str, *, after_the_run: bool = False) -> list[int]:
+        """The throttles (> 0) of :meth:`logged`."""
+        found = self.logged(api, after_the_run=after_the_run)
+        return [r.throttle_ms for r in found if r.throttle_ms > 0]
+
+    def summary(self, api: str) -> dict[str, Any]:
+        """The numbers a report shows and :func:`compare` checks."""
+        throttles = self.logged_throttles(api)
+        return {
+            "run": self.label,
+            "rate_q": round(self.rate, 3),
+            "first_3s_q": round(self.cumulative_at(3), 2),
+            "peak_second_q": round(max(self.per_second(), default=0.0), 2),
+            "trough_q": round(trough_rate(self), 3),
+            "requests": len(self.logged(api)),
+            "throttled": len(throttles),
+            "throttle_mean_ms": round(sum(throttles) / len(throttles)) if throttles else 0,
+            "throttle_p50_ms": percentile(throttles, 50),
+            "throttle_p90_ms": percentile(throttles, 90),
+            "throttle_p99_ms": percentile(throttles, 99),
+            "throttle_max_ms": max(throttles, default=0),
+            "client_throttled": len(self.client_throttles_ms),
+            "client_throttle_max_ms": max(self.client_throttles_ms, default=0),
+            "cpu_us_per_request": self.cpu_per_request_us(),
+        }
+
+    def cpu_per_request_us(self) -> dict[str, float]:
+        """CPU µs per request of the broker JVM and of the proxy (when there is one) over
+        the workload, less what each spends idle in that time when it was measured;
+        requests: every request of the run's client the quota's side wrote down."""
+        n = len(self.responses) or 1
+        return {
+            k: round((cpu - self.idle_cpu_per_s.get(k, 0.0) * self.wall_s) / n * 1e6, 1)
+            for k, cpu in self.cpu_s.items()
+        }
+
+
+def percentile(values: Iterable[float], p: float) -> int:
+    """The ``p``-th percentile (nearest rank) of ``values``; 0 for none."""
+    ordered = sorted(values)
+    if not ordered:
+        return 0
+    rank = max(1, math.ceil(p / 100 * len(ordered)))
+    return int(ordered[rank - 1])
+
+
+# -- Kafka's request log and the proxy's capture --------------------------------------------
+
+LINE = re.compile(r"^\[(.{23})\] (\w+) Completed request:(\{.*\}) \(kafka\.request\.logger\)$")
+
+
+def _partitions_bytes(body: dict[str, Any], topics_key: str, parts_key: str) -> int:
+    total = 0
+    for topic in body.get(topics_key) or []:
+        for part in topic.get(parts_key) or []:
+            total += int(part.get("recordsSizeInBytes") or 0)
+    return total
+
+
+def request_log(
+    path: Path, client_ids: Iterable[str], since_ms: int, until_ms: int
+) -> list[Response]:
+    """The ``Completed request`` lines of ``client_ids`` logged from ``since_ms`` to
+    ``until_ms`` (epoch ms; the broker logs in UTC), in file order, each with the throttle
+    its response carried. Sizes are the records' bytes (produce request, fetch response)."""
+    wanted = set(client_ids)
+    found = []
+    with path.open(encoding="utf-8", errors="replace") as lines:
+        for text in lines:
+            match = LINE.match(text.rstrip("\n"))
+            if not match:
+                continue
+            at = datetime.strptime(match[1], "%Y-%m-%d %H:%M:%S,%f").replace(tzinfo=UTC)
+            at_ms = int(at.timestamp() * 1000)
+            if not since_ms <= at_ms <= until_ms:
+                continue
+            body = json.loads(match[3])
+            if body.get("isForwarded"):
+                continue  # the controller's line for a request a broker forwarded to it
+            header = body["requestHeader"]
+            client_id = header.get("clientId") or ""
+            if client_id not in wanted:
+                continue
+            api = header["requestApiKeyName"].lower()
+            size = 0
+            if api == "produce" and isinstance(body.get("request"), dict):
+                size = _partitions_bytes(body["request"], "topicData", "partitionData")
+            elif api == "fetch" and isinstance(body.get("response"), dict):
+                size = _partitions_bytes(body["response"], "responses", "partitions")
+            # the line's own throttleTimeMs is the request quota's; a response forwarded
+            # from the controller carries the larger of it and the controller's (a mutation
+            # throttle), which the broker applies too
+            response = body.get("response")
+            answered = response.get("throttleTimeMs", 0) if isinstance(response, dict) else 0
+            throttle = max(int(body["throttleTimeMs"]), int(answered or 0))
+            found.append(Response(at_ms, api, client_id, size, throttle, body["listener"]))
+    return found
+
+
+def capture_rows(folder: Path, client_ids: Iterable[str]) -> list[Response]:
+    """The proxy's capture rows of ``client_ids``, in time order."""
+    import pyarrow.dataset as ds
+
+    if not folder.is_dir() or not any(folder.glob("traffic-*.parquet")):
+        return []
+    table = ds.dataset(folder).to_table().to_pylist()
+    wanted = set(client_ids)
+    rows = [
+        Response(
+            int(r["ts_ms"]),
+            str(r["api"]),
+            str(r["client_id"]),
+            int(r["bytes"] or 0),
+            int(r["kafka_throttle_ms"] or 0),
+        )
+        for r in table
+        if r["client_id"] in wanted
+    ]
+    return sorted(rows, key=lambda r: r.at_ms)
+
+
+# -- running a workload on one side ---------------------------------------------------------
+
+SIDES = ("kafka", *FRONTS)
+"""Where a run's quota is enforced: ``kafka`` (A) or one of the :data:`FRONTS` (B)."""
+
+
+@dataclass
+class Side:
+    """Where a workload's clients connect and who enforces their quota."""
+
+    name: str
+    bootstrap: str
+    client_id: str  # unique per run; the quota is set on it, or on its user
+    front: Front | None = None
+    config: dict[str, str] = field(default_factory=dict)  # the clients' own (SASL login)
+
+
+@contextlib.contextmanager
+def side(
+    name: str,
+    broker: SideBySideBroker,
+    folder: Path,
+    client_id: str,
+    quota: str,
+    *,
+    user: str | None = None,
+) -> Iterator[Side]:
+    """Set ``quota`` (``KEY=VALUE``) on ``client_id`` (or, given one, on ``user``, whom the
+    clients then log in as) where side ``name`` enforces it, and yield where to connect:
+    Kafka's own listener (``kafka``), or the proxy (the others)."""
+    entity_type, entity = ("users", user) if user else ("clients", client_id)
+    config = broker.sasl_config(user) if user else {}
+    if name == "kafka":
+        set_kafka_quota(broker, entity, quota, entity_type)
+        yield Side(name, broker.client_bootstrap, client_id, config=config)
+        return
+    store = folder / "quotas.sqlite"
+    if name == "relay":  # a store, but no quota for this client
+        kquota_configs(store, f"not-{entity}", quota, entity_type)
+    else:
+        kquota_configs(store, entity, quota, entity_type)
+    front = Front(name, broker, store, folder)
+    try:
+        yield Side(name, broker.proxy_bootstrap, client_id, front, config)
+    finally:
+        front.stop()
+
+
+def measure(
+    name: str,
+    broker: SideBySideBroker,
+    folder: Path,
+    client_id: str,
+    quota_config: str,
+    quota: float,
+    workload: Callable[[Side, Run], None],
+    *,
+    idle_s: float = 0.0,
+    user: str | None = None,
+) -> Run:
+    """Run ``workload`` on side ``name`` with ``quota_config`` on ``client_id``, which its
+    clients use; collect what Kafka logged or the proxy captured for it, and the CPU times
+    of the broker and the proxy over the workload. With ``user``, the quota is that user's
+    and the clients log in as it (SASL/PLAIN). With ``idle_s``, their CPU time while
+    idle is measured first, for that long (:meth:`Run.cpu_per_request_us` takes it out)."""
+    run = Run(name, client_id, quota)
+    folder.mkdir(parents=True, exist_ok=True)
+    assert broker.pid is not None
+    with side(name, broker, folder, client_id, quota_config, user=user) as where:
+        pids = {"broker": broker.pid}
+        if where.front is not None:
+            pids["proxy"] = where.front.pid
+        if idle_s > 0:
+            before = {k: cpu_seconds(pid) for k, pid in pids.items()}
+            time.sleep(idle_s)
+            run.idle_cpu_per_s = {
+                k: (cpu_seconds(pid) - before[k]) / idle_s for k, pid in pids.items()
+            }
+        before = {k: cpu_seconds(pid) for k, pid in pids.items()}
+        started = time.monotonic()
+        started_wall_ms = time.time_ns() // 1_000_000
+        workload(where, run)
+        ended_wall_ms = time.time_ns() // 1_000_000
+        run.wall_s = time.monotonic() - started
+        run.cpu_s = {k: cpu_seconds(pid) - before[k] for k, pid in pids.items()}
+    if name == "kafka":
+        # a line is written once its response is sent, by a network thread: let the last
+        # ones in before reading the log
+        time.sleep(LOG_LAG_S)
+        run.responses = request_log(
+            broker.request_log, [client_id], started_wall_ms - 1000, ended_wall_ms + 1000
+        )
+    else:
+        run.responses = capture_rows(folder / "capture", [client_id])
+    return run
+
+
+# -- the clients ------------------------------------------------------------------------------
+
+BACKLOG_BYTES = 1024 * 1024
+"""What a greedy librdkafka producer keeps queued at most (``queue.buffering.max.kbytes``);
+its ``purge`` drops it at the end of a run."""
+PYTHON_BACKLOG = 128 * 1024
+"""What a greedy kafka-python or aiokafka producer keeps unacknowledged at most (the
+application's own bound: they have none). Small, because they cannot drop it at the end
+of a run but must deliver it first, and a producer held by Kafka's quota may get one batch a
+second then."""
+
+
+def greedy_librdkafka_producer(
+    topic: str,
+    seconds: float,
+    *,
+    value_bytes: int = 4096,
+    batch_bytes: int = 32 * 1024,
+    cap_bytes: int | None = None,
+    producers: int = 1,
+) -> Callable[[Side, Run], None]:
+    """``producers`` librdkafka producers with the side's client id, producing as fast as
+    they are let for ``seconds``, then dropping what is still queued and letting what is
+    in flight finish. At most ``cap_bytes`` in all: a run without a quota stays small (and
+    ends once they are acknowledged, the rest of its seconds counting as idle). Requests
+    of at most ``batch_bytes`` (``batch.size``; 32 KiB: many requests, so that throttles
+    follow the rate closely)."""
+
+    def workload(where: Side, run: Run) -> None:
+        from confluent_kafka import Producer
+
+        value = b"q" * value_bytes
+        acked: list[tuple[float, int]] = []
+        throttles: list[int] = []
+        began = run.begin()
+
+        def on_delivery(err: Any, msg: Any) -> None:
+            if err is None:
+                acked.append((time.monotonic() - began, len(msg.value())))
+            elif "purge" not in str(err).lower():
+                run.failures.append(str(err))
+
+        def on_throttle(event: Any) -> None:
+            ms = round(event.throttle_time * 1000)
+            if ms > 0:
+                throttles.append(ms)
+
+        clients = [
+            Producer(
+                {
+                    "bootstrap.servers": where.bootstrap,
+                    "client.id": where.client_id,
+                    "acks": 1,
+                    "linger.ms": 5,
+                    "batch.size": batch_bytes,
+                    "queue.buffering.max.kbytes": BACKLOG_BYTES // 1024,
+                    "throttle_cb": on_throttle,
+                    **where.config,
+                }
+            )
+            for _ in range(producers)
+        ]
+        sent = 0
+        turn = 0
+        while time.monotonic() - began < seconds:
+            if cap_bytes is not None and sent >= cap_bytes:
+                if sum(len(c) for c in clients) == 0:
+                    break  # all acknowledged: nothing more to send
+                for client in clients:
+                    client.poll(0.01)
+                continue
+            client = clients[turn % producers]
+            turn += 1
+            try:
+                client.produce(topic, value, on_delivery=on_delivery)
+                sent += value_bytes
+            except BufferError:
+                client.poll(0.05 / producers)
+                continue
+            client.poll(0)
+        for client in clients:
+            client.purge(in_queue=True, in_flight=False)
+        left = sum(client.flush(WAIT_S) for client in clients)
+        if left:
+            run.failures.append(f"{left} messages still in flight {WAIT_S:g} s after the run")
+        run.seconds = seconds
+        run.data = acked
+        run.client_throttles_ms = throttles
+        clients.clear()  # their callbacks refer to this run
+
+    return workload
+
+
+def prefill(bootstrap: str, topic: str, total_bytes: int, value_bytes: int = 4096) -> None:
+    """``total_bytes`` of ``value_bytes`` messages in ``topic``, as fast as they go (a
+    client id without a quota)."""
+    from confluent_kafka import Producer
+
+    failures: list[Any] = []
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "client.id": "prefill",
+            "linger.ms": 20,
+            "acks": 1,
+            # a fetch returns whole batches: small ones, or a fetch would be far larger than
+            # the consumer's fetch sizes
+            "batch.size": FETCH_BYTES // 2,
+        }
+    )
+    value = b"c" * value_bytes
+    for _ in range(total_bytes // value_bytes):
+        while True:
+            try:
+                producer.produce(topic, value, on_delivery=lambda e, _m: e and failures.append(e))
+                break
+            except BufferError:
+                producer.poll(0.05)
+        producer.poll(0)
+    if producer.flush(WAIT_S) or failures:
+        raise RuntimeError(f"prefilling {topic} failed: {failures[:3]}")
+
+
+FETCH_BYTES = 64 * 1024
+"""The consumer's fetch sizes (``fetch.max.bytes``, ``max.partition.fetch.bytes``): a
+fetch response of at most a quarter of a second of quota, so that throttles follow the
+rate closely."""
+
+
+def librdkafka_consumer(topic: str, seconds: float) -> Callable[[Side, Run], None]:
+    """A librdkafka consumer in a group of its own reading ``topic`` (filled beforehand)
+    from the start, as fast as it is let, for ``seconds`` from its first message (the group
+    join before it is not part of the run)."""
+
+    def workload(where: Side, run: Run) -> None:
+        from confluent_kafka import Consumer, KafkaException
+
+        throttles: list[int] = []
+
+        def on_throttle(event: Any) -> None:
+            ms = round(event.throttle_time * 1000)
+            if ms > 0:
+                throttles.append(ms)
+
+        consumer = Consumer(
+            {
+                "bootstrap.servers": where.bootstrap,
+                "client.id": where.client_id,
+                "group.id": f"group-{where.client_id}",
+                "auto.offset.reset": "earliest",
+                "enable.auto.commit": False,
+                "fetch.wait.max.ms": 100,
+                "fetch.max.bytes": FETCH_BYTES,
+                "max.partition.fetch.bytes": FETCH_BYTES,
+                "message.max.bytes": FETCH_BYTES,
+                "throttle_cb": on_throttle,
+            }
+        )
+        consumer.subscribe([topic])
+        received: list[tuple[float, int]] = []
+        began: float | None = None
+        joined_by = time.monotonic() + WAIT_S
+        try:
+            while True:
+                now = time.monotonic()
+                if began is None and now > joined_by:
+                    raise RuntimeError(f"no message of {topic} within {WAIT_S:g} s")
+                if began is not None and now - began >= seconds:
+                    break
+                msg = consumer.poll(0.05)
+                if msg is None:
+                    continue
+                if msg.error():
+                    raise KafkaException(msg.error())
+                if began is None:
+                    began = run.begin()
+                now = time.monotonic()
+                received.append((now - began, len(msg.value())))
+        finally:
+            consumer.close()
+        run.seconds = seconds
+        run.data = received
+        run.client_throttles_ms = throttles
+
+    return workload
+
+
+class _KafkaPythonThrottles(logging.Handler):
+    """kafka-python's report of each throttled response (one warning per response, with
+    the throttle it carried): the throttles it saw, in order."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.throttles_ms: list[int] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if "throttled by broker" in str(record.msg) and record.args:
+            args = record.args if isinstance(record.args, tuple) else (record.args,)
+            self.throttles_ms.append(int(args[-1]))
+
+
+def greedy_kafka_python_producer(
+    topic: str, seconds: float, *, value_bytes: int = 4096, cap_bytes: int | None = None
+) -> Callable[[Side, Run], None]:
+    """A kafka-python producer sending as fast as it is let for ``seconds``, at most
+    :data:`PYTHON_BACKLOG` unacknowledged (kafka-python pauses a connection for the
+    throttle each response carries, KIP-219's client side)."""
+
+    def workload(where: Side, run: Run) -> None:
+        from kafka import KafkaProducer
+        from kafka.errors import KafkaTimeoutError
+
+        value = b"q" * value_bytes
+        acked: list[tuple[float, int]] = []
+        handler = _KafkaPythonThrottles()
+        logger = logging.getLogger("kafka.net.connection")
+        logger.addHandler(handler)
+        producer = KafkaProducer(
+            bootstrap_servers=where.bootstrap,
+            client_id=where.client_id,
+            acks=1,
+            linger_ms=5,
+            batch_size=32 * 1024,
+            max_block_ms=1000,
+        )
+        began = run.begin()
+        ended = [False]
+        sent = 0
+
+        def on_acked(_metadata: Any) -> None:
+            acked.append((time.monotonic() - began, value_bytes))
+
+        def on_failed(error: Any) -> None:
+            if not ended[0]:
+                run.failures.append(str(error))
+
+        try:
+            while time.monotonic() - began < seconds:
+                done = len(acked) * value_bytes
+                capped = cap_bytes is not None and sent >= cap_bytes
+                if capped and done >= sent:
+                    break
+                if capped or sent - done >= PYTHON_BACKLOG:
+                    time.sleep(0.002)
+                    continue
+                try:
+                    future = producer.send(topic, value)
+                except KafkaTimeoutError:
+                    continue
+                future.add_callback(on_acked)
+                future.add_errback(on_failed)
+                sent += value_bytes
+        finally:
+            ended[0] = True
+            producer.close(timeout=WAIT_S)  # delivers the backlog first
+            logger.removeHandler(handler)
+        run.seconds = seconds
+        run.data = acked
+        run.client_throttles_ms = [t for t in handler.throttles_ms if t > 0]
+
+    return workload
+
+
+def greedy_aiokafka_producer(
+    topic: str, seconds: float, *, value_bytes: int = 4096, cap_bytes: int | None = None
+) -> Callable[[Side, Run], None]:
+    """An aiokafka producer sending as fast as it is let for ``seconds``, at most
+    :data:`PYTHON_BACKLOG` unacknowledged. aiokafka ignores ``throttle_time_ms``: only the
+    broker's (or proxy's) mute of its connection holds it back. The throttles its
+    responses carried are read from the responses themselves."""
+
+    async def produce(where: Side, run: Run) -> None:
+        from aiokafka import AIOKafkaProducer
+
+        value = b"q" * value_bytes
+        acked: list[tuple[float, int]] = []
+        throttles: list[int] = []
+        producer = AIOKafkaProducer(
+            bootstrap_servers=where.bootstrap,
+            client_id=where.client_id,
+            acks=1,
+            linger_ms=5,
+            max_batch_size=32 * 1024,
+            request_timeout_ms=int(WAIT_S * 1000),
+        )
+        await producer.start()
+        send = producer.client.send
+
+        async def sending(*args: Any, **kwargs: Any) -> Any:
+            response = await send(*args, **kwargs)
+            ms = int(getattr(response, "throttle_time_ms", 0) or 0)
+            if ms > 0:
+                throttles.append(ms)
+            return response
+
+        producer.client.send = sending  # type: ignore[method-assign]
+        began = run.begin()
+        pending: set[asyncio.Future[Any]] = set()
+        ended = False
+        sent = 0
+
+        def on_done(future: asyncio.Future[Any]) -> None:
+            pending.discard(future)
+            if future.cancelled():
+                return
+            if future.exception() is None:
+                acked.append((time.monotonic() - began, value_bytes))
+            elif not ended:
+                run.failures.append(repr(future.exception()))
+
+        try:
+            while time.monotonic() - began < seconds:
+                capped = cap_bytes is not None and sent >= cap_bytes
+                if capped and not pending:
+                    break
+                if capped or len(pending) * value_bytes >= PYTHON_BACKLOG:
+                    await asyncio.sleep(0.002)
+                    continue
+                future = await producer.send(topic, value)
+                future.add_done_callback(on_done)
+                pending.add(future)
+                sent += value_bytes
+        finally:
+            ended = True
+            await asyncio.wait_for(producer.stop(), WAIT_S)  # delivers the backlog first
+        run.seconds = seconds
+        run.data = acked
+        run.client_throttles_ms = throttles
+
+    def workload(where: Side, run: Run) -> None:
+        asyncio.run(produce(where, run))
+
+    return workload
+
+
+def metadata_storm(seconds: float) -> Callable[[Side, Run], None]:
+    """One connection sending Metadata requests (v12, every topic) one after the other as
+    fast as the answers come, for ``seconds``: a client that ignores ``throttle_time_ms``,
+    so that only the mute of its connection holds it back. Each answer is one unit of the
+    run's data (requests per second); the throttle each carried is read from it."""
+
+    def workload(where: Side, run: Run) -> None:
+        import socket
+
+        from kquota.proxy import codec
+        from proxy_support import metadata_request, read_frame
+
+        spec = codec.api(3, 12)
+        host, port = where.bootstrap.rsplit(":", 1)
+        answered: list[tuple[float, int]] = []
+        throttles: list[int] = []
+        with socket.create_connection((host, int(port)), timeout=WAIT_S) as sock:
+            began = run.begin()
+            correlation_id = 0
+            while time.monotonic() - began < seconds:
+                correlation_id += 1
+                sock.sendall(metadata_request(correlation_id, where.client_id))
+                frame = read_frame(sock)
+                if frame is None:
+                    run.failures.append("the connection was closed")
+                    break
+                _, body = spec.response_header(frame)
+                offset = spec.throttle_offset(frame, body)
+                throttle = codec.read_int32(frame, offset) if offset is not None else 0
+                answered.append((time.monotonic() - began, 1))
+                if throttle > 0:
+                    throttles.append(throttle)
+        run.seconds = seconds
+        run.data = answered
+        run.client_throttles_ms = throttles
+
+    return workload
+
+
+# -- comparing two runs -----------------------------------------------------------------------
+
+TROUGH = (3, 10)
+"""Seconds of a run after Kafka's first burst and before the burst's sample leaves the
+window (at ~11 s): Kafka holds a greedy client far below its quota there."""
+
+
+@dataclass(frozen=True)
+class Tolerances:
+    """How far run (B) may be from Kafka's run (A) and still be "what Kafka does"; each a
+    range of the ratio B / A, except ``trough`` (a difference, in multiples of the quota).
+
+    * ``rate``: the clients' bytes per second over the run;
+    * ``burst``: their bytes in the first three seconds (Kafka lets a new client's first
+      ~10 s of quota through at once);
+    * ``trough``: their rate in the seconds :data:`TROUGH` (Kafka's sampled rate then
+      still holds the burst: the client gets next to nothing until it leaves);
+    * ``throttled``: the count of responses of the run carrying a throttle;
+    * ``mean_throttle``, ``max_throttle``: their mean and largest throttle;
+    * ``throttles_until_s``: compare only the throttles of the run's first seconds (all
+      when ``None``).
+    """
+
+    rate: tuple[float, float] = (0.8, 1.25)
+    burst: tuple[float, float] = (0.67, 1.5)
+    trough: float = 0.3
+    throttled: tuple[float, float] = (0.67, 1.5)
+    mean_throttle: tuple[float, float] = (0.67, 1.5)
+    max_throttle: tuple[float, float] = (0.5, 2.0)
+    throttles_until_s: float | None = None
+
+
+def _ratio_within(what: str, a: float, b: float, bounds: tuple[float, float]) -> str | None:
+    low, high = bounds
+    if a <= 0:
+        return None if b <= 0 else f"{what}: Kafka 0, this {b:.4g}"
+    ratio = b / a
+    if low <= ratio <= high:
+        return None
+    return f"{what}: Kafka {a:.4g}, this {b:.4g} (x{ratio:.2f}; allowed x{low:g} to x{high:g})"
+
+
+def trough_rate(run: Run) -> float:
+    """The clients' rate in the seconds :data:`TROUGH`, in multiples of the quota."""
+    start, end = TROUGH
+    return (run.cumulative_at(end) - run.cumulative_at(start)) / (end - start)
+
+
+def compare(a: Run, b: Run, api: str, tolerances: Tolerances | None = None) -> list[str]:
+    """Where run ``b`` differs from Kafka's run ``a`` beyond ``tolerances``, in words with
+    the numbers (empty: the same within them). Each must have been throttled at all."""
+    tol = tolerances or Tolerances()
+    differences = []
+    for run in (a, b):
+        if not run.logged_throttles(api):
+            differences.append(f"{run.label}: no {api} response carried a throttle")
+    ta, tb = (_throttles(run, api, tol.throttles_until_s) for run in (a, b))
+    ratios = [
+        ("rate over the run (x quota)", a.rate, b.rate, tol.rate),
+        ("first 3 s (s of quota)", a.cumulative_at(3), b.cumulative_at(3), tol.burst),
+        ("throttled responses", len(ta), len(tb), tol.throttled),
+        ("mean throttle (ms)", _mean(ta), _mean(tb), tol.mean_throttle),
+        ("largest throttle (ms)", max(ta, default=0), max(tb, default=0), tol.max_throttle),
+    ]
+    for what, x, y, bounds in ratios:
+        found = _ratio_within(what, float(x), float(y), bounds)
+        if found:
+            differences.append(found)
+    low, high = trough_rate(a), trough_rate(b)
+    if abs(high - low) > tol.trough:
+        differences.append(
+            f"rate in seconds {TROUGH[0]}-{TROUGH[1]} (x quota): Kafka {low:.3g}, this"
+            f" {high:.3g} (allowed +-{tol.trough:g})"
+        )
+    return differences
+
+
+def _throttles(run: Run, api: str, until_s: float | None) -> list[int]:
+    if until_s is None:
+        return run.logged_throttles(api)
+    end = run.began_wall_ms + until_s * 1000
+    return [r.throttle_ms for r in run.logged(api) if r.throttle_ms > 0 and r.at_ms < end]
+
+
+def _mean(values: list[int]) -> float:
+    return sum(values) / len(values) if values else 0.0
+
+
+def report(*runs: Run, api: str) -> str:
+    """One line per run, for a test's output."""
+    return "\n".join(json.dumps(run.summary(api)) for run in runs)
+
+
+def timeline(run: Run, api: str) -> str:
+    """The run second by second: what its clients got (x quota) and the throttles its side
+    wrote down in that second, so that a failed comparison shows where the runs parted."""
+    per_second = run.per_second()
+    throttles: list[list[int]] = [[] for _ in per_second]
+    for r in run.logged(api):
+        second = int((r.at_ms - run.began_wall_ms) // 1000)
+        if r.throttle_ms > 0 and 0 <= second < len(throttles):
+            throttles[second].append(r.throttle_ms)
+    lines = [f"{run.label}: second, x quota, throttles (ms)"]
+    for second, (got, held) in enumerate(zip(per_second, throttles, strict=True)):
+        lines.append(f"  {second:3d} {got:6.2f}  {held}")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) < 2 or sys.argv[1] != "token-bucket-proxy":
+        sys.exit(
+            "usage: python tests/support/side_by_side_support.py token-bucket-proxy PROXY-ARGS..."
+        )
+    sys.exit(run_token_bucket_proxy(sys.argv[2:]))
