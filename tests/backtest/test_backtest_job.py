@@ -17,29 +17,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
-from kquota.backtest import kernel, outputs, report, summaries
+from kquota.backtest import inputs, kernel, outputs, report, summaries
 from kquota.backtest.job import run
-from kquota.backtest.kernel import (
-    ADDED_LATENCY,
-    API,
-    BROKER,
-    BYTES,
-    CLIENT,
-    FETCH_THROTTLE,
-    PRODUCE_THROTTLE,
-    RECORDED,
-    REQUEST_THROTTLE,
-    SENSOR_CLIENT,
-    SENSOR_USER,
-    SENT,
-    SEQ_COLUMNS,
-    THREAD,
-    THROTTLE,
-    TIME,
-    TS,
-    USAGE,
-    USER,
-)
 from kquota.backtest.options import RESULT_COLUMNS, BacktestOptions, BacktestResult
 from kquota.backtest.synthetic import TrafficSpec, generate
 from kquota.config import QuotaConfig
@@ -50,7 +29,12 @@ from test_backtest_kernel import CONFORMANCE, mixed_config, scenario_traffic
 
 pytestmark = pytest.mark.slow
 
-THROTTLES = [PRODUCE_THROTTLE, FETCH_THROTTLE, REQUEST_THROTTLE, THROTTLE]
+THROTTLES = [
+    kernel.PRODUCE_THROTTLE,
+    kernel.FETCH_THROTTLE,
+    kernel.REQUEST_THROTTLE,
+    kernel.THROTTLE,
+]
 SCALES = (0.5, 1.0)
 
 
@@ -68,8 +52,8 @@ def trace(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, pd.DataFrame]
     for name, part in (("a.parquet", frame.iloc[:half]), ("b.parquet", frame.iloc[half:])):
         pq.write_table(pa.Table.from_pandas(part, preserve_index=False), folder / name)
     # the input position, as the job numbers it: files in path order, rows in file order
-    frame[SEQ_COLUMNS[0]] = 0
-    frame[SEQ_COLUMNS[1]] = np.arange(len(frame), dtype=np.int64)
+    frame[kernel.SEQ_COLUMNS[0]] = 0
+    frame[kernel.SEQ_COLUMNS[1]] = np.arange(len(frame), dtype=np.int64)
     return folder, frame
 
 
@@ -77,7 +61,7 @@ def replay(frame: pd.DataFrame, config: QuotaConfig, closed: bool = False) -> pd
     """The single-process reference: the kernel on each broker's requests."""
     parts = [
         kernel.replay_closed(part, config) if closed else kernel.replay_open(part, config)
-        for _, part in frame.groupby(BROKER, sort=False)
+        for _, part in frame.groupby(kernel.BROKER, sort=False)
     ]
     return pd.concat(parts).loc[frame.index]
 
@@ -117,12 +101,16 @@ def test_open_loop_equals_the_single_process_replay(
         want = replay(frame, mixed_config().scaled(scale)).set_index(frame["request_id"])
         for column in THROTTLES:
             np.testing.assert_array_equal(got[column].to_numpy(), want[column].to_numpy())
-        np.testing.assert_array_equal(got[SENT].to_numpy(), frame[TS].to_numpy())
-        assert (got[ADDED_LATENCY] == 0).all()
-        assert (got[[PRODUCE_THROTTLE, FETCH_THROTTLE, REQUEST_THROTTLE]] > 0).any().all()
+        np.testing.assert_array_equal(got[kernel.SENT].to_numpy(), frame[kernel.TS].to_numpy())
+        assert (got[kernel.ADDED_LATENCY] == 0).all()
+        assert (
+            (got[[kernel.PRODUCE_THROTTLE, kernel.FETCH_THROTTLE, kernel.REQUEST_THROTTLE]] > 0)
+            .any()
+            .all()
+        )
     # every input column comes through unchanged
     first = requests[requests["scenario"] == result.scenarios[0]].set_index("request_id")
-    for column in [TS, BROKER, USER, CLIENT, API, BYTES, THREAD, "note", "weight"]:
+    for column in [*inputs.STANDARD, "note", "weight"]:
         np.testing.assert_array_equal(
             first[column].to_numpy(), frame.set_index("request_id")[column].to_numpy()
         )
@@ -174,8 +162,8 @@ def test_sensor_tags_are_the_cores(
     managers = {t: config.manager(t) for t in kernel.QUOTA_TYPES}
     want = kernel.resolve_sensors(frame, managers)
     for column, key in (
-        (SENSOR_USER, "byte_user"),
-        (SENSOR_CLIENT, "byte_client"),
+        (kernel.SENSOR_USER, "byte_user"),
+        (kernel.SENSOR_CLIENT, "byte_client"),
         ("request_sensor_user", "request_user"),
         ("request_sensor_client_id", "request_client"),
     ):
@@ -186,35 +174,37 @@ def test_sensor_tags_are_the_cores(
 def usage_of(frame: pd.DataFrame, result: pd.DataFrame, quota_type: str) -> pd.DataFrame:
     """One row per request recorded by a ``quota_type`` sensor, from a reference replay."""
     config = mixed_config()
-    kind = kernel.kinds(frame[API])
+    kind = kernel.kinds(frame[kernel.API])
     if quota_type == "request":
-        rows = frame[THREAD].notna().to_numpy()
-        usage = frame[THREAD]
+        rows = frame[kernel.THREAD].notna().to_numpy()
+        usage = frame[kernel.THREAD]
         recorded = np.ones(len(frame), dtype=bool)
     else:
         rows = kind == quota_type
-        usage = frame[BYTES]
-        recorded = ~((result[FETCH_THROTTLE] > 0) | (result[REQUEST_THROTTLE] > 0)).to_numpy()
+        usage = frame[kernel.BYTES]
+        recorded = ~(
+            (result[kernel.FETCH_THROTTLE] > 0) | (result[kernel.REQUEST_THROTTLE] > 0)
+        ).to_numpy()
         if quota_type == "produce":
             recorded = np.ones(len(frame), dtype=bool)
-    tags = kernel.sensor_tags(frame[USER], frame[CLIENT], config.manager(quota_type))  # type: ignore[arg-type]
+    tags = kernel.sensor_tags(frame[kernel.USER], frame[kernel.CLIENT], config.manager(quota_type))  # type: ignore[arg-type]
     out = pd.DataFrame(
         {
-            BROKER: frame[BROKER],
-            SENSOR_USER: tags[0],
-            SENSOR_CLIENT: tags[1],
-            USER: frame[USER],
-            CLIENT: frame[CLIENT],
-            TS: frame[TS],
-            TIME: result.get(SENT, frame[TS]),
-            USAGE: usage.fillna(0).astype(np.int64),
-            BYTES: frame[BYTES],
-            RECORDED: recorded,
-            THROTTLE: result[kernel.THROTTLE_OF[quota_type]],  # type: ignore[index]
-            ADDED_LATENCY: result.get(ADDED_LATENCY, 0),
-            "unrecord_if": (result[REQUEST_THROTTLE] > 0).to_numpy(),
-            SEQ_COLUMNS[0]: frame[SEQ_COLUMNS[0]],
-            SEQ_COLUMNS[1]: frame[SEQ_COLUMNS[1]],
+            kernel.BROKER: frame[kernel.BROKER],
+            kernel.SENSOR_USER: tags[0],
+            kernel.SENSOR_CLIENT: tags[1],
+            kernel.USER: frame[kernel.USER],
+            kernel.CLIENT: frame[kernel.CLIENT],
+            kernel.TS: frame[kernel.TS],
+            kernel.TIME: result.get(kernel.SENT, frame[kernel.TS]),
+            kernel.USAGE: usage.fillna(0).astype(np.int64),
+            kernel.BYTES: frame[kernel.BYTES],
+            kernel.RECORDED: recorded,
+            kernel.THROTTLE: result[kernel.THROTTLE_OF[quota_type]],  # type: ignore[index]
+            kernel.ADDED_LATENCY: result.get(kernel.ADDED_LATENCY, 0),
+            "unrecord_if": (result[kernel.REQUEST_THROTTLE] > 0).to_numpy(),
+            kernel.SEQ_COLUMNS[0]: frame[kernel.SEQ_COLUMNS[0]],
+            kernel.SEQ_COLUMNS[1]: frame[kernel.SEQ_COLUMNS[1]],
         }
     )
     return out[rows]
@@ -226,7 +216,7 @@ def test_entities_equal_the_kernel_summaries(
     _, out = open_run
     _, frame = trace
     entities = pd.read_parquet(out / "entities")
-    keys = ["scenario", "quota_type", BROKER, SENSOR_USER, SENSOR_CLIENT]
+    keys = ["scenario", "quota_type", kernel.BROKER, kernel.SENSOR_USER, kernel.SENSOR_CLIENT]
     wanted = []
     for scale, label in zip(SCALES, ("x0.5", "x1"), strict=True):
         config = mixed_config().scaled(scale)
@@ -256,7 +246,9 @@ def test_recommendations_equal_the_kernel(
     for quota_type in kernel.QUOTA_TYPES:
         usage = usage_of(frame, reference, quota_type)
         want = recommend_reference(usage, mixed_config().window, quota_type, 0.02)  # type: ignore[arg-type]
-        mine = got[got["quota_type"] == quota_type].sort_values([SENSOR_USER, SENSOR_CLIENT])
+        mine = got[got["quota_type"] == quota_type].sort_values(
+            [kernel.SENSOR_USER, kernel.SENSOR_CLIENT]
+        )
         np.testing.assert_array_equal(
             mine["recommended_quota"].to_numpy(), want["recommended_quota"].to_numpy()
         )
@@ -286,19 +278,19 @@ def test_report(open_run: tuple[BacktestResult, Path]) -> None:
             mine = requests[
                 (requests["request_sensor_user"] == user)
                 & (requests["request_sensor_client"] == client)
-                & requests[THREAD].notna()
+                & requests[kernel.THREAD].notna()
             ]
-            amount = mine[THREAD].astype(float) * kernel.NANOS_TO_PERCENT
+            amount = mine[kernel.THREAD].astype(float) * kernel.NANOS_TO_PERCENT
         else:
             mine = requests[
-                (requests[SENSOR_USER] == user)
-                & (requests[SENSOR_CLIENT] == client)
-                & (requests[API].str.lower() == quota_type)
+                (requests[kernel.SENSOR_USER] == user)
+                & (requests[kernel.SENSOR_CLIENT] == client)
+                & (requests[kernel.API].str.lower() == quota_type)
             ]
-            recorded = (mine[FETCH_THROTTLE] <= 0) & (mine[REQUEST_THROTTLE] <= 0)
-            amount = mine[BYTES].where(recorded | (quota_type != "fetch"), 0).astype(float)
-        mine = mine[mine[BROKER] == broker]
-        want = amount.loc[mine.index].groupby(mine[SENT] // window).sum()
+            recorded = (mine[kernel.FETCH_THROTTLE] <= 0) & (mine[kernel.REQUEST_THROTTLE] <= 0)
+            amount = mine[kernel.BYTES].where(recorded | (quota_type != "fetch"), 0).astype(float)
+        mine = mine[mine[kernel.BROKER] == broker]
+        want = amount.loc[mine.index].groupby(mine[kernel.SENT] // window).sum()
         np.testing.assert_array_equal(series["window"].to_numpy(), want.index.to_numpy())
         np.testing.assert_allclose(series["amount"].to_numpy(), want.to_numpy(), rtol=1e-12)
 
@@ -343,13 +335,15 @@ def test_what_the_broker_did_is_reported_beside_the_replay(
     imported request log or a proxy capture has it): the report counts both, per scenario."""
     _, frame = trace
     config = mixed_config()
-    reference = replay(frame, config)[THROTTLE].to_numpy()
+    reference = replay(frame, config)[kernel.THROTTLE].to_numpy()
     rng = np.random.default_rng(7)
     # the broker agreed on two thirds of the requests, and throttled others at random
     broker = np.where(
         rng.random(len(frame)) < 2 / 3, reference, rng.integers(0, 3, len(frame)) * 40
     )
-    traffic = frame.drop(columns=list(SEQ_COLUMNS)).assign(kafka_throttle_ms=broker.astype("int32"))
+    traffic = frame.drop(columns=list(kernel.SEQ_COLUMNS)).assign(
+        kafka_throttle_ms=broker.astype("int32")
+    )
     pq.write_table(pa.Table.from_pandas(traffic, preserve_index=False), tmp_path / "in.parquet")
     options = BacktestOptions(
         traffic=str(tmp_path / "in.parquet"), quotas=config, out=str(tmp_path / "out")
@@ -381,7 +375,7 @@ def test_what_the_broker_did_as_text_is_compared_by_spark(
     word among the numbers): the comparison is Spark's, and the job does not fail on it
     (it did: the text was cast to a number with Spark's ANSI cast)."""
     _, frame = trace
-    part = frame.drop(columns=list(SEQ_COLUMNS)).head(3000).copy()
+    part = frame.drop(columns=list(kernel.SEQ_COLUMNS)).head(3000).copy()
     live = np.where(np.arange(len(part)) % 3 == 0, "40", "0").astype(object)
     live[1], live[2], live[4] = "", "12.5", "n/a"
     part["kafka_throttle_ms"] = live
@@ -433,9 +427,9 @@ def test_closed_loop_equals_the_single_process_replay(
     result = run(spark, options)
     got = read_requests(tmp_path).set_index("request_id")
     want = replay(frame, config, closed=True).set_index(frame["request_id"])
-    for column in [*THROTTLES, SENT, ADDED_LATENCY]:
+    for column in [*THROTTLES, kernel.SENT, kernel.ADDED_LATENCY]:
         np.testing.assert_array_equal(got[column].to_numpy(), want[column].to_numpy())
-    assert (got[ADDED_LATENCY] > 0).any()
+    assert (got[kernel.ADDED_LATENCY] > 0).any()
     assert result.totals["mean_added_latency_ms"].iloc[0] > 0
     pd.testing.assert_frame_equal(result.totals, _spark_totals(spark, tmp_path, result))
 
@@ -443,7 +437,7 @@ def test_closed_loop_equals_the_single_process_replay(
 def test_a_conformance_scenario_as_csv_traffic(spark: Any, tmp_path: Path) -> None:
     scenario = load_scenario(CONFORMANCE / "random_produce_poisson_pareto_seed101.json")
     frame, config, expected, column = scenario_traffic(scenario)
-    frame.drop(columns=list(SEQ_COLUMNS)).to_csv(tmp_path / "traffic.csv", index=False)
+    frame.drop(columns=list(kernel.SEQ_COLUMNS)).to_csv(tmp_path / "traffic.csv", index=False)
     options = BacktestOptions(
         traffic=str(tmp_path / "traffic.csv"),
         quotas=config,
@@ -452,9 +446,11 @@ def test_a_conformance_scenario_as_csv_traffic(spark: Any, tmp_path: Path) -> No
     )
     result = run(spark, options)
     assert result.rows_valid == len(expected) and not result.quarantined
-    got = outputs.read_requests(tmp_path / "out" / "requests").sort_values([TS, SEQ_COLUMNS[1]])
+    got = outputs.read_requests(tmp_path / "out" / "requests").sort_values(
+        [kernel.TS, kernel.SEQ_COLUMNS[1]]
+    )
     assert got[column].tolist() == expected
-    assert (got[THROTTLE] > 0).sum() == sum(1 for t in expected if t > 0)
+    assert (got[kernel.THROTTLE] > 0).sum() == sum(1 for t in expected if t > 0)
 
 
 BAD_CSV = """ts_ms,broker,user,client_id,api,bytes,thread_time_ns,tag
@@ -499,9 +495,9 @@ def test_bad_rows_are_quarantined_or_refused(spark: Any, tmp_path: Path) -> None
     )
     assert quarantine.set_index("tag").loc["bad-time", "reason"] == "ts_ms unparsable"
     requests = outputs.read_requests(tmp_path / "out" / "requests").set_index("tag")
-    assert requests.loc["iso-time", TS] == 1_717_372_801_000
-    assert requests.loc["ok-2", BROKER] == "" and requests.loc["ok-2", USER] == ""
-    assert pd.isna(requests.loc["iso-time", THREAD])
+    assert requests.loc["iso-time", kernel.TS] == 1_717_372_801_000
+    assert requests.loc["ok-2", kernel.BROKER] == "" and requests.loc["ok-2", kernel.USER] == ""
+    assert pd.isna(requests.loc["iso-time", kernel.THREAD])
     strict = BacktestOptions(
         traffic=str(tmp_path / "t.csv"), quotas=config, out=str(tmp_path / "out2"), strict=True
     )
@@ -513,7 +509,12 @@ def test_empty_and_missing_input(spark: Any, tmp_path: Path) -> None:
     config = mixed_config()
     empty = tmp_path / "empty.parquet"
     schema = pa.schema(
-        [(TS, pa.int64()), (CLIENT, pa.string()), (API, pa.string()), (BYTES, pa.int64())]
+        [
+            (kernel.TS, pa.int64()),
+            (kernel.CLIENT, pa.string()),
+            (kernel.API, pa.string()),
+            (kernel.BYTES, pa.int64()),
+        ]
     )
     pq.write_table(schema.empty_table(), empty)
     with pytest.raises(TrafficError, match="has no rows"):
@@ -552,11 +553,11 @@ def test_ties_across_files_follow_path_then_row_order(spark: Any, tmp_path: Path
         n = len(sizes)
         return pa.table(
             {
-                TS: [5] * n,
-                USER: ["u"] * n,
-                CLIENT: ["c"] * n,
-                API: ["produce"] * n,
-                BYTES: sizes,
+                kernel.TS: [5] * n,
+                kernel.USER: ["u"] * n,
+                kernel.CLIENT: ["c"] * n,
+                kernel.API: ["produce"] * n,
+                kernel.BYTES: sizes,
                 "id": ids,
             }
         )
@@ -573,6 +574,6 @@ def test_ties_across_files_follow_path_then_row_order(spark: Any, tmp_path: Path
     want = {
         i: manager.record("u", "c", float(b), 5) for i, b in (("a0", 2000), ("a1", 10), ("b0", 500))
     }
-    assert got[PRODUCE_THROTTLE].to_dict() == want
+    assert got[kernel.PRODUCE_THROTTLE].to_dict() == want
     assert want["b0"] > 0 and want["a0"] == want["a1"] == 0
-    assert got[SEQ_COLUMNS[0]]["b0"] > got[SEQ_COLUMNS[0]]["a1"] >= 0
+    assert got[kernel.SEQ_COLUMNS[0]]["b0"] > got[kernel.SEQ_COLUMNS[0]]["a1"] >= 0

@@ -18,27 +18,6 @@ import pytest
 from kquota import DEFAULT, Entity
 from kquota._core import recommend_quotas
 from kquota.backtest import kernel
-from kquota.backtest.kernel import (
-    ADDED_LATENCY,
-    API,
-    BROKER,
-    BYTES,
-    CLIENT,
-    FETCH_THROTTLE,
-    PRODUCE_THROTTLE,
-    RECORDED,
-    REQUEST_THROTTLE,
-    SENSOR_CLIENT,
-    SENSOR_USER,
-    SENT,
-    SEQ_COLUMNS,
-    THREAD,
-    THROTTLE,
-    TIME,
-    TS,
-    USAGE,
-    USER,
-)
 from kquota.backtest.synthetic import TrafficSpec, generate
 from kquota.config import QuotaConfig, QuotaEntry, Window
 from kquota.conformance import Scenario, expand_paths, load_scenario
@@ -84,8 +63,8 @@ def traffic_frame(requests: int, seed: int = 7, brokers: int = 4) -> pd.DataFram
         )
     )
     frame = table.to_pandas()
-    frame[SEQ_COLUMNS[0]] = 0
-    frame[SEQ_COLUMNS[1]] = np.arange(len(frame), dtype=np.int64)
+    frame[kernel.SEQ_COLUMNS[0]] = 0
+    frame[kernel.SEQ_COLUMNS[1]] = np.arange(len(frame), dtype=np.int64)
     return frame
 
 
@@ -94,23 +73,27 @@ def one_at_a_time(frame: pd.DataFrame, config: QuotaConfig) -> pd.DataFrame:
     managers = {t: config.manager(t) for t in kernel.QUOTA_TYPES}
     produce, fetch, request = (np.zeros(len(frame), dtype=np.int64) for _ in range(3))
     order = kernel.time_order(frame)
-    has_thread = THREAD in frame.columns
+    has_thread = kernel.THREAD in frame.columns
     for i in order.tolist():
         row = frame.iloc[i]
-        user, client, now = row[USER], row[CLIENT], int(row[TS])
+        user, client, now = row[kernel.USER], row[kernel.CLIENT], int(row[kernel.TS])
         r = 0
-        if has_thread and not pd.isna(row[THREAD]):
-            r = managers["request"].record(user, client, float(row[THREAD]), now)
-        api = str(row[API]).lower()
+        if has_thread and not pd.isna(row[kernel.THREAD]):
+            r = managers["request"].record(user, client, float(row[kernel.THREAD]), now)
+        api = str(row[kernel.API]).lower()
         if api == "produce":
-            produce[i] = managers["produce"].record(user, client, float(row[BYTES]), now)
+            produce[i] = managers["produce"].record(user, client, float(row[kernel.BYTES]), now)
         elif api == "fetch":
-            fetch[i] = managers["fetch"].record(user, client, float(row[BYTES]), now)
+            fetch[i] = managers["fetch"].record(user, client, float(row[kernel.BYTES]), now)
             if fetch[i] > 0 or r > 0:
-                managers["fetch"].unrecord(user, client, float(row[BYTES]), now)
+                managers["fetch"].unrecord(user, client, float(row[kernel.BYTES]), now)
         request[i] = r
     return pd.DataFrame(
-        {PRODUCE_THROTTLE: produce, FETCH_THROTTLE: fetch, REQUEST_THROTTLE: request},
+        {
+            kernel.PRODUCE_THROTTLE: produce,
+            kernel.FETCH_THROTTLE: fetch,
+            kernel.REQUEST_THROTTLE: request,
+        },
         index=frame.index,
     )
 
@@ -138,15 +121,15 @@ def scenario_traffic(scenario: Scenario) -> tuple[pd.DataFrame, QuotaConfig, lis
         api, size, thread = quota_type, [int(s.value or 0) for s in steps], [None] * len(steps)
     frame = pd.DataFrame(
         {
-            TS: [s.t_ms for s in steps],
-            BROKER: "broker-0",
-            USER: [s.user for s in steps],
-            CLIENT: [s.client_id for s in steps],
-            API: api,
-            BYTES: size,
-            THREAD: pd.array(thread, dtype="Int64"),
-            SEQ_COLUMNS[0]: 0,
-            SEQ_COLUMNS[1]: np.arange(len(steps), dtype=np.int64),
+            kernel.TS: [s.t_ms for s in steps],
+            kernel.BROKER: "broker-0",
+            kernel.USER: [s.user for s in steps],
+            kernel.CLIENT: [s.client_id for s in steps],
+            kernel.API: api,
+            kernel.BYTES: size,
+            kernel.THREAD: pd.array(thread, dtype="Int64"),
+            kernel.SEQ_COLUMNS[0]: 0,
+            kernel.SEQ_COLUMNS[1]: np.arange(len(steps), dtype=np.int64),
         }
     )
     config = QuotaConfig(
@@ -171,19 +154,25 @@ def convertible_scenarios() -> list[Scenario]:
 def test_open_loop_equals_the_core_one_request_at_a_time() -> None:
     frame = traffic_frame(40_000)
     config = mixed_config()
-    for _, broker in frame.groupby(BROKER):
+    for _, broker in frame.groupby(kernel.BROKER):
         got = kernel.replay_open(broker, config)
         want = one_at_a_time(broker, config)
-        for column in (PRODUCE_THROTTLE, FETCH_THROTTLE, REQUEST_THROTTLE):
+        for column in (kernel.PRODUCE_THROTTLE, kernel.FETCH_THROTTLE, kernel.REQUEST_THROTTLE):
             np.testing.assert_array_equal(got[column].to_numpy(), want[column].to_numpy())
         zeros = np.zeros(len(broker), dtype=np.int64)
         applied = np.maximum.reduce([*(want[c].to_numpy() for c in want.columns), zeros])
-        np.testing.assert_array_equal(got[THROTTLE].to_numpy(), applied)
+        np.testing.assert_array_equal(got[kernel.THROTTLE].to_numpy(), applied)
     # the trace exercises every quota type, unrecord by either quota included
     every = kernel.replay_open(frame, config)
-    assert (every[[PRODUCE_THROTTLE, FETCH_THROTTLE, REQUEST_THROTTLE]] > 0).any().all()
     assert (
-        (every[FETCH_THROTTLE] <= 0) & (every[REQUEST_THROTTLE] > 0) & (frame[API] == "fetch")
+        (every[[kernel.PRODUCE_THROTTLE, kernel.FETCH_THROTTLE, kernel.REQUEST_THROTTLE]] > 0)
+        .any()
+        .all()
+    )
+    assert (
+        (every[kernel.FETCH_THROTTLE] <= 0)
+        & (every[kernel.REQUEST_THROTTLE] > 0)
+        & (frame[kernel.API] == "fetch")
     ).any()
 
 
@@ -206,13 +195,17 @@ def test_open_loop_does_not_depend_on_row_order_or_batching() -> None:
         for bucket, values in zip(pieces, (p0, f0, requests[0], p1), strict=True):
             bucket.append(values)
     np.testing.assert_array_equal(
-        np.concatenate(pieces[0]), base[PRODUCE_THROTTLE].to_numpy()[order]
+        np.concatenate(pieces[0]), base[kernel.PRODUCE_THROTTLE].to_numpy()[order]
     )
-    np.testing.assert_array_equal(np.concatenate(pieces[1]), base[FETCH_THROTTLE].to_numpy()[order])
     np.testing.assert_array_equal(
-        np.concatenate(pieces[2]), base[REQUEST_THROTTLE].to_numpy()[order]
+        np.concatenate(pieces[1]), base[kernel.FETCH_THROTTLE].to_numpy()[order]
     )
-    doubled = kernel.replay_open(frame, config.scaled(2.0))[PRODUCE_THROTTLE].to_numpy()[order]
+    np.testing.assert_array_equal(
+        np.concatenate(pieces[2]), base[kernel.REQUEST_THROTTLE].to_numpy()[order]
+    )
+    doubled = kernel.replay_open(frame, config.scaled(2.0))[kernel.PRODUCE_THROTTLE].to_numpy()[
+        order
+    ]
     np.testing.assert_array_equal(np.concatenate(pieces[3]), doubled)
 
 
@@ -220,18 +213,18 @@ def test_ties_in_time_are_replayed_in_input_order() -> None:
     config = QuotaConfig(Window(), (QuotaEntry(Entity(user="u"), {"producer_byte_rate": 250.0}),))
     frame = pd.DataFrame(
         {
-            TS: [5, 5, 5],
-            USER: "u",
-            CLIENT: "c",
-            API: "produce",
-            BYTES: [500, 2000, 10],
-            SEQ_COLUMNS[0]: 0,
-            SEQ_COLUMNS[1]: [2, 0, 1],
+            kernel.TS: [5, 5, 5],
+            kernel.USER: "u",
+            kernel.CLIENT: "c",
+            kernel.API: "produce",
+            kernel.BYTES: [500, 2000, 10],
+            kernel.SEQ_COLUMNS[0]: 0,
+            kernel.SEQ_COLUMNS[1]: [2, 0, 1],
         }
     )
-    got = kernel.replay_open(frame, config)[PRODUCE_THROTTLE].tolist()
+    got = kernel.replay_open(frame, config)[kernel.PRODUCE_THROTTLE].tolist()
     manager = config.manager("produce")
-    want = {i: manager.record("u", "c", float(frame[BYTES][i]), 5) for i in (1, 2, 0)}
+    want = {i: manager.record("u", "c", float(frame[kernel.BYTES][i]), 5) for i in (1, 2, 0)}
     assert got == [want[0], want[1], want[2]]
     assert got[0] > 0 and got[1] == got[2] == 0  # in row order, row 2 would be throttled
 
@@ -242,28 +235,36 @@ def test_requests_without_thread_time_are_not_request_throttled() -> None:
     )
     frame = pd.DataFrame(
         {
-            TS: [0, 1, 2, 3],
-            USER: "u",
-            CLIENT: "c",
-            API: "metadata",
-            BYTES: 0,
-            THREAD: pd.array([50_000_000, None, 50_000_000, None], dtype="Int64"),
+            kernel.TS: [0, 1, 2, 3],
+            kernel.USER: "u",
+            kernel.CLIENT: "c",
+            kernel.API: "metadata",
+            kernel.BYTES: 0,
+            kernel.THREAD: pd.array([50_000_000, None, 50_000_000, None], dtype="Int64"),
         }
     )
-    got = kernel.replay_open(frame, config)[REQUEST_THROTTLE].tolist()
+    got = kernel.replay_open(frame, config)[kernel.REQUEST_THROTTLE].tolist()
     assert got[1] == got[3] == 0
     assert got[0] > 0 and got[2] > 0
-    without = kernel.replay_open(frame.drop(columns=[THREAD]), config)
-    assert (without[THROTTLE] == 0).all()
+    without = kernel.replay_open(frame.drop(columns=[kernel.THREAD]), config)
+    assert (without[kernel.THROTTLE] == 0).all()
 
 
 def test_a_wrapped_negative_throttle_is_not_applied() -> None:
     tiny = QuotaConfig(Window(), (QuotaEntry(Entity(user="u"), {"producer_byte_rate": 1e-300}),))
-    frame = pd.DataFrame({TS: [0], USER: "u", CLIENT: "c", API: "produce", BYTES: [10**9]})
+    frame = pd.DataFrame(
+        {
+            kernel.TS: [0],
+            kernel.USER: "u",
+            kernel.CLIENT: "c",
+            kernel.API: "produce",
+            kernel.BYTES: [10**9],
+        }
+    )
     got = kernel.replay_open(frame, tiny)
-    assert got[PRODUCE_THROTTLE].iloc[0] == tiny.manager("produce").record("u", "c", 1e9, 0)
-    assert got[PRODUCE_THROTTLE].iloc[0] < 0
-    assert got[THROTTLE].iloc[0] == 0
+    assert got[kernel.PRODUCE_THROTTLE].iloc[0] == tiny.manager("produce").record("u", "c", 1e9, 0)
+    assert got[kernel.PRODUCE_THROTTLE].iloc[0] < 0
+    assert got[kernel.THROTTLE].iloc[0] == 0
 
 
 @pytest.mark.parametrize("scenario", convertible_scenarios(), ids=lambda s: s.name)
@@ -286,71 +287,75 @@ def test_closed_loop_without_throttles_is_the_open_loop() -> None:
     frame = traffic_frame(5_000, seed=5)
     generous = mixed_config(scale=1e9)
     closed = kernel.replay_closed(frame, generous)
-    assert (closed[THROTTLE] == 0).all()
-    assert (closed[ADDED_LATENCY] == 0).all()
-    np.testing.assert_array_equal(closed[SENT].to_numpy(), frame[TS].to_numpy())
+    assert (closed[kernel.THROTTLE] == 0).all()
+    assert (closed[kernel.ADDED_LATENCY] == 0).all()
+    np.testing.assert_array_equal(closed[kernel.SENT].to_numpy(), frame[kernel.TS].to_numpy())
 
 
 def test_closed_loop_delays_a_throttled_client_and_shifts_its_timeline() -> None:
     config = QuotaConfig(Window(), (QuotaEntry(Entity(user="a"), {"producer_byte_rate": 1000.0}),))
     frame = pd.DataFrame(
         {
-            TS: [0, 100, 200, 5000, 100, 300],
-            USER: ["a", "a", "a", "a", "b", "b"],
-            CLIENT: ["c", "c", "c", "c", "d", "d"],
-            API: "produce",
-            BYTES: [50_000, 100, 100, 100, 100, 100],
+            kernel.TS: [0, 100, 200, 5000, 100, 300],
+            kernel.USER: ["a", "a", "a", "a", "b", "b"],
+            kernel.CLIENT: ["c", "c", "c", "c", "d", "d"],
+            kernel.API: "produce",
+            kernel.BYTES: [50_000, 100, 100, 100, 100, 100],
         }
     )
     closed = kernel.replay_closed(frame, config)
-    first = closed[PRODUCE_THROTTLE].iloc[0]
+    first = closed[kernel.PRODUCE_THROTTLE].iloc[0]
     manager = config.manager("produce")
     assert first == manager.record("a", "c", 50_000.0, 0) > 0
     # a's next request waits until the mute ends; the later ones keep their spacing
-    assert closed[SENT].iloc[1] == first
-    assert closed[SENT].iloc[2] == first + 100
-    assert closed[SENT].iloc[3] == 5000 + first - 100
-    assert closed[ADDED_LATENCY].tolist()[:4] == [0, first - 100, first - 100, first - 100]
+    assert closed[kernel.SENT].iloc[1] == first
+    assert closed[kernel.SENT].iloc[2] == first + 100
+    assert closed[kernel.SENT].iloc[3] == 5000 + first - 100
+    assert closed[kernel.ADDED_LATENCY].tolist()[:4] == [0, first - 100, first - 100, first - 100]
     # another user is not delayed
-    assert closed[ADDED_LATENCY].tolist()[4:] == [0, 0]
+    assert closed[kernel.ADDED_LATENCY].tolist()[4:] == [0, 0]
 
 
 def test_closed_loop_throttles_are_the_core_on_the_shifted_timeline() -> None:
     frame = traffic_frame(30_000, seed=11, brokers=2)
     config = mixed_config(scale=0.5)
-    for _, broker in frame.groupby(BROKER):
+    for _, broker in frame.groupby(kernel.BROKER):
         closed = kernel.replay_closed(broker, config)
-        assert (closed[ADDED_LATENCY] > 0).any()
-        assert (closed[SENT] >= broker[TS]).all()
+        assert (closed[kernel.ADDED_LATENCY] > 0).any()
+        assert (closed[kernel.SENT] >= broker[kernel.TS]).all()
         # replaying the timeline the clients followed gives the same throttles
-        shifted = broker.assign(**{TS: closed[SENT].to_numpy()})
-        shifted[SEQ_COLUMNS[0]] = 0
-        shifted[SEQ_COLUMNS[1]] = kernel.time_order(broker).argsort()  # original rank breaks ties
+        shifted = broker.assign(**{kernel.TS: closed[kernel.SENT].to_numpy()})
+        shifted[kernel.SEQ_COLUMNS[0]] = 0
+        shifted[kernel.SEQ_COLUMNS[1]] = kernel.time_order(
+            broker
+        ).argsort()  # original rank breaks ties
         want = one_at_a_time(shifted, config)
-        for column in (PRODUCE_THROTTLE, FETCH_THROTTLE, REQUEST_THROTTLE):
+        for column in (kernel.PRODUCE_THROTTLE, kernel.FETCH_THROTTLE, kernel.REQUEST_THROTTLE):
             np.testing.assert_array_equal(closed[column].to_numpy(), want[column].to_numpy())
         # and a client never sends before the mute of its previous throttled request ends
-        for _, client in closed.assign(u=broker[USER], c=broker[CLIENT]).groupby(["u", "c"]):
-            ordered = client.sort_values(SENT, kind="stable")
-            ends = (ordered[SENT] + ordered[THROTTLE]).cummax().shift(1).fillna(-1)
-            assert (ordered[SENT].to_numpy() >= ends.to_numpy()).all()
-            assert ordered[ADDED_LATENCY].is_monotonic_increasing
+        for _, client in closed.assign(u=broker[kernel.USER], c=broker[kernel.CLIENT]).groupby(
+            ["u", "c"]
+        ):
+            ordered = client.sort_values(kernel.SENT, kind="stable")
+            ends = (ordered[kernel.SENT] + ordered[kernel.THROTTLE]).cummax().shift(1).fillna(-1)
+            assert (ordered[kernel.SENT].to_numpy() >= ends.to_numpy()).all()
+            assert ordered[kernel.ADDED_LATENCY].is_monotonic_increasing
 
 
 # -- summaries --------------------------------------------------------------------------------
 
 
 def usage_frame(**columns: Any) -> pd.DataFrame:
-    n = len(columns[TIME])
+    n = len(columns[kernel.TIME])
     base = {
-        BROKER: "b",
-        SENSOR_USER: "u",
-        SENSOR_CLIENT: "",
-        USER: "u",
-        CLIENT: "c",
-        BYTES: columns.get(USAGE, [0] * n),
-        RECORDED: True,
-        ADDED_LATENCY: 0,
+        kernel.BROKER: "b",
+        kernel.SENSOR_USER: "u",
+        kernel.SENSOR_CLIENT: "",
+        kernel.USER: "u",
+        kernel.CLIENT: "c",
+        kernel.BYTES: columns.get(kernel.USAGE, [0] * n),
+        kernel.RECORDED: True,
+        kernel.ADDED_LATENCY: 0,
     }
     base.update(columns)
     return pd.DataFrame(base)
@@ -363,14 +368,14 @@ def test_summary_of_one_sensor_by_hand() -> None:
     throttles = [0] * 98 + [500, -7]  # the wrapped negative counts as 0
     usage = usage_frame(
         **{
-            TIME: list(range(0, 100_000, 1000)),
-            USAGE: [100] * 99 + [20_000],
-            THROTTLE: throttles,
-            ADDED_LATENCY: [0] * 99 + [40],
+            kernel.TIME: list(range(0, 100_000, 1000)),
+            kernel.USAGE: [100] * 99 + [20_000],
+            kernel.THROTTLE: throttles,
+            kernel.ADDED_LATENCY: [0] * 99 + [40],
         }
     )
     row = kernel.summarize(usage, config, "produce").iloc[0]
-    assert row["requests"] == 100 and row[BYTES] == 99 * 100 + 20_000
+    assert row["requests"] == 100 and row[kernel.BYTES] == 99 * 100 + 20_000
     assert row["throttled_requests"] == 1 and row["throttled_fraction"] == 0.01
     assert row["total_throttle_ms"] == 500 and row["max_throttle_ms"] == 500
     assert row["mean_throttle_ms"] == 5.0
@@ -386,18 +391,20 @@ def test_summary_leaves_unrecorded_fetches_out_of_the_rate_and_reads_bounds() ->
     config = mixed_config()
     usage = usage_frame(
         **{
-            TIME: [0, 10, 20],
-            USAGE: [1000, 5000, 1000],
-            RECORDED: [True, False, True],
-            THROTTLE: [0, 30, 0],
-            SENSOR_USER: "tenant-009",
-            USER: "tenant-009",
+            kernel.TIME: [0, 10, 20],
+            kernel.USAGE: [1000, 5000, 1000],
+            kernel.RECORDED: [True, False, True],
+            kernel.THROTTLE: [0, 30, 0],
+            kernel.SENSOR_USER: "tenant-009",
+            kernel.USER: "tenant-009",
         }
     )
     row = kernel.summarize(usage, config, "fetch").iloc[0]
     assert row["peak_rate"] == 200.0
     assert row["quota"] == config.manager("fetch").quota_for("tenant-009", "c") == 40_000
-    unlimited = kernel.summarize(usage.assign(**{SENSOR_USER: "", USER: ""}), config, "request")
+    unlimited = kernel.summarize(
+        usage.assign(**{kernel.SENSOR_USER: "", kernel.USER: ""}), config, "request"
+    )
     assert math.isnan(unlimited["quota"].iloc[0]) or unlimited["quota"].iloc[0] > 0
     assert kernel.summarize(usage.iloc[:0], config, "fetch").empty
 
@@ -433,9 +440,9 @@ def test_sensor_tags_and_bounds_come_from_the_core() -> None:
     frame = traffic_frame(3_000, seed=9)
     managers = {t: config.manager(t) for t in kernel.QUOTA_TYPES}
     resolved = kernel.resolve_sensors(frame, managers)
-    kinds = kernel.kinds(frame[API])
+    kinds = kernel.kinds(frame[kernel.API])
     for i in range(0, len(frame), 37):
-        user, client = frame[USER].iloc[i], frame[CLIENT].iloc[i]
+        user, client = frame[kernel.USER].iloc[i], frame[kernel.CLIENT].iloc[i]
         request = managers["request"].tags(user, client)
         assert (resolved["request_user"][i], resolved["request_client"][i]) == request
         if kinds[i] in ("produce", "fetch"):
@@ -443,12 +450,12 @@ def test_sensor_tags_and_bounds_come_from_the_core() -> None:
             assert (resolved["byte_user"][i], resolved["byte_client"][i]) == tags
         else:
             assert pd.isna(resolved["byte_user"][i])
-    pairs = kernel.pair_sensors(frame[USER], frame[CLIENT], managers)
+    pairs = kernel.pair_sensors(frame[kernel.USER], frame[kernel.CLIENT], managers)
     for row in pairs.sample(50, random_state=0).itertuples():
         assert row.quota_type in kernel.QUOTA_TYPES
-    bounds = pairs.groupby(["quota_type", SENSOR_USER, SENSOR_CLIENT])["quota"].nunique(
-        dropna=False
-    )
+    bounds = pairs.groupby(["quota_type", kernel.SENSOR_USER, kernel.SENSOR_CLIENT])[
+        "quota"
+    ].nunique(dropna=False)
     assert (bounds == 1).all()  # a sensor's clients all see one bound
     assert kernel.kinds(pd.Series(["Produce", "FETCH", "metadata", None])).tolist() == [
         "produce",
@@ -471,18 +478,32 @@ def test_entity_label() -> None:
 def test_recommendation_is_the_smallest_quota_under_the_target() -> None:
     frame = traffic_frame(30_000, seed=4, brokers=3)
     config = mixed_config()
-    produce = frame[kernel.kinds(frame[API]) == "produce"]
-    tags = kernel.sensor_tags(produce[USER], produce[CLIENT], config.manager("produce"))
-    usage = produce.assign(**{SENSOR_USER: tags[0], SENSOR_CLIENT: tags[1], USAGE: produce[BYTES]})
-    heavy = usage[usage[SENSOR_USER] == usage[SENSOR_USER].value_counts().index[0]]
+    produce = frame[kernel.kinds(frame[kernel.API]) == "produce"]
+    tags = kernel.sensor_tags(
+        produce[kernel.USER], produce[kernel.CLIENT], config.manager("produce")
+    )
+    usage = produce.assign(
+        **{
+            kernel.SENSOR_USER: tags[0],
+            kernel.SENSOR_CLIENT: tags[1],
+            kernel.USAGE: produce[kernel.BYTES],
+        }
+    )
+    heavy = usage[usage[kernel.SENSOR_USER] == usage[kernel.SENSOR_USER].value_counts().index[0]]
     target = 0.02
     out = kernel.recommend(heavy, config.window, "produce", target)
     assert len(out) == 1
     row = out.iloc[0]
     traffic = []
-    for _, part in heavy.groupby(BROKER):
+    for _, part in heavy.groupby(kernel.BROKER):
         order = kernel.time_order(part)
-        traffic.append((part[TS].to_numpy()[order], part[USAGE].to_numpy(dtype=float)[order], None))
+        traffic.append(
+            (
+                part[kernel.TS].to_numpy()[order],
+                part[kernel.USAGE].to_numpy(dtype=float)[order],
+                None,
+            )
+        )
     quota = row["recommended_quota"]
     assert row["brokers"] == 3 and row["requests"] == len(heavy)
     assert throttled_fraction(traffic, "produce", config.window, quota) <= target
@@ -497,25 +518,25 @@ def recommendation_usage(frame: pd.DataFrame, quota_type: str) -> pd.DataFrame:
     recommend stage receives them (``unrecord_if``: the request quota throttled it)."""
     config = mixed_config()
     result = pd.concat(
-        kernel.replay_open(part, config) for _, part in frame.groupby(BROKER, sort=False)
+        kernel.replay_open(part, config) for _, part in frame.groupby(kernel.BROKER, sort=False)
     ).loc[frame.index]
     if quota_type == "request":
-        rows = frame[THREAD].notna().to_numpy()
-        usage = frame[THREAD]
+        rows = frame[kernel.THREAD].notna().to_numpy()
+        usage = frame[kernel.THREAD]
     else:
-        rows = np.asarray(kernel.kinds(frame[API]) == quota_type)
-        usage = frame[BYTES]
-    tags = kernel.sensor_tags(frame[USER], frame[CLIENT], config.manager(quota_type))  # type: ignore[arg-type]
+        rows = np.asarray(kernel.kinds(frame[kernel.API]) == quota_type)
+        usage = frame[kernel.BYTES]
+    tags = kernel.sensor_tags(frame[kernel.USER], frame[kernel.CLIENT], config.manager(quota_type))  # type: ignore[arg-type]
     out = pd.DataFrame(
         {
-            BROKER: frame[BROKER],
-            SENSOR_USER: tags[0],
-            SENSOR_CLIENT: tags[1],
-            TS: frame[TS],
-            USAGE: usage.fillna(0).astype(np.int64),
-            "unrecord_if": (result[REQUEST_THROTTLE] > 0).to_numpy(),
-            SEQ_COLUMNS[0]: frame[SEQ_COLUMNS[0]],
-            SEQ_COLUMNS[1]: frame[SEQ_COLUMNS[1]],
+            kernel.BROKER: frame[kernel.BROKER],
+            kernel.SENSOR_USER: tags[0],
+            kernel.SENSOR_CLIENT: tags[1],
+            kernel.TS: frame[kernel.TS],
+            kernel.USAGE: usage.fillna(0).astype(np.int64),
+            "unrecord_if": (result[kernel.REQUEST_THROTTLE] > 0).to_numpy(),
+            kernel.SEQ_COLUMNS[0]: frame[kernel.SEQ_COLUMNS[0]],
+            kernel.SEQ_COLUMNS[1]: frame[kernel.SEQ_COLUMNS[1]],
         }
     )
     return out[rows]
@@ -533,9 +554,9 @@ def test_recommendations_equal_the_per_candidate_managers(
     # every entity of a mixed trace (several brokers each, repeated times), searched in one
     # core call, against the plain search: one QuotaManager per broker and candidate
     frame = traffic_frame(12_000, seed=11, brokers=3)
-    frame[TS] = frame[TS] - frame[TS] % 7  # times that repeat
+    frame[kernel.TS] = frame[kernel.TS] - frame[kernel.TS] % 7  # times that repeat
     usage = recommendation_usage(frame, quota_type)
-    assert usage[SENSOR_USER].nunique() + usage[SENSOR_CLIENT].nunique() > 4
+    assert usage[kernel.SENSOR_USER].nunique() + usage[kernel.SENSOR_CLIENT].nunique() > 4
     got = kernel.recommend(usage, window, quota_type, target)  # type: ignore[arg-type]
     want = recommend_reference(usage, window, quota_type, target)  # type: ignore[arg-type]
     assert len(got) == len(want) > 3
@@ -549,8 +570,8 @@ def test_recommendations_of_an_empty_group_and_bad_usage() -> None:
     empty = kernel.recommend(usage.iloc[:0], Window(), "produce", 0.02)
     assert empty.empty and list(empty.columns) == list(kernel.RECOMMENDATION_COLUMNS)
     bad = usage.copy()
-    bad[USAGE] = bad[USAGE].astype(float)
-    bad.iloc[5, bad.columns.get_loc(USAGE)] = -12.5
+    bad[kernel.USAGE] = bad[kernel.USAGE].astype(float)
+    bad.iloc[5, bad.columns.get_loc(kernel.USAGE)] = -12.5
     with pytest.raises(kquota.InvalidUsageError, match=r"-12\.5"):
         kernel.recommend(bad, Window(), "produce", 0.02)
 

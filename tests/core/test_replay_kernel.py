@@ -29,33 +29,18 @@ from kquota import (
 )
 from kquota._core import double_to_int
 from kquota.backtest import kernel
-from kquota.backtest.kernel import (
-    ADDED_LATENCY,
-    API,
-    BROKER,
-    BYTES,
-    CLIENT,
-    FETCH_THROTTLE,
-    PRODUCE_THROTTLE,
-    RECORDED,
-    REQUEST_THROTTLE,
-    SENSOR_CLIENT,
-    SENSOR_USER,
-    SENT,
-    THREAD,
-    THROTTLE,
-    TIME,
-    TS,
-    USAGE,
-    USER,
-)
 from kquota.config import QuotaConfig
 from kquota.conformance import Scenario, load_scenario
 from test_backtest_kernel import mixed_config, traffic_frame
 
 VECTORS = paths.SHARED_VECTORS
 SCALES = (0.5, 1.0, 2.0)
-THROTTLES = (PRODUCE_THROTTLE, FETCH_THROTTLE, REQUEST_THROTTLE, THROTTLE)
+THROTTLES = (
+    kernel.PRODUCE_THROTTLE,
+    kernel.FETCH_THROTTLE,
+    kernel.REQUEST_THROTTLE,
+    kernel.THROTTLE,
+)
 
 
 def path_of(config: QuotaConfig) -> RequestPath:
@@ -71,14 +56,16 @@ class Columns:
     def __init__(self, frame: pd.DataFrame) -> None:
         self.order = kernel.time_order(frame)
         ordered = frame.iloc[self.order]
-        keys = pd.Series(list(zip(ordered[USER], ordered[CLIENT], strict=True)), dtype=object)
+        keys = pd.Series(
+            list(zip(ordered[kernel.USER], ordered[kernel.CLIENT], strict=True)), dtype=object
+        )
         codes, uniques = pd.factorize(keys, sort=False)
         self.pairs: list[tuple[str, str]] = [(str(u), str(c)) for u, c in uniques]
         self.pair = codes.astype(np.int32)
-        self.time_ms = ordered[TS].to_numpy(dtype=np.int64)
-        self.kind = kernel.kind_codes(ordered[API])
-        self.bytes = ordered[BYTES].to_numpy(dtype=np.float64)
-        self.thread_ns = ordered[THREAD].to_numpy(dtype=np.float64, na_value=np.nan)
+        self.time_ms = ordered[kernel.TS].to_numpy(dtype=np.int64)
+        self.kind = kernel.kind_codes(ordered[kernel.API])
+        self.bytes = ordered[kernel.BYTES].to_numpy(dtype=np.float64)
+        self.thread_ns = ordered[kernel.THREAD].to_numpy(dtype=np.float64, na_value=np.nan)
         self.acks = np.full(len(frame), -1, dtype=np.int16)
 
     def __len__(self) -> int:
@@ -113,7 +100,7 @@ def replay(
         assert mine["seq"].tolist() == list(range(len(frame)))
         result = pd.DataFrame(index=frame.index)
         position = cols.order[mine["seq"].to_numpy()]
-        for name in (*THROTTLES, SENT, ADDED_LATENCY, "throttled_by"):
+        for name in (*THROTTLES, kernel.SENT, kernel.ADDED_LATENCY, "throttled_by"):
             column = np.empty(len(frame), dtype=mine[name].dtype)
             column[position] = mine[name].to_numpy()
             result[name] = column
@@ -133,22 +120,28 @@ def test_open_loop_equals_replay_open(frame: pd.DataFrame) -> None:
         want = kernel.replay_open(frame, config)
         for name in THROTTLES:
             np.testing.assert_array_equal(result[name].to_numpy(), want[name].to_numpy(), name)
-        np.testing.assert_array_equal(result[SENT].to_numpy(), frame[TS].to_numpy())
-        assert (result[ADDED_LATENCY] == 0).all()
+        np.testing.assert_array_equal(result[kernel.SENT].to_numpy(), frame[kernel.TS].to_numpy())
+        assert (result[kernel.ADDED_LATENCY] == 0).all()
     # the trace throttles through every quota, less as the quotas grow
-    assert (got[0][[PRODUCE_THROTTLE, FETCH_THROTTLE, REQUEST_THROTTLE]] > 0).any().all()
-    counts = [int((g[THROTTLE] > 0).sum()) for g in got]
+    assert (
+        (got[0][[kernel.PRODUCE_THROTTLE, kernel.FETCH_THROTTLE, kernel.REQUEST_THROTTLE]] > 0)
+        .any()
+        .all()
+    )
+    counts = [int((g[kernel.THROTTLE] > 0).sum()) for g in got]
     assert counts[0] > counts[1] > counts[2]
 
 
 def test_throttled_by_names_the_quota_that_applied(frame: pd.DataFrame) -> None:
     (result,), _ = replay(frame, [mixed_config()])
     by = result["throttled_by"].to_numpy()
-    assert ((by >= 0) == (result[THROTTLE] > 0)).all()
-    for code, name in enumerate((PRODUCE_THROTTLE, FETCH_THROTTLE, REQUEST_THROTTLE)):
+    assert ((by >= 0) == (result[kernel.THROTTLE] > 0)).all()
+    for code, name in enumerate(
+        (kernel.PRODUCE_THROTTLE, kernel.FETCH_THROTTLE, kernel.REQUEST_THROTTLE)
+    ):
         rows = by == code
         assert rows.any()
-        np.testing.assert_array_equal(result[name][rows], result[THROTTLE][rows])
+        np.testing.assert_array_equal(result[name][rows], result[kernel.THROTTLE][rows])
 
 
 def test_closed_loop_equals_replay_closed(frame: pd.DataFrame) -> None:
@@ -156,9 +149,9 @@ def test_closed_loop_equals_replay_closed(frame: pd.DataFrame) -> None:
     got, _ = replay(frame, configs, closed_loop=True, batch=613)
     for config, result in zip(configs, got, strict=True):
         want = replay_closed(frame, config)
-        for name in (*THROTTLES, SENT, ADDED_LATENCY):
+        for name in (*THROTTLES, kernel.SENT, kernel.ADDED_LATENCY):
             np.testing.assert_array_equal(result[name].to_numpy(), want[name].to_numpy(), name)
-        assert (result[ADDED_LATENCY] > 0).any()
+        assert (result[kernel.ADDED_LATENCY] > 0).any()
 
 
 def test_batching_does_not_change_the_closed_loop(frame: pd.DataFrame) -> None:
@@ -171,53 +164,41 @@ def test_batching_does_not_change_the_closed_loop(frame: pd.DataFrame) -> None:
 def usage_of(frame: pd.DataFrame, result: pd.DataFrame, quota_type: str) -> pd.DataFrame:
     """One row per request recorded by a ``quota_type`` sensor (as the job builds it)."""
     config = mixed_config()
-    kind = kernel.kinds(frame[API])
+    kind = kernel.kinds(frame[kernel.API])
     if quota_type == "request":
-        rows = frame[THREAD].notna().to_numpy()
-        usage = frame[THREAD]
+        rows = frame[kernel.THREAD].notna().to_numpy()
+        usage = frame[kernel.THREAD]
         recorded = np.ones(len(frame), dtype=bool)
     else:
         rows = kind == quota_type
-        usage = frame[BYTES]
+        usage = frame[kernel.BYTES]
         recorded = np.ones(len(frame), dtype=bool)
         if quota_type == "fetch":
-            recorded = ~((result[FETCH_THROTTLE] > 0) | (result[REQUEST_THROTTLE] > 0)).to_numpy()
-    tags = kernel.sensor_tags(frame[USER], frame[CLIENT], config.manager(quota_type))  # type: ignore[arg-type]
+            recorded = ~(
+                (result[kernel.FETCH_THROTTLE] > 0) | (result[kernel.REQUEST_THROTTLE] > 0)
+            ).to_numpy()
+    tags = kernel.sensor_tags(frame[kernel.USER], frame[kernel.CLIENT], config.manager(quota_type))  # type: ignore[arg-type]
     out = pd.DataFrame(
         {
-            BROKER: "",
-            SENSOR_USER: tags[0],
-            SENSOR_CLIENT: tags[1],
-            USER: frame[USER],
-            CLIENT: frame[CLIENT],
-            TIME: result[SENT],
-            USAGE: usage.fillna(0).astype(np.int64),
-            BYTES: frame[BYTES],
-            RECORDED: recorded,
-            THROTTLE: result[kernel.THROTTLE_OF[quota_type]],  # type: ignore[index]
-            ADDED_LATENCY: result[ADDED_LATENCY],
+            kernel.BROKER: "",
+            kernel.SENSOR_USER: tags[0],
+            kernel.SENSOR_CLIENT: tags[1],
+            kernel.USER: frame[kernel.USER],
+            kernel.CLIENT: frame[kernel.CLIENT],
+            kernel.TIME: result[kernel.SENT],
+            kernel.USAGE: usage.fillna(0).astype(np.int64),
+            kernel.BYTES: frame[kernel.BYTES],
+            kernel.RECORDED: recorded,
+            kernel.THROTTLE: result[kernel.THROTTLE_OF[quota_type]],  # type: ignore[index]
+            kernel.ADDED_LATENCY: result[kernel.ADDED_LATENCY],
         },
         index=frame.index,
     )
     return out[rows]
 
 
-SUMMARY = (
-    "quota",
-    "requests",
-    "bytes",
-    "usage",
-    "throttled_requests",
-    "throttled_fraction",
-    "total_throttle_ms",
-    "mean_throttle_ms",
-    "p99_throttle_ms",
-    "max_throttle_ms",
-    "peak_rate",
-    "utilization",
-    "mean_added_latency_ms",
-    "max_added_latency_ms",
-)
+SUMMARY = kernel.SUMMARY_COLUMNS[kernel.SUMMARY_COLUMNS.index("quota") :]
+"""The per-sensor numbers of a summary (the columns after the sensor's names)."""
 
 
 @pytest.mark.parametrize("closed_loop", [False, True], ids=["open", "closed"])
@@ -230,8 +211,8 @@ def test_summaries_equal_summarize(frame: pd.DataFrame, closed_loop: bool) -> No
             want = kernel.summarize(usage_of(frame, result, quota_type), config, quota_type)
             mine = summaries[(summaries["scenario"] == s) & (summaries["quota_type"] == quota_type)]
             assert len(mine) == len(want) > 0
-            for ours, theirs in ((SENSOR_USER, SENSOR_USER), (SENSOR_CLIENT, SENSOR_CLIENT)):
-                assert mine[ours].tolist() == want[theirs].tolist()
+            for name in (kernel.SENSOR_USER, kernel.SENSOR_CLIENT):
+                assert mine[name].tolist() == want[name].tolist()
             for name in SUMMARY:
                 np.testing.assert_array_equal(
                     mine[name].to_numpy(), want[name].to_numpy(), f"{quota_type} {name}"

@@ -17,21 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
-from kquota.backtest import requestlog
-from kquota.backtest.kernel import (
-    API,
-    BROKER,
-    BYTES,
-    CLIENT,
-    MUTATION_APIS,
-    PARTITIONS,
-    SEQ_COLUMNS,
-    STRICT,
-    THREAD,
-    TOPIC_PARTITIONS,
-    TS,
-    USER,
-)
+from kquota.backtest import kernel, requestlog
 from kquota.backtest.options import OUTPUT_COLUMNS
 from kquota.backtest.session import spark_errors, spark_message
 from kquota.exceptions import OutputError, TrafficError
@@ -53,9 +39,17 @@ __all__ = [
     "valid",
 ]
 
-STANDARD: Final = (TS, BROKER, USER, CLIENT, API, BYTES, THREAD)
+STANDARD: Final = (
+    kernel.TS,
+    kernel.BROKER,
+    kernel.USER,
+    kernel.CLIENT,
+    kernel.API,
+    kernel.BYTES,
+    kernel.THREAD,
+)
 """The traffic table's own columns, in output order."""
-REQUIRED: Final = (TS, CLIENT, API, BYTES)
+REQUIRED: Final = (kernel.TS, kernel.CLIENT, kernel.API, kernel.BYTES)
 """Columns the traffic must have (``broker``, ``user``, ``thread_time_ns`` are optional)."""
 PREFIX: Final = "_kq_"
 """The prefix of the back-test's working columns (no input column may start with it)."""
@@ -138,7 +132,7 @@ def read_traffic(spark: SparkSession, path: str, input_format: str = "auto") -> 
         if chosen == "parquet"
         else F.monotonically_increasing_id()  # CSV: one partition per split, in split order
     )
-    seq_file, seq_row = SEQ_COLUMNS
+    seq_file, seq_row = kernel.SEQ_COLUMNS
     return frame.select(
         "*",
         (ranked.cast("long") * F.lit(1 << 44) + F.col("_metadata.file_block_start")).alias(
@@ -282,42 +276,51 @@ def parse(frame: DataFrame) -> DataFrame:
             return F.lit("")
         return F.coalesce(F.col(name).cast("string"), F.lit(""))
 
-    ts, ts_bad = time_ms(TS)
-    size, size_bad = whole(BYTES, "a whole number")
-    size_bad = F.coalesce(size_bad, F.when(size < 0, F.lit(f"{BYTES} negative")))
-    if THREAD in types:
-        thread, thread_bad = whole(THREAD, "a whole number")
-        thread_bad = F.when(F.col(THREAD).isNull(), F.lit(None)).otherwise(
-            F.coalesce(thread_bad, F.when(thread < 0, F.lit(f"{THREAD} negative")))
+    ts, ts_bad = time_ms(kernel.TS)
+    size, size_bad = whole(kernel.BYTES, "a whole number")
+    size_bad = F.coalesce(size_bad, F.when(size < 0, F.lit(f"{kernel.BYTES} negative")))
+    if kernel.THREAD in types:
+        thread, thread_bad = whole(kernel.THREAD, "a whole number")
+        thread_bad = F.when(F.col(kernel.THREAD).isNull(), F.lit(None)).otherwise(
+            F.coalesce(thread_bad, F.when(thread < 0, F.lit(f"{kernel.THREAD} negative")))
         )
     else:
         thread, thread_bad = F.lit(None).cast("long"), F.lit(None).cast("string")
-    api = F.col(API).cast("string")
-    api_bad = F.when(api.isNull() | (F.trim(api) == ""), F.lit(f"{API} missing"))
+    api = F.col(kernel.API).cast("string")
+    api_bad = F.when(api.isNull() | (F.trim(api) == ""), F.lit(f"{kernel.API} missing"))
     mutation: list[Column] = []
     mutation_bad = F.lit(None).cast("string")
-    if PARTITIONS in types:
+    if kernel.PARTITIONS in types:
         # a controller mutation: partitions >= 0 on CreateTopics, CreatePartitions or
         # DeleteTopics, with whether its version is strict
-        partitions, partitions_bad = whole(PARTITIONS, "a whole number")
-        is_mutation = F.regexp_replace(F.lower(F.trim(api)), "_", "").isin(*sorted(MUTATION_APIS))
-        strict = F.col(STRICT).cast("boolean") if STRICT in types else F.lit(None).cast("boolean")
+        partitions, partitions_bad = whole(kernel.PARTITIONS, "a whole number")
+        is_mutation = F.regexp_replace(F.lower(F.trim(api)), "_", "").isin(
+            *sorted(kernel.MUTATION_APIS)
+        )
+        strict = (
+            F.col(kernel.STRICT).cast("boolean")
+            if kernel.STRICT in types
+            else F.lit(None).cast("boolean")
+        )
         mutation_bad = (
-            F.when(F.col(PARTITIONS).isNull(), F.lit(None))
+            F.when(F.col(kernel.PARTITIONS).isNull(), F.lit(None))
             .when(partitions_bad.isNotNull(), partitions_bad)
-            .when(partitions < 0, F.lit(f"{PARTITIONS} negative"))
-            .when(partitions > 2**31 - 1, F.lit(f"{PARTITIONS} over 2147483647"))
+            .when(partitions < 0, F.lit(f"{kernel.PARTITIONS} negative"))
+            .when(partitions > 2**31 - 1, F.lit(f"{kernel.PARTITIONS} over 2147483647"))
             .when(
                 ~is_mutation,
-                F.lit(f"{PARTITIONS} on an api not CreateTopics, CreatePartitions, DeleteTopics"),
+                F.lit(
+                    f"{kernel.PARTITIONS} on an api not CreateTopics, CreatePartitions,"
+                    " DeleteTopics"
+                ),
             )
-            .when(strict.isNull(), F.lit(f"{STRICT} missing (a mutation needs it)"))
+            .when(strict.isNull(), F.lit(f"{kernel.STRICT} missing (a mutation needs it)"))
         )
         mutation = [partitions.alias("_kq_partitions"), strict.alias("_kq_strict")]
-        if TOPIC_PARTITIONS in types:
+        if kernel.TOPIC_PARTITIONS in types:
             # per-topic counts in request order (null: one topic of partitions)
-            given = F.col(TOPIC_PARTITIONS)
-            kind = types[TOPIC_PARTITIONS]
+            given = F.col(kernel.TOPIC_PARTITIONS)
+            kind = types[kernel.TOPIC_PARTITIONS]
             if isinstance(kind, T.ArrayType) and isinstance(kind.elementType, T.IntegralType):
                 topics = given.cast("array<long>")
                 bad_topic = F.exists(topics, lambda v: v.isNull() | (v < 0) | (v > 2**31 - 1))
@@ -325,36 +328,42 @@ def parse(frame: DataFrame) -> DataFrame:
                 topics_bad = (
                     F.when(given.isNull(), F.lit(None))
                     .when(
-                        F.col(PARTITIONS).isNull(),
-                        F.lit(f"{TOPIC_PARTITIONS} without {PARTITIONS}"),
+                        F.col(kernel.PARTITIONS).isNull(),
+                        F.lit(f"{kernel.TOPIC_PARTITIONS} without {kernel.PARTITIONS}"),
                     )
                     .when(
                         bad_topic,
-                        F.lit(f"{TOPIC_PARTITIONS} with a null, negative or over 2147483647 count"),
+                        F.lit(
+                            f"{kernel.TOPIC_PARTITIONS} with a null, negative or over"
+                            " 2147483647 count"
+                        ),
                     )
-                    .when(total != partitions, F.lit(f"{TOPIC_PARTITIONS} sum is not {PARTITIONS}"))
+                    .when(
+                        total != partitions,
+                        F.lit(f"{kernel.TOPIC_PARTITIONS} sum is not {kernel.PARTITIONS}"),
+                    )
                 )
             else:
                 topics = F.lit(None).cast("array<long>")
                 topics_bad = F.when(
                     given.isNotNull(),
-                    F.lit(f"{TOPIC_PARTITIONS} of wrong type {kind.simpleString()}"),
+                    F.lit(f"{kernel.TOPIC_PARTITIONS} of wrong type {kind.simpleString()}"),
                 )
             mutation_bad = F.coalesce(mutation_bad, topics_bad)
             mutation.append(topics.cast("array<int>").alias("_kq_topic_partitions"))
-    elif TOPIC_PARTITIONS in types:
+    elif kernel.TOPIC_PARTITIONS in types:
         # per-topic counts with no total to replay them by: refused, not carried through
         mutation_bad = F.when(
-            F.col(TOPIC_PARTITIONS).isNotNull(),
-            F.lit(f"{TOPIC_PARTITIONS} without {PARTITIONS}"),
+            F.col(kernel.TOPIC_PARTITIONS).isNotNull(),
+            F.lit(f"{kernel.TOPIC_PARTITIONS} without {kernel.PARTITIONS}"),
         )
     reason = F.coalesce(ts_bad, api_bad, size_bad, thread_bad, mutation_bad)
     return frame.select(
         "*",
         ts.alias("_kq_ts"),
-        text(BROKER).alias("_kq_broker"),
-        text(USER).alias("_kq_user"),
-        text(CLIENT).alias("_kq_client"),
+        text(kernel.BROKER).alias("_kq_broker"),
+        text(kernel.USER).alias("_kq_user"),
+        text(kernel.CLIENT).alias("_kq_client"),
         api.alias("_kq_api"),
         size.alias("_kq_bytes"),
         thread.alias("_kq_thread"),
@@ -367,23 +376,25 @@ def valid(parsed: DataFrame, columns: Sequence[str]) -> DataFrame:
     """Valid rows: the standard columns parsed, then every other input column unchanged."""
     from pyspark.sql import functions as F
 
-    mutation = [PARTITIONS, STRICT] if "_kq_partitions" in parsed.columns else []
+    mutation = [kernel.PARTITIONS, kernel.STRICT] if "_kq_partitions" in parsed.columns else []
     if "_kq_topic_partitions" in parsed.columns:
-        mutation.append(TOPIC_PARTITIONS)
+        mutation.append(kernel.TOPIC_PARTITIONS)
     extras = [
         c for c in columns if c not in STANDARD and c not in mutation and not c.startswith(PREFIX)
     ]
     standard = [F.col(f"_kq_{short}").alias(name) for name, short in _SHORT.items()]
     standard += [F.col(f"_kq_{name}").alias(name) for name in mutation]
-    return parsed.where(F.col(REASON_COLUMN).isNull()).select(*standard, *extras, *SEQ_COLUMNS)
+    return parsed.where(F.col(REASON_COLUMN).isNull()).select(
+        *standard, *extras, *kernel.SEQ_COLUMNS
+    )
 
 
 _SHORT: Final = {
-    TS: "ts",
-    BROKER: "broker",
-    USER: "user",
-    CLIENT: "client",
-    API: "api",
-    BYTES: "bytes",
-    THREAD: "thread",
+    kernel.TS: "ts",
+    kernel.BROKER: "broker",
+    kernel.USER: "user",
+    kernel.CLIENT: "client",
+    kernel.API: "api",
+    kernel.BYTES: "bytes",
+    kernel.THREAD: "thread",
 }

@@ -22,33 +22,6 @@ import pyarrow.compute as pc  # type: ignore[import-untyped]
 
 from kquota import QuotaManager, ReplayKernel, RequestPath
 from kquota.backtest import kernel, outputs
-from kquota.backtest.kernel import (
-    ADDED_LATENCY,
-    API,
-    BROKER,
-    BYTES,
-    CLIENT,
-    FETCH_THROTTLE,
-    MUTATION_APIS,
-    MUTATION_RESULTS,
-    PARTITIONS,
-    PRODUCE_THROTTLE,
-    REQUEST_THROTTLE,
-    SENSOR_CLIENT,
-    SENSOR_USER,
-    SENT,
-    SEQ_COLUMNS,
-    THREAD,
-    THROTTLE,
-    TIME,
-    TOPIC_PARTITIONS,
-    TS,
-    USAGE,
-    USER,
-)
-from kquota.backtest.kernel import (
-    STRICT as STRICT_COLUMN,
-)
 from kquota.backtest.options import REQUEST_SENSOR_CLIENT, REQUEST_SENSOR_USER, RESULT_COLUMNS
 from kquota.config import QuotaConfig
 from kquota.quota_types import QuotaType
@@ -105,8 +78,8 @@ def _string_column(values: pd.Categorical) -> pa.Array:
 
 
 TAGS: Final = (
-    (SENSOR_USER, "byte_user"),
-    (SENSOR_CLIENT, "byte_client"),
+    (kernel.SENSOR_USER, "byte_user"),
+    (kernel.SENSOR_CLIENT, "byte_client"),
     (REQUEST_SENSOR_USER, "request_user"),
     (REQUEST_SENSOR_CLIENT, "request_client"),
 )
@@ -118,7 +91,11 @@ def resolve_arrays(
 ) -> pa.Array:
     """Scalar Arrow UDF: each request's kind and sensor tags, as a struct."""
     frame = pd.DataFrame(
-        {USER: _categorical(users), CLIENT: _categorical(clients), API: _categorical(apis)}
+        {
+            kernel.USER: _categorical(users),
+            kernel.CLIENT: _categorical(clients),
+            kernel.API: _categorical(apis),
+        }
     )
     resolved = kernel.resolve_sensors(frame, _managers(config_json))
     fields = [(KIND, "kind"), *TAGS]
@@ -144,7 +121,15 @@ class StreamPlan:
     final: bool
 
 
-_KERNEL_COLUMNS: Final = (BROKER, TS, USER, CLIENT, API, BYTES, THREAD)
+_KERNEL_COLUMNS: Final = (
+    kernel.BROKER,
+    kernel.TS,
+    kernel.USER,
+    kernel.CLIENT,
+    kernel.API,
+    kernel.BYTES,
+    kernel.THREAD,
+)
 
 
 def stream(plan: StreamPlan, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -187,16 +172,16 @@ def stream(plan: StreamPlan, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.R
         else:
             zeros = np.zeros(n, dtype=np.int32)
             byte_results = [(zeros, zeros)] * len(plan.configs)
-        ts = batch.column(names.index(TS)).to_numpy(zero_copy_only=False).astype(np.int64)
+        ts = batch.column(names.index(kernel.TS)).to_numpy(zero_copy_only=False).astype(np.int64)
         no_latency = np.zeros(n, dtype=np.int64)
         per = [
             {
-                PRODUCE_THROTTLE: produce,
-                FETCH_THROTTLE: fetch,
-                REQUEST_THROTTLE: request,
-                THROTTLE: kernel.applied_throttle(produce, fetch, request),
-                SENT: ts,
-                ADDED_LATENCY: no_latency,
+                kernel.PRODUCE_THROTTLE: produce,
+                kernel.FETCH_THROTTLE: fetch,
+                kernel.REQUEST_THROTTLE: request,
+                kernel.THROTTLE: kernel.applied_throttle(produce, fetch, request),
+                kernel.SENT: ts,
+                kernel.ADDED_LATENCY: no_latency,
             }
             for request, (produce, fetch) in zip(requests, byte_results, strict=True)
         ]
@@ -317,7 +302,7 @@ class Tally:
     def add(self, scenario: int, out: dict[str, npt.NDArray[Any]], live: pa.Array | None) -> None:
         """Count one scenario's results ``out`` of a batch (``live``: the broker's own
         throttle of each row, when the traffic has it)."""
-        throttle = np.asarray(out[THROTTLE], dtype=np.int64)
+        throttle = np.asarray(out[kernel.THROTTLE], dtype=np.int64)
         n = len(throttle)
         if not n:
             return
@@ -327,7 +312,7 @@ class Tally:
         rows[:, 2] = 1
         for i, name in enumerate(_TYPE_THROTTLES):
             rows[:, 3 + i] = np.asarray(out[name]) > 0
-        rows[:, 6] = rows[:, 7] = np.asarray(out[ADDED_LATENCY], dtype=np.int64)
+        rows[:, 6] = rows[:, 7] = np.asarray(out[kernel.ADDED_LATENCY], dtype=np.int64)
         self.pending.append(_grouped(rows))
         if sum(len(p) for p in self.pending) >= _TALLY_COMPACT:
             self.pending = [_grouped(np.concatenate(self.pending))]
@@ -381,7 +366,7 @@ def _grouped(rows: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
     return out
 
 
-_TYPE_THROTTLES: Final = (PRODUCE_THROTTLE, FETCH_THROTTLE, REQUEST_THROTTLE)
+_TYPE_THROTTLES: Final = (kernel.PRODUCE_THROTTLE, kernel.FETCH_THROTTLE, kernel.REQUEST_THROTTLE)
 
 
 def tally_frames(
@@ -397,7 +382,7 @@ def tally_frames(
         for scenario, row in tally.comparison.items():
             compared[scenario] = _summed(compared.get(scenario), row)
     counts = pd.DataFrame(merged[:, 2:], columns=list(TALLY_COLUMNS))
-    counts.insert(0, THROTTLE, merged[:, 1])
+    counts.insert(0, kernel.THROTTLE, merged[:, 1])
     counts.insert(0, "scenario", np.asarray(labels, dtype=object)[merged[:, 0]])
     if not compared:
         return counts, None
@@ -549,19 +534,19 @@ def replay(plan: ReplayPlan, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.R
         if not n:
             continue
         names = batch.schema.names
-        broker_codes, broker_names = _encode(batch.column(names.index(BROKER)))
-        user_codes, users = _encode(batch.column(names.index(USER)))
-        client_codes, clients = _encode(batch.column(names.index(CLIENT)))
-        api_codes, apis = _encode(batch.column(names.index(API)))
+        broker_codes, broker_names = _encode(batch.column(names.index(kernel.BROKER)))
+        user_codes, users = _encode(batch.column(names.index(kernel.USER)))
+        client_codes, clients = _encode(batch.column(names.index(kernel.CLIENT)))
+        api_codes, apis = _encode(batch.column(names.index(kernel.API)))
         kind = _kind_codes(apis)[api_codes]
         keys = user_codes.astype(np.int64) * max(len(clients), 1) + client_codes
         distinct, pair_index = _dense_codes(keys, max(len(users) * len(clients), 1))
         pairs = [(users[k // len(clients)], clients[k % len(clients)]) for k in distinct.tolist()]
-        times = batch.column(names.index(TS)).to_numpy(zero_copy_only=False)
-        size = pc.cast(batch.column(names.index(BYTES)), pa.float64()).to_numpy(
+        times = batch.column(names.index(kernel.TS)).to_numpy(zero_copy_only=False)
+        size = pc.cast(batch.column(names.index(kernel.BYTES)), pa.float64()).to_numpy(
             zero_copy_only=False
         )
-        thread = pc.cast(batch.column(names.index(THREAD)), pa.float64()).to_numpy(
+        thread = pc.cast(batch.column(names.index(kernel.THREAD)), pa.float64()).to_numpy(
             zero_copy_only=False
         )
         acks = np.full(n, -1, dtype=np.int16)  # a produce with acks=0 has no thread time
@@ -569,20 +554,20 @@ def replay(plan: ReplayPlan, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.R
         topics: Any = None
         if plan.mutations:
             # a mutation: partitions given on CreateTopics, CreatePartitions or DeleteTopics
-            given = batch.column(names.index(PARTITIONS))
+            given = batch.column(names.index(kernel.PARTITIONS))
             is_api = np.array(
-                [a.lower().replace("_", "") in MUTATION_APIS for a in apis] or [False]
+                [a.lower().replace("_", "") in kernel.MUTATION_APIS for a in apis] or [False]
             )[api_codes]
             is_mutation = is_api & ~given.is_null().to_numpy(zero_copy_only=False)
             kind = np.where(is_mutation, np.int8(3), kind).astype(np.int8)
             partitions = (
                 pc.fill_null(pc.cast(given, pa.int32()), 0).to_numpy(zero_copy_only=False)
             ).astype(np.int32)
-            strict = pc.fill_null(batch.column(names.index(STRICT_COLUMN)), False).to_numpy(
+            strict = pc.fill_null(batch.column(names.index(kernel.STRICT)), False).to_numpy(
                 zero_copy_only=False
             )
-            if TOPIC_PARTITIONS in names:
-                topics = batch.column(names.index(TOPIC_PARTITIONS))
+            if kernel.TOPIC_PARTITIONS in names:
+                topics = batch.column(names.index(kernel.TOPIC_PARTITIONS))
         tag_columns = tags.columns(pairs, pair_index, kind)
         rows = batch
         for (name, _), column in zip(TAGS, tag_columns, strict=True):
@@ -629,7 +614,7 @@ def replay(plan: ReplayPlan, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.R
 def _result_names(plan: ReplayPlan) -> tuple[str, ...]:
     """The kernel's result arrays each scenario's entry of :data:`outputs.RESULTS` holds."""
     names = RESULT_COLUMNS[1:]
-    return (*names, *MUTATION_RESULTS) if plan.mutations else names
+    return (*names, *kernel.MUTATION_RESULTS) if plan.mutations else names
 
 
 def _buffers(plan: ReplayPlan, n: int) -> dict[str, npt.NDArray[Any]]:
@@ -718,9 +703,9 @@ def peak_batches(window_json: str, batches: Iterator[pa.RecordBatch]) -> Iterato
         return
     ids, peaks, p99 = kernel.sensor_peaks(
         table.column("_sid").to_numpy(),
-        table.column(TIME).to_numpy(),
+        table.column(kernel.TIME).to_numpy(),
         table.column("_amount").to_numpy(),
-        table.column(THROTTLE).to_numpy(),
+        table.column(kernel.THROTTLE).to_numpy(),
         _config(window_json).window,
     )
     yield pa.RecordBatch.from_arrays(
@@ -733,16 +718,16 @@ def pair_batches(base_json: str, batches: Iterator[pa.RecordBatch]) -> Iterator[
     """mapInArrow over distinct (user, client_id) pairs: their sensors and bounds."""
     managers = _managers(base_json)
     for batch in batches:
-        frame = _frame(batch, (USER, CLIENT))
-        out = kernel.pair_sensors(frame[USER], frame[CLIENT], managers)
+        frame = _frame(batch, (kernel.USER, kernel.CLIENT))
+        out = kernel.pair_sensors(frame[kernel.USER], frame[kernel.CLIENT], managers)
         yield pa.RecordBatch.from_pandas(out, preserve_index=False)
 
 
 def label_batches(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     """mapInArrow over entity rows: the entity as Kafka names it."""
     for batch in batches:
-        users = batch.column(batch.schema.names.index(SENSOR_USER)).to_pylist()
-        clients = batch.column(batch.schema.names.index(SENSOR_CLIENT)).to_pylist()
+        users = batch.column(batch.schema.names.index(kernel.SENSOR_USER)).to_pylist()
+        clients = batch.column(batch.schema.names.index(kernel.SENSOR_CLIENT)).to_pylist()
         labels = [
             kernel.entity_label(u or "", c or "") for u, c in zip(users, clients, strict=True)
         ]
@@ -771,19 +756,19 @@ def recommend_partition(
         rows = table.filter(pa.array(types == code))
         frame = pd.DataFrame(
             {
-                SENSOR_USER: rows.column("_kq_entity").to_numpy(),
-                SENSOR_CLIENT: np.zeros(rows.num_rows, dtype=np.int64),
-                BROKER: _categorical(rows.column(BROKER)),
+                kernel.SENSOR_USER: rows.column("_kq_entity").to_numpy(),
+                kernel.SENSOR_CLIENT: np.zeros(rows.num_rows, dtype=np.int64),
+                kernel.BROKER: _categorical(rows.column(kernel.BROKER)),
                 **{
                     name: rows.column(name).to_numpy()
-                    for name in (TS, USAGE, "unrecord_if", *SEQ_COLUMNS)
+                    for name in (kernel.TS, kernel.USAGE, "unrecord_if", *kernel.SEQ_COLUMNS)
                     if name in names
                 },
             }
         )
         out = kernel.recommend(frame, _config(base_json).window, kernel.QUOTA_TYPES[code], target)
-        result = out.drop(columns=["quota_type", SENSOR_CLIENT, "entity"]).rename(
-            columns={SENSOR_USER: "_kq_entity"}
+        result = out.drop(columns=["quota_type", kernel.SENSOR_CLIENT, "entity"]).rename(
+            columns={kernel.SENSOR_USER: "_kq_entity"}
         )
         yield pa.RecordBatch.from_pandas(result, schema=schema, preserve_index=False)
     if peak_rss is not None:

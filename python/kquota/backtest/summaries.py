@@ -12,28 +12,6 @@ import pandas as pd  # type: ignore[import-untyped]
 import pyarrow as pa  # type: ignore[import-untyped]
 
 from kquota.backtest import kernel, outputs, requestlog, stages
-from kquota.backtest.kernel import (
-    ADDED_LATENCY,
-    API,
-    BROKER,
-    BYTES,
-    CLIENT,
-    FETCH_THROTTLE,
-    PRODUCE_THROTTLE,
-    RECORDED,
-    REQUEST_THROTTLE,
-    SENSOR_CLIENT,
-    SENSOR_USER,
-    SENT,
-    SEQ_COLUMNS,
-    THREAD,
-    THROTTLE,
-    THROTTLE_OF,
-    TIME,
-    TS,
-    USAGE,
-    USER,
-)
 from kquota.backtest.options import (
     REQUEST_SENSOR_CLIENT,
     REQUEST_SENSOR_USER,
@@ -86,15 +64,15 @@ def usage_all(
         if not config.quotas(quota_type) or (types is not None and quota_type not in types):
             continue
         if quota_type == "request":
-            rows = requests.where(F.col(THREAD).isNotNull())
+            rows = requests.where(F.col(kernel.THREAD).isNotNull())
             tags = (F.col(REQUEST_SENSOR_USER), F.col(REQUEST_SENSOR_CLIENT))
-            usage, recorded = F.col(THREAD), F.lit(True)
+            usage, recorded = F.col(kernel.THREAD), F.lit(True)
         else:
-            rows = requests.where(F.lower(F.col(API)) == quota_type)
-            tags = (F.col(SENSOR_USER), F.col(SENSOR_CLIENT))
-            usage = F.col(BYTES)
+            rows = requests.where(F.lower(F.col(kernel.API)) == quota_type)
+            tags = (F.col(kernel.SENSOR_USER), F.col(kernel.SENSOR_CLIENT))
+            usage = F.col(kernel.BYTES)
             recorded = (
-                (F.col(FETCH_THROTTLE) <= 0) & (F.col(REQUEST_THROTTLE) <= 0)
+                (F.col(kernel.FETCH_THROTTLE) <= 0) & (F.col(kernel.REQUEST_THROTTLE) <= 0)
                 if quota_type == "fetch"
                 else F.lit(True)
             )
@@ -102,20 +80,20 @@ def usage_all(
             rows.select(
                 F.col(SCENARIO),
                 F.lit(quota_type).alias("quota_type"),
-                F.col(BROKER),
-                tags[0].alias(SENSOR_USER),
-                tags[1].alias(SENSOR_CLIENT),
-                F.col(USER),
-                F.col(CLIENT),
-                F.col(TS),
-                F.col(SENT).alias(TIME),
-                usage.cast("long").alias(USAGE),
-                F.col(BYTES),
-                recorded.alias(RECORDED),
-                F.col(THROTTLE_OF[quota_type]).alias(THROTTLE),
-                F.col(ADDED_LATENCY),
-                (F.col(REQUEST_THROTTLE) > 0).alias("unrecord_if"),
-                *SEQ_COLUMNS,
+                F.col(kernel.BROKER),
+                tags[0].alias(kernel.SENSOR_USER),
+                tags[1].alias(kernel.SENSOR_CLIENT),
+                F.col(kernel.USER),
+                F.col(kernel.CLIENT),
+                F.col(kernel.TS),
+                F.col(kernel.SENT).alias(kernel.TIME),
+                usage.cast("long").alias(kernel.USAGE),
+                F.col(kernel.BYTES),
+                recorded.alias(kernel.RECORDED),
+                F.col(kernel.THROTTLE_OF[quota_type]).alias(kernel.THROTTLE),
+                F.col(kernel.ADDED_LATENCY),
+                (F.col(kernel.REQUEST_THROTTLE) > 0).alias("unrecord_if"),
+                *kernel.SEQ_COLUMNS,
             )
         )
     if not parts:
@@ -127,9 +105,10 @@ def usage_all(
 
 
 ENTITY_SCHEMA: Final = (
-    f"{SCENARIO} string, quota_type string, {BROKER} string, {SENSOR_USER} string, "
-    f"{SENSOR_CLIENT} string, entity string, quota double, requests long, {BYTES} long, "
-    f"{USAGE} long, throttled_requests long, throttled_fraction double, "
+    f"{SCENARIO} string, quota_type string, {kernel.BROKER} string, "
+    f"{kernel.SENSOR_USER} string, {kernel.SENSOR_CLIENT} string, entity string, "
+    f"quota double, requests long, {kernel.BYTES} long, "
+    f"{kernel.USAGE} long, throttled_requests long, throttled_fraction double, "
     "total_throttle_ms long, mean_throttle_ms double, p99_throttle_ms long, "
     "max_throttle_ms long, peak_rate double, utilization double, "
     "mean_added_latency_ms double, max_added_latency_ms long"
@@ -168,25 +147,25 @@ def entities(
     """
     from pyspark.sql import functions as F
 
-    keys = [SCENARIO, "quota_type", BROKER, SENSOR_USER, SENSOR_CLIENT]
+    keys = [SCENARIO, "quota_type", kernel.BROKER, kernel.SENSOR_USER, kernel.SENSOR_CLIENT]
     window = options.quotas.window
     # a 64-bit id per sensor keeps the heavy aggregations on one fixed-width key
     usage = usage.withColumn("_sid", F.xxhash64(*keys))
-    throttle = F.greatest(F.col(THROTTLE), F.lit(0))
+    throttle = F.greatest(F.col(kernel.THROTTLE), F.lit(0))
     stats = usage.groupBy("_sid", *keys).agg(
         F.count(F.lit(1)).alias("requests"),
-        F.sum(BYTES).alias(BYTES),
-        F.sum(USAGE).alias(USAGE),
+        F.sum(kernel.BYTES).alias(kernel.BYTES),
+        F.sum(kernel.USAGE).alias(kernel.USAGE),
         F.sum((throttle > 0).cast("long")).alias("throttled_requests"),
         F.sum(throttle.cast("long")).alias("total_throttle_ms"),
         F.max(throttle).cast("long").alias("max_throttle_ms"),
-        F.sum(ADDED_LATENCY).alias("_latency"),
-        F.max(ADDED_LATENCY).alias("max_added_latency_ms"),
+        F.sum(kernel.ADDED_LATENCY).alias("_latency"),
+        F.max(kernel.ADDED_LATENCY).alias("max_added_latency_ms"),
     )
     window_json = QuotaConfig(window).dumps()
-    amount = F.when(F.col(RECORDED), F.col(USAGE)).otherwise(F.lit(0)).cast("long")
+    amount = F.when(F.col(kernel.RECORDED), F.col(kernel.USAGE)).otherwise(F.lit(0)).cast("long")
     peaks = (
-        usage.select("_sid", TIME, amount.alias("_amount"), THROTTLE)
+        usage.select("_sid", kernel.TIME, amount.alias("_amount"), kernel.THROTTLE)
         .repartition("_sid")
         .mapInArrow(
             lambda batches: stages.peak_batches(window_json, batches),
@@ -195,14 +174,15 @@ def entities(
     )
     base_json = options.quotas.dumps()
     bounds = (
-        valid.select(USER, CLIENT)
+        valid.select(kernel.USER, kernel.CLIENT)
         .distinct()
         .mapInArrow(
             lambda batches: stages.pair_batches(base_json, batches),
-            f"quota_type string, {SENSOR_USER} string, {SENSOR_CLIENT} string, quota double",
+            f"quota_type string, {kernel.SENSOR_USER} string, {kernel.SENSOR_CLIENT} string,"
+            " quota double",
         )
         .where(~F.isnan("quota"))
-        .groupBy("quota_type", SENSOR_USER, SENSOR_CLIENT)
+        .groupBy("quota_type", kernel.SENSOR_USER, kernel.SENSOR_CLIENT)
         .agg(F.max("quota").alias("_quota"))
     )
     scales = spark.createDataFrame(
@@ -217,14 +197,14 @@ def entities(
     entities = (
         stats.join(peaks, "_sid")
         .join(F.broadcast(scales), SCENARIO)
-        .join(bounds, ["quota_type", SENSOR_USER, SENSOR_CLIENT], "left")
+        .join(bounds, ["quota_type", kernel.SENSOR_USER, kernel.SENSOR_CLIENT], "left")
         .select(
             *keys,
             F.lit(None).cast("string").alias("entity"),
             quota.alias("quota"),
             "requests",
-            BYTES,
-            USAGE,
+            kernel.BYTES,
+            kernel.USAGE,
             "throttled_requests",
             (F.col("throttled_requests") / F.col("requests")).alias("throttled_fraction"),
             "total_throttle_ms",
@@ -260,13 +240,14 @@ def kernel_entity_frame(parts: dict[str, dict[str, Any]], options: BacktestOptio
     for broker, columns in sorted(parts.items()):
         frame = pd.DataFrame({k: v for k, v in columns.items() if k not in _KERNEL_ONLY})
         frame.insert(0, SCENARIO, np.asarray(options.scenarios, dtype=object)[columns["scenario"]])
-        frame[BROKER] = broker
+        frame[kernel.BROKER] = broker
         frames.append(frame)
     if not frames:
         return pd.DataFrame(columns=_ENTITY_NAMES)
     out = pd.concat(frames, ignore_index=True)
     out["entity"] = [
-        kernel.entity_label(u, c) for u, c in zip(out[SENSOR_USER], out[SENSOR_CLIENT], strict=True)
+        kernel.entity_label(u, c)
+        for u, c in zip(out[kernel.SENSOR_USER], out[kernel.SENSOR_CLIENT], strict=True)
     ]
     return out[_ENTITY_NAMES]
 
@@ -287,7 +268,13 @@ def kernel_entities(spark: SparkSession, frame: pd.DataFrame) -> DataFrame:
     return spark.createDataFrame(out, ENTITY_SCHEMA)
 
 
-_TOP_ORDER: Final = ("total_throttle_ms", "quota_type", BROKER, SENSOR_USER, SENSOR_CLIENT)
+_TOP_ORDER: Final = (
+    "total_throttle_ms",
+    "quota_type",
+    kernel.BROKER,
+    kernel.SENSOR_USER,
+    kernel.SENSOR_CLIENT,
+)
 
 
 def top_entities(entities: DataFrame, base: str, limit: int) -> pd.DataFrame:
@@ -324,14 +311,14 @@ def throttle_counts(requests: DataFrame) -> pd.DataFrame:
 
     counts: pd.DataFrame = (
         outputs.scenario_rows(requests)
-        .groupBy(SCENARIO, THROTTLE)
+        .groupBy(SCENARIO, kernel.THROTTLE)
         .agg(
             F.count(F.lit(1)).alias("requests"),
-            F.sum((F.col(PRODUCE_THROTTLE) > 0).cast("long")).alias("produce_throttled"),
-            F.sum((F.col(FETCH_THROTTLE) > 0).cast("long")).alias("fetch_throttled"),
-            F.sum((F.col(REQUEST_THROTTLE) > 0).cast("long")).alias("request_throttled"),
-            F.sum(ADDED_LATENCY).alias("added_latency_ms"),
-            F.max(ADDED_LATENCY).alias("max_added_latency_ms"),
+            F.sum((F.col(kernel.PRODUCE_THROTTLE) > 0).cast("long")).alias("produce_throttled"),
+            F.sum((F.col(kernel.FETCH_THROTTLE) > 0).cast("long")).alias("fetch_throttled"),
+            F.sum((F.col(kernel.REQUEST_THROTTLE) > 0).cast("long")).alias("request_throttled"),
+            F.sum(kernel.ADDED_LATENCY).alias("added_latency_ms"),
+            F.max(kernel.ADDED_LATENCY).alias("max_added_latency_ms"),
         )
         .toPandas()
     )
@@ -353,7 +340,7 @@ def broker_comparison(requests: DataFrame) -> pd.DataFrame | None:
         return None
     # a value that is not a whole number (a CSV's text) counts as no throttle, as a blank does
     live = F.coalesce(F.col(requestlog.KAFKA_THROTTLE).try_cast("long"), F.lit(0))
-    replay = F.col(THROTTLE)
+    replay = F.col(kernel.THROTTLE)
     counted: pd.DataFrame = (
         outputs.scenario_rows(requests)
         .groupBy(SCENARIO)
@@ -372,7 +359,7 @@ def broker_comparison(requests: DataFrame) -> pd.DataFrame | None:
     return counted
 
 
-_SENSOR_KEY: Final = ("quota_type", BROKER, SENSOR_USER, SENSOR_CLIENT)
+_SENSOR_KEY: Final = ("quota_type", kernel.BROKER, kernel.SENSOR_USER, kernel.SENSOR_CLIENT)
 
 
 _COMPARED: Final = (
@@ -420,9 +407,9 @@ def rate_series(
         if quota_type == "request":
             tags = (F.col(REQUEST_SENSOR_USER), F.col(REQUEST_SENSOR_CLIENT))
         else:
-            tags = (F.col(SENSOR_USER), F.col(SENSOR_CLIENT))
+            tags = (F.col(kernel.SENSOR_USER), F.col(kernel.SENSOR_CLIENT))
         theirs = theirs | (
-            (F.col(BROKER) == F.lit(broker))
+            (F.col(kernel.BROKER) == F.lit(broker))
             & tags[0].eqNullSafe(F.lit(user))
             & tags[1].eqNullSafe(F.lit(client))
         )
@@ -439,16 +426,22 @@ def rate_series(
     unit = F.when(F.col("quota_type") == "request", F.lit(kernel.NANOS_TO_PERCENT)).otherwise(
         F.lit(1.0)
     )
-    amount = F.when(F.col(RECORDED), F.col(USAGE)).otherwise(F.lit(0)).cast("double") * unit
+    amount = (
+        F.when(F.col(kernel.RECORDED), F.col(kernel.USAGE)).otherwise(F.lit(0)).cast("double")
+        * unit
+    )
     frame: pd.DataFrame = (
         usage.where(F.col(SCENARIO) == base)
         .join(F.broadcast(wanted), list(_SENSOR_KEY))
-        .groupBy(*_SENSOR_KEY, F.expr(f"({TIME} - pmod({TIME}, {w})) div {w}").alias("window"))
+        .groupBy(
+            *_SENSOR_KEY,
+            F.expr(f"({kernel.TIME} - pmod({kernel.TIME}, {w})) div {w}").alias("window"),
+        )
         .agg(
             F.sum(amount).alias("amount"),
-            F.sum((F.col(THROTTLE) > 0).cast("long")).alias("throttled"),
+            F.sum((F.col(kernel.THROTTLE) > 0).cast("long")).alias("throttled"),
             F.count(F.lit(1)).alias("requests"),
-            F.sum((~F.col(RECORDED)).cast("long")).alias("unrecorded"),
+            F.sum((~F.col(kernel.RECORDED)).cast("long")).alias("unrecorded"),
         )
         .orderBy(*_SENSOR_KEY, "window")
         .toPandas()
@@ -485,7 +478,7 @@ def recommendations(
     usage = usage_all(requests, options.quotas, scenario=options.scenarios.index(base))
     if usage is None:
         return pd.DataFrame()
-    keys = ["quota_type", SENSOR_USER, SENSOR_CLIENT]
+    keys = ["quota_type", kernel.SENSOR_USER, kernel.SENSOR_CLIENT]
     current: pd.DataFrame = (
         entities.where(F.col(SCENARIO) == base)
         .groupBy(*keys)
@@ -498,11 +491,12 @@ def recommendations(
     current[_ENTITY_ID] = np.arange(len(current), dtype=np.int64)
     current["entity"] = [
         kernel.entity_label(u, c)
-        for u, c in zip(current[SENSOR_USER], current[SENSOR_CLIENT], strict=True)
+        for u, c in zip(current[kernel.SENSOR_USER], current[kernel.SENSOR_CLIENT], strict=True)
     ]
     names = spark.createDataFrame(
         current[[_ENTITY_ID, *keys, "entity", "current_quota", "current_throttled_fraction"]],
-        f"{_ENTITY_ID} long, quota_type string, {SENSOR_USER} string, {SENSOR_CLIENT} string, "
+        f"{_ENTITY_ID} long, quota_type string, {kernel.SENSOR_USER} string, "
+        f"{kernel.SENSOR_CLIENT} string, "
         "entity string, current_quota double, current_throttled_fraction double",
     )
     ids = names.select(*keys, _ENTITY_ID)
@@ -518,11 +512,11 @@ def recommendations(
     usage = usage.select(
         code.alias(_TYPE_CODE),
         _ENTITY_ID,
-        BROKER,
-        TS,
-        USAGE,
+        kernel.BROKER,
+        kernel.TS,
+        kernel.USAGE,
         "unrecord_if",
-        *SEQ_COLUMNS,
+        *kernel.SEQ_COLUMNS,
     ).repartition(buckets * max(len(types), 1), F.col(_ENTITY_ID))
     schema = _arrow_schema(RECOMMENDATION_SCHEMA)
     base_json = options.quotas.dumps()
@@ -535,8 +529,8 @@ def recommendations(
     # the search (mapInArrow, when the join is broadcast) into that one task
     recommended.join(names, _ENTITY_ID).select(
         "quota_type",
-        SENSOR_USER,
-        SENSOR_CLIENT,
+        kernel.SENSOR_USER,
+        kernel.SENSOR_CLIENT,
         "entity",
         "brokers",
         "requests",

@@ -39,7 +39,6 @@ import operator
 import threading
 import weakref
 from collections.abc import Callable, Iterable
-from types import TracebackType
 
 from kquota._core import ControllerMutationQuotaManager, QuotaManager, monotonic_ms
 from kquota.exceptions import ChannelError
@@ -207,12 +206,7 @@ class ThrottledChannels:
     def __enter__(self) -> ThrottledChannels:
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.shutdown()
 
     # -- channels -------------------------------------------------------------------

@@ -35,7 +35,6 @@ import math
 import numbers
 from collections.abc import Callable
 from dataclasses import dataclass
-from types import TracebackType
 from typing import Literal
 
 from kquota._core import (
@@ -194,12 +193,7 @@ class QuotaPlugin:
     def __enter__(self) -> QuotaPlugin:
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     # -- the request path -----------------------------------------------------------

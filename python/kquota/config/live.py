@@ -32,7 +32,6 @@ import logging
 import math
 import threading
 from collections.abc import Iterable
-from types import TracebackType
 from typing import Final, Self
 
 from kquota import (
@@ -380,12 +379,7 @@ class LiveQuotas:
     def __enter__(self) -> Self:
         return self.start()
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.stop()
 
     def _follow(self) -> None:

@@ -40,20 +40,8 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
+from kquota import traffic_schema
 from kquota.exceptions import InvalidConfigError, OutputError
-from kquota.traffic_schema import (
-    ACKS,
-    API,
-    API_VERSION,
-    BROKER,
-    BYTES,
-    CLIENT,
-    CORRELATION_ID,
-    KAFKA_THROTTLE,
-    THREAD,
-    TS,
-    USER,
-)
 
 if TYPE_CHECKING:
     import pyarrow as pa  # type: ignore[import-untyped]
@@ -87,17 +75,17 @@ def _schema() -> pa.Schema:
 
     return pa.schema(
         [
-            (TS, pa.int64()),
-            (BROKER, pa.string()),
-            (USER, pa.string()),
-            (CLIENT, pa.string()),
-            (API, pa.string()),
-            (BYTES, pa.int64()),
-            (THREAD, pa.int64()),
-            (ACKS, pa.int32()),
-            (KAFKA_THROTTLE, pa.int32()),
-            (API_VERSION, pa.int32()),
-            (CORRELATION_ID, pa.int32()),
+            (traffic_schema.TS, pa.int64()),
+            (traffic_schema.BROKER, pa.string()),
+            (traffic_schema.USER, pa.string()),
+            (traffic_schema.CLIENT, pa.string()),
+            (traffic_schema.API, pa.string()),
+            (traffic_schema.BYTES, pa.int64()),
+            (traffic_schema.THREAD, pa.int64()),
+            (traffic_schema.ACKS, pa.int32()),
+            (traffic_schema.KAFKA_THROTTLE, pa.int32()),
+            (traffic_schema.API_VERSION, pa.int32()),
+            (traffic_schema.CORRELATION_ID, pa.int32()),
             (CONNECTION, pa.string()),
         ]
     )

@@ -11,19 +11,9 @@ import numpy as np
 import pandas as pd  # type: ignore[import-untyped]
 
 from kquota import QuotaManager
+from kquota.backtest.kernel import schema
 from kquota.backtest.kernel.replay import _pair_codes
-from kquota.backtest.kernel.schema import (
-    ADDED_LATENCY,
-    BROKER,
-    BYTES,
-    CLIENT,
-    NANOS_TO_PERCENT,
-    QUOTA_TYPES,
-    THROTTLE,
-    USER,
-    FloatArray,
-    Int64Array,
-)
+from kquota.backtest.kernel.schema import FloatArray, Int64Array
 from kquota.config import QuotaConfig, Window
 from kquota.quota_types import QuotaType
 
@@ -58,13 +48,13 @@ TIME: Final = "time_ms"
 
 SUMMARY_COLUMNS: Final = (
     "quota_type",
-    BROKER,
+    schema.BROKER,
     SENSOR_USER,
     SENSOR_CLIENT,
     "entity",
     "quota",
     "requests",
-    BYTES,
+    schema.BYTES,
     USAGE,
     "throttled_requests",
     "throttled_fraction",
@@ -92,12 +82,12 @@ def entity_label(user_tag: str, client_tag: str) -> str:
 
 def rate_unit(quota_type: QuotaType) -> float:
     """What one unit of usage is in the quota's unit: 1 byte, or :data:`NANOS_TO_PERCENT`."""
-    return NANOS_TO_PERCENT if quota_type == "request" else 1.0
+    return schema.NANOS_TO_PERCENT if quota_type == "request" else 1.0
 
 
 def _rate_units(quota_type: QuotaType, usage: FloatArray) -> FloatArray:
     """Usage in the unit the quota bounds: bytes, or percent of a thread for ``request``."""
-    return usage * NANOS_TO_PERCENT if quota_type == "request" else usage
+    return usage * schema.NANOS_TO_PERCENT if quota_type == "request" else usage
 
 
 def rate_span_seconds(window: Window) -> float:
@@ -218,10 +208,12 @@ def sensor_bounds(
 
 
 def _quota_type(name: str) -> QuotaType:
-    for quota_type in QUOTA_TYPES:
+    for quota_type in schema.QUOTA_TYPES:
         if name == quota_type:
             return quota_type
-    raise ValueError(f"invalid quota type {name!r}: expected one of {', '.join(QUOTA_TYPES)}")
+    raise ValueError(
+        f"invalid quota type {name!r}: expected one of {', '.join(schema.QUOTA_TYPES)}"
+    )
 
 
 def summarize(usage: pd.DataFrame, config: QuotaConfig, quota_type: QuotaType) -> pd.DataFrame:
@@ -242,38 +234,38 @@ def summarize(usage: pd.DataFrame, config: QuotaConfig, quota_type: QuotaType) -
     """
     if usage.empty:
         return pd.DataFrame({name: pd.Series(dtype=object) for name in SUMMARY_COLUMNS})
-    keys = [BROKER, SENSOR_USER, SENSOR_CLIENT]
+    keys = [schema.BROKER, SENSOR_USER, SENSOR_CLIENT]
     latency = (
-        usage[ADDED_LATENCY].to_numpy(dtype=np.int64)
-        if ADDED_LATENCY in usage.columns
+        usage[schema.ADDED_LATENCY].to_numpy(dtype=np.int64)
+        if schema.ADDED_LATENCY in usage.columns
         else np.zeros(len(usage), dtype=np.int64)
     )
     frame = pd.DataFrame(
         {
-            BROKER: usage[BROKER].astype(object).to_numpy(),
+            schema.BROKER: usage[schema.BROKER].astype(object).to_numpy(),
             SENSOR_USER: usage[SENSOR_USER].astype(object).to_numpy(),
             SENSOR_CLIENT: usage[SENSOR_CLIENT].astype(object).to_numpy(),
-            "throttle": usage[THROTTLE].to_numpy(dtype=np.int64).clip(min=0),
-            BYTES: usage[BYTES].to_numpy(dtype=np.int64),
+            "throttle": usage[schema.THROTTLE].to_numpy(dtype=np.int64).clip(min=0),
+            schema.BYTES: usage[schema.BYTES].to_numpy(dtype=np.int64),
             USAGE: usage[USAGE].to_numpy(dtype=np.int64),
             "latency": latency,
-            USER: usage[USER].astype(object).to_numpy(),
-            CLIENT: usage[CLIENT].astype(object).to_numpy(),
+            schema.USER: usage[schema.USER].astype(object).to_numpy(),
+            schema.CLIENT: usage[schema.CLIENT].astype(object).to_numpy(),
         }
     )
     frame["throttled"] = (frame["throttle"] > 0).astype(np.int64)
     grouped = frame.groupby(keys, sort=True, dropna=False, observed=True)
     out = grouped.agg(
         requests=("throttle", "size"),
-        bytes=(BYTES, "sum"),
+        bytes=(schema.BYTES, "sum"),
         usage=(USAGE, "sum"),
         throttled_requests=("throttled", "sum"),
         total_throttle_ms=("throttle", "sum"),
         max_throttle_ms=("throttle", "max"),
         latency=("latency", "sum"),
         max_added_latency_ms=("latency", "max"),
-        first_user=(USER, "first"),
-        first_client=(CLIENT, "first"),
+        first_user=(schema.USER, "first"),
+        first_client=(schema.CLIENT, "first"),
     )
     out["p99_throttle_ms"] = grouped["throttle"].agg(
         lambda v: nearest_rank(v.to_numpy(dtype=np.int64), 99)

@@ -10,12 +10,8 @@ import numpy.typing as npt
 import pandas as pd  # type: ignore[import-untyped]
 
 from kquota._core import recommend_quotas
+from kquota.backtest.kernel import schema
 from kquota.backtest.kernel.entities import SENSOR_CLIENT, SENSOR_USER, USAGE, entity_label
-from kquota.backtest.kernel.schema import (
-    BROKER,
-    SEQ_COLUMNS,
-    TS,
-)
 from kquota.config import Window
 from kquota.quota_types import QuotaType
 
@@ -61,11 +57,11 @@ def recommend(
         return pd.DataFrame(columns=list(RECOMMENDATION_COLUMNS))
     user_codes, user_tags = pd.factorize(usage[SENSOR_USER], sort=True, use_na_sentinel=False)
     client_codes, client_tags = pd.factorize(usage[SENSOR_CLIENT], sort=True, use_na_sentinel=False)
-    broker_codes, _ = pd.factorize(usage[BROKER], sort=True, use_na_sentinel=False)
+    broker_codes, _ = pd.factorize(usage[schema.BROKER], sort=True, use_na_sentinel=False)
     keys: list[npt.NDArray[np.generic]] = [
-        usage[name].to_numpy() for name in reversed(SEQ_COLUMNS) if name in usage.columns
+        usage[name].to_numpy() for name in reversed(schema.SEQ_COLUMNS) if name in usage.columns
     ]
-    keys += [usage[TS].to_numpy(dtype=np.int64), broker_codes, client_codes, user_codes]
+    keys += [usage[schema.TS].to_numpy(dtype=np.int64), broker_codes, client_codes, user_codes]
     order = np.lexsort(keys)
     users, clients, brokers = user_codes[order], client_codes[order], broker_codes[order]
     n = len(order)
@@ -85,7 +81,7 @@ def recommend(
     )
     quotas, fractions = recommend_quotas(
         quota_type,
-        usage[TS].to_numpy(dtype=np.int64)[order],
+        usage[schema.TS].to_numpy(dtype=np.int64)[order],
         usage[USAGE].to_numpy(dtype=np.float64)[order],
         runs,
         entity_runs,

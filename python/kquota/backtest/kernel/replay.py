@@ -12,29 +12,8 @@ import pandas as pd  # type: ignore[import-untyped]
 
 from kquota import QuotaManager, ReplayKernel, RequestPath
 from kquota._core import applied_throttles, unrecorded_by_request
-from kquota.backtest.kernel.schema import (
-    ADDED_LATENCY,
-    API,
-    BROKER,
-    BYTES,
-    CLIENT,
-    FETCH_THROTTLE,
-    KIND_FETCH,
-    KIND_OTHER,
-    KIND_PRODUCE,
-    PRODUCE_THROTTLE,
-    REQUEST_THROTTLE,
-    SENT,
-    SEQ_COLUMNS,
-    THREAD,
-    THROTTLE,
-    TS,
-    USER,
-    BoolArray,
-    FloatArray,
-    Int32Array,
-    Int64Array,
-)
+from kquota.backtest.kernel import schema
+from kquota.backtest.kernel.schema import BoolArray, FloatArray, Int32Array, Int64Array
 from kquota.config import QuotaConfig
 from kquota.quota_types import QuotaType
 
@@ -51,8 +30,8 @@ __all__ = [
     "time_order",
 ]
 
-_KIND_NAMES: Final = (KIND_PRODUCE, KIND_FETCH, KIND_OTHER)
-_KIND_CODE: Final = {KIND_PRODUCE: 0, KIND_FETCH: 1}
+_KIND_NAMES: Final = (schema.KIND_PRODUCE, schema.KIND_FETCH, schema.KIND_OTHER)
+_KIND_CODE: Final = {schema.KIND_PRODUCE: 0, schema.KIND_FETCH: 1}
 
 
 def _factorize(values: pd.Series) -> tuple[Int64Array, list[str]]:
@@ -80,10 +59,10 @@ def kinds(api: pd.Series) -> npt.NDArray[np.object_]:
     return np.array(_KIND_NAMES, dtype=object)[kind_codes(api)]
 
 
-def time_order(frame: pd.DataFrame, times: str = TS) -> Int64Array:
+def time_order(frame: pd.DataFrame, times: str = schema.TS) -> Int64Array:
     """Row positions in replay order: by ``times``, ties by :data:`SEQ_COLUMNS` (stable)."""
     keys: list[npt.NDArray[np.generic]] = [
-        frame[name].to_numpy() for name in reversed(SEQ_COLUMNS) if name in frame.columns
+        frame[name].to_numpy() for name in reversed(schema.SEQ_COLUMNS) if name in frame.columns
     ]
     keys.append(frame[times].to_numpy(dtype=np.int64))
     return np.lexsort(keys).astype(np.int64)
@@ -151,8 +130,8 @@ def resolve_sensors(
     ``request_user``/``request_client`` (the request sensor; null without request quotas).
     """
     n = len(frame)
-    kind = kind_codes(frame[API]) if n else np.empty(0, dtype=np.int8)
-    codes, pairs = _pair_codes(frame[USER], frame[CLIENT])
+    kind = kind_codes(frame[schema.API]) if n else np.empty(0, dtype=np.int8)
+    codes, pairs = _pair_codes(frame[schema.USER], frame[schema.CLIENT])
     none = np.zeros(n, dtype=np.bool_)
     result = {
         "kind": pd.Categorical.from_codes(
@@ -253,12 +232,12 @@ class OpenLoop:
         batch = self._batch(frame)
         outs = []
         known = (
-            np.flatnonzero(frame[THREAD].notna().to_numpy())
-            if THREAD in frame.columns
+            np.flatnonzero(frame[schema.THREAD].notna().to_numpy())
+            if schema.THREAD in frame.columns
             else np.empty(0, dtype=np.int64)
         )
         values = (
-            frame[THREAD].to_numpy(dtype=np.float64, na_value=np.nan)[known]
+            frame[schema.THREAD].to_numpy(dtype=np.float64, na_value=np.nan)[known]
             if len(known)
             else np.empty(0)
         )
@@ -279,8 +258,8 @@ class OpenLoop:
         """
         batch = self._batch(frame)
         n = len(frame)
-        kind = kind_codes(frame[API]) if n else np.empty(0, dtype=np.int8)
-        size = frame[BYTES].to_numpy(dtype=np.float64) if n else np.empty(0)
+        kind = kind_codes(frame[schema.API]) if n else np.empty(0, dtype=np.int8)
+        size = frame[schema.BYTES].to_numpy(dtype=np.float64) if n else np.empty(0)
         produce_rows = np.flatnonzero(kind == 0)
         fetch_rows = np.flatnonzero(kind == 1)
         outs = []
@@ -306,10 +285,10 @@ class _Batch:
     """The columns of a batch every quota type needs, converted once."""
 
     def __init__(self, frame: pd.DataFrame) -> None:
-        self.times = frame[TS].to_numpy(dtype=np.int64)
-        self.pair_codes, self.pairs = _pair_codes(frame[USER], frame[CLIENT])
-        if BROKER in frame.columns:
-            self.broker_codes, self.broker_names = _factorize(frame[BROKER])
+        self.times = frame[schema.TS].to_numpy(dtype=np.int64)
+        self.pair_codes, self.pairs = _pair_codes(frame[schema.USER], frame[schema.CLIENT])
+        if schema.BROKER in frame.columns:
+            self.broker_codes, self.broker_names = _factorize(frame[schema.BROKER])
             self.broker_names = self.broker_names or [""]
         else:
             self.broker_codes = np.zeros(len(frame), dtype=np.int64)
@@ -352,21 +331,33 @@ def replay_open(frame: pd.DataFrame, config: QuotaConfig) -> pd.DataFrame:
     request-throttled); a fetch throttled by either quota is unrecorded, as Kafka does.
     """
     order = time_order(frame)
-    needed = [c for c in (BROKER, TS, USER, CLIENT, API, BYTES, THREAD) if c in frame.columns]
+    needed = [
+        c
+        for c in (
+            schema.BROKER,
+            schema.TS,
+            schema.USER,
+            schema.CLIENT,
+            schema.API,
+            schema.BYTES,
+            schema.THREAD,
+        )
+        if c in frame.columns
+    ]
     ordered = frame[needed].iloc[order]
     loop = OpenLoop([config])
     request = loop.request_throttles(ordered)[0]
     produce, fetch = loop.byte_throttles(ordered, [request])[0]
     columns = {}
     for name, values in (
-        (PRODUCE_THROTTLE, produce),
-        (FETCH_THROTTLE, fetch),
-        (REQUEST_THROTTLE, request),
+        (schema.PRODUCE_THROTTLE, produce),
+        (schema.FETCH_THROTTLE, fetch),
+        (schema.REQUEST_THROTTLE, request),
     ):
         column = np.empty(len(frame), dtype=np.int32)
         column[order] = values
         columns[name] = column
-    columns[THROTTLE] = applied_throttle(*columns.values())
+    columns[schema.THROTTLE] = applied_throttle(*columns.values())
     return pd.DataFrame(columns, index=frame.index)
 
 
@@ -388,16 +379,16 @@ def replay_closed(frame: pd.DataFrame, config: QuotaConfig) -> pd.DataFrame:
     produce = np.zeros(n, dtype=np.int32)
     fetch = np.zeros(n, dtype=np.int32)
     request = np.zeros(n, dtype=np.int32)
-    sent = frame[TS].to_numpy(dtype=np.int64).copy()
+    sent = frame[schema.TS].to_numpy(dtype=np.int64).copy()
     if n == 0:
         return _closed_frame(frame, produce, fetch, request, sent)
 
     order = time_order(frame)
     ordered = frame.iloc[order]
-    codes, pairs = _pair_codes(ordered[USER], ordered[CLIENT])
+    codes, pairs = _pair_codes(ordered[schema.USER], ordered[schema.CLIENT])
     thread = (
-        ordered[THREAD].to_numpy(dtype=np.float64, na_value=np.nan)
-        if THREAD in frame.columns
+        ordered[schema.THREAD].to_numpy(dtype=np.float64, na_value=np.nan)
+        if schema.THREAD in frame.columns
         else np.full(n, np.nan)
     )
     path = RequestPath(
@@ -406,10 +397,10 @@ def replay_closed(frame: pd.DataFrame, config: QuotaConfig) -> pd.DataFrame:
     replay = ReplayKernel(pairs, [path], closed_loop=True, expiry_task_ms=None)
     parts = [
         replay.feed(
-            ordered[TS].to_numpy(dtype=np.int64),
+            ordered[schema.TS].to_numpy(dtype=np.int64),
             codes.astype(np.int32),
-            kind_codes(ordered[API]),
-            ordered[BYTES].to_numpy(dtype=np.float64),
+            kind_codes(ordered[schema.API]),
+            ordered[schema.BYTES].to_numpy(dtype=np.float64),
             thread,
             np.full(n, -1, dtype=np.int16),  # a produce with acks=0 has no thread time
         ),
@@ -417,10 +408,10 @@ def replay_closed(frame: pd.DataFrame, config: QuotaConfig) -> pd.DataFrame:
     ]
     position = order[np.concatenate([p["seq"] for p in parts]).astype(np.int64)]
     for name, column in (
-        (PRODUCE_THROTTLE, produce),
-        (FETCH_THROTTLE, fetch),
-        (REQUEST_THROTTLE, request),
-        (SENT, sent),
+        (schema.PRODUCE_THROTTLE, produce),
+        (schema.FETCH_THROTTLE, fetch),
+        (schema.REQUEST_THROTTLE, request),
+        (schema.SENT, sent),
     ):
         column[position] = np.concatenate([p[name] for p in parts])
     return _closed_frame(frame, produce, fetch, request, sent)
@@ -435,12 +426,12 @@ def _closed_frame(
 ) -> pd.DataFrame:
     return pd.DataFrame(
         {
-            PRODUCE_THROTTLE: produce,
-            FETCH_THROTTLE: fetch,
-            REQUEST_THROTTLE: request,
-            THROTTLE: applied_throttle(produce, fetch, request),
-            SENT: sent,
-            ADDED_LATENCY: sent - frame[TS].to_numpy(dtype=np.int64),
+            schema.PRODUCE_THROTTLE: produce,
+            schema.FETCH_THROTTLE: fetch,
+            schema.REQUEST_THROTTLE: request,
+            schema.THROTTLE: applied_throttle(produce, fetch, request),
+            schema.SENT: sent,
+            schema.ADDED_LATENCY: sent - frame[schema.TS].to_numpy(dtype=np.int64),
         },
         index=frame.index,
     )

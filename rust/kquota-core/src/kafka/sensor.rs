@@ -5,9 +5,28 @@ use super::javamath::long_to_int;
 use super::quota::Check;
 use super::quota_type::QuotaType;
 use super::samples::WindowConfig;
+use crate::error::{Error, Result};
 
 /// Kafka's sensor-expiry time for quota sensors: one hour without a record.
 pub const DEFAULT_SENSOR_EXPIRY_MS: i64 = 3_600_000;
+
+/// What a quota manager's sensors take: a window of whole seconds, as Kafka's
+/// `quota.window.size.seconds`, and an expiry of at least 0 ms.
+pub fn check_manager_config(window: &WindowConfig, sensor_expiry_ms: i64) -> Result<()> {
+    if window.window_ms() % 1000 != 0 {
+        return Err(Error::InvalidConfig(format!(
+            "invalid window_ms {}: a quota manager's window is a whole number of seconds \
+             (quota.window.size.seconds), e.g. 1000",
+            window.window_ms()
+        )));
+    }
+    if sensor_expiry_ms < 0 {
+        return Err(Error::InvalidConfig(format!(
+            "invalid sensor_expiry_ms {sensor_expiry_ms}: it must be >= 0"
+        )));
+    }
+    Ok(())
+}
 
 /// Kafka's throttle as a quota manager returns it from a check on windows `window`: the
 /// int of the long (wrapping), and for `request` first capped at one window (KIP-124).

@@ -26,7 +26,9 @@ pub use crate::kafka::quota_type::QuotaType;
 use crate::kafka::rate_cell::{Bound, BoundSource, RateCell};
 use crate::kafka::samples::{Samples, WindowConfig};
 pub use crate::kafka::sensor::DEFAULT_SENSOR_EXPIRY_MS;
-use crate::kafka::sensor::{max_value_in_quota_window, sensor_expired, throttle_int};
+use crate::kafka::sensor::{
+    check_manager_config, max_value_in_quota_window, sensor_expired, throttle_int,
+};
 use crate::kafka::units::rate_units;
 use crate::sync::cow::{collect_garbage, pin, CowCell, Guard};
 use crate::sync::hash_map::Node;
@@ -543,18 +545,7 @@ impl QuotaManager {
     /// A manager for `quota_type` whose window is a whole number of seconds, as Kafka's
     /// `quota.window.size.seconds`; sensors expire after `sensor_expiry_ms` without a record.
     pub fn new(quota_type: QuotaType, window: WindowConfig, sensor_expiry_ms: i64) -> Result<Self> {
-        if window.window_ms() % 1000 != 0 {
-            return Err(Error::InvalidConfig(format!(
-                "invalid window_ms {}: a quota manager's window is a whole number of seconds \
-                 (quota.window.size.seconds), e.g. 1000",
-                window.window_ms()
-            )));
-        }
-        if sensor_expiry_ms < 0 {
-            return Err(Error::InvalidConfig(format!(
-                "invalid sensor_expiry_ms {sensor_expiry_ms}: it must be >= 0"
-            )));
-        }
+        check_manager_config(&window, sensor_expiry_ms)?;
         Ok(QuotaManager {
             quota_type,
             window,

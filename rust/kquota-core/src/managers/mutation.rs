@@ -22,7 +22,7 @@ use crate::kafka::javamath::long_to_int;
 pub use crate::kafka::mutation_api::MutationApi;
 use crate::kafka::quota::UNLIMITED;
 use crate::kafka::samples::{Samples, WindowConfig};
-use crate::kafka::sensor::DEFAULT_SENSOR_EXPIRY_MS;
+use crate::kafka::sensor::{check_manager_config, DEFAULT_SENSOR_EXPIRY_MS};
 use crate::kafka::token_bucket::{check_permits, BucketCell, MutationCheck};
 use crate::sync::cow::{pin, CowCell};
 
@@ -137,18 +137,7 @@ impl ControllerMutationQuotaManager {
     /// window is a whole number of seconds (`quota.window.size.seconds`). Sensors expire
     /// after `sensor_expiry_ms` without a record.
     pub fn new(window: WindowConfig, sensor_expiry_ms: i64) -> Result<Self> {
-        if window.window_ms() % 1000 != 0 {
-            return Err(Error::InvalidConfig(format!(
-                "invalid window_ms {}: a quota manager's window is a whole number of seconds \
-                 (quota.window.size.seconds), e.g. 1000",
-                window.window_ms()
-            )));
-        }
-        if sensor_expiry_ms < 0 {
-            return Err(Error::InvalidConfig(format!(
-                "invalid sensor_expiry_ms {sensor_expiry_ms}: it must be >= 0"
-            )));
-        }
+        check_manager_config(&window, sensor_expiry_ms)?;
         Ok(ControllerMutationQuotaManager {
             window,
             sensor_expiry_ms,
