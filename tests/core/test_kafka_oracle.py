@@ -802,6 +802,41 @@ def test_controller_mutation_quotas_agree_with_kafka(oracle: KafkaOracle) -> Non
         assert tally.events.get(seen, 0) > 0, (seen, tally.events)
 
 
+@pytest.mark.slow
+def test_a_mutation_request_keeps_its_sensor_through_quota_changes_and_expiry(
+    oracle: KafkaOracle,
+) -> None:
+    """A request's quota records into the sensor it got when it was made: after a quota
+    change moves its client to other tags, and after expiry removed that sensor and the
+    quota it enforced was removed (a removed sensor's quota no longer follows the
+    configuration). Each step's answer must be Kafka's."""
+    hour = 3_600_000
+    moved = [
+        {"op": "set", "t": 1, "q": 1.0, "eu": "N:alice", "ec": None},
+        {"op": "rq_open", "t": 1000, "u": "alice", "c": "c1", "strict": False, "rid": 0},
+        {"op": "set", "t": 1000, "q": 100.0, "eu": "N:alice", "ec": "N:c1"},
+        {"op": "rq_record", "t": 2000, "rid": 0, "v": 9.0},
+        {"op": "read", "t": 2000, "u": "alice", "c": "c1"},
+    ]
+    expired = [
+        {"op": "set", "t": 1, "q": 1.0, "eu": "N:alice", "ec": None},
+        {"op": "rq_open", "t": 1000, "u": "alice", "c": "c1", "strict": False, "rid": 0},
+        {"op": "expire", "t": 2 * hour},
+        {"op": "remove", "t": 2 * hour, "eu": "N:alice", "ec": None},
+        {"op": "rq_record", "t": 2 * hour + 1000, "rid": 0, "v": 90.0},
+        {"op": "strict", "t": 2 * hour + 1000, "u": "alice", "c": "c1", "v": 90.0},
+        {"op": "sensors", "t": 2 * hour + 1000},
+    ]
+    traces = [Trace("mutation", {"samples": 5, "window_s": 1}, 0, ops) for ops in (moved, expired)]
+    tally = Tally()
+    compare_batch(oracle, traces, run_mutation_trace, kafka_mutation_view, tally)
+    assert tally.operations == len(moved) + len(expired)
+    # the point of each trace: the held sensor throttles where a fresh one would not
+    (moved_answers, expired_answers) = (run_mutation_trace(t) for t in traces)
+    assert moved_answers[3]["last"] > 0 and expired_answers[4]["last"] > 0
+    assert expired_answers[5] == {"ok": True, "last": 0}
+
+
 # == connection creation rates =============================================================
 
 LISTENERS: Final = ("EXTERNAL", "REPLICATION", "ADMIN")

@@ -10,8 +10,8 @@
 //! (so a quota change is effective at once; the tokens are kept, as Kafka keeps them).
 
 use std::sync::atomic::{
-    AtomicBool, AtomicI64,
-    Ordering::{Relaxed, Release},
+    AtomicBool, AtomicI64, AtomicU64,
+    Ordering::{Acquire, Relaxed, Release},
 };
 use std::sync::Arc;
 
@@ -50,6 +50,8 @@ struct BucketSensor {
     bucket: BucketCell,
     rate: CowCell<Samples>,
     life: Life,
+    /// The bound once expiry removed the sensor (f64 bits), set before `life.removed`.
+    frozen_bound: AtomicU64,
 }
 
 /// The throttle-time `Avg` sensor of one tag pair (broker default windows, 2 x 30 s).
@@ -93,10 +95,13 @@ fn get_or_create<S: Alive + Send + Sync + 'static>(
     }
 }
 
+/// Removes the sensors of `map` idle for longer than `expiry_ms`, calling `on_remove` on
+/// each before it is marked removed; their tags.
 fn expire<S: Alive + Send + Sync + 'static>(
     map: &Map<Pair, Arc<S>>,
     now: i64,
     expiry_ms: i64,
+    on_remove: impl Fn(&Pair, &S),
 ) -> Vec<Pair> {
     let m = map.pin();
     let stale: Vec<(Pair, Arc<S>)> = m
@@ -109,6 +114,7 @@ fn expire<S: Alive + Send + Sync + 'static>(
         if now.wrapping_sub(sensor.life().last_record.load(Relaxed)) <= expiry_ms {
             continue;
         }
+        on_remove(&key, &sensor);
         if !sensor.life().removed.swap(true, Release) {
             removed.push(key.clone());
         }
@@ -230,6 +236,7 @@ impl ControllerMutationQuotaManager {
             bucket: BucketCell::new(),
             rate: CowCell::new(Samples::new()),
             life: Life::new(now),
+            frozen_bound: AtomicU64::new(UNLIMITED.to_bits()),
         });
         get_or_create(&self.throttles, &tags, || ThrottleSensor {
             samples: CowCell::new(Samples::new()),
@@ -251,10 +258,15 @@ impl ControllerMutationQuotaManager {
         now: i64,
     ) -> MutationCheck {
         let guard = pin();
-        let bound = self.config.read(&guard, |c| {
-            c.overrides.quota_limit(tags.first(), tags.second())
-        });
-        let bound = bound.unwrap_or(UNLIMITED);
+        let bound = if sensor.life.removed.load(Acquire) {
+            f64::from_bits(sensor.frozen_bound.load(Relaxed))
+        } else {
+            self.config
+                .read(&guard, |c| {
+                    c.overrides.quota_limit(tags.first(), tags.second())
+                })
+                .unwrap_or(UNLIMITED)
+        };
         let check = if strict {
             sensor
                 .bucket
@@ -391,6 +403,7 @@ impl ControllerMutationQuotaManager {
             bucket: BucketCell::new(),
             rate: CowCell::new(Samples::new()),
             life: Life::new(now),
+            frozen_bound: AtomicU64::new(UNLIMITED.to_bits()),
         });
         let sensor = get_or_create(&self.throttles, &tags, || ThrottleSensor {
             samples: CowCell::new(Samples::new()),
@@ -469,11 +482,22 @@ impl ControllerMutationQuotaManager {
     /// Removes the sensors idle for strictly longer than the expiry; returns their Kafka
     /// names, sorted. A bucket created again later starts as a new one.
     pub fn expire_sensors(&self, now: i64) -> Vec<String> {
-        let mut names: Vec<String> = expire(&self.buckets, now, self.sensor_expiry_ms)
+        let guard = pin();
+        let config = self.config.load(&guard);
+        // A removed bucket keeps the bound its tags have now: Kafka updates the quota of
+        // registered sensors only, and a request that holds this one records on with it.
+        let freeze = |tags: &Pair, sensor: &BucketSensor| {
+            let bound = config
+                .overrides
+                .quota_limit(tags.first(), tags.second())
+                .unwrap_or(UNLIMITED);
+            sensor.frozen_bound.store(bound.to_bits(), Relaxed);
+        };
+        let mut names: Vec<String> = expire(&self.buckets, now, self.sensor_expiry_ms, freeze)
             .iter()
             .map(|k| Self::sensor_name("", k))
             .chain(
-                expire(&self.throttles, now, self.sensor_expiry_ms)
+                expire(&self.throttles, now, self.sensor_expiry_ms, |_, _| {})
                     .iter()
                     .map(|k| Self::sensor_name("ThrottleTime", k)),
             )
