@@ -265,15 +265,19 @@ def encoded_size(entity: Any) -> int:
 def expected_bytes(logged: LoggedRequest) -> int:
     """The bytes a reader must find for ``logged``, from kio's own encoding of its
     messages and the definitions of the doc (section 5): Produce: header + request body;
-    consumer Fetch not throttled: 4 + response body; otherwise 0. Produce v0-2 and Fetch
-    v0-3 are encoded as v3/v4 less the fields they lack (:func:`legacy_fields`): a null
-    transactional id (2 bytes), per partition the last stable offset (8) and null aborted
-    transactions (4), and Fetch v0's throttle time (4)."""
+    consumer Fetch not throttled: 4 + response body, encoded as Kafka sizes it for the
+    quota, with no ``node_endpoints`` (Kafka sizes it with an empty node list); otherwise 0.
+    Produce v0-2 and Fetch v0-3 are encoded as v3/v4 less the fields they lack
+    (:func:`legacy_fields`): a null transactional id (2 bytes), per partition the last
+    stable offset (8) and null aborted transactions (4), and Fetch v0's throttle time (4)."""
     if logged.api_key == 0 and logged.request is not None:
         size = encoded_size(logged.header) + encoded_size(logged.request)
         return size - (2 if logged.api_version < 3 else 0)
     if logged.api_key == 1 and logged.response is not None and logged.throttle_ms == 0:
-        size = 4 + encoded_size(logged.response)
+        response = logged.response
+        if getattr(response, "node_endpoints", ()):
+            response = dataclasses.replace(response, node_endpoints=())
+        size = 4 + encoded_size(response)
         if logged.api_version < 4:
             partitions = sum(len(t.partitions) for t in logged.response.responses)
             size -= 12 * partitions + (4 if logged.api_version < 1 else 0)

@@ -91,6 +91,11 @@ def run_import(args: argparse.Namespace) -> int:
         )
         for reason, count in summary.skipped.items():
             print(f"skipped {count:,} line(s): {reason}", file=sys.stderr)
+        if summary.share_fetches:
+            print(
+                f"{summary.share_fetches:,} ShareFetch request(s): {requestlog.SHARE_FETCH_BYTES}",
+                file=sys.stderr,
+            )
         return EXIT_OK
 
     return _run(args, "traffic import", action)

@@ -13,15 +13,22 @@ What a row holds (``../shared/docs/kafka-request-log.md``, section 5):
   rounded down to the millisecond, the end being the line's timestamp read in
   :attr:`LogOptions.timezone`;
 * ``broker`` (from the file's path or :attr:`LogOptions.broker_id`), ``user`` (the
-  principal's name), ``client_id``, ``api`` (``produce``, ``fetch``, ``metadata``...);
+  principal's name), ``client_id`` (a ``null`` client id, printed before Kafka 3.1, is the
+  empty one), ``api`` (``produce``, ``fetch``, ``metadata``...);
 * ``bytes``: for Produce the request size Kafka records (header + body, rebuilt from the
   logged fields with the message schema of the logged version); for a consumer Fetch that
-  was not throttled, 4 + the response body size; 0 for a throttled Fetch (Kafka
-  un-records it and sends an empty response) and for every other API;
+  was not throttled, 4 + the response body size as Kafka sizes it for the quota (without
+  the ``nodeEndpoints`` of v16+, with ``"records":null`` partitions as empty ones, from
+  the fetch keys of 3.0+ or of 2.8); 0 for a throttled Fetch (Kafka un-records it and sends
+  an empty response), for ShareFetch (its size is not logged: counted in
+  :attr:`LogSummary.share_fetches`) and for every other API;
 * ``thread_time_ns``: handler-thread time (``localTimeMs``), null for Produce with
   ``acks=0`` (Kafka records it on the exempt sensor, not the request quota);
 * extra columns carried through the back-test: :data:`ACKS`, :data:`KAFKA_THROTTLE`
-  (what Kafka applied), :data:`API_VERSION`, :data:`CORRELATION_ID`;
+  (what Kafka applied: the line's ``throttleTimeMs``, and for CreateTopics,
+  CreatePartitions and DeleteTopics the larger of it and the logged response's, which
+  holds the controller-mutation throttle of a forwarded request), :data:`API_VERSION`,
+  :data:`CORRELATION_ID`;
 * when the log has CreateTopics, CreatePartitions or DeleteTopics lines,
   :data:`~kquota.backtest.kernel.PARTITIONS`, :data:`~kquota.backtest.kernel.STRICT` and
   :data:`~kquota.backtest.kernel.TOPIC_PARTITIONS` (:func:`mutation_partitions`: topic
@@ -84,6 +91,7 @@ from kquota.backtest.requestlog.lines import (
     OLD_FORMAT,
     OTHER_LINE,
     REASONS,
+    SHARE_FETCH,
     STRICT_SINCE,
     TOO_LONG,
     TRACE_LINE,
@@ -95,6 +103,7 @@ from kquota.backtest.requestlog.sizes import (
 )
 from kquota.backtest.requestlog.summary import (
     EXAMPLES,
+    SHARE_FETCH_BYTES,
     UNKNOWN_COUNT,
     LogSummary,
 )
@@ -133,6 +142,8 @@ __all__ = [
     "OLD_FORMAT",
     "OTHER_LINE",
     "REASONS",
+    "SHARE_FETCH",
+    "SHARE_FETCH_BYTES",
     "STRICT_SINCE",
     "TOO_LONG",
     "TRACE_LINE",

@@ -11,7 +11,13 @@ from typing import TYPE_CHECKING, Any
 
 from kquota.backtest.requestlog.files import LogOptions
 from kquota.backtest.requestlog.lines import _REASON, _Lines, read
-from kquota.backtest.requestlog.summary import LogSummary, _metrics, _spark_call, _summary
+from kquota.backtest.requestlog.summary import (
+    SHARE_FETCH_BYTES,
+    LogSummary,
+    _metrics,
+    _spark_call,
+    _summary,
+)
 from kquota.traffic_schema import (
     API,
     BROKER,
@@ -64,6 +70,8 @@ class Description:
             f"  {api:<24} {n:>14,} requests {b:>18,} bytes" for api, (n, b) in self.apis.items()
         ]
         lines.append(f"bytes: {total:,}")
+        if s.share_fetches:
+            lines.append(f"ShareFetch requests: {s.share_fetches:,} ({SHARE_FETCH_BYTES})")
         if s.skipped:
             lines.append("lines skipped:")
             for reason, count in s.skipped.items():

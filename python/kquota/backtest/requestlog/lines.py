@@ -55,6 +55,11 @@ METADATA: Final = 3
 CREATE_TOPICS: Final = 19
 DELETE_TOPICS: Final = 20
 CREATE_PARTITIONS: Final = 37
+SHARE_FETCH: Final = 78
+"""ShareFetch (KIP-932 share groups): Kafka records its response size against the fetch
+byte quota, but its logged response prints records as ``""`` with no size, so its bytes
+cannot be rebuilt: its rows have 0 bytes and are counted apart
+(:attr:`~kquota.backtest.requestlog.summary.LogSummary.share_fetches`)."""
 STRICT_SINCE: Final = {
     CREATE_TOPICS: MUTATION_STRICT_SINCE["create_topics"],
     CREATE_PARTITIONS: MUTATION_STRICT_SINCE["create_partitions"],
@@ -124,18 +129,23 @@ _METADATA_RESPONSE: Final = (
     "topics array<struct<name string, errorCode int, partitions array<struct<partitionIndex int>>>>"
 )
 _FETCH_REQUEST: Final = "replicaId int, replicaState struct<replicaId int>"
+# a fetch response's partition under the names of 3.0+ (partitionIndex, recordsSizeInBytes)
+# and of 2.8 (partition, recordSetSizeInBytes); records printed as null have neither size
+_FETCH_PARTITION: Final = (
+    "array<struct<partitionIndex int, partition int, "
+    "abortedTransactions array<struct<producerId long>>, "
+    "recordsSizeInBytes long, recordSetSizeInBytes long, divergingEpoch struct<epoch int>, "
+    "currentLeader struct<leaderId int>, snapshotId struct<epoch int>>>"
+)
 _FETCH_RESPONSE: Final = (
-    "responses array<struct<topic string, topicId string, partitions array<struct<"
-    "partitionIndex int, abortedTransactions array<struct<producerId long>>, "
-    "recordsSizeInBytes long, divergingEpoch struct<epoch int>, "
-    "currentLeader struct<leaderId int>, snapshotId struct<epoch int>>>>>, "
-    "nodeEndpoints array<struct<nodeId int, host string, rack string>>"
+    f"responses array<struct<topic string, topicId string, partitions {_FETCH_PARTITION}, "
+    f"partitionResponses {_FETCH_PARTITION}>>"
 )
 LINE_SCHEMA: Final = (
     "isForwarded boolean, requestHeader struct<requestApiKey int, requestApiVersion int, "
     "correlationId int, clientId string, requestApiKeyName string>, "
     f"request struct<{_PRODUCE_REQUEST}, {_FETCH_REQUEST}, {_MUTATION_REQUEST}>, "
-    f"response struct<{_FETCH_RESPONSE}, {_METADATA_RESPONSE}>, "
+    f"response struct<throttleTimeMs long, {_FETCH_RESPONSE}, {_METADATA_RESPONSE}>, "
     "localTimeMs double, throttleTimeMs long, responseQueueTimeMs double, sendTimeMs double, "
     "principal string"
 )
@@ -161,14 +171,16 @@ _EXAMPLE: Final = "_kq_example"
 _FILE: Final = "_kq_file"
 _PLAIN: Final = "_kq_plain_bytes"
 _TOPICS: Final = "_kq_topics"
+_SHARE: Final = "_kq_share_fetch"
 
 
 def read(spark: SparkSession, path: str, options: LogOptions | None = None) -> _Lines:
     """Every line of the request-log files ``path`` names, classified: the traffic columns
     (:data:`COLUMNS`), :data:`~kquota.backtest.kernel.SEQ_COLUMNS`, ``_kq_reason`` (null for
-    a row, else one of :data:`REASONS`), ``_kq_example`` and ``_kq_file``. Lazy: nothing is
-    read until an action. Raises :class:`~kquota.exceptions.TrafficError` naming a path
-    that cannot be read or a file whose broker id cannot be found."""
+    a row, else one of :data:`REASONS`), ``_kq_example``, ``_kq_file`` and
+    ``_kq_share_fetch`` (a ShareFetch line). Lazy: nothing is read until an action. Raises
+    :class:`~kquota.exceptions.TrafficError` naming a path that cannot be read or a file
+    whose broker id cannot be found."""
     from pyspark.sql import functions as F
 
     from kquota.backtest.session import spark_errors, spark_message
@@ -243,6 +255,14 @@ def read(spark: SparkSession, path: str, options: LogOptions | None = None) -> _
     record_ms = F.floor((F.unix_micros(end) - queue_us - send_us) / 1000).cast("long")
     thread_ns = F.round(line["localTimeMs"] * 1000).cast("long") * 1000
     throttle = line["throttleTimeMs"]
+    # A mutation request a broker forwards to the controller has two lines: the controller's
+    # (isForwarded, skipped) and the broker's, whose throttleTimeMs is the request quota's
+    # only; the controller-mutation throttle is in the logged response, and the broker gives
+    # the client the larger of the two (RequestHandlerHelper.sendForwardedResponse).
+    mutation_throttle = F.coalesce(response["throttleTimeMs"], F.lit(0)).cast("long")
+    kafka_throttle = F.when(
+        key.isin(*STRICT_SINCE), F.greatest(throttle, mutation_throttle)
+    ).otherwise(throttle)
     replica = F.coalesce(request["replicaState"]["replicaId"], request["replicaId"], F.lit(-1))
     acks = request["acks"]
     complete = (
@@ -330,7 +350,7 @@ def read(spark: SparkSession, path: str, options: LogOptions | None = None) -> _
         size_bytes.alias(BYTES),
         F.when(produce & (acks == 0), F.lit(None).cast("long")).otherwise(thread_ns).alias(THREAD),
         F.when(produce, acks).alias(ACKS),
-        throttle.alias(KAFKA_THROTTLE),
+        kafka_throttle.alias(KAFKA_THROTTLE),
         version.alias(API_VERSION),
         header["correlationId"].alias(CORRELATION_ID),
         topics.alias(_TOPICS),
@@ -339,6 +359,7 @@ def read(spark: SparkSession, path: str, options: LogOptions | None = None) -> _
         reason.alias(_REASON),
         F.when(reason.isNotNull(), example).alias(_EXAMPLE),
         F.col(_FILE),
+        (key == SHARE_FETCH).alias(_SHARE),
         F.when(~F.col(_FILE).endswith(".gz"), F.col("_kq_size") + 1).alias(_PLAIN),
     )
     return _Lines(frame, files, tuple(found))

@@ -88,7 +88,15 @@ def produce_request_size(header: Column, request: Column) -> Column:
 
 
 def fetch_response_size(version: Column, response: Column) -> Column:
-    """4 + the Fetch response body size, as ``FetchResponse.sizeOf`` (doc section 5)."""
+    """4 + the Fetch response body size, as ``FetchResponse.sizeOf`` (doc section 5).
+
+    Both key sets of the logged response are read: 3.0 and later name a topic's partitions
+    ``partitions`` and their records ``records`` (``recordsSizeInBytes``), 2.8 names them
+    ``partitionResponses`` and ``recordSet`` (``recordSetSizeInBytes``); a reader of one set
+    only would find no partition in the other's lines. Records printed as ``null`` (error
+    partitions, 4.0+) have no size key and count as 0 bytes of records, which Kafka encodes
+    in as many bytes as an empty record set. ``nodeEndpoints`` is not counted: Kafka sizes
+    the response for the quota with an empty node list and adds the endpoints afterwards."""
     from pyspark.sql import functions as F
 
     flexible = version >= 12
@@ -108,10 +116,8 @@ def fetch_response_size(version: Column, response: Column) -> Column:
                 4 + 16 * n
             )
         )
-        r = p["recordsSizeInBytes"]
-        records = F.when(flexible, F.when(r.isNull(), 1).otherwise(_uv(r + 1) + r)).otherwise(
-            4 + F.coalesce(r, F.lit(0))
-        )
+        r = F.coalesce(p["recordsSizeInBytes"], p["recordSetSizeInBytes"], F.lit(0))
+        records = F.when(flexible, _uv(r + 1) + r).otherwise(4 + r)
         tags = (
             tagged(p["divergingEpoch"], 12)
             + tagged(p["currentLeader"], 8)
@@ -135,23 +141,19 @@ def fetch_response_size(version: Column, response: Column) -> Column:
         )
 
     def topic(t: Column) -> Column:
-        parts = t["partitions"]
+        parts = F.coalesce(t["partitions"], t["partitionResponses"])
         name = F.when(version >= 13, F.lit(16)).otherwise(_string_size(t["topic"], flexible))
         count = F.when(flexible, _uv(_count(parts) + 1)).otherwise(4)
         return name + count + _sum(parts, partition) + flex(1)
 
-    def endpoint(e: Column) -> Column:
-        return 4 + _string_size(e["host"], True) + 4 + _string_size(e["rack"], True) + 1
-
     topics = response["responses"]
-    nodes = response["nodeEndpoints"]
-    node_size = _uv(_count(nodes) + 1) + _sum(nodes, endpoint)
-    top_tags = F.when(nodes.isNull(), 1).otherwise(1 + 1 + _uv(node_size) + node_size)
+    # an empty fetch: 8 B (v0), 12 B (v1-6), 18 B (v7-11, error code and session id), 16 B
+    # (v12+, compact count and tag buffer)
     body = (
         F.when(version >= 1, 4).otherwise(0)
         + F.when(version >= 7, 2 + 4).otherwise(0)
         + F.when(flexible, _uv(_count(topics) + 1)).otherwise(4)
         + _sum(topics, topic)
-        + F.when(flexible, top_tags).otherwise(0)
+        + flex(1)
     )
     return (4 + body).cast("long")

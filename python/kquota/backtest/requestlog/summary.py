@@ -13,6 +13,7 @@ from kquota.backtest.requestlog.lines import (
     _FILE,
     _PLAIN,
     _REASON,
+    _SHARE,
     MAX_LINE_BYTES,
     REASONS,
     TOO_LONG,
@@ -31,6 +32,11 @@ UNKNOWN_COUNT: Final = (
     "CreatePartitions or Metadata line for it)"
 )
 """Why a mutation request has no :data:`PARTITIONS` (it still gives a row)."""
+SHARE_FETCH_BYTES: Final = (
+    "ShareFetch bytes count against Kafka's fetch byte quota, but the log does not give "
+    "their size: imported with 0 bytes, so fetch-quota usage is undercounted"
+)
+"""What the summary says of ShareFetch requests (:attr:`LogSummary.share_fetches`)."""
 
 
 @dataclass
@@ -53,6 +59,9 @@ class LogSummary:
     imported without :data:`PARTITIONS`, so not replayed on the mutation quota."""
     unknown_topics: list[str] = field(default_factory=list)
     """Up to :data:`EXAMPLES` of the topics whose count was unknown."""
+    share_fetches: int = 0
+    """ShareFetch requests read (rows with 0 bytes): their fetch bytes are not in the log
+    (:data:`SHARE_FETCH_BYTES`)."""
 
     @property
     def lines_skipped(self) -> int:
@@ -68,6 +77,8 @@ class LogSummary:
         for reason, count in self.skipped.items():
             example = self.examples.get(reason, [""])[0]
             out.append(f"skipped {count:,} line(s): {reason}, e.g. {example!r}")
+        if self.share_fetches:
+            out.append(f"{self.share_fetches:,} ShareFetch request(s): {SHARE_FETCH_BYTES}")
         if self.unknown_counts:
             topics = ", ".join(repr(t) for t in self.unknown_topics)
             out.append(
@@ -89,6 +100,7 @@ def _metrics() -> list[Column]:
         F.collect_set(F.col(_FILE)).alias("files_with_lines"),
         F.collect_set(F.when(reason.isNull(), F.col(_FILE))).alias("files_with_rows"),
         F.sum(F.col(_PLAIN)).alias("plain_bytes"),
+        F.count_if(reason.isNull() & F.col(_SHARE)).alias("share_fetches"),
     ]
     for i, name in enumerate(REASONS):
         hit = reason == name
@@ -122,6 +134,7 @@ def _summary(lines: _Lines, values: dict[str, Any]) -> LogSummary:
         rows=int(values.get("rows") or 0),
         skipped=skipped,
         examples=examples,
+        share_fetches=int(values.get("share_fetches") or 0),
     )
     with_lines = set(values.get("files_with_lines") or ())
     with_rows = set(values.get("files_with_rows") or ())

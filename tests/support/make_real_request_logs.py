@@ -1,0 +1,165 @@
+"""Write the real request logs of ``tests/backtest/data/``: for each pinned Kafka version, a
+broker of ``kafka_support.KafkaBroker`` (its ``kafka.request.logger`` at DEBUG) under a
+short workload, its ``kafka-request.log`` trimmed to a few hundred lines.
+
+The workload, the same for every version:
+
+* quotas set with Kafka's own ``kafka-configs``: ``producer_byte_rate`` on the client id
+  ``greedy`` and ``controller_mutation_rate`` on the client id ``admin``;
+* the admin client ``admin`` (librdkafka) creates topic ``orders`` (3 partitions), then
+  ``clicks`` (12 partitions), then grows ``orders`` to 6 partitions (CreatePartitions) and
+  deletes ``clicks`` (DeleteTopics): over the mutation quota, the later ones are throttled;
+* the producer ``greedy`` (librdkafka, acks=1) writes 2 KiB values to ``orders`` flat out
+  for :data:`PRODUCE_S` seconds: its later Produce responses are throttled;
+* the consumer ``reader`` (group ``readers``) reads ``orders`` for :data:`CONSUME_S` seconds.
+
+The trimmed log keeps every line that is not a Produce or Fetch line and every throttled
+one, and the first :data:`KEEP_DATA_LINES` other Produce and Fetch lines, in file order.
+Run from the checkout (``make tools`` fetches the Kafka jars first)::
+
+    .venv/bin/python tests/support/make_real_request_logs.py
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Final
+
+from kafka_support import KAFKA3_VERSION, KAFKA_VERSION, KafkaBroker, kafka_configs
+
+DATA: Final = Path(__file__).resolve().parents[1] / "backtest" / "data"
+PRODUCER_BYTE_RATE: Final = 64 * 1024
+CONTROLLER_MUTATION_RATE: Final = 2
+PRODUCE_S: Final = 8.0
+CONSUME_S: Final = 4.0
+VALUE: Final = b"v" * 2048
+KEEP_DATA_LINES: Final = 300
+WAIT_S: Final = 60.0  # bounds a wait for Kafka; never a measurement
+
+
+def _admin(bootstrap: str) -> None:
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap, "client.id": "admin"})
+
+    def wait(futures: dict[str, Any]) -> None:
+        for future in futures.values():
+            try:
+                future.result(timeout=WAIT_S)
+            except KafkaException as exc:  # a strict throttle refuses: the log shows it
+                print(f"admin: {exc}", file=sys.stderr)
+
+    wait(admin.create_topics([NewTopic("orders", 3, 1)], request_timeout=30))
+    wait(admin.create_topics([NewTopic("clicks", 12, 1)], request_timeout=30))
+    time.sleep(1.0)
+    wait(admin.create_partitions([NewPartitions("orders", 6)], request_timeout=30))
+    wait(admin.delete_topics(["clicks"], request_timeout=30))
+
+
+def _produce(bootstrap: str) -> None:
+    from confluent_kafka import Producer
+
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "client.id": "greedy",
+            "acks": 1,
+            "linger.ms": 5,
+            "batch.size": 16 * 1024,
+            "queue.buffering.max.kbytes": 512,
+        }
+    )
+    began = time.monotonic()
+    while time.monotonic() - began < PRODUCE_S:
+        try:
+            producer.produce("orders", VALUE)
+        except BufferError:
+            producer.poll(0.05)
+            continue
+        producer.poll(0)
+    producer.purge(in_queue=True, in_flight=False)
+    producer.flush(WAIT_S)
+
+
+def _consume(bootstrap: str) -> None:
+    from confluent_kafka import Consumer
+
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "client.id": "reader",
+            "group.id": "readers",
+            "auto.offset.reset": "earliest",
+        }
+    )
+    consumer.subscribe(["orders"])
+    began = time.monotonic()
+    while time.monotonic() - began < CONSUME_S:
+        consumer.poll(0.2)
+    consumer.close()
+
+
+def _kept(lines: list[str]) -> list[str]:
+    """The lines of the trimmed log (see the module's docstring)."""
+    out = []
+    data = 0
+    for text in lines:
+        _, found, body = text.partition(" Completed request:")
+        if not found:
+            continue
+        document = json.loads(body.removesuffix(" (kafka.request.logger)"))
+        key = document["requestHeader"]["requestApiKey"]
+        if key in (0, 1) and document["throttleTimeMs"] == 0:
+            if data >= KEEP_DATA_LINES:
+                continue
+            data += 1
+        out.append(text)
+    return out
+
+
+def record(version: str, target: Path) -> Path:
+    """Run the workload on a broker of ``version``; write its trimmed request log to
+    ``target/kafka-<version>/kafka-request.log`` and return that path."""
+    with tempfile.TemporaryDirectory(prefix=f"kafka-{version}-") as folder:
+        with KafkaBroker(Path(folder), version=version) as broker:
+            for entity, quota in (
+                ("greedy", f"producer_byte_rate={PRODUCER_BYTE_RATE}"),
+                ("admin", f"controller_mutation_rate={CONTROLLER_MUTATION_RATE}"),
+            ):
+                kafka_configs(
+                    broker.bootstrap,
+                    "--alter",
+                    "--add-config",
+                    quota,
+                    "--entity-type",
+                    "clients",
+                    "--entity-name",
+                    entity,
+                    version=version,
+                )
+            _admin(broker.bootstrap)
+            _produce(broker.bootstrap)
+            _consume(broker.bootstrap)
+            log = broker.request_log
+        # read after the stop: every completed request has its line
+        lines = log.read_text(encoding="utf-8").splitlines()
+    out = target / f"kafka-{version}" / "kafka-request.log"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text("".join(f"{t}\n" for t in _kept(lines)), encoding="utf-8")
+    return out
+
+
+def main() -> int:
+    for version in dict.fromkeys((KAFKA_VERSION, KAFKA3_VERSION)):
+        path = record(version, DATA)
+        print(f"{path}: {len(path.read_text().splitlines())} lines")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
