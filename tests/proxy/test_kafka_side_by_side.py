@@ -477,7 +477,7 @@ def _create_many(
     ended_ms = time.time_ns() // 1_000_000
     if name == "kafka":
         time.sleep(LOG_LAG_S)
-        logged = request_log(broker.request_log, [client_id], started_ms - 1000, ended_ms + 1000)
+        logged = request_log(broker, [client_id], started_ms - 1000, ended_ms + 1000)
     else:
         logged = capture_rows(folder / "capture", [client_id])
     throttles = [r.throttle_ms for r in logged if r.api == "create_topics"]
@@ -541,9 +541,9 @@ def test_kafka_throttled_none_of_the_proxied_clients(
     throttled none: the throttles those clients saw were kquota's alone."""
     for runs in (greedy, consumer, shared):
         run = runs["kquota"]
-        seen = request_log(broker.request_log, [run.client_id], 0, 2**62)
+        seen = request_log(broker, [run.client_id], 0, 2**62)
         assert seen, f"Kafka logged no request of {run.client_id}"
         assert {r.listener for r in seen} == {SideBySideBroker.PROXIED}
         assert [r for r in seen if r.throttle_ms] == []
-        direct = request_log(broker.request_log, [runs["kafka"].client_id], 0, 2**62)
+        direct = request_log(broker, [runs["kafka"].client_id], 0, 2**62)
         assert {r.listener for r in direct} == {"PLAINTEXT"}

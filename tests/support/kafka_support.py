@@ -25,7 +25,7 @@ import threading
 import time
 import uuid
 import xml.etree.ElementTree as ET
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Self
@@ -306,7 +306,25 @@ class KafkaBroker:
 
     @property
     def request_log(self) -> Path:
+        """The request log's current file (see :meth:`request_log_lines` for all of it)."""
         return self.log_dir / "kafka-request.log"
+
+    @property
+    def request_log_files(self) -> list[Path]:
+        """The request log's files, oldest first: the ones the hourly roll renamed
+        (``kafka-request.log.YYYY-MM-dd-HH``, as on a production broker), then the
+        current one."""
+        rolled = sorted(p for p in self.log_dir.glob("kafka-request.log.*") if p.is_file())
+        return [*rolled, self.request_log]
+
+    def request_log_lines(self) -> Iterator[str]:
+        """Every line of the request log so far, oldest first, across the hourly rolls (a
+        run that spans an hour's end has its first lines in a rolled file)."""
+        for path in self.request_log_files:
+            if path.is_file():
+                with path.open(encoding="utf-8", errors="replace") as lines:
+                    for line in lines:
+                        yield line.rstrip("\n")
 
     @property
     def server_log(self) -> Path:

@@ -145,9 +145,8 @@ def record(version: str, target: Path) -> Path:
             _admin(broker.bootstrap)
             _produce(broker.bootstrap)
             _consume(broker.bootstrap)
-            log = broker.request_log
         # read after the stop: every completed request has its line
-        lines = log.read_text(encoding="utf-8").splitlines()
+        lines = list(broker.request_log_lines())
     out = target / f"kafka-{version}" / "kafka-request.log"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text("".join(f"{t}\n" for t in _kept(lines)), encoding="utf-8")

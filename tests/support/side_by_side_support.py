@@ -479,42 +479,42 @@ def _partitions_bytes(body: dict[str, Any], topics_key: str, parts_key: str) -> 
 
 
 def request_log(
-    path: Path, client_ids: Iterable[str], since_ms: int, until_ms: int
+    broker: KafkaBroker, client_ids: Iterable[str], since_ms: int, until_ms: int
 ) -> list[Response]:
-    """The ``Completed request`` lines of ``client_ids`` logged from ``since_ms`` to
-    ``until_ms`` (epoch ms; the broker logs in UTC), in file order, each with the throttle
-    its response carried. Sizes are the records' bytes (produce request, fetch response)."""
+    """The ``Completed request`` lines of ``client_ids`` that ``broker`` logged from
+    ``since_ms`` to ``until_ms`` (epoch ms; the broker logs in UTC), in log order, each
+    with the throttle its response carried. Sizes are the records' bytes (produce request,
+    fetch response)."""
     wanted = set(client_ids)
     found = []
-    with path.open(encoding="utf-8", errors="replace") as lines:
-        for text in lines:
-            match = LINE.match(text.rstrip("\n"))
-            if not match:
-                continue
-            at = datetime.strptime(match[1], "%Y-%m-%d %H:%M:%S,%f").replace(tzinfo=UTC)
-            at_ms = int(at.timestamp() * 1000)
-            if not since_ms <= at_ms <= until_ms:
-                continue
-            body = json.loads(match[3])
-            if body.get("isForwarded"):
-                continue  # the controller's line for a request a broker forwarded to it
-            header = body["requestHeader"]
-            client_id = header.get("clientId") or ""
-            if client_id not in wanted:
-                continue
-            api = header["requestApiKeyName"].lower()
-            size = 0
-            if api == "produce" and isinstance(body.get("request"), dict):
-                size = _partitions_bytes(body["request"], "topicData", "partitionData")
-            elif api == "fetch" and isinstance(body.get("response"), dict):
-                size = _partitions_bytes(body["response"], "responses", "partitions")
-            # the line's own throttleTimeMs is the request quota's; a response forwarded
-            # from the controller carries the larger of it and the controller's (a mutation
-            # throttle), which the broker applies too
-            response = body.get("response")
-            answered = response.get("throttleTimeMs", 0) if isinstance(response, dict) else 0
-            throttle = max(int(body["throttleTimeMs"]), int(answered or 0))
-            found.append(Response(at_ms, api, client_id, size, throttle, body["listener"]))
+    for text in broker.request_log_lines():
+        match = LINE.match(text)
+        if not match:
+            continue
+        at = datetime.strptime(match[1], "%Y-%m-%d %H:%M:%S,%f").replace(tzinfo=UTC)
+        at_ms = int(at.timestamp() * 1000)
+        if not since_ms <= at_ms <= until_ms:
+            continue
+        body = json.loads(match[3])
+        if body.get("isForwarded"):
+            continue  # the controller's line for a request a broker forwarded to it
+        header = body["requestHeader"]
+        client_id = header.get("clientId") or ""
+        if client_id not in wanted:
+            continue
+        api = header["requestApiKeyName"].lower()
+        size = 0
+        if api == "produce" and isinstance(body.get("request"), dict):
+            size = _partitions_bytes(body["request"], "topicData", "partitionData")
+        elif api == "fetch" and isinstance(body.get("response"), dict):
+            size = _partitions_bytes(body["response"], "responses", "partitions")
+        # the line's own throttleTimeMs is the request quota's; a response forwarded
+        # from the controller carries the larger of it and the controller's (a mutation
+        # throttle), which the broker applies too
+        response = body.get("response")
+        answered = response.get("throttleTimeMs", 0) if isinstance(response, dict) else 0
+        throttle = max(int(body["throttleTimeMs"]), int(answered or 0))
+        found.append(Response(at_ms, api, client_id, size, throttle, body["listener"]))
     return found
 
 
@@ -630,7 +630,7 @@ def measure(
         # ones in before reading the log
         time.sleep(LOG_LAG_S)
         run.responses = request_log(
-            broker.request_log, [client_id], started_wall_ms - 1000, ended_wall_ms + 1000
+            broker, [client_id], started_wall_ms - 1000, ended_wall_ms + 1000
         )
     else:
         run.responses = capture_rows(folder / "capture", [client_id])

@@ -108,6 +108,18 @@ def test_a_cluster_id_that_starts_with_a_dash_formats(tmp_path: Path) -> None:
     assert "cluster.id=-LsW87eqSJOhG6uR1Tnbuw" in meta, meta
 
 
+def test_the_request_log_is_read_across_its_hourly_rolls(tmp_path: Path) -> None:
+    """The broker rolls kafka-request.log every hour, as a production broker does: a run
+    that spans an hour's end has its first lines in the rolled file, read first."""
+    broker = KafkaBroker(tmp_path / "broker")
+    broker.log_dir.mkdir(parents=True)
+    (broker.log_dir / "kafka-request.log.2026-11-27-06").write_text("a\nb\n")
+    (broker.log_dir / "kafka-request.log.2026-11-27-05").write_text("0\n")
+    broker.request_log.write_text("c\n")
+    (broker.log_dir / "kafka-server.log.2026-11-27-06").write_text("not a request\n")
+    assert list(broker.request_log_lines()) == ["0", "a", "b", "c"]
+
+
 def test_kafka_configs_reports_the_tools_own_error() -> None:
     with pytest.raises(KafkaToolFailed, match=r"Invalid entity type planets"):
         kafka_configs("127.0.0.1:9", "--describe", "--entity-type", "planets")
@@ -277,7 +289,7 @@ def test_client_produces_and_consumes_through_the_broker(
     # the broker, not a stand-in, served it: the producer's requests are in its request log
     produced = [
         partition["recordsSizeInBytes"]
-        for line in _request_lines(kafka_broker.request_log)
+        for line in _request_lines(kafka_broker)
         if line.api == "PRODUCE" and line.client_id == PRODUCER_IDS[client]
         for data in line.body["request"]["topicData"]
         for partition in data["partitionData"]
@@ -323,10 +335,11 @@ class RequestLine:
         return str(self.body["requestHeader"].get("clientId", ""))
 
 
-def _request_lines(path: Path) -> list[RequestLine]:
-    """The ``Completed request`` lines of a request log, in file order."""
+def _request_lines(broker: KafkaBroker) -> list[RequestLine]:
+    """The ``Completed request`` lines of a broker's request log, across its hourly rolls,
+    in log order."""
     lines = []
-    for text in path.read_text(encoding="utf-8").splitlines():
+    for text in broker.request_log_lines():
         match = LINE.match(text)
         if match:
             at = datetime.strptime(match[1], "%Y-%m-%d %H:%M:%S,%f").replace(tzinfo=UTC)
@@ -466,7 +479,7 @@ def test_request_log_has_each_produce_and_its_throttle(throttled: Throttled) -> 
     def greedy_produce_lines() -> list[RequestLine]:
         return [
             line
-            for line in _request_lines(broker.request_log)
+            for line in _request_lines(broker)
             if line.api == "PRODUCE" and line.client_id == greedy.client_id
         ]
 
