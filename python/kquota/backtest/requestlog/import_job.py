@@ -140,36 +140,33 @@ def import_log(
 
 def _with_partitions(spark: SparkSession, parsed: str, summary: LogSummary) -> DataFrame:
     """The imported rows at ``parsed`` (:data:`COLUMNS`) and, when the log has mutation
-    requests, :data:`PARTITIONS` from :func:`mutation_partitions` and :data:`STRICT`; counts
-    the mutation requests and those of unknown count into ``summary``."""
+    requests (``summary.mutations``, counted on the first pass), :data:`PARTITIONS` from
+    :func:`mutation_partitions` and :data:`STRICT`; counts those of unknown count into
+    ``summary``. The rows keep the order of the log within each file written: the
+    partition counts (one row per mutation request) are broadcast to them, so the rows
+    themselves are neither shuffled nor sorted."""
     from pyspark.sql import functions as F
 
     rows = spark.read.parquet(parsed)
+    if not summary.mutations:  # the traffic as before: no mutation columns
+        return rows.select(*COLUMNS)
     counted = mutation_partitions(rows)
-    joined = rows.join(counted, list(SEQ_COLUMNS), "left")
+    stats = counted.agg(
+        F.count_if(F.size("unknown") > 0).alias("unknown"),
+        F.slice(F.array_distinct(F.flatten(F.collect_list("unknown"))), 1, EXAMPLES).alias(
+            "topics"
+        ),
+    ).first()
+    if stats is not None:
+        summary.unknown_counts = int(stats["unknown"] or 0)
+        summary.unknown_topics = sorted(stats["topics"] or [])
+    joined = rows.join(F.broadcast(counted), list(SEQ_COLUMNS), "left")
     mutation = F.col(STRICT).isNotNull()
     # a mutation request with no topic creates or deletes nothing
     partitions = F.when(
         mutation, F.when(F.col("unknown").isNull(), F.lit(0)).otherwise(F.col(PARTITIONS))
     )
-    stats = (
-        joined.where(mutation)
-        .agg(
-            F.count(F.lit(1)).alias("mutations"),
-            F.count_if(partitions.isNull()).alias("unknown"),
-            F.slice(F.array_distinct(F.flatten(F.collect_list("unknown"))), 1, EXAMPLES).alias(
-                "topics"
-            ),
-        )
-        .first()
-    )
-    if stats is not None:
-        summary.mutations = int(stats["mutations"] or 0)
-        summary.unknown_counts = int(stats["unknown"] or 0)
-        summary.unknown_topics = sorted(stats["topics"] or [])
-    if not summary.mutations:  # the traffic as before: no mutation columns
-        return rows.orderBy(*SEQ_COLUMNS).select(*COLUMNS)
     out = joined.withColumn(PARTITIONS, partitions.cast("int")).withColumn(
         TOPIC_PARTITIONS, F.when(partitions.isNotNull(), F.col(TOPIC_PARTITIONS))
     )
-    return out.orderBy(*SEQ_COLUMNS).select(*COLUMNS, PARTITIONS, STRICT, TOPIC_PARTITIONS)
+    return out.select(*COLUMNS, PARTITIONS, STRICT, TOPIC_PARTITIONS)

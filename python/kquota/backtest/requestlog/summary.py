@@ -20,6 +20,7 @@ from kquota.backtest.requestlog.lines import (
     _Lines,
 )
 from kquota.exceptions import TrafficError
+from kquota.traffic_schema import STRICT
 
 if TYPE_CHECKING:
     from pyspark.sql import Column
@@ -101,6 +102,7 @@ def _metrics() -> list[Column]:
         F.collect_set(F.when(reason.isNull(), F.col(_FILE))).alias("files_with_rows"),
         F.sum(F.col(_PLAIN)).alias("plain_bytes"),
         F.count_if(reason.isNull() & F.col(_SHARE)).alias("share_fetches"),
+        F.count_if(reason.isNull() & F.col(STRICT).isNotNull()).alias("mutations"),
     ]
     for i, name in enumerate(REASONS):
         hit = reason == name
@@ -135,6 +137,7 @@ def _summary(lines: _Lines, values: dict[str, Any]) -> LogSummary:
         skipped=skipped,
         examples=examples,
         share_fetches=int(values.get("share_fetches") or 0),
+        mutations=int(values.get("mutations") or 0),
     )
     with_lines = set(values.get("files_with_lines") or ())
     with_rows = set(values.get("files_with_rows") or ())
