@@ -212,6 +212,21 @@ TARGETS = [
         times_faster(1 / 3),
         True,
     ),
+    # Kafka's request log on local[2] (benches/test_request_log.py), whole processes
+    Target(
+        "python/request_log_import/kquota",
+        "*/text_copy_job",
+        "<= 2x the text copy's time",
+        times_faster(1 / 2),
+        True,
+    ),
+    Target(
+        "python/request_log_backtest/kquota",
+        "*/import_then_backtest",
+        "<= 1.1x import then back-test",
+        times_faster(1 / 1.1),
+        True,
+    ),
 ]
 
 

@@ -19,19 +19,17 @@ overrides both.
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 from kquota.backtest import synthetic
+from processes import MASTER_ARGS, timed
 from quick import pick
 
 ROWS = int(os.environ.get("KQUOTA_BENCH_FLOOR_ROWS", "0")) or pick(30_000_000, 300_000)
 FLOOR_JOB = Path(__file__).resolve().parent / "floor_job.py"
-MASTER_ARGS = ("--master", "local[2]")
 SCALES = {"1_scenario": "1", "3_scenarios": "0.5,1,2"}
 
 
@@ -45,13 +43,6 @@ def generated(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     path = synthetic.write(table, folder / "traffic.parquet")
     del table
     return path, quotas
-
-
-def timed(command: list[str]) -> float:
-    """Wall-clock seconds of one process, from start to exit (it must succeed)."""
-    started = time.monotonic()
-    subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
-    return time.monotonic() - started
 
 
 def floor(path: Path, out: Path) -> float:
