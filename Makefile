@@ -116,8 +116,8 @@ check-shared:
 	  "the tests need the shared folder (spec and Kafka's conformance vectors) beside this" \
 	  "checkout, as ../shared" >&2; exit 2; }
 
-test-rust: ## cargo test on the core crate
-	cargo test -p kquota-core --quiet
+test-rust: ## cargo test on the core crate and the proxy's data path
+	cargo test -p kquota-core -p kquota-proxy --quiet
 
 test-loom: ## Model-check the core's atomic protocols with loom
 	RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=$(LOOM_TARGET) cargo test -p kquota-core --release --test loom --quiet

@@ -1,0 +1,17 @@
+//! The data path of `kquota proxy`, in Rust: Kafka's size-delimited frames read with a
+//! bounded buffer, request and response headers decoded (and nothing else of a message
+//! that a decision does not need), and relays between a client and its broker.
+//!
+//! Layers, each using only those above it: [`error`], [`frame`] (bytes to frames),
+//! [`header`] (a frame's header), [`relay`] (connections).
+
+pub mod error;
+pub mod frame;
+pub mod header;
+pub mod relay;
+
+pub use error::{FrameError, HeaderError};
+pub use frame::{split_frame, FrameReader, DEFAULT_MAX_FRAME_BYTES};
+pub use header::{
+    parse_request_header, parse_response_header, produce_acks, RequestHeader, ResponseHeader,
+};
