@@ -181,7 +181,12 @@ bench-rust: ## criterion: core record-and-check (vs a locked map and governor), 
 	cargo bench -p kquota-core --bench replay -- $(CRITERION_ARGS)
 	cargo bench -p kquota-core --bench memory
 
-bench-python: $(EXT) ## pytest-benchmark: Python record against the model, limits, token-bucket
+# The proxy benchmarks' floor: a Rust relay (rust/kquota-proxy), bytes or frame by frame.
+RELAY := target/release/kquota-relay
+$(RELAY): $(RUST_SOURCES)
+	cargo build --release -p kquota-proxy --bin kquota-relay --quiet
+
+bench-python: $(EXT) $(RELAY) ## pytest-benchmark: Python record against the model, limits, token-bucket
 	$(PY) -m pytest benches -p no:cacheprovider --benchmark-only --benchmark-columns=min,mean,median,ops
 
 clean: ## Remove build outputs and the virtualenv

@@ -8,6 +8,10 @@ run with their rounds interleaved (round ``i`` runs every role, in an order rota
 * ``relay`` (baseline): through a plain asyncio byte relay (``relay`` below: each chunk
   received is written to the other side at once, both directions at once, with asyncio's
   protocols and flow control), which shows what Python in the path costs at all;
+* ``rust_relay`` (baseline): through ``kquota-relay`` (``rust/kquota-proxy``, built by
+  ``make bench``): tokio copying bytes both ways, the floor a proxy in Rust is held to;
+* ``rust_framed`` (baseline): ``kquota-relay --framed``, which reads every frame and decodes
+  its header, and matches each response to its request;
 * ``kquota``: through ``kquota proxy`` with a store that has no quota for this client.
 
 The relay and the proxy run as their own processes, as a user runs them: ``kquota proxy``
@@ -57,7 +61,7 @@ from typing import Any
 import pytest
 from quick import pick  # benches/quick.py, next to this file (also when run as the relay)
 
-ROLES = ("direct", "relay", "kquota")
+ROLES = ("direct", "relay", "rust_relay", "rust_framed", "kquota")
 """``kquota`` is the subject; the others are baselines (see benches/conftest.py)."""
 TANSU_VERSION = "0.6.0"
 MESSAGE = b"x" * 1024
@@ -66,6 +70,7 @@ MESSAGES = pick(200_000, 100_000)
 ROUNDS = pick(7, 3)
 LATENCY_MESSAGES = pick(1_000, 300)
 LATENCY_ROUNDS = pick(5, 3)
+RUST_RELAY = Path(__file__).resolve().parents[1] / "target" / "release" / "kquota-relay"
 
 
 # -- the relay (baseline), run as its own process ------------------------------------------
@@ -179,7 +184,7 @@ def _process(argv: list[str], port: int, what: str, log: Path) -> Iterator[None]
 
 @contextmanager
 def _path(role: str, folder: Path, store: Path) -> Iterator[str]:
-    """A fresh Tansu and, for ``relay`` and ``kquota``, its front; yields the bootstrap."""
+    """A fresh Tansu and, but for ``direct``, its front; yields the bootstrap."""
     broker = _free_port()
     front = broker if role == "direct" else _free_port()
     tansu = [
@@ -195,6 +200,8 @@ def _path(role: str, folder: Path, store: Path) -> Iterator[str]:
     python = [sys.executable, "-X", "faulthandler"]
     fronts = {
         "relay": [*python, __file__, "relay", str(front), str(broker)],
+        "rust_relay": [str(RUST_RELAY), f"127.0.0.1:{front}", f"127.0.0.1:{broker}"],
+        "rust_framed": [str(RUST_RELAY), f"127.0.0.1:{front}", f"127.0.0.1:{broker}", "--framed"],
         "kquota": [
             *(*python, "-m", "kquota", "proxy", "--listen", f"127.0.0.1:{front}"),
             *("--upstream", f"127.0.0.1:{broker}", "--store", str(store)),
@@ -298,9 +305,14 @@ def interleaved(
     run: Callable[[str], Any], rounds: int, folder: Path, store: Path
 ) -> dict[str, list[Any]]:
     """``run(bootstrap)`` for every role, ``rounds`` times, in an order rotated each round."""
+    if not RUST_RELAY.is_file():
+        raise FileNotFoundError(
+            f"no {RUST_RELAY}: make bench builds it (make target/release/kquota-relay)"
+        )
     results: dict[str, list[Any]] = {role: [] for role in ROLES}
     for i in range(rounds):
-        for role in ROLES[i % 3 :] + ROLES[: i % 3]:
+        turn = i % len(ROLES)
+        for role in ROLES[turn:] + ROLES[:turn]:
             with _path(role, folder, store) as bootstrap:
                 results[role].append(run(bootstrap))
     return results
@@ -327,7 +339,7 @@ def _record(benchmark: Any, values: list[float]) -> None:
         stats.update(value)
 
 
-@pytest.mark.parametrize("role", ["kquota", "direct", "relay"])
+@pytest.mark.parametrize("role", ["kquota", "direct", "relay", "rust_relay", "rust_framed"])
 def test_produce_throughput(benchmark: Any, throughput: dict[str, list[float]], role: str) -> None:
     benchmark.group = "proxy_produce_1kib"
     benchmark.extra_info["role"] = role
@@ -339,7 +351,7 @@ def test_produce_throughput(benchmark: Any, throughput: dict[str, list[float]], 
     _record(benchmark, seconds)
 
 
-@pytest.mark.parametrize("role", ["kquota", "direct", "relay"])
+@pytest.mark.parametrize("role", ["kquota", "direct", "relay", "rust_relay", "rust_framed"])
 def test_produce_latency(benchmark: Any, latency: dict[str, list[list[float]]], role: str) -> None:
     benchmark.group = "proxy_produce_latency_p99"
     benchmark.extra_info["role"] = role
