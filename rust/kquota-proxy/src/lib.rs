@@ -3,12 +3,14 @@
 //! that a decision does not need), and relays between a client and its broker.
 //!
 //! Layers, each using only those above it: [`error`], [`frame`] (bytes to frames),
-//! [`header`] (a frame's header), [`relay`] (connections).
+//! [`header`] (a frame's header), [`sasl`] (the principal of a connection), [`relay`]
+//! (connections).
 
 pub mod error;
 pub mod frame;
 pub mod header;
 pub mod relay;
+pub mod sasl;
 
 pub use error::{FrameError, HeaderError};
 pub use frame::{split_frame, FrameReader, DEFAULT_MAX_FRAME_BYTES};
