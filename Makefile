@@ -127,7 +127,7 @@ FUZZ_SECONDS ?= 30
 # Deterministic: every committed corpus, seed and regression input, once each. The atheris
 # targets' inputs are replayed by pytest (tests/project/test_fuzz_targets.py).
 test-corpora: $(CARGO_FUZZ) ## Replay the cargo fuzz targets' committed inputs (no new inputs)
-	bash fuzz/run --replay api_sequence parse
+	bash fuzz/run --replay api_sequence parse frames
 
 fuzz: $(EXT) $(CARGO_FUZZ) ## Fuzz each target for FUZZ_SECONDS (cargo fuzz + atheris); finds are new inputs
 	bash fuzz/run $(FUZZ_SECONDS)

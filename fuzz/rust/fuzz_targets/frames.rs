@@ -1,0 +1,68 @@
+//! Fuzz target `frames`: the proxy's frame reader and header decoding (rust/kquota-proxy)
+//! on hostile bytes, as a client or a broker could send them.
+//!
+//! Invariants: nothing panics; bytes fed in chunks of any size give the same frames (or the
+//! same error) as the whole input at once; no frame is longer than the bound; a header that
+//! decodes ends inside its frame; the SASL principal readers accept any bytes.
+#![no_main]
+
+use arbitrary::Arbitrary;
+use bytes::BytesMut;
+use kquota_proxy::sasl::principal_from_auth_bytes;
+use kquota_proxy::{parse_request_header, parse_response_header, produce_acks, split_frame};
+use libfuzzer_sys::fuzz_target;
+
+#[derive(Debug, Arbitrary)]
+struct Input {
+    data: Vec<u8>,
+    /// Bytes fed at a time (0 is read as 1).
+    chunk: u8,
+    /// The frame bound, small so that the "too large" path is reached.
+    max: u16,
+}
+
+/// The frames of `data` fed `chunk` bytes at a time, and whether an error stopped them.
+fn frames(data: &[u8], chunk: usize, max: usize) -> (Vec<BytesMut>, bool) {
+    let mut buf = BytesMut::new();
+    let mut out = Vec::new();
+    for piece in data.chunks(chunk) {
+        buf.extend_from_slice(piece);
+        loop {
+            match split_frame(&mut buf, max) {
+                Ok(Some(frame)) => out.push(frame),
+                Ok(None) => break,
+                Err(_) => return (out, true),
+            }
+        }
+    }
+    (out, false)
+}
+
+fuzz_target!(|input: Input| {
+    let max = usize::from(input.max);
+    let (whole, failed) = frames(&input.data, input.data.len().max(1), max);
+    let (chunked, chunked_failed) = frames(&input.data, usize::from(input.chunk.max(1)), max);
+    assert_eq!(whole, chunked);
+    assert_eq!(failed, chunked_failed);
+    let consumed: usize = whole.iter().map(|f| 4 + f.len()).sum();
+    assert!(consumed <= input.data.len());
+    for frame in &whole {
+        assert!(frame.len() <= max);
+        if let Ok(header) = parse_request_header(frame) {
+            assert!(header.body_offset <= frame.len());
+            assert!((0..=2).contains(&header.header_version));
+            if header.api_key == 0 {
+                let _ = produce_acks(frame, &header);
+            }
+            let _ = header.response_header_version();
+        }
+        for version in [0, 1] {
+            if let Ok(header) = parse_response_header(frame, version) {
+                assert!(header.body_offset <= frame.len());
+            }
+        }
+        for mechanism in ["PLAIN", "SCRAM-SHA-256", "GSSAPI"] {
+            let _ = principal_from_auth_bytes(mechanism, frame);
+        }
+    }
+});
