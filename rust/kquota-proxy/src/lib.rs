@@ -3,13 +3,14 @@
 //! that a decision does not need), and relays between a client and its broker.
 //!
 //! Layers, each using only those above it: [`error`], [`frame`] (bytes to frames),
-//! [`header`] (a frame's header), [`sasl`] (the principal of a connection), [`relay`]
-//! (connections).
+//! [`header`] (a frame's header), [`sasl`] (the principal of a connection), [`rewrite`]
+//! (the throttle in a response), [`relay`] (connections).
 
 pub mod error;
 pub mod frame;
 pub mod header;
 pub mod relay;
+pub mod rewrite;
 pub mod sasl;
 
 pub use error::{FrameError, HeaderError};
