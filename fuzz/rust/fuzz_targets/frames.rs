@@ -3,11 +3,13 @@
 //!
 //! Invariants: nothing panics; bytes fed in chunks of any size give the same frames (or the
 //! same error) as the whole input at once; no frame is longer than the bound; a header that
-//! decodes ends inside its frame; the SASL principal readers accept any bytes.
+//! decodes ends inside its frame; a fetch's max_bytes is capped in place only when it asks
+//! for more; the SASL principal readers accept any bytes.
 #![no_main]
 
 use arbitrary::Arbitrary;
 use bytes::BytesMut;
+use kquota_proxy::fetch::{cap_max_bytes, read_fetch_request};
 use kquota_proxy::sasl::principal_from_auth_bytes;
 use kquota_proxy::{parse_request_header, parse_response_header, produce_acks, split_frame};
 use libfuzzer_sys::fuzz_target;
@@ -53,6 +55,14 @@ fuzz_target!(|input: Input| {
             assert!((0..=2).contains(&header.header_version));
             if header.api_key == 0 {
                 let _ = produce_acks(frame, &header);
+            }
+            if header.api_key == 1 {
+                if let Ok(info) = read_fetch_request(frame, &header) {
+                    let mut copy = frame.to_vec();
+                    let capped = cap_max_bytes(&mut copy, &info, 1);
+                    assert_eq!(capped, info.max_bytes.is_some_and(|(m, _)| m > 1));
+                    assert_eq!(copy.len(), frame.len());
+                }
             }
             let _ = header.response_header_version();
         }

@@ -3,10 +3,11 @@
 //! that a decision does not need), and relays between a client and its broker.
 //!
 //! Layers, each using only those above it: [`error`], [`frame`] (bytes to frames),
-//! [`header`] (a frame's header), [`sasl`] (the principal of a connection), [`rewrite`]
+//! [`header`] (a frame's header), [`fetch`] (what a fetch request says), [`sasl`] (the principal of a connection), [`rewrite`]
 //! (the throttle in a response), [`relay`] (connections).
 
 pub mod error;
+pub mod fetch;
 pub mod frame;
 pub mod header;
 pub mod relay;
