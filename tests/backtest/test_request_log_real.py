@@ -83,7 +83,8 @@ empty tag buffer), without its tag and size."""
 
 def _fetch_size(d: dict[str, Any]) -> int:
     """4 + the body of a flexible (v12+) Fetch response, by the spec's formula, without
-    ``nodeEndpoints``; 0 when throttled."""
+    ``nodeEndpoints``; 0 when throttled. Under 3.0+'s keys or 2.8's (``partitionResponses``,
+    ``recordSetSizeInBytes``); a partition whose records are null counts as an empty one."""
     if d["throttleTimeMs"] > 0:
         return 0
     version = d["requestHeader"]["requestApiVersion"]
@@ -94,11 +95,11 @@ def _fetch_size(d: dict[str, Any]) -> int:
     for topic in topics:
         name = len((topic.get("topic") or "").encode())
         size += 16 if version >= 13 else _uv(name + 1) + name
-        parts = topic["partitions"]
+        parts = topic["partitions"] if "partitions" in topic else topic["partitionResponses"]
         size += _uv(len(parts) + 1) + 1
         for p in parts:
             aborted = p["abortedTransactions"]
-            r = p.get("recordsSizeInBytes") or 0
+            r = p.get("recordsSizeInBytes", p.get("recordSetSizeInBytes")) or 0
             size += 4 + 2 + 8 + 8 + 8 + 4 + _uv(r + 1) + r
             size += 1 if aborted is None else _uv(len(aborted) + 1) + 17 * len(aborted)
             tagged = [n for k, n in TAGGED_PARTITION_FIELDS.items() if k in p]
@@ -129,6 +130,25 @@ def test_the_real_logs_are_there() -> None:
         assert any(d["throttleTimeMs"] > 0 for d in produce)  # the byte quota bit
         mutations = [d for d in documents if d["requestHeader"]["requestApiKey"] in MUTATIONS]
         assert any(_throttle(d) > 0 for d in mutations if not d["isForwarded"])
+    # the lines derived from real ones (the README says how): a 2.8 fetch, and a Kafka 4
+    # fetch partition whose records are null
+    old, new = (_documents(DATA / f"kafka-{v}" / "kafka-request.log") for v in ("3.9.2", "4.1.2"))
+    fetches = [d for d in old if d["requestHeader"]["requestApiKey"] == 1]
+    fetches_2_8 = [d for d in fetches if "partitionResponses" in d["response"]["responses"][0]]
+    assert [d["requestHeader"]["requestApiVersion"] for d in fetches_2_8] == [12]
+    partition = fetches_2_8[0]["response"]["responses"][0]["partitionResponses"][0]
+    assert "recordSetSizeInBytes" in partition and "partition" in partition
+    null = [
+        p
+        for d in new
+        if d["requestHeader"]["requestApiKey"] == 1
+        for t in d["response"]["responses"]
+        for p in t["partitions"]
+        if "records" in p
+    ]
+    assert [(p["records"], p["errorCode"], "recordsSizeInBytes" in p) for p in null] == [
+        (None, 100, False)
+    ]
 
 
 @pytest.mark.slow

@@ -122,6 +122,92 @@ def _kept(lines: list[str]) -> list[str]:
     return out
 
 
+def _body(text: str) -> dict[str, Any]:
+    document: dict[str, Any] = json.loads(
+        text.partition(" Completed request:")[2].removesuffix(" (kafka.request.logger)")
+    )
+    return document
+
+
+def _line(text: str, document: dict[str, Any]) -> str:
+    head = text.partition(" Completed request:")[0]
+    body = json.dumps(document, separators=(",", ":"))
+    return f"{head} Completed request:{body} (kafka.request.logger)"
+
+
+def _renamed(value: Any, names: dict[str, str]) -> Any:
+    """``value`` with the keys ``names`` maps renamed, in place (key order kept)."""
+    if isinstance(value, dict):
+        return {names.get(k, k): _renamed(v, names) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_renamed(v, names) for v in value]
+    return value
+
+
+FETCH_2_8: Final = {
+    "topicId": "topic",
+    "partitions": "partitionResponses",
+    "partitionIndex": "partition",
+    "recordsSizeInBytes": "recordSetSizeInBytes",
+}
+"""Kafka 2.8's names of the Fetch response's fields that 3.0 renamed (v12 has topic names)."""
+UNKNOWN_TOPIC_ID: Final = 100
+
+
+def derived(lines: list[str], version: str) -> list[str]:
+    """Lines made from the first consumer Fetch line of ``lines`` that read records, for
+    what the workload cannot make its broker write (``tests/backtest/data/README.md``):
+
+    * Kafka 4: the same fetch with its first partition an error partition
+      (UNKNOWN_TOPIC_ID) whose records are null, as Kafka 4 logs one (``"records":null``,
+      no size; offsets -1, no aborted transactions);
+    * Kafka 3: the same fetch as Kafka 2.8 logs it: version 12 (2.8's last), topic names
+      (from the log's Metadata responses) for ids, and 2.8's response keys
+      (``partitionResponses``, ``partition``, ``recordSetSizeInBytes``)."""
+    names: dict[str, str] = {}
+    source = None
+    for text in lines:
+        if " Completed request:" not in text:
+            continue
+        document = _body(text)
+        response = document["response"] if isinstance(document["response"], dict) else {}
+        for topic in response.get("topics") or []:
+            if isinstance(topic, dict) and topic.get("topicId") and topic.get("name"):
+                names[topic["topicId"]] = topic["name"]
+        if (
+            source is None
+            and document["requestHeader"]["requestApiKey"] == 1
+            and document["throttleTimeMs"] == 0
+            and response.get("responses")
+            and response["responses"][0]["partitions"][0].get("recordsSizeInBytes", 0) > 0
+        ):
+            source = text
+    if source is None:
+        raise RuntimeError("the log has no consumer Fetch line that read records")
+    document = _body(source)
+    if int(version.split(".")[0]) >= 4:
+        partition = document["response"]["responses"][0]["partitions"][0]
+        partition.update(
+            errorCode=UNKNOWN_TOPIC_ID,
+            highWatermark=-1,
+            lastStableOffset=-1,
+            logStartOffset=-1,
+            abortedTransactions=None,
+        )
+        del partition["recordsSizeInBytes"]
+        partition["records"] = None
+        return [_line(source, document)]
+    document["requestHeader"]["requestApiVersion"] = 12
+    request = document["request"]
+    document["request"] = {"replicaId": -1, **request}
+    for topics in (document["request"]["topics"], document["response"]["responses"]):
+        for topic in topics:
+            topic["topicId"] = names[topic["topicId"]]
+    document["response"] = _renamed(document["response"], FETCH_2_8)
+    document["request"]["topics"] = _renamed(document["request"]["topics"], {"topicId": "topic"})
+    return [_line(source, document)]
+
+
 def record(version: str, target: Path) -> Path:
     """Run the workload on a broker of ``version``; write its trimmed request log to
     ``target/kafka-<version>/kafka-request.log`` and return that path."""
@@ -149,7 +235,8 @@ def record(version: str, target: Path) -> Path:
         lines = list(broker.request_log_lines())
     out = target / f"kafka-{version}" / "kafka-request.log"
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text("".join(f"{t}\n" for t in _kept(lines)), encoding="utf-8")
+    kept = _kept(lines)
+    out.write_text("".join(f"{t}\n" for t in kept + derived(kept, version)), encoding="utf-8")
     return out
 
 
