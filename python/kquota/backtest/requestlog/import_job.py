@@ -120,11 +120,13 @@ def import_log(
     try:
         with _spark_call(path), _writing(out):
             rows.write.mode("overwrite").parquet(str(parsed))
-        summary = _summary(lines, observation.get)
+        values = observation.get
+        summary = _summary(lines, values)
+        mutations = int(values.get("mutation_rows") or 0) > 0
         with _spark_call(path), _writing(out):
-            _with_partitions(spark, str(parsed), summary).write.mode("overwrite").parquet(
-                str(temporary)
-            )
+            _with_partitions(spark, str(parsed), summary, mutations).write.mode(
+                "overwrite"
+            ).parquet(str(temporary))
         if target.is_dir():
             shutil.rmtree(target)
         elif target.exists():
@@ -137,13 +139,19 @@ def import_log(
     return summary
 
 
-def _with_partitions(spark: SparkSession, parsed: str, summary: LogSummary) -> DataFrame:
+def _with_partitions(
+    spark: SparkSession, parsed: str, summary: LogSummary, mutations: bool = True
+) -> DataFrame:
     """The imported rows at ``parsed`` (:data:`COLUMNS`) and, when the log has mutation
     requests, :data:`PARTITIONS` from :func:`mutation_partitions` and :data:`STRICT`; counts
-    the mutation requests and those of unknown count into ``summary``."""
+    the mutation requests and those of unknown count into ``summary``. ``mutations`` False
+    (the first pass counted none) skips the tracking: its window, join and count are most
+    of the import's time on a log without mutations."""
     from pyspark.sql import functions as F
 
     rows = spark.read.parquet(parsed)
+    if not mutations:
+        return rows.orderBy(*SEQ_COLUMNS).select(*COLUMNS)
     counted = mutation_partitions(rows)
     joined = rows.join(counted, list(SEQ_COLUMNS), "left")
     mutation = F.col(STRICT).isNotNull()

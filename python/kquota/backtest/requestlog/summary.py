@@ -20,6 +20,7 @@ from kquota.backtest.requestlog.lines import (
     _Lines,
 )
 from kquota.exceptions import TrafficError
+from kquota.traffic_schema import STRICT
 
 if TYPE_CHECKING:
     from pyspark.sql import Column
@@ -101,6 +102,9 @@ def _metrics() -> list[Column]:
         F.collect_set(F.when(reason.isNull(), F.col(_FILE))).alias("files_with_rows"),
         F.sum(F.col(_PLAIN)).alias("plain_bytes"),
         F.count_if(reason.isNull() & F.col(_SHARE)).alias("share_fetches"),
+        # rows of CreateTopics, CreatePartitions or DeleteTopics (the import's second
+        # pass tracks partition counts only when there is one)
+        F.count_if(reason.isNull() & F.col(STRICT).isNotNull()).alias("mutation_rows"),
     ]
     for i, name in enumerate(REASONS):
         hit = reason == name
