@@ -127,7 +127,7 @@ FUZZ_SECONDS ?= 30
 # Deterministic: every committed corpus, seed and regression input, once each. The atheris
 # targets' inputs are replayed by pytest (tests/project/test_fuzz_targets.py).
 test-corpora: $(CARGO_FUZZ) ## Replay the cargo fuzz targets' committed inputs (no new inputs)
-	bash fuzz/run --replay api_sequence parse frames
+	bash fuzz/run --replay api_sequence parse request_log frames
 
 fuzz: $(EXT) $(CARGO_FUZZ) ## Fuzz each target for FUZZ_SECONDS (cargo fuzz + atheris); finds are new inputs
 	bash fuzz/run $(FUZZ_SECONDS)
@@ -176,10 +176,16 @@ bench-quick: export KQUOTA_BENCH_QUICK := 1
 bench-quick: CRITERION_ARGS := --warm-up-time 0.5 --measurement-time 1.5
 bench-quick: bench ## make bench in under 5 minutes (fewer rounds, smaller Spark inputs)
 
-bench-rust: ## criterion: core record-and-check (vs a locked map and governor), replay kernel, memory per sensor
+# The request-log bench reads generated lines too (tests/support/requestlog_gen.py).
+REQUEST_LOG_BENCH := target/request-log-bench/broker-0/kafka-request.log
+
+bench-rust: $(DEPS) ## criterion: core record-and-check (vs a locked map and governor), replay kernel, memory per sensor, request-log JSON parsers
 	cargo bench -p kquota-core --bench record -- $(CRITERION_ARGS)
 	cargo bench -p kquota-core --bench replay -- $(CRITERION_ARGS)
 	cargo bench -p kquota-core --bench memory
+	PYTHONPATH=tests/support $(PY) -c "import requestlog_gen as g; \
+	  g.write_repeated(g.LogSpec(requests=2000, brokers=1, seed=5), 'target/request-log-bench', 20000)"
+	KQUOTA_REQUEST_LOG=$(abspath $(REQUEST_LOG_BENCH)) cargo bench -p kquota-core --bench request_log -- $(CRITERION_ARGS)
 
 # The proxy benchmarks' floor: a Rust relay (rust/kquota-proxy), bytes or frame by frame.
 RELAY := target/release/kquota-relay

@@ -21,6 +21,8 @@ __all__ = [
     "NANOS_TO_PERCENT",
     "QUOTA_CALLBACK_METHODS",
     "QUOTA_TYPES",
+    "REQUEST_LOG_REASONS",
+    "REQUEST_LOG_TOPIC_OPS",
     "UNLIMITED",
     "UNLIMITED_CONNECTION_RATE",
     "BrokerNode",
@@ -53,6 +55,7 @@ __all__ = [
     "double_to_int",
     "monotonic_ms",
     "mutation_is_strict",
+    "parse_request_log",
     "recommend_quotas",
     "sanitize_user",
     "token_bucket_throttle_time",
@@ -655,6 +658,39 @@ def recommend_quotas(
 
 def double_to_int(value: float) -> int:
     """Java's ``(int)`` cast of a double: truncation toward zero, saturating, NaN to 0."""
+
+REQUEST_LOG_REASONS: Final[tuple[str, ...]]
+"""Why a request-log line gives no row, by code: :func:`parse_request_log`'s reason
+``k`` is ``REQUEST_LOG_REASONS[k - 1]`` (0 is a row); the same tuple as
+``kquota.backtest.requestlog.REASONS``."""
+
+REQUEST_LOG_TOPIC_OPS: Final[tuple[str, ...]]
+"""The ``topic_op`` codes of :func:`parse_request_log`: ``create``, ``grow``,
+``delete``, ``seen``."""
+
+def parse_request_log(
+    offsets: Any,
+    data: Any,
+    validity: Any | None,
+    offset: int,
+    length: int,
+    num_partitions: int = 1,
+) -> dict[str, npt.NDArray[Any]]:
+    """Each line of Kafka's request log as a back-test row, or why it has none.
+
+    Takes an Arrow string array's buffers (``offsets``: int32, ``data``, ``validity``: a
+    bitmap or None; any buffer-protocol object, read without a copy) and the array's
+    ``offset`` and ``length``; ``num_partitions`` is what a created topic gets when it asks
+    for -1 and has no assignments. Returns numpy arrays by column, one entry per line:
+    ``reason`` (uint8: 0 for a row, else a :data:`REQUEST_LOG_REASONS` position + 1),
+    ``wall_us`` (the timestamp's wall clock as UTC microseconds), ``before_us`` (response
+    queue + send time, microseconds), ``bytes``, ``thread_ns``, ``acks``,
+    ``kafka_throttle``, ``api_version``, ``correlation_id``, ``strict``, ``share_fetch``;
+    ``NAME_valid`` beside a nullable one; strings ``example``, ``user``, ``client``, ``api``,
+    ``topic_name`` as ``NAME_offsets`` (int32) and ``NAME_data`` (uint8); the topic list as
+    ``topic_offsets``, ``topics_valid``, ``topic_op``, ``topic_count``. ``ValueError`` when
+    the buffers are too short or not contiguous. The GIL is released while parsing.
+    """
 
 class KquotaError(Exception):
     """The base of every error kquota raises."""

@@ -31,16 +31,11 @@ SPEC = gen.LogSpec(requests=500, brokers=3, seed=7)
 # -- plain functions -----------------------------------------------------------------------------
 
 
-def test_uvarint_sizes_are_kafkas() -> None:
-    assert [requestlog.uvarint_size(n) for n in (0, 127, 128, 16_383, 16_384, 2**21, 2**28)] == [
-        1,
-        1,
-        2,
-        2,
-        3,
-        4,
-        5,
-    ]
+def test_the_reasons_are_the_cores_in_order() -> None:
+    # the core reports a reason by its position in this tuple
+    from kquota._core import REQUEST_LOG_REASONS
+
+    assert REQUEST_LOG_REASONS == requestlog.REASONS
 
 
 def test_the_broker_is_the_folder_holding_the_file_by_default() -> None:
@@ -332,8 +327,8 @@ def test_a_file_with_no_usable_line_is_an_error_naming_it(spark: Any, tmp_path: 
 def test_import_and_describe_parse_each_line_once(
     spark: Any, written: tuple[Path, list[gen.LoggedRequest]]
 ) -> None:
-    # a filter on the skip reason pushed below the parsing projection would inline
-    # from_json (and the head's regex) once per use of a parsed field: ~20 times a line
+    # the core's reader runs once a line: one mapInArrow in each plan, and the filter on
+    # the skip reason above it
     from pyspark.sql import Observation
 
     folder, _ = written
@@ -343,5 +338,5 @@ def test_import_and_describe_parse_each_line_once(
         _describe_apis(lines, Observation("kquota-test-describe")),
     ):
         plan = query._jdf.queryExecution().executedPlan().toString()
-        assert plan.count("from_json(") == 1
-        assert plan.count("regexp_extract(") == 1
+        assert plan.count("MapInArrow") == 1, plan
+        assert plan.count("from_json(") == 0

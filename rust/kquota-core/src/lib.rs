@@ -20,6 +20,8 @@
 //!   and the request path over three managers ([`RequestPath`]).
 //! * [`replay`]: the same request path replayed sequentially over columns of events, for
 //!   back-testing ([`ReplayKernel`]: several scenarios in one pass, open or closed loop).
+//! * [`requestlog`]: Kafka's request-log lines as back-test rows (or why a line has none),
+//!   column batch in, columns out.
 //!
 //! [`error`] is shared by every layer. The types a user of the crate needs are re-exported
 //! at its root.
@@ -33,6 +35,8 @@ pub mod kafka;
 pub mod managers;
 #[cfg(not(loom))]
 pub mod replay;
+#[cfg(not(loom))]
+pub mod requestlog;
 pub mod sync;
 
 pub use error::{Error, Result};

@@ -26,6 +26,7 @@ mod mutation_request_quota;
 mod partition_leader;
 mod quota_manager;
 mod replay_kernel;
+mod request_log;
 mod request_outcome;
 mod request_path;
 mod sampled_rate;
@@ -46,6 +47,7 @@ use mutation_request_quota::MutationRequestQuota;
 use partition_leader::PartitionLeader;
 use quota_manager::{bench_noop_record, QuotaManager};
 use replay_kernel::{recommend_quotas, ReplayKernel};
+use request_log::parse_request_log;
 use request_outcome::RequestOutcome;
 use request_path::{applied_throttles, RequestPath};
 use sampled_rate::SampledRate;
@@ -87,6 +89,15 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(canonical_ip, m)?)?;
     m.add_function(wrap_pyfunction!(check_quota, m)?)?;
     m.add_function(wrap_pyfunction!(unrecorded_by_request, m)?)?;
+    m.add_function(wrap_pyfunction!(parse_request_log, m)?)?;
+    m.add(
+        "REQUEST_LOG_REASONS",
+        PyTuple::new(py, core::requestlog::REASONS)?,
+    )?;
+    m.add(
+        "REQUEST_LOG_TOPIC_OPS",
+        PyTuple::new(py, core::requestlog::TOPIC_OPS)?,
+    )?;
     m.add("QUOTA_TYPES", PyTuple::new(py, core::QUOTA_TYPE_NAMES)?)?;
     m.add("NANOS_TO_PERCENT", core::NANOS_TO_PERCENT)?;
     let strict_since = PyDict::new(py);

@@ -3,9 +3,9 @@
 A broker with ``kafka.request.logger`` at DEBUG writes one ``Completed request:`` line per
 request into ``kafka-request.log`` (rolled hourly, often gzip-compressed afterwards). This
 module reads those files into kquota's traffic schema (:mod:`kquota.backtest.synthetic`),
-one row per usable line, with Spark's own JVM functions only (text source, one anchored
-``regexp_extract`` on the head of the line, ``from_json`` with a schema of just the fields
-needed, higher-order functions for the byte counts): no Python runs per line.
+one row per usable line: Spark reads the text, the core's reader (``kquota_core::
+requestlog``) classifies, parses and sizes the lines a batch at a time (``mapInArrow``):
+no Python runs per line.
 
 What a row holds (``../shared/docs/kafka-request-log.md``, section 5):
 
@@ -47,9 +47,7 @@ One module per step, their public names re-exported here:
 * :mod:`~kquota.backtest.requestlog.files`: the files a path names, the broker of each,
   :class:`LogOptions` (no Spark);
 * :mod:`~kquota.backtest.requestlog.lines`: :func:`read`, each line's row or the reason
-  it has none;
-* :mod:`~kquota.backtest.requestlog.sizes`: Kafka's request and response sizes rebuilt
-  from the logged fields (:func:`uvarint_size` in Python, the rest as Spark columns);
+  it has none (Kafka's request and response sizes are rebuilt in the core);
 * :mod:`~kquota.backtest.requestlog.summary`: :class:`LogSummary`, what a pass found;
 * :mod:`~kquota.backtest.requestlog.import_job`: :func:`import_log` and
   :func:`mutation_partitions`;
@@ -84,7 +82,6 @@ from kquota.backtest.requestlog.lines import (
     EXEMPT_API_KEYS,
     FOLLOWER,
     FORWARDED,
-    LINE_SCHEMA,
     MAX_LINE_BYTES,
     NO_BODY,
     NOT_UTF8,
@@ -97,9 +94,6 @@ from kquota.backtest.requestlog.lines import (
     TRACE_LINE,
     UNKNOWN_VERSION,
     read,
-)
-from kquota.backtest.requestlog.sizes import (
-    uvarint_size,
 )
 from kquota.backtest.requestlog.summary import (
     EXAMPLES,
@@ -135,7 +129,6 @@ __all__ = [
     "FORMAT",
     "FORWARDED",
     "KAFKA_THROTTLE",
-    "LINE_SCHEMA",
     "MAX_LINE_BYTES",
     "NOT_UTF8",
     "NO_BODY",
@@ -161,5 +154,4 @@ __all__ = [
     "log_files",
     "mutation_partitions",
     "read",
-    "uvarint_size",
 ]

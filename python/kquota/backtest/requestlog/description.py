@@ -109,9 +109,7 @@ def describe(spark: SparkSession, path: str, options: LogOptions | None = None) 
     bytes, and the lines skipped by reason (one pass over the lines, nothing written).
 
     The per-API counts are the one action (grouped by the API of a row, null for a skipped
-    line); everything else is observed on the same pass. There is no ``Filter`` on the skip
-    reason: Spark would push it below the projection that parses a line and inline the
-    parse into the condition once per use of the parsed fields (from_json ~20 times a line).
+    line); everything else is observed on the same pass, so each line is parsed once.
     """
     from pyspark.sql import Observation
 

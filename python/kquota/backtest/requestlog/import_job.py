@@ -28,9 +28,8 @@ if TYPE_CHECKING:
 def _import_rows(lines: _Lines, observation: Any) -> DataFrame:
     """The rows :func:`import_log` writes (:data:`COLUMNS`), with :func:`_metrics` observed
     on every line of the same pass. The filter on the skip reason sits above the observed
-    metrics, which Spark does not push a filter through: a line is parsed once (a filter
-    pushed below the parsing projection would inline ``from_json`` once per use of a parsed
-    field, ~20 times a line)."""
+    metrics, which Spark does not push a filter through, and above the ``mapInArrow`` that
+    parses the lines: each line is parsed once."""
     from pyspark.sql import functions as F
 
     observed = lines.frame.observe(observation, *_metrics())

@@ -1,10 +1,13 @@
 """One pass over a request log's lines: each line's row in the traffic schema, or the
-reason it gives none (:data:`REASONS`), with Spark's own JVM functions only (text source,
-one anchored ``regexp_extract`` on the head of the line, ``from_json`` with a schema of
-just the fields needed, higher-order functions for the byte counts)."""
+reason it gives none (:data:`REASONS`). Spark reads the text and knows each line's file
+and position; the core's reader (``kquota_core::requestlog``, through
+:func:`kquota._core.parse_request_log`) classifies, parses and sizes the lines a batch at a
+time in ``mapInArrow``; Spark applies the broker's time zone and the broker lookup."""
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
@@ -17,7 +20,6 @@ from kquota.backtest.requestlog.files import (
     broker_of,
     log_files,
 )
-from kquota.backtest.requestlog.sizes import fetch_response_size, produce_request_size
 from kquota.exceptions import TrafficError
 from kquota.traffic_schema import (
     ACKS,
@@ -35,6 +37,7 @@ from kquota.traffic_schema import (
 )
 
 if TYPE_CHECKING:
+    import pyarrow as pa  # type: ignore[import-untyped]
     from pyspark.sql import Column, DataFrame, SparkSession
 
 
@@ -49,9 +52,6 @@ is a few MB. Dropped lines are counted as :data:`TOO_LONG` from the bytes of pla
 EXAMPLE_CHARS: Final = 300
 """Characters of a line kept as an example."""
 
-PRODUCE: Final = 0
-FETCH: Final = 1
-METADATA: Final = 3
 CREATE_TOPICS: Final = 19
 DELETE_TOPICS: Final = 20
 CREATE_PARTITIONS: Final = 37
@@ -67,8 +67,6 @@ STRICT_SINCE: Final = {
 }
 """The controller-mutation APIs (by API key) and the first version Kafka enforces
 strictly: the core's versions."""
-MAX_PRODUCE_VERSION: Final = 13
-MAX_FETCH_VERSION: Final = 18
 EXEMPT_API_KEYS: Final = {
     4: "LeaderAndIsr",
     5: "StopReplica",
@@ -108,48 +106,28 @@ REASONS: Final = (
 )
 """Every reason a line is skipped for, in the order they are tested."""
 
-_HEAD: Final = (
-    r"^\[(\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2},\d{3})\] [A-Z]+ Completed request:(?:\{|$|[^{])"
+_TOPIC: Final = "struct<op: string, name: string, count: int>"
+_PARSED: Final = (
+    ("_kq_reason", "string"),
+    ("_kq_example", "string"),
+    ("_kq_wall_us", "long"),
+    ("_kq_before_us", "long"),
+    (USER, "string"),
+    (CLIENT, "string"),
+    (API, "string"),
+    (BYTES, "long"),
+    (THREAD, "long"),
+    (ACKS, "int"),
+    (KAFKA_THROTTLE, "long"),
+    (API_VERSION, "int"),
+    (CORRELATION_ID, "int"),
+    ("_kq_topics", f"array<{_TOPIC}>"),
+    (STRICT, "boolean"),
+    ("_kq_share_fetch", "boolean"),
+    ("_kq_size", "long"),
 )
-_HEAD_CHARS: Final = 80
-_SUFFIX: Final = " (kafka.request.logger)"
-_TRACE_SUFFIX: Final = "(kafka.network.RequestChannel$)"
-# The JSON fields read: everything else in a line is skipped by the parser.
-_PRODUCE_REQUEST: Final = (
-    "acks int, transactionalId string, topicData array<struct<name string, topicId string, "
-    "partitionData array<struct<index int, recordsSizeInBytes long>>>>"
-)
-# CreateTopics (name, numPartitions, assignments), CreatePartitions (name, count), DeleteTopics
-# (v6+ topics[].name, before topicNames): the fields of the three share one struct
-_MUTATION_REQUEST: Final = (
-    "topics array<struct<name string, numPartitions int, count int, "
-    "assignments array<struct<brokerIds array<int>>>>>, topicNames array<string>"
-)
-_METADATA_RESPONSE: Final = (
-    "topics array<struct<name string, errorCode int, partitions array<struct<partitionIndex int>>>>"
-)
-_FETCH_REQUEST: Final = "replicaId int, replicaState struct<replicaId int>"
-# a fetch response's partition under the names of 3.0+ (partitionIndex, recordsSizeInBytes)
-# and of 2.8 (partition, recordSetSizeInBytes); records printed as null have neither size
-_FETCH_PARTITION: Final = (
-    "array<struct<partitionIndex int, partition int, "
-    "abortedTransactions array<struct<producerId long>>, "
-    "recordsSizeInBytes long, recordSetSizeInBytes long, divergingEpoch struct<epoch int>, "
-    "currentLeader struct<leaderId int>, snapshotId struct<epoch int>>>"
-)
-_FETCH_RESPONSE: Final = (
-    f"responses array<struct<topic string, topicId string, partitions {_FETCH_PARTITION}, "
-    f"partitionResponses {_FETCH_PARTITION}>>"
-)
-LINE_SCHEMA: Final = (
-    "isForwarded boolean, requestHeader struct<requestApiKey int, requestApiVersion int, "
-    "correlationId int, clientId string, requestApiKeyName string>, "
-    f"request struct<{_PRODUCE_REQUEST}, {_FETCH_REQUEST}, {_MUTATION_REQUEST}>, "
-    f"response struct<throttleTimeMs long, {_FETCH_RESPONSE}, {_METADATA_RESPONSE}>, "
-    "localTimeMs double, throttleTimeMs long, responseQueueTimeMs double, sendTimeMs double, "
-    "principal string"
-)
-"""The ``from_json`` schema: only what a row needs (``""``/``null`` bodies read as null)."""
+"""What :func:`parse_batches` adds to a batch (Spark DDL types): each line's columns from
+the core's reader (:func:`kquota._core.parse_request_log`)."""
 
 
 def _file_key(name: str) -> str:
@@ -203,7 +181,7 @@ def read(spark: SparkSession, path: str, options: LogOptions | None = None) -> _
         literal = F.create_map(*[x for k, v in mapping.items() for x in (F.lit(k), F.lit(v))])
         return literal[key]
 
-    # 1. the line, its file and position, and its head (one regex on its first characters)
+    # 1. the line, its file and position; 2. the core's reader over Arrow batches of them
     value = F.col("value")
     file_key = F.regexp_replace(F.col("_metadata.file_path"), _LOCAL_SCHEME.pattern, "file:/")
     staged = text.select(
@@ -214,152 +192,125 @@ def read(spark: SparkSession, path: str, options: LogOptions | None = None) -> _
             + F.col("_metadata.file_block_start")
         ).alias(SEQ_COLUMNS[0]),
         F.monotonically_increasing_id().alias(SEQ_COLUMNS[1]),
-        F.octet_length(value).alias("_kq_size"),
-        F.is_valid_utf8(value).alias("_kq_utf8"),
-        F.regexp_extract(F.substring(value, 1, _HEAD_CHARS), _HEAD, 0).alias("_kq_head"),
     )
-    # 2. the JSON object (from the '{' ending the head to the logger's name), parsed once
-    head = F.col("_kq_head")
-    head_len = F.length(head)
-    parse = (
-        F.col("_kq_utf8")
-        & (F.col("_kq_size") <= MAX_LINE_BYTES)
-        & (F.substring(head, -1, 1) == "{")
-        & value.endswith(F.lit(_SUFFIX))
+    large = spark.conf.get("spark.sql.execution.arrow.useLargeVarTypes", "false") == "true"
+    schema = ", ".join(
+        [f"{_FILE} string", *(f"{c} long" for c in SEQ_COLUMNS)]
+        + [f"{name} {kind}" for name, kind in _PARSED]
     )
-    body = F.when(parse, value.substr(head_len, F.char_length(value) - head_len + 1 - len(_SUFFIX)))
-    staged = staged.select("*", F.from_json(body, LINE_SCHEMA).alias("_kq_line"))
-    # 3. the row, or why there is none
-    line = F.col("_kq_line")
-    header = line["requestHeader"]
-    key = header["requestApiKey"]
-    version = header["requestApiVersion"]
-    request, response = line["request"], line["response"]
-    ts_text = F.substring(head, 2, 23)
-
-    def number(start: int, length: int) -> Column:
-        return F.substring(ts_text, start, length).try_cast("int")
-
-    seconds = F.concat(F.substring(ts_text, 18, 2), F.lit("."), F.substring(ts_text, 21, 3))
-    end = F.try_make_timestamp(
-        number(1, 4),
-        number(6, 2),
-        number(9, 2),
-        number(12, 2),
-        number(15, 2),
-        seconds.try_cast("decimal(16,6)"),
-        F.lit(options.timezone),
-    )
-    queue_us = F.round(line["responseQueueTimeMs"] * 1000).cast("long")
-    send_us = F.round(line["sendTimeMs"] * 1000).cast("long")
-    record_ms = F.floor((F.unix_micros(end) - queue_us - send_us) / 1000).cast("long")
-    thread_ns = F.round(line["localTimeMs"] * 1000).cast("long") * 1000
-    throttle = line["throttleTimeMs"]
-    # A mutation request a broker forwards to the controller has two lines: the controller's
-    # (isForwarded, skipped) and the broker's, whose throttleTimeMs is the request quota's
-    # only; the controller-mutation throttle is in the logged response, and the broker gives
-    # the client the larger of the two (RequestHandlerHelper.sendForwardedResponse).
-    mutation_throttle = F.coalesce(response["throttleTimeMs"], F.lit(0)).cast("long")
-    kafka_throttle = F.when(
-        key.isin(*STRICT_SINCE), F.greatest(throttle, mutation_throttle)
-    ).otherwise(throttle)
-    replica = F.coalesce(request["replicaState"]["replicaId"], request["replicaId"], F.lit(-1))
-    acks = request["acks"]
-    complete = (
-        key.isNotNull()
-        & version.isNotNull()
-        & line["localTimeMs"].isNotNull()
-        & line["responseQueueTimeMs"].isNotNull()
-        & line["sendTimeMs"].isNotNull()
-        & throttle.isNotNull()
-        & line["principal"].isNotNull()
-    )
-    produce, fetch = key == PRODUCE, key == FETCH
-    reason = (
-        F.when(~F.col("_kq_utf8"), F.lit(NOT_UTF8))
-        .when((head_len == 0) & value.endswith(F.lit(_TRACE_SUFFIX)), F.lit(TRACE_LINE))
-        .when(head_len == 0, F.lit(OTHER_LINE))
-        .when(F.substring(head, -1, 1) != "{", F.lit(OLD_FORMAT))
-        .when(line.isNull() | ~complete, F.lit(CORRUPT))
-        .when(end.isNull(), F.lit(BAD_TIME))
-        .when(F.coalesce(line["isForwarded"], F.lit(False)), F.lit(FORWARDED))
-        .when(key.isin(*EXEMPT_API_KEYS), F.lit(EXEMPT))
-        .when((produce | fetch) & request.isNull(), F.lit(NO_BODY))
-        .when(fetch & (replica >= 0), F.lit(FOLLOWER))
-        .when(
-            (produce & ((version < 0) | (version > MAX_PRODUCE_VERSION)))
-            | (fetch & ((version < 0) | (version > MAX_FETCH_VERSION))),
-            F.lit(UNKNOWN_VERSION),
-        )
-    )
-    size_bytes = (
-        F.when(produce, produce_request_size(header, request))
-        .when(
-            fetch,
-            F.when((throttle > 0) | response.isNull(), 0).otherwise(
-                fetch_response_size(version, response)
-            ),
-        )
-        .otherwise(0)
-    )
-
-    # what the line says about topics' partition counts, in order: a created topic and its
-    # count, a grown topic and its new count, a deleted topic, a topic a Metadata response saw
-    def topic(op: str, name: Column, count: Column) -> Column:
-        return F.struct(F.lit(op).alias("op"), name.alias("name"), count.cast("int").alias("count"))
-
-    created = F.transform(
-        request["topics"],
-        lambda t: topic(
-            "create",
-            t["name"],
-            F.when(t["numPartitions"] >= 0, t["numPartitions"])
-            .when(F.size(t["assignments"]) > 0, F.size(t["assignments"]))
-            .otherwise(F.lit(options.num_partitions)),
-        ),
-    )
-    grown = F.transform(request["topics"], lambda t: topic("grow", t["name"], t["count"]))
-    deleted = F.transform(
-        F.coalesce(F.transform(request["topics"], lambda t: t["name"]), request["topicNames"]),
-        lambda n: topic("delete", n, F.lit(None)),
-    )
-    seen = F.transform(
-        F.filter(response["topics"], lambda t: (t["errorCode"] == 0) & t["name"].isNotNull()),
-        lambda t: topic("seen", t["name"], F.size(t["partitions"])),
-    )
-    topics = (
-        F.when(key == CREATE_TOPICS, created)
-        .when(key == CREATE_PARTITIONS, grown)
-        .when(key == DELETE_TOPICS, deleted)
-        .when(key == METADATA, seen)
-    )
-    strict = F.when(key == CREATE_TOPICS, version >= STRICT_SINCE[CREATE_TOPICS]).when(
-        key == CREATE_PARTITIONS, version >= STRICT_SINCE[CREATE_PARTITIONS]
-    )
-    strict = strict.when(key == DELETE_TOPICS, version >= STRICT_SINCE[DELETE_TOPICS])
-    principal = line["principal"]
-    user = F.substring(principal, F.instr(principal, ":") + 1, F.octet_length(principal))
-    api = F.coalesce(F.lower(header["requestApiKeyName"]), F.concat(F.lit("api_"), key))
-    example = F.substring(F.make_valid_utf8(value), 1, EXAMPLE_CHARS)
-    frame = staged.select(
+    parse = functools.partial(parse_batches, num_partitions=options.num_partitions, large=large)
+    parsed = staged.mapInArrow(parse, schema)
+    # 3. the time: the line's wall clock in the broker's zone, less the response's
+    # queue and send times (when Kafka recorded quota usage)
+    wall = F.col("_kq_wall_us")
+    if options.timezone == "UTC":
+        end_us = wall
+    else:
+        end_us = F.unix_micros(F.to_utc_timestamp(F.timestamp_micros(wall), options.timezone))
+    record_ms = F.floor((end_us - F.col("_kq_before_us")) / 1000).cast("long")
+    reason = F.col(_REASON)
+    frame = parsed.select(
         F.when(reason.isNull(), record_ms).alias(TS),
         lookup(brokers, F.col(_FILE)).alias(BROKER),
-        user.alias(USER),
-        F.coalesce(header["clientId"], F.lit("")).alias(CLIENT),
-        api.alias(API),
-        size_bytes.alias(BYTES),
-        F.when(produce & (acks == 0), F.lit(None).cast("long")).otherwise(thread_ns).alias(THREAD),
-        F.when(produce, acks).alias(ACKS),
-        kafka_throttle.alias(KAFKA_THROTTLE),
-        version.alias(API_VERSION),
-        header["correlationId"].alias(CORRELATION_ID),
-        topics.alias(_TOPICS),
-        strict.alias(STRICT),
+        USER,
+        CLIENT,
+        API,
+        BYTES,
+        THREAD,
+        ACKS,
+        KAFKA_THROTTLE,
+        API_VERSION,
+        CORRELATION_ID,
+        _TOPICS,
+        STRICT,
         *SEQ_COLUMNS,
-        reason.alias(_REASON),
-        F.when(reason.isNotNull(), example).alias(_EXAMPLE),
-        F.col(_FILE),
-        (key == SHARE_FETCH).alias(_SHARE),
+        _REASON,
+        _EXAMPLE,
+        _FILE,
+        _SHARE,
         F.when(~F.col(_FILE).endswith(".gz"), F.col("_kq_size") + 1).alias(_PLAIN),
     )
     return _Lines(frame, files, tuple(found))
+
+
+def parse_batches(
+    batches: Iterable[pa.RecordBatch], num_partitions: int = 1, large: bool = False
+) -> Iterator[pa.RecordBatch]:
+    """``mapInArrow`` over batches of ``value`` (the lines) and pass-through columns: each
+    batch without ``value`` and with :data:`_PARSED`, from the core's reader (one call a
+    batch, the GIL released; the arrays wrap its buffers without copying)."""
+    import numpy as np
+    import pyarrow as pa
+
+    from kquota._core import REQUEST_LOG_REASONS, REQUEST_LOG_TOPIC_OPS, parse_request_log
+
+    reasons = pa.array([None, *REQUEST_LOG_REASONS], pa.string())
+    ops = pa.array(REQUEST_LOG_TOPIC_OPS, pa.string())
+    text = pa.large_string() if large else pa.string()
+    topic_type = pa.struct([("op", text), ("name", text), ("count", pa.int32())])
+
+    def bitmap(valid: Any) -> Any:
+        return pa.array(valid, pa.bool_()).buffers()[1]
+
+    def strings(c: dict[str, Any], name: str, n: int) -> Any:
+        valid = c.get(f"{name}_valid")
+        array = pa.StringArray.from_buffers(
+            n,
+            pa.py_buffer(c[f"{name}_offsets"]),
+            pa.py_buffer(c[f"{name}_data"]),
+            None if valid is None else bitmap(valid),
+        )
+        return array.cast(text) if large else array
+
+    def nullable(c: dict[str, Any], name: str, kind: Any, n: int) -> Any:
+        values = c[name]
+        if kind == pa.bool_():
+            return pa.array(values, pa.bool_(), mask=~c[f"{name}_valid"])
+        return pa.Array.from_buffers(
+            kind, n, [bitmap(c[f"{name}_valid"]), pa.py_buffer(values)], null_count=-1
+        )
+
+    for batch in batches:
+        lines = batch.column("value")
+        if pa.types.is_large_string(lines.type) or pa.types.is_large_binary(lines.type):
+            lines = lines.cast(pa.string())
+        n = len(lines)
+        validity, offsets, data = lines.buffers()
+        c = parse_request_log(
+            offsets, data if data is not None else b"", validity, lines.offset, n, num_partitions
+        )
+        line_offsets = np.frombuffer(offsets, np.int32, n + 1, lines.offset * 4)
+        topics = pa.StructArray.from_arrays(
+            [
+                ops.take(pa.array(c["topic_op"])).cast(text),
+                strings(c, "topic_name", len(c["topic_op"])),
+                nullable(c, "topic_count", pa.int32(), len(c["topic_op"])),
+            ],
+            fields=list(topic_type),
+        )
+        columns = [
+            reasons.take(pa.array(c["reason"])).cast(text),
+            strings(c, "example", n),
+            nullable(c, "wall_us", pa.int64(), n),
+            pa.array(c["before_us"]),
+            strings(c, "user", n),
+            strings(c, "client", n),
+            strings(c, "api", n),
+            pa.array(c["bytes"]),
+            nullable(c, "thread_ns", pa.int64(), n),
+            nullable(c, "acks", pa.int32(), n),
+            pa.array(c["kafka_throttle"]),
+            nullable(c, "api_version", pa.int32(), n),
+            nullable(c, "correlation_id", pa.int32(), n),
+            pa.ListArray.from_arrays(
+                pa.array(c["topic_offsets"]), topics, mask=pa.array(~c["topics_valid"])
+            ),
+            nullable(c, "strict", pa.bool_(), n),
+            pa.array(c["share_fetch"]),
+            pa.array(np.diff(line_offsets).astype(np.int64)),
+        ]
+        kept = [batch.column(i) for i, f in enumerate(batch.schema) if f.name != "value"]
+        names = [f.name for f in batch.schema if f.name != "value"]
+        yield pa.RecordBatch.from_arrays(
+            [*kept, *columns], names=[*names, *(name for name, _ in _PARSED)]
+        )

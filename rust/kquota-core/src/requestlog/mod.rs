@@ -1,0 +1,395 @@
+//! Kafka's request log (`kafka.request.logger`): each line's back-test row, or why it has
+//! none. The spec is `shared/docs/kafka-request-log.md`; the Python side
+//! (`kquota.backtest.requestlog`) reads the files and applies the broker's time zone.
+//!
+//! Input is an Arrow string column (offsets + bytes), output columns in Arrow layout
+//! ([`Columns`]), so a batch crosses the binding without a copy per line. Layers:
+//! [`line`] (head, body, timestamp), [`json`] (the typed view of the JSON object),
+//! [`sizes`] (Kafka's byte counts), [`columns`] (the builders).
+
+pub mod columns;
+pub mod json;
+pub mod line;
+pub mod sizes;
+
+pub use columns::{Columns, Nullable, Strings, TopicOp, TOPIC_OPS};
+pub use sizes::{fetch_response_size, produce_request_size, uvarint_size};
+
+use crate::kafka::mutation_api::{
+    CREATE_PARTITIONS_STRICT_SINCE, CREATE_TOPICS_STRICT_SINCE, DELETE_TOPICS_STRICT_SINCE,
+};
+use json::Line;
+use line::Head;
+
+/// Why a line gives no row, by code (code k is `REASONS[k - 1]`; 0 is a row). The codes
+/// follow the order the Python side lists them in; the tests apply in [`classify`]'s order.
+pub const REASONS: [&str; 12] = [
+    "not UTF-8",
+    "line over 16 MiB (not read; counted from missing bytes)",
+    "RequestChannel$ TRACE line",
+    "not a Completed request line",
+    "pre-2.8 text format (unsupported)",
+    "truncated or corrupt JSON",
+    "invalid timestamp",
+    "forwarded to the controller (isForwarded)",
+    "inter-broker API (exempt from quotas)",
+    "follower fetch (outside client quotas)",
+    "produce or fetch without its request body",
+    "produce or fetch version not known",
+];
+pub const NOT_UTF8: u8 = 1;
+pub const TOO_LONG: u8 = 2;
+pub const TRACE_LINE: u8 = 3;
+pub const OTHER_LINE: u8 = 4;
+pub const OLD_FORMAT: u8 = 5;
+pub const CORRUPT: u8 = 6;
+pub const BAD_TIME: u8 = 7;
+pub const FORWARDED: u8 = 8;
+pub const EXEMPT: u8 = 9;
+pub const FOLLOWER: u8 = 10;
+pub const NO_BODY: u8 = 11;
+pub const UNKNOWN_VERSION: u8 = 12;
+
+/// Lines longer than this are not parsed (corrupt): the text reader drops longer ones.
+pub const MAX_LINE_BYTES: usize = 16 * 1024 * 1024;
+/// Characters of a skipped line kept as an example.
+pub const EXAMPLE_CHARS: usize = 300;
+
+pub const PRODUCE: i32 = 0;
+pub const FETCH: i32 = 1;
+pub const METADATA: i32 = 3;
+pub const CREATE_TOPICS: i32 = 19;
+pub const DELETE_TOPICS: i32 = 20;
+pub const CREATE_PARTITIONS: i32 = 37;
+/// ShareFetch: its fetch bytes are not logged, so its rows are flagged.
+pub const SHARE_FETCH: i32 = 78;
+pub const MAX_PRODUCE_VERSION: i32 = 13;
+pub const MAX_FETCH_VERSION: i32 = 18;
+/// Inter-broker APIs Kafka answers on the exempt path (LeaderAndIsr, StopReplica,
+/// UpdateMetadata, ControlledShutdown, WriteTxnMarkers, AlterPartition).
+pub const EXEMPT_API_KEYS: [i32; 6] = [4, 5, 6, 7, 27, 56];
+
+/// How to read lines.
+#[derive(Debug, Clone, Copy)]
+pub struct Options {
+    /// Kafka's `num.partitions`: a created topic's count when it asks for -1 and has
+    /// no assignments.
+    pub num_partitions: i32,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options { num_partitions: 1 }
+    }
+}
+
+/// The lines of an Arrow string column: line `i` is `data[offsets[i]..offsets[i + 1]]`,
+/// null when `valid` says so (a null line reads as an empty one).
+#[derive(Debug, Clone, Copy)]
+pub struct Lines<'a> {
+    pub offsets: &'a [i32],
+    pub data: &'a [u8],
+    /// Arrow validity bitmap (LSB first) and the bit of line 0, or `None`: no null.
+    pub valid: Option<(&'a [u8], usize)>,
+}
+
+impl<'a> Lines<'a> {
+    pub fn len(&self) -> usize {
+        self.offsets.len().saturating_sub(1)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Line `i`; an out-of-range or inverted offset (a malformed array) reads as empty.
+    pub fn get(&self, i: usize) -> &'a [u8] {
+        if let Some((bits, first)) = self.valid {
+            let bit = first + i;
+            if bits.get(bit / 8).is_none_or(|b| b & (1 << (bit % 8)) == 0) {
+                return &[];
+            }
+        }
+        let (a, b) = (self.offsets[i], self.offsets[i + 1]);
+        match (usize::try_from(a), usize::try_from(b)) {
+            (Ok(a), Ok(b)) if a <= b && b <= self.data.len() => &self.data[a..b],
+            _ => &[],
+        }
+    }
+}
+
+/// Every line's columns.
+pub fn parse_lines(lines: Lines<'_>, options: Options) -> Columns {
+    let mut out = Columns::default();
+    for i in 0..lines.len() {
+        push_line(&mut out, lines.get(i), options);
+    }
+    out
+}
+
+/// The fields a row reads from a complete line.
+struct Row<'l, 'a> {
+    line: &'l Line<'a>,
+    key: i32,
+    version: i32,
+    throttle: i64,
+}
+
+/// The line's reason code (0: a row), its wall-clock end and its parsed object.
+fn classify<'a>(raw: &'a [u8]) -> (u8, Option<i64>, Option<Line<'a>>) {
+    let Ok(text) = std::str::from_utf8(raw) else {
+        return (NOT_UTF8, None, None);
+    };
+    let json = match line::head(raw) {
+        Head::None if raw.ends_with(line::TRACE_SUFFIX) => return (TRACE_LINE, None, None),
+        Head::None => return (OTHER_LINE, None, None),
+        Head::Text => return (OLD_FORMAT, None, None),
+        Head::Json { json } => json,
+    };
+    let parsed = match line::body(raw, json) {
+        Some(_) if raw.len() > MAX_LINE_BYTES => None,
+        // the body is ASCII-delimited, so its ends are character boundaries
+        Some(body) => json::parse(&text[json..json + body.len()]),
+        None => None,
+    };
+    let Some(parsed) = parsed else {
+        return (CORRUPT, None, None);
+    };
+    let Some(row) = complete(&parsed) else {
+        return (CORRUPT, None, Some(parsed));
+    };
+    let wall = line::wall_clock_micros(raw);
+    let reason = if wall.is_none() {
+        BAD_TIME
+    } else if parsed.is_forwarded.value() == Some(true) {
+        FORWARDED
+    } else if EXEMPT_API_KEYS.contains(&row.key) {
+        EXEMPT
+    } else if (row.key == PRODUCE || row.key == FETCH) && parsed.request.get().is_none() {
+        NO_BODY
+    } else if row.key == FETCH && replica_id(&parsed) >= 0 {
+        FOLLOWER
+    } else if (row.key == PRODUCE && !(0..=MAX_PRODUCE_VERSION).contains(&row.version))
+        || (row.key == FETCH && !(0..=MAX_FETCH_VERSION).contains(&row.version))
+    {
+        UNKNOWN_VERSION
+    } else {
+        0
+    };
+    (reason, wall, Some(parsed))
+}
+
+/// The line's row fields when every required one is there, else `None` (corrupt).
+fn complete<'l, 'a>(line: &'l Line<'a>) -> Option<Row<'l, 'a>> {
+    let header = line.request_header.get()?;
+    line.local_time_ms.get()?;
+    line.response_queue_time_ms.get()?;
+    line.send_time_ms.get()?;
+    line.principal.get()?;
+    Some(Row {
+        line,
+        key: header.request_api_key.value()?,
+        version: header.request_api_version.value()?,
+        throttle: line.throttle_time_ms.value()?,
+    })
+}
+
+/// A fetch's replica id: `replicaState.replicaId` (v15+), else `replicaId`, else -1.
+fn replica_id(line: &Line<'_>) -> i32 {
+    let request = line.request.get();
+    request
+        .and_then(|r| r.replica_state.get())
+        .and_then(|s| s.replica_id.value())
+        .or_else(|| request.and_then(|r| r.replica_id.value()))
+        .unwrap_or(-1)
+}
+
+/// Milliseconds as Spark's `round(ms * 1000)` cast to a long: half away from zero,
+/// saturating.
+fn micros(ms: f64) -> i64 {
+    (ms * 1000.0).round() as i64
+}
+
+fn push_line(out: &mut Columns, raw: &[u8], options: Options) {
+    let (reason, wall, parsed) = classify(raw);
+    out.reason.push(reason);
+    if reason != 0 {
+        let lossy = String::from_utf8_lossy(raw);
+        let end = lossy
+            .char_indices()
+            .nth(EXAMPLE_CHARS)
+            .map_or(lossy.len(), |(i, _)| i);
+        out.example.push(&lossy[..end]);
+    } else {
+        out.example.push_null();
+    }
+    out.wall_us.push(wall);
+    let row = parsed.as_ref().and_then(complete);
+    match row {
+        Some(row) if reason == 0 => push_row(out, &row, options),
+        _ => push_empty(out, parsed.as_ref()),
+    }
+}
+
+/// Defaults for a skipped line (its ShareFetch flag still set from its key).
+fn push_empty(out: &mut Columns, parsed: Option<&Line<'_>>) {
+    let key = parsed
+        .and_then(|l| l.request_header.get())
+        .and_then(|h| h.request_api_key.value());
+    out.before_us.push(0);
+    out.user.push("");
+    out.client.push("");
+    out.api.push("");
+    out.bytes.push(0);
+    out.thread_ns.push(None);
+    out.acks.push(None);
+    out.kafka_throttle.push(0);
+    out.api_version.push(None);
+    out.correlation_id.push(None);
+    out.strict.push(None);
+    out.share_fetch.push(key == Some(SHARE_FETCH));
+    out.close_topics(false);
+}
+
+fn push_row(out: &mut Columns, row: &Row<'_, '_>, options: Options) {
+    let line = row.line;
+    let (key, version) = (row.key, row.version);
+    let header = line
+        .request_header
+        .get()
+        .expect("a complete line has a header");
+    let request = line.request.get();
+    let response = line.response.get();
+    let queue = line.response_queue_time_ms.value().unwrap_or(0.0);
+    let send = line.send_time_ms.value().unwrap_or(0.0);
+    out.before_us.push(micros(queue).wrapping_add(micros(send)));
+    // quotas use the principal's name whatever its type: what follows the first ':'
+    let principal = line.principal.get().map_or("", |p| p.as_str());
+    out.user.push(
+        principal
+            .split_once(':')
+            .map_or(principal, |(_, name)| name),
+    );
+    out.client
+        .push(header.client_id.get().map_or("", |c| c.as_str()));
+    match header.request_api_key_name.get() {
+        Some(name) if name.as_str().is_ascii() => out.api.push(&name.as_str().to_ascii_lowercase()),
+        Some(name) => out.api.push(&name.as_str().to_lowercase()),
+        None => out.api.push_parts(&["api_", &key.to_string()]),
+    }
+    let bytes = match (key, request, response) {
+        (PRODUCE, Some(request), _) => {
+            produce_request_size(version, header.client_id.get(), request)
+        }
+        // a throttled fetch: Kafka un-records its size and sends an empty response
+        (FETCH, _, Some(response)) if row.throttle <= 0 => fetch_response_size(version, response),
+        _ => 0,
+    };
+    out.bytes.push(bytes);
+    let acks = request.and_then(|r| r.acks.value());
+    let thread = micros(line.local_time_ms.value().unwrap_or(0.0)).wrapping_mul(1000);
+    // acks=0: the handler time goes to the exempt sensor, not the request quota
+    out.thread_ns
+        .push((!(key == PRODUCE && acks == Some(0))).then_some(thread));
+    out.acks.push(if key == PRODUCE { acks } else { None });
+    let strict_since = match key {
+        CREATE_TOPICS => Some(CREATE_TOPICS_STRICT_SINCE),
+        CREATE_PARTITIONS => Some(CREATE_PARTITIONS_STRICT_SINCE),
+        DELETE_TOPICS => Some(DELETE_TOPICS_STRICT_SINCE),
+        _ => None,
+    };
+    // A broker's line of a forwarded mutation has the request quota's throttle only; the
+    // controller-mutation throttle is in the response, and the client gets the larger.
+    let throttle = match strict_since {
+        Some(_) => {
+            let mutation = response
+                .and_then(|r| r.throttle_time_ms.value())
+                .unwrap_or(0);
+            row.throttle.max(mutation)
+        }
+        None => row.throttle,
+    };
+    out.kafka_throttle.push(throttle);
+    out.api_version.push(Some(version));
+    out.correlation_id.push(header.correlation_id.value());
+    out.strict
+        .push(strict_since.map(|since| version >= i32::from(since)));
+    out.share_fetch.push(key == SHARE_FETCH);
+    push_topics(out, key, line, options);
+}
+
+/// What the line says about topics' partition counts, in order (`_kq_topics`).
+fn push_topics(out: &mut Columns, key: i32, line: &Line<'_>, options: Options) {
+    let request = line.request.get();
+    let topics = request.and_then(|r| r.topics.get());
+    let name = |t: &json::MutationTopic<'_>| t.name.get().map(|n| n.as_str().to_owned());
+    let listed = match key {
+        CREATE_TOPICS => topics.map(|ts| {
+            ts.iter()
+                .map(|t| {
+                    let empty = json::MutationTopic::default();
+                    let t = t.get().unwrap_or(&empty);
+                    let assigned = t.assignments.value().map_or(-1, |c| c.0);
+                    let count = match t.num_partitions.value() {
+                        Some(n) if n >= 0 => n,
+                        _ if assigned > 0 => i32::try_from(assigned).unwrap_or(i32::MAX),
+                        _ => options.num_partitions,
+                    };
+                    (TopicOp::Create, name(t), Some(count))
+                })
+                .collect::<Vec<_>>()
+        }),
+        CREATE_PARTITIONS => topics.map(|ts| {
+            ts.iter()
+                .map(|t| match t.get() {
+                    Some(t) => (TopicOp::Grow, name(t), t.count.value()),
+                    None => (TopicOp::Grow, None, None),
+                })
+                .collect()
+        }),
+        DELETE_TOPICS => match topics {
+            Some(ts) => Some(
+                ts.iter()
+                    .map(|t| (TopicOp::Delete, t.get().and_then(name), None))
+                    .collect(),
+            ),
+            None => request.and_then(|r| r.topic_names.get()).map(|names| {
+                names
+                    .iter()
+                    .map(|n| {
+                        (
+                            TopicOp::Delete,
+                            n.get().map(|n| n.as_str().to_owned()),
+                            None,
+                        )
+                    })
+                    .collect()
+            }),
+        },
+        METADATA => line.response.get().and_then(|r| r.topics.get()).map(|ts| {
+            ts.iter()
+                .filter_map(|t| t.get())
+                .filter(|t| t.error_code.value() == Some(0) && t.name.get().is_some())
+                .map(|t| {
+                    // Spark's size() of a null array: -1
+                    let count = t.partitions.value().map_or(-1, |c| c.0);
+                    let count = i32::try_from(count).unwrap_or(i32::MAX);
+                    (TopicOp::Seen, name_of(t), Some(count))
+                })
+                .collect()
+        }),
+        _ => None,
+    };
+    let valid = listed.is_some();
+    for (op, name, count) in listed.unwrap_or_default() {
+        out.push_topic(op, name.as_deref(), count);
+    }
+    out.close_topics(valid);
+}
+
+fn name_of(t: &json::MetadataTopic<'_>) -> Option<String> {
+    t.name.get().map(|n| n.as_str().to_owned())
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,257 @@
+//! Each reason, both fetch key sets, null records, and a row's every field.
+
+use super::*;
+
+const TS: &str = "[2024-06-03 17:04:05,123]";
+
+fn object(key: i32, version: i32, request: &str, response: &str, extra: &str) -> String {
+    format!(
+        r#"{{"isForwarded":false,"requestHeader":{{"requestApiKey":{key},"requestApiVersion":{version},"correlationId":7,"clientId":"app","requestApiKeyName":"{}"}},"request":{request},"response":{response},"connection":"a","totalTimeMs":3.5,"requestQueueTimeMs":0.1,"localTimeMs":1.2345,"remoteTimeMs":0.0,"throttleTimeMs":0,"responseQueueTimeMs":0.05,"sendTimeMs":0.0025,"securityProtocol":"PLAINTEXT","principal":"User:alice:x","listener":"PLAINTEXT","clientInformation":{{"softwareName":"k","softwareVersion":"1"}}{extra}}}"#,
+        match key {
+            0 => "PRODUCE",
+            1 => "FETCH",
+            _ => "API_VERSIONS",
+        }
+    )
+}
+
+fn log_line(json: &str) -> String {
+    format!("{TS} DEBUG Completed request:{json} (kafka.request.logger)")
+}
+
+fn parse(lines: &[&[u8]]) -> Columns {
+    let mut offsets = vec![0i32];
+    let mut data = Vec::new();
+    for l in lines {
+        data.extend_from_slice(l);
+        offsets.push(data.len() as i32);
+    }
+    let out = parse_lines(
+        Lines {
+            offsets: &offsets,
+            data: &data,
+            valid: None,
+        },
+        Options { num_partitions: 3 },
+    );
+    assert_eq!(out.len(), lines.len());
+    out
+}
+
+fn reason(line: &str) -> u8 {
+    parse(&[line.as_bytes()]).reason[0]
+}
+
+const PRODUCE_V8: &str = r#"{"transactionalId":null,"acks":1,"timeoutMs":30000,"topicData":[{"name":"t","partitionData":[{"index":0,"recordsSizeInBytes":100}]}]}"#;
+const FETCH_REQUEST: &str = r#"{"replicaId":-1,"maxWaitMs":500,"minBytes":1,"topics":[]}"#;
+const FETCH_V11: &str = r#"{"throttleTimeMs":0,"errorCode":0,"sessionId":0,"responses":[{"topic":"t","partitions":[{"partitionIndex":0,"errorCode":0,"highWatermark":1,"lastStableOffset":1,"logStartOffset":0,"abortedTransactions":null,"preferredReadReplica":-1,"recordsSizeInBytes":500}]}]}"#;
+
+#[test]
+fn a_produce_row_has_every_field() {
+    let out = parse(&[log_line(&object(0, 8, PRODUCE_V8, r#"{"responses":[]}"#, "")).as_bytes()]);
+    assert_eq!(out.reason[0], 0);
+    assert_eq!(out.example.get(0), None);
+    assert_eq!(out.wall_us.get(0), Some(1_717_434_245_123_000));
+    assert_eq!(out.before_us[0], 50 + 3); // 0.05 ms + 0.0025 ms rounded half up
+    assert_eq!(out.user.get(0), Some("alice:x"));
+    assert_eq!(out.client.get(0), Some("app"));
+    assert_eq!(out.api.get(0), Some("produce"));
+    assert_eq!(out.bytes[0], 13 + 2 + 2 + 4 + 4 + 3 + 4 + 108);
+    assert_eq!(out.thread_ns.get(0), Some(1_235_000));
+    assert_eq!(out.acks.get(0), Some(1));
+    assert_eq!(out.api_version.get(0), Some(8));
+    assert_eq!(out.correlation_id.get(0), Some(7));
+    assert_eq!(out.strict.get(0), None);
+    assert!(!out.topics_valid[0]);
+}
+
+#[test]
+fn acks_zero_has_no_thread_time() {
+    let request = PRODUCE_V8.replace(r#""acks":1"#, r#""acks":0"#);
+    let out = parse(&[log_line(&object(0, 8, &request, "\"\"", "")).as_bytes()]);
+    assert_eq!(
+        (out.reason[0], out.acks.get(0), out.thread_ns.get(0)),
+        (0, Some(0), None)
+    );
+}
+
+#[test]
+fn fetch_rows_both_key_sets_and_throttled() {
+    let v28 = FETCH_V11
+        .replace("\"partitions\"", "\"partitionResponses\"")
+        .replace("partitionIndex", "partition")
+        .replace("recordsSizeInBytes", "recordSetSizeInBytes");
+    let throttled = object(1, 11, FETCH_REQUEST, FETCH_V11, "").replace(
+        r#""throttleTimeMs":0,"responseQueue"#,
+        r#""throttleTimeMs":5,"responseQueue"#,
+    );
+    let out = parse(&[
+        log_line(&object(1, 11, FETCH_REQUEST, FETCH_V11, "")).as_bytes(),
+        log_line(&object(1, 11, FETCH_REQUEST, &v28, "")).as_bytes(),
+        log_line(&throttled).as_bytes(),
+    ]);
+    let expected = 4 + 4 + 2 + 4 + 4 + 2 + 1 + 4 + (4 + 2 + 8 + 8 + 8 + 4 + 4 + 4 + 500);
+    assert_eq!(out.reason, [0, 0, 0]);
+    assert_eq!(out.bytes, [expected, expected, 0]);
+    assert_eq!(out.kafka_throttle, [0, 0, 5]);
+    assert_eq!(out.acks.get(0), None);
+}
+
+#[test]
+fn each_reason() {
+    let good = object(18, 3, "{}", "{}", "");
+    assert_eq!(reason(&log_line(&good)), 0);
+    assert_eq!(parse(&[b"[2024-06-03 \xff"]).reason[0], NOT_UTF8);
+    assert_eq!(
+        reason("[2024-06-03 17:04:05,123] TRACE Sending FETCH response (kafka.network.RequestChannel$)"),
+        TRACE_LINE
+    );
+    assert_eq!(
+        reason("[2024-06-03 17:04:05,123] INFO started (kafka.server.KafkaServer)"),
+        OTHER_LINE
+    );
+    assert_eq!(reason(""), OTHER_LINE);
+    assert_eq!(
+        reason("[2024-06-03 17:04:05,123] DEBUG Completed request:RequestHeader(apiKey=PRODUCE) (kafka.request.logger)"),
+        OLD_FORMAT
+    );
+    let line = log_line(&good);
+    assert_eq!(reason(&line[..line.len() / 2]), CORRUPT);
+    assert_eq!(
+        reason(&log_line(
+            &good.replace(r#""principal":"User:alice:x","#, "")
+        )),
+        CORRUPT
+    );
+    // a required field of the wrong type reads as null
+    assert_eq!(
+        reason(&log_line(
+            &good.replace(r#""sendTimeMs":0.0025"#, r#""sendTimeMs":"x""#)
+        )),
+        CORRUPT
+    );
+    let deep = format!("{}1{}", "[".repeat(100_000), "]".repeat(100_000));
+    assert_eq!(
+        reason(&log_line(
+            &good.replace(r#""connection":"a""#, &format!(r#""deep":{deep}"#))
+        )),
+        CORRUPT
+    );
+    assert_eq!(
+        reason(&log_line(&good).replace("2024-06-03", "2024-02-30")),
+        BAD_TIME
+    );
+    assert_eq!(
+        reason(&log_line(
+            &good.replace(r#""isForwarded":false"#, r#""isForwarded":true"#)
+        )),
+        FORWARDED
+    );
+    assert_eq!(reason(&log_line(&object(4, 5, "{}", "{}", ""))), EXEMPT);
+    let follower = FETCH_REQUEST.replace("-1", "2");
+    assert_eq!(
+        reason(&log_line(&object(1, 11, &follower, FETCH_V11, ""))),
+        FOLLOWER
+    );
+    let state = r#"{"replicaState":{"replicaId":1,"replicaEpoch":3},"topics":[]}"#;
+    assert_eq!(
+        reason(&log_line(&object(1, 15, state, FETCH_V11, ""))),
+        FOLLOWER
+    );
+    assert_eq!(
+        reason(&log_line(&object(1, 11, "\"\"", FETCH_V11, ""))),
+        NO_BODY
+    );
+    assert_eq!(
+        reason(&log_line(&object(0, 8, "null", "null", ""))),
+        NO_BODY
+    );
+    assert_eq!(
+        reason(&log_line(&object(1, 19, FETCH_REQUEST, FETCH_V11, ""))),
+        UNKNOWN_VERSION
+    );
+    assert_eq!(
+        reason(&log_line(&object(0, 14, PRODUCE_V8, "{}", ""))),
+        UNKNOWN_VERSION
+    );
+    let out = parse(&[b"x"]);
+    assert_eq!(out.example.get(0), Some("x"));
+}
+
+#[test]
+fn examples_are_300_characters_of_lossy_text() {
+    let long = "é".repeat(400);
+    let out = parse(&[long.as_bytes(), b"a\xffb"]);
+    assert_eq!(out.example.get(0).unwrap().chars().count(), EXAMPLE_CHARS);
+    assert_eq!(out.example.get(1), Some("a\u{fffd}b"));
+}
+
+#[test]
+fn mutation_topics_and_strict_flags() {
+    let create = r#"{"topics":[{"name":"a","numPartitions":-1,"assignments":[{"partitionIndex":0,"brokerIds":[1]},{"partitionIndex":1,"brokerIds":[2]}]},{"name":"b","numPartitions":4,"assignments":[]},{"name":"c","numPartitions":-1,"assignments":[]}]}"#;
+    let grow = r#"{"topics":[{"name":"a","count":5,"assignments":null}]}"#;
+    let delete_old = r#"{"topicNames":["a","b"]}"#;
+    let delete_new = r#"{"topics":[{"name":"c","topicId":"x"}]}"#;
+    let metadata = r#"{"topics":[{"errorCode":0,"name":"a","partitions":[{},{}]},{"errorCode":3,"name":"z","partitions":[]}]}"#;
+    let with_name = |key: i32, version: i32, request: &str, response: &str| {
+        log_line(&object(key, version, request, response, ""))
+    };
+    let out = parse(&[
+        with_name(19, 6, create, r#"{"throttleTimeMs":20}"#).as_bytes(),
+        with_name(37, 2, grow, "{}").as_bytes(),
+        with_name(20, 4, delete_old, "{}").as_bytes(),
+        with_name(20, 6, delete_new, "{}").as_bytes(),
+        with_name(3, 12, "{}", metadata).as_bytes(),
+    ]);
+    assert_eq!(out.reason, [0; 5]);
+    assert_eq!(out.kafka_throttle[0], 20);
+    assert_eq!(out.strict.get(0), Some(true));
+    assert_eq!(out.strict.get(1), Some(false));
+    assert_eq!(out.strict.get(2), Some(false));
+    assert_eq!(out.strict.get(3), Some(true));
+    assert_eq!(out.strict.get(4), None);
+    assert_eq!(out.topic_offsets, [0, 3, 4, 6, 7, 8]);
+    assert_eq!(out.topic_op, [0, 0, 0, 1, 2, 2, 2, 3]);
+    let names: Vec<_> = (0..8).map(|i| out.topic_name.get(i).unwrap()).collect();
+    assert_eq!(names, ["a", "b", "c", "a", "a", "b", "c", "a"]);
+    let counts: Vec<_> = (0..8).map(|i| out.topic_count.get(i)).collect();
+    assert_eq!(
+        counts,
+        [
+            Some(2),
+            Some(4),
+            Some(3),
+            Some(5),
+            None,
+            None,
+            None,
+            Some(2)
+        ]
+    );
+}
+
+#[test]
+fn null_client_ids_and_unnamed_apis() {
+    let json = object(18, 3, "{}", "{}", "")
+        .replace(r#""clientId":"app""#, r#""clientId":null"#)
+        .replace(r#","requestApiKeyName":"API_VERSIONS""#, "");
+    let out = parse(&[log_line(&json).as_bytes()]);
+    assert_eq!(
+        (out.reason[0], out.client.get(0), out.api.get(0)),
+        (0, Some(""), Some("api_18"))
+    );
+}
+
+#[test]
+fn null_and_malformed_offsets_read_as_empty_lines() {
+    let data = b"abc";
+    let out = parse_lines(
+        Lines {
+            offsets: &[0, 3, 1, 9],
+            data,
+            valid: Some((&[0b0000_0110], 0)),
+        },
+        Options::default(),
+    );
+    assert_eq!(out.reason, [OTHER_LINE; 3]);
+}
