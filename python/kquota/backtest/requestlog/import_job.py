@@ -119,7 +119,8 @@ def import_log(
     parsed = target.with_name(f".{target.name[:100]}.{uuid.uuid4().hex[:8]}.lines.tmp")
     try:
         with _spark_call(path), _writing(out):
-            rows.write.mode("overwrite").parquet(str(parsed))
+            # read once, by the second pass: compressing it would cost more than it saves
+            rows.write.mode("overwrite").option("compression", "none").parquet(str(parsed))
         summary = _summary(lines, observation.get)
         with _spark_call(path), _writing(out):
             _with_partitions(spark, str(parsed), summary).write.mode("overwrite").parquet(

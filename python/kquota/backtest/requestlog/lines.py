@@ -147,6 +147,9 @@ class _Lines:
 _REASON: Final = "_kq_reason"
 _EXAMPLE: Final = "_kq_example"
 _FILE: Final = "_kq_file"
+FILE_RANK_SHIFT: Final = 44
+"""A line's first position column is its file's rank (in the sorted input) shifted left by
+this, plus the start of its split in the file (below 16 TiB)."""
 _PLAIN: Final = "_kq_plain_bytes"
 _TOPICS: Final = "_kq_topics"
 _SHARE: Final = "_kq_share_fetch"
@@ -174,29 +177,35 @@ def read(spark: SparkSession, path: str, options: LogOptions | None = None) -> _
         raise TrafficError(f"cannot read traffic {path!r}: {spark_message(exc)}") from None
     if not found:
         raise TrafficError(f"traffic {path!r} has no file to read")
-    brokers = {_file_key(name): broker_of(name, options) for name in found}
     ranks = {_file_key(name): i for i, name in enumerate(found)}
+    # by the file's rank, which the position column carries: only numbers go through the
+    # Python worker, not each line's file name
+    names = {i: _file_key(name) for i, name in enumerate(found)}
+    brokers = {i: broker_of(name, options) for i, name in enumerate(found)}
+    plain = {i: not name.endswith(".gz") for i, name in enumerate(found)}
 
-    def lookup(mapping: dict[str, Any], key: Column) -> Column:
+    def lookup(mapping: dict[Any, Any], key: Column) -> Column:
         literal = F.create_map(*[x for k, v in mapping.items() for x in (F.lit(k), F.lit(v))])
         return literal[key]
 
     # 1. the line, its file and position; 2. the core's reader over Arrow batches of them
     value = F.col("value")
-    file_key = F.regexp_replace(F.col("_metadata.file_path"), _LOCAL_SCHEME.pattern, "file:/")
+    # the rank by the path as Spark gives it, and only for a spelling not seen by the
+    # path in kquota's form (a regular expression per line costs)
+    raw = F.col("_metadata.file_path")
+    file_key = F.regexp_replace(raw, _LOCAL_SCHEME.pattern, "file:/")
+    rank = F.coalesce(lookup(ranks, raw), lookup(ranks, file_key))
     staged = text.select(
         value,
-        file_key.alias(_FILE),
         (
-            lookup(ranks, file_key).cast("long") * F.lit(1 << 44)
+            rank.cast("long") * F.lit(1 << FILE_RANK_SHIFT)
             + F.col("_metadata.file_block_start")
         ).alias(SEQ_COLUMNS[0]),
         F.monotonically_increasing_id().alias(SEQ_COLUMNS[1]),
     )
     large = spark.conf.get("spark.sql.execution.arrow.useLargeVarTypes", "false") == "true"
     schema = ", ".join(
-        [f"{_FILE} string", *(f"{c} long" for c in SEQ_COLUMNS)]
-        + [f"{name} {kind}" for name, kind in _PARSED]
+        [f"{c} long" for c in SEQ_COLUMNS] + [f"{name} {kind}" for name, kind in _PARSED]
     )
     parse = functools.partial(parse_batches, num_partitions=options.num_partitions, large=large)
     parsed = staged.mapInArrow(parse, schema)
@@ -209,9 +218,11 @@ def read(spark: SparkSession, path: str, options: LogOptions | None = None) -> _
         end_us = F.unix_micros(F.to_utc_timestamp(F.timestamp_micros(wall), options.timezone))
     record_ms = F.floor((end_us - F.col("_kq_before_us")) / 1000).cast("long")
     reason = F.col(_REASON)
+    file_rank = F.shiftright(F.col(SEQ_COLUMNS[0]), FILE_RANK_SHIFT)
+    parsed = parsed.withColumn(_FILE, lookup(names, file_rank))
     frame = parsed.select(
         F.when(reason.isNull(), record_ms).alias(TS),
-        lookup(brokers, F.col(_FILE)).alias(BROKER),
+        lookup(brokers, file_rank).alias(BROKER),
         USER,
         CLIENT,
         API,
@@ -228,7 +239,7 @@ def read(spark: SparkSession, path: str, options: LogOptions | None = None) -> _
         _EXAMPLE,
         _FILE,
         _SHARE,
-        F.when(~F.col(_FILE).endswith(".gz"), F.col("_kq_size") + 1).alias(_PLAIN),
+        F.when(lookup(plain, file_rank), F.col("_kq_size") + 1).alias(_PLAIN),
     )
     return _Lines(frame, files, tuple(found))
 

@@ -10,13 +10,14 @@ from kquota.backtest.kernel import SEQ_COLUMNS
 from kquota.backtest.requestlog.files import _LOCAL_SCHEME
 from kquota.backtest.requestlog.lines import (
     _EXAMPLE,
-    _FILE,
     _PLAIN,
     _REASON,
     _SHARE,
+    FILE_RANK_SHIFT,
     MAX_LINE_BYTES,
     REASONS,
     TOO_LONG,
+    _file_key,
     _Lines,
 )
 from kquota.exceptions import TrafficError
@@ -98,8 +99,10 @@ def _metrics() -> list[Column]:
     metrics = [
         F.count(F.lit(1)).alias("lines"),
         F.count_if(reason.isNull()).alias("rows"),
-        F.collect_set(F.col(_FILE)).alias("files_with_lines"),
-        F.collect_set(F.when(reason.isNull(), F.col(_FILE))).alias("files_with_rows"),
+        # files by their rank in the input (see lines.read), numbers being cheaper to
+        # gather than names
+        F.collect_set(_rank()).alias("files_with_lines"),
+        F.collect_set(F.when(reason.isNull(), _rank())).alias("files_with_rows"),
         F.sum(F.col(_PLAIN)).alias("plain_bytes"),
         F.count_if(reason.isNull() & F.col(_SHARE)).alias("share_fetches"),
         F.count_if(reason.isNull() & F.col(STRICT).isNotNull()).alias("mutations"),
@@ -110,6 +113,13 @@ def _metrics() -> list[Column]:
         order = F.when(hit, F.struct(*SEQ_COLUMNS))
         metrics.append(F.min_by(F.col(_EXAMPLE), order, EXAMPLES).alias(f"e{i}"))
     return metrics
+
+
+def _rank() -> Column:
+    """The rank of a line's file among the files read, from its position column."""
+    from pyspark.sql import functions as F
+
+    return F.shiftright(F.col(SEQ_COLUMNS[0]), FILE_RANK_SHIFT)
 
 
 def _summary(lines: _Lines, values: dict[str, Any]) -> LogSummary:
@@ -139,8 +149,9 @@ def _summary(lines: _Lines, values: dict[str, Any]) -> LogSummary:
         share_fetches=int(values.get("share_fetches") or 0),
         mutations=int(values.get("mutations") or 0),
     )
-    with_lines = set(values.get("files_with_lines") or ())
-    with_rows = set(values.get("files_with_rows") or ())
+    by_rank = [_file_key(name) for name in lines.read]
+    with_lines = {by_rank[rank] for rank in values.get("files_with_lines") or ()}
+    with_rows = {by_rank[rank] for rank in values.get("files_with_rows") or ()}
     useless = sorted(with_lines - with_rows)
     if useless:
         names = ", ".join(repr(_LOCAL_SCHEME.sub("/", f)) for f in useless[:3])
