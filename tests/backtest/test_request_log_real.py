@@ -8,11 +8,11 @@ Fetch sizes rebuilt from the logged fields."""
 from __future__ import annotations
 
 import collections
-import json
 from pathlib import Path
 from typing import Any
 
 import pytest
+from kafka_support import completed_request
 from kquota.backtest import requestlog
 from kquota.backtest.kernel import API, BYTES, CLIENT
 from kquota.backtest.requestlog import KAFKA_THROTTLE, LogOptions
@@ -29,12 +29,8 @@ def _uv(n: int) -> int:
 
 
 def _documents(log: Path) -> list[dict[str, Any]]:
-    out = []
-    for text in log.read_text(encoding="utf-8").splitlines():
-        _, found, body = text.partition(" Completed request:")
-        if found:
-            out.append(json.loads(body.removesuffix(" (kafka.request.logger)")))
-    return out
+    lines = log.read_text(encoding="utf-8").splitlines()
+    return [d for d in map(completed_request, lines) if d is not None]
 
 
 def _is_row(d: dict[str, Any]) -> bool:

@@ -24,7 +24,7 @@ import time
 from collections.abc import Mapping
 from typing import Any, Final
 
-from kafka_support import KafkaBroker, kafka_configs
+from kafka_support import KafkaBroker, completed_request, kafka_configs
 from side_by_side_support import (
     Run,
     Side,
@@ -394,15 +394,12 @@ def logged_throttles(lines: list[str]) -> list[int]:
     forwarded request, the inter-broker APIs and follower fetches; its ``throttleTimeMs``,
     for CreateTopics, CreatePartitions and DeleteTopics the larger of it and its
     response's (the mutation throttle the controller gave)."""
-    import json
-
     exempt = {4, 5, 6, 7, 27, 56}
     out = []
     for text in lines:
-        _, found, body = text.partition(" Completed request:")
-        if not found:
+        document = completed_request(text)
+        if document is None:
             continue
-        document = json.loads(body.removesuffix(" (kafka.request.logger)"))
         key = document["requestHeader"]["requestApiKey"]
         request = document["request"] if isinstance(document["request"], dict) else {}
         replica = request.get("replicaState", {}).get("replicaId", request.get("replicaId", -1))

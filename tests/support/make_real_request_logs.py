@@ -29,7 +29,13 @@ import time
 from pathlib import Path
 from typing import Any, Final
 
-from kafka_support import KAFKA3_VERSION, KAFKA_VERSION, KafkaBroker, kafka_configs
+from kafka_support import (
+    KAFKA3_VERSION,
+    KAFKA_VERSION,
+    KafkaBroker,
+    completed_request,
+    kafka_configs,
+)
 
 DATA: Final = Path(__file__).resolve().parents[1] / "backtest" / "data"
 PRODUCER_BYTE_RATE: Final = 64 * 1024
@@ -109,10 +115,9 @@ def _kept(lines: list[str]) -> list[str]:
     out = []
     data = 0
     for text in lines:
-        _, found, body = text.partition(" Completed request:")
-        if not found:
+        document = completed_request(text)
+        if document is None:
             continue
-        document = json.loads(body.removesuffix(" (kafka.request.logger)"))
         key = document["requestHeader"]["requestApiKey"]
         if key in (0, 1) and document["throttleTimeMs"] == 0:
             if data >= KEEP_DATA_LINES:
@@ -123,9 +128,8 @@ def _kept(lines: list[str]) -> list[str]:
 
 
 def _body(text: str) -> dict[str, Any]:
-    document: dict[str, Any] = json.loads(
-        text.partition(" Completed request:")[2].removesuffix(" (kafka.request.logger)")
-    )
+    document = completed_request(text)
+    assert document is not None, text
     return document
 
 

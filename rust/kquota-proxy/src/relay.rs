@@ -9,6 +9,8 @@ use std::collections::VecDeque;
 use std::io;
 use std::net::SocketAddr;
 
+use bytes::BytesMut;
+
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
@@ -104,13 +106,7 @@ where
 {
     let mut frames = FrameReader::new(from, max);
     let mut bytes = 0u64;
-    loop {
-        let frame = match frames.read_frame().await {
-            Ok(Some(frame)) => frame,
-            Ok(None) => break,
-            Err(FrameError::Io(err)) => return Err(err.into()),
-            Err(err) => return Err(RelayError::Client(err.to_string())),
-        };
+    while let Some(frame) = next_frame(&mut frames, RelayError::Client).await? {
         let header = parse_request_header(&frame).map_err(|e| RelayError::Client(e.to_string()))?;
         let in_flight = InFlight {
             correlation_id: header.correlation_id,
@@ -121,9 +117,7 @@ where
         if answered && sent.send(in_flight).await.is_err() {
             break; // the response side stopped: the broker closed
         }
-        to.write_all(&(frame.len() as u32).to_be_bytes()).await?;
-        to.write_all(&frame).await?;
-        bytes += 4 + frame.len() as u64;
+        bytes += write_frame(&mut to, &frame).await?;
     }
     to.shutdown().await?;
     Ok(bytes)
@@ -142,13 +136,7 @@ where
     let mut frames = FrameReader::new(from, max);
     let mut bytes = 0u64;
     let mut waiting: VecDeque<InFlight> = VecDeque::new();
-    loop {
-        let frame = match frames.read_frame().await {
-            Ok(Some(frame)) => frame,
-            Ok(None) => break,
-            Err(FrameError::Io(err)) => return Err(err.into()),
-            Err(err) => return Err(RelayError::Broker(err.to_string())),
-        };
+    while let Some(frame) = next_frame(&mut frames, RelayError::Broker).await? {
         while let Ok(next) = pending.try_recv() {
             waiting.push_back(next);
         }
@@ -167,10 +155,28 @@ where
                 header.correlation_id, request.correlation_id
             )));
         }
-        to.write_all(&(frame.len() as u32).to_be_bytes()).await?;
-        to.write_all(&frame).await?;
-        bytes += 4 + frame.len() as u64;
+        bytes += write_frame(&mut to, &frame).await?;
     }
     to.shutdown().await?;
     Ok(bytes)
+}
+
+/// The next frame of one side (`None` once it closed between frames); a bad frame is the
+/// error `side` makes of its message.
+async fn next_frame<R: AsyncRead + Unpin>(
+    frames: &mut FrameReader<R>,
+    side: fn(String) -> RelayError,
+) -> Result<Option<BytesMut>, RelayError> {
+    match frames.read_frame().await {
+        Ok(frame) => Ok(frame),
+        Err(FrameError::Io(err)) => Err(err.into()),
+        Err(err) => Err(side(err.to_string())),
+    }
+}
+
+/// Writes `frame` with its size prefix; returns the bytes written.
+async fn write_frame<W: AsyncWrite + Unpin>(to: &mut W, frame: &[u8]) -> Result<u64, RelayError> {
+    to.write_all(&(frame.len() as u32).to_be_bytes()).await?;
+    to.write_all(frame).await?;
+    Ok(4 + frame.len() as u64)
 }
