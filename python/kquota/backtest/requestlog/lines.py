@@ -198,8 +198,7 @@ def read(spark: SparkSession, path: str, options: LogOptions | None = None) -> _
     staged = text.select(
         value,
         (
-            rank.cast("long") * F.lit(1 << FILE_RANK_SHIFT)
-            + F.col("_metadata.file_block_start")
+            rank.cast("long") * F.lit(1 << FILE_RANK_SHIFT) + F.col("_metadata.file_block_start")
         ).alias(SEQ_COLUMNS[0]),
         F.monotonically_increasing_id().alias(SEQ_COLUMNS[1]),
     )
