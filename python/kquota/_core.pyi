@@ -40,6 +40,7 @@ __all__ = [
     "MutationCheck",
     "MutationRequestQuota",
     "PartitionLeader",
+    "ProxyDataPath",
     "QuotaCallbackError",
     "QuotaManager",
     "ReplayKernel",
@@ -945,6 +946,45 @@ class ConnectionDecision:
     @property
     def ip_throttle_ms(self) -> int:
         """> 0: the IP is over its rate; accepted, then closed after this many ms."""
+
+@final
+class ProxyDataPath:
+    """Kafka's client quotas on every connection relayed to one broker: the proxy's data
+    path in Rust (the ``kquota-proxy`` crate) on ``threads`` threads of its own, with the
+    quotas of the three managers read directly. Returns once it listens on ``listen``
+    (``HOST:PORT``, port 0: any free port); :class:`OSError` when it cannot. Used by
+    :class:`kquota.proxy.ProxyServer` with ``data_path="rust"``.
+    """
+
+    def __new__(
+        cls,
+        upstream: str,
+        produce: QuotaManager,
+        fetch: QuotaManager,
+        request: QuotaManager,
+        *,
+        listen: str = "127.0.0.1:0",
+        max_request_bytes: int = 104857600,
+        max_response_bytes: int = 104857600,
+        connect_timeout: float = 10.0,
+        upstream_timeout: float = 300.0,
+        threads: int = 2,
+        keep_decisions: bool = False,
+    ) -> Self: ...
+    @property
+    def address(self) -> tuple[str, int]: ...
+    @property
+    def connections(self) -> int: ...
+    @property
+    def running(self) -> bool: ...
+    @property
+    def dropped_decisions(self) -> int: ...
+    def take_decisions(
+        self,
+    ) -> list[
+        tuple[int, str, str, int, int, int, bool, float, float, int, RequestOutcome, str]
+    ]: ...
+    def shutdown(self, timeout: float = 30.0) -> None: ...
 
 @final
 class ConnectionQuotas:

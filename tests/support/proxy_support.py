@@ -17,8 +17,13 @@ from typing import Any
 
 from kio.serial import entity_writer
 from kio.static.primitive import i16, i32
+from kquota import QuotaManager, RequestPath
 from kquota.broker import QuotaOutcome, QuotaPlugin
 from kquota.proxy import ProxyServer
+from kquota.proxy.server import ProxyDecision
+
+DATA_PATHS = ("asyncio", "rust")
+"""The proxy's two data paths, for tests that run on both."""
 
 
 @dataclass(frozen=True)
@@ -41,6 +46,8 @@ class RecordingPlugin(QuotaPlugin):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.applied: list[Applied] = []
+        self.replay_mismatches: list[tuple[ProxyDecision, Any]] = []
+        self._shadow: RequestPath | None = None
         self._lock = threading.Lock()
 
     def _keep(
@@ -62,6 +69,57 @@ class RecordingPlugin(QuotaPlugin):
         out = super().on_fetch(user, client_id, response_bytes, *a, now_ms=now, **kw)
         self._keep("fetch", user, client_id, response_bytes, out, now)
         return out
+
+    def add_decisions(self, decisions: list[ProxyDecision]) -> None:
+        """Keep the Rust data path's produce and consumer-fetch decisions as the outcomes it
+        applied. The rate after each is read from a replay of the decisions, in order, on
+        managers of the same windows and quotas (the sensors are the core's, deterministic,
+        so it reads what the proxy's sensor did); a replay whose throttle differs from the
+        proxy's is kept in ``replay_mismatches``."""
+        shadow = self._shadow_path()
+        for d in decisions:
+            kind = "produce" if d.api_key == 0 else "fetch" if d.api_key == 1 else None
+            if kind is None or d.follower:
+                continue
+            replayed = shadow.record(
+                d.user, d.client_id, kind, d.size, d.thread_ns, acks=d.acks, now_ms=d.at_ms
+            )
+            manager = shadow.produce if kind == "produce" else shadow.fetch
+            rate = manager.measure(d.user, d.client_id, now_ms=d.at_ms)
+            o = d.outcome
+            out = (
+                QuotaOutcome(o.throttle_ms, o.unrecorded, o.throttled_by, o.muted_until_ms)
+                if o.throttled
+                else QuotaOutcome()
+            )
+            with self._lock:
+                if replayed.throttle_ms != o.throttle_ms:
+                    self.replay_mismatches.append((d, replayed))
+                self.applied.append(Applied(kind, d.user, d.client_id, d.size, out, d.at_ms, rate))
+
+    def _shadow_path(self) -> RequestPath:
+        """The replay's managers, with the real ones' quotas as they are now (a quota
+        changed while the proxy runs reaches the replay at its next batch)."""
+        if self._shadow is None:
+            copies = [
+                QuotaManager(
+                    real.quota_type, num_samples=real.num_samples, window_ms=real.window_ms
+                )
+                for real in self.managers
+            ]
+            self._shadow = RequestPath(*copies)
+        shadow = self._shadow
+        for real, copy in zip(
+            self.managers, (shadow.produce, shadow.fetch, shadow.request), strict=True
+        ):
+            now = dict(real.quotas())
+            for entity, _ in copy.quotas():
+                if entity not in now:
+                    copy.remove_quota(entity)
+            for entity, value in now.items():
+                if copy.quota(entity) != value:
+                    copy.set_quota(entity, value)
+        return shadow
 
     def _now(self, kw: dict[str, Any]) -> int:
         """The time the caller gave (``now_ms``, taken out of ``kw``), else the clock's."""
@@ -117,21 +175,41 @@ class RunningProxy:
 
 @contextlib.contextmanager
 def run_proxy(
-    upstream: tuple[str, int], port: int, plugin: QuotaPlugin | None = None, **kwargs: Any
+    upstream: tuple[str, int],
+    port: int,
+    plugin: QuotaPlugin | None = None,
+    data_path: str = "asyncio",
+    **kwargs: Any,
 ) -> Iterator[RunningProxy]:
-    """A :class:`ProxyServer` on ``127.0.0.1:port`` served by an event loop in a thread."""
+    """A :class:`ProxyServer` on ``127.0.0.1:port`` served by an event loop in a thread. On
+    the Rust data path a :class:`RecordingPlugin` gets the proxy's decisions as they come."""
     plugin = plugin if plugin is not None else RecordingPlugin()
     loop = asyncio.new_event_loop()
     thread = threading.Thread(target=loop.run_forever, name="proxy-loop", daemon=True)
     thread.start()
-    server = ProxyServer(upstream, plugin, **kwargs)
+    recording = isinstance(plugin, RecordingPlugin) and data_path == "rust"
+    server = ProxyServer(upstream, plugin, data_path=data_path, keep_decisions=recording, **kwargs)
     running = RunningProxy(server, plugin, loop)
+    done = threading.Event()
+
+    def drain() -> None:
+        assert isinstance(plugin, RecordingPlugin)
+        while not done.wait(0.05):
+            plugin.add_decisions(server.take_decisions())
+        plugin.add_decisions(server.take_decisions())
+
+    drainer = threading.Thread(target=drain, name="proxy-decisions", daemon=True)
     try:
         asyncio.run_coroutine_threadsafe(server.start("127.0.0.1", port), loop).result(10)
+        if recording:
+            drainer.start()
         yield running
     finally:
         with contextlib.suppress(Exception):
             asyncio.run_coroutine_threadsafe(server.shutdown(5), loop).result(30)
+        if recording:
+            done.set()
+            drainer.join(30)
         loop.call_soon_threadsafe(loop.stop)
         thread.join(10)
         loop.close()

@@ -177,6 +177,24 @@ def register(subparsers: Any) -> None:
         help="... or once it is this old (default %(default)g)",
     )
     parser.add_argument(
+        "--data-path",
+        choices=["asyncio", "rust"],
+        default="asyncio",
+        help=(
+            "what serves the connections: asyncio (default), or rust, the Rust data path on"
+            " threads of its own, which applies the produce, fetch and request quotas (not"
+            " yet the controller-mutation quota, the connection-creation rates or a quota"
+            " callback)"
+        ),
+    )
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=2,
+        metavar="N",
+        help="threads of the rust data path (default 2)",
+    )
+    parser.add_argument(
         "--log-level",
         default="INFO",
         choices=["DEBUG", "INFO", "WARNING", "ERROR"],
@@ -232,6 +250,28 @@ def run(args: argparse.Namespace) -> int:
             )
         if not args.listener_name:
             raise ValueError("invalid --listener-name '': expected a name")
+        rust = args.data_path == "rust"
+        if not 1 <= args.threads <= 256:
+            raise ValueError(f"invalid --threads {args.threads}: expected 1 to 256")
+        if rust:
+            for option, value, default in (
+                ("--quota-callback", args.quota_callback, None),
+                (
+                    "--max-connection-creation-rate",
+                    args.max_connection_creation_rate,
+                    UNLIMITED_CONNECTION_RATE,
+                ),
+                (
+                    "--listener-max-connection-creation-rate",
+                    args.listener_max_connection_creation_rate,
+                    None,
+                ),
+            ):
+                if value != default:
+                    raise ValueError(
+                        f"invalid {option} with --data-path rust: the Rust data path applies"
+                        " the produce, fetch and request quotas only"
+                    )
         callback = None if args.quota_callback is None else load_callback(args.quota_callback)
         managers = [
             QuotaManager(
@@ -269,7 +309,13 @@ def run(args: argparse.Namespace) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
-    if mutation is None:
+    if rust:
+        logging.getLogger("kquota.proxy").warning(
+            "--data-path rust: the store's controller_mutation_rate and"
+            " connection_creation_rate are not applied"
+        )
+        mutation = None
+    elif mutation is None:
         logging.getLogger("kquota.proxy").warning(
             "--window-ms %d is not whole seconds (quota.window.size.seconds):"
             " the controller-mutation quota is not applied",
@@ -300,10 +346,9 @@ def run(args: argparse.Namespace) -> int:
     plugin = QuotaPlugin(*managers, clock=kafka_clock_ms, background=True, quota_callback=callback)
     try:
         if args.metrics_port is not None:
-            collectors: list[Any] = [
-                QuotaCollector(*managers, clock=kafka_clock_ms),
-                ConnectionQuotaCollector(connections, clock=kafka_clock_ms),
-            ]
+            collectors: list[Any] = [QuotaCollector(*managers, clock=kafka_clock_ms)]
+            if not rust:
+                collectors.append(ConnectionQuotaCollector(connections, clock=kafka_clock_ms))
             if mutation is not None:
                 collectors.append(MutationQuotaCollector(mutation, clock=kafka_clock_ms))
             metrics = serve_metrics(*collectors, port=args.metrics_port)
@@ -313,9 +358,11 @@ def run(args: argparse.Namespace) -> int:
             max_request_bytes=args.max_request_bytes,
             capture=capture,
             mutation=mutation,
-            connection_quotas=connections,
+            connection_quotas=None if rust else connections,
             listener=args.listener_name,
             default_num_partitions=args.num_partitions,
+            data_path=args.data_path,
+            threads=args.threads,
         )
         return asyncio.run(_serve(server, listen, metrics.port if metrics else None))
     except (KquotaError, OSError) as exc:

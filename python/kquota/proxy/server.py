@@ -55,6 +55,14 @@ responses only when they are throttled fetches or ApiVersions.
 Bad input (a malformed or oversized frame, an unknown API key or version, a response that
 does not match) or a dead upstream closes that one connection with one log line.
 
+With ``data_path="rust"`` the connections are served by the Rust data path
+(:class:`kquota._core.ProxyDataPath`, the ``kquota-proxy`` crate) on threads of its own,
+with the same rules and no Python on a request's way: the quota decisions call the core
+directly, and Python keeps the control plane (the managers' quotas, updated live; the
+capture, fed from the decisions in batches). It does not yet apply the
+controller-mutation quota or the connection-creation rates, nor tell a quota callback of
+Metadata responses: asking for those with it is an error.
+
 :class:`ProxyServer` composes the parts, one module each: the connection's reader and
 responder (:mod:`kquota.proxy.pipeline`), KIP-612 admission
 (:mod:`kquota.proxy.admission`), the controller-mutation quota
@@ -69,9 +77,12 @@ import asyncio
 import contextlib
 import logging
 import time
-from typing import Final
+from typing import Final, Literal, NamedTuple
+
+from kio.schema.index import api_key_map
 
 from kquota import ConnectionQuotas, ControllerMutationQuotaManager, monotonic_ms
+from kquota._core import ProxyDataPath, RequestOutcome
 from kquota.broker import QuotaOutcome, QuotaPlugin
 from kquota.exceptions import InvalidConfigError, KquotaError, ProxyError
 from kquota.proxy import codec
@@ -103,16 +114,62 @@ from kquota.proxy.rewrite import (
 from kquota.proxy.sasl import ANONYMOUS
 from kquota.proxy.stream import Peer
 
-__all__ = ["DEFAULT_LISTENER", "DEFAULT_UPSTREAM_TIMEOUT", "ProxyServer", "kafka_clock_ms"]
+__all__ = [
+    "DATA_PATHS",
+    "DEFAULT_LISTENER",
+    "DEFAULT_UPSTREAM_TIMEOUT",
+    "DataPath",
+    "ProxyDecision",
+    "ProxyServer",
+    "kafka_clock_ms",
+]
 
 log = logging.getLogger("kquota.proxy")
 
 DEFAULT_UPSTREAM_TIMEOUT: Final = 300.0
 """Seconds to wait for the upstream's response to one request before giving up on it."""
 
+DataPath = Literal["asyncio", "rust"]
+"""How a :class:`ProxyServer` serves its connections."""
+
+DATA_PATHS: Final[tuple[DataPath, ...]] = ("asyncio", "rust")
+
+_DRAIN_INTERVAL_S: Final = 0.1
+"""How often the Rust data path's decisions are moved into a capture."""
+
 _FOLLOWER_FETCH: Final = "follower_fetch"
 """The API a fetch from a replica is captured as: the proxy applies only the request
 quota to it, as the back-test does to any API it does not know."""
+
+
+class ProxyDecision(NamedTuple):
+    """One quota decision of the Rust data path (:meth:`ProxyServer.take_decisions`)."""
+
+    at_ms: int
+    """When the quotas were checked, on :func:`kafka_clock_ms`."""
+    user: str
+    client_id: str
+    api_key: int
+    api_version: int
+    correlation_id: int
+    follower: bool
+    """A fetch from a replica: held to the request quota only."""
+    size: float
+    """A produce request's size or a consumer fetch response's size; 0 otherwise."""
+    thread_ns: float
+    """The proxy's time on the request (what the request quota records)."""
+    acks: int
+    """A produce request's ``acks`` (-1 for other APIs)."""
+    outcome: RequestOutcome
+    peer: str
+    """The client's ``HOST:PORT``."""
+
+    @property
+    def api(self) -> str:
+        """The API's name as a capture records it (``follower_fetch`` for a replica's)."""
+        if self.follower:
+            return _FOLLOWER_FETCH
+        return api_key_map.get(self.api_key, f"api_{self.api_key}")
 
 
 def kafka_clock_ms() -> int:
@@ -144,6 +201,11 @@ class ProxyServer:
     lack it). Both are read live: a :class:`~kquota.config.live.LiveQuotas` may update
     them while the proxy runs. Their times are the plugin's clock: give the plugin
     :func:`kafka_clock_ms` (as ``kquota proxy`` does) for Kafka's full new token buckets.
+
+    ``data_path`` chooses what serves the connections: ``"asyncio"`` (this event loop) or
+    ``"rust"`` (the Rust data path on ``threads`` threads of its own, which reads the
+    plugin's three managers directly and keeps its quota decisions for
+    :meth:`take_decisions` when ``keep_decisions`` is set).
     """
 
     def __init__(
@@ -160,7 +222,32 @@ class ProxyServer:
         connection_quotas: ConnectionQuotas | None = None,
         listener: str = DEFAULT_LISTENER,
         default_num_partitions: int = 1,
+        data_path: DataPath = "asyncio",
+        threads: int = 2,
+        keep_decisions: bool = False,
     ) -> None:
+        if data_path not in DATA_PATHS:
+            raise InvalidConfigError(
+                f"invalid data_path {data_path!r}: expected one of {', '.join(DATA_PATHS)}"
+            )
+        if data_path == "rust":
+            unsupported = [
+                name
+                for name, given in (
+                    ("mutation", mutation is not None),
+                    ("connection_quotas", connection_quotas is not None),
+                    ("a quota callback", plugin.quota_callback is not None),
+                )
+                if given
+            ]
+            if unsupported:
+                raise InvalidConfigError(
+                    f"invalid data_path 'rust' with {', '.join(unsupported)}: the Rust data"
+                    " path applies the produce, fetch and request quotas only; use"
+                    " data_path='asyncio'"
+                )
+        if isinstance(threads, bool) or not isinstance(threads, int) or not 0 < threads <= 256:
+            raise InvalidConfigError(f"invalid threads {threads!r}: expected an int from 1 to 256")
         if mutation is not None and not isinstance(mutation, ControllerMutationQuotaManager):
             raise InvalidConfigError(
                 f"invalid mutation {mutation!r}: expected a ControllerMutationQuotaManager"
@@ -212,6 +299,10 @@ class ProxyServer:
             else MutationQuota(mutation, plugin, default_num_partitions, self._read_response)
         )
         self._metadata = MetadataWatch(plugin)  # tells a quota callback (KIP-257)
+        self.data_path: DataPath = data_path
+        self.threads = threads
+        self.keep_decisions = keep_decisions
+        self._rust: ProxyDataPath | None = None
         self._capture_ticker: asyncio.Task[None] | None = None
         self._server: asyncio.Server | None = None
         self._connections: set[Connection] = set()
@@ -223,6 +314,9 @@ class ProxyServer:
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> None:
         """Listen on ``host:port`` (``port=0``: any free port, see :attr:`address`)."""
         loop = asyncio.get_running_loop()
+        if self.data_path == "rust":
+            self._start_rust(host, port)
+            return
         if self._admission is not None:
             self._admission.start()
         self._server = await loop.create_server(
@@ -232,9 +326,66 @@ class ProxyServer:
             self.capture.align(self.plugin.channels.now_ms())
             self._capture_ticker = loop.create_task(flush_every_second(self.capture))
 
+    def _start_rust(self, host: str, port: int) -> None:
+        upstream_host, upstream_port = self.upstream
+        plugin = self.plugin
+        self._rust = ProxyDataPath(
+            f"{upstream_host}:{upstream_port}",
+            plugin.produce,
+            plugin.fetch,
+            plugin.request,
+            listen=f"{host}:{port}",
+            max_request_bytes=self.max_request_bytes,
+            max_response_bytes=self.max_response_bytes,
+            connect_timeout=self.connect_timeout,
+            upstream_timeout=self.upstream_timeout,
+            threads=self.threads,
+            keep_decisions=self.keep_decisions or self.capture is not None,
+        )
+        if self.capture is not None:
+            self.capture.align(plugin.channels.now_ms())
+            loop = asyncio.get_running_loop()
+            self._capture_ticker = loop.create_task(self._capture_decisions(self.capture))
+
+    def take_decisions(self) -> list[ProxyDecision]:
+        """The Rust data path's quota decisions since the last call, oldest first (with
+        ``keep_decisions``; a capture takes them itself)."""
+        if self._rust is None:
+            return []
+        return [ProxyDecision(*d) for d in self._rust.take_decisions()]
+
+    async def _capture_decisions(self, capture: TrafficCapture) -> None:
+        flusher = asyncio.get_running_loop().create_task(flush_every_second(capture))
+        try:
+            while True:
+                self._capture_taken(capture)
+                await asyncio.sleep(_DRAIN_INTERVAL_S)
+        finally:
+            await stop(flusher)
+
+    def _capture_taken(self, capture: TrafficCapture) -> None:
+        for d in self.take_decisions():
+            silent = d.api_key == codec.PRODUCE and d.acks == 0
+            outcome = d.outcome
+            capture.add(
+                d.at_ms,
+                d.user,
+                d.client_id,
+                d.api,
+                int(d.size),
+                None if silent else int(d.thread_ns),
+                d.acks if d.api_key == codec.PRODUCE else None,
+                outcome.throttle_ms if outcome.throttled else 0,
+                d.api_version,
+                d.correlation_id,
+                d.peer,
+            )
+
     @property
     def address(self) -> tuple[str, int]:
         """The ``(host, port)`` the proxy listens on."""
+        if self._rust is not None:
+            return self._rust.address
         if self._server is None or not self._server.sockets:
             raise ProxyError("the proxy is not listening: call start() first")
         host, port = self._server.sockets[0].getsockname()[:2]
@@ -243,6 +394,8 @@ class ProxyServer:
     @property
     def connections(self) -> int:
         """Client connections open now."""
+        if self._rust is not None:
+            return self._rust.connections
         return len(self._connections)
 
     @property
@@ -260,6 +413,9 @@ class ProxyServer:
         not yet answered) finish them first, for at most ``timeout`` seconds.
         """
         self._closing = True
+        if self._rust is not None:
+            await self._shutdown_rust(self._rust, timeout)
+            return
         if self._server is not None:
             self._server.close()
         if self._admission is not None:
@@ -283,6 +439,15 @@ class ProxyServer:
             await stop(self._capture_ticker)
         if self.capture is not None:
             await asyncio.get_running_loop().run_in_executor(None, self.capture.close)
+
+    async def _shutdown_rust(self, data_path: ProxyDataPath, timeout: float) -> None:
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(None, data_path.shutdown, timeout)
+        if self._capture_ticker is not None:
+            await stop(self._capture_ticker)
+        if self.capture is not None:
+            self._capture_taken(self.capture)  # the decisions of the last requests
+            await loop.run_in_executor(None, self.capture.close)
 
     # -- one connection -------------------------------------------------------------
 

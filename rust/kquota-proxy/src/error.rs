@@ -61,6 +61,8 @@ pub enum HeaderError {
     UnknownApiKey(i16),
     /// A length or count that cannot be right (negative, or past the frame's end).
     BadLength { field: &'static str, value: i64 },
+    /// A message body the codec of Kafka's schemas cannot read at its version.
+    Unreadable { message: &'static str, version: i16 },
 }
 
 impl fmt::Display for HeaderError {
@@ -77,6 +79,12 @@ impl fmt::Display for HeaderError {
                 write!(
                     f,
                     "invalid {field} {value} in a header: past the frame's end"
+                )
+            }
+            HeaderError::Unreadable { message, version } => {
+                write!(
+                    f,
+                    "unreadable {message} v{version}: not as Kafka's schema defines it"
                 )
             }
         }

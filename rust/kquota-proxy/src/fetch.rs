@@ -52,9 +52,9 @@ pub fn read_fetch_request(
     } else {
         let mut rest = Bytes::copy_from_slice(&frame[body..]);
         let request =
-            FetchRequest::decode(&mut rest, version).map_err(|_| HeaderError::BadLength {
-                field: "fetch request",
-                value: i64::from(version),
+            FetchRequest::decode(&mut rest, version).map_err(|_| HeaderError::Unreadable {
+                message: "fetch request",
+                version,
             })?;
         (request.replica_state.replica_id.0, 0)
     };
@@ -209,9 +209,9 @@ mod tests {
         assert!(
             matches!(
                 err,
-                HeaderError::BadLength {
-                    field: "fetch request",
-                    ..
+                HeaderError::Unreadable {
+                    message: "fetch request",
+                    version: 17
                 }
             ),
             "{err:?}"

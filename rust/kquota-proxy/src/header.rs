@@ -25,6 +25,19 @@ pub struct RequestHeader<'a> {
 }
 
 impl RequestHeader<'_> {
+    /// The header without its borrow of the frame (to keep it after the frame is sent).
+    pub fn into_owned(self) -> RequestHeader<'static> {
+        RequestHeader {
+            client_id: self.client_id.map(|id| Cow::Owned(id.into_owned())),
+            ..self
+        }
+    }
+
+    /// The client id as Kafka's quotas see it: a null one is the empty string.
+    pub fn client_id(&self) -> &str {
+        self.client_id.as_deref().unwrap_or("")
+    }
+
     /// The header version of this request's response (0 or 1): ApiVersions answers with
     /// v0 whatever its version, so a client can read it before versions are agreed.
     pub fn response_header_version(&self) -> i16 {

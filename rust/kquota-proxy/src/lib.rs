@@ -4,7 +4,8 @@
 //!
 //! Layers, each using only those above it: [`error`], [`frame`] (bytes to frames),
 //! [`header`] (a frame's header), [`fetch`] (what a fetch request says), [`sasl`] (the principal of a connection), [`rewrite`]
-//! (the throttle in a response), [`relay`] (connections).
+//! (the throttle in a response), [`relay`] (connections as bytes or frames), [`server`]
+//! (the proxy: connections with Kafka's client quotas).
 
 pub mod error;
 pub mod fetch;
@@ -13,9 +14,11 @@ pub mod header;
 pub mod relay;
 pub mod rewrite;
 pub mod sasl;
+pub mod server;
 
 pub use error::{FrameError, HeaderError};
 pub use frame::{split_frame, FrameReader, DEFAULT_MAX_FRAME_BYTES};
 pub use header::{
     parse_request_header, parse_response_header, produce_acks, RequestHeader, ResponseHeader,
 };
+pub use server::{Log, Managers, Proxy, ProxyConfig};

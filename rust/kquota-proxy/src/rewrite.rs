@@ -5,8 +5,10 @@
 //! schemas), and every other response passes through as bytes.
 
 use bytes::{Bytes, BytesMut};
-use kafka_protocol::messages::{ApiKey, FetchResponse, ResponseHeader, ResponseKind};
-use kafka_protocol::protocol::Encodable;
+use kafka_protocol::messages::{
+    ApiKey, ApiVersionsResponse, FetchResponse, ResponseHeader, ResponseKind,
+};
+use kafka_protocol::protocol::{Decodable, Encodable};
 
 use crate::header::{parse_response_header, RequestHeader};
 
@@ -38,6 +40,53 @@ pub fn with_throttle(
     let mut written = Bytes::copy_from_slice(&out[header.body_offset..]);
     let mut check = ResponseKind::decode(key, &mut written, request.api_version).ok()?;
     (throttle_field(&mut check).copied() == Some(throttle_ms)).then_some(out)
+}
+
+/// The ApiVersions response `response` to `request` with each API's versions capped to
+/// those the proxy reads (the `kafka-protocol` crate's, generated from Kafka's schemas)
+/// and APIs it does not know left out, so that a client never picks a version the proxy
+/// cannot follow; `throttle_ms` > 0 goes into its `throttle_time_ms`. `None` when nothing
+/// changes or the response cannot be read (an error answer, e.g. to an unsupported version,
+/// then passes unchanged).
+pub fn capped_api_versions(
+    response: &[u8],
+    request: &RequestHeader<'_>,
+    throttle_ms: i32,
+) -> Option<BytesMut> {
+    let header = parse_response_header(response, request.response_header_version()).ok()?;
+    let mut body = Bytes::copy_from_slice(&response[header.body_offset..]);
+    let mut message = ApiVersionsResponse::decode(&mut body, request.api_version).ok()?;
+    if !body.is_empty() || message.error_code != 0 {
+        return None;
+    }
+    let before = message.api_keys.len();
+    let mut changed = false;
+    message.api_keys.retain_mut(|api| {
+        let Ok(key) = ApiKey::try_from(api.api_key) else {
+            return false;
+        };
+        let known = key.valid_versions();
+        if api.min_version > known.max || api.max_version < known.min {
+            return false;
+        }
+        if api.max_version > known.max {
+            api.max_version = known.max;
+            changed = true;
+        }
+        true
+    });
+    changed |= message.api_keys.len() != before;
+    if throttle_ms > message.throttle_time_ms {
+        message.throttle_time_ms = throttle_ms;
+        changed = true;
+    }
+    if !changed {
+        return None;
+    }
+    let mut out = BytesMut::with_capacity(response.len());
+    out.extend_from_slice(&response[..header.body_offset]);
+    message.encode(&mut out, request.api_version).ok()?;
+    Some(out)
 }
 
 /// The `throttle_time_ms` of a response that has one.
@@ -268,6 +317,51 @@ mod tests {
         assert_eq!(n, ApiKey::Metadata.valid_versions().max as usize - 2); // from v3
         let created = CreateTopicsResponse::default();
         assert!(check(ApiKey::CreateTopics, created, |m| &mut m.throttle_time_ms) > 0);
+    }
+
+    #[test]
+    fn api_versions_offer_only_what_the_codec_reads() {
+        use kafka_protocol::messages::api_versions_response::ApiVersion;
+        let frame = request(ApiKey::ApiVersions, 3);
+        let header = parse_request_header(&frame).unwrap();
+        let version = |key: i16, min: i16, max: i16| {
+            let mut v = ApiVersion::default();
+            v.api_key = key;
+            v.min_version = min;
+            v.max_version = max;
+            v
+        };
+        let produce = ApiKey::Produce.valid_versions();
+        let mut offered = ApiVersionsResponse::default();
+        offered.api_keys = vec![
+            version(0, produce.min, produce.max + 5), // newer than the codec
+            version(1, 4, 12),                        // within it: kept as it is
+            version(999, 0, 3),                       // unknown to it
+        ];
+        let bytes = response(&header, &offered).unwrap();
+        let capped = capped_api_versions(&bytes, &header, 0).unwrap();
+        let body_offset = parse_response_header(&capped, 0).unwrap().body_offset;
+        let mut body = Bytes::copy_from_slice(&capped[body_offset..]);
+        let read = ApiVersionsResponse::decode(&mut body, 3).unwrap();
+        let keys: Vec<_> = read
+            .api_keys
+            .iter()
+            .map(|v| (v.api_key, v.min_version, v.max_version))
+            .collect();
+        assert_eq!(keys, vec![(0, produce.min, produce.max), (1, 4, 12)]);
+        assert_eq!(read.throttle_time_ms, 0);
+        // nothing to change: passed as it is; a throttle alone is written
+        offered.api_keys = vec![version(1, 4, 12)];
+        let bytes = response(&header, &offered).unwrap();
+        assert!(capped_api_versions(&bytes, &header, 0).is_none());
+        let throttled = capped_api_versions(&bytes, &header, 250).unwrap();
+        let mut body = Bytes::copy_from_slice(&throttled[body_offset..]);
+        assert_eq!(
+            ApiVersionsResponse::decode(&mut body, 3)
+                .unwrap()
+                .throttle_time_ms,
+            250
+        );
     }
 
     #[test]

@@ -13,6 +13,15 @@
 //! GSSAPI and OAUTHBEARER derive the principal inside the broker from credentials the
 //! proxy cannot verify: their connections keep `ANONYMOUS`.
 
+use bytes::Bytes;
+use kafka_protocol::messages::{
+    SaslAuthenticateRequest, SaslAuthenticateResponse, SaslHandshakeRequest,
+};
+use kafka_protocol::protocol::Decodable;
+
+use crate::error::HeaderError;
+use crate::header::{parse_response_header, RequestHeader};
+
 /// Kafka's principal name of an unauthenticated connection.
 pub const ANONYMOUS: &str = "ANONYMOUS";
 
@@ -84,6 +93,42 @@ pub fn principal_from_auth_bytes(mechanism: &str, auth_bytes: &[u8]) -> Option<S
         "SCRAM-SHA-256" | "SCRAM-SHA-512" => scram(auth_bytes),
         _ => None,
     }
+}
+
+/// The mechanism a SaslHandshake request `frame` (whose header is `header`) names.
+pub fn handshake_mechanism(
+    frame: &[u8],
+    header: &RequestHeader<'_>,
+) -> Result<String, HeaderError> {
+    let mut body = Bytes::copy_from_slice(&frame[header.body_offset..]);
+    SaslHandshakeRequest::decode(&mut body, header.api_version)
+        .map(|request| request.mechanism.to_string())
+        .map_err(|_| HeaderError::Unreadable {
+            message: "SaslHandshake request",
+            version: header.api_version,
+        })
+}
+
+/// The `auth_bytes` of a SaslAuthenticate request `frame` (whose header is `header`).
+pub fn authenticate_bytes(frame: &[u8], header: &RequestHeader<'_>) -> Result<Bytes, HeaderError> {
+    let mut body = Bytes::copy_from_slice(&frame[header.body_offset..]);
+    SaslAuthenticateRequest::decode(&mut body, header.api_version)
+        .map(|request| request.auth_bytes)
+        .map_err(|_| HeaderError::Unreadable {
+            message: "SaslAuthenticate request",
+            version: header.api_version,
+        })
+}
+
+/// The `error_code` of the SaslAuthenticate response `response` to `request`; a response
+/// that cannot be read counts as a refusal.
+pub fn authenticate_error(response: &[u8], request: &RequestHeader<'_>) -> i16 {
+    let Ok(header) = parse_response_header(response, request.response_header_version()) else {
+        return -1;
+    };
+    let mut body = Bytes::copy_from_slice(&response[header.body_offset..]);
+    SaslAuthenticateResponse::decode(&mut body, request.api_version)
+        .map_or(-1, |response| response.error_code)
 }
 
 fn plain(message: &[u8]) -> Option<String> {

@@ -116,7 +116,7 @@ pub(crate) fn update_cluster_metadata(
     managers: Vec<Bound<'_, QuotaManager>>,
 ) -> CoreResult<bool> {
     let md = core::ClusterMetadata::from(metadata.get());
-    let refs: Vec<&core::QuotaManager> = managers.iter().map(|m| &m.get().inner).collect();
+    let refs: Vec<&core::QuotaManager> = managers.iter().map(|m| &*m.get().inner).collect();
     Ok(core::managers::manager::update_cluster_metadata(
         &refs, &md,
     )?)

@@ -24,6 +24,7 @@ mod functions;
 mod mutation_check;
 mod mutation_request_quota;
 mod partition_leader;
+mod proxy_data_path;
 mod quota_manager;
 mod replay_kernel;
 mod request_log;
@@ -78,6 +79,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<MutationRequestQuota>()?;
     m.add_class::<ConnectionDecision>()?;
     m.add_class::<ConnectionQuotas>()?;
+    m.add_class::<proxy_data_path::ProxyDataPath>()?;
     m.add_function(wrap_pyfunction!(update_cluster_metadata, m)?)?;
     m.add_function(wrap_pyfunction!(applied_throttles, m)?)?;
     m.add_function(wrap_pyfunction!(recommend_quotas, m)?)?;

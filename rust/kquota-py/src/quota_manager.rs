@@ -16,7 +16,7 @@ use crate::shared::pymethods_with;
 /// Kafka's client-quota manager for one quota type.
 #[pyclass(module = "kquota._core", frozen)]
 pub(crate) struct QuotaManager {
-    pub(crate) inner: core::QuotaManager,
+    pub(crate) inner: std::sync::Arc<core::QuotaManager>,
     /// The Python callback object, if the manager was built with one.
     callback: Option<Py<PyAny>>,
 }
@@ -47,7 +47,7 @@ pymethods_with!([window, client_quota] impl QuotaManager {
             }
         };
         Ok(QuotaManager {
-            inner,
+            inner: std::sync::Arc::new(inner),
             callback: callback.map(Bound::unbind),
         })
     }

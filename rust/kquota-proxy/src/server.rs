@@ -1,0 +1,871 @@
+//! The proxy: Kafka's client quotas applied to every connection relayed to one broker.
+//!
+//! One tokio task per client connection, each with its own connection to the broker, and in
+//! it two halves: the reader (client to broker) and the responder (broker to client). As in
+//! a Kafka broker's socket server, a connection's requests are answered one at a time and
+//! in order: the responder takes each response in turn, checks the quotas at that moment
+//! (the core's [`RequestPath`]), writes the applied throttle into the response and sends
+//! it at once (KIP-219); a throttle then mutes the connection, and neither half handles
+//! anything more of it until the mute ends.
+//!
+//! A request goes to the broker once every earlier one has been answered, except that a
+//! Produce request may go while earlier Produce requests of the connection still wait for
+//! their responses (at most [`PIPELINE_DEPTH`], never while muted), as a client pipelines
+//! them: the broker is not idle while a response travels back. Its quota is still checked
+//! when its turn comes, so the throttles and the times the client gets its answers are
+//! Kafka's; only the broker's append can come earlier. A fetch's `max_bytes` is capped by
+//! the fetch quota as it stands after the requests before it, and SASL changes whose quota
+//! applies, so neither may overtake.
+//!
+//! Per API: Produce records its size (the request frame) on the produce quota and the
+//! proxy's handling time on the request quota (not for `acks=0`, which gets no response
+//! but is still muted when throttled); a consumer's Fetch has `max_bytes` capped, records
+//! the response's size on the fetch quota, and a throttled one is answered with an empty
+//! fetch response (its bytes taken back); SaslHandshake and SaslAuthenticate are never
+//! throttled (Kafka handles them in the network layer) and give the connection its user;
+//! ApiVersions has each API's versions capped to those the proxy reads; every other API
+//! (a follower's fetch too) is held to the request quota. After a response went out, the
+//! time it took to write is added to the request quota without a check.
+//!
+//! Bad input (a frame too large or malformed, a response that answers another request)
+//! or a broker that is gone closes that one connection, with one line to the proxy's log.
+
+use std::fmt;
+use std::io;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::BytesMut;
+use kafka_protocol::messages::ApiKey;
+use kquota_core::{monotonic_ms, Outcome, QuotaManager, Request, RequestPath};
+use tokio::io::AsyncWriteExt;
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::runtime::Runtime;
+use tokio::sync::{mpsc, watch, Notify};
+
+use crate::error::FrameError;
+use crate::fetch::{cap_max_bytes, read_fetch_request, FetchRequestInfo};
+use crate::frame::FrameReader;
+use crate::header::{parse_request_header, parse_response_header, produce_acks, RequestHeader};
+use crate::rewrite::{capped_api_versions, throttled_fetch_response, with_throttle};
+use crate::sasl::{authenticate_bytes, authenticate_error, handshake_mechanism, SaslExchange};
+
+/// Produce requests of one connection forwarded and not yet answered, at most.
+pub const PIPELINE_DEPTH: usize = 8;
+
+/// How often idle sensors are expired: Kafka's `ExpireSensorTask` runs every 30 s.
+pub const SENSOR_EXPIRY_INTERVAL_MS: i64 = 30_000;
+
+/// The API a follower's fetch is captured as (it is held to the request quota only).
+pub const FOLLOWER_FETCH: &str = "follower_fetch";
+
+const PRODUCE: i16 = 0;
+const FETCH: i16 = 1;
+const SASL_HANDSHAKE: i16 = 17;
+const API_VERSIONS: i16 = 18;
+const SASL_AUTHENTICATE: i16 = 36;
+
+/// A broker's produce, fetch and request quota managers, shared with their owner (who
+/// may change their quotas while the proxy runs).
+#[derive(Clone)]
+pub struct Managers {
+    produce: Arc<QuotaManager>,
+    fetch: Arc<QuotaManager>,
+    request: Arc<QuotaManager>,
+}
+
+impl Managers {
+    /// The three managers, which must be of the produce, fetch and request type.
+    pub fn new(
+        produce: Arc<QuotaManager>,
+        fetch: Arc<QuotaManager>,
+        request: Arc<QuotaManager>,
+    ) -> kquota_core::Result<Self> {
+        RequestPath::new(&produce, &fetch, &request)?;
+        Ok(Managers {
+            produce,
+            fetch,
+            request,
+        })
+    }
+
+    fn path(&self) -> RequestPath<'_> {
+        RequestPath::new(&self.produce, &self.fetch, &self.request)
+            .expect("manager types checked by Managers::new")
+    }
+
+    fn each(&self) -> [&QuotaManager; 3] {
+        [&self.produce, &self.fetch, &self.request]
+    }
+}
+
+/// How the proxy reaches its broker and the bounds it keeps.
+#[derive(Debug, Clone)]
+pub struct ProxyConfig {
+    /// The broker's listener, `host:port`.
+    pub upstream: String,
+    /// Kafka's `socket.request.max.bytes`: a larger request closes its connection.
+    pub max_request_bytes: usize,
+    /// A larger response closes its connection too.
+    pub max_response_bytes: usize,
+    /// How long connecting to the broker may take.
+    pub connect_timeout: Duration,
+    /// How long the broker may take to answer one request.
+    pub upstream_timeout: Duration,
+}
+
+impl ProxyConfig {
+    /// Kafka's bounds (100 MiB frames), 10 s to connect and 300 s for a response.
+    pub fn new(upstream: impl Into<String>) -> Self {
+        ProxyConfig {
+            upstream: upstream.into(),
+            max_request_bytes: crate::DEFAULT_MAX_FRAME_BYTES,
+            max_response_bytes: crate::DEFAULT_MAX_FRAME_BYTES,
+            connect_timeout: Duration::from_secs(10),
+            upstream_timeout: Duration::from_secs(300),
+        }
+    }
+}
+
+/// One quota decision of the proxy: a request as its quotas were checked, for a capture
+/// of the traffic (back-tests) and for its owner's checks.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Decision {
+    /// When it was checked, on the core's clock ([`monotonic_ms`]).
+    pub at_ms: i64,
+    pub user: String,
+    pub client_id: String,
+    pub api_key: i16,
+    pub api_version: i16,
+    pub correlation_id: i32,
+    /// A fetch from a replica (held to the request quota only).
+    pub follower: bool,
+    /// A produce request's size or a consumer fetch response's size; 0 otherwise.
+    pub size: f64,
+    /// The proxy's time on the request, in nanoseconds (what the request quota records).
+    pub thread_ns: f64,
+    /// A produce request's `acks` (-1 for other APIs).
+    pub acks: i16,
+    /// The outcome: the throttles and what applied.
+    pub outcome: Outcome,
+    /// The client's address.
+    pub peer: SocketAddr,
+}
+
+/// Decisions kept for the owner to take, at most; more are counted and dropped.
+pub const MAX_KEPT_DECISIONS: usize = 1 << 20;
+
+/// What the proxy reports to its owner: one line per connection closed on an error, and
+/// the SASL exchanges whose principal it cannot read.
+pub type Log = Arc<dyn Fn(&str) + Send + Sync>;
+
+/// Why a connection closed.
+#[derive(Debug)]
+enum Closed {
+    /// The client sent what the proxy cannot read.
+    Client(String),
+    /// The broker is unreachable, silent, or answered what the proxy cannot read.
+    Upstream(String),
+    /// A socket failed.
+    Io(io::Error),
+    /// The quota core refused a value (a bug, or a manager misused by its owner).
+    Quota(kquota_core::Error),
+}
+
+impl fmt::Display for Closed {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Closed::Client(msg) | Closed::Upstream(msg) => f.write_str(msg),
+            Closed::Io(err) => write!(f, "{err}"),
+            Closed::Quota(err) => write!(f, "quota error: {err}"),
+        }
+    }
+}
+
+impl From<io::Error> for Closed {
+    fn from(err: io::Error) -> Self {
+        Closed::Io(err)
+    }
+}
+
+impl From<kquota_core::Error> for Closed {
+    fn from(err: kquota_core::Error) -> Self {
+        Closed::Quota(err)
+    }
+}
+
+/// The state every connection task shares.
+struct Shared {
+    config: ProxyConfig,
+    managers: Managers,
+    log: Log,
+    closing: watch::Receiver<bool>,
+    next_channel: AtomicU64,
+    connections: AtomicUsize,
+    /// The decisions not yet taken, when the owner keeps them.
+    decisions: Option<Mutex<Vec<Decision>>>,
+    dropped_decisions: AtomicU64,
+    /// Notified when the last connection closes.
+    idle: Notify,
+}
+
+/// A running proxy: its own tokio runtime, listening until [`Proxy::shutdown`].
+pub struct Proxy {
+    shared: Arc<Shared>,
+    local_addr: SocketAddr,
+    closing: watch::Sender<bool>,
+    runtime: Option<Runtime>,
+}
+
+impl Proxy {
+    /// Listens on `listen` (port 0: any free port) and relays each connection to the
+    /// broker with `managers`' quotas, on a runtime of `threads` worker threads. With
+    /// `keep_decisions`, every quota decision is kept for [`Proxy::take_decisions`].
+    pub fn start(
+        listen: SocketAddr,
+        config: ProxyConfig,
+        managers: Managers,
+        log: Log,
+        threads: usize,
+        keep_decisions: bool,
+    ) -> io::Result<Proxy> {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(threads.max(1))
+            .thread_name("kquota-proxy")
+            .enable_all()
+            .build()?;
+        let listener = runtime.block_on(TcpListener::bind(listen))?;
+        let local_addr = listener.local_addr()?;
+        let (closing, closing_rx) = watch::channel(false);
+        let shared = Arc::new(Shared {
+            config,
+            managers,
+            log,
+            closing: closing_rx,
+            next_channel: AtomicU64::new(1),
+            connections: AtomicUsize::new(0),
+            decisions: keep_decisions.then(|| Mutex::new(Vec::new())),
+            dropped_decisions: AtomicU64::new(0),
+            idle: Notify::new(),
+        });
+        runtime.spawn(accept(Arc::clone(&shared), listener));
+        runtime.spawn(maintain(Arc::clone(&shared)));
+        Ok(Proxy {
+            shared,
+            local_addr,
+            closing,
+            runtime: Some(runtime),
+        })
+    }
+
+    /// The address the proxy listens on.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    /// Client connections open now.
+    pub fn connections(&self) -> usize {
+        self.shared.connections.load(Ordering::Acquire)
+    }
+
+    /// The decisions made since the last call, in the order they were made (empty unless
+    /// the proxy keeps them).
+    pub fn take_decisions(&self) -> Vec<Decision> {
+        self.shared
+            .decisions
+            .as_ref()
+            .map_or_else(Vec::new, |kept| std::mem::take(&mut *lock(kept)))
+    }
+
+    /// Decisions dropped because [`MAX_KEPT_DECISIONS`] were waiting to be taken.
+    pub fn dropped_decisions(&self) -> u64 {
+        self.shared.dropped_decisions.load(Ordering::Relaxed)
+    }
+
+    /// Stops accepting, answers the requests in flight, then closes every connection.
+    ///
+    /// Connections waiting for their next request (or for a mute to end, or for their turn
+    /// to forward one, which is dropped unread as a muted broker leaves it) close at once;
+    /// those with requests in flight finish them first, for at most `timeout`. Blocks the
+    /// calling thread (not a runtime's); a second call does nothing.
+    pub fn shutdown(&mut self, timeout: Duration) {
+        let Some(runtime) = self.runtime.take() else {
+            return;
+        };
+        self.closing.send_replace(true);
+        let shared = Arc::clone(&self.shared);
+        runtime.block_on(async move {
+            let all_closed = async {
+                loop {
+                    let idle = shared.idle.notified();
+                    if shared.connections.load(Ordering::Acquire) == 0 {
+                        return;
+                    }
+                    idle.await;
+                }
+            };
+            let _ = tokio::time::timeout(timeout, all_closed).await;
+        });
+        // Connections still open past the timeout are dropped with the runtime.
+        runtime.shutdown_timeout(Duration::from_secs(1));
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        if let Some(runtime) = self.runtime.take() {
+            self.closing.send_replace(true);
+            runtime.shutdown_background();
+        }
+    }
+}
+
+async fn accept(shared: Arc<Shared>, listener: TcpListener) {
+    let mut closing = shared.closing.clone();
+    loop {
+        let accepted = tokio::select! {
+            accepted = listener.accept() => accepted,
+            _ = closing.wait_for(|closing| *closing) => return,
+        };
+        match accepted {
+            Ok((client, peer)) => {
+                shared.connections.fetch_add(1, Ordering::AcqRel);
+                tokio::spawn(serve(Arc::clone(&shared), client, peer));
+            }
+            // Out of file descriptors and the like: the listener itself stays usable.
+            Err(err) => {
+                (shared.log)(&format!("accepting a connection failed: {err}"));
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
+}
+
+/// Drains the managers' delay queues as mutes end (each connection waits out its own
+/// mute; the queues are Kafka's `queue-size`) and expires idle sensors every 30 s.
+async fn maintain(shared: Arc<Shared>) {
+    let mut next_expiry = monotonic_ms();
+    loop {
+        let now = monotonic_ms();
+        for manager in shared.managers.each() {
+            manager.expired_channels(now);
+            if now >= next_expiry {
+                manager.expire_sensors(now);
+            }
+        }
+        if now >= next_expiry {
+            next_expiry = now + SENSOR_EXPIRY_INTERVAL_MS;
+        }
+        let next_unmute = shared
+            .managers
+            .each()
+            .iter()
+            .filter_map(|m| m.next_unmute_ms())
+            .min();
+        let due = next_unmute.map_or(next_expiry, |end| end.min(next_expiry));
+        let wait = Duration::from_millis((due - monotonic_ms()).clamp(1, 1000) as u64);
+        let mut closing = shared.closing.clone();
+        tokio::select! {
+            () = tokio::time::sleep(wait) => {}
+            _ = closing.wait_for(|closing| *closing) => return,
+        }
+    }
+}
+
+/// One request forwarded to the broker whose response the client has not had yet.
+struct Pending {
+    header: RequestHeader<'static>,
+    user: String,
+    /// The request frame's size (a produce request's usage).
+    size: usize,
+    acks: i16,
+    fetch: Option<FetchRequestInfo>,
+    /// The proxy's time on the request so far (reading and forwarding it).
+    handled: Duration,
+}
+
+/// Which requests may go to the broker now.
+#[derive(Default)]
+struct Turn {
+    in_flight: usize,
+    produces: usize,
+}
+
+/// One client connection's state, shared by its two halves.
+struct Connection {
+    channel: u64,
+    peer: SocketAddr,
+    /// The end of the connection's mute on the core's clock (0: never muted).
+    muted_until: AtomicI64,
+    turn: Mutex<Turn>,
+    answered: Notify,
+    sasl: Mutex<SaslExchange>,
+    client_id: Mutex<String>,
+}
+
+impl Connection {
+    fn user(&self) -> String {
+        lock(&self.sasl).user().to_owned()
+    }
+
+    fn who(&self) -> String {
+        let client_id = lock(&self.client_id);
+        if client_id.is_empty() {
+            self.peer.to_string()
+        } else {
+            format!("{} (client id {:?})", self.peer, *client_id)
+        }
+    }
+
+    fn mute(&self, until: i64) {
+        self.muted_until.fetch_max(until, Ordering::AcqRel);
+    }
+
+    async fn wait_unmuted(&self) {
+        loop {
+            let left = self.muted_until.load(Ordering::Acquire) - monotonic_ms();
+            if left <= 0 {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(left as u64)).await;
+        }
+    }
+
+    /// Waits until a request may go: not muted, and every earlier request answered, or (a
+    /// produce request) only produce requests in flight, fewer than [`PIPELINE_DEPTH`].
+    async fn wait_turn(&self, produce: bool) {
+        loop {
+            self.wait_unmuted().await;
+            {
+                let mut turn = lock(&self.turn);
+                let free = turn.in_flight == 0
+                    || (produce
+                        && turn.produces == turn.in_flight
+                        && turn.in_flight < PIPELINE_DEPTH);
+                let muted = self.muted_until.load(Ordering::Acquire) > monotonic_ms();
+                if free && !muted {
+                    turn.in_flight += 1;
+                    turn.produces += usize::from(produce);
+                    return;
+                }
+            }
+            self.answered.notified().await;
+        }
+    }
+
+    fn answer_done(&self, produce: bool) {
+        {
+            let mut turn = lock(&self.turn);
+            turn.in_flight -= 1;
+            turn.produces -= usize::from(produce);
+        }
+        // A permit is kept when the reader is not waiting yet: no wake-up is lost.
+        self.answered.notify_one();
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // A panic elsewhere cannot leave these small values half-written.
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+async fn serve(shared: Arc<Shared>, client: TcpStream, peer: SocketAddr) {
+    let connection = Connection {
+        channel: shared.next_channel.fetch_add(1, Ordering::Relaxed),
+        peer,
+        muted_until: AtomicI64::new(0),
+        turn: Mutex::new(Turn::default()),
+        answered: Notify::new(),
+        sasl: Mutex::new(SaslExchange::default()),
+        client_id: Mutex::new(String::new()),
+    };
+    if !*shared.closing.borrow() {
+        if let Err(err) = relay(&shared, &connection, client).await {
+            (shared.log)(&format!(
+                "closing connection from {}: {err}",
+                connection.who()
+            ));
+        }
+    }
+    if shared.connections.fetch_sub(1, Ordering::AcqRel) == 1 {
+        shared.idle.notify_waiters();
+    }
+}
+
+async fn relay(shared: &Shared, connection: &Connection, client: TcpStream) -> Result<(), Closed> {
+    let upstream = connect(&shared.config).await?;
+    client.set_nodelay(true)?;
+    upstream.set_nodelay(true)?;
+    let (client_read, client_write) = client.into_split();
+    let (upstream_read, upstream_write) = upstream.into_split();
+    // At most PIPELINE_DEPTH requests are in flight, so the queue never fills.
+    let (forwarded, pending) = mpsc::channel(PIPELINE_DEPTH + 1);
+    let reader = read_requests(shared, connection, client_read, upstream_write, forwarded);
+    let responder = respond(shared, connection, upstream_read, client_write, pending);
+    tokio::try_join!(reader, responder)?;
+    Ok(())
+}
+
+async fn connect(config: &ProxyConfig) -> Result<TcpStream, Closed> {
+    let unreachable = |reason: String| {
+        Closed::Upstream(format!(
+            "upstream {} unreachable: {reason}",
+            config.upstream
+        ))
+    };
+    match tokio::time::timeout(config.connect_timeout, TcpStream::connect(&config.upstream)).await {
+        Ok(Ok(stream)) => Ok(stream),
+        Ok(Err(err)) => Err(unreachable(err.to_string())),
+        Err(_) => Err(unreachable(format!(
+            "no connection within {:?}",
+            config.connect_timeout
+        ))),
+    }
+}
+
+/// The reader: each request read, checked and forwarded once its turn comes; ends at the
+/// client's end of stream or when the proxy shuts down.
+async fn read_requests(
+    shared: &Shared,
+    connection: &Connection,
+    client: OwnedReadHalf,
+    mut upstream: OwnedWriteHalf,
+    forwarded: mpsc::Sender<Pending>,
+) -> Result<(), Closed> {
+    let mut frames = FrameReader::new(client, shared.config.max_request_bytes);
+    let mut closing = shared.closing.clone();
+    let path = shared.managers.path();
+    loop {
+        // Waiting for a request, a mute's end or a turn: a shutdown drops the connection.
+        let next = async {
+            connection.wait_unmuted().await;
+            frames.read_frame().await
+        };
+        let frame = tokio::select! {
+            frame = next => frame,
+            _ = closing.wait_for(|closing| *closing) => break,
+        };
+        let mut frame = match frame {
+            Ok(Some(frame)) => frame,
+            Ok(None) => break,
+            Err(FrameError::Io(err)) => return Err(err.into()),
+            Err(err) => return Err(Closed::Client(format!("request: {err}"))),
+        };
+        let started = Instant::now();
+        check_version(&frame)?;
+        let header = parse_request_header(&frame)
+            .map_err(|err| Closed::Client(format!("request: {err}")))?
+            .into_owned();
+        {
+            let mut client_id = lock(&connection.client_id);
+            if client_id.as_str() != header.client_id() {
+                header.client_id().clone_into(&mut client_id);
+            }
+        }
+        let produce = header.api_key == PRODUCE;
+        let mut handled = started.elapsed();
+        tokio::select! {
+            () = connection.wait_turn(produce) => {}
+            _ = closing.wait_for(|closing| *closing) => break,
+        }
+        let started = Instant::now();
+        let user = connection.user();
+        let bad = |err: crate::HeaderError| Closed::Client(format!("request: {err}"));
+        let mut acks = -1;
+        let mut fetch = None;
+        match header.api_key {
+            PRODUCE => acks = produce_acks(&frame, &header).map_err(bad)?,
+            FETCH => {
+                let info = read_fetch_request(&frame, &header).map_err(bad)?;
+                if let (true, Some((requested, _))) = (info.is_consumer(), info.max_bytes) {
+                    let cap = path.fetch_max_bytes(
+                        &user,
+                        header.client_id(),
+                        i64::from(requested),
+                        monotonic_ms(),
+                    )?;
+                    cap_max_bytes(&mut frame, &info, i32::try_from(cap).unwrap_or(i32::MAX));
+                }
+                fetch = Some(info);
+            }
+            SASL_HANDSHAKE => {
+                if header.api_version == 0 {
+                    return Err(Closed::Client(
+                        "SaslHandshake v0 (raw SASL tokens) is not supported".to_owned(),
+                    ));
+                }
+                let mechanism = handshake_mechanism(&frame, &header).map_err(bad)?;
+                lock(&connection.sasl).handshake(&mechanism);
+            }
+            SASL_AUTHENTICATE => {
+                let auth = authenticate_bytes(&frame, &header).map_err(bad)?;
+                let mut sasl = lock(&connection.sasl);
+                if sasl.authenticate(&auth) {
+                    (shared.log)(&format!(
+                        "connection from {}: SASL {} principal unknown to the proxy; its quotas apply as {}",
+                        connection.peer,
+                        sasl.mechanism().unwrap_or(""),
+                        crate::sasl::ANONYMOUS
+                    ));
+                }
+            }
+            _ => {}
+        }
+        handled += started.elapsed();
+        write_frame(&mut upstream, &frame).await?;
+        let entry = Pending {
+            header,
+            user,
+            size: frame.len(),
+            acks,
+            fetch,
+            handled,
+        };
+        if forwarded.send(entry).await.is_err() {
+            break; // the responder ended: its error closes the connection
+        }
+    }
+    Ok(())
+}
+
+/// The responder: each forwarded request answered in turn, once the connection's mute (if
+/// any) has ended; ends when the reader has and every forwarded request is answered.
+async fn respond(
+    shared: &Shared,
+    connection: &Connection,
+    upstream: OwnedReadHalf,
+    mut client: OwnedWriteHalf,
+    mut pending: mpsc::Receiver<Pending>,
+) -> Result<(), Closed> {
+    let mut frames = FrameReader::new(upstream, shared.config.max_response_bytes);
+    let path = shared.managers.path();
+    while let Some(entry) = pending.recv().await {
+        connection.wait_unmuted().await;
+        let produce = entry.header.api_key == PRODUCE;
+        if produce && entry.acks == 0 {
+            // No response (Kafka sends none for acks=0); a throttle still mutes.
+            let request = Request::produce(entry.size as f64, nanos(entry.handled), 0);
+            decide(shared, &path, connection, &entry, &request)?;
+        } else {
+            let response = read_response(&shared.config, &mut frames, &entry.header).await?;
+            answer(shared, &path, connection, &mut client, entry, response).await?;
+        }
+        connection.answer_done(produce);
+    }
+    client.shutdown().await?;
+    Ok(())
+}
+
+/// Refuses a version of an API the proxy cannot read (the codec's versions are those of
+/// Kafka's schemas it was generated from; ApiVersions answers offer no others).
+/// Checked before the rest of the header, whose layout depends on the version.
+fn check_version(frame: &[u8]) -> Result<(), Closed> {
+    let [k0, k1, v0, v1, ..] = *frame else {
+        return Ok(()); // too short for a header: parsing it says so
+    };
+    let (api_key, api_version) = (i16::from_be_bytes([k0, k1]), i16::from_be_bytes([v0, v1]));
+    let Ok(key) = ApiKey::try_from(api_key) else {
+        return Ok(()); // parsing the header names the unknown key
+    };
+    let known = key.valid_versions();
+    // ApiVersions of any version is answered (with v0 when the broker lacks it).
+    if api_key != API_VERSIONS && !(known.min..=known.max).contains(&api_version) {
+        return Err(Closed::Client(format!(
+            "unsupported version {api_version} of API {api_key} ({key:?}): expected {} to {}",
+            known.min, known.max
+        )));
+    }
+    Ok(())
+}
+
+/// Checks the quotas of one answered request and sends the client its response.
+async fn answer(
+    shared: &Shared,
+    path: &RequestPath<'_>,
+    connection: &Connection,
+    client: &mut OwnedWriteHalf,
+    entry: Pending,
+    response: (BytesMut, usize),
+) -> Result<(), Closed> {
+    let resumed = Instant::now();
+    let (response, body_offset) = response;
+    let header = &entry.header;
+    match header.api_key {
+        SASL_HANDSHAKE => return send(path, client, &response, None).await,
+        SASL_AUTHENTICATE => {
+            lock(&connection.sasl).result(authenticate_error(&response, header));
+            return send(path, client, &response, None).await;
+        }
+        _ => {}
+    }
+    let handled = nanos(entry.handled + resumed.elapsed());
+    let consumer_fetch = entry.fetch.filter(FetchRequestInfo::is_consumer);
+    let request = match header.api_key {
+        PRODUCE => Request::produce(entry.size as f64, handled, entry.acks),
+        // Kafka's FetchResponse.sizeOf: the body and the 4-byte correlation id
+        FETCH if consumer_fetch.is_some() => {
+            Request::fetch((4 + response.len() - body_offset) as f64, handled)
+        }
+        _ => Request::other(handled),
+    };
+    let outcome = decide(shared, path, connection, &entry, &request)?;
+    let entity = Some((entry.user.as_str(), header.client_id()));
+    if outcome.unrecorded {
+        let info = consumer_fetch.expect("only a consumer fetch is unrecorded");
+        let session = if info.session_epoch > 0 {
+            info.session_id
+        } else {
+            0
+        };
+        let empty =
+            throttled_fetch_response(header, outcome.throttle_ms, session).ok_or_else(|| {
+                Closed::Client(format!(
+                    "fetch v{} has no throttled response",
+                    header.api_version
+                ))
+            })?;
+        return send(path, client, &empty, entity).await;
+    }
+    let rewritten = if header.api_key == API_VERSIONS {
+        capped_api_versions(&response, header, outcome.throttle_ms)
+    } else if outcome.throttled() {
+        with_throttle(&response, header, outcome.throttle_ms)
+    } else {
+        None
+    };
+    send(
+        path,
+        client,
+        rewritten.as_deref().unwrap_or(&response),
+        entity,
+    )
+    .await
+}
+
+/// Records `request` of `entry` on the quotas and, when throttled, mutes the connection
+/// through the manager whose throttle applied (its throttle-time sensor and delay queue).
+fn decide(
+    shared: &Shared,
+    path: &RequestPath<'_>,
+    connection: &Connection,
+    entry: &Pending,
+    request: &Request,
+) -> Result<Outcome, Closed> {
+    let now = monotonic_ms();
+    let client_id = entry.header.client_id();
+    let mut outcome = path.record(&entry.user, client_id, request, now)?;
+    path.throttle(
+        &entry.user,
+        client_id,
+        &mut outcome,
+        now,
+        Some(connection.channel),
+    )?;
+    if let Some(until) = outcome.muted_until_ms {
+        connection.mute(until);
+    }
+    if let Some(kept) = &shared.decisions {
+        let header = &entry.header;
+        let decision = Decision {
+            at_ms: now,
+            user: entry.user.clone(),
+            client_id: client_id.to_owned(),
+            api_key: header.api_key,
+            api_version: header.api_version,
+            correlation_id: header.correlation_id,
+            follower: entry.fetch.is_some_and(|f| !f.is_consumer()),
+            size: if request.kind == kquota_core::ApiKind::Other {
+                0.0
+            } else {
+                request.bytes
+            },
+            thread_ns: request.thread_time_ns.unwrap_or(0.0),
+            acks: entry.acks,
+            outcome,
+            peer: connection.peer,
+        };
+        let mut kept = lock(kept);
+        if kept.len() < MAX_KEPT_DECISIONS {
+            kept.push(decision);
+        } else {
+            shared.dropped_decisions.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+    Ok(outcome)
+}
+
+/// The broker's response to the request of `header`, and where its body starts.
+async fn read_response(
+    config: &ProxyConfig,
+    frames: &mut FrameReader<OwnedReadHalf>,
+    header: &RequestHeader<'_>,
+) -> Result<(BytesMut, usize), Closed> {
+    let frame = match tokio::time::timeout(config.upstream_timeout, frames.read_frame()).await {
+        Err(_) => {
+            return Err(Closed::Upstream(format!(
+                "no response from the upstream within {:?}",
+                config.upstream_timeout
+            )))
+        }
+        Ok(Ok(Some(frame))) => frame,
+        Ok(Ok(None)) => {
+            return Err(Closed::Upstream(
+                "the upstream closed the connection".to_owned(),
+            ))
+        }
+        Ok(Err(FrameError::Io(err))) => return Err(err.into()),
+        Ok(Err(err)) => return Err(Closed::Upstream(format!("response: {err}"))),
+    };
+    let parsed = parse_response_header(&frame, header.response_header_version())
+        .map_err(|err| Closed::Upstream(format!("response: {err}")))?;
+    if parsed.correlation_id != header.correlation_id {
+        return Err(Closed::Upstream(format!(
+            "upstream answered correlation id {} to request {} (API key {} v{})",
+            parsed.correlation_id, header.correlation_id, header.api_key, header.api_version
+        )));
+    }
+    Ok((frame, parsed.body_offset))
+}
+
+/// Writes a response to the client; the time the write took goes to `entity`'s request
+/// quota without a check (Kafka's `recordNoThrottle` of the network thread's time).
+async fn send(
+    path: &RequestPath<'_>,
+    client: &mut OwnedWriteHalf,
+    response: &[u8],
+    entity: Option<(&str, &str)>,
+) -> Result<(), Closed> {
+    let started = Instant::now();
+    write_frame(client, response).await?;
+    if let Some((user, client_id)) = entity {
+        path.manager(kquota_core::QuotaType::Request)
+            .record_no_throttle(user, client_id, nanos(started.elapsed()), monotonic_ms())?;
+    }
+    Ok(())
+}
+
+/// Writes `frame` with its size prefix, in one write when the socket takes it.
+async fn write_frame(to: &mut OwnedWriteHalf, frame: &[u8]) -> io::Result<()> {
+    let prefix = (frame.len() as u32).to_be_bytes();
+    let mut bufs = [io::IoSlice::new(&prefix), io::IoSlice::new(frame)];
+    let mut slices: &mut [io::IoSlice<'_>] = &mut bufs;
+    let mut left = prefix.len() + frame.len();
+    while left > 0 {
+        let n = to.write_vectored(slices).await?;
+        if n == 0 {
+            return Err(io::ErrorKind::WriteZero.into());
+        }
+        left -= n;
+        io::IoSlice::advance_slices(&mut slices, n);
+    }
+    Ok(())
+}
+
+fn nanos(d: Duration) -> f64 {
+    d.as_nanos() as f64
+}

@@ -1,0 +1,246 @@
+//! `ProxyDataPath`: the proxy's data path (`kquota_proxy::Proxy`) run on its own threads,
+//! started and stopped from Python, which keeps the control plane.
+
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use pyo3::exceptions::PyOSError;
+use pyo3::prelude::*;
+
+use kquota_proxy::server::{Decision, Managers, Proxy, ProxyConfig};
+
+use crate::args;
+use crate::error::{errors, CoreError};
+use crate::quota_manager::QuotaManager;
+use crate::request_outcome::RequestOutcome;
+
+/// One decision as Python receives it (see `kquota.proxy.ProxyDecision`).
+type DecisionTuple = (
+    i64,
+    String,
+    String,
+    i16,
+    i16,
+    i32,
+    bool,
+    f64,
+    f64,
+    i16,
+    RequestOutcome,
+    String,
+);
+
+/// Kafka's client quotas on every connection relayed to one broker, in Rust.
+#[pyclass(module = "kquota._core", frozen)]
+pub(crate) struct ProxyDataPath {
+    /// Taken out while it shuts down (with the GIL released), then put back: its last
+    /// decisions can still be taken.
+    proxy: Mutex<Option<Proxy>>,
+    stopped: AtomicBool,
+    address: (String, u16),
+}
+
+fn invalid_config(py: Python<'_>, message: String) -> PyErr {
+    match errors(py) {
+        Ok(errors) => PyErr::from_type(errors.config.bind(py).clone(), message),
+        Err(err) => err,
+    }
+}
+
+fn socket_address(py: Python<'_>, name: &str, text: &str) -> PyResult<SocketAddr> {
+    text.to_socket_addrs()
+        .ok()
+        .and_then(|mut addrs| addrs.next())
+        .ok_or_else(|| {
+            invalid_config(
+                py,
+                format!("invalid {name} {text:?}: expected HOST:PORT, e.g. 127.0.0.1:9092"),
+            )
+        })
+}
+
+fn seconds(py: Python<'_>, name: &str, value: f64) -> PyResult<Duration> {
+    Duration::try_from_secs_f64(value)
+        .ok()
+        .filter(|d| !d.is_zero())
+        .ok_or_else(|| invalid_config(py, format!("invalid {name} {value}: expected seconds > 0")))
+}
+
+fn frame_bound(py: Python<'_>, name: &str, value: i64) -> PyResult<usize> {
+    usize::try_from(value)
+        .ok()
+        .filter(|&v| (1..=i32::MAX as usize).contains(&v))
+        .ok_or_else(|| {
+            invalid_config(
+                py,
+                format!(
+                    "invalid {name} {value}: expected an int from 1 to {}",
+                    i32::MAX
+                ),
+            )
+        })
+}
+
+fn decision_tuple(d: Decision) -> DecisionTuple {
+    (
+        d.at_ms,
+        d.user,
+        d.client_id,
+        d.api_key,
+        d.api_version,
+        d.correlation_id,
+        d.follower,
+        d.size,
+        d.thread_ns,
+        d.acks,
+        d.outcome.into(),
+        d.peer.to_string(),
+    )
+}
+
+#[pymethods]
+impl ProxyDataPath {
+    /// Listens on `listen` and relays each connection to `upstream` with the quotas of
+    /// the three managers, on `threads` threads of its own; returns once it listens.
+    #[new]
+    #[pyo3(signature = (upstream, produce, fetch, request, *, listen="127.0.0.1:0", max_request_bytes=104857600, max_response_bytes=104857600, connect_timeout=10.0, upstream_timeout=300.0, threads=2, keep_decisions=false))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        py: Python<'_>,
+        upstream: &str,
+        #[pyo3(from_py_with = args::produce)] produce: Py<QuotaManager>,
+        #[pyo3(from_py_with = args::fetch)] fetch: Py<QuotaManager>,
+        #[pyo3(from_py_with = args::request)] request: Py<QuotaManager>,
+        listen: &str,
+        max_request_bytes: i64,
+        max_response_bytes: i64,
+        connect_timeout: f64,
+        upstream_timeout: f64,
+        threads: usize,
+        keep_decisions: bool,
+    ) -> PyResult<Self> {
+        socket_address(py, "upstream", upstream)?;
+        let listen_at = socket_address(py, "listen", listen)?;
+        if !(1..=256).contains(&threads) {
+            return Err(invalid_config(
+                py,
+                format!("invalid threads {threads}: expected 1 to 256"),
+            ));
+        }
+        let config = ProxyConfig {
+            upstream: upstream.to_owned(),
+            max_request_bytes: frame_bound(py, "max_request_bytes", max_request_bytes)?,
+            max_response_bytes: frame_bound(py, "max_response_bytes", max_response_bytes)?,
+            connect_timeout: seconds(py, "connect_timeout", connect_timeout)?,
+            upstream_timeout: seconds(py, "upstream_timeout", upstream_timeout)?,
+        };
+        let managers = Managers::new(
+            Arc::clone(&produce.get().inner),
+            Arc::clone(&fetch.get().inner),
+            Arc::clone(&request.get().inner),
+        )
+        .map_err(CoreError)?;
+        // A closed connection is one warning on the `kquota.proxy` logger, as before: rare,
+        // so taking the GIL for it costs nothing on the data path.
+        let log: kquota_proxy::Log = Arc::new(|line: &str| {
+            Python::attach(|py| {
+                let logged = py
+                    .import("logging")
+                    .and_then(|logging| logging.call_method1("getLogger", ("kquota.proxy",)))
+                    .and_then(|logger| logger.call_method1("warning", ("%s", line)));
+                if let Err(err) = logged {
+                    err.write_unraisable(py, None);
+                }
+            });
+        });
+        let proxy = py
+            .detach(|| Proxy::start(listen_at, config, managers, log, threads, keep_decisions))
+            .map_err(|err| PyOSError::new_err(format!("cannot listen on {listen}: {err}")))?;
+        let address = proxy.local_addr();
+        Ok(ProxyDataPath {
+            proxy: Mutex::new(Some(proxy)),
+            stopped: AtomicBool::new(false),
+            address: (address.ip().to_string(), address.port()),
+        })
+    }
+
+    /// `(host, port)` the proxy listens on.
+    #[getter]
+    fn address(&self) -> (String, u16) {
+        self.address.clone()
+    }
+
+    /// Client connections open now (0 once shut down).
+    #[getter]
+    fn connections(&self) -> usize {
+        if !self.running() {
+            return 0;
+        }
+        self.lock().as_ref().map_or(0, Proxy::connections)
+    }
+
+    /// Whether it still runs (`shutdown` not called yet).
+    #[getter]
+    fn running(&self) -> bool {
+        !self.stopped.load(Ordering::Acquire)
+    }
+
+    /// The quota decisions made since the last call, oldest first, as tuples
+    /// `(at_ms, user, client_id, api_key, api_version, correlation_id, follower, size,
+    /// thread_ns, acks, outcome, peer)`; empty unless built with `keep_decisions`.
+    fn take_decisions(&self, py: Python<'_>) -> Vec<DecisionTuple> {
+        let taken = {
+            let proxy = self.lock();
+            proxy.as_ref().map_or_else(Vec::new, Proxy::take_decisions)
+        };
+        py.detach(|| taken.into_iter().map(decision_tuple).collect())
+    }
+
+    /// Decisions dropped because too many waited to be taken.
+    #[getter]
+    fn dropped_decisions(&self) -> u64 {
+        self.lock().as_ref().map_or(0, Proxy::dropped_decisions)
+    }
+
+    /// Stops accepting, answers the requests in flight (for at most `timeout` seconds),
+    /// then closes every connection; the GIL is released meanwhile. Calling it again does
+    /// nothing. The decisions of the last requests can still be taken after it.
+    #[pyo3(signature = (timeout=30.0))]
+    fn shutdown(&self, py: Python<'_>, timeout: f64) -> PyResult<()> {
+        let timeout = Duration::try_from_secs_f64(timeout).map_err(|_| {
+            invalid_config(
+                py,
+                format!("invalid timeout {timeout}: expected seconds >= 0"),
+            )
+        })?;
+        if self.stopped.swap(true, Ordering::AcqRel) {
+            return Ok(());
+        }
+        // Not under the lock: a connection closing meanwhile logs, which takes the GIL.
+        let taken = self.lock().take();
+        if let Some(mut proxy) = taken {
+            let proxy = py.detach(move || {
+                proxy.shutdown(timeout);
+                proxy
+            });
+            *self.lock() = Some(proxy);
+        }
+        Ok(())
+    }
+
+    fn __repr__(&self) -> String {
+        let (host, port) = &self.address;
+        let state = if self.running() { "running" } else { "stopped" };
+        format!("ProxyDataPath({host}:{port}, {state})")
+    }
+}
+
+impl ProxyDataPath {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Option<Proxy>> {
+        self.proxy
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
