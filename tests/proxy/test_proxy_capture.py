@@ -189,8 +189,9 @@ def test_cli_capture_options_are_checked(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("data_path", ["asyncio", "rust"])
 def test_backtest_over_a_capture_gives_the_throttles_the_proxy_applied(
-    tansu: Any, tmp_path: Path
+    tansu: Any, tmp_path: Path, data_path: str
 ) -> None:
     from confluent_kafka import Consumer, Producer
 
@@ -231,6 +232,8 @@ def test_backtest_over_a_capture_gives_the_throttles_the_proxy_applied(
             "1",
             "--log-level",
             "WARNING",
+            "--data-path",
+            data_path,
         ),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -240,7 +243,7 @@ def test_backtest_over_a_capture_gives_the_throttles_the_proxy_applied(
     try:
         assert proxy.stdout is not None
         assert proxy.stdout.readline().startswith("kquota proxy: listening")
-        topic = "capture-roundtrip"
+        topic = f"capture-roundtrip-{data_path}"
         create_topic(bootstrap, topic)
         throttles: list[int] = []
 
@@ -270,7 +273,7 @@ def test_backtest_over_a_capture_gives_the_throttles_the_proxy_applied(
         consumer = Consumer(
             {
                 "bootstrap.servers": bootstrap,
-                "group.id": "capture-group",
+                "group.id": f"capture-group-{data_path}",
                 "client.id": "consumer",
                 "auto.offset.reset": "earliest",
                 "fetch.wait.max.ms": 100,
@@ -330,6 +333,6 @@ def test_backtest_over_a_capture_gives_the_throttles_the_proxy_applied(
     # the times are epoch ms of the run
     assert live["ts_ms"].between(started_ms, time.time_ns() // 1_000_000).all()
     print(
-        f"capture round trip: {len(live)} requests ({sent} messages produced, {received}"
+        f"capture round trip ({data_path}): {len(live)} requests ({sent} messages produced, {received}"
         f" consumed), {len(applied)} throttled live, all {len(both)} replayed alike"
     )
