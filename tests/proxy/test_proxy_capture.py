@@ -333,6 +333,6 @@ def test_backtest_over_a_capture_gives_the_throttles_the_proxy_applied(
     # the times are epoch ms of the run
     assert live["ts_ms"].between(started_ms, time.time_ns() // 1_000_000).all()
     print(
-        f"capture round trip ({data_path}): {len(live)} requests ({sent} messages produced, {received}"
-        f" consumed), {len(applied)} throttled live, all {len(both)} replayed alike"
+        f"capture round trip ({data_path}): {len(live)} requests ({sent} messages produced,"
+        f" {received} consumed), {len(applied)} throttled live, all {len(both)} replayed alike"
     )
