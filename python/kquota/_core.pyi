@@ -963,6 +963,8 @@ class ProxyDataPath:
         fetch: QuotaManager,
         request: QuotaManager,
         *,
+        mutation: ControllerMutationQuotaManager | None = None,
+        default_num_partitions: int = 1,
         listen: str = "127.0.0.1:0",
         max_request_bytes: int = 104857600,
         max_response_bytes: int = 104857600,
@@ -982,7 +984,19 @@ class ProxyDataPath:
     def take_decisions(
         self,
     ) -> list[
-        tuple[int, str, str, int, int, int, bool, float, float, int, RequestOutcome, str]
+        tuple[
+            int,
+            str,
+            str,
+            tuple[int, int, int],
+            bool,
+            float,
+            float,
+            int,
+            RequestOutcome,
+            int | None,
+            str,
+        ]
     ]: ...
     def shutdown(self, timeout: float = 30.0) -> None: ...
 

@@ -30,7 +30,7 @@ from kquota import ControllerMutationQuotaManager, Entity, TokenBucket
 from kquota.broker import MutationQuotaCollector, QuotaOutcome, serve_metrics
 from kquota.proxy import kafka_clock_ms
 from kquota.proxy.mutation import THROTTLED_MESSAGE, THROTTLING_QUOTA_EXCEEDED
-from proxy_support import RecordingPlugin, run_proxy, scrape_flat
+from proxy_support import DATA_PATHS, RecordingPlugin, run_proxy, scrape_flat
 
 pytest.importorskip("kio")
 
@@ -47,14 +47,23 @@ class MutationPlugin(RecordingPlugin):
 
     def __init__(self) -> None:
         super().__init__(clock=kafka_clock_ms, background=True)
-        self.mutations: list[tuple[int, QuotaOutcome]] = []
+        self._mutations: list[tuple[int, QuotaOutcome]] = []
         self._guard = threading.Lock()
 
     def on_mutation(self, user: str, client_id: str, *args: Any, **kwargs: Any) -> QuotaOutcome:
         out = super().on_mutation(user, client_id, *args, **kwargs)
-        with self._guard:
-            self.mutations.append((int(args[1]), out))  # (mutation throttle, outcome)
+        self.mutation_decided(int(args[1]), out)
         return out
+
+    def mutation_decided(self, mutation_throttle_ms: int, outcome: QuotaOutcome) -> None:
+        with self._guard:
+            self._mutations.append((mutation_throttle_ms, outcome))
+
+    @property
+    def mutations(self) -> list[tuple[int, QuotaOutcome]]:
+        """What each mutation response was given, so far."""
+        self.pull()
+        return self._mutations
 
 
 def _manager(client_id: str) -> ControllerMutationQuotaManager:
@@ -112,18 +121,21 @@ def _when_not_paused(call: Any) -> Any:
             time.sleep(0.02)
 
 
+@pytest.mark.parametrize("data_path", DATA_PATHS)
 def test_strict_create_topics_refuses_the_topics_over_the_burst_and_retries_succeed(
-    tansu: Any,
+    tansu: Any, data_path: str
 ) -> None:
     kafka_admin = pytest.importorskip("kafka.admin")
     client_id = "strict-admin"
     manager = _manager(client_id)
     plugin = MutationPlugin()
-    names = [f"strict-{i:03d}" for i in range(TOPICS)]
+    names = [f"strict-{data_path}-{i:03d}" for i in range(TOPICS)]
     expected_refused, refusal_throttle = _strict_refusals(TOPICS)
     assert 0 < expected_refused < TOPICS and refusal_throttle > 0
     with (
-        run_proxy(tansu.upstream, tansu.proxy_port, plugin, mutation=manager) as proxy,
+        run_proxy(
+            tansu.upstream, tansu.proxy_port, plugin, mutation=manager, data_path=data_path
+        ) as proxy,
         serve_metrics(MutationQuotaCollector(manager, clock=kafka_clock_ms)) as metrics,
     ):
         admin = kafka_admin.KafkaAdminClient(bootstrap_servers=proxy.address, client_id=client_id)
@@ -177,12 +189,17 @@ def test_strict_create_topics_refuses_the_topics_over_the_burst_and_retries_succ
             admin.close()
 
 
-def test_strict_delete_topics_counts_the_partitions_each_topic_has(tansu: Any) -> None:
+@pytest.mark.parametrize("data_path", DATA_PATHS)
+def test_strict_delete_topics_counts_the_partitions_each_topic_has(
+    tansu: Any, data_path: str
+) -> None:
     kafka_admin = pytest.importorskip("kafka.admin")
     client_id = "strict-deleter"
-    names = [f"doomed-{i}" for i in range(3)]
+    names = [f"doomed-{data_path}-{i}" for i in range(3)]
     partitions = 30  # 3 topics of 30 partitions: the third goes over the burst of 50
-    with run_proxy(tansu.upstream, tansu.proxy_port) as proxy:  # no mutation quota here
+    with run_proxy(
+        tansu.upstream, tansu.proxy_port, data_path=data_path
+    ) as proxy:  # no mutation quota here
         admin = kafka_admin.KafkaAdminClient(bootstrap_servers=proxy.address, client_id=client_id)
         try:
             spec = {"num_partitions": partitions, "replication_factor": 1}
@@ -196,7 +213,9 @@ def test_strict_delete_topics_counts_the_partitions_each_topic_has(tansu: Any) -
     assert expected == [True, True, False]  # the arithmetic this test is about
     manager = _manager(client_id)
     plugin = MutationPlugin()
-    with run_proxy(tansu.upstream, tansu.proxy_port, plugin, mutation=manager) as proxy:
+    with run_proxy(
+        tansu.upstream, tansu.proxy_port, plugin, mutation=manager, data_path=data_path
+    ) as proxy:
         admin = kafka_admin.KafkaAdminClient(bootstrap_servers=proxy.address, client_id=client_id)
         try:
             deleted = admin.delete_topics(names, raise_errors=False)
@@ -212,16 +231,21 @@ def test_strict_delete_topics_counts_the_partitions_each_topic_has(tansu: Any) -
             admin.close()
 
 
-def test_permissive_create_topics_creates_every_topic_and_throttles_after(tansu: Any) -> None:
+@pytest.mark.parametrize("data_path", DATA_PATHS)
+def test_permissive_create_topics_creates_every_topic_and_throttles_after(
+    tansu: Any, data_path: str
+) -> None:
     confluent_admin = pytest.importorskip("confluent_kafka.admin")
     client_id = "permissive-admin"
     manager = _manager(client_id)
     plugin = MutationPlugin()
-    names = [f"permissive-{i:03d}" for i in range(TOPICS)]
+    names = [f"permissive-{data_path}-{i:03d}" for i in range(TOPICS)]
     expected_throttle = _permissive_throttle(TOPICS)
     assert expected_throttle > 0
     seen: list[float] = []
-    with run_proxy(tansu.upstream, tansu.proxy_port, plugin, mutation=manager) as proxy:
+    with run_proxy(
+        tansu.upstream, tansu.proxy_port, plugin, mutation=manager, data_path=data_path
+    ) as proxy:
         admin = confluent_admin.AdminClient(
             {
                 "bootstrap.servers": proxy.address,

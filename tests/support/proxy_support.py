@@ -11,7 +11,7 @@ import struct
 import threading
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -45,7 +45,9 @@ class RecordingPlugin(QuotaPlugin):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.applied: list[Applied] = []
+        self._applied: list[Applied] = []
+        self._source: Callable[[], list[ProxyDecision]] | None = None
+        self._pulling = threading.Lock()
         self.replay_mismatches: list[tuple[ProxyDecision, Any]] = []
         self._shadow: RequestPath | None = None
         self._lock = threading.Lock()
@@ -56,7 +58,7 @@ class RecordingPlugin(QuotaPlugin):
         manager = self.produce if api == "produce" else self.fetch
         rate = manager.measure(user, client_id, now_ms=now)
         with self._lock:
-            self.applied.append(Applied(api, user, client_id, size, out, now, rate))
+            self._applied.append(Applied(api, user, client_id, size, out, now, rate))
 
     def on_produce(self, user: str, client_id: str, size_bytes: float, *a: Any, **kw: Any) -> Any:
         now = self._now(kw)  # the plugin's clock, read once as the plugin does
@@ -70,6 +72,22 @@ class RecordingPlugin(QuotaPlugin):
         self._keep("fetch", user, client_id, response_bytes, out, now)
         return out
 
+    @property
+    def applied(self) -> list[Applied]:
+        """The outcomes so far (on the Rust data path: every decision made until now)."""
+        self.pull()
+        return self._applied
+
+    def follow(self, source: Callable[[], list[ProxyDecision]]) -> None:
+        """Take the Rust data path's decisions from ``source`` (``ProxyServer.take_decisions``)."""
+        self._source = source
+
+    def pull(self) -> None:
+        """Add the decisions made since the last pull (in order: one pull at a time)."""
+        if self._source is not None:
+            with self._pulling:
+                self.add_decisions(self._source())
+
     def add_decisions(self, decisions: list[ProxyDecision]) -> None:
         """Keep the Rust data path's produce and consumer-fetch decisions as the outcomes it
         applied. The rate after each is read from a replay of the decisions, in order, on
@@ -78,6 +96,16 @@ class RecordingPlugin(QuotaPlugin):
         proxy's is kept in ``replay_mismatches``."""
         shadow = self._shadow_path()
         for d in decisions:
+            if d.mutation_throttle_ms is not None:
+                o = d.outcome
+                by = o.throttled_by or "controller_mutation"
+                out = (
+                    QuotaOutcome(o.throttle_ms, False, by, o.muted_until_ms)  # type: ignore[arg-type]
+                    if o.throttled
+                    else QuotaOutcome()
+                )
+                self.mutation_decided(d.mutation_throttle_ms, out)
+                continue
             kind = "produce" if d.api_key == 0 else "fetch" if d.api_key == 1 else None
             if kind is None or d.follower:
                 continue
@@ -95,7 +123,11 @@ class RecordingPlugin(QuotaPlugin):
             with self._lock:
                 if replayed.throttle_ms != o.throttle_ms:
                     self.replay_mismatches.append((d, replayed))
-                self.applied.append(Applied(kind, d.user, d.client_id, d.size, out, d.at_ms, rate))
+                self._applied.append(Applied(kind, d.user, d.client_id, d.size, out, d.at_ms, rate))
+
+    def mutation_decided(self, mutation_throttle_ms: int, outcome: QuotaOutcome) -> None:
+        """A mutation request's outcome on the Rust data path (the asyncio one calls
+        ``on_mutation``): kept by plugins that override it."""
 
     def _shadow_path(self) -> RequestPath:
         """The replay's managers, with the real ones' quotas as they are now (a quota
@@ -128,10 +160,11 @@ class RecordingPlugin(QuotaPlugin):
 
     def rates_after(self, api: str, client_id: str, start_ms: int) -> list[float]:
         """The sensor's rate at each of ``client_id``'s ``api`` requests from ``start_ms``."""
+        self.pull()
         with self._lock:
             return [
                 a.rate
-                for a in self.applied
+                for a in self._applied
                 if a.api == api
                 and a.client_id == client_id
                 and a.at_ms >= start_ms
@@ -140,15 +173,17 @@ class RecordingPlugin(QuotaPlugin):
 
     def first_ms(self, api: str, client_id: str) -> int:
         """When ``client_id``'s first ``api`` request was recorded."""
+        self.pull()
         with self._lock:
-            return min(a.at_ms for a in self.applied if a.api == api and a.client_id == client_id)
+            return min(a.at_ms for a in self._applied if a.api == api and a.client_id == client_id)
 
     def throttles(self, api: str, client_id: str) -> list[int]:
         """The positive throttles applied to ``client_id``'s ``api`` requests, in order."""
+        self.pull()
         with self._lock:
             return [
                 a.outcome.throttle_time_ms
-                for a in self.applied
+                for a in self._applied
                 if a.api == api and a.client_id == client_id and a.outcome.throttled
             ]
 
@@ -192,16 +227,18 @@ def run_proxy(
     running = RunningProxy(server, plugin, loop)
     done = threading.Event()
 
-    def drain() -> None:
+    def drain() -> None:  # often, so that the replay's quotas follow live changes
         assert isinstance(plugin, RecordingPlugin)
         while not done.wait(0.05):
-            plugin.add_decisions(server.take_decisions())
-        plugin.add_decisions(server.take_decisions())
+            plugin.pull()
+        plugin.pull()
 
     drainer = threading.Thread(target=drain, name="proxy-decisions", daemon=True)
     try:
         asyncio.run_coroutine_threadsafe(server.start("127.0.0.1", port), loop).result(10)
         if recording:
+            assert isinstance(plugin, RecordingPlugin)
+            plugin.follow(server.take_decisions)
             drainer.start()
         yield running
     finally:

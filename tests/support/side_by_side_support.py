@@ -178,8 +178,9 @@ def _env() -> dict[str, str]:
 
 # -- the proxy in front of the proxied listener --------------------------------------------
 
-FRONTS = ("kquota", "relay", "token-bucket")
-"""``kquota``: ``kquota proxy`` as a user runs it. ``relay``: the same command with a store
+FRONTS = ("kquota", "kquota-rust", "relay", "token-bucket")
+"""``kquota``: ``kquota proxy`` as a user runs it; ``kquota-rust``: with ``--data-path rust``.
+``relay``: the same command with a store
 that has no quota for the client (a plain relay for it). ``token-bucket``: the same
 command with :class:`TokenBucketPlugin` in place of Kafka's quota plugin."""
 
@@ -198,6 +199,8 @@ class Front:
             *("proxy", "--listen", broker.proxy_bootstrap, "--upstream", broker.proxied),
             *("--store", str(store), "--capture", str(self.capture), "--log-level", "WARNING"),
         ]
+        if kind == "kquota-rust":
+            args += ["--data-path", "rust"]
         python = [sys.executable, "-X", "faulthandler"]
         if kind == "token-bucket":
             command = [*python, __file__, "token-bucket-proxy", *args]

@@ -182,8 +182,8 @@ def register(subparsers: Any) -> None:
         default="asyncio",
         help=(
             "what serves the connections: asyncio (default), or rust, the Rust data path on"
-            " threads of its own, which applies the produce, fetch and request quotas (not"
-            " yet the controller-mutation quota, the connection-creation rates or a quota"
+            " threads of its own, which applies the produce, fetch, request and"
+            " controller-mutation quotas (not yet the connection-creation rates or a quota"
             " callback)"
         ),
     )
@@ -269,8 +269,8 @@ def run(args: argparse.Namespace) -> int:
             ):
                 if value != default:
                     raise ValueError(
-                        f"invalid {option} with --data-path rust: the Rust data path applies"
-                        " the produce, fetch and request quotas only"
+                        f"invalid {option} with --data-path rust: the Rust data path does not"
+                        " apply connection-creation rates or quota callbacks yet"
                     )
         callback = None if args.quota_callback is None else load_callback(args.quota_callback)
         managers = [
@@ -311,11 +311,9 @@ def run(args: argparse.Namespace) -> int:
     )
     if rust:
         logging.getLogger("kquota.proxy").warning(
-            "--data-path rust: the store's controller_mutation_rate and"
-            " connection_creation_rate are not applied"
+            "--data-path rust: the store's connection_creation_rate is not applied"
         )
-        mutation = None
-    elif mutation is None:
+    if mutation is None:
         logging.getLogger("kquota.proxy").warning(
             "--window-ms %d is not whole seconds (quota.window.size.seconds):"
             " the controller-mutation quota is not applied",

@@ -59,9 +59,9 @@ With ``data_path="rust"`` the connections are served by the Rust data path
 (:class:`kquota._core.ProxyDataPath`, the ``kquota-proxy`` crate) on threads of its own,
 with the same rules and no Python on a request's way: the quota decisions call the core
 directly, and Python keeps the control plane (the managers' quotas, updated live; the
-capture, fed from the decisions in batches). It does not yet apply the
-controller-mutation quota or the connection-creation rates, nor tell a quota callback of
-Metadata responses: asking for those with it is an error.
+capture, fed from the decisions in batches). It does not yet apply the connection-creation
+rates, nor tell a quota callback of Metadata responses: asking for those with it is an
+error.
 
 :class:`ProxyServer` composes the parts, one module each: the connection's reader and
 responder (:mod:`kquota.proxy.pipeline`), KIP-612 admission
@@ -161,6 +161,9 @@ class ProxyDecision(NamedTuple):
     acks: int
     """A produce request's ``acks`` (-1 for other APIs)."""
     outcome: RequestOutcome
+    """For a mutation request, the request quota's, with the applied throttle."""
+    mutation_throttle_ms: int | None
+    """A mutation request's controller-mutation throttle (``None`` for other APIs)."""
     peer: str
     """The client's ``HOST:PORT``."""
 
@@ -234,7 +237,6 @@ class ProxyServer:
             unsupported = [
                 name
                 for name, given in (
-                    ("mutation", mutation is not None),
                     ("connection_quotas", connection_quotas is not None),
                     ("a quota callback", plugin.quota_callback is not None),
                 )
@@ -243,8 +245,8 @@ class ProxyServer:
             if unsupported:
                 raise InvalidConfigError(
                     f"invalid data_path 'rust' with {', '.join(unsupported)}: the Rust data"
-                    " path applies the produce, fetch and request quotas only; use"
-                    " data_path='asyncio'"
+                    " path applies the produce, fetch, request and controller-mutation quotas"
+                    " only; use data_path='asyncio'"
                 )
         if isinstance(threads, bool) or not isinstance(threads, int) or not 0 < threads <= 256:
             raise InvalidConfigError(f"invalid threads {threads!r}: expected an int from 1 to 256")
@@ -334,6 +336,8 @@ class ProxyServer:
             plugin.produce,
             plugin.fetch,
             plugin.request,
+            mutation=self.mutation,
+            default_num_partitions=self.default_num_partitions,
             listen=f"{host}:{port}",
             max_request_bytes=self.max_request_bytes,
             max_response_bytes=self.max_response_bytes,
@@ -352,7 +356,22 @@ class ProxyServer:
         ``keep_decisions``; a capture takes them itself)."""
         if self._rust is None:
             return []
-        return [ProxyDecision(*d) for d in self._rust.take_decisions()]
+        return [
+            ProxyDecision(at, user, client_id, *request, follower, size, ns, acks, out, mut, peer)
+            for (
+                at,
+                user,
+                client_id,
+                request,
+                follower,
+                size,
+                ns,
+                acks,
+                out,
+                mut,
+                peer,
+            ) in self._rust.take_decisions()
+        ]
 
     async def _capture_decisions(self, capture: TrafficCapture) -> None:
         flusher = asyncio.get_running_loop().create_task(flush_every_second(capture))

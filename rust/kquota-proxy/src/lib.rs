@@ -11,6 +11,7 @@ pub mod error;
 pub mod fetch;
 pub mod frame;
 pub mod header;
+pub mod mutation;
 pub mod relay;
 pub mod rewrite;
 pub mod sasl;

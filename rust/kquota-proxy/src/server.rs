@@ -33,23 +33,27 @@
 use std::fmt;
 use std::io;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
 use kafka_protocol::messages::ApiKey;
-use kquota_core::{monotonic_ms, Outcome, QuotaManager, Request, RequestPath};
+use kquota_core::{
+    monotonic_ms, ControllerMutationQuotaManager, MutationRequestQuota, Outcome, QuotaManager,
+    QuotaType, Request, RequestPath,
+};
 use tokio::io::AsyncWriteExt;
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::runtime::Runtime;
-use tokio::sync::{mpsc, watch, Notify};
+use tokio::sync::{mpsc, oneshot, watch, Notify};
 
 use crate::error::FrameError;
 use crate::fetch::{cap_max_bytes, read_fetch_request, FetchRequestInfo};
 use crate::frame::FrameReader;
 use crate::header::{parse_request_header, parse_response_header, produce_acks, RequestHeader};
+use crate::mutation::{metadata_request, mutation_api, partition_counts, MutationRequest};
 use crate::rewrite::{capped_api_versions, throttled_fetch_response, with_throttle};
 use crate::sasl::{authenticate_bytes, authenticate_error, handshake_mechanism, SaslExchange};
 
@@ -75,6 +79,7 @@ pub struct Managers {
     produce: Arc<QuotaManager>,
     fetch: Arc<QuotaManager>,
     request: Arc<QuotaManager>,
+    mutation: Option<Arc<ControllerMutationQuotaManager>>,
 }
 
 impl Managers {
@@ -89,7 +94,15 @@ impl Managers {
             produce,
             fetch,
             request,
+            mutation: None,
         })
+    }
+
+    /// With the controller-mutation quota (KIP-599) of CreateTopics, CreatePartitions and
+    /// DeleteTopics, applied while its quotas are enabled.
+    pub fn with_mutation(mut self, mutation: Arc<ControllerMutationQuotaManager>) -> Self {
+        self.mutation = Some(mutation);
+        self
     }
 
     fn path(&self) -> RequestPath<'_> {
@@ -115,6 +128,9 @@ pub struct ProxyConfig {
     pub connect_timeout: Duration,
     /// How long the broker may take to answer one request.
     pub upstream_timeout: Duration,
+    /// The broker's `num.partitions`: what a CreateTopics topic asking for -1 gets, as the
+    /// controller-mutation quota counts it.
+    pub default_num_partitions: i32,
 }
 
 impl ProxyConfig {
@@ -126,6 +142,7 @@ impl ProxyConfig {
             max_response_bytes: crate::DEFAULT_MAX_FRAME_BYTES,
             connect_timeout: Duration::from_secs(10),
             upstream_timeout: Duration::from_secs(300),
+            default_num_partitions: 1,
         }
     }
 }
@@ -149,8 +166,11 @@ pub struct Decision {
     pub thread_ns: f64,
     /// A produce request's `acks` (-1 for other APIs).
     pub acks: i16,
-    /// The outcome: the throttles and what applied.
+    /// The outcome: the throttles and what applied. For a mutation request, the request
+    /// quota's, with the applied throttle (the larger of it and the mutation throttle).
     pub outcome: Outcome,
+    /// A mutation request's controller-mutation throttle (`None` for other APIs).
+    pub mutation_throttle_ms: Option<i32>,
     /// The client's address.
     pub peer: SocketAddr,
 }
@@ -356,6 +376,12 @@ async fn maintain(shared: Arc<Shared>) {
                 manager.expire_sensors(now);
             }
         }
+        if let Some(mutation) = &shared.managers.mutation {
+            mutation.expired_channels(now);
+            if now >= next_expiry {
+                mutation.expire_sensors(now);
+            }
+        }
         if now >= next_expiry {
             next_expiry = now + SENSOR_EXPIRY_INTERVAL_MS;
         }
@@ -364,6 +390,13 @@ async fn maintain(shared: Arc<Shared>) {
             .each()
             .iter()
             .filter_map(|m| m.next_unmute_ms())
+            .chain(
+                shared
+                    .managers
+                    .mutation
+                    .as_ref()
+                    .and_then(|m| m.next_unmute_ms()),
+            )
             .min();
         let due = next_unmute.map_or(next_expiry, |end| end.min(next_expiry));
         let wait = Duration::from_millis((due - monotonic_ms()).clamp(1, 1000) as u64);
@@ -385,7 +418,38 @@ struct Pending {
     fetch: Option<FetchRequestInfo>,
     /// The proxy's time on the request so far (reading and forwarding it).
     handled: Duration,
+    mutation: Option<Box<RecordedMutation>>,
 }
+
+/// A mutation request under the controller-mutation quota, as recorded.
+struct RecordedMutation {
+    request: MutationRequest,
+    quota: MutationRequestQuota,
+    /// Partitions recorded (accepted).
+    permits: i64,
+}
+
+impl RecordedMutation {
+    /// Every topic refused: answered by the proxy, nothing went to the broker.
+    fn local(&self) -> bool {
+        self.request.all_refused()
+    }
+}
+
+/// What the reader hands the responder, in the order the broker answers.
+enum Work {
+    /// A client's request: answer it.
+    Answer(Pending),
+    /// The proxy's own Metadata request (partition counts for a mutation request): hand
+    /// its response to the reader.
+    Metadata {
+        header: RequestHeader<'static>,
+        reply: oneshot::Sender<BytesMut>,
+    },
+}
+
+/// Where the correlation ids of the proxy's own Metadata requests start.
+const OWN_CORRELATION_IDS: i32 = 0x7F00_0000;
 
 /// Which requests may go to the broker now.
 #[derive(Default)]
@@ -404,6 +468,7 @@ struct Connection {
     answered: Notify,
     sasl: Mutex<SaslExchange>,
     client_id: Mutex<String>,
+    own_requests: AtomicI32,
 }
 
 impl Connection {
@@ -483,6 +548,7 @@ async fn serve(shared: Arc<Shared>, client: TcpStream, peer: SocketAddr) {
         answered: Notify::new(),
         sasl: Mutex::new(SaslExchange::default()),
         client_id: Mutex::new(String::new()),
+        own_requests: AtomicI32::new(0),
     };
     if !*shared.closing.borrow() {
         if let Err(err) = relay(&shared, &connection, client).await {
@@ -535,7 +601,7 @@ async fn read_requests(
     connection: &Connection,
     client: OwnedReadHalf,
     mut upstream: OwnedWriteHalf,
-    forwarded: mpsc::Sender<Pending>,
+    forwarded: mpsc::Sender<Work>,
 ) -> Result<(), Closed> {
     let mut frames = FrameReader::new(client, shared.config.max_request_bytes);
     let mut closing = shared.closing.clone();
@@ -573,11 +639,12 @@ async fn read_requests(
             () = connection.wait_turn(produce) => {}
             _ = closing.wait_for(|closing| *closing) => break,
         }
-        let started = Instant::now();
+        let mut started = Instant::now();
         let user = connection.user();
         let bad = |err: crate::HeaderError| Closed::Client(format!("request: {err}"));
         let mut acks = -1;
         let mut fetch = None;
+        let mut mutation = None;
         match header.api_key {
             PRODUCE => acks = produce_acks(&frame, &header).map_err(bad)?,
             FETCH => {
@@ -614,10 +681,31 @@ async fn read_requests(
                     ));
                 }
             }
-            _ => {}
+            key => {
+                if let Some(manager) = shared
+                    .managers
+                    .mutation
+                    .as_ref()
+                    .filter(|m| mutation_api(key).is_some() && m.enabled())
+                {
+                    handled += started.elapsed();
+                    let counts =
+                        own_metadata(connection, &header, &frame, &mut upstream, &forwarded)
+                            .await?;
+                    started = Instant::now();
+                    let recorded =
+                        record_mutation(shared, manager, &user, &header, &frame, &counts)?;
+                    if recorded.request.any_refused() && !recorded.local() {
+                        frame = recorded.request.rewritten().map_err(bad)?;
+                    }
+                    mutation = Some(Box::new(recorded));
+                }
+            }
         }
         handled += started.elapsed();
-        write_frame(&mut upstream, &frame).await?;
+        if !mutation.as_ref().is_some_and(|m| m.local()) {
+            write_frame(&mut upstream, &frame).await?;
+        }
         let entry = Pending {
             header,
             user,
@@ -625,8 +713,9 @@ async fn read_requests(
             acks,
             fetch,
             handled,
+            mutation,
         };
-        if forwarded.send(entry).await.is_err() {
+        if forwarded.send(Work::Answer(entry)).await.is_err() {
             break; // the responder ended: its error closes the connection
         }
     }
@@ -640,17 +729,32 @@ async fn respond(
     connection: &Connection,
     upstream: OwnedReadHalf,
     mut client: OwnedWriteHalf,
-    mut pending: mpsc::Receiver<Pending>,
+    mut pending: mpsc::Receiver<Work>,
 ) -> Result<(), Closed> {
     let mut frames = FrameReader::new(upstream, shared.config.max_response_bytes);
     let path = shared.managers.path();
-    while let Some(entry) = pending.recv().await {
+    while let Some(work) = pending.recv().await {
+        let entry = match work {
+            Work::Answer(entry) => entry,
+            Work::Metadata { header, reply } => {
+                let (response, _) = read_response(&shared.config, &mut frames, &header).await?;
+                let _ = reply.send(response); // a reader gone has closed the connection
+                continue;
+            }
+        };
         connection.wait_unmuted().await;
         let produce = entry.header.api_key == PRODUCE;
         if produce && entry.acks == 0 {
             // No response (Kafka sends none for acks=0); a throttle still mutes.
             let request = Request::produce(entry.size as f64, nanos(entry.handled), 0);
             decide(shared, &path, connection, &entry, &request)?;
+        } else if let Some(recorded) = &entry.mutation {
+            let response = if recorded.local() {
+                None
+            } else {
+                Some(read_response(&shared.config, &mut frames, &entry.header).await?)
+            };
+            answer_mutation(shared, &path, connection, &mut client, &entry, response).await?;
         } else {
             let response = read_response(&shared.config, &mut frames, &entry.header).await?;
             answer(shared, &path, connection, &mut client, entry, response).await?;
@@ -659,6 +763,155 @@ async fn respond(
     }
     client.shutdown().await?;
     Ok(())
+}
+
+/// The partitions the topics of a mutation request have now, from a Metadata request
+/// the proxy sends the broker first on the connection (idle: every earlier request is
+/// answered); the responder reads its answer in turn and hands it back.
+async fn own_metadata(
+    connection: &Connection,
+    header: &RequestHeader<'_>,
+    frame: &[u8],
+    upstream: &mut OwnedWriteHalf,
+    forwarded: &mpsc::Sender<Work>,
+) -> Result<crate::mutation::PartitionCounts, Closed> {
+    let request = MutationRequest::parse(frame, header)
+        .map_err(|err| Closed::Client(format!("request: {err}")))?;
+    let names = request.names();
+    let sequence = connection.own_requests.fetch_add(1, Ordering::Relaxed) & 0xFF_FFFF;
+    let metadata = metadata_request(
+        OWN_CORRELATION_IDS | sequence,
+        header.client_id(),
+        names.as_deref(),
+    );
+    let own_header = parse_request_header(&metadata)
+        .map_err(|err| Closed::Client(format!("the proxy's Metadata request: {err}")))?
+        .into_owned();
+    write_frame(upstream, &metadata).await?;
+    let gone = || Closed::Upstream("the upstream closed the connection".to_owned());
+    let (reply, answer) = oneshot::channel();
+    let own = Work::Metadata {
+        header: own_header,
+        reply,
+    };
+    forwarded.send(own).await.map_err(|_| gone())?;
+    let response = answer.await.map_err(|_| gone())?;
+    partition_counts(&response)
+        .map_err(|err| Closed::Upstream(format!("the proxy's Metadata request: {err}")))
+}
+
+/// Counts a mutation request's partitions per topic and records them in the client's
+/// controller-mutation quota in request order; a strict quota (CreateTopics v6+,
+/// CreatePartitions v3+, DeleteTopics v5+) refuses the topics once the bucket is overdrawn
+/// (Kafka's `StrictControllerMutationQuota`).
+fn record_mutation(
+    shared: &Shared,
+    manager: &Arc<ControllerMutationQuotaManager>,
+    user: &str,
+    header: &RequestHeader<'_>,
+    frame: &[u8],
+    counts: &crate::mutation::PartitionCounts,
+) -> Result<RecordedMutation, Closed> {
+    let mut request = MutationRequest::parse(frame, header)
+        .map_err(|err| Closed::Client(format!("request: {err}")))?;
+    request.count(counts, shared.config.default_num_partitions);
+    let strict = request.api.is_strict(header.api_version);
+    let now = monotonic_ms();
+    let quota =
+        MutationRequestQuota::new(Arc::clone(manager), user, header.client_id(), strict, now);
+    let mut permits = 0;
+    for topic in &mut request.topics {
+        let Some(n) = topic.permits else { continue };
+        if quota.record(n as f64, now)?.accepted {
+            permits += n;
+        } else {
+            topic.throttled = true;
+        }
+    }
+    Ok(RecordedMutation {
+        request,
+        quota,
+        permits,
+    })
+}
+
+/// Answers a mutation request: the request quota recorded as for any request, and the
+/// larger of its throttle and the mutation throttle applied through the manager of the
+/// larger one (the request manager when equal), as Kafka's
+/// `sendResponseMaybeThrottleWithControllerQuota` does; the broker's results merged with
+/// the refused topics' errors.
+async fn answer_mutation(
+    shared: &Shared,
+    path: &RequestPath<'_>,
+    connection: &Connection,
+    client: &mut OwnedWriteHalf,
+    entry: &Pending,
+    response: Option<(BytesMut, usize)>,
+) -> Result<(), Closed> {
+    let resumed = Instant::now();
+    let recorded = entry.mutation.as_ref().expect("a mutation request");
+    let header = &entry.header;
+    let client_id = header.client_id();
+    let now = monotonic_ms();
+    let handled = nanos(entry.handled + resumed.elapsed());
+    let mut outcome = path.record(&entry.user, client_id, &Request::other(handled), now)?;
+    let request_ms = if outcome.throttled_by.is_some() {
+        outcome.throttle_ms
+    } else {
+        0
+    };
+    let mutation_ms = recorded.quota.throttle_time(now);
+    let throttle = mutation_ms.max(request_ms);
+    outcome.throttle_ms = throttle.max(0);
+    outcome.throttled_by = None;
+    if throttle > 0 {
+        let channel = Some(connection.channel);
+        let end = match &shared.managers.mutation {
+            Some(manager) if mutation_ms > request_ms => {
+                manager.throttle(&entry.user, client_id, i64::from(throttle), now, channel)?
+            }
+            _ => {
+                outcome.throttled_by = Some(QuotaType::Request);
+                path.manager(QuotaType::Request).throttle(
+                    &entry.user,
+                    client_id,
+                    i64::from(throttle),
+                    now,
+                    channel,
+                )?
+            }
+        };
+        outcome.muted_until_ms = Some(end);
+        connection.mute(end);
+    }
+    let permits = recorded.permits as f64;
+    keep_decision(
+        shared,
+        connection,
+        entry,
+        permits,
+        handled,
+        outcome,
+        Some(mutation_ms),
+        now,
+    );
+    let frame = response.as_ref().map(|(frame, _)| &frame[..]);
+    let rewritten = if recorded.request.any_refused() {
+        let merged = recorded
+            .request
+            .merged_response(header, frame, outcome.throttle_ms);
+        Some(merged.map_err(|err| Closed::Upstream(format!("response: {err}")))?)
+    } else if throttle > 0 {
+        frame.and_then(|f| with_throttle(f, header, throttle))
+    } else {
+        None
+    };
+    let out = match (&rewritten, frame) {
+        (Some(rewritten), _) => &rewritten[..],
+        (None, Some(frame)) => frame,
+        (None, None) => return Err(Closed::Client("a mutation answered by no one".to_owned())),
+    };
+    send(path, client, out, Some((entry.user.as_str(), client_id))).await
 }
 
 /// Refuses a version of an API the proxy cannot read (the codec's versions are those of
@@ -769,34 +1022,55 @@ fn decide(
     if let Some(until) = outcome.muted_until_ms {
         connection.mute(until);
     }
-    if let Some(kept) = &shared.decisions {
-        let header = &entry.header;
-        let decision = Decision {
-            at_ms: now,
-            user: entry.user.clone(),
-            client_id: client_id.to_owned(),
-            api_key: header.api_key,
-            api_version: header.api_version,
-            correlation_id: header.correlation_id,
-            follower: entry.fetch.is_some_and(|f| !f.is_consumer()),
-            size: if request.kind == kquota_core::ApiKind::Other {
-                0.0
-            } else {
-                request.bytes
-            },
-            thread_ns: request.thread_time_ns.unwrap_or(0.0),
-            acks: entry.acks,
-            outcome,
-            peer: connection.peer,
-        };
-        let mut kept = lock(kept);
-        if kept.len() < MAX_KEPT_DECISIONS {
-            kept.push(decision);
-        } else {
-            shared.dropped_decisions.fetch_add(1, Ordering::Relaxed);
-        }
-    }
+    let size = if request.kind == kquota_core::ApiKind::Other {
+        0.0
+    } else {
+        request.bytes
+    };
+    let thread_ns = request.thread_time_ns.unwrap_or(0.0);
+    keep_decision(
+        shared, connection, entry, size, thread_ns, outcome, None, now,
+    );
     Ok(outcome)
+}
+
+/// Keeps a decision for the owner, when it keeps them.
+#[allow(clippy::too_many_arguments)]
+fn keep_decision(
+    shared: &Shared,
+    connection: &Connection,
+    entry: &Pending,
+    size: f64,
+    thread_ns: f64,
+    outcome: Outcome,
+    mutation_throttle_ms: Option<i32>,
+    now: i64,
+) {
+    let Some(kept) = &shared.decisions else {
+        return;
+    };
+    let header = &entry.header;
+    let decision = Decision {
+        at_ms: now,
+        user: entry.user.clone(),
+        client_id: header.client_id().to_owned(),
+        api_key: header.api_key,
+        api_version: header.api_version,
+        correlation_id: header.correlation_id,
+        follower: entry.fetch.is_some_and(|f| !f.is_consumer()),
+        size,
+        thread_ns,
+        acks: entry.acks,
+        outcome,
+        mutation_throttle_ms,
+        peer: connection.peer,
+    };
+    let mut kept = lock(kept);
+    if kept.len() < MAX_KEPT_DECISIONS {
+        kept.push(decision);
+    } else {
+        shared.dropped_decisions.fetch_add(1, Ordering::Relaxed);
+    }
 }
 
 /// The broker's response to the request of `header`, and where its body starts.

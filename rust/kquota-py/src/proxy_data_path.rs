@@ -12,6 +12,7 @@ use pyo3::prelude::*;
 use kquota_proxy::server::{Decision, Managers, Proxy, ProxyConfig};
 
 use crate::args;
+use crate::controller_mutation_quota_manager::ControllerMutationQuotaManager;
 use crate::error::{errors, CoreError};
 use crate::quota_manager::QuotaManager;
 use crate::request_outcome::RequestOutcome;
@@ -21,14 +22,13 @@ type DecisionTuple = (
     i64,
     String,
     String,
-    i16,
-    i16,
-    i32,
+    (i16, i16, i32),
     bool,
     f64,
     f64,
     i16,
     RequestOutcome,
+    Option<i32>,
     String,
 );
 
@@ -88,14 +88,13 @@ fn decision_tuple(d: Decision) -> DecisionTuple {
         d.at_ms,
         d.user,
         d.client_id,
-        d.api_key,
-        d.api_version,
-        d.correlation_id,
+        (d.api_key, d.api_version, d.correlation_id),
         d.follower,
         d.size,
         d.thread_ns,
         d.acks,
         d.outcome.into(),
+        d.mutation_throttle_ms,
         d.peer.to_string(),
     )
 }
@@ -105,7 +104,7 @@ impl ProxyDataPath {
     /// Listens on `listen` and relays each connection to `upstream` with the quotas of
     /// the three managers, on `threads` threads of its own; returns once it listens.
     #[new]
-    #[pyo3(signature = (upstream, produce, fetch, request, *, listen="127.0.0.1:0", max_request_bytes=104857600, max_response_bytes=104857600, connect_timeout=10.0, upstream_timeout=300.0, threads=2, keep_decisions=false))]
+    #[pyo3(signature = (upstream, produce, fetch, request, *, mutation=None, default_num_partitions=1, listen="127.0.0.1:0", max_request_bytes=104857600, max_response_bytes=104857600, connect_timeout=10.0, upstream_timeout=300.0, threads=2, keep_decisions=false))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -113,6 +112,8 @@ impl ProxyDataPath {
         #[pyo3(from_py_with = args::produce)] produce: Py<QuotaManager>,
         #[pyo3(from_py_with = args::fetch)] fetch: Py<QuotaManager>,
         #[pyo3(from_py_with = args::request)] request: Py<QuotaManager>,
+        mutation: Option<Py<ControllerMutationQuotaManager>>,
+        default_num_partitions: i64,
         listen: &str,
         max_request_bytes: i64,
         max_response_bytes: i64,
@@ -135,6 +136,18 @@ impl ProxyDataPath {
             max_response_bytes: frame_bound(py, "max_response_bytes", max_response_bytes)?,
             connect_timeout: seconds(py, "connect_timeout", connect_timeout)?,
             upstream_timeout: seconds(py, "upstream_timeout", upstream_timeout)?,
+            default_num_partitions: i32::try_from(default_num_partitions)
+                .ok()
+                .filter(|n| *n > 0)
+                .ok_or_else(|| {
+                    invalid_config(
+                        py,
+                        format!(
+                            "invalid default_num_partitions {default_num_partitions}: expected 1 to {}",
+                            i32::MAX
+                        ),
+                    )
+                })?,
         };
         let managers = Managers::new(
             Arc::clone(&produce.get().inner),
@@ -142,6 +155,10 @@ impl ProxyDataPath {
             Arc::clone(&request.get().inner),
         )
         .map_err(CoreError)?;
+        let managers = match &mutation {
+            Some(m) => managers.with_mutation(Arc::clone(&m.get().inner)),
+            None => managers,
+        };
         // A closed connection is one warning on the `kquota.proxy` logger, as before: rare,
         // so taking the GIL for it costs nothing on the data path.
         let log: kquota_proxy::Log = Arc::new(|line: &str| {
@@ -188,8 +205,9 @@ impl ProxyDataPath {
     }
 
     /// The quota decisions made since the last call, oldest first, as tuples
-    /// `(at_ms, user, client_id, api_key, api_version, correlation_id, follower, size,
-    /// thread_ns, acks, outcome, peer)`; empty unless built with `keep_decisions`.
+    /// `(at_ms, user, client_id, (api_key, api_version, correlation_id), follower, size,
+    /// thread_ns, acks, outcome, mutation_throttle_ms, peer)`; empty unless built with
+    /// `keep_decisions`.
     fn take_decisions(&self, py: Python<'_>) -> Vec<DecisionTuple> {
         let taken = {
             let proxy = self.lock();
