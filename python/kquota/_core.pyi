@@ -965,6 +965,8 @@ class ProxyDataPath:
         *,
         mutation: ControllerMutationQuotaManager | None = None,
         default_num_partitions: int = 1,
+        connection_quotas: ConnectionQuotas | None = None,
+        listener: str = "PLAINTEXT",
         listen: str = "127.0.0.1:0",
         max_request_bytes: int = 104857600,
         max_response_bytes: int = 104857600,
@@ -979,6 +981,8 @@ class ProxyDataPath:
     def connections(self) -> int: ...
     @property
     def running(self) -> bool: ...
+    @property
+    def ip_throttled_connections(self) -> int: ...
     @property
     def dropped_decisions(self) -> int: ...
     def take_decisions(

@@ -438,6 +438,10 @@ def test_cli_rejects_bad_options_with_status_2(tmp_path: Path) -> None:
             ["--listen", "127.0.0.1:0", "--upstream", "h:9", "--window-ms", "0"],
             "invalid --window-ms 0",
         ),
+        (
+            ["--listen", "127.0.0.1:0", "--upstream", "h:9", "--threads", "0"],
+            "invalid --threads 0",
+        ),
         (["--listen", "127.0.0.1:0", "--upstream", "h:9"], "does not exist"),
     ]
     for argv, message in cases:
@@ -450,6 +454,28 @@ def test_cli_rejects_bad_options_with_status_2(tmp_path: Path) -> None:
         assert result.returncode == 2, (argv, result.stderr)
         lines = result.stderr.strip().splitlines()
         assert len(lines) == 1 and message in lines[0], (argv, result.stderr)
+
+
+def test_bad_data_path_settings_are_named() -> None:
+    from kquota._core import ProxyDataPath
+    from kquota.broker import QuotaPlugin
+    from kquota.exceptions import InvalidConfigError
+    from kquota.proxy import ProxyServer
+
+    with QuotaPlugin() as plugin:
+        for kwargs, message in (
+            ({"data_path": "threads"}, "invalid data_path 'threads'"),
+            ({"data_path": "rust", "threads": 0}, "invalid threads 0"),
+            ({"data_path": "rust", "threads": True}, "invalid threads True"),
+        ):
+            with pytest.raises(InvalidConfigError, match=message):
+                ProxyServer(("127.0.0.1", 9), plugin, **kwargs)  # type: ignore[arg-type]
+    with socket.create_server(("127.0.0.1", 0)) as taken, QuotaPlugin() as plugin:
+        listen = f"127.0.0.1:{taken.getsockname()[1]}"
+        with pytest.raises(OSError, match=f"cannot listen on {listen}"):
+            ProxyDataPath("127.0.0.1:9", *plugin.managers, listen=listen)
+        with pytest.raises(InvalidConfigError, match='invalid upstream "nowhere"'):
+            ProxyDataPath("nowhere", *plugin.managers)
 
 
 @pytest.mark.parametrize("data_path", DATA_PATHS)

@@ -28,7 +28,7 @@ from callbacks.half_user_quota import HalfUserQuota
 from kquota import Entity, QuotaManager
 from kquota.backtest.outputs import read_requests
 from kquota.proxy import ANONYMOUS
-from proxy_support import RecordingPlugin, create_topic, run_proxy
+from proxy_support import DATA_PATHS, RecordingPlugin, create_topic, run_proxy
 
 pytestmark = pytest.mark.slow
 
@@ -80,8 +80,9 @@ def _produce(bootstrap: str, topic: str, seconds: float) -> list[int]:
     return throttles
 
 
+@pytest.mark.parametrize("data_path", DATA_PATHS)
 def test_proxy_and_backtest_honour_a_callback_that_halves_a_user_quota(
-    tansu: Any, tmp_path: Path
+    tansu: Any, tmp_path: Path, data_path: str
 ) -> None:
     store = tmp_path / "quotas.sqlite"
     subprocess.run(
@@ -99,6 +100,7 @@ def test_proxy_and_backtest_honour_a_callback_that_halves_a_user_quota(
             *("proxy", "--listen", f"127.0.0.1:{tansu.proxy_port}", "--store", str(store)),
             *("--upstream", f"127.0.0.1:{tansu.port}", "--quota-callback", SPEC),
             *("--capture", str(capture), "--capture-broker", "1", "--log-level", "WARNING"),
+            *("--data-path", data_path),
         ),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -109,8 +111,8 @@ def test_proxy_and_backtest_honour_a_callback_that_halves_a_user_quota(
     try:
         assert proxy.stdout is not None
         assert proxy.stdout.readline().startswith("kquota proxy: listening")
-        create_topic(bootstrap, "callback-halved")
-        client_throttles = _produce(bootstrap, "callback-halved", 12)
+        create_topic(bootstrap, f"callback-halved-{data_path}")
+        client_throttles = _produce(bootstrap, f"callback-halved-{data_path}", 12)
     finally:
         proxy.send_signal(signal.SIGTERM)
         _, stderr = proxy.communicate(timeout=60)
@@ -157,14 +159,16 @@ def test_proxy_and_backtest_honour_a_callback_that_halves_a_user_quota(
     assert (without["kafka_throttle_ms"] != without["throttle_ms"]).any()
 
 
-def test_the_proxy_tells_the_callback_about_brokers_and_leaders(tansu: Any) -> None:
+@pytest.mark.parametrize("data_path", DATA_PATHS)
+def test_the_proxy_tells_the_callback_about_brokers_and_leaders(tansu: Any, data_path: str) -> None:
     callback = HalfUserQuota()
     managers = [QuotaManager(t, callback=callback) for t in ("produce", "fetch", "request")]
     plugin = RecordingPlugin(*managers, quota_callback=callback)
     plugin.produce.set_quota(Entity(user=ANONYMOUS), QUOTA)
-    with run_proxy(tansu.upstream, tansu.proxy_port, plugin) as proxy:
-        create_topic(proxy.address, "callback-metadata", partitions=3)
-        _produce(proxy.address, "callback-metadata", 1)
+    topic = f"callback-metadata-{data_path}"
+    with run_proxy(tansu.upstream, tansu.proxy_port, plugin, data_path) as proxy:
+        create_topic(proxy.address, topic, partitions=3)
+        _produce(proxy.address, topic, 1)
         assert plugin.produce.bound(ANONYMOUS, "halved") == QUOTA / 2
     assert callback.closed
     seen = callback.metadata
@@ -178,7 +182,7 @@ def test_the_proxy_tells_the_callback_about_brokers_and_leaders(tansu: Any) -> N
     nodes = {b.node_id for b in last.brokers}
     assert [(b.host, b.port) for b in last.brokers] == [("127.0.0.1", tansu.proxy_port)]
     assert last.local_broker in nodes
-    leaders = {p.partition: p.leader for p in last.partitions if p.topic == "callback-metadata"}
+    leaders = {p.partition: p.leader for p in last.partitions if p.topic == topic}
     assert sorted(leaders) == [0, 1, 2]
     assert set(leaders.values()) <= nodes
     assert isinstance(last, kquota.ClusterMetadata)

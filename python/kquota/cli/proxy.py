@@ -182,9 +182,7 @@ def register(subparsers: Any) -> None:
         default="asyncio",
         help=(
             "what serves the connections: asyncio (default), or rust, the Rust data path on"
-            " threads of its own, which applies the produce, fetch, request and"
-            " controller-mutation quotas (not yet the connection-creation rates or a quota"
-            " callback)"
+            " threads of its own, with the same quotas"
         ),
     )
     parser.add_argument(
@@ -250,28 +248,8 @@ def run(args: argparse.Namespace) -> int:
             )
         if not args.listener_name:
             raise ValueError("invalid --listener-name '': expected a name")
-        rust = args.data_path == "rust"
         if not 1 <= args.threads <= 256:
             raise ValueError(f"invalid --threads {args.threads}: expected 1 to 256")
-        if rust:
-            for option, value, default in (
-                ("--quota-callback", args.quota_callback, None),
-                (
-                    "--max-connection-creation-rate",
-                    args.max_connection_creation_rate,
-                    UNLIMITED_CONNECTION_RATE,
-                ),
-                (
-                    "--listener-max-connection-creation-rate",
-                    args.listener_max_connection_creation_rate,
-                    None,
-                ),
-            ):
-                if value != default:
-                    raise ValueError(
-                        f"invalid {option} with --data-path rust: the Rust data path does not"
-                        " apply connection-creation rates or quota callbacks yet"
-                    )
         callback = None if args.quota_callback is None else load_callback(args.quota_callback)
         managers = [
             QuotaManager(
@@ -309,10 +287,6 @@ def run(args: argparse.Namespace) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
-    if rust:
-        logging.getLogger("kquota.proxy").warning(
-            "--data-path rust: the store's connection_creation_rate is not applied"
-        )
     if mutation is None:
         logging.getLogger("kquota.proxy").warning(
             "--window-ms %d is not whole seconds (quota.window.size.seconds):"
@@ -344,9 +318,10 @@ def run(args: argparse.Namespace) -> int:
     plugin = QuotaPlugin(*managers, clock=kafka_clock_ms, background=True, quota_callback=callback)
     try:
         if args.metrics_port is not None:
-            collectors: list[Any] = [QuotaCollector(*managers, clock=kafka_clock_ms)]
-            if not rust:
-                collectors.append(ConnectionQuotaCollector(connections, clock=kafka_clock_ms))
+            collectors: list[Any] = [
+                QuotaCollector(*managers, clock=kafka_clock_ms),
+                ConnectionQuotaCollector(connections, clock=kafka_clock_ms),
+            ]
             if mutation is not None:
                 collectors.append(MutationQuotaCollector(mutation, clock=kafka_clock_ms))
             metrics = serve_metrics(*collectors, port=args.metrics_port)
@@ -356,7 +331,7 @@ def run(args: argparse.Namespace) -> int:
             max_request_bytes=args.max_request_bytes,
             capture=capture,
             mutation=mutation,
-            connection_quotas=None if rust else connections,
+            connection_quotas=connections,
             listener=args.listener_name,
             default_num_partitions=args.num_partitions,
             data_path=args.data_path,

@@ -59,9 +59,9 @@ With ``data_path="rust"`` the connections are served by the Rust data path
 (:class:`kquota._core.ProxyDataPath`, the ``kquota-proxy`` crate) on threads of its own,
 with the same rules and no Python on a request's way: the quota decisions call the core
 directly, and Python keeps the control plane (the managers' quotas, updated live; the
-capture, fed from the decisions in batches). It does not yet apply the connection-creation
-rates, nor tell a quota callback of Metadata responses: asking for those with it is an
-error.
+capture, fed from the decisions in batches). A quota callback is asked from those threads
+(taking the GIL) only when a client is resolved and when a Metadata response shows the
+brokers or partition leaders changed.
 
 :class:`ProxyServer` composes the parts, one module each: the connection's reader and
 responder (:mod:`kquota.proxy.pipeline`), KIP-612 admission
@@ -233,21 +233,6 @@ class ProxyServer:
             raise InvalidConfigError(
                 f"invalid data_path {data_path!r}: expected one of {', '.join(DATA_PATHS)}"
             )
-        if data_path == "rust":
-            unsupported = [
-                name
-                for name, given in (
-                    ("connection_quotas", connection_quotas is not None),
-                    ("a quota callback", plugin.quota_callback is not None),
-                )
-                if given
-            ]
-            if unsupported:
-                raise InvalidConfigError(
-                    f"invalid data_path 'rust' with {', '.join(unsupported)}: the Rust data"
-                    " path applies the produce, fetch, request and controller-mutation quotas"
-                    " only; use data_path='asyncio'"
-                )
         if isinstance(threads, bool) or not isinstance(threads, int) or not 0 < threads <= 256:
             raise InvalidConfigError(f"invalid threads {threads!r}: expected an int from 1 to 256")
         if mutation is not None and not isinstance(mutation, ControllerMutationQuotaManager):
@@ -338,6 +323,8 @@ class ProxyServer:
             plugin.request,
             mutation=self.mutation,
             default_num_partitions=self.default_num_partitions,
+            connection_quotas=self.connection_quotas,
+            listener=self.listener,
             listen=f"{host}:{port}",
             max_request_bytes=self.max_request_bytes,
             max_response_bytes=self.max_response_bytes,
@@ -421,6 +408,8 @@ class ProxyServer:
     def ip_throttled_connections(self) -> int:
         """Connections closed unread since :meth:`start` because their IP was over its
         ``connection_creation_rate``."""
+        if self._rust is not None:
+            return self._rust.ip_throttled_connections
         return 0 if self._admission is None else self._admission.ip_throttled
 
     async def shutdown(self, timeout: float = 30.0) -> None:

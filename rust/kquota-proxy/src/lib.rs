@@ -11,6 +11,7 @@ pub mod error;
 pub mod fetch;
 pub mod frame;
 pub mod header;
+pub mod metadata;
 pub mod mutation;
 pub mod relay;
 pub mod rewrite;
@@ -22,4 +23,4 @@ pub use frame::{split_frame, FrameReader, DEFAULT_MAX_FRAME_BYTES};
 pub use header::{
     parse_request_header, parse_response_header, produce_acks, RequestHeader, ResponseHeader,
 };
-pub use server::{Log, Managers, Proxy, ProxyConfig};
+pub use server::{Admission, Log, Managers, Proxy, ProxyConfig};

@@ -40,8 +40,9 @@ use std::time::{Duration, Instant};
 use bytes::BytesMut;
 use kafka_protocol::messages::ApiKey;
 use kquota_core::{
-    monotonic_ms, ControllerMutationQuotaManager, MutationRequestQuota, Outcome, QuotaManager,
-    QuotaType, Request, RequestPath,
+    monotonic_ms, update_cluster_metadata, ClusterMetadata, ConnectionQuotas,
+    ControllerMutationQuotaManager, MutationRequestQuota, Outcome, QuotaManager, QuotaType,
+    Request, RequestPath,
 };
 use tokio::io::AsyncWriteExt;
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
@@ -70,6 +71,7 @@ const PRODUCE: i16 = 0;
 const FETCH: i16 = 1;
 const SASL_HANDSHAKE: i16 = 17;
 const API_VERSIONS: i16 = 18;
+const METADATA: i16 = 3;
 const SASL_AUTHENTICATE: i16 = 36;
 
 /// A broker's produce, fetch and request quota managers, shared with their owner (who
@@ -178,6 +180,46 @@ pub struct Decision {
 /// Decisions kept for the owner to take, at most; more are counted and dropped.
 pub const MAX_KEPT_DECISIONS: usize = 1 << 20;
 
+/// KIP-612 at the proxy's door: each new connection waits out the broker's and the
+/// listener's `max.connection.creation.rate` (in the accept loop, one at a time and in the
+/// order they came, as Kafka's acceptor thread accepts them), then is checked against its
+/// IP's `connection_creation_rate`: one over it is accepted and closed after the throttle
+/// time, unread.
+pub struct Admission {
+    quotas: Arc<ConnectionQuotas>,
+    listener: String,
+    ip_throttled: AtomicU64,
+}
+
+impl Admission {
+    /// `quotas` applied to new connections, counted under `listener` (added to them if
+    /// they lack it).
+    pub fn new(quotas: Arc<ConnectionQuotas>, listener: &str) -> kquota_core::Result<Self> {
+        if !quotas.listeners().iter().any(|(name, _)| name == listener) {
+            quotas.add_listener(listener, None)?;
+        }
+        Ok(Admission {
+            quotas,
+            listener: listener.to_owned(),
+            ip_throttled: AtomicU64::new(0),
+        })
+    }
+
+    /// The acceptor's part for a connection from `ip`: its delay waited out, then its
+    /// IP's throttle (0: admitted; > 0: close it after that many ms, unread).
+    async fn accept(&self, ip: &str) -> kquota_core::Result<i32> {
+        let delay = self.quotas.accept_delay(&self.listener, monotonic_ms())?;
+        if delay > 0 {
+            tokio::time::sleep(Duration::from_millis(delay as u64)).await;
+        }
+        let throttle = self.quotas.admit_ip(&self.listener, ip, monotonic_ms())?;
+        if throttle > 0 {
+            self.ip_throttled.fetch_add(1, Ordering::Relaxed);
+        }
+        Ok(throttle)
+    }
+}
+
 /// What the proxy reports to its owner: one line per connection closed on an error, and
 /// the SASL exchanges whose principal it cannot read.
 pub type Log = Arc<dyn Fn(&str) + Send + Sync>;
@@ -221,6 +263,7 @@ impl From<kquota_core::Error> for Closed {
 struct Shared {
     config: ProxyConfig,
     managers: Managers,
+    admission: Option<Admission>,
     log: Log,
     closing: watch::Receiver<bool>,
     next_channel: AtomicU64,
@@ -230,6 +273,9 @@ struct Shared {
     dropped_decisions: AtomicU64,
     /// Notified when the last connection closes.
     idle: Notify,
+    /// The cluster metadata a quota callback was last told of.
+    told: Mutex<Option<ClusterMetadata>>,
+    local_addr: SocketAddr,
 }
 
 /// A running proxy: its own tokio runtime, listening until [`Proxy::shutdown`].
@@ -248,6 +294,7 @@ impl Proxy {
         listen: SocketAddr,
         config: ProxyConfig,
         managers: Managers,
+        admission: Option<Admission>,
         log: Log,
         threads: usize,
         keep_decisions: bool,
@@ -263,6 +310,7 @@ impl Proxy {
         let shared = Arc::new(Shared {
             config,
             managers,
+            admission,
             log,
             closing: closing_rx,
             next_channel: AtomicU64::new(1),
@@ -270,6 +318,8 @@ impl Proxy {
             decisions: keep_decisions.then(|| Mutex::new(Vec::new())),
             dropped_decisions: AtomicU64::new(0),
             idle: Notify::new(),
+            told: Mutex::new(None),
+            local_addr,
         });
         runtime.spawn(accept(Arc::clone(&shared), listener));
         runtime.spawn(maintain(Arc::clone(&shared)));
@@ -298,6 +348,14 @@ impl Proxy {
             .decisions
             .as_ref()
             .map_or_else(Vec::new, |kept| std::mem::take(&mut *lock(kept)))
+    }
+
+    /// Connections closed unread because their IP was over its `connection_creation_rate`.
+    pub fn ip_throttled_connections(&self) -> u64 {
+        self.shared
+            .admission
+            .as_ref()
+            .map_or(0, |a| a.ip_throttled.load(Ordering::Relaxed))
     }
 
     /// Decisions dropped because [`MAX_KEPT_DECISIONS`] were waiting to be taken.
@@ -352,8 +410,21 @@ async fn accept(shared: Arc<Shared>, listener: TcpListener) {
         };
         match accepted {
             Ok((client, peer)) => {
+                let ip = peer.ip().to_string();
+                let throttle = match &shared.admission {
+                    None => 0,
+                    Some(admission) => tokio::select! {
+                        throttle = admission.accept(&ip) => {
+                            throttle.unwrap_or_else(|err| {
+                                (shared.log)(&format!("closing connection from {peer}: {err}"));
+                                i32::MAX
+                            })
+                        }
+                        _ = closing.wait_for(|closing| *closing) => return,
+                    },
+                };
                 shared.connections.fetch_add(1, Ordering::AcqRel);
-                tokio::spawn(serve(Arc::clone(&shared), client, peer));
+                tokio::spawn(serve(Arc::clone(&shared), client, peer, throttle));
             }
             // Out of file descriptors and the like: the listener itself stays usable.
             Err(err) => {
@@ -539,7 +610,9 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
         .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
-async fn serve(shared: Arc<Shared>, client: TcpStream, peer: SocketAddr) {
+/// Serves one connection; one its IP's rate throttled (`ip_throttle_ms` > 0) is held for
+/// that long and closed, unread.
+async fn serve(shared: Arc<Shared>, client: TcpStream, peer: SocketAddr, ip_throttle_ms: i32) {
     let connection = Connection {
         channel: shared.next_channel.fetch_add(1, Ordering::Relaxed),
         peer,
@@ -550,7 +623,7 @@ async fn serve(shared: Arc<Shared>, client: TcpStream, peer: SocketAddr) {
         client_id: Mutex::new(String::new()),
         own_requests: AtomicI32::new(0),
     };
-    if !*shared.closing.borrow() {
+    if !*shared.closing.borrow() && admitted(&shared, ip_throttle_ms).await {
         if let Err(err) = relay(&shared, &connection, client).await {
             (shared.log)(&format!(
                 "closing connection from {}: {err}",
@@ -561,6 +634,20 @@ async fn serve(shared: Arc<Shared>, client: TcpStream, peer: SocketAddr) {
     if shared.connections.fetch_sub(1, Ordering::AcqRel) == 1 {
         shared.idle.notify_waiters();
     }
+}
+
+/// Whether a connection is served: one over its IP's rate is first held for its throttle
+/// (a shutdown meanwhile closes it at once).
+async fn admitted(shared: &Shared, ip_throttle_ms: i32) -> bool {
+    if ip_throttle_ms <= 0 {
+        return true;
+    }
+    let mut closing = shared.closing.clone();
+    tokio::select! {
+        () = tokio::time::sleep(Duration::from_millis(ip_throttle_ms as u64)) => {}
+        _ = closing.wait_for(|closing| *closing) => {}
+    }
+    false
 }
 
 async fn relay(shared: &Shared, connection: &Connection, client: TcpStream) -> Result<(), Closed> {
@@ -967,6 +1054,9 @@ async fn answer(
         _ => Request::other(handled),
     };
     let outcome = decide(shared, path, connection, &entry, &request)?;
+    if header.api_key == METADATA {
+        tell_callback(shared, &response[body_offset..], header.api_version);
+    }
     let entity = Some((entry.user.as_str(), header.client_id()));
     if outcome.unrecorded {
         let info = consumer_fetch.expect("only a consumer fetch is unrecorded");
@@ -998,6 +1088,35 @@ async fn answer(
         entity,
     )
     .await
+}
+
+/// A Metadata response went through: tell the quota callback (if any) when the brokers or
+/// partition leaders changed. A response that cannot be read or a callback that fails is
+/// logged, and the client's response goes on unchanged.
+fn tell_callback(shared: &Shared, body: &[u8], version: i16) {
+    let managers = shared.managers.each();
+    if managers.iter().all(|m| m.callback().is_none()) {
+        return;
+    }
+    let metadata = match crate::metadata::cluster_metadata(body, version, shared.local_addr) {
+        Ok(metadata) => metadata,
+        Err(err) => {
+            (shared.log)(&format!(
+                "Metadata v{version} response not read for the quota callback: {err}"
+            ));
+            return;
+        }
+    };
+    {
+        let mut told = lock(&shared.told);
+        if told.as_ref() == Some(&metadata) {
+            return;
+        }
+        *told = Some(metadata.clone());
+    }
+    if let Err(err) = update_cluster_metadata(&managers, &metadata) {
+        (shared.log)(&format!("quota callback update_cluster_metadata: {err}"));
+    }
 }
 
 /// Records `request` of `entry` on the quotas and, when throttled, mutes the connection

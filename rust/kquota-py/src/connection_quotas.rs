@@ -12,7 +12,7 @@ use crate::shared::pymethods_with;
 /// Kafka's connection-creation-rate quotas of one broker (KIP-612).
 #[pyclass(module = "kquota._core", frozen)]
 pub(crate) struct ConnectionQuotas {
-    inner: core::ConnectionQuotas,
+    pub(crate) inner: std::sync::Arc<core::ConnectionQuotas>,
 }
 
 pymethods_with!([window] impl ConnectionQuotas {
@@ -26,11 +26,11 @@ pymethods_with!([window] impl ConnectionQuotas {
     ) -> CoreResult<Self> {
         let window = core::WindowConfig::new(num_samples, window_ms)?;
         Ok(ConnectionQuotas {
-            inner: core::ConnectionQuotas::new(
+            inner: std::sync::Arc::new(core::ConnectionQuotas::new(
                 window,
                 max_connection_creation_rate,
                 inter_broker_listener.as_deref(),
-            )?,
+            )?),
         })
     }
 

@@ -9,9 +9,10 @@ use std::time::Duration;
 use pyo3::exceptions::PyOSError;
 use pyo3::prelude::*;
 
-use kquota_proxy::server::{Decision, Managers, Proxy, ProxyConfig};
+use kquota_proxy::server::{Admission, Decision, Managers, Proxy, ProxyConfig};
 
 use crate::args;
+use crate::connection_quotas::ConnectionQuotas;
 use crate::controller_mutation_quota_manager::ControllerMutationQuotaManager;
 use crate::error::{errors, CoreError};
 use crate::quota_manager::QuotaManager;
@@ -104,7 +105,7 @@ impl ProxyDataPath {
     /// Listens on `listen` and relays each connection to `upstream` with the quotas of
     /// the three managers, on `threads` threads of its own; returns once it listens.
     #[new]
-    #[pyo3(signature = (upstream, produce, fetch, request, *, mutation=None, default_num_partitions=1, listen="127.0.0.1:0", max_request_bytes=104857600, max_response_bytes=104857600, connect_timeout=10.0, upstream_timeout=300.0, threads=2, keep_decisions=false))]
+    #[pyo3(signature = (upstream, produce, fetch, request, *, mutation=None, default_num_partitions=1, connection_quotas=None, listener="PLAINTEXT", listen="127.0.0.1:0", max_request_bytes=104857600, max_response_bytes=104857600, connect_timeout=10.0, upstream_timeout=300.0, threads=2, keep_decisions=false))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -114,6 +115,8 @@ impl ProxyDataPath {
         #[pyo3(from_py_with = args::request)] request: Py<QuotaManager>,
         mutation: Option<Py<ControllerMutationQuotaManager>>,
         default_num_partitions: i64,
+        connection_quotas: Option<Py<ConnectionQuotas>>,
+        listener: &str,
         listen: &str,
         max_request_bytes: i64,
         max_response_bytes: i64,
@@ -159,6 +162,10 @@ impl ProxyDataPath {
             Some(m) => managers.with_mutation(Arc::clone(&m.get().inner)),
             None => managers,
         };
+        let admission = connection_quotas
+            .map(|quotas| Admission::new(Arc::clone(&quotas.get().inner), listener))
+            .transpose()
+            .map_err(CoreError)?;
         // A closed connection is one warning on the `kquota.proxy` logger, as before: rare,
         // so taking the GIL for it costs nothing on the data path.
         let log: kquota_proxy::Log = Arc::new(|line: &str| {
@@ -173,7 +180,17 @@ impl ProxyDataPath {
             });
         });
         let proxy = py
-            .detach(|| Proxy::start(listen_at, config, managers, log, threads, keep_decisions))
+            .detach(|| {
+                Proxy::start(
+                    listen_at,
+                    config,
+                    managers,
+                    admission,
+                    log,
+                    threads,
+                    keep_decisions,
+                )
+            })
             .map_err(|err| PyOSError::new_err(format!("cannot listen on {listen}: {err}")))?;
         let address = proxy.local_addr();
         Ok(ProxyDataPath {
@@ -214,6 +231,14 @@ impl ProxyDataPath {
             proxy.as_ref().map_or_else(Vec::new, Proxy::take_decisions)
         };
         py.detach(|| taken.into_iter().map(decision_tuple).collect())
+    }
+
+    /// Connections closed unread because their IP was over its rate.
+    #[getter]
+    fn ip_throttled_connections(&self) -> u64 {
+        self.lock()
+            .as_ref()
+            .map_or(0, Proxy::ip_throttled_connections)
     }
 
     /// Decisions dropped because too many waited to be taken.
