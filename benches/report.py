@@ -166,6 +166,11 @@ def times_faster(factor: float) -> Callable[[Row], float]:
     return lambda r: float(r["baseline_value"]) / factor
 
 
+def added_at_most(bound: float) -> Callable[[Row], float]:
+    """At most ``bound`` (in the row's unit) above the baseline's value."""
+    return lambda r: float(r["baseline_value"]) + bound
+
+
 TARGETS = [
     # absolute times go on the row against the floor, which puts them in context
     Target("python/record_one_entity/kquota", "*/floor", "<= 120 ns", at_most(120)),
@@ -225,6 +230,36 @@ TARGETS = [
         "*/import_then_backtest",
         "<= 1.1x import then back-test",
         times_faster(1 / 1.1),
+        True,
+    ),
+    # `kquota proxy --data-path rust` (benches/test_proxy.py), against the producer direct to
+    # the broker, the plain Rust relay and the asyncio data path, all in the same run
+    Target(
+        "python/proxy_produce_1kib/kquota_rust",
+        "*/direct",
+        ">= 0.95x direct's throughput",
+        times_faster(0.95),
+        True,
+    ),
+    Target(
+        "python/proxy_produce_1kib/kquota_rust",
+        "*/rust_relay",
+        ">= 0.95x rust_relay's throughput",
+        times_faster(0.95),
+        True,
+    ),
+    Target(
+        "python/proxy_produce_latency_p99/kquota_rust",
+        "*/direct",
+        "p99 <= direct's + 0.1 ms",
+        added_at_most(100_000),
+        True,
+    ),
+    Target(
+        "python/proxy_cpu_per_request/kquota_rust",
+        "*/kquota",
+        "<= 1/5 of the asyncio proxy's",
+        times_faster(5),
         True,
     ),
 ]

@@ -1,6 +1,6 @@
 """``kquota proxy``'s overhead: a librdkafka producer of 1 KiB messages, no quota.
 
-Three ways to the same Tansu 0.6.0 broker (in memory, on 127.0.0.1), measured in the same
+Six ways to the same Tansu 0.6.0 broker (in memory, on 127.0.0.1), measured in the same
 run with their rounds interleaved (round ``i`` runs every role, in an order rotated by
 ``i``), so that the load of a shared machine falls on all of them alike:
 
@@ -12,12 +12,18 @@ run with their rounds interleaved (round ``i`` runs every role, in an order rota
   ``make bench``): tokio copying bytes both ways, the floor a proxy in Rust is held to;
 * ``rust_framed`` (baseline): ``kquota-relay --framed``, which reads every frame and decodes
   its header, and matches each response to its request;
-* ``kquota``: through ``kquota proxy`` with a store that has no quota for this client.
+* ``kquota`` (subject): through ``kquota proxy`` with a store that has no quota for this
+  client, its connections served by the asyncio data path (the default);
+* ``kquota_rust`` (subject): the same command and store with ``--data-path rust``: the
+  connections served, and the produce, fetch and request quotas applied, by the Rust data
+  path on its own tokio threads (2, the default ``--threads``). It is compared with every
+  baseline and with ``kquota``, all from the same run.
 
-The relay and the proxy run as their own processes, as a user runs them: ``kquota proxy``
-is started with ``python -m kquota proxy``, so it has its own interpreter and GIL and does
-not compete with the producer's Python thread in this process (which an in-process proxy
-on an event-loop thread would, for the GIL, and be measured slower than it is).
+The relays and the proxies run as their own processes, as a user runs them: ``kquota
+proxy`` is started with ``python -m kquota proxy``, so it has its own interpreter and GIL
+and does not compete with the producer's Python thread in this process (which an
+in-process proxy on an event-loop thread would, for the GIL, and be measured slower than
+it is).
 
 Each round starts a fresh Tansu advertising the address its clients must use (its own for
 ``direct``, the relay's or the proxy's otherwise) and kills it at the end: Tansu keeps every
@@ -30,12 +36,32 @@ Groups:
   librdkafka's defaults otherwise) from the first ``produce()`` to the end of ``flush()``,
   after one message has been delivered to warm up the connections; per message in the
   table, so ratio = baseline time / kquota time = kquota's throughput / the baseline's.
+  A subject's ``extra_info`` also has that ratio round by round (``median_round_ratios``:
+  the median over rounds of the baseline's time / the subject's in the same round), which
+  a change of the machine's load between rounds moves less.
 * ``proxy_produce_latency_p99``: per-message delivery latency from librdkafka's delivery
   reports (``Message.latency()``: from ``produce()`` to the broker's acknowledgement) of
   ``LATENCY_MESSAGES`` messages sent one at a time (``linger.ms=0``, each delivered before
   the next is produced); a round's value is the p99 of its messages, the table shows the
-  median round. ``extra_info`` has the p50 and p99 over all rounds and the p99 added to
-  the direct path.
+  median round. ``extra_info`` has the p50 and p99 over all rounds, the p99 added to
+  the direct path, and the median over rounds of that round's p99 less the direct
+  path's in the same round.
+* ``proxy_cpu_per_request``: CPU time of the process in front of the broker (every role
+  but ``direct``) over the timed part of a ``proxy_produce_1kib`` round, per **produce
+  request** of that part, in ns. The CPU time is the process's user and system time, all
+  threads (``cpu_time``: ``CLOCK_PROCESS_CPUTIME_ID`` of that pid, utime + stime of
+  ``/proc/PID/stat`` in ns), read just before the first ``produce()`` and just after
+  ``flush()``; the produce requests are counted by librdkafka (``req.Produce`` of its
+  statistics, every ``STATS_INTERVAL_MS``, read once before and once after), about 100
+  requests of ~1 MB in a quick round, as librdkafka batches 1 KiB messages. It includes
+  what the kernel charges the process for moving the bytes through the loopback, and the
+  process's idle CPU (a few ms a second for ``kquota proxy``, its store and maintenance
+  threads: 1-3 % here). ``extra_info`` has the rounds' requests, CPU and CPU per
+  request, the median CPU per message and the share of system time over all rounds
+  (stime, counted in clock ticks of 10 ms, so only roughly).
+* ``proxy_cpu_per_request_one_message``: the same over a ``proxy_produce_latency_p99``
+  round, where every produce request carries one message: what a request costs the
+  process apart from its bytes.
 
 pytest-benchmark times only functions it calls itself, one test after another; the rounds
 here are measured by a module fixture, interleaved, and given to each role's benchmark as
@@ -47,6 +73,7 @@ its rounds (``_record``). ``make bench-quick`` runs fewer and smaller rounds.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import socket
 import statistics
@@ -55,14 +82,19 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 from quick import pick  # benches/quick.py, next to this file (also when run as the relay)
 
-ROLES = ("direct", "relay", "rust_relay", "rust_framed", "kquota")
-"""``kquota`` is the subject; the others are baselines (see benches/conftest.py)."""
+ROLES = ("direct", "relay", "rust_relay", "rust_framed", "kquota", "kquota_rust")
+"""``kquota`` and ``kquota_rust`` are the subjects (``kquota_rust`` is also compared with
+``kquota``); the others are baselines (see benches/conftest.py)."""
+SUBJECTS = ("kquota", "kquota_rust")
+PROXIES = tuple(role for role in ROLES if role != "direct")
+"""The roles with a process between the producer and the broker, whose CPU is measured."""
 TANSU_VERSION = "0.6.0"
 MESSAGE = b"x" * 1024
 TOPIC = "bench"
@@ -70,6 +102,8 @@ MESSAGES = pick(200_000, 100_000)
 ROUNDS = pick(7, 3)
 LATENCY_MESSAGES = pick(1_000, 300)
 LATENCY_ROUNDS = pick(5, 3)
+STATS_INTERVAL_MS = 100
+"""librdkafka's statistics, from which the produce requests of a run are counted."""
 RUST_RELAY = Path(__file__).resolve().parents[1] / "target" / "release" / "kquota-relay"
 
 
@@ -166,13 +200,13 @@ def _wait_listening(port: int, process: subprocess.Popen[bytes], what: str, log:
 
 
 @contextmanager
-def _process(argv: list[str], port: int, what: str, log: Path) -> Iterator[None]:
+def _process(argv: list[str], port: int, what: str, log: Path) -> Iterator[subprocess.Popen[bytes]]:
     """``argv`` running until the block ends (then terminated), once it listens on ``port``."""
     with log.open("ab") as out:
         process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
     try:
         _wait_listening(port, process, what, log)
-        yield
+        yield process
     finally:
         process.terminate()
         try:
@@ -182,9 +216,39 @@ def _process(argv: list[str], port: int, what: str, log: Path) -> Iterator[None]
             process.wait()
 
 
+@dataclass(frozen=True)
+class Front:
+    """Where the producer connects, and the process there (``None``: the broker itself)."""
+
+    bootstrap: str
+    pid: int | None
+
+
+@dataclass(frozen=True)
+class Cpu:
+    """CPU time of a process, in seconds: ``total`` (user and system) and ``system``."""
+
+    total: float
+    system: float
+
+    def __sub__(self, other: Cpu) -> Cpu:
+        return Cpu(self.total - other.total, self.system - other.system)
+
+
+def cpu_time(pid: int) -> Cpu:
+    """CPU time of process ``pid`` so far (every thread, those ended included). The total
+    is its ``CLOCK_PROCESS_CPUTIME_ID``, read with the clock id that Linux's
+    ``clock_getcpuclockid(pid)`` gives: the sum utime + stime of ``/proc/PID/stat``, in
+    nanoseconds rather than clock ticks (10 ms), which matter in a run of a few hundred
+    milliseconds. The system part is stime, in ticks."""
+    total = time.clock_gettime_ns(((~pid) << 3) | 2) / 1e9
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return Cpu(total, int(fields[12]) / os.sysconf("SC_CLK_TCK"))  # field 15, stime
+
+
 @contextmanager
-def _path(role: str, folder: Path, store: Path) -> Iterator[str]:
-    """A fresh Tansu and, but for ``direct``, its front; yields the bootstrap."""
+def _path(role: str, folder: Path, store: Path) -> Iterator[Front]:
+    """A fresh Tansu and, but for ``direct``, its front; yields where to connect."""
     broker = _free_port()
     front = broker if role == "direct" else _free_port()
     tansu = [
@@ -208,13 +272,17 @@ def _path(role: str, folder: Path, store: Path) -> Iterator[str]:
             *("--log-level", "WARNING"),
         ],
     }
+    # the same proxy and store, its connections served by the Rust data path (2 threads)
+    fronts["kquota_rust"] = [*fronts["kquota"], "--data-path", "rust"]
     with ExitStack() as stack:
         stack.enter_context(_process(tansu, broker, "Tansu", folder / "tansu.log"))
+        pid = None
         if role in fronts:
-            stack.enter_context(_process(fronts[role], front, role, folder / f"{role}.log"))
+            log = folder / f"{role}.log"
+            pid = stack.enter_context(_process(fronts[role], front, role, log)).pid
         bootstrap = f"127.0.0.1:{front}"
         _create_topic(bootstrap)
-        yield bootstrap
+        yield Front(bootstrap, pid)
 
 
 def _create_topic(bootstrap: str) -> None:
@@ -227,24 +295,89 @@ def _create_topic(bootstrap: str) -> None:
 # -- the producer's runs --------------------------------------------------------------------
 
 
-def _producer(bootstrap: str, **config: Any) -> Any:
+class _Stats:
+    """librdkafka's statistics as they come (``stats_cb``), to count produce requests."""
+
+    def __init__(self) -> None:
+        self.latest: dict[str, Any] = {}
+
+    def __call__(self, text: str) -> None:
+        self.latest = json.loads(text)
+
+    def produce_requests_after(self, producer: Any, moment: float) -> int:
+        """Produce requests the producer had sent (and had answered), in statistics
+        emitted after ``moment`` (``time.monotonic()``; librdkafka's ``ts`` is the same
+        clock, in microseconds): polls until some are."""
+        deadline = time.monotonic() + 10
+        while self.latest.get("ts", 0) / 1e6 <= moment:
+            assert time.monotonic() < deadline, "no librdkafka statistics within 10 s"
+            producer.poll(STATS_INTERVAL_MS / 1e3 / 4)
+        return sum(b["req"].get("Produce", 0) for b in self.latest["brokers"].values())
+
+
+def _producer(bootstrap: str, **config: Any) -> tuple[Any, _Stats]:
     from confluent_kafka import Producer
 
-    producer = Producer({"bootstrap.servers": bootstrap, "client.id": "bench", **config})
+    stats = _Stats()
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "client.id": "bench",
+            "statistics.interval.ms": STATS_INTERVAL_MS,
+            "stats_cb": stats,
+            **config,
+        }
+    )
     failures: list[Any] = []
     producer.produce(TOPIC, MESSAGE, on_delivery=lambda err, _m: err and failures.append(err))
     assert producer.flush(30) == 0 and not failures, failures  # connections and metadata
-    return producer
+    return producer, stats
 
 
-def produce_run(bootstrap: str) -> float:
-    """Seconds to produce ``MESSAGES`` messages of 1 KiB until the last one is acknowledged."""
+@dataclass(frozen=True)
+class Run:
+    """What one run measured: the produce requests it sent, and the front's CPU time over
+    its timed part (``None`` for ``direct``, which has no front)."""
+
+    requests: int
+    cpu: Cpu | None
+
+    def cpu_ns_per_request(self) -> float:
+        assert self.cpu is not None and self.requests > 0
+        return self.cpu.total * 1e9 / self.requests
+
+
+@dataclass(frozen=True)
+class Produced(Run):
+    seconds: float
+
+
+@dataclass(frozen=True)
+class Latencies(Run):
+    latencies: list[float]
+
+
+def _cpu(front: Front) -> Cpu | None:
+    return None if front.pid is None else cpu_time(front.pid)
+
+
+def _spent(front: Front, before: Cpu | None) -> Cpu | None:
+    """The front's CPU time since ``before``."""
+    now = _cpu(front)
+    return None if now is None or before is None else now - before
+
+
+def produce_run(front: Front) -> Produced:
+    """Seconds to produce ``MESSAGES`` messages of 1 KiB until the last one is
+    acknowledged, the produce requests that took and the front's CPU time meanwhile."""
     failures: list[Any] = []
-    producer = _producer(
-        bootstrap,
+    producer, stats = _producer(
+        front.bootstrap,
         **{"delivery.report.only.error": True, "on_delivery": lambda err, _m: failures.append(err)},
     )
+    before = stats.produce_requests_after(producer, time.monotonic())
     produce, poll = producer.produce, producer.poll
+    cpu_before = _cpu(front)
     started = time.perf_counter()
     for _ in range(MESSAGES):
         while True:
@@ -255,24 +388,31 @@ def produce_run(bootstrap: str) -> float:
                 poll(0.001)
     assert producer.flush(120) == 0
     elapsed = time.perf_counter() - started
+    cpu = _spent(front, cpu_before)
+    requests = stats.produce_requests_after(producer, time.monotonic()) - before
     assert not failures, failures[:3]
-    return elapsed
+    return Produced(requests, cpu, elapsed)
 
 
-def latency_run(bootstrap: str) -> list[float]:
-    """Delivery latencies (s) of ``LATENCY_MESSAGES`` messages sent one at a time."""
-    producer = _producer(bootstrap, **{"linger.ms": 0})
+def latency_run(front: Front) -> Latencies:
+    """Delivery latencies (s) of ``LATENCY_MESSAGES`` messages sent one at a time (one
+    produce request each), and the front's CPU time meanwhile."""
+    producer, stats = _producer(front.bootstrap, **{"linger.ms": 0})
+    before = stats.produce_requests_after(producer, time.monotonic())
     latencies: list[float] = []
 
     def delivered(err: Any, msg: Any) -> None:
         assert err is None, err
         latencies.append(msg.latency())
 
+    cpu_before = _cpu(front)
     for _ in range(LATENCY_MESSAGES):
         producer.produce(TOPIC, MESSAGE, on_delivery=delivered)
         assert producer.flush(30) == 0
+    cpu = _spent(front, cpu_before)
+    requests = stats.produce_requests_after(producer, time.monotonic()) - before
     assert len(latencies) == LATENCY_MESSAGES
-    return latencies
+    return Latencies(requests, cpu, latencies)
 
 
 def p99(values: list[float]) -> float:
@@ -302,9 +442,9 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def interleaved(
-    run: Callable[[str], Any], rounds: int, folder: Path, store: Path
+    run: Callable[[Front], Any], rounds: int, folder: Path, store: Path
 ) -> dict[str, list[Any]]:
-    """``run(bootstrap)`` for every role, ``rounds`` times, in an order rotated each round."""
+    """``run(front)`` for every role, ``rounds`` times, in an order rotated each round."""
     if not RUST_RELAY.is_file():
         raise FileNotFoundError(
             f"no {RUST_RELAY}: make bench builds it (make target/release/kquota-relay)"
@@ -313,19 +453,19 @@ def interleaved(
     for i in range(rounds):
         turn = i % len(ROLES)
         for role in ROLES[turn:] + ROLES[:turn]:
-            with _path(role, folder, store) as bootstrap:
-                results[role].append(run(bootstrap))
+            with _path(role, folder, store) as front:
+                results[role].append(run(front))
     return results
 
 
 @pytest.fixture(scope="module")
-def throughput(tmp_path_factory: pytest.TempPathFactory, store: Path) -> dict[str, list[float]]:
+def throughput(tmp_path_factory: pytest.TempPathFactory, store: Path) -> dict[str, list[Produced]]:
     folder = tmp_path_factory.mktemp("proxy-throughput")
     return interleaved(produce_run, ROUNDS, folder, store)
 
 
 @pytest.fixture(scope="module")
-def latency(tmp_path_factory: pytest.TempPathFactory, store: Path) -> dict[str, list[list[float]]]:
+def latency(tmp_path_factory: pytest.TempPathFactory, store: Path) -> dict[str, list[Latencies]]:
     folder = tmp_path_factory.mktemp("proxy-latency")
     return interleaved(latency_run, LATENCY_ROUNDS, folder, store)
 
@@ -339,29 +479,82 @@ def _record(benchmark: Any, values: list[float]) -> None:
         stats.update(value)
 
 
-@pytest.mark.parametrize("role", ["kquota", "direct", "relay", "rust_relay", "rust_framed"])
-def test_produce_throughput(benchmark: Any, throughput: dict[str, list[float]], role: str) -> None:
-    benchmark.group = "proxy_produce_1kib"
+def _role(benchmark: Any, group: str, role: str) -> None:
+    benchmark.group = group
     benchmark.extra_info["role"] = role
+    if role in SUBJECTS and role != "kquota":
+        benchmark.extra_info["subject"] = True
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_produce_throughput(
+    benchmark: Any, throughput: dict[str, list[Produced]], role: str
+) -> None:
+    _role(benchmark, "proxy_produce_1kib", role)
     benchmark.extra_info["calls"] = MESSAGES
-    seconds = throughput[role]
+    seconds = [r.seconds for r in throughput[role]]
     volume = MESSAGES * len(MESSAGE)
     benchmark.extra_info["mb_per_s"] = [round(volume / s / 1e6, 1) for s in seconds]
     benchmark.extra_info["median_mb_per_s"] = round(volume / statistics.median(seconds) / 1e6, 1)
+    benchmark.extra_info["produce_requests"] = [r.requests for r in throughput[role]]
+    if role in SUBJECTS:  # round by round: a baseline's time / this role's, in the same round
+        benchmark.extra_info["median_round_ratios"] = {
+            other: round(
+                statistics.median(
+                    b.seconds / s for b, s in zip(throughput[other], seconds, strict=True)
+                ),
+                3,
+            )
+            for other in ROLES
+            if other != role
+        }
     _record(benchmark, seconds)
 
 
-@pytest.mark.parametrize("role", ["kquota", "direct", "relay", "rust_relay", "rust_framed"])
-def test_produce_latency(benchmark: Any, latency: dict[str, list[list[float]]], role: str) -> None:
-    benchmark.group = "proxy_produce_latency_p99"
-    benchmark.extra_info["role"] = role
-    rounds = latency[role]
+@pytest.mark.parametrize("role", ROLES)
+def test_produce_latency(benchmark: Any, latency: dict[str, list[Latencies]], role: str) -> None:
+    _role(benchmark, "proxy_produce_latency_p99", role)
+    rounds = [r.latencies for r in latency[role]]
     every = [x for r in rounds for x in r]
-    direct = [x for r in latency["direct"] for x in r]
+    direct = [x for r in latency["direct"] for x in r.latencies]
     benchmark.extra_info["p50_ms"] = round(statistics.median(every) * 1e3, 3)
     benchmark.extra_info["p99_ms"] = round(p99(every) * 1e3, 3)
     benchmark.extra_info["p99_added_ms"] = round((p99(every) - p99(direct)) * 1e3, 3)
+    added = [p99(r) - p99(d.latencies) for r, d in zip(rounds, latency["direct"], strict=True)]
+    benchmark.extra_info["median_round_p99_added_ms"] = round(statistics.median(added) * 1e3, 3)
     _record(benchmark, [p99(r) for r in rounds])
+
+
+def _cpu_info(benchmark: Any, runs: list[Produced] | list[Latencies], messages: int) -> None:
+    benchmark.extra_info["unit"] = "ns/request"
+    benchmark.extra_info["produce_requests"] = [r.requests for r in runs]
+    spent = [r.cpu for r in runs if r.cpu is not None]
+    benchmark.extra_info["cpu_ms"] = [round(c.total * 1e3, 2) for c in spent]
+    benchmark.extra_info["cpu_us_per_request"] = [
+        round(r.cpu_ns_per_request() / 1e3, 2) for r in runs
+    ]
+    benchmark.extra_info["median_cpu_us_per_message"] = round(
+        statistics.median(c.total * 1e6 / messages for c in spent), 3
+    )
+    # stime counts in ticks of 10 ms: a share over every round
+    benchmark.extra_info["system_share"] = round(
+        sum(c.system for c in spent) / sum(c.total for c in spent), 2
+    )
+    _record(benchmark, [r.cpu_ns_per_request() for r in runs])
+
+
+@pytest.mark.parametrize("role", PROXIES)
+def test_cpu_per_request(benchmark: Any, throughput: dict[str, list[Produced]], role: str) -> None:
+    _role(benchmark, "proxy_cpu_per_request", role)
+    _cpu_info(benchmark, throughput[role], MESSAGES)
+
+
+@pytest.mark.parametrize("role", PROXIES)
+def test_cpu_per_request_one_message(
+    benchmark: Any, latency: dict[str, list[Latencies]], role: str
+) -> None:
+    _role(benchmark, "proxy_cpu_per_request_one_message", role)
+    _cpu_info(benchmark, latency[role], LATENCY_MESSAGES)
 
 
 if __name__ == "__main__":
