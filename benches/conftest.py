@@ -4,7 +4,7 @@ same run; at the end the ratios are printed and written to ``benches/results/pyt
 In a group, the benchmark whose ``extra_info["role"]`` is ``kquota`` is the subject and
 every other role is a baseline: one row per baseline, ``ratio = baseline / kquota``
 (above 1: kquota is faster). A benchmark with ``extra_info["subject"]`` true is a subject
-too (another way of running kquota, e.g. ``kquota_rust``): it has a row against each
+too (another way of running kquota): it has a row against each
 baseline and one against ``kquota``. ``extra_info["calls"]`` is the number of calls a round makes,
 so values are per call. A group whose benchmarks give ``extra_info["unit"]`` recorded
 values in that unit rather than seconds (e.g. a rate, or milliseconds of throttle): they

@@ -232,32 +232,32 @@ TARGETS = [
         times_faster(1 / 1.1),
         True,
     ),
-    # `kquota proxy --data-path rust` (benches/test_proxy.py), against the producer direct to
-    # the broker, the plain Rust relay and the asyncio data path, all in the same run
+    # `kquota proxy` (its Rust data path; benches/test_proxy.py), against the producer direct
+    # to the broker, the plain Rust relay and the asyncio data path, all in the same run
     Target(
-        "python/proxy_produce_1kib/kquota_rust",
+        "python/proxy_produce_1kib/kquota",
         "*/direct",
         ">= 0.95x direct's throughput",
         times_faster(0.95),
         True,
     ),
     Target(
-        "python/proxy_produce_1kib/kquota_rust",
+        "python/proxy_produce_1kib/kquota",
         "*/rust_relay",
         ">= 0.95x rust_relay's throughput",
         times_faster(0.95),
         True,
     ),
     Target(
-        "python/proxy_produce_latency_p99/kquota_rust",
+        "python/proxy_produce_latency_p99/kquota",
         "*/direct",
         "p99 <= direct's + 0.1 ms",
         added_at_most(100_000),
         True,
     ),
     Target(
-        "python/proxy_cpu_per_request/kquota_rust",
-        "*/kquota",
+        "python/proxy_cpu_per_request/kquota",
+        "*/kquota_asyncio",
         "<= 1/5 of the asyncio proxy's",
         times_faster(5),
         True,

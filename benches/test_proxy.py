@@ -12,12 +12,12 @@ run with their rounds interleaved (round ``i`` runs every role, in an order rota
   ``make bench``): tokio copying bytes both ways, the floor a proxy in Rust is held to;
 * ``rust_framed`` (baseline): ``kquota-relay --framed``, which reads every frame and decodes
   its header, and matches each response to its request;
-* ``kquota`` (subject): through ``kquota proxy`` with a store that has no quota for this
-  client, its connections served by the asyncio data path (the default);
-* ``kquota_rust`` (subject): the same command and store with ``--data-path rust``: the
-  connections served, and the produce, fetch and request quotas applied, by the Rust data
-  path on its own tokio threads (2, the default ``--threads``). It is compared with every
-  baseline and with ``kquota``, all from the same run.
+* ``kquota_asyncio`` (baseline): ``kquota proxy --data-path asyncio`` with a store that has
+  no quota for this client, its connections served by Python's asyncio (the default data
+  path), which the Rust data path is to replace;
+* ``kquota`` (subject): the same command and store with ``--data-path rust``: the
+  connections served, and the quotas applied, by the Rust data path on its own tokio
+  threads (2, the default ``--threads``).
 
 The relays and the proxies run as their own processes, as a user runs them: ``kquota
 proxy`` is started with ``python -m kquota proxy``, so it has its own interpreter and GIL
@@ -89,10 +89,9 @@ from typing import Any
 import pytest
 from quick import pick  # benches/quick.py, next to this file (also when run as the relay)
 
-ROLES = ("direct", "relay", "rust_relay", "rust_framed", "kquota", "kquota_rust")
-"""``kquota`` and ``kquota_rust`` are the subjects (``kquota_rust`` is also compared with
-``kquota``); the others are baselines (see benches/conftest.py)."""
-SUBJECTS = ("kquota", "kquota_rust")
+ROLES = ("direct", "relay", "rust_relay", "rust_framed", "kquota_asyncio", "kquota")
+"""``kquota`` is the subject; the others are baselines (see benches/conftest.py)."""
+SUBJECTS = ("kquota",)
 PROXIES = tuple(role for role in ROLES if role != "direct")
 """The roles with a process between the producer and the broker, whose CPU is measured."""
 TANSU_VERSION = "0.6.0"
@@ -266,14 +265,14 @@ def _path(role: str, folder: Path, store: Path) -> Iterator[Front]:
         "relay": [*python, __file__, "relay", str(front), str(broker)],
         "rust_relay": [str(RUST_RELAY), f"127.0.0.1:{front}", f"127.0.0.1:{broker}"],
         "rust_framed": [str(RUST_RELAY), f"127.0.0.1:{front}", f"127.0.0.1:{broker}", "--framed"],
-        "kquota": [
-            *(*python, "-m", "kquota", "proxy", "--listen", f"127.0.0.1:{front}"),
-            *("--upstream", f"127.0.0.1:{broker}", "--store", str(store)),
-            *("--log-level", "WARNING"),
-        ],
     }
-    # the same proxy and store, its connections served by the Rust data path (2 threads)
-    fronts["kquota_rust"] = [*fronts["kquota"], "--data-path", "rust"]
+    proxy = [
+        *(*python, "-m", "kquota", "proxy", "--listen", f"127.0.0.1:{front}"),
+        *("--upstream", f"127.0.0.1:{broker}", "--store", str(store)),
+        *("--log-level", "WARNING"),
+    ]
+    fronts["kquota"] = [*proxy, "--data-path", "rust"]
+    fronts["kquota_asyncio"] = [*proxy, "--data-path", "asyncio"]
     with ExitStack() as stack:
         stack.enter_context(_process(tansu, broker, "Tansu", folder / "tansu.log"))
         pid = None
@@ -482,8 +481,6 @@ def _record(benchmark: Any, values: list[float]) -> None:
 def _role(benchmark: Any, group: str, role: str) -> None:
     benchmark.group = group
     benchmark.extra_info["role"] = role
-    if role in SUBJECTS and role != "kquota":
-        benchmark.extra_info["subject"] = True
 
 
 @pytest.mark.parametrize("role", ROLES)

@@ -472,8 +472,8 @@ def test_quota_raised_with_kquota_configs_applies_mid_run_and_metrics_show_it(
     bound_seen: list[int] = []
     try:
         with run_proxy(tansu.upstream, tansu.proxy_port, plugin, data_path) as proxy:
-            create_topic(proxy.address, "quota-mover")
-            producer = GreedyProducer(proxy.address, "quota-mover", "mover")
+            create_topic(proxy.address, f"quota-mover-{data_path}")
+            producer = GreedyProducer(proxy.address, f"quota-mover-{data_path}", "mover")
 
             def midway() -> None:
                 time.sleep(13)

@@ -201,6 +201,9 @@ class Front:
         ]
         if kind == "kquota-rust":
             args += ["--data-path", "rust"]
+        elif kind == "token-bucket":
+            # the token bucket replaces the Python plugin, which only the asyncio path calls
+            args += ["--data-path", "asyncio"]
         python = [sys.executable, "-X", "faulthandler"]
         if kind == "token-bucket":
             command = [*python, __file__, "token-bucket-proxy", *args]

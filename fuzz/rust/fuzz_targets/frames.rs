@@ -4,13 +4,19 @@
 //! Invariants: nothing panics; bytes fed in chunks of any size give the same frames (or the
 //! same error) as the whole input at once; no frame is longer than the bound; a header that
 //! decodes ends inside its frame; a fetch's max_bytes is capped in place only when it asks
-//! for more; the SASL principal readers accept any bytes.
+//! for more; the SASL principal readers accept any bytes; a mutation request that decodes
+//! is counted, rewritten and answered by the proxy alone without a panic, and a hostile
+//! count in it (or in a fetch request) is refused before memory is reserved for it. (The
+//! broker's responses are trusted input and not fed here.)
 #![no_main]
 
 use arbitrary::Arbitrary;
 use bytes::BytesMut;
 use kquota_proxy::fetch::{cap_max_bytes, read_fetch_request};
-use kquota_proxy::sasl::principal_from_auth_bytes;
+use kquota_proxy::mutation::{MutationRequest, PartitionCounts};
+use kquota_proxy::sasl::{
+    authenticate_bytes, authenticate_error, handshake_mechanism, principal_from_auth_bytes,
+};
 use kquota_proxy::{parse_request_header, parse_response_header, produce_acks, split_frame};
 use libfuzzer_sys::fuzz_target;
 
@@ -40,6 +46,29 @@ fn frames(data: &[u8], chunk: usize, max: usize) -> (Vec<BytesMut>, bool) {
     (out, false)
 }
 
+/// A mutation request decoded, counted, every other topic refused, rewritten, and answered
+/// as the proxy answers one whose every topic it refused.
+fn mutation(frame: &[u8], header: &kquota_proxy::RequestHeader<'_>) {
+    let Ok(mut request) = MutationRequest::parse(frame, header) else {
+        return;
+    };
+    let mut counts = PartitionCounts::default();
+    for (i, topic) in request.topics.iter().enumerate() {
+        if let Some(name) = &topic.name {
+            counts.by_name.insert(name.clone(), i as i64);
+        }
+    }
+    request.count(&counts, 3);
+    for (i, topic) in request.topics.iter_mut().enumerate() {
+        topic.throttled = i % 2 == 1;
+    }
+    let _ = request.rewritten();
+    for topic in &mut request.topics {
+        topic.throttled = true;
+    }
+    let _ = request.merged_response(header, None, 11);
+}
+
 fuzz_target!(|input: Input| {
     let max = usize::from(input.max);
     let (whole, failed) = frames(&input.data, input.data.len().max(1), max);
@@ -65,6 +94,15 @@ fuzz_target!(|input: Input| {
                 }
             }
             let _ = header.response_header_version();
+            match header.api_key {
+                17 => drop(handshake_mechanism(frame, &header)),
+                36 => {
+                    let _ = authenticate_bytes(frame, &header);
+                    let _ = authenticate_error(frame, &header);
+                }
+                19 | 20 | 37 => mutation(frame, &header),
+                _ => {}
+            }
         }
         for version in [0, 1] {
             if let Ok(header) = parse_response_header(frame, version) {

@@ -181,8 +181,9 @@ def register(subparsers: Any) -> None:
         choices=["asyncio", "rust"],
         default="asyncio",
         help=(
-            "what serves the connections: asyncio (default), or rust, the Rust data path on"
-            " threads of its own, with the same quotas"
+            "what serves the connections: asyncio (default), Python's event loop, or rust,"
+            " the Rust data path on threads of its own; the same quotas either way (the"
+            " request quota is charged with each one's own time: see the fidelity guide)"
         ),
     )
     parser.add_argument(

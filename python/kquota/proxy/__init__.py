@@ -4,9 +4,11 @@
 applies a :class:`~kquota.broker.QuotaPlugin`'s produce, fetch and request quotas to
 every client connection, with Kafka's KIP-219 throttling, and optionally the
 controller-mutation quota (KIP-599) of CreateTopics, CreatePartitions and DeleteTopics
-and the connection-creation rates (KIP-612) of its listener and of each client IP.
-Kafka messages are read with ``kio``, a codec generated from Kafka's message schemas
-(the ``proxy`` extra: ``pip install "kquota[proxy]"``). A :class:`TrafficCapture` given
+and the connection-creation rates (KIP-612) of its listener and of each client IP. Its
+connections are served by the asyncio data path, which reads Kafka's messages with
+``kio``, a codec generated from Kafka's message schemas (the ``proxy`` extra:
+``pip install "kquota[proxy]"``), or with ``data_path="rust"`` by the Rust data path
+(``kquota._core.ProxyDataPath``), with the same rules. A :class:`TrafficCapture` given
 to it writes the traffic it sees as Parquet for ``kquota backtest`` (``kquota proxy
 --capture DIR``; needs pyarrow).
 """

@@ -55,6 +55,8 @@ responses only when they are throttled fetches or ApiVersions.
 Bad input (a malformed or oversized frame, an unknown API key or version, a response that
 does not match) or a dead upstream closes that one connection with one log line.
 
+The rules above are those of both data paths; the modules named below are the asyncio one.
+
 With ``data_path="rust"`` the connections are served by the Rust data path
 (:class:`kquota._core.ProxyDataPath`, the ``kquota-proxy`` crate) on threads of its own,
 with the same rules and no Python on a request's way: the quota decisions call the core
@@ -205,10 +207,12 @@ class ProxyServer:
     them while the proxy runs. Their times are the plugin's clock: give the plugin
     :func:`kafka_clock_ms` (as ``kquota proxy`` does) for Kafka's full new token buckets.
 
-    ``data_path`` chooses what serves the connections: ``"asyncio"`` (this event loop) or
-    ``"rust"`` (the Rust data path on ``threads`` threads of its own, which reads the
-    plugin's three managers directly and keeps its quota decisions for
-    :meth:`take_decisions` when ``keep_decisions`` is set).
+    ``data_path`` chooses what serves the connections: ``"asyncio"`` (the default: this
+    event loop) or ``"rust"`` (the Rust data path on ``threads`` threads of its own, which
+    reads the plugin's managers directly and keeps its quota decisions for
+    :meth:`take_decisions` when ``keep_decisions`` is set). The Rust data path applies
+    Kafka's rules from the core, so methods a :class:`~kquota.broker.QuotaPlugin` subclass
+    overrides (``on_produce``, ...) are called only on the asyncio one.
     """
 
     def __init__(

@@ -4,10 +4,6 @@
 //! from v15, where a follower's id moved to a tagged field at the end, is the request
 //! decoded whole (by the `kafka-protocol` crate) to tell a follower from a consumer.
 
-use bytes::Bytes;
-use kafka_protocol::messages::FetchRequest;
-use kafka_protocol::protocol::Decodable;
-
 use crate::error::HeaderError;
 use crate::header::RequestHeader;
 
@@ -50,13 +46,7 @@ pub fn read_fetch_request(
     let (replica_id, start) = if version <= 14 {
         (int32(0)?, 4)
     } else {
-        let mut rest = Bytes::copy_from_slice(&frame[body..]);
-        let request =
-            FetchRequest::decode(&mut rest, version).map_err(|_| HeaderError::Unreadable {
-                message: "fetch request",
-                version,
-            })?;
-        (request.replica_state.replica_id.0, 0)
+        (crate::skim::fetch_replica_id(&frame[body..], version)?, 0)
     };
     // max_wait_ms, min_bytes, then max_bytes (v3+), isolation_level (v4+, one byte),
     // session_id and session_epoch (v7+)
@@ -96,8 +86,11 @@ pub fn cap_max_bytes(frame: &mut [u8], info: &FetchRequestInfo, cap: i32) -> boo
 mod tests {
     use super::*;
     use crate::header::parse_request_header;
+    use bytes::Bytes;
     use bytes::BytesMut;
+    use kafka_protocol::messages::FetchRequest;
     use kafka_protocol::messages::{ApiKey, BrokerId, RequestHeader as KpRequest, TopicName};
+    use kafka_protocol::protocol::Decodable;
     use kafka_protocol::protocol::{Encodable, StrBytes};
 
     fn frame(version: i16, request: &FetchRequest) -> Option<Vec<u8>> {
@@ -206,15 +199,20 @@ mod tests {
         let bytes = frame(17, &request(-1)).unwrap();
         let header = parse_request_header(&bytes).unwrap();
         let err = read_fetch_request(&bytes[..bytes.len() - 3], &header).unwrap_err();
-        assert!(
-            matches!(
-                err,
-                HeaderError::Unreadable {
-                    message: "fetch request",
-                    version: 17
-                }
-            ),
-            "{err:?}"
-        );
+        assert!(matches!(err, HeaderError::Short { .. }), "{err:?}");
+        // a byte after the last field: not a fetch request of that version
+        let mut longer = bytes.clone();
+        longer.push(0);
+        let err = read_fetch_request(&longer, &header).unwrap_err();
+        let unreadable = HeaderError::Unreadable {
+            message: "fetch request",
+            version: 17,
+        };
+        assert_eq!(err, unreadable);
+        // a topics array claiming 2^32 - 2 topics: refused, nothing reserved for them
+        let mut hostile = bytes[..header.body_offset + 21].to_vec();
+        hostile.extend_from_slice(&[0xff, 0xff, 0xff, 0xff, 0x0f]);
+        let err = read_fetch_request(&hostile, &header).unwrap_err();
+        assert!(matches!(err, HeaderError::BadLength { .. }), "{err:?}");
     }
 }

@@ -17,6 +17,7 @@ pub mod relay;
 pub mod rewrite;
 pub mod sasl;
 pub mod server;
+mod skim;
 
 pub use error::{FrameError, HeaderError};
 pub use frame::{split_frame, FrameReader, DEFAULT_MAX_FRAME_BYTES};

@@ -126,6 +126,8 @@ impl MutationRequest {
     /// The mutation request `frame` whose header is `header`.
     pub fn parse(frame: &[u8], header: &RequestHeader<'_>) -> Result<Self, HeaderError> {
         let version = header.api_version;
+        // a client's counts are checked against its bytes before anything is reserved
+        crate::skim::check_mutation_request(&frame[header.body_offset..], header.api_key, version)?;
         let mut rest = Bytes::copy_from_slice(&frame[header.body_offset..]);
         let (api, body, topics) = match header.api_key {
             CREATE_TOPICS => {
@@ -477,4 +479,221 @@ pub fn partition_counts(response: &[u8]) -> Result<PartitionCounts, HeaderError>
         }
     }
     Ok(counts)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::header::parse_request_header;
+    use kafka_protocol::messages::create_partitions_request::CreatePartitionsTopic;
+    use kafka_protocol::messages::create_topics_request::{
+        CreatableReplicaAssignment, CreatableTopic,
+    };
+    use kafka_protocol::messages::delete_topics_request::DeleteTopicState;
+
+    fn frame<M: Encodable>(key: ApiKey, version: i16, body: &M) -> Vec<u8> {
+        let mut header = KpRequestHeader::default();
+        header.request_api_key = key as i16;
+        header.request_api_version = version;
+        header.correlation_id = 5;
+        header.client_id = Some(StrBytes::from_static_str("admin"));
+        let mut out = BytesMut::new();
+        header
+            .encode(&mut out, key.request_header_version(version))
+            .unwrap();
+        body.encode(&mut out, version).unwrap();
+        out.to_vec()
+    }
+
+    fn name(n: &str) -> TopicName {
+        TopicName(StrBytes::from_string(n.to_owned()))
+    }
+
+    fn parsed(bytes: &[u8]) -> MutationRequest {
+        MutationRequest::parse(bytes, &parse_request_header(bytes).unwrap()).unwrap()
+    }
+
+    fn counts(pairs: &[(&str, i64)]) -> PartitionCounts {
+        PartitionCounts {
+            by_name: pairs.iter().map(|(n, c)| ((*n).to_owned(), *c)).collect(),
+            by_id: HashMap::new(),
+        }
+    }
+
+    #[test]
+    fn create_topics_count_assignments_num_partitions_and_the_default() {
+        let topic = |n: &str, partitions: i32, assigned: usize| {
+            let mut t = CreatableTopic::default();
+            t.name = name(n);
+            t.num_partitions = partitions;
+            t.assignments = (0..assigned)
+                .map(|i| {
+                    let mut a = CreatableReplicaAssignment::default();
+                    a.partition_index = i as i32;
+                    a
+                })
+                .collect();
+            t
+        };
+        let mut body = CreateTopicsRequest::default();
+        body.topics = vec![
+            topic("assigned", -1, 4),
+            topic("default", -1, 0),
+            topic("three", 3, 0),
+            topic("zero", 0, 0),
+            topic("exists", 5, 0),
+        ];
+        let bytes = frame(ApiKey::CreateTopics, 7, &body);
+        let mut request = parsed(&bytes);
+        request.count(&counts(&[("exists", 2)]), 6);
+        let permits: Vec<_> = request.topics.iter().map(|t| t.permits).collect();
+        assert_eq!(permits, vec![Some(4), Some(6), Some(3), None, None]);
+        assert_eq!(request.names().unwrap().len(), 5);
+    }
+
+    #[test]
+    fn delete_topics_by_name_and_by_id_count_the_partitions_they_have() {
+        let mut old = DeleteTopicsRequest::default();
+        old.topic_names = vec![name("a"), name("gone")];
+        let bytes = frame(ApiKey::DeleteTopics, 5, &old);
+        let mut request = parsed(&bytes);
+        request.count(&counts(&[("a", 7)]), 1);
+        let permits: Vec<_> = request.topics.iter().map(|t| t.permits).collect();
+        assert_eq!(permits, vec![Some(7), None]);
+
+        let id = Uuid::from_u128(42);
+        let mut by_id = DeleteTopicState::default();
+        by_id.topic_id = id;
+        let mut new = DeleteTopicsRequest::default();
+        new.topics = vec![by_id];
+        let bytes = frame(ApiKey::DeleteTopics, 6, &new);
+        let mut request = parsed(&bytes);
+        assert_eq!(request.names(), None); // asks Metadata for every topic
+        let mut current = counts(&[]);
+        current.by_id.insert(id, 3);
+        request.count(&current, 1);
+        assert_eq!(request.topics[0].permits, Some(3));
+    }
+
+    #[test]
+    fn a_strict_refusal_is_taken_out_and_merged_back_in_order() {
+        let topic = |n: &str, count: i32| {
+            let mut t = CreatePartitionsTopic::default();
+            t.name = name(n);
+            t.count = count;
+            t
+        };
+        let mut body = CreatePartitionsRequest::default();
+        body.topics = vec![topic("a", 40), topic("b", 40), topic("c", 5), topic("d", 1)];
+        let bytes = frame(ApiKey::CreatePartitions, 3, &body);
+        let header = parse_request_header(&bytes).unwrap();
+        let mut request = parsed(&bytes);
+        request.count(&counts(&[("a", 1), ("b", 1), ("c", 1), ("d", 1)]), 1);
+        let permits: Vec<_> = request.topics.iter().map(|t| t.permits).collect();
+        assert_eq!(permits, vec![Some(39), Some(39), Some(4), None]); // d does not grow
+        request.topics[1].throttled = true;
+        assert!(request.any_refused() && !request.all_refused());
+
+        // the broker gets a, c and d, in that order
+        let rewritten = request.rewritten().unwrap();
+        let sent = parse_request_header(&rewritten).unwrap();
+        let mut rest = Bytes::copy_from_slice(&rewritten[sent.body_offset..]);
+        let forwarded = CreatePartitionsRequest::decode(&mut rest, 3).unwrap();
+        let names: Vec<_> = forwarded
+            .topics
+            .iter()
+            .map(|t| t.name.0.to_string())
+            .collect();
+        assert_eq!(names, ["a", "c", "d"]);
+
+        // it answers them in another order, throttled 7 ms; b goes back in its place
+        let result = |n: &str, code: i16| {
+            let mut r = CreatePartitionsTopicResult::default();
+            r.name = name(n);
+            r.error_code = code;
+            r
+        };
+        let mut answer = CreatePartitionsResponse::default();
+        answer.throttle_time_ms = 7;
+        answer.results = vec![result("d", 37), result("a", 0), result("c", 0)];
+        let mut head = KpResponseHeader::default();
+        head.correlation_id = header.correlation_id;
+        let mut upstream = BytesMut::new();
+        head.encode(&mut upstream, header.response_header_version())
+            .unwrap();
+        answer.encode(&mut upstream, 3).unwrap();
+        let merged = request
+            .merged_response(&header, Some(&upstream), 250)
+            .unwrap();
+        let at = parse_response_header(&merged, header.response_header_version()).unwrap();
+        assert_eq!(at.correlation_id, 5);
+        let mut rest = Bytes::copy_from_slice(&merged[at.body_offset..]);
+        let read = CreatePartitionsResponse::decode(&mut rest, 3).unwrap();
+        let got: Vec<_> = read
+            .results
+            .iter()
+            .map(|r| (r.name.0.to_string(), r.error_code))
+            .collect();
+        let expected = [
+            ("a", 0),
+            ("b", THROTTLING_QUOTA_EXCEEDED),
+            ("c", 0),
+            ("d", 37),
+        ];
+        let expected: Vec<_> = expected
+            .iter()
+            .map(|(n, c)| ((*n).to_owned(), *c))
+            .collect();
+        assert_eq!(got, expected);
+        assert_eq!(
+            read.results[1].error_message.as_deref(),
+            Some(THROTTLED_MESSAGE)
+        );
+        assert_eq!(read.throttle_time_ms, 250);
+
+        // every topic refused: answered with no broker response at all
+        for t in &mut request.topics {
+            t.throttled = true;
+        }
+        let alone = request.merged_response(&header, None, 100).unwrap();
+        let at = parse_response_header(&alone, header.response_header_version()).unwrap();
+        let mut rest = Bytes::copy_from_slice(&alone[at.body_offset..]);
+        let read = CreatePartitionsResponse::decode(&mut rest, 3).unwrap();
+        assert_eq!(read.results.len(), 4);
+        assert!(read
+            .results
+            .iter()
+            .all(|r| r.error_code == THROTTLING_QUOTA_EXCEEDED));
+        assert_eq!(read.throttle_time_ms, 100);
+    }
+
+    #[test]
+    fn partition_counts_come_from_a_metadata_answer_without_errored_topics() {
+        use kafka_protocol::messages::metadata_response::{
+            MetadataResponsePartition, MetadataResponseTopic,
+        };
+        let request = metadata_request(OWN, "admin", Some(&["a".to_owned()]));
+        let header = parse_request_header(&request).unwrap();
+        assert_eq!((header.api_key, header.api_version), (3, METADATA_VERSION));
+        let topic = |n: &str, partitions: usize, error: i16| {
+            let mut t = MetadataResponseTopic::default();
+            t.name = Some(name(n));
+            t.topic_id = Uuid::from_u128(partitions as u128 + 1);
+            t.error_code = error;
+            t.partitions = vec![MetadataResponsePartition::default(); partitions];
+            t
+        };
+        let mut answer = MetadataResponse::default();
+        answer.topics = vec![topic("a", 3, 0), topic("deleting", 2, 3)];
+        let mut out = BytesMut::new();
+        let mut head = KpResponseHeader::default();
+        head.correlation_id = OWN;
+        head.encode(&mut out, 1).unwrap();
+        answer.encode(&mut out, METADATA_VERSION).unwrap();
+        let counts = partition_counts(&out).unwrap();
+        assert_eq!(counts.by_name, HashMap::from([("a".to_owned(), 3)]));
+        assert_eq!(counts.by_id, HashMap::from([(Uuid::from_u128(4), 3)]));
+    }
+
+    const OWN: i32 = 0x7F00_0001;
 }
