@@ -264,6 +264,48 @@ def test_bad_input_closes_only_that_connection(
 
 
 @pytest.mark.parametrize("data_path", DATA_PATHS)
+def test_a_client_that_does_not_read_holds_back_only_its_own_connection(
+    tansu: Any, data_path: str
+) -> None:
+    """A client sends requests and reads none of the answers, more of them than every socket
+    buffer between it and the broker holds, so that the proxy's writes to it wait; another
+    client's requests go on being answered meanwhile. Then it reads, and gets every answer,
+    in order."""
+    count = 40_000
+    requests = b"".join(api_versions_request(i, client_id="hoarder") for i in range(count))
+    with (
+        run_proxy(tansu.upstream, tansu.proxy_port, data_path=data_path),
+        socket.socket() as hoarder,
+        socket.create_connection(("127.0.0.1", tansu.proxy_port), timeout=10) as other,
+    ):
+        # a small receive buffer (no autotuning): the proxy's send buffer holds the rest
+        hoarder.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        hoarder.settimeout(60)
+        hoarder.connect(("127.0.0.1", tansu.proxy_port))
+        buffered = hoarder.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF)
+        buffered += _max_socket_buffer("tcp_wmem")
+        hoarder.sendall(api_versions_request(count, client_id="hoarder"))
+        first = read_frame(hoarder)  # the size of one answer
+        assert first is not None
+        assert count * (4 + len(first)) > 2 * buffered  # twice what the buffers hold
+        sender = threading.Thread(target=hoarder.sendall, args=(requests,), daemon=True)
+        sender.start()
+        time.sleep(2)  # the answers pile up (their number does not depend on this wait)
+        for correlation_id in range(1, 21):  # the other client is answered meanwhile
+            _healthy_exchange(other, correlation_id)
+        answered = [codec.response_correlation_id(read_frame(hoarder) or b"") for _ in range(count)]
+        sender.join(60)
+    assert not sender.is_alive()
+    assert answered == list(range(count))
+
+
+def _max_socket_buffer(kind: str) -> int:
+    """The most bytes Linux lets a TCP socket's send (``tcp_wmem``) or receive buffer grow
+    to."""
+    return int(Path(f"/proc/sys/net/ipv4/{kind}").read_text().split()[2])
+
+
+@pytest.mark.parametrize("data_path", DATA_PATHS)
 def test_dead_upstream_closes_only_that_connection(
     tansu: Any, data_path: str, caplog: pytest.LogCaptureFixture
 ) -> None:
