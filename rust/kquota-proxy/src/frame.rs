@@ -13,6 +13,11 @@ pub const DEFAULT_MAX_FRAME_BYTES: usize = 104_857_600;
 /// Bytes asked of the socket at a time: a frame larger than this is read in steps.
 const READ_CHUNK: usize = 64 * 1024;
 
+/// Bytes asked of the socket before a frame's size is known. An idle connection holds only
+/// this much (its buffer is let go whenever it has been read out), so ten thousand idle
+/// connections cost tens of megabytes, not gigabytes.
+const FIRST_READ: usize = 4 * 1024;
+
 /// The first whole frame at the front of `buf` (without its size prefix), removed from
 /// it; `Ok(None)` when `buf` does not hold a whole frame yet. A negative size or one over
 /// `max` is an error, and `buf` is then left as it was.
@@ -53,7 +58,7 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
     pub fn new(inner: R, max: usize) -> Self {
         FrameReader {
             inner,
-            buf: BytesMut::with_capacity(READ_CHUNK),
+            buf: BytesMut::new(),
             max,
         }
     }
@@ -63,12 +68,17 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
     pub async fn read_frame(&mut self) -> Result<Option<BytesMut>, FrameError> {
         loop {
             if let Some(frame) = split_frame(&mut self.buf, self.max)? {
+                if self.buf.is_empty() {
+                    // read out: let the rest of the allocation go with the frame
+                    self.buf = BytesMut::new();
+                }
                 return Ok(Some(frame));
             }
-            // Room for what is still missing of this frame, a chunk at a time.
+            // Room for what is still missing of this frame, a chunk at a time; a little
+            // until its size is known.
             let wanted = match frame_size(&self.buf, self.max)? {
                 Some(size) => (4 + size - self.buf.len()).min(READ_CHUNK),
-                None => READ_CHUNK,
+                None => FIRST_READ,
             };
             self.buf.reserve(wanted);
             if self.inner.read_buf(&mut self.buf).await? == 0 {
