@@ -280,7 +280,6 @@ impl MutationRequest {
         upstream: Option<&[u8]>,
         throttle_ms: i32,
     ) -> Result<BytesMut, HeaderError> {
-        let version = self.version;
         let header_version = request.response_header_version();
         let mut out = BytesMut::new();
         let body = match upstream {
@@ -298,71 +297,77 @@ impl MutationRequest {
                 None
             }
         };
-        let bad = |what| unreadable(what, version);
+        let message = || StrBytes::from_static_str(THROTTLED_MESSAGE);
+        let name = |t: &Topic| TopicName(StrBytes::from_string(t.name.clone().unwrap_or_default()));
         match &self.body {
-            Body::Create(_) => {
-                let mut response = decode_or_default::<CreateTopicsResponse>(body, version)
-                    .map_err(|_| bad("CreateTopics response"))?;
-                response.topics = self.merge(
-                    std::mem::take(&mut response.topics),
-                    |r| (Some(r.name.0.to_string()), r.topic_id),
-                    |t| {
-                        let mut r = CreatableTopicResult::default();
-                        r.name =
-                            TopicName(StrBytes::from_string(t.name.clone().unwrap_or_default()));
-                        r.topic_id = t.id;
-                        r.error_code = THROTTLING_QUOTA_EXCEEDED;
-                        r.error_message = Some(StrBytes::from_static_str(THROTTLED_MESSAGE));
-                        r
-                    },
-                );
-                response.throttle_time_ms = response.throttle_time_ms.max(throttle_ms);
-                response
-                    .encode(&mut out, version)
-                    .map_err(|_| bad("CreateTopics response"))?;
-            }
-            Body::Delete(_) => {
-                let mut response = decode_or_default::<DeleteTopicsResponse>(body, version)
-                    .map_err(|_| bad("DeleteTopics response"))?;
-                response.responses = self.merge(
-                    std::mem::take(&mut response.responses),
-                    |r| (r.name.as_ref().map(|n| n.0.to_string()), r.topic_id),
-                    |t| {
-                        let mut r = DeletableTopicResult::default();
-                        r.name = t.name.clone().map(|n| TopicName(StrBytes::from_string(n)));
-                        r.topic_id = t.id;
-                        r.error_code = THROTTLING_QUOTA_EXCEEDED;
-                        r.error_message = Some(StrBytes::from_static_str(THROTTLED_MESSAGE));
-                        r
-                    },
-                );
-                response.throttle_time_ms = response.throttle_time_ms.max(throttle_ms);
-                response
-                    .encode(&mut out, version)
-                    .map_err(|_| bad("DeleteTopics response"))?;
-            }
-            Body::Partitions(_) => {
-                let mut response = decode_or_default::<CreatePartitionsResponse>(body, version)
-                    .map_err(|_| bad("CreatePartitions response"))?;
-                response.results = self.merge(
-                    std::mem::take(&mut response.results),
-                    |r| (Some(r.name.0.to_string()), Uuid::nil()),
-                    |t| {
-                        let mut r = CreatePartitionsTopicResult::default();
-                        r.name =
-                            TopicName(StrBytes::from_string(t.name.clone().unwrap_or_default()));
-                        r.error_code = THROTTLING_QUOTA_EXCEEDED;
-                        r.error_message = Some(StrBytes::from_static_str(THROTTLED_MESSAGE));
-                        r
-                    },
-                );
-                response.throttle_time_ms = response.throttle_time_ms.max(throttle_ms);
-                response
-                    .encode(&mut out, version)
-                    .map_err(|_| bad("CreatePartitions response"))?;
-            }
+            Body::Create(_) => self.merge_into::<CreateTopicsResponse, _>(
+                body,
+                &mut out,
+                "CreateTopics response",
+                throttle_ms,
+                |m| (&mut m.topics, &mut m.throttle_time_ms),
+                |r| (Some(r.name.0.to_string()), r.topic_id),
+                |t| {
+                    let mut r = CreatableTopicResult::default();
+                    (r.name, r.topic_id) = (name(t), t.id);
+                    (r.error_code, r.error_message) = (THROTTLING_QUOTA_EXCEEDED, Some(message()));
+                    r
+                },
+            )?,
+            Body::Delete(_) => self.merge_into::<DeleteTopicsResponse, _>(
+                body,
+                &mut out,
+                "DeleteTopics response",
+                throttle_ms,
+                |m| (&mut m.responses, &mut m.throttle_time_ms),
+                |r| (r.name.as_ref().map(|n| n.0.to_string()), r.topic_id),
+                |t| {
+                    let mut r = DeletableTopicResult::default();
+                    r.name = t.name.is_some().then(|| name(t));
+                    r.topic_id = t.id;
+                    (r.error_code, r.error_message) = (THROTTLING_QUOTA_EXCEEDED, Some(message()));
+                    r
+                },
+            )?,
+            Body::Partitions(_) => self.merge_into::<CreatePartitionsResponse, _>(
+                body,
+                &mut out,
+                "CreatePartitions response",
+                throttle_ms,
+                |m| (&mut m.results, &mut m.throttle_time_ms),
+                |r| (Some(r.name.0.to_string()), Uuid::nil()),
+                |t| {
+                    let mut r = CreatePartitionsTopicResult::default();
+                    r.name = name(t);
+                    (r.error_code, r.error_message) = (THROTTLING_QUOTA_EXCEEDED, Some(message()));
+                    r
+                },
+            )?,
         }
         Ok(out)
+    }
+
+    /// The response `body` (`None`: an empty one) of type `M` with its results (`parts`)
+    /// merged as [`Self::merge`] does and the larger throttle, written to `out`.
+    #[allow(clippy::too_many_arguments)]
+    fn merge_into<M: Decodable + Encodable + Default, R>(
+        &self,
+        body: Option<Bytes>,
+        out: &mut BytesMut,
+        what: &'static str,
+        throttle_ms: i32,
+        parts: impl Fn(&mut M) -> (&mut Vec<R>, &mut i32),
+        key: impl Fn(&R) -> (Option<String>, Uuid),
+        refused: impl Fn(&Topic) -> R,
+    ) -> Result<(), HeaderError> {
+        let bad = |()| unreadable(what, self.version);
+        let mut response = decode_or_default::<M>(body, self.version).map_err(bad)?;
+        let (results, throttle) = parts(&mut response);
+        *results = self.merge(std::mem::take(results), key, refused);
+        *throttle = (*throttle).max(throttle_ms);
+        response
+            .encode(out, self.version)
+            .map_err(|_| unreadable(what, self.version))
     }
 
     /// The broker's results matched to the forwarded topics by name (else id), a refused
