@@ -29,10 +29,13 @@ so p90 is reported but not compared).
 
 A Metadata storm under ``request_percentage`` has Kafka's shape through the proxy (a
 burst, then about one request a second with throttles of about a second) but not its
-size: the proxy charges the request quota with its own thread time per request, not the
-broker's, which it cannot see (30-50 us against Kafka's 50-180 us for a Metadata request
-here), so more requests get through its first burst. The fidelity guide documents this
-difference; the storm test below checks only the shape both share.
+size: the proxy charges the request quota with the broker's time as it sees it (request
+written to response read), not the time of the broker's handler threads, which it cannot
+see and which leaves out the broker's queues and the network (measured here: Kafka's
+median Metadata request 0.33 ms of handler time, 1.1 ms in all), so its first burst is
+the smaller one (in two runs 19 and 160 requests against Kafka's 141 and 231: the more
+the machine is loaded, the longer the broker's queues). The fidelity guide documents
+this difference; the storm test below checks only the shape both share.
 
 Two producers logged in as one user with SASL/PLAIN, on a second broker whose client
 listeners require it, are held by that user's quota alike: Kafka's, and the proxy's, which
@@ -190,12 +193,6 @@ def test_a_greedy_librdkafka_producer_is_held_alike(greedy: dict[str, Run]) -> N
     for run in (greedy["kafka"], greedy["kquota"]):
         assert run.cumulative_at(3) >= 5, run.per_second()
         assert run.per_second()[3:10] == pytest.approx([0] * 7, abs=0.5)
-
-
-def test_a_greedy_librdkafka_producer_is_held_alike_on_the_rust_data_path(
-    greedy: dict[str, Run],
-) -> None:
-    _alike(greedy["kafka"], greedy["kquota-rust"], "produce")
 
 
 def test_a_plain_relay_fails_the_comparison(greedy: dict[str, Run]) -> None:
@@ -407,11 +404,14 @@ def storm(broker: SideBySideBroker, tmp_path_factory: pytest.TempPathFactory) ->
 def test_a_metadata_storm_has_kafkas_shape_through_the_proxy(storm: dict[str, Run]) -> None:
     """Both sides let a burst through, then hold the client to about one request a second
     with throttles of about one second (the window's span), and log every throttle the
-    client saw."""
+    client saw. The proxy's burst is the smaller (see the module's docstring)."""
     print(f"\n{report(storm['kafka'], storm['kquota'], api='metadata')}")
+    kafka, kquota = storm["kafka"], storm["kquota"]
+    assert kafka.cumulative_at(3) > 50, kafka.per_second()
+    # a burst, and not the thousands a proxy charging only its own microseconds lets by
+    assert 5 <= kquota.cumulative_at(3) <= 2 * kafka.cumulative_at(3), kquota.per_second()
     for run in storm.values():
         _seen_as_logged(run, "metadata")
-        assert run.cumulative_at(3) > 50, run.per_second()
         assert max(run.per_second()[3:10]) <= 3, run.per_second()
         assert 900 <= max(run.logged_throttles("metadata")) <= 1100
 
@@ -502,7 +502,7 @@ def creations(
         name: _create_many(
             name, broker, folder / name, f"{request.param}-{name}", request.param == "strict"
         )
-        for name in ("kafka", "kquota", "kquota-rust")
+        for name in ("kafka", "kquota", "kquota-asyncio")
     }
 
 
@@ -514,8 +514,8 @@ def test_create_topics_under_a_mutation_rate_are_answered_alike(
     created. Either way one response, throttled for the partitions over the bucket at the
     rate (strict: the one that took it below zero; permissive: all 8), to within the ms
     that pass between the bucket's creation and its use."""
-    a, b, c = creations["kafka"], creations["kquota"], creations["kquota-rust"]
-    print(f"\n{request.node.callspec.id}: Kafka {a}\nkquota {b}\nkquota (rust) {c}")
+    a, b, c = creations["kafka"], creations["kquota"], creations["kquota-asyncio"]
+    print(f"\n{request.node.callspec.id}: Kafka {a}\nkquota {b}\nkquota (asyncio) {c}")
     burst = 11 * MUTATION_RATE
     if request.node.callspec.id == "strict":
         # Kafka admits while the bucket is not below zero: the 23rd partition takes it to -1

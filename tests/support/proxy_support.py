@@ -213,7 +213,7 @@ def run_proxy(
     upstream: tuple[str, int],
     port: int,
     plugin: QuotaPlugin | None = None,
-    data_path: str = "asyncio",
+    data_path: str = "rust",
     **kwargs: Any,
 ) -> Iterator[RunningProxy]:
     """A :class:`ProxyServer` on ``127.0.0.1:port`` served by an event loop in a thread. On

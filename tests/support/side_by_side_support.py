@@ -178,8 +178,9 @@ def _env() -> dict[str, str]:
 
 # -- the proxy in front of the proxied listener --------------------------------------------
 
-FRONTS = ("kquota", "kquota-rust", "relay", "token-bucket")
-"""``kquota``: ``kquota proxy`` as a user runs it; ``kquota-rust``: with ``--data-path rust``.
+FRONTS = ("kquota", "kquota-asyncio", "relay", "token-bucket")
+"""``kquota``: ``kquota proxy`` as a user runs it; ``kquota-asyncio``: with ``--data-path
+asyncio``.
 ``relay``: the same command with a store
 that has no quota for the client (a plain relay for it). ``token-bucket``: the same
 command with :class:`TokenBucketPlugin` in place of Kafka's quota plugin."""
@@ -199,10 +200,8 @@ class Front:
             *("proxy", "--listen", broker.proxy_bootstrap, "--upstream", broker.proxied),
             *("--store", str(store), "--capture", str(self.capture), "--log-level", "WARNING"),
         ]
-        if kind == "kquota-rust":
-            args += ["--data-path", "rust"]
-        elif kind == "token-bucket":
-            # the token bucket replaces the Python plugin, which only the asyncio path calls
+        if kind in ("kquota-asyncio", "token-bucket"):
+            # the token bucket is a Python plugin, which only the asyncio data path calls
             args += ["--data-path", "asyncio"]
         python = [sys.executable, "-X", "faulthandler"]
         if kind == "token-bucket":

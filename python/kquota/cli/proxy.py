@@ -179,11 +179,10 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--data-path",
         choices=["asyncio", "rust"],
-        default="asyncio",
+        default="rust",
         help=(
-            "what serves the connections: asyncio (default), Python's event loop, or rust,"
-            " the Rust data path on threads of its own; the same quotas either way (the"
-            " request quota is charged with each one's own time: see the fidelity guide)"
+            "what serves the connections: rust (default), the Rust data path on threads of"
+            " its own, or asyncio, Python's event loop (deprecated, to be removed)"
         ),
     )
     parser.add_argument(

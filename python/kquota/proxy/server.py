@@ -55,9 +55,10 @@ responses only when they are throttled fetches or ApiVersions.
 Bad input (a malformed or oversized frame, an unknown API key or version, a response that
 does not match) or a dead upstream closes that one connection with one log line.
 
-The rules above are those of both data paths; the modules named below are the asyncio one.
+The rules above are those of both data paths; the modules named below are the asyncio one
+(``data_path="asyncio"``, deprecated, to be removed).
 
-With ``data_path="rust"`` the connections are served by the Rust data path
+By default the connections are served by the Rust data path
 (:class:`kquota._core.ProxyDataPath`, the ``kquota-proxy`` crate) on threads of its own,
 with the same rules and no Python on a request's way: the quota decisions call the core
 directly, and Python keeps the control plane (the managers' quotas, updated live; the
@@ -159,7 +160,8 @@ class ProxyDecision(NamedTuple):
     size: float
     """A produce request's size or a consumer fetch response's size; 0 otherwise."""
     thread_ns: float
-    """The proxy's time on the request (what the request quota records)."""
+    """The request time recorded (ns): the proxy's own, with the broker's as the proxy sees
+    it for an API Kafka answers at once."""
     acks: int
     """A produce request's ``acks`` (-1 for other APIs)."""
     outcome: RequestOutcome
@@ -207,10 +209,10 @@ class ProxyServer:
     them while the proxy runs. Their times are the plugin's clock: give the plugin
     :func:`kafka_clock_ms` (as ``kquota proxy`` does) for Kafka's full new token buckets.
 
-    ``data_path`` chooses what serves the connections: ``"asyncio"`` (the default: this
-    event loop) or ``"rust"`` (the Rust data path on ``threads`` threads of its own, which
-    reads the plugin's managers directly and keeps its quota decisions for
-    :meth:`take_decisions` when ``keep_decisions`` is set). The Rust data path applies
+    ``data_path`` chooses what serves the connections: ``"rust"`` (the default: the Rust
+    data path on ``threads`` threads of its own, which reads the plugin's managers directly
+    and keeps its quota decisions for :meth:`take_decisions` when ``keep_decisions`` is
+    set) or ``"asyncio"`` (this event loop; deprecated, to be removed). The Rust data path applies
     Kafka's rules from the core, so methods a :class:`~kquota.broker.QuotaPlugin` subclass
     overrides (``on_produce``, ...) are called only on the asyncio one.
     """
@@ -229,7 +231,7 @@ class ProxyServer:
         connection_quotas: ConnectionQuotas | None = None,
         listener: str = DEFAULT_LISTENER,
         default_num_partitions: int = 1,
-        data_path: DataPath = "asyncio",
+        data_path: DataPath = "rust",
         threads: int = 2,
         keep_decisions: bool = False,
     ) -> None:

@@ -164,7 +164,8 @@ pub struct Decision {
     pub follower: bool,
     /// A produce request's size or a consumer fetch response's size; 0 otherwise.
     pub size: f64,
-    /// The proxy's time on the request, in nanoseconds (what the request quota records).
+    /// The request time recorded, in nanoseconds: the proxy's own, with the broker's for an
+    /// API Kafka answers at once.
     pub thread_ns: f64,
     /// A produce request's `acks` (-1 for other APIs).
     pub acks: i16,
@@ -487,9 +488,41 @@ struct Pending {
     size: usize,
     acks: i16,
     fetch: Option<FetchRequestInfo>,
-    /// The proxy's time on the request so far (reading and forwarding it).
+    /// The request's time so far: the proxy's (reading and forwarding it), and the
+    /// broker's once answered, for an API Kafka answers at once ([`answered_at_once`]).
     handled: Duration,
+    /// When the request was written to the broker.
+    written: Instant,
     mutation: Option<Box<RecordedMutation>>,
+}
+
+impl Pending {
+    /// Adds the broker's time on an API Kafka answers at once: from the request written,
+    /// or the responder free to read its answer when later, to the answer read.
+    fn add_broker_time(&mut self, ready: Instant, read: Instant) {
+        if answered_at_once(self.header.api_key, self.acks) {
+            self.handled += read.saturating_duration_since(self.written.max(ready));
+        }
+    }
+}
+
+/// The APIs whose whole time Kafka charges to the request quota, because its handler
+/// answers them before it returns: the proxy charges the broker's time on them as it sees
+/// it (request written to answer read, which includes the network's time, as Kafka counts
+/// its network threads' time). Kafka charges the others (a fetch or an `acks=all` produce
+/// parked until its data or replicas are there, the group coordinator's APIs, the ones it
+/// forwards to the controller) only up to its handler's return, which the proxy cannot
+/// see: those are charged with the proxy's own time.
+fn answered_at_once(api_key: i16, acks: i16) -> bool {
+    match api_key {
+        PRODUCE => acks == 1,
+        // ListOffsets, Metadata, OffsetForLeaderEpoch, FindCoordinator, ApiVersions,
+        // DescribeAcls, DescribeConfigs, DescribeLogDirs, DescribeClientQuotas,
+        // DescribeUserScramCredentials, DescribeCluster, DescribeProducers,
+        // DescribeTransactions, ListTransactions, DescribeTopicPartitions
+        2 | 3 | 23 | 10 | 18 | 29 | 32 | 35 | 48 | 50 | 60 | 61 | 65 | 66 | 75 => true,
+        _ => false,
+    }
 }
 
 /// A mutation request under the controller-mutation quota, as recorded.
@@ -800,6 +833,7 @@ async fn read_requests(
             acks,
             fetch,
             handled,
+            written: Instant::now(),
             mutation,
         };
         if forwarded.send(Work::Answer(entry)).await.is_err() {
@@ -829,10 +863,10 @@ async fn respond(
                 continue;
             }
         };
-        connection.wait_unmuted().await;
         let produce = entry.header.api_key == PRODUCE;
         if produce && entry.acks == 0 {
             // No response (Kafka sends none for acks=0); a throttle still mutes.
+            connection.wait_unmuted().await;
             let request = Request::produce(entry.size as f64, nanos(entry.handled), 0);
             decide(shared, &path, connection, &entry, &request)?;
         } else if let Some(recorded) = &entry.mutation {
@@ -841,9 +875,16 @@ async fn respond(
             } else {
                 Some(read_response(&shared.config, &mut frames, &entry.header).await?)
             };
+            connection.wait_unmuted().await;
             answer_mutation(shared, &path, connection, &mut client, &entry, response).await?;
         } else {
+            // Read before a pipelined produce's wait for its connection's mute, so that
+            // the broker's time is not counted with the mute.
+            let mut entry = entry;
+            let ready = Instant::now();
             let response = read_response(&shared.config, &mut frames, &entry.header).await?;
+            entry.add_broker_time(ready, Instant::now());
+            connection.wait_unmuted().await;
             answer(shared, &path, connection, &mut client, entry, response).await?;
         }
         connection.answer_done(produce);
