@@ -21,13 +21,19 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kquota.proxy import codec
+from kafka_wire import (
+    encode_request,
+    kio_versions,
+    read_response,
+    response_correlation_id,
+    throttle_ms,
+)
 from proxy_support import (
     DATA_PATHS,
     api_versions_request,
     closed_by_peer,
     create_topic,
-    encode_request,
+    metadata_request,
     read_frame,
     run_proxy,
 )
@@ -293,7 +299,7 @@ def test_a_client_that_does_not_read_holds_back_only_its_own_connection(
         time.sleep(2)  # the answers pile up (their number does not depend on this wait)
         for correlation_id in range(1, 21):  # the other client is answered meanwhile
             _healthy_exchange(other, correlation_id)
-        answered = [codec.response_correlation_id(read_frame(hoarder) or b"") for _ in range(count)]
+        answered = [response_correlation_id(read_frame(hoarder) or b"") for _ in range(count)]
         sender.join(60)
     assert not sender.is_alive()
     assert answered == list(range(count))
@@ -369,17 +375,10 @@ def test_upstream_dying_mid_connection_closes_the_client_connection(
 
 def _fetch_request(correlation_id: int, topic: str, max_wait_ms: int) -> bytes:
     """A Fetch v12 request long-polling an empty partition for ``max_wait_ms``."""
-    from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopic
-    from kio.schema.request_header.v2.header import RequestHeader
-    from kio.static.primitive import i8, i16, i32, i32Timedelta, i64
-
-    header = RequestHeader(
-        request_api_key=i16(1),
-        request_api_version=i16(12),
-        correlation_id=i32(correlation_id),
-        client_id="sigterm-test",
-    )
     import datetime
+
+    from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopic
+    from kio.static.primitive import i8, i32, i32Timedelta, i64
 
     body = FetchRequest(
         max_wait=i32Timedelta.parse(datetime.timedelta(milliseconds=max_wait_ms)),
@@ -398,7 +397,7 @@ def _fetch_request(correlation_id: int, topic: str, max_wait_ms: int) -> bytes:
         ),
         forgotten_topics_data=(),
     )
-    return encode_request(header, body)
+    return encode_request(body, correlation_id, "sigterm-test")
 
 
 def _start_cli_proxy(tansu: Any, tmp_path: Path, *extra: str) -> subprocess.Popen[str]:
@@ -531,8 +530,8 @@ def test_api_versions_offer_only_versions_the_codec_reads(tansu: Any, data_path:
     assert frame is not None
     offered = _offered_versions(frame)
     assert 0 in offered and 1 in offered  # produce and fetch
-    if data_path == "asyncio":
-        known = codec.supported_versions()
+    if data_path == "asyncio":  # its codec is kio's: no more than kio reads
+        known = kio_versions()
     else:  # the Rust codec's versions are not visible from Python: never more than Tansu's
         with socket.create_connection(tansu.upstream, timeout=10) as direct:
             direct.sendall(api_versions_request(6))
@@ -544,25 +543,8 @@ def test_api_versions_offer_only_versions_the_codec_reads(tansu: Any, data_path:
 
 
 def _offered_versions(frame: bytes) -> dict[int, tuple[int, int]]:
-    spec = codec.api(18, 3)
-    _, body = spec.response_header(frame)
-    response = codec.read_fields(frame, body, spec.response_type)
+    response = read_response(frame, 18, 3)
     return {int(e.api_key): (int(e.min_version), int(e.max_version)) for e in response.api_keys}
-
-
-def _metadata_request(correlation_id: int, client_id: str) -> bytes:
-    from kio.schema.metadata.v12.request import MetadataRequest
-    from kio.schema.request_header.v2.header import RequestHeader
-    from kio.static.primitive import i16, i32
-
-    header = RequestHeader(
-        request_api_key=i16(3),
-        request_api_version=i16(12),
-        correlation_id=i32(correlation_id),
-        client_id=client_id,
-    )
-    body = MetadataRequest(topics=(), include_topic_authorized_operations=False)
-    return encode_request(header, body)
 
 
 @pytest.mark.parametrize("data_path", DATA_PATHS)
@@ -577,7 +559,6 @@ def test_request_quota_throttles_any_api_in_its_response_and_mutes(
 
     plugin = QuotaPlugin()
     plugin.request.set_quota(kquota.Entity(client_id="chatty"), 0.01)  # 0.01 % of a thread
-    spec = codec.api(3, 12)
     with (
         run_proxy(tansu.upstream, tansu.proxy_port, plugin, data_path),
         socket.create_connection(("127.0.0.1", tansu.proxy_port), timeout=30) as sock,
@@ -586,22 +567,20 @@ def test_request_quota_throttles_any_api_in_its_response_and_mutes(
         correlation_id = 0
         while throttle == 0 and correlation_id < 500:
             correlation_id += 1
-            sock.sendall(_metadata_request(correlation_id, "chatty"))
+            sock.sendall(metadata_request(correlation_id, "chatty"))
             frame = read_frame(sock)
             assert frame is not None
-            assert codec.response_correlation_id(frame) == correlation_id
-            _, body = spec.response_header(frame)
-            offset = spec.throttle_offset(frame, body)
-            assert offset is not None
-            throttle = codec.read_int32(frame, offset)
+            assert response_correlation_id(frame) == correlation_id
+            throttle = throttle_ms(frame, 3, 12)
+            assert throttle is not None
             answered = time.monotonic()
         assert throttle > 0, "500 requests at 0.01 % of a thread were never throttled"
         # the next request is read only once the throttle has passed
-        sock.sendall(_metadata_request(correlation_id + 1, "chatty"))
+        sock.sendall(metadata_request(correlation_id + 1, "chatty"))
         frame = read_frame(sock)
         waited = time.monotonic() - answered
-    assert frame is not None and codec.response_correlation_id(frame) == correlation_id + 1
+    assert frame is not None and response_correlation_id(frame) == correlation_id + 1
     assert waited >= throttle / 1000 - 0.01
     # the patched responses decode; the broker advertises the proxy, as it must
-    response = codec.read_fields(frame, spec.response_header(frame)[1], spec.response_type)
+    response = read_response(frame, 3, 12)
     assert response.brokers[0].port == tansu.proxy_port

@@ -11,7 +11,7 @@ Which behaviour a client gets depends on the request version it sends, as with K
 
 Tansu 0.6.0 handles CreateTopics, DeleteTopics and Metadata v12 but not CreatePartitions
 (it does not list it in ApiVersions; both clients refuse to send it), so CreatePartitions
-is left to the unit tests of ``kquota.proxy.mutation``.
+is left to ``test_proxy_create_partitions.py`` (a scripted upstream).
 
 Every expected count and throttle is computed from the core's token bucket
 (:class:`kquota.TokenBucket`, the stat the manager measures with), not written down.
@@ -26,10 +26,10 @@ import time
 from typing import Any
 
 import pytest
+from kafka_wire import THROTTLED_MESSAGE, THROTTLING_QUOTA_EXCEEDED
 from kquota import ControllerMutationQuotaManager, Entity, TokenBucket
 from kquota.broker import MutationQuotaCollector, QuotaOutcome, serve_metrics
 from kquota.proxy import kafka_clock_ms
-from kquota.proxy.mutation import THROTTLED_MESSAGE, THROTTLING_QUOTA_EXCEEDED
 from proxy_support import DATA_PATHS, RecordingPlugin, run_proxy, scrape_flat
 
 pytest.importorskip("kio")

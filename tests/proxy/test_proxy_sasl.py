@@ -18,7 +18,8 @@ from typing import Any
 import kquota
 import pytest
 from conftest import free_port
-from kquota.proxy import ANONYMOUS, codec
+from kafka_wire import read_response
+from kquota.proxy import ANONYMOUS
 from proxy_support import (
     DATA_PATHS,
     SCRIPT_HANG_S,
@@ -57,9 +58,8 @@ def _call(broker: ScriptedBroker, client: socket.socket, frame: bytes, error: in
     broker.exchange(api_key, error)
     response = read_frame(client)
     assert response is not None, "the proxy closed the connection"
-    spec = codec.api(api_key, int.from_bytes(frame[6:8], "big"))
-    _, body = spec.response_header(response)
-    return int(codec.read_fields(response, body, spec.response_type).error_code)
+    version = int.from_bytes(frame[6:8], "big")
+    return int(read_response(response, api_key, version).error_code)
 
 
 def _produce(broker: ScriptedBroker, client: socket.socket, correlation_id: int) -> None:

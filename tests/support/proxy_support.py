@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import io
 import socket
 import struct
 import threading
@@ -15,7 +14,13 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from kio.serial import entity_writer
+from kafka_wire import (
+    encode_request,
+    encode_response,
+    request_header,
+    response_correlation_id,
+    throttle_ms,
+)
 from kio.static.primitive import i16, i32
 from kquota import QuotaManager, RequestPath
 from kquota.broker import QuotaOutcome, QuotaPlugin
@@ -256,27 +261,11 @@ def run_proxy(
 # -- raw frames ----------------------------------------------------------------------------
 
 
-def encode_request(header: Any, body: Any) -> bytes:
-    """A request frame (size prefix included), encoded with kio."""
-    out = io.BytesIO()
-    entity_writer(type(header))(out, header)
-    entity_writer(type(body))(out, body)
-    data = out.getvalue()
-    return struct.pack(">i", len(data)) + data
-
-
 def api_versions_request(correlation_id: int, client_id: str = "raw") -> bytes:
     from kio.schema.api_versions.v3.request import ApiVersionsRequest
-    from kio.schema.request_header.v2.header import RequestHeader
 
-    header = RequestHeader(
-        request_api_key=i16(18),
-        request_api_version=i16(3),
-        correlation_id=i32(correlation_id),
-        client_id=client_id,
-    )
     body = ApiVersionsRequest(client_software_name="kquota-test", client_software_version="1")
-    return encode_request(header, body)
+    return encode_request(body, correlation_id, client_id)
 
 
 def read_frame(sock: socket.socket) -> bytes | None:
@@ -324,13 +313,10 @@ class TimingRelay:
     when each response (with the throttle it carries) was passed on, per connection.
 
     It listens where the broker's advertised address points, so every connection of a
-    client goes through it; it reads the frames with the proxy's codec.
+    client goes through it; it reads the frames with kio.
     """
 
     def __init__(self, listen_port: int, target: tuple[str, int]) -> None:
-        from kquota.proxy import codec
-
-        self._codec = codec
         self.target = target
         self.listener = socket.create_server(("127.0.0.1", listen_port))
         self.events: list[tuple[int, float, str, int, int]] = []  # conn, t, kind, api, throttle
@@ -411,17 +397,13 @@ class TimingRelay:
         request: bool,
         pending: dict[int, tuple[int, int]],
     ) -> None:
-        codec = self._codec
         if request:
-            header = codec.parse_request_header(frame)
-            pending[header.correlation_id] = (header.api.key, header.api.version)
-            event = (conn, at, "request", header.api.key, 0)
+            header = request_header(frame)
+            pending[header.correlation_id] = (header.api_key, header.api_version)
+            event = (conn, at, "request", header.api_key, 0)
         else:
-            key, version = pending.pop(codec.response_correlation_id(frame))
-            spec = codec.api(key, version)
-            _, body = spec.response_header(frame)
-            offset = spec.throttle_offset(frame, body)
-            throttle = codec.read_int32(frame, offset) if offset is not None else 0
+            key, version = pending.pop(response_correlation_id(frame))
+            throttle = throttle_ms(frame, key, version) or 0
             event = (conn, at, "response", key, throttle)
         with self._lock:
             self.events.append(event)
@@ -449,18 +431,6 @@ SCRIPT_QUIET_S = 0.3
 """How long :meth:`ScriptedBroker.nothing_more` listens for a request that must not come."""
 
 
-def request_frame(correlation_id: int, client_id: str, body: Any) -> bytes:
-    """A request frame of kio message ``body``, with the request header its API and
-    version use."""
-    header = body.__header_schema__(
-        request_api_key=i16(body.__api_key__),
-        request_api_version=i16(body.__version__),
-        correlation_id=i32(correlation_id),
-        client_id=client_id,
-    )
-    return encode_request(header, body)
-
-
 def produce_request(correlation_id: int, client_id: str, size: int, acks: int = 1) -> bytes:
     """A Produce v9 request whose records are ``size`` opaque bytes (the proxy reads none
     of them; a stand-in broker stores nothing)."""
@@ -484,28 +454,28 @@ def produce_request(correlation_id: int, client_id: str, size: int, acks: int = 
             ),
         ),
     )
-    return request_frame(correlation_id, client_id, body)
+    return encode_request(body, correlation_id, client_id)
 
 
 def metadata_request(correlation_id: int, client_id: str) -> bytes:
     from kio.schema.metadata.v12.request import MetadataRequest
 
     body = MetadataRequest(topics=(), include_topic_authorized_operations=False)
-    return request_frame(correlation_id, client_id, body)
+    return encode_request(body, correlation_id, client_id)
 
 
 def sasl_handshake_request(correlation_id: int, mechanism: str) -> bytes:
     from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
 
     body = SaslHandshakeRequest(mechanism=mechanism)
-    return request_frame(correlation_id, "sasl", body)
+    return encode_request(body, correlation_id, "sasl")
 
 
 def sasl_authenticate_request(correlation_id: int, auth_bytes: bytes) -> bytes:
     from kio.schema.sasl_authenticate.v2.request import SaslAuthenticateRequest
 
     body = SaslAuthenticateRequest(auth_bytes=auth_bytes)
-    return request_frame(correlation_id, "sasl", body)
+    return encode_request(body, correlation_id, "sasl")
 
 
 def _response_body(api_key: int, correlation_id: int, error: int) -> Any:
@@ -561,13 +531,7 @@ def _response_body(api_key: int, correlation_id: int, error: int) -> Any:
 def response_frame(api_key: int, correlation_id: int, error: int = 0) -> bytes:
     """A response frame (size prefix included), encoded with kio, with the response
     header of the response's own module."""
-    body = _response_body(api_key, correlation_id, error)
-    header = body.__header_schema__(correlation_id=i32(correlation_id))
-    out = io.BytesIO()
-    entity_writer(type(header))(out, header)
-    entity_writer(type(body))(out, body)
-    data = out.getvalue()
-    return struct.pack(">i", len(data)) + data
+    return encode_response(_response_body(api_key, correlation_id, error), correlation_id)
 
 
 class ScriptedBroker:

@@ -986,10 +986,9 @@ def metadata_storm(seconds: float) -> Callable[[Side, Run], None]:
     def workload(where: Side, run: Run) -> None:
         import socket
 
-        from kquota.proxy import codec
+        from kafka_wire import throttle_ms
         from proxy_support import metadata_request, read_frame
 
-        spec = codec.api(3, 12)
         host, port = where.bootstrap.rsplit(":", 1)
         answered: list[tuple[float, int]] = []
         throttles: list[int] = []
@@ -1003,9 +1002,7 @@ def metadata_storm(seconds: float) -> Callable[[Side, Run], None]:
                 if frame is None:
                     run.failures.append("the connection was closed")
                     break
-                _, body = spec.response_header(frame)
-                offset = spec.throttle_offset(frame, body)
-                throttle = codec.read_int32(frame, offset) if offset is not None else 0
+                throttle = throttle_ms(frame, 3, 12) or 0
                 answered.append((time.monotonic() - began, 1))
                 if throttle > 0:
                     throttles.append(throttle)
