@@ -20,9 +20,9 @@ time of the broker JVM and of the proxy process over the run (``/proc/PID/stat``
 :func:`compare` says, with numbers, where two runs differ beyond stated tolerances.
 
 The teeth: :class:`Front` also runs the same proxy with no quota for the client (a plain
-relay) and the same proxy with :class:`TokenBucketPlugin`, a token bucket at the same
-rate in place of Kafka's sampled windows (``python tests/support/side_by_side_support.py
-token-bucket-proxy ARGS``: ``kquota proxy ARGS`` with that plugin).
+relay) and a small proxy holding the client with a token bucket at the same rate in place
+of Kafka's sampled windows (tests/support/token_bucket_front.py), with the same store and
+capture.
 """
 
 from __future__ import annotations
@@ -37,7 +37,6 @@ import re
 import signal
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -46,7 +45,7 @@ from pathlib import Path
 from typing import Any
 
 SUPPORT = Path(__file__).resolve().parent
-if str(SUPPORT) not in sys.path:  # run as a script (the token-bucket proxy)
+if str(SUPPORT) not in sys.path:  # imported from benches/ too
     sys.path.insert(0, str(SUPPORT))
 
 from kafka_support import KafkaBroker, free_port, kafka_configs  # noqa: E402
@@ -182,8 +181,8 @@ FRONTS = ("kquota", "kquota-asyncio", "relay", "token-bucket")
 """``kquota``: ``kquota proxy`` as a user runs it; ``kquota-asyncio``: with ``--data-path
 asyncio``.
 ``relay``: the same command with a store
-that has no quota for the client (a plain relay for it). ``token-bucket``: the same
-command with :class:`TokenBucketPlugin` in place of Kafka's quota plugin."""
+that has no quota for the client (a plain relay for it). ``token-bucket``: a small proxy
+with a token bucket in place of Kafka's sampled rate (``token_bucket_front.py``)."""
 
 
 class Front:
@@ -200,12 +199,11 @@ class Front:
             *("proxy", "--listen", broker.proxy_bootstrap, "--upstream", broker.proxied),
             *("--store", str(store), "--capture", str(self.capture), "--log-level", "WARNING"),
         ]
-        if kind in ("kquota-asyncio", "token-bucket"):
-            # the token bucket is a Python plugin, which only the asyncio data path calls
+        if kind == "kquota-asyncio":
             args += ["--data-path", "asyncio"]
         python = [sys.executable, "-X", "faulthandler"]
         if kind == "token-bucket":
-            command = [*python, __file__, "token-bucket-proxy", *args]
+            command = [*python, str(SUPPORT / "token_bucket_front.py"), *args[1:]]
         else:
             command = [*python, "-m", "kquota", *args]
         folder.mkdir(parents=True, exist_ok=True)
@@ -246,111 +244,6 @@ class Front:
                 f"{self.kind} proxy exited with {self.process.returncode}: {self.log.read_text()}"
             )
         return self.log.read_text()
-
-
-# -- the token bucket (a tooth) -------------------------------------------------------------
-
-
-def token_bucket_plugin_class() -> type:
-    """:class:`TokenBucketPlugin`, built on first use (it subclasses kquota's plugin, whose
-    import needs the proxy's extra; this module is also imported where it is not needed)."""
-    from kquota import TokenBucket, token_bucket_throttle_time
-    from kquota.broker import QuotaOutcome, QuotaPlugin
-
-    class TokenBucketPlugin(QuotaPlugin):  # type: ignore[misc]
-        """kquota's plugin with produce and fetch byte rates held by a token bucket per
-        client instead of Kafka's sampled rate: ``kquota.TokenBucket`` at the client's
-        quota (as the store gives it), whose burst is Kafka's own for KIP-599
-        (``num_samples * window`` of quota) and which starts full. A request that
-        overdraws it is throttled by the time the bucket needs to refill to zero
-        (``token_bucket_throttle_time``), the channel muted for it; a throttled fetch is
-        answered empty and its bytes given back, as kquota and Kafka do. The request
-        quota and everything else is kquota's."""
-
-        def __init__(self, *args: Any, **kwargs: Any) -> None:
-            super().__init__(*args, **kwargs)
-            self._buckets: dict[tuple[str, str, str], Any] = {}
-            self._guard = threading.Lock()
-
-        def _bucket(self, kind: str, user: str, client_id: str) -> tuple[Any, float] | None:
-            manager = self.produce if kind == "produce" else self.fetch
-            quota = manager.quota_for(user, client_id)
-            if quota is None:
-                return None
-            with self._guard:
-                bucket = self._buckets.get((kind, user, client_id))
-                if bucket is None or bucket.quota != quota:
-                    bucket = TokenBucket(
-                        quota, num_samples=manager.num_samples, window_ms=manager.window_ms
-                    )
-                    self._buckets[(kind, user, client_id)] = bucket
-            return bucket, quota
-
-        def _take(
-            self,
-            kind: str,
-            user: str,
-            client_id: str,
-            size: float,
-            channel: int | None,
-            now_ms: int | None,
-        ) -> Any:
-            found = self._bucket(kind, user, client_id)
-            if found is None:
-                return QuotaOutcome()
-            bucket, quota = found
-            now = self.channels.now_ms() if now_ms is None else now_ms
-            bucket.record(size, now)
-            throttle = token_bucket_throttle_time(bucket.measure(now), quota)
-            if throttle <= 0:
-                return QuotaOutcome()
-            fetch = kind == "fetch"
-            if fetch:
-                bucket.record(-size, now)  # answered empty: its bytes are not sent
-            manager = self.fetch if fetch else self.produce
-            end = None
-            if channel is not None:
-                end = self.channels.throttle(
-                    channel, throttle, manager=manager, user=user, client_id=client_id, now_ms=now
-                )
-            return QuotaOutcome(throttle, fetch, kind, end)
-
-        def on_produce(
-            self,
-            user: str,
-            client_id: str,
-            size_bytes: float,
-            thread_time_ns: float,
-            *,
-            acks: int = -1,
-            channel: int | None = None,
-            now_ms: int | None = None,
-        ) -> Any:
-            return self._take("produce", user, client_id, size_bytes, channel, now_ms)
-
-        def on_fetch(
-            self,
-            user: str,
-            client_id: str,
-            response_bytes: float,
-            thread_time_ns: float,
-            *,
-            channel: int | None = None,
-            now_ms: int | None = None,
-        ) -> Any:
-            return self._take("fetch", user, client_id, response_bytes, channel, now_ms)
-
-    return TokenBucketPlugin
-
-
-def run_token_bucket_proxy(argv: list[str]) -> int:
-    """``kquota proxy ARGV`` with :class:`TokenBucketPlugin` as its plugin: the same
-    command, store, capture and connection handling; only the quota arithmetic differs."""
-    import kquota.broker
-    from kquota.cli import main
-
-    kquota.broker.QuotaPlugin = token_bucket_plugin_class()  # what `kquota proxy` builds
-    return main(argv)
 
 
 # -- what a run saw ---------------------------------------------------------------------------
@@ -1119,11 +1012,3 @@ def timeline(run: Run, api: str) -> str:
     for second, (got, held) in enumerate(zip(per_second, throttles, strict=True)):
         lines.append(f"  {second:3d} {got:6.2f}  {held}")
     return "\n".join(lines)
-
-
-if __name__ == "__main__":
-    if len(sys.argv) < 2 or sys.argv[1] != "token-bucket-proxy":
-        sys.exit(
-            "usage: python tests/support/side_by_side_support.py token-bucket-proxy PROXY-ARGS..."
-        )
-    sys.exit(run_token_bucket_proxy(sys.argv[2:]))
