@@ -1,6 +1,6 @@
 """``kquota proxy``'s overhead: a librdkafka producer of 1 KiB messages, no quota.
 
-Six ways to the same Tansu 0.6.0 broker (in memory, on 127.0.0.1), measured in the same
+Five ways to the same Tansu 0.6.0 broker (in memory, on 127.0.0.1), measured in the same
 run with their rounds interleaved (round ``i`` runs every role, in an order rotated by
 ``i``), so that the load of a shared machine falls on all of them alike:
 
@@ -12,11 +12,8 @@ run with their rounds interleaved (round ``i`` runs every role, in an order rota
   ``make bench``): tokio copying bytes both ways, the floor a proxy in Rust is held to;
 * ``rust_framed`` (baseline): ``kquota-relay --framed``, which reads every frame and decodes
   its header, and matches each response to its request;
-* ``kquota_asyncio`` (baseline): ``kquota proxy --data-path asyncio`` with a store that has
-  no quota for this client, its connections served by Python's asyncio (the default data
-  path), which the Rust data path is to replace;
-* ``kquota`` (subject): the same command and store with ``--data-path rust``: the
-  connections served, and the quotas applied, by the Rust data path on its own tokio
+* ``kquota`` (subject): ``kquota proxy`` with a store that has no quota for this client:
+  the connections served, and the quotas applied, by its Rust data path on its own tokio
   threads (2, the default ``--threads``).
 
 The relays and the proxies run as their own processes, as a user runs them: ``kquota
@@ -89,7 +86,7 @@ from typing import Any
 import pytest
 from quick import pick  # benches/quick.py, next to this file (also when run as the relay)
 
-ROLES = ("direct", "relay", "rust_relay", "rust_framed", "kquota_asyncio", "kquota")
+ROLES = ("direct", "relay", "rust_relay", "rust_framed", "kquota")
 """``kquota`` is the subject; the others are baselines (see benches/conftest.py)."""
 SUBJECTS = ("kquota",)
 PROXIES = tuple(role for role in ROLES if role != "direct")
@@ -266,13 +263,11 @@ def _path(role: str, folder: Path, store: Path) -> Iterator[Front]:
         "rust_relay": [str(RUST_RELAY), f"127.0.0.1:{front}", f"127.0.0.1:{broker}"],
         "rust_framed": [str(RUST_RELAY), f"127.0.0.1:{front}", f"127.0.0.1:{broker}", "--framed"],
     }
-    proxy = [
+    fronts["kquota"] = [
         *(*python, "-m", "kquota", "proxy", "--listen", f"127.0.0.1:{front}"),
         *("--upstream", f"127.0.0.1:{broker}", "--store", str(store)),
         *("--log-level", "WARNING"),
     ]
-    fronts["kquota"] = [*proxy, "--data-path", "rust"]
-    fronts["kquota_asyncio"] = [*proxy, "--data-path", "asyncio"]
     with ExitStack() as stack:
         stack.enter_context(_process(tansu, broker, "Tansu", folder / "tansu.log"))
         pid = None

@@ -10,7 +10,7 @@ or the clock with one manager, not both.
 """
 
 from collections.abc import Sequence
-from typing import Any, Final, Literal, Self, final
+from typing import Any, ClassVar, Final, Literal, Self, final
 
 import numpy as np
 import numpy.typing as npt
@@ -953,7 +953,7 @@ class ProxyDataPath:
     path in Rust (the ``kquota-proxy`` crate) on ``threads`` threads of its own, with the
     quotas of the three managers read directly. Returns once it listens on ``listen``
     (``HOST:PORT``, port 0: any free port); :class:`OSError` when it cannot. Used by
-    :class:`kquota.proxy.ProxyServer` with ``data_path="rust"``.
+    :class:`kquota.proxy.ProxyServer`.
     """
 
     def __new__(
@@ -985,6 +985,12 @@ class ProxyDataPath:
     def ip_throttled_connections(self) -> int: ...
     @property
     def dropped_decisions(self) -> int: ...
+    ANONYMOUS: ClassVar[str]
+    """The user of a connection without SASL, or whose principal the proxy cannot read."""
+    @staticmethod
+    def api_name(api_key: int) -> str:
+        """An API's name as a capture records it: Kafka's name in snake case
+        (``"create_topics"``), ``"api_<key>"`` for a key the data path does not know."""
     def take_decisions(
         self,
     ) -> list[

@@ -23,13 +23,11 @@ from typing import Any
 import pytest
 from kafka_wire import (
     encode_request,
-    kio_versions,
     read_response,
     response_correlation_id,
     throttle_ms,
 )
 from proxy_support import (
-    DATA_PATHS,
     api_versions_request,
     closed_by_peer,
     create_topic,
@@ -185,13 +183,10 @@ CLIENTS = {
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("data_path", DATA_PATHS)
 @pytest.mark.parametrize("client", list(CLIENTS))
-def test_client_produces_and_consumes_through_the_proxy(
-    tansu: Any, client: str, data_path: str
-) -> None:
-    topic = f"roundtrip-{client}-{data_path}"
-    with run_proxy(tansu.upstream, tansu.proxy_port, data_path=data_path) as proxy:
+def test_client_produces_and_consumes_through_the_proxy(tansu: Any, client: str) -> None:
+    topic = f"roundtrip-{client}"
+    with run_proxy(tansu.upstream, tansu.proxy_port) as proxy:
         received = CLIENTS[client](proxy.address, topic)
         # every request went through the proxy's quota path, none throttled
         applied = proxy.plugin.applied  # type: ignore[attr-defined]
@@ -228,14 +223,13 @@ def _bad_frames() -> dict[str, bytes]:
     }
 
 
-@pytest.mark.parametrize("data_path", DATA_PATHS)
 @pytest.mark.parametrize("case", list(_bad_frames()))
 def test_bad_input_closes_only_that_connection(
-    tansu: Any, case: str, data_path: str, caplog: pytest.LogCaptureFixture
+    tansu: Any, case: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.WARNING, logger="kquota.proxy")
     with (
-        run_proxy(tansu.upstream, tansu.proxy_port, data_path=data_path) as proxy,
+        run_proxy(tansu.upstream, tansu.proxy_port),
         socket.create_connection(("127.0.0.1", tansu.proxy_port), timeout=10) as healthy,
         socket.create_connection(("127.0.0.1", tansu.proxy_port), timeout=10) as bad,
     ):
@@ -247,32 +241,22 @@ def test_bad_input_closes_only_that_connection(
         assert closed_by_peer(bad), f"the {case} connection stayed open"
         _healthy_exchange(healthy, 2)
         _healthy_exchange(healthy, 3)
-        if data_path == "asyncio":
-            open_now = proxy.peers()  # (a client of another test may connect meanwhile)
-            assert "{}:{}".format(*healthy.getsockname()) in open_now
-            assert bad_peer not in open_now
     lines = [r.getMessage() for r in caplog.records if r.name == "kquota.proxy"]
     closing = [line for line in lines if line.startswith("closing connection")]
     assert len(closing) == 1, lines
     assert bad_peer in closing[0]
     expected = {
-        "malformed": ("malformed", "ends inside its header"),
-        "oversized": ("invalid request size 209715200", "frame of 209715200 bytes"),
-        "negative-size": ("invalid request size -5", "invalid frame size -5"),
-        "unknown-api-key": ("unknown API key 999", "unknown API key 999"),
-        "unknown-version": (
-            "unsupported version 99 of API 0 (produce)",
-            "unsupported version 99 of API 0 (Produce)",
-        ),
-        "truncated": ("mid-request", "connection closed inside a frame"),
-    }[case][DATA_PATHS.index(data_path)]
+        "malformed": "ends inside its header",
+        "oversized": "frame of 209715200 bytes",
+        "negative-size": "invalid frame size -5",
+        "unknown-api-key": "unknown API key 999",
+        "unknown-version": "unsupported version 99 of API 0 (Produce)",
+        "truncated": "connection closed inside a frame",
+    }[case]
     assert expected in closing[0]
 
 
-@pytest.mark.parametrize("data_path", DATA_PATHS)
-def test_a_client_that_does_not_read_holds_back_only_its_own_connection(
-    tansu: Any, data_path: str
-) -> None:
+def test_a_client_that_does_not_read_holds_back_only_its_own_connection(tansu: Any) -> None:
     """A client sends requests and reads none of the answers, more of them than every socket
     buffer between it and the broker holds, so that the proxy's writes to it wait; another
     client's requests go on being answered meanwhile. Then it reads, and gets every answer,
@@ -280,7 +264,7 @@ def test_a_client_that_does_not_read_holds_back_only_its_own_connection(
     count = 40_000
     requests = b"".join(api_versions_request(i, client_id="hoarder") for i in range(count))
     with (
-        run_proxy(tansu.upstream, tansu.proxy_port, data_path=data_path),
+        run_proxy(tansu.upstream, tansu.proxy_port),
         socket.socket() as hoarder,
         socket.create_connection(("127.0.0.1", tansu.proxy_port), timeout=10) as other,
     ):
@@ -311,17 +295,16 @@ def _max_socket_buffer(kind: str) -> int:
     return int(Path(f"/proc/sys/net/ipv4/{kind}").read_text().split()[2])
 
 
-@pytest.mark.parametrize("data_path", DATA_PATHS)
 def test_dead_upstream_closes_only_that_connection(
-    tansu: Any, data_path: str, caplog: pytest.LogCaptureFixture
+    tansu: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.WARNING, logger="kquota.proxy")
     with socket.socket() as unused:
         unused.bind(("127.0.0.1", 0))
         dead_port = unused.getsockname()[1]  # bound, never listening: connections refused
         with (
-            run_proxy(tansu.upstream, tansu.proxy_port, data_path=data_path),
-            run_proxy(("127.0.0.1", dead_port), 0, data_path=data_path) as orphan,
+            run_proxy(tansu.upstream, tansu.proxy_port),
+            run_proxy(("127.0.0.1", dead_port), 0) as orphan,
             socket.create_connection(("127.0.0.1", tansu.proxy_port), timeout=10) as healthy,
         ):
             _healthy_exchange(healthy, 1)
@@ -334,9 +317,8 @@ def test_dead_upstream_closes_only_that_connection(
     assert f"upstream 127.0.0.1:{dead_port} unreachable" in closing[0]
 
 
-@pytest.mark.parametrize("data_path", DATA_PATHS)
 def test_upstream_dying_mid_connection_closes_the_client_connection(
-    tansu: Any, data_path: str, caplog: pytest.LogCaptureFixture
+    tansu: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
     """A relay that dies after one answer stands for a broker that crashes."""
     caplog.set_level(logging.WARNING, logger="kquota.proxy")
@@ -358,7 +340,7 @@ def test_upstream_dying_mid_connection_closes_the_client_connection(
     relay = threading.Thread(target=one_answer_then_die, daemon=True)
     relay.start()
     with (
-        run_proxy(("127.0.0.1", relay_port), 0, data_path=data_path) as proxy,
+        run_proxy(("127.0.0.1", relay_port), 0) as proxy,
         socket.create_connection(proxy.server.address, timeout=10) as client,
     ):
         _healthy_exchange(client, 1)
@@ -438,13 +420,10 @@ def _start_cli_proxy(tansu: Any, tmp_path: Path, *extra: str) -> subprocess.Pope
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("data_path", DATA_PATHS)
-def test_sigterm_answers_the_request_in_flight_and_exits_0(
-    tansu: Any, tmp_path: Path, data_path: str
-) -> None:
-    process = _start_cli_proxy(tansu, tmp_path, "--data-path", data_path)
+def test_sigterm_answers_the_request_in_flight_and_exits_0(tansu: Any, tmp_path: Path) -> None:
+    process = _start_cli_proxy(tansu, tmp_path)
     try:
-        topic = f"sigterm-topic-{data_path}"
+        topic = "sigterm-topic"
         create_topic(f"127.0.0.1:{tansu.proxy_port}", topic)
         with socket.create_connection(("127.0.0.1", tansu.proxy_port), timeout=20) as client:
             client.sendall(_fetch_request(41, topic, max_wait_ms=2000))
@@ -497,7 +476,7 @@ def test_cli_rejects_bad_options_with_status_2(tmp_path: Path) -> None:
         assert len(lines) == 1 and message in lines[0], (argv, result.stderr)
 
 
-def test_bad_data_path_settings_are_named() -> None:
+def test_bad_proxy_settings_are_named() -> None:
     from kquota._core import ProxyDataPath
     from kquota.broker import QuotaPlugin
     from kquota.exceptions import InvalidConfigError
@@ -505,9 +484,9 @@ def test_bad_data_path_settings_are_named() -> None:
 
     with QuotaPlugin() as plugin:
         for kwargs, message in (
-            ({"data_path": "threads"}, "invalid data_path 'threads'"),
-            ({"data_path": "rust", "threads": 0}, "invalid threads 0"),
-            ({"data_path": "rust", "threads": True}, "invalid threads True"),
+            ({"threads": 0}, "invalid threads 0"),
+            ({"threads": True}, "invalid threads True"),
+            ({"listener": ""}, "invalid listener ''"),
         ):
             with pytest.raises(InvalidConfigError, match=message):
                 ProxyServer(("127.0.0.1", 9), plugin, **kwargs)  # type: ignore[arg-type]
@@ -519,10 +498,9 @@ def test_bad_data_path_settings_are_named() -> None:
             ProxyDataPath("nowhere", *plugin.managers)
 
 
-@pytest.mark.parametrize("data_path", DATA_PATHS)
-def test_api_versions_offer_only_versions_the_codec_reads(tansu: Any, data_path: str) -> None:
+def test_api_versions_offer_only_versions_the_codec_reads(tansu: Any) -> None:
     with (
-        run_proxy(tansu.upstream, tansu.proxy_port, data_path=data_path),
+        run_proxy(tansu.upstream, tansu.proxy_port),
         socket.create_connection(("127.0.0.1", tansu.proxy_port), timeout=10) as sock,
     ):
         sock.sendall(api_versions_request(5))
@@ -530,14 +508,12 @@ def test_api_versions_offer_only_versions_the_codec_reads(tansu: Any, data_path:
     assert frame is not None
     offered = _offered_versions(frame)
     assert 0 in offered and 1 in offered  # produce and fetch
-    if data_path == "asyncio":  # its codec is kio's: no more than kio reads
-        known = kio_versions()
-    else:  # the Rust codec's versions are not visible from Python: never more than Tansu's
-        with socket.create_connection(tansu.upstream, timeout=10) as direct:
-            direct.sendall(api_versions_request(6))
-            answer = read_frame(direct)
-        assert answer is not None
-        known = _offered_versions(answer)
+    # never more than the broker offers (the codec's own versions are not visible here)
+    with socket.create_connection(tansu.upstream, timeout=10) as direct:
+        direct.sendall(api_versions_request(6))
+        answer = read_frame(direct)
+    assert answer is not None
+    known = _offered_versions(answer)
     for key, (low, high) in offered.items():
         assert known[key][0] <= low <= high <= known[key][1], key
 
@@ -547,10 +523,7 @@ def _offered_versions(frame: bytes) -> dict[int, tuple[int, int]]:
     return {int(e.api_key): (int(e.min_version), int(e.max_version)) for e in response.api_keys}
 
 
-@pytest.mark.parametrize("data_path", DATA_PATHS)
-def test_request_quota_throttles_any_api_in_its_response_and_mutes(
-    tansu: Any, data_path: str
-) -> None:
+def test_request_quota_throttles_any_api_in_its_response_and_mutes(tansu: Any) -> None:
     """``request_percentage`` applies to every API: the throttle is written into the
     response's own field (Metadata v12 here), and the connection reads nothing more until
     it has passed (the next answer comes no earlier)."""
@@ -560,7 +533,7 @@ def test_request_quota_throttles_any_api_in_its_response_and_mutes(
     plugin = QuotaPlugin()
     plugin.request.set_quota(kquota.Entity(client_id="chatty"), 0.01)  # 0.01 % of a thread
     with (
-        run_proxy(tansu.upstream, tansu.proxy_port, plugin, data_path),
+        run_proxy(tansu.upstream, tansu.proxy_port, plugin),
         socket.create_connection(("127.0.0.1", tansu.proxy_port), timeout=30) as sock,
     ):
         throttle = 0

@@ -28,7 +28,7 @@ from callbacks.half_user_quota import HalfUserQuota
 from kquota import Entity, QuotaManager
 from kquota.backtest.outputs import read_requests
 from kquota.proxy import ANONYMOUS
-from proxy_support import DATA_PATHS, RecordingPlugin, create_topic, run_proxy
+from proxy_support import RecordingPlugin, create_topic, run_proxy
 
 pytestmark = pytest.mark.slow
 
@@ -80,9 +80,8 @@ def _produce(bootstrap: str, topic: str, seconds: float) -> list[int]:
     return throttles
 
 
-@pytest.mark.parametrize("data_path", DATA_PATHS)
 def test_proxy_and_backtest_honour_a_callback_that_halves_a_user_quota(
-    tansu: Any, tmp_path: Path, data_path: str
+    tansu: Any, tmp_path: Path
 ) -> None:
     store = tmp_path / "quotas.sqlite"
     subprocess.run(
@@ -100,7 +99,6 @@ def test_proxy_and_backtest_honour_a_callback_that_halves_a_user_quota(
             *("proxy", "--listen", f"127.0.0.1:{tansu.proxy_port}", "--store", str(store)),
             *("--upstream", f"127.0.0.1:{tansu.port}", "--quota-callback", SPEC),
             *("--capture", str(capture), "--capture-broker", "1", "--log-level", "WARNING"),
-            *("--data-path", data_path),
         ),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -111,8 +109,8 @@ def test_proxy_and_backtest_honour_a_callback_that_halves_a_user_quota(
     try:
         assert proxy.stdout is not None
         assert proxy.stdout.readline().startswith("kquota proxy: listening")
-        create_topic(bootstrap, f"callback-halved-{data_path}")
-        client_throttles = _produce(bootstrap, f"callback-halved-{data_path}", 12)
+        create_topic(bootstrap, "callback-halved")
+        client_throttles = _produce(bootstrap, "callback-halved", 12)
     finally:
         proxy.send_signal(signal.SIGTERM)
         _, stderr = proxy.communicate(timeout=60)
@@ -159,14 +157,13 @@ def test_proxy_and_backtest_honour_a_callback_that_halves_a_user_quota(
     assert (without["kafka_throttle_ms"] != without["throttle_ms"]).any()
 
 
-@pytest.mark.parametrize("data_path", DATA_PATHS)
-def test_the_proxy_tells_the_callback_about_brokers_and_leaders(tansu: Any, data_path: str) -> None:
+def test_the_proxy_tells_the_callback_about_brokers_and_leaders(tansu: Any) -> None:
     callback = HalfUserQuota()
     managers = [QuotaManager(t, callback=callback) for t in ("produce", "fetch", "request")]
     plugin = RecordingPlugin(*managers, quota_callback=callback)
     plugin.produce.set_quota(Entity(user=ANONYMOUS), QUOTA)
-    topic = f"callback-metadata-{data_path}"
-    with run_proxy(tansu.upstream, tansu.proxy_port, plugin, data_path) as proxy:
+    topic = "callback-metadata"
+    with run_proxy(tansu.upstream, tansu.proxy_port, plugin) as proxy:
         create_topic(proxy.address, topic, partitions=3)
         _produce(proxy.address, topic, 1)
         assert plugin.produce.bound(ANONYMOUS, "halved") == QUOTA / 2

@@ -189,9 +189,8 @@ def test_cli_capture_options_are_checked(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("data_path", ["asyncio", "rust"])
 def test_backtest_over_a_capture_gives_the_throttles_the_proxy_applied(
-    tansu: Any, tmp_path: Path, data_path: str
+    tansu: Any, tmp_path: Path
 ) -> None:
     from confluent_kafka import Consumer, Producer
 
@@ -232,8 +231,6 @@ def test_backtest_over_a_capture_gives_the_throttles_the_proxy_applied(
             "1",
             "--log-level",
             "WARNING",
-            "--data-path",
-            data_path,
         ),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -243,7 +240,7 @@ def test_backtest_over_a_capture_gives_the_throttles_the_proxy_applied(
     try:
         assert proxy.stdout is not None
         assert proxy.stdout.readline().startswith("kquota proxy: listening")
-        topic = f"capture-roundtrip-{data_path}"
+        topic = "capture-roundtrip"
         create_topic(bootstrap, topic)
         throttles: list[int] = []
 
@@ -273,7 +270,7 @@ def test_backtest_over_a_capture_gives_the_throttles_the_proxy_applied(
         consumer = Consumer(
             {
                 "bootstrap.servers": bootstrap,
-                "group.id": f"capture-group-{data_path}",
+                "group.id": "capture-group",
                 "client.id": "consumer",
                 "auto.offset.reset": "earliest",
                 "fetch.wait.max.ms": 100,
@@ -333,6 +330,6 @@ def test_backtest_over_a_capture_gives_the_throttles_the_proxy_applied(
     # the times are epoch ms of the run
     assert live["ts_ms"].between(started_ms, time.time_ns() // 1_000_000).all()
     print(
-        f"capture round trip ({data_path}): {len(live)} requests ({sent} messages produced,"
+        f"capture round trip: {len(live)} requests ({sent} messages produced,"
         f" {received} consumed), {len(applied)} throttled live, all {len(both)} replayed alike"
     )

@@ -22,7 +22,6 @@ from kquota import ConnectionQuotas, TokenBucket
 from kquota.broker import ConnectionQuotaCollector, serve_metrics
 from kquota.proxy import kafka_clock_ms
 from proxy_support import (
-    DATA_PATHS,
     RecordingPlugin,
     api_versions_request,
     read_frame,
@@ -63,10 +62,7 @@ def _outcomes(port: int, count: int) -> list[bool]:
             sock.close()
 
 
-@pytest.mark.parametrize("data_path", DATA_PATHS)
-def test_an_ip_over_its_connection_creation_rate_gets_closed_connections(
-    tansu: Any, data_path: str
-) -> None:
+def test_an_ip_over_its_connection_creation_rate_gets_closed_connections(tansu: Any) -> None:
     rate = 1  # connection_creation_rate of 127.0.0.1: connections per second
     quotas = ConnectionQuotas(num_samples=NUM_SAMPLES, window_ms=WINDOW_MS)
     quotas.set_ip_quota("127.0.0.1", rate)
@@ -83,9 +79,7 @@ def test_an_ip_over_its_connection_creation_rate_gets_closed_connections(
     assert 0 < admitted < CONNECTIONS
     plugin = RecordingPlugin(clock=kafka_clock_ms, background=True)
     with (
-        run_proxy(
-            tansu.upstream, tansu.proxy_port, plugin, data_path, connection_quotas=quotas
-        ) as proxy,
+        run_proxy(tansu.upstream, tansu.proxy_port, plugin, connection_quotas=quotas) as proxy,
         serve_metrics(ConnectionQuotaCollector(quotas, clock=kafka_clock_ms)) as metrics,
     ):
         outcomes = _outcomes(tansu.proxy_port, CONNECTIONS)
@@ -99,8 +93,7 @@ def test_an_ip_over_its_connection_creation_rate_gets_closed_connections(
         assert scraped[f"{prefix}_broker_connection_accept_rate"] > 0
 
 
-@pytest.mark.parametrize("data_path", DATA_PATHS)
-def test_the_listener_rate_delays_accepting_and_closes_nothing(tansu: Any, data_path: str) -> None:
+def test_the_listener_rate_delays_accepting_and_closes_nothing(tansu: Any) -> None:
     rate = 2  # listener.name.PLAINTEXT.max.connection.creation.rate
     quotas = ConnectionQuotas(num_samples=NUM_SAMPLES, window_ms=1000)
     quotas.add_listener(LISTENER, rate)
@@ -111,9 +104,7 @@ def test_the_listener_rate_delays_accepting_and_closes_nothing(tansu: Any, data_
     assert any(d > 0 for d in delays)  # connections at once go over the rate
     plugin = RecordingPlugin(clock=kafka_clock_ms, background=True)
     with (
-        run_proxy(
-            tansu.upstream, tansu.proxy_port, plugin, data_path, connection_quotas=quotas
-        ) as proxy,
+        run_proxy(tansu.upstream, tansu.proxy_port, plugin, connection_quotas=quotas) as proxy,
         serve_metrics(ConnectionQuotaCollector(quotas, clock=kafka_clock_ms)) as metrics,
     ):
         outcomes = _outcomes(tansu.proxy_port, count)
@@ -135,9 +126,8 @@ def _configs(store: Path, *argv: str) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("data_path", DATA_PATHS)
 def test_cli_proxy_applies_the_stores_ip_and_mutation_rates_live(
-    tansu: Any, tmp_path: Path, data_path: str
+    tansu: Any, tmp_path: Path
 ) -> None:
     """``kquota proxy`` with a store: the IP's rate closes connections and shows in the
     metrics; deleting it from the store lets connections in again; the client's
@@ -152,7 +142,7 @@ def test_cli_proxy_applies_the_stores_ip_and_mutation_rates_live(
             *("--listen", f"127.0.0.1:{tansu.proxy_port}"),
             *("--upstream", f"127.0.0.1:{tansu.port}"),
             *("--metrics-port", "0", "--num-samples", str(NUM_SAMPLES)),
-            *("--window-ms", str(WINDOW_MS), "--data-path", data_path),
+            *("--window-ms", str(WINDOW_MS)),
         ],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -175,7 +165,7 @@ def test_cli_proxy_applies_the_stores_ip_and_mutation_rates_live(
         # strict request, the core's bucket accepts 21.
         bucket = TokenBucket(1.0, num_samples=NUM_SAMPLES, window_ms=WINDOW_MS)
         accepted = [bucket.record_strict(1.0, 10**12).accepted for _ in range(30)]
-        names = [f"cli-{data_path}-{i:02d}" for i in range(30)]
+        names = [f"cli-{i:02d}" for i in range(30)]
         _configs(store, "--ip", "127.0.0.1", "--delete-config", "connection_creation_rate")
         deadline = time.monotonic() + 30
         while not _outcomes(tansu.proxy_port, 1)[0]:  # the store's change, live

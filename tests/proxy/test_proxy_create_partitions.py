@@ -14,7 +14,6 @@ import threading
 import uuid
 from typing import Any
 
-import pytest
 from kafka_wire import (
     THROTTLING_QUOTA_EXCEEDED,
     encode_request,
@@ -30,7 +29,7 @@ from kio.schema.metadata.v12 import response as md_response
 from kio.static.primitive import i32, i32Timedelta
 from kquota import ControllerMutationQuotaManager, Entity, TokenBucket
 from kquota.proxy import kafka_clock_ms
-from proxy_support import DATA_PATHS, RecordingPlugin, read_frame, run_proxy
+from proxy_support import RecordingPlugin, read_frame, run_proxy
 
 TIMEOUT = i32Timedelta.parse(datetime.timedelta(seconds=30))
 
@@ -127,10 +126,7 @@ class _ScriptedController:
         self.listener.close()
 
 
-@pytest.mark.parametrize("data_path", DATA_PATHS)
-def test_strict_create_partitions_forwards_the_accepted_topics_and_merges_in_order(
-    data_path: str,
-) -> None:
+def test_strict_create_partitions_forwards_the_accepted_topics_and_merges_in_order() -> None:
     rate, samples, client_id = 10.0, 5, "grower"
     existing = {"a": 1, "b": 1, "c": 1}
     wanted = [("a", 40), ("b", 40), ("c", 5)]
@@ -145,7 +141,7 @@ def test_strict_create_partitions_forwards_the_accepted_topics_and_merges_in_ord
     plugin = RecordingPlugin(clock=kafka_clock_ms, background=True)
     try:
         with (
-            run_proxy(upstream.address, 0, plugin, mutation=manager, data_path=data_path) as proxy,
+            run_proxy(upstream.address, 0, plugin, mutation=manager) as proxy,
             socket.create_connection(proxy.server.address, timeout=30) as client,
             socket.create_connection(proxy.server.address, timeout=30) as other,
         ):

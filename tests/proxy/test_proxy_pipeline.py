@@ -22,7 +22,6 @@ import pytest
 from conftest import free_port
 from kafka_wire import response_correlation_id, throttle_ms
 from proxy_support import (
-    DATA_PATHS,
     SCRIPT_HANG_S,
     RecordingPlugin,
     ScriptedBroker,
@@ -39,12 +38,12 @@ requests of one connection may be at the broker at once."""
 
 @contextmanager
 def proxied(
-    data_path: str, plugin: kquota.broker.QuotaPlugin | None = None
+    plugin: kquota.broker.QuotaPlugin | None = None,
 ) -> Iterator[tuple[ScriptedBroker, socket.socket, Any]]:
     broker = ScriptedBroker()
     try:
         with (
-            run_proxy(("127.0.0.1", broker.port), free_port(), plugin, data_path) as proxy,
+            run_proxy(("127.0.0.1", broker.port), free_port(), plugin) as proxy,
             socket.create_connection(proxy.server.address, timeout=SCRIPT_HANG_S) as client,
         ):
             yield broker, client, proxy
@@ -58,9 +57,8 @@ def _answered(client: socket.socket) -> int:
     return response_correlation_id(frame)
 
 
-@pytest.mark.parametrize("data_path", DATA_PATHS)
-def test_produce_requests_reach_the_broker_before_earlier_ones_are_answered(data_path: str) -> None:
-    with proxied(data_path) as (broker, client, _):
+def test_produce_requests_reach_the_broker_before_earlier_ones_are_answered() -> None:
+    with proxied() as (broker, client, _):
         client.sendall(b"".join(produce_request(c, "p", 100) for c in (1, 2, 3)))
         # all three are at the broker while it has answered none (without pipelining,
         # the second would never come and next_request would time out)
@@ -70,10 +68,9 @@ def test_produce_requests_reach_the_broker_before_earlier_ones_are_answered(data
         assert [_answered(client) for _ in range(3)] == [1, 2, 3]
 
 
-@pytest.mark.parametrize("data_path", DATA_PATHS)
-def test_at_most_pipeline_depth_produce_requests_are_in_flight(data_path: str) -> None:
+def test_at_most_pipeline_depth_produce_requests_are_in_flight() -> None:
     total = _PIPELINE_DEPTH + 3
-    with proxied(data_path) as (broker, client, _):
+    with proxied() as (broker, client, _):
         client.sendall(b"".join(produce_request(c, "p", 10) for c in range(1, total + 1)))
         first = [broker.next_request()[0] for _ in range(_PIPELINE_DEPTH)]
         assert first == list(range(1, _PIPELINE_DEPTH + 1))
@@ -90,9 +87,8 @@ def test_at_most_pipeline_depth_produce_requests_are_in_flight(data_path: str) -
         assert [_answered(client) for _ in range(total)] == list(range(1, total + 1))
 
 
-@pytest.mark.parametrize("data_path", DATA_PATHS)
-def test_other_requests_wait_until_every_earlier_one_is_answered(data_path: str) -> None:
-    with proxied(data_path) as (broker, client, _):
+def test_other_requests_wait_until_every_earlier_one_is_answered() -> None:
+    with proxied() as (broker, client, _):
         client.sendall(produce_request(1, "p", 10) + metadata_request(2, "p"))
         assert broker.next_request() == (1, 0)
         assert broker.nothing_more(), "the metadata request went on before the produce was answered"
@@ -110,14 +106,13 @@ def test_other_requests_wait_until_every_earlier_one_is_answered(data_path: str)
         assert [_answered(client) for _ in range(2)] == [3, 4]
 
 
-@pytest.mark.parametrize("data_path", DATA_PATHS)
-def test_a_pipelined_request_is_checked_in_its_turn_after_the_mute(data_path: str) -> None:
+def test_a_pipelined_request_is_checked_in_its_turn_after_the_mute() -> None:
     """The first request exceeds the produce quota at once (a throttle of seconds); the
     second, already at the broker, is checked and answered only once that throttle has
     passed, as Kafka, which reads it only then, would check it."""
     plugin = RecordingPlugin()
     plugin.produce.set_quota(kquota.Entity(client_id="p"), 1000)  # bytes/s
-    with proxied(data_path, plugin) as (broker, client, _):
+    with proxied(plugin) as (broker, client, _):
         client.sendall(produce_request(1, "p", 20_000) + produce_request(2, "p", 10))
         assert [broker.next_request() for _ in range(2)] == [(1, 0), (2, 0)]
         broker.answer(1, 0)
@@ -135,15 +130,14 @@ def test_a_pipelined_request_is_checked_in_its_turn_after_the_mute(data_path: st
     assert second_at - first_at >= throttle / 1000 - 0.01  # and answered no earlier
 
 
-@pytest.mark.parametrize("data_path", DATA_PATHS)
 @pytest.mark.parametrize("acks", [0, 1])
-def test_shutdown_answers_pipelined_requests(acks: int, data_path: str) -> None:
+def test_shutdown_answers_pipelined_requests(acks: int) -> None:
     """Requests already forwarded are answered when the proxy shuts down (acks=0 ones
     only recorded: they have no response)."""
     broker = ScriptedBroker()
     plugin = RecordingPlugin()
     try:
-        with run_proxy(("127.0.0.1", broker.port), free_port(), plugin, data_path) as proxy:
+        with run_proxy(("127.0.0.1", broker.port), free_port(), plugin) as proxy:
             client = socket.create_connection(proxy.server.address, timeout=SCRIPT_HANG_S)
             client.sendall(produce_request(1, "p", 10) + produce_request(2, "p", 10, acks=acks))
             assert [broker.next_request() for _ in range(2)] == [(1, 0), (2, 0)]

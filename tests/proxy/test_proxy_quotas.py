@@ -38,7 +38,7 @@ from kquota.broker import QuotaCollector, serve_metrics
 from kquota.config.live import LiveQuotas
 from kquota.config.store import SQLiteStore
 from kquota.proxy import ANONYMOUS
-from proxy_support import DATA_PATHS, RecordingPlugin, create_topic, run_proxy
+from proxy_support import RecordingPlugin, create_topic, run_proxy
 
 pytestmark = [
     pytest.mark.slow,
@@ -190,14 +190,13 @@ def _consume_sequence(bootstrap: str, topic: str, count: int) -> list[int]:
     return seen
 
 
-@pytest.mark.parametrize("data_path", DATA_PATHS)
-def test_librdkafka_producer_is_held_to_its_produce_quota(tansu: Any, data_path: str) -> None:
+def test_librdkafka_producer_is_held_to_its_produce_quota(tansu: Any) -> None:
     quota = 200_000
     run_s = 20
-    topic = f"quota-produce-librdkafka-{data_path}"
+    topic = "quota-produce-librdkafka"
     plugin = _plugin()
     plugin.produce.set_quota(kquota.Entity(client_id="greedy"), quota)
-    with run_proxy(tansu.upstream, tansu.proxy_port, plugin, data_path) as proxy:
+    with run_proxy(tansu.upstream, tansu.proxy_port, plugin) as proxy:
         create_topic(proxy.address, topic)
         producer = GreedyProducer(proxy.address, topic, "greedy")
         start = producer.run(run_s)
@@ -297,21 +296,18 @@ def _aiokafka_greedy(bootstrap: str, topic: str, client_id: str, seconds: float)
     return asyncio.run(run())
 
 
-@pytest.mark.parametrize("data_path", DATA_PATHS)
 @pytest.mark.parametrize("client", ["kafka-python", "aiokafka"])
-def test_python_clients_are_held_to_their_produce_quota(
-    tansu: Any, client: str, data_path: str
-) -> None:
+def test_python_clients_are_held_to_their_produce_quota(tansu: Any, client: str) -> None:
     """kafka-python backs off by itself (KIP-219); aiokafka ignores the field and is held by
     the muted connection alone. Either way the proxy's throttles keep it to the quota."""
     quota = 200_000
     run_s = 20
-    topic = f"quota-produce-{client}-{data_path}"
+    topic = f"quota-produce-{client}"
     client_id = f"greedy-{client}"
     plugin = _plugin()
     plugin.produce.set_quota(kquota.Entity(client_id=client_id), quota)
     greedy = _kafka_python_greedy if client == "kafka-python" else _aiokafka_greedy
-    with run_proxy(tansu.upstream, tansu.proxy_port, plugin, data_path) as proxy:
+    with run_proxy(tansu.upstream, tansu.proxy_port, plugin) as proxy:
         create_topic(proxy.address, topic)
         start, sent, acks = greedy(proxy.address, topic, client_id, run_s)
         sequence = _consume_sequence(proxy.address, topic, sent)
@@ -332,17 +328,16 @@ def test_python_clients_are_held_to_their_produce_quota(
     )
 
 
-@pytest.mark.parametrize("data_path", DATA_PATHS)
-def test_librdkafka_consumer_group_is_held_to_its_fetch_quota(tansu: Any, data_path: str) -> None:
+def test_librdkafka_consumer_group_is_held_to_its_fetch_quota(tansu: Any) -> None:
     from confluent_kafka import Consumer, KafkaException, Producer
 
     quota = 150_000
     run_s = 20
-    topic = f"quota-fetch-librdkafka-{data_path}"
+    topic = "quota-fetch-librdkafka"
     messages = 4_500  # ~4.5 MB: more than the quota lets through in the run
     plugin = _plugin()
     plugin.fetch.set_quota(kquota.Entity(client_id="slow-consumer"), quota)
-    with run_proxy(tansu.upstream, tansu.proxy_port, plugin, data_path) as proxy:
+    with run_proxy(tansu.upstream, tansu.proxy_port, plugin) as proxy:
         create_topic(proxy.address, topic)
         filler = Producer({"bootstrap.servers": proxy.address, "client.id": "filler"})
         payload = b"y" * MESSAGE
@@ -396,8 +391,7 @@ def test_librdkafka_consumer_group_is_held_to_its_fetch_quota(tansu: Any, data_p
     )
 
 
-@pytest.mark.parametrize("data_path", DATA_PATHS)
-def test_two_clients_of_one_user_share_its_quota(tansu: Any, data_path: str) -> None:
+def test_two_clients_of_one_user_share_its_quota(tansu: Any) -> None:
     """Two producers whose principal is the same user: a user quota covers both.
 
     Without SASL the principal is ANONYMOUS, so the user quota is set for it.
@@ -406,12 +400,9 @@ def test_two_clients_of_one_user_share_its_quota(tansu: Any, data_path: str) -> 
     run_s = 20
     plugin = _plugin()
     plugin.produce.set_quota(kquota.Entity(user=ANONYMOUS), quota)
-    with run_proxy(tansu.upstream, tansu.proxy_port, plugin, data_path) as proxy:
-        create_topic(proxy.address, f"quota-shared-{data_path}")
-        producers = [
-            GreedyProducer(proxy.address, f"quota-shared-{data_path}", f"sharer-{i}")
-            for i in (1, 2)
-        ]
+    with run_proxy(tansu.upstream, tansu.proxy_port, plugin) as proxy:
+        create_topic(proxy.address, "quota-shared")
+        producers = [GreedyProducer(proxy.address, "quota-shared", f"sharer-{i}") for i in (1, 2)]
         starts: list[float] = []
         threads = [
             threading.Thread(target=lambda p=p: starts.append(p.run(run_s))) for p in producers
@@ -442,9 +433,8 @@ def test_two_clients_of_one_user_share_its_quota(tansu: Any, data_path: str) -> 
     )
 
 
-@pytest.mark.parametrize("data_path", DATA_PATHS)
 def test_quota_raised_with_kquota_configs_applies_mid_run_and_metrics_show_it(
-    tansu: Any, tmp_path: Path, data_path: str
+    tansu: Any, tmp_path: Path
 ) -> None:
     low, high = 100_000, 1_000_000
     store_path = tmp_path / "quotas.sqlite"
@@ -471,9 +461,9 @@ def test_quota_raised_with_kquota_configs_applies_mid_run_and_metrics_show_it(
     raised: list[int] = []
     bound_seen: list[int] = []
     try:
-        with run_proxy(tansu.upstream, tansu.proxy_port, plugin, data_path) as proxy:
-            create_topic(proxy.address, f"quota-mover-{data_path}")
-            producer = GreedyProducer(proxy.address, f"quota-mover-{data_path}", "mover")
+        with run_proxy(tansu.upstream, tansu.proxy_port, plugin) as proxy:
+            create_topic(proxy.address, "quota-mover")
+            producer = GreedyProducer(proxy.address, "quota-mover", "mover")
 
             def midway() -> None:
                 time.sleep(13)
@@ -530,10 +520,9 @@ def _sample(text: str, name: str, client_id: str) -> float:
     raise AssertionError(f"no {name} for client {client_id!r} in the scrape:\n{text}")
 
 
-@pytest.mark.parametrize("data_path", DATA_PATHS)
 @pytest.mark.parametrize("client", ["kafka-python", "librdkafka"])
 def test_kip219_clients_send_nothing_on_a_connection_while_throttled(
-    tansu: Any, client: str, data_path: str
+    tansu: Any, client: str
 ) -> None:
     """kafka-python 3.x honours KIP-219: after a response carrying a throttle it sends
     nothing on that connection until the throttle has passed. librdkafka does not wait by
@@ -542,12 +531,12 @@ def test_kip219_clients_send_nothing_on_a_connection_while_throttled(
     from proxy_support import TimingRelay
 
     quota = 200_000
-    topic = f"quota-kip219-{client}-{data_path}"
+    topic = f"quota-kip219-{client}"
     plugin = _plugin()
     plugin.produce.set_quota(kquota.Entity(client_id="polite"), quota)
     proxy_port = free_port()
     bootstrap = f"127.0.0.1:{tansu.proxy_port}"
-    with run_proxy(tansu.upstream, proxy_port, plugin, data_path):
+    with run_proxy(tansu.upstream, proxy_port, plugin):
         relay = TimingRelay(tansu.proxy_port, ("127.0.0.1", proxy_port))
         try:
             create_topic(bootstrap, topic)
@@ -567,8 +556,7 @@ def test_kip219_clients_send_nothing_on_a_connection_while_throttled(
     print(f"{client}: {throttled} throttled responses, {early} requests sent during them")
 
 
-@pytest.mark.parametrize("data_path", DATA_PATHS)
-def test_kafka_python_consumer_group_is_held_to_its_fetch_quota(tansu: Any, data_path: str) -> None:
+def test_kafka_python_consumer_group_is_held_to_its_fetch_quota(tansu: Any) -> None:
     """kafka-python's fetcher keeps fetch-session state (KIP-227; Tansu 0.6 opens no
     session): after throttled fetches answered empty it goes on without a reset or a gap."""
     from confluent_kafka import Producer
@@ -576,11 +564,11 @@ def test_kafka_python_consumer_group_is_held_to_its_fetch_quota(tansu: Any, data
 
     quota = 150_000
     run_s = 20
-    topic = f"quota-fetch-kafka-python-{data_path}"
+    topic = "quota-fetch-kafka-python"
     messages = 4_500
     plugin = _plugin()
     plugin.fetch.set_quota(kquota.Entity(client_id="kp-slow-consumer"), quota)
-    with run_proxy(tansu.upstream, tansu.proxy_port, plugin, data_path) as proxy:
+    with run_proxy(tansu.upstream, tansu.proxy_port, plugin) as proxy:
         create_topic(proxy.address, topic)
         filler = Producer({"bootstrap.servers": proxy.address, "client.id": "filler"})
         payload = b"z" * MESSAGE

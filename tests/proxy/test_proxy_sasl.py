@@ -21,7 +21,6 @@ from conftest import free_port
 from kafka_wire import read_response
 from kquota.proxy import ANONYMOUS
 from proxy_support import (
-    DATA_PATHS,
     SCRIPT_HANG_S,
     RecordingPlugin,
     ScriptedBroker,
@@ -36,13 +35,11 @@ SASL_FAILED = 58  # SASL_AUTHENTICATION_FAILED
 
 
 @contextmanager
-def _proxied(
-    plugin: RecordingPlugin, data_path: str
-) -> Iterator[tuple[ScriptedBroker, socket.socket]]:
+def _proxied(plugin: RecordingPlugin) -> Iterator[tuple[ScriptedBroker, socket.socket]]:
     broker = ScriptedBroker()
     try:
         with (
-            run_proxy(broker.address, free_port(), plugin, data_path) as proxy,
+            run_proxy(broker.address, free_port(), plugin) as proxy,
             socket.create_connection(proxy.server.address, timeout=SCRIPT_HANG_S) as client,
         ):
             yield broker, client
@@ -76,12 +73,11 @@ MECHANISMS: dict[str, list[bytes]] = {
 }
 
 
-@pytest.mark.parametrize("data_path", DATA_PATHS)
 @pytest.mark.parametrize("mechanism", list(MECHANISMS))
-def test_the_authenticated_user_s_quota_applies(mechanism: str, data_path: str) -> None:
+def test_the_authenticated_user_s_quota_applies(mechanism: str) -> None:
     plugin = RecordingPlugin()
     plugin.produce.set_quota(kquota.Entity(user="alice"), 1000)  # bytes/s: throttles at once
-    with _proxied(plugin, data_path) as (broker, client):
+    with _proxied(plugin) as (broker, client):
         assert _call(broker, client, sasl_handshake_request(1, mechanism)) == 0
         for n, message in enumerate(MECHANISMS[mechanism], start=2):
             assert _call(broker, client, sasl_authenticate_request(n, message)) == 0
@@ -91,12 +87,9 @@ def test_the_authenticated_user_s_quota_applies(mechanism: str, data_path: str) 
     assert applied.outcome.throttled  # alice's quota, not the default's (there is none)
 
 
-@pytest.mark.parametrize("data_path", DATA_PATHS)
-def test_a_refused_attempt_leaves_the_connection_anonymous_and_a_retry_counts(
-    data_path: str,
-) -> None:
+def test_a_refused_attempt_leaves_the_connection_anonymous_and_a_retry_counts() -> None:
     plugin = RecordingPlugin()
-    with _proxied(plugin, data_path) as (broker, client):
+    with _proxied(plugin) as (broker, client):
         assert _call(broker, client, sasl_handshake_request(1, "PLAIN")) == 0
         refused = sasl_authenticate_request(2, b"\0mallory\0guess")
         assert _call(broker, client, refused, error=SASL_FAILED) == SASL_FAILED
@@ -107,21 +100,19 @@ def test_a_refused_attempt_leaves_the_connection_anonymous_and_a_retry_counts(
     assert users == [ANONYMOUS, "bob"]
 
 
-@pytest.mark.parametrize("data_path", DATA_PATHS)
-def test_without_sasl_the_user_is_anonymous(data_path: str) -> None:
+def test_without_sasl_the_user_is_anonymous() -> None:
     plugin = RecordingPlugin()
-    with _proxied(plugin, data_path) as (broker, client):
+    with _proxied(plugin) as (broker, client):
         _produce(broker, client, 1)
     assert [a.user for a in plugin.applied] == [ANONYMOUS]
 
 
-@pytest.mark.parametrize("data_path", DATA_PATHS)
 def test_an_unknown_mechanism_applies_anonymous_with_one_warning(
-    caplog: pytest.LogCaptureFixture, data_path: str
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     plugin = RecordingPlugin()
     caplog.set_level("WARNING", logger="kquota.proxy")
-    with _proxied(plugin, data_path) as (broker, client):
+    with _proxied(plugin) as (broker, client):
         assert _call(broker, client, sasl_handshake_request(1, "OAUTHBEARER")) == 0
         token = b"n,,\x01auth=Bearer eyJ\x01\x01"
         assert _call(broker, client, sasl_authenticate_request(2, token)) == 0

@@ -1,7 +1,7 @@
 """Kafka frames for the tests, read and written with kio (Kafka's schemas as dataclasses).
 
-The tests check what went over the wire with this, not with the proxy's own codec, so that
-they hold whichever data path the proxy runs. A frame here is a message without its size
+The tests check what went over the wire with this, a codec of their own, independent of
+the proxy's (the ``kafka-protocol`` crate's, in Rust). A frame here is a message without its size
 prefix (what ``proxy_support.read_frame`` returns), except what the ``encode`` functions
 return: whole frames, ready to send.
 """
@@ -12,13 +12,10 @@ import dataclasses
 import datetime
 import io
 import struct
-from collections.abc import Mapping
 from typing import Any, Final
 
 from kio.index import load_request_schema, load_response_schema
-from kio.schema.index import api_key_map, schema_name_map
 from kio.serial import entity_reader, entity_writer
-from kio.static.constants import EntityType
 from kio.static.primitive import i16, i32
 from kio.static.protocol import Entity
 
@@ -120,18 +117,3 @@ def throttle_ms(frame: Frame, api_key: int, version: int) -> int | None:
         return None
     throttle: datetime.timedelta = read_response(frame, api_key, version).throttle_time
     return throttle // _MS
-
-
-def kio_versions() -> Mapping[int, tuple[int, int]]:
-    """``{api_key: (lowest, highest)}``: the versions of each API whose request and response
-    kio can read and write, from kio's schema index."""
-    versions: dict[int, tuple[int, int]] = {}
-    for api_key, name in api_key_map.items():
-        known = [
-            version
-            for version, types in schema_name_map[name].items()
-            if EntityType.request in types and EntityType.response in types
-        ]
-        if known:
-            versions[api_key] = (min(known), max(known))
-    return versions

@@ -27,9 +27,6 @@ from kquota.broker import QuotaOutcome, QuotaPlugin
 from kquota.proxy import ProxyServer
 from kquota.proxy.server import ProxyDecision
 
-DATA_PATHS = ("asyncio", "rust")
-"""The proxy's two data paths, for tests that run on both."""
-
 
 @dataclass(frozen=True)
 class Applied:
@@ -46,7 +43,8 @@ class Applied:
 
 
 class RecordingPlugin(QuotaPlugin):
-    """The real plugin, keeping every outcome it returned (in order) for the test to compare."""
+    """The real plugin, keeping every outcome the proxy's data path applied with its
+    managers (in order) for the test to compare."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -57,34 +55,14 @@ class RecordingPlugin(QuotaPlugin):
         self._shadow: RequestPath | None = None
         self._lock = threading.Lock()
 
-    def _keep(
-        self, api: str, user: str, client_id: str, size: float, out: QuotaOutcome, now: int
-    ) -> None:
-        manager = self.produce if api == "produce" else self.fetch
-        rate = manager.measure(user, client_id, now_ms=now)
-        with self._lock:
-            self._applied.append(Applied(api, user, client_id, size, out, now, rate))
-
-    def on_produce(self, user: str, client_id: str, size_bytes: float, *a: Any, **kw: Any) -> Any:
-        now = self._now(kw)  # the plugin's clock, read once as the plugin does
-        out = super().on_produce(user, client_id, size_bytes, *a, now_ms=now, **kw)
-        self._keep("produce", user, client_id, size_bytes, out, now)
-        return out
-
-    def on_fetch(self, user: str, client_id: str, response_bytes: float, *a: Any, **kw: Any) -> Any:
-        now = self._now(kw)
-        out = super().on_fetch(user, client_id, response_bytes, *a, now_ms=now, **kw)
-        self._keep("fetch", user, client_id, response_bytes, out, now)
-        return out
-
     @property
     def applied(self) -> list[Applied]:
-        """The outcomes so far (on the Rust data path: every decision made until now)."""
+        """The outcomes so far: every decision made until now."""
         self.pull()
         return self._applied
 
     def follow(self, source: Callable[[], list[ProxyDecision]]) -> None:
-        """Take the Rust data path's decisions from ``source`` (``ProxyServer.take_decisions``)."""
+        """Take the data path's decisions from ``source`` (``ProxyServer.take_decisions``)."""
         self._source = source
 
     def pull(self) -> None:
@@ -94,7 +72,7 @@ class RecordingPlugin(QuotaPlugin):
                 self.add_decisions(self._source())
 
     def add_decisions(self, decisions: list[ProxyDecision]) -> None:
-        """Keep the Rust data path's produce and consumer-fetch decisions as the outcomes it
+        """Keep the data path's produce and consumer-fetch decisions as the outcomes it
         applied. The rate after each is read from a replay of the decisions, in order, on
         managers of the same windows and quotas (the sensors are the core's, deterministic,
         so it reads what the proxy's sensor did); a replay whose throttle differs from the
@@ -131,8 +109,7 @@ class RecordingPlugin(QuotaPlugin):
                 self._applied.append(Applied(kind, d.user, d.client_id, d.size, out, d.at_ms, rate))
 
     def mutation_decided(self, mutation_throttle_ms: int, outcome: QuotaOutcome) -> None:
-        """A mutation request's outcome on the Rust data path (the asyncio one calls
-        ``on_mutation``): kept by plugins that override it."""
+        """A mutation request's outcome: kept by plugins that override it."""
 
     def _shadow_path(self) -> RequestPath:
         """The replay's managers, with the real ones' quotas as they are now (a quota
@@ -157,11 +134,6 @@ class RecordingPlugin(QuotaPlugin):
                 if copy.quota(entity) != value:
                     copy.set_quota(entity, value)
         return shadow
-
-    def _now(self, kw: dict[str, Any]) -> int:
-        """The time the caller gave (``now_ms``, taken out of ``kw``), else the clock's."""
-        now = kw.pop("now_ms", None)
-        return self.channels.now_ms() if now is None else int(now)
 
     def rates_after(self, api: str, client_id: str, start_ms: int) -> list[float]:
         """The sensor's rate at each of ``client_id``'s ``api`` requests from ``start_ms``."""
@@ -208,27 +180,22 @@ class RunningProxy:
     def connections(self) -> int:
         return self.server.connections
 
-    def peers(self) -> set[str]:
-        """The client addresses (``HOST:PORT``) of the connections open now."""
-        return {c.peer for c in self.server._connections}
-
 
 @contextlib.contextmanager
 def run_proxy(
     upstream: tuple[str, int],
     port: int,
     plugin: QuotaPlugin | None = None,
-    data_path: str = "rust",
     **kwargs: Any,
 ) -> Iterator[RunningProxy]:
-    """A :class:`ProxyServer` on ``127.0.0.1:port`` served by an event loop in a thread. On
-    the Rust data path a :class:`RecordingPlugin` gets the proxy's decisions as they come."""
+    """A :class:`ProxyServer` on ``127.0.0.1:port``, its control plane on an event loop in a
+    thread. A :class:`RecordingPlugin` gets the proxy's decisions as they come."""
     plugin = plugin if plugin is not None else RecordingPlugin()
     loop = asyncio.new_event_loop()
     thread = threading.Thread(target=loop.run_forever, name="proxy-loop", daemon=True)
     thread.start()
-    recording = isinstance(plugin, RecordingPlugin) and data_path == "rust"
-    server = ProxyServer(upstream, plugin, data_path=data_path, keep_decisions=recording, **kwargs)
+    recording = isinstance(plugin, RecordingPlugin)
+    server = ProxyServer(upstream, plugin, keep_decisions=recording, **kwargs)
     running = RunningProxy(server, plugin, loop)
     done = threading.Event()
 

@@ -177,10 +177,8 @@ def _env() -> dict[str, str]:
 
 # -- the proxy in front of the proxied listener --------------------------------------------
 
-FRONTS = ("kquota", "kquota-asyncio", "relay", "token-bucket")
-"""``kquota``: ``kquota proxy`` as a user runs it; ``kquota-asyncio``: with ``--data-path
-asyncio``.
-``relay``: the same command with a store
+FRONTS = ("kquota", "relay", "token-bucket")
+"""``kquota``: ``kquota proxy`` as a user runs it. ``relay``: the same command with a store
 that has no quota for the client (a plain relay for it). ``token-bucket``: a small proxy
 with a token bucket in place of Kafka's sampled rate (``token_bucket_front.py``)."""
 
@@ -199,8 +197,6 @@ class Front:
             *("proxy", "--listen", broker.proxy_bootstrap, "--upstream", broker.proxied),
             *("--store", str(store), "--capture", str(self.capture), "--log-level", "WARNING"),
         ]
-        if kind == "kquota-asyncio":
-            args += ["--data-path", "asyncio"]
         python = [sys.executable, "-X", "faulthandler"]
         if kind == "token-bucket":
             command = [*python, str(SUPPORT / "token_bucket_front.py"), *args[1:]]

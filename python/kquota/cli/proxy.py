@@ -31,8 +31,8 @@ from kquota import (
 from kquota.cli.common import EXIT_OK, fail
 from kquota.config.store import DEFAULT_LOCK_TIMEOUT, STORE_ENV, open_store
 from kquota.exceptions import KquotaError
-from kquota.proxy.admission import DEFAULT_LISTENER
 from kquota.proxy.capture import DEFAULT_ROLL_BYTES, DEFAULT_ROLL_SECONDS
+from kquota.proxy.server import DEFAULT_LISTENER, MAX_REQUEST_BYTES
 
 _COMMAND = "proxy"
 
@@ -109,7 +109,7 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--max-request-bytes",
         type=int,
-        default=104_857_600,
+        default=MAX_REQUEST_BYTES,
         metavar="BYTES",
         help="socket.request.max.bytes: the largest request accepted (default 100 MiB)",
     )
@@ -177,20 +177,11 @@ def register(subparsers: Any) -> None:
         help="... or once it is this old (default %(default)g)",
     )
     parser.add_argument(
-        "--data-path",
-        choices=["asyncio", "rust"],
-        default="rust",
-        help=(
-            "what serves the connections: rust (default), the Rust data path on threads of"
-            " its own, or asyncio, Python's event loop (deprecated, to be removed)"
-        ),
-    )
-    parser.add_argument(
         "--threads",
         type=int,
         default=2,
         metavar="N",
-        help="threads of the rust data path (default 2)",
+        help="threads serving the connections (default 2)",
     )
     parser.add_argument(
         "--log-level",
@@ -334,7 +325,6 @@ def run(args: argparse.Namespace) -> int:
             connection_quotas=connections,
             listener=args.listener_name,
             default_num_partitions=args.num_partitions,
-            data_path=args.data_path,
             threads=args.threads,
         )
         return asyncio.run(_serve(server, listen, metrics.port if metrics else None))

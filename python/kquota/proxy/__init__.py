@@ -5,30 +5,31 @@ applies a :class:`~kquota.broker.QuotaPlugin`'s produce, fetch and request quota
 every client connection, with Kafka's KIP-219 throttling, and optionally the
 controller-mutation quota (KIP-599) of CreateTopics, CreatePartitions and DeleteTopics
 and the connection-creation rates (KIP-612) of its listener and of each client IP. Its
-connections are served by the asyncio data path, which reads Kafka's messages with
-``kio``, a codec generated from Kafka's message schemas (the ``proxy`` extra:
-``pip install "kquota[proxy]"``), or with ``data_path="rust"`` by the Rust data path
-(``kquota._core.ProxyDataPath``), with the same rules. A :class:`TrafficCapture` given
-to it writes the traffic it sees as Parquet for ``kquota backtest`` (``kquota proxy
---capture DIR``; needs pyarrow).
+connections are served by the Rust data path (``kquota._core.ProxyDataPath``). A
+:class:`TrafficCapture` given to it writes the traffic it sees as Parquet for ``kquota
+backtest`` (``kquota proxy --capture DIR``; needs pyarrow).
 """
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
+from kquota._core import ProxyDataPath
 from kquota._extras import require
 from kquota.proxy.capture import TrafficCapture
-from kquota.proxy.sasl import ANONYMOUS
 
 if TYPE_CHECKING:
     from kquota.proxy.server import ProxyServer, kafka_clock_ms
 
 __all__ = ["ANONYMOUS", "ProxyServer", "TrafficCapture", "kafka_clock_ms"]
 
+ANONYMOUS: Final[str] = ProxyDataPath.ANONYMOUS
+"""The user of a connection without SASL, or whose SASL principal the proxy cannot read
+(GSSAPI, OAUTHBEARER): Kafka's ``KafkaPrincipal.ANONYMOUS`` name."""
+
 _SERVER_NAMES = frozenset({"ProxyServer", "kafka_clock_ms"})
 
 
 def __getattr__(name: str) -> Any:
-    # The server is imported on first use: it needs the proxy extra (kio), while the
+    # The server is imported on first use, once the proxy extra is checked: the
     # capture's settings and the command line's help must load without it.
     if name in _SERVER_NAMES:
         require("proxy", "kquota.proxy")

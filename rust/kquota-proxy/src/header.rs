@@ -190,8 +190,37 @@ impl<'a> Reader<'a> {
     }
 }
 
+/// An API's name as a capture records it: Kafka's name for it in snake case
+/// (`create_topics`, `api_versions`); `api_<key>` for a key the codec does not know.
+pub fn api_name(api_key: i16) -> String {
+    let Ok(key) = ApiKey::try_from(api_key) else {
+        return format!("api_{api_key}");
+    };
+    let camel = format!("{key:?}");
+    let mut name = String::with_capacity(camel.len() + 4);
+    for (i, c) in camel.chars().enumerate() {
+        if c.is_ascii_uppercase() {
+            if i > 0 {
+                name.push('_');
+            }
+            name.push(c.to_ascii_lowercase());
+        } else {
+            name.push(c);
+        }
+    }
+    name
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn api_names_are_kafkas_in_snake_case() {
+        assert_eq!(super::api_name(0), "produce");
+        assert_eq!(super::api_name(18), "api_versions");
+        assert_eq!(super::api_name(23), "offset_for_leader_epoch");
+        assert_eq!(super::api_name(32_000), "api_32000");
+    }
+
     use super::*;
     use bytes::BytesMut;
     use kafka_protocol::messages::{RequestHeader as KpHeader, ResponseHeader as KpResponse};

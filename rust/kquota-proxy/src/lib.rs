@@ -22,6 +22,7 @@ mod skim;
 pub use error::{FrameError, HeaderError};
 pub use frame::{split_frame, FrameReader, DEFAULT_MAX_FRAME_BYTES};
 pub use header::{
-    parse_request_header, parse_response_header, produce_acks, RequestHeader, ResponseHeader,
+    api_name, parse_request_header, parse_response_header, produce_acks, RequestHeader,
+    ResponseHeader,
 };
 pub use server::{Admission, Log, Managers, Proxy, ProxyConfig};

@@ -221,6 +221,17 @@ impl ProxyDataPath {
         !self.stopped.load(Ordering::Acquire)
     }
 
+    /// The user of a connection without SASL, or whose principal the proxy cannot read.
+    #[classattr]
+    const ANONYMOUS: &'static str = kquota_proxy::sasl::ANONYMOUS;
+
+    /// An API's name as a capture records it: Kafka's name in snake case
+    /// (`"create_topics"`), `"api_<key>"` for a key the data path does not know.
+    #[staticmethod]
+    fn api_name(api_key: i16) -> String {
+        kquota_proxy::api_name(api_key)
+    }
+
     /// The quota decisions made since the last call, oldest first, as tuples
     /// `(at_ms, user, client_id, (api_key, api_version, correlation_id), follower, size,
     /// thread_ns, acks, outcome, mutation_throttle_ms, peer)`; empty unless built with
