@@ -1004,7 +1004,7 @@ def test_connection_rate_quotas_agree_with_kafka(oracle: KafkaOracle) -> None:
     tally = Tally()
 
     @_seeded
-    @_profile(examples=160)
+    @_profile(examples=200)
     @given(st.lists(connection_traces(), min_size=1, max_size=4))
     def check(traces: list[Trace]) -> None:
         compare_batch(
@@ -1130,7 +1130,7 @@ def test_sampled_rate_agrees_with_kafka(oracle: KafkaOracle) -> None:
     tally = Tally()
 
     @_seeded
-    @_profile(examples=120)
+    @_profile(examples=180)
     @given(st.lists(bare_traces("sensor"), min_size=1, max_size=4))
     def check(traces: list[Trace]) -> None:
         compare_batch(oracle, traces, run_sensor_trace, kafka_bare_view, tally)
