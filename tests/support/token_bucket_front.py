@@ -36,12 +36,12 @@ if str(SUPPORT) not in sys.path:  # run as a script
     sys.path.insert(0, str(SUPPORT))
 
 import kafka_wire  # noqa: E402
+from kquota.proxy import ANONYMOUS  # noqa: E402
 
 PRODUCE = 0
 _SIZE = struct.Struct(">i")
-USER = "ANONYMOUS"
-"""The principal of a connection without SASL, as Kafka names it (the fronted listener
-has none)."""
+USER = ANONYMOUS
+"""The principal of a connection without SASL (the fronted listener has none)."""
 
 
 @dataclasses.dataclass

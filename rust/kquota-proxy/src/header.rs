@@ -213,18 +213,18 @@ pub fn api_name(api_key: i16) -> String {
 
 #[cfg(test)]
 mod tests {
-    #[test]
-    fn api_names_are_kafkas_in_snake_case() {
-        assert_eq!(super::api_name(0), "produce");
-        assert_eq!(super::api_name(18), "api_versions");
-        assert_eq!(super::api_name(23), "offset_for_leader_epoch");
-        assert_eq!(super::api_name(32_000), "api_32000");
-    }
-
     use super::*;
     use bytes::BytesMut;
     use kafka_protocol::messages::{RequestHeader as KpHeader, ResponseHeader as KpResponse};
     use kafka_protocol::protocol::{Encodable, StrBytes};
+
+    #[test]
+    fn api_names_are_kafkas_in_snake_case() {
+        assert_eq!(api_name(0), "produce");
+        assert_eq!(api_name(18), "api_versions");
+        assert_eq!(api_name(23), "offset_for_leader_epoch");
+        assert_eq!(api_name(32_000), "api_32000");
+    }
 
     /// Every API key and version of Kafka's schemas: the header as the generated encoder
     /// writes it reads back here with the same fields, and its body starts where it ends.
