@@ -4,9 +4,11 @@
 //!
 //! Layers, each using only those above it: [`error`], [`frame`] (bytes to frames),
 //! [`header`] (a frame's header), [`fetch`] (what a fetch request says), [`sasl`] (the principal of a connection), [`rewrite`]
-//! (the throttle in a response), [`relay`] (connections as bytes or frames), [`server`]
-//! (the proxy: connections with Kafka's client quotas).
+//! (the throttle in a response), [`addresses`] (the broker addresses in a response, for a
+//! gateway), [`relay`] (connections as bytes or frames), [`server`] (the proxy: connections
+//! with Kafka's client quotas).
 
+pub mod addresses;
 pub mod error;
 pub mod fetch;
 pub mod frame;
@@ -19,6 +21,7 @@ pub mod sasl;
 pub mod server;
 mod skim;
 
+pub use addresses::{names_brokers, with_addresses, BrokerAddress};
 pub use error::{FrameError, HeaderError};
 pub use frame::{split_frame, FrameReader, DEFAULT_MAX_FRAME_BYTES};
 pub use header::{
