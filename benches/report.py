@@ -249,6 +249,13 @@ TARGETS = [
         True,
     ),
     Target(
+        "python/proxy_produce_1kib/gateway",
+        "*/direct",
+        ">= 0.95x direct's throughput",
+        times_faster(0.95),
+        True,
+    ),
+    Target(
         "python/proxy_produce_latency_p99/kquota",
         "*/direct",
         "p99 <= direct's + 0.1 ms",

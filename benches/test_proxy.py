@@ -1,6 +1,6 @@
 """``kquota proxy``'s overhead: a librdkafka producer of 1 KiB messages, no quota.
 
-Five ways to the same Tansu 0.6.0 broker (in memory, on 127.0.0.1), measured in the same
+Six ways to the same Tansu 0.6.0 broker (in memory, on 127.0.0.1), measured in the same
 run with their rounds interleaved (round ``i`` runs every role, in an order rotated by
 ``i``), so that the load of a shared machine falls on all of them alike:
 
@@ -14,7 +14,12 @@ run with their rounds interleaved (round ``i`` runs every role, in an order rota
   its header, and matches each response to its request;
 * ``kquota`` (subject): ``kquota proxy`` with a store that has no quota for this client:
   the connections served, and the quotas applied, by its Rust data path on its own tokio
-  threads (2, the default ``--threads``).
+  threads (2, the default ``--threads``);
+* ``gateway`` (subject): ``kquota proxy --bootstrap`` in front of the same broker as a
+  cluster of one, which advertises its own address: the gateway rewrites it in the
+  responses and serves the broker on a port of its own (Tansu's node id, 111, from the
+  first of ``--broker-ports``), so the producer bootstraps from the gateway and produces
+  through the broker's port on it.
 
 The relays and the proxies run as their own processes, as a user runs them: ``kquota
 proxy`` is started with ``python -m kquota proxy``, so it has its own interpreter and GIL
@@ -86,9 +91,12 @@ from typing import Any
 import pytest
 from quick import pick  # benches/quick.py, next to this file (also when run as the relay)
 
-ROLES = ("direct", "relay", "rust_relay", "rust_framed", "kquota")
-"""``kquota`` is the subject; the others are baselines (see benches/conftest.py)."""
-SUBJECTS = ("kquota",)
+ROLES = ("direct", "relay", "rust_relay", "rust_framed", "kquota", "gateway")
+"""``kquota`` and ``gateway`` are the subjects; the others are baselines (see
+benches/conftest.py)."""
+SUBJECTS = ("kquota", "gateway")
+TANSU_NODE_ID = 111
+"""Tansu's node id: the gateway serves it on the first of its broker ports + 111."""
 PROXIES = tuple(role for role in ROLES if role != "direct")
 """The roles with a process between the producer and the broker, whose CPU is measured."""
 TANSU_VERSION = "0.6.0"
@@ -247,6 +255,7 @@ def _path(role: str, folder: Path, store: Path) -> Iterator[Front]:
     """A fresh Tansu and, but for ``direct``, its front; yields where to connect."""
     broker = _free_port()
     front = broker if role == "direct" else _free_port()
+    advertised = broker if role == "gateway" else front
     tansu = [
         str(_tansu_binary()),
         "broker",
@@ -255,7 +264,7 @@ def _path(role: str, folder: Path, store: Path) -> Iterator[Front]:
         "--listener-url",
         f"tcp://127.0.0.1:{broker}",
         "--advertised-listener-url",
-        f"tcp://127.0.0.1:{front}",
+        f"tcp://127.0.0.1:{advertised}",
     ]
     python = [sys.executable, "-X", "faulthandler"]
     fronts = {
@@ -266,6 +275,13 @@ def _path(role: str, folder: Path, store: Path) -> Iterator[Front]:
     fronts["kquota"] = [
         *(*python, "-m", "kquota", "proxy", "--listen", f"127.0.0.1:{front}"),
         *("--upstream", f"127.0.0.1:{broker}", "--store", str(store)),
+        *("--log-level", "WARNING"),
+    ]
+    broker_port = _free_port()
+    fronts["gateway"] = [
+        *(*python, "-m", "kquota", "proxy", "--listen", f"127.0.0.1:{front}"),
+        *("--bootstrap", f"127.0.0.1:{broker}", "--store", str(store)),
+        *("--broker-ports", f"{broker_port - TANSU_NODE_ID}-{broker_port}"),
         *("--log-level", "WARNING"),
     ]
     with ExitStack() as stack:
@@ -476,6 +492,8 @@ def _record(benchmark: Any, values: list[float]) -> None:
 def _role(benchmark: Any, group: str, role: str) -> None:
     benchmark.group = group
     benchmark.extra_info["role"] = role
+    if role in SUBJECTS and role != "kquota":
+        benchmark.extra_info["subject"] = True
 
 
 @pytest.mark.parametrize("role", ROLES)

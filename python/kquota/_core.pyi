@@ -954,6 +954,11 @@ class ProxyDataPath:
     quotas of the three managers read directly. Returns once it listens on ``listen``
     (``HOST:PORT``, port 0: any free port); :class:`OSError` when it cannot. Used by
     :class:`kquota.proxy.ProxyServer`.
+
+    With ``broker_ports=(first, last)`` it is a gateway in front of the cluster whose
+    bootstrap addresses ``upstream`` lists (comma-separated): broker ``n`` gets the port
+    ``first + n`` and sensors of its own, and responses name the brokers at
+    ``advertised_host`` (default: the listen IP) and those ports.
     """
 
     def __new__(
@@ -974,9 +979,15 @@ class ProxyDataPath:
         upstream_timeout: float = 300.0,
         threads: int = 2,
         keep_decisions: bool = False,
+        broker_ports: tuple[int, int] | None = None,
+        advertised_host: str | None = None,
     ) -> Self: ...
     @property
     def address(self) -> tuple[str, int]: ...
+    @property
+    def brokers(self) -> list[tuple[int, str, int]]:
+        """A gateway's brokers: ``(node_id, upstream "HOST:PORT", port on the proxy)``, by
+        node id (empty for a sidecar)."""
     @property
     def connections(self) -> int: ...
     @property
@@ -1006,6 +1017,7 @@ class ProxyDataPath:
             RequestOutcome,
             int | None,
             str,
+            int,
         ]
     ]: ...
     def shutdown(self, timeout: float = 30.0) -> None: ...

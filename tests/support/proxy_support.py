@@ -40,6 +40,8 @@ class Applied:
     outcome: QuotaOutcome
     at_ms: int
     rate: float | None
+    broker: int = -1
+    """The broker whose sensors measured it (a gateway's node id; -1 for a sidecar)."""
 
 
 class RecordingPlugin(QuotaPlugin):
@@ -52,7 +54,7 @@ class RecordingPlugin(QuotaPlugin):
         self._source: Callable[[], list[ProxyDecision]] | None = None
         self._pulling = threading.Lock()
         self.replay_mismatches: list[tuple[ProxyDecision, Any]] = []
-        self._shadow: RequestPath | None = None
+        self._shadows: dict[int, RequestPath] = {}
         self._lock = threading.Lock()
 
     @property
@@ -76,9 +78,10 @@ class RecordingPlugin(QuotaPlugin):
         applied. The rate after each is read from a replay of the decisions, in order, on
         managers of the same windows and quotas (the sensors are the core's, deterministic,
         so it reads what the proxy's sensor did); a replay whose throttle differs from the
-        proxy's is kept in ``replay_mismatches``."""
-        shadow = self._shadow_path()
+        proxy's is kept in ``replay_mismatches``. A gateway's decisions replay on managers
+        of their own per broker, as each broker measures only its own traffic."""
         for d in decisions:
+            shadow = self._shadow_path(d.broker)
             if d.mutation_throttle_ms is not None:
                 o = d.outcome
                 by = o.throttled_by or "controller_mutation"
@@ -106,23 +109,25 @@ class RecordingPlugin(QuotaPlugin):
             with self._lock:
                 if replayed.throttle_ms != o.throttle_ms:
                     self.replay_mismatches.append((d, replayed))
-                self._applied.append(Applied(kind, d.user, d.client_id, d.size, out, d.at_ms, rate))
+                self._applied.append(
+                    Applied(kind, d.user, d.client_id, d.size, out, d.at_ms, rate, d.broker)
+                )
 
     def mutation_decided(self, mutation_throttle_ms: int, outcome: QuotaOutcome) -> None:
         """A mutation request's outcome: kept by plugins that override it."""
 
-    def _shadow_path(self) -> RequestPath:
-        """The replay's managers, with the real ones' quotas as they are now (a quota
-        changed while the proxy runs reaches the replay at its next batch)."""
-        if self._shadow is None:
+    def _shadow_path(self, broker: int) -> RequestPath:
+        """The replay's managers of ``broker``, with the real ones' quotas as they are now
+        (a quota changed while the proxy runs reaches the replay at its next batch)."""
+        shadow = self._shadows.get(broker)
+        if shadow is None:
             copies = [
                 QuotaManager(
                     real.quota_type, num_samples=real.num_samples, window_ms=real.window_ms
                 )
                 for real in self.managers
             ]
-            self._shadow = RequestPath(*copies)
-        shadow = self._shadow
+            shadow = self._shadows[broker] = RequestPath(*copies)
         for real, copy in zip(
             self.managers, (shadow.produce, shadow.fetch, shadow.request), strict=True
         ):

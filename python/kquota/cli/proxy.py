@@ -1,6 +1,8 @@
-"""``kquota proxy``: Kafka's client quotas in front of a Kafka-protocol broker.
+"""``kquota proxy``: Kafka's client quotas in front of a Kafka-protocol broker, or (with
+``--bootstrap``) a gateway in front of a whole cluster.
 
-Runs :class:`~kquota.proxy.ProxyServer` on ``--listen`` in front of ``--upstream``, with
+Runs :class:`~kquota.proxy.ProxyServer` on ``--listen`` in front of ``--upstream`` (or the
+cluster of ``--bootstrap``, each broker on a port of ``--broker-ports``), with
 the quotas of a store followed live (``kquota configs --alter`` changes apply within a
 second) and, with ``--metrics-port``, Kafka's quota metrics in the Prometheus format.
 Besides the produce, fetch and request quotas it applies the store's
@@ -55,17 +57,38 @@ def register(subparsers: Any) -> None:
             "a Metadata v12 request to the broker (Kafka 3.1+). The store's IP\n"
             "connection_creation_rate (KIP-612) closes a connection over it after the\n"
             "throttle time; the broker and listener rates below delay accepting.\n\n"
-            "example:\n"
+            "As a gateway (--bootstrap instead of --upstream), it fronts a whole cluster\n"
+            "with no change to its brokers: --listen is the bootstrap address clients are\n"
+            "given, broker N is served on the N-th port of --broker-ports, and every broker\n"
+            "address in the responses is rewritten to the gateway's. Each broker's traffic\n"
+            "is held to the quotas on sensors of its own, as each Kafka broker holds it.\n\n"
+            "examples:\n"
             "  kquota proxy --listen 127.0.0.1:9092 --upstream 127.0.0.1:19092 \\\n"
-            "      --store quotas.sqlite --metrics-port 9464"
+            "      --store quotas.sqlite --metrics-port 9464\n"
+            "  kquota proxy --listen 127.0.0.1:9092 --bootstrap kafka-0:9092,kafka-1:9092 \\\n"
+            "      --broker-ports 9100-9199 --store quotas.sqlite"
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument(
         "--listen", required=True, metavar="HOST:PORT", help="where clients connect (port 0: any)"
     )
+    upstream = parser.add_mutually_exclusive_group(required=True)
+    upstream.add_argument("--upstream", metavar="HOST:PORT", help="the broker's listener")
+    upstream.add_argument(
+        "--bootstrap",
+        metavar="HOST:PORT[,HOST:PORT...]",
+        help="gateway mode: the cluster's bootstrap addresses (the first that answers)",
+    )
     parser.add_argument(
-        "--upstream", required=True, metavar="HOST:PORT", help="the broker's listener"
+        "--broker-ports",
+        metavar="FIRST-LAST",
+        help="gateway mode: the ports the brokers get, node id N on FIRST+N (required)",
+    )
+    parser.add_argument(
+        "--advertised-host",
+        metavar="HOST",
+        help="gateway mode: the host clients are told (default: the --listen host)",
     )
     parser.add_argument(
         "--quota-callback",
@@ -160,7 +183,10 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--capture-broker",
         metavar="NAME",
-        help="the broker column of the capture (default: the --upstream HOST:PORT)",
+        help=(
+            "the broker column of the capture (default: the --upstream HOST:PORT; a gateway"
+            " writes each broker's node id)"
+        ),
     )
     parser.add_argument(
         "--capture-roll-mb",
@@ -199,13 +225,66 @@ def _address(option: str, text: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
+def _port_range(text: str) -> tuple[int, int]:
+    first, sep, last = text.partition("-")
+    if (
+        not sep
+        or not first.isdigit()
+        or not last.isdigit()
+        or not 0 < int(first) <= int(last) <= 65535
+    ):
+        raise ValueError(
+            f"invalid --broker-ports {text!r}: expected FIRST-LAST, ports 1-65535, FIRST <= LAST"
+        )
+    return int(first), int(last)
+
+
 def run(args: argparse.Namespace) -> int:
     """Validate the options, then serve until SIGTERM or SIGINT."""
     try:
         listen = _address("--listen", args.listen)
-        upstream = _address("--upstream", args.upstream)
-        if upstream[1] == 0:
-            raise ValueError(f"invalid --upstream {args.upstream!r}: port 0")
+        gateway = args.bootstrap is not None
+        option = "--bootstrap" if gateway else "--upstream"
+        text = args.bootstrap if gateway else args.upstream
+        upstream = [_address(option, part.strip()) for part in text.split(",")]
+        if any(port == 0 for _, port in upstream):
+            raise ValueError(f"invalid {option} {text!r}: port 0")
+        if len(upstream) > 1 and not gateway:
+            raise ValueError(f"invalid --upstream {text!r}: one broker (a list is --bootstrap)")
+        broker_ports = None
+        if gateway:
+            if args.broker_ports is None:
+                raise ValueError("--bootstrap needs --broker-ports FIRST-LAST")
+            broker_ports = _port_range(args.broker_ports)
+            if args.capture_broker is not None:
+                raise ValueError("--capture-broker is for --upstream: a gateway writes node ids")
+            if args.quota_callback is not None:
+                raise ValueError(
+                    "--quota-callback is for --upstream: each broker has a callback of its own"
+                )
+            for rate_option, rate_value, rate_default in (
+                (
+                    "--max-connection-creation-rate",
+                    args.max_connection_creation_rate,
+                    UNLIMITED_CONNECTION_RATE,
+                ),
+                (
+                    "--listener-max-connection-creation-rate",
+                    args.listener_max_connection_creation_rate,
+                    None,
+                ),
+            ):
+                if rate_value != rate_default:
+                    raise ValueError(
+                        f"{rate_option} is for --upstream: each broker counts its own connections"
+                    )
+        else:
+            for gateway_option, given in (
+                ("--broker-ports", args.broker_ports),
+                ("--advertised-host", args.advertised_host),
+            ):
+                if given is not None:
+                    raise ValueError(f"{gateway_option} needs --bootstrap (gateway mode)")
         if args.metrics_port is not None and not 0 <= args.metrics_port <= 65535:
             raise ValueError(f"invalid --metrics-port {args.metrics_port}: expected 0-65535")
         if args.num_samples < 2:
@@ -291,7 +370,7 @@ def run(args: argparse.Namespace) -> int:
         try:
             capture = TrafficCapture(
                 args.capture,
-                args.capture_broker or args.upstream,
+                args.capture_broker or text,
                 roll_bytes=args.capture_roll_mb * 1024 * 1024,
                 roll_seconds=args.capture_roll_seconds,
             )
@@ -317,15 +396,17 @@ def run(args: argparse.Namespace) -> int:
                 collectors.append(MutationQuotaCollector(mutation, clock=kafka_clock_ms))
             metrics = serve_metrics(*collectors, port=args.metrics_port)
         server = ProxyServer(
-            upstream,
+            upstream if gateway else upstream[0],
             plugin,
             max_request_bytes=args.max_request_bytes,
             capture=capture,
             mutation=mutation,
-            connection_quotas=connections,
+            connection_quotas=None if gateway else connections,
             listener=args.listener_name,
             default_num_partitions=args.num_partitions,
             threads=args.threads,
+            broker_ports=broker_ports,
+            advertised_host=args.advertised_host,
         )
         return asyncio.run(_serve(server, listen, metrics.port if metrics else None))
     except (KquotaError, OSError) as exc:
@@ -346,13 +427,17 @@ async def _serve(server: Any, listen: tuple[str, int], metrics_port: int | None)
         loop.add_signal_handler(signum, stop.set)
     await server.start(*listen)
     host, port = server.address
-    upstream_host, upstream_port = server.upstream
+    upstreams = ",".join(f"{h}:{p}" for h, p in server.bootstrap)
     extra = f", metrics on 127.0.0.1:{metrics_port}" if metrics_port is not None else ""
-    print(
-        f"kquota proxy: listening on {host}:{port}, upstream {upstream_host}:{upstream_port}"
-        f"{extra}",
-        flush=True,
-    )
+    if server.broker_ports is None:
+        print(f"kquota proxy: listening on {host}:{port}, upstream {upstreams}{extra}", flush=True)
+    else:
+        first, last = server.broker_ports
+        print(
+            f"kquota proxy: gateway listening on {host}:{port}, brokers on ports"
+            f" {first}-{last}, bootstrap {upstreams}{extra}",
+            flush=True,
+        )
     await stop.wait()
     logging.getLogger("kquota.proxy").info("shutting down: answering requests in flight")
     await server.shutdown()

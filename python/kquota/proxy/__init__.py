@@ -1,7 +1,8 @@
 """``kquota proxy``: Kafka's client quotas in front of any Kafka-protocol broker.
 
-:class:`ProxyServer` sits beside one broker, which advertises the proxy's address, and
-applies a :class:`~kquota.broker.QuotaPlugin`'s produce, fetch and request quotas to
+:class:`ProxyServer` sits beside one broker, which advertises the proxy's address, or
+(as a gateway, with ``broker_ports``) in front of a whole cluster, giving each broker a
+port of its own and rewriting the broker addresses clients see; it applies a :class:`~kquota.broker.QuotaPlugin`'s produce, fetch and request quotas to
 every client connection, with Kafka's KIP-219 throttling, and optionally the
 controller-mutation quota (KIP-599) of CreateTopics, CreatePartitions and DeleteTopics
 and the connection-creation rates (KIP-612) of its listener and of each client IP. Its
@@ -17,15 +18,15 @@ from kquota._extras import require
 from kquota.proxy.capture import TrafficCapture
 
 if TYPE_CHECKING:
-    from kquota.proxy.server import ProxyServer, kafka_clock_ms
+    from kquota.proxy.server import GatewayBroker, ProxyServer, kafka_clock_ms
 
-__all__ = ["ANONYMOUS", "ProxyServer", "TrafficCapture", "kafka_clock_ms"]
+__all__ = ["ANONYMOUS", "GatewayBroker", "ProxyServer", "TrafficCapture", "kafka_clock_ms"]
 
 ANONYMOUS: Final[str] = ProxyDataPath.ANONYMOUS
 """The user of a connection without SASL, or whose SASL principal the proxy cannot read
 (GSSAPI, OAUTHBEARER): Kafka's ``KafkaPrincipal.ANONYMOUS`` name."""
 
-_SERVER_NAMES = frozenset({"ProxyServer", "kafka_clock_ms"})
+_SERVER_NAMES = frozenset({"GatewayBroker", "ProxyServer", "kafka_clock_ms"})
 
 
 def __getattr__(name: str) -> Any:

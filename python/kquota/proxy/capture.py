@@ -96,7 +96,8 @@ class TrafficCapture:
     as Parquet files in ``folder`` by a thread of its own; :meth:`close` writes what is
     left and completes the last file.
 
-    ``broker`` fills the broker column (quotas are per broker; a proxy fronts one).
+    ``broker`` fills the broker column (quotas are per broker; a sidecar fronts one); a
+    gateway gives each row the broker whose quotas applied (:meth:`add`'s ``broker``).
     """
 
     def __init__(
@@ -159,14 +160,15 @@ class TrafficCapture:
         api_version: int,
         correlation_id: int,
         connection: str,
+        broker: str | None = None,
     ) -> None:
         """One request, as the proxy checked it at ``ts_ms`` on the quota clock (cheap:
-        called on the event loop)."""
+        called on the event loop); ``broker`` overrides the capture's broker column."""
         if self._closed or self.error is not None:
             return
         row = (
             ts_ms + self._offset_ms,
-            self.broker,
+            self.broker if broker is None else broker,
             user,
             client_id,
             api,

@@ -56,6 +56,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Sequence
 from typing import Final, NamedTuple
 
 from kquota import ConnectionQuotas, ControllerMutationQuotaManager, monotonic_ms
@@ -68,6 +69,7 @@ __all__ = [
     "DEFAULT_LISTENER",
     "DEFAULT_UPSTREAM_TIMEOUT",
     "MAX_REQUEST_BYTES",
+    "GatewayBroker",
     "ProxyDecision",
     "ProxyServer",
     "kafka_clock_ms",
@@ -120,6 +122,9 @@ class ProxyDecision(NamedTuple):
     """A mutation request's controller-mutation throttle (``None`` for other APIs)."""
     peer: str
     """The client's ``HOST:PORT``."""
+    broker: int
+    """In gateway mode, the node id of the broker whose quotas applied (-1 for a bootstrap
+    connection before any response named the broker it reached); -1 for a sidecar."""
 
     @property
     def api(self) -> str:
@@ -127,6 +132,16 @@ class ProxyDecision(NamedTuple):
         if self.follower:
             return _FOLLOWER_FETCH
         return ProxyDataPath.api_name(self.api_key)
+
+
+class GatewayBroker(NamedTuple):
+    """A broker a gateway serves (:attr:`ProxyServer.brokers`)."""
+
+    node_id: int
+    upstream: tuple[str, int]
+    """The broker's own address, as the cluster advertises it."""
+    port: int
+    """Its port on the gateway, which clients are told instead."""
 
 
 def kafka_clock_ms() -> int:
@@ -145,8 +160,16 @@ def kafka_clock_ms() -> int:
 class ProxyServer:
     """A Kafka-protocol proxy that applies ``plugin``'s quotas in front of ``upstream``.
 
-    ``upstream`` is ``(host, port)`` of the broker, which must advertise the proxy's
-    address (Metadata and FindCoordinator responses pass through unchanged).
+    As a sidecar (the default), ``upstream`` is ``(host, port)`` of one broker, which must
+    advertise the proxy's address (Metadata and FindCoordinator responses pass through
+    unchanged). As a gateway (``broker_ports=(first, last)``), ``upstream`` is the
+    cluster's bootstrap address (or a list of them, tried in turn): the proxy listens on
+    its own address as the bootstrap, gives broker ``n`` the port ``first + n`` (on the
+    same IP) the first time a response names it, and rewrites every broker address in
+    the responses to ``advertised_host`` (default: the listen address's IP) and that
+    port, so clients connect only through it. Each broker's traffic is measured on
+    sensors of its own, with the plugin's quotas, as each Kafka broker measures its own;
+    a quota callback or ``connection_quotas`` are not taken in gateway mode.
     ``max_request_bytes`` is Kafka's ``socket.request.max.bytes``; responses larger than
     ``max_response_bytes`` close the connection too. With ``capture``, every request whose
     quota the proxy checks is added to it, as it was checked (``kquota proxy --capture``).
@@ -168,7 +191,7 @@ class ProxyServer:
 
     def __init__(
         self,
-        upstream: tuple[str, int],
+        upstream: tuple[str, int] | Sequence[tuple[str, int]],
         plugin: QuotaPlugin,
         *,
         max_request_bytes: int = MAX_REQUEST_BYTES,
@@ -182,7 +205,33 @@ class ProxyServer:
         default_num_partitions: int = 1,
         threads: int = 2,
         keep_decisions: bool = False,
+        broker_ports: tuple[int, int] | None = None,
+        advertised_host: str | None = None,
     ) -> None:
+        addresses = _addresses(upstream)
+        if broker_ports is not None:
+            if (
+                not isinstance(broker_ports, tuple)
+                or len(broker_ports) != 2
+                or not all(
+                    isinstance(p, int) and not isinstance(p, bool) and 0 < p < 65536
+                    for p in broker_ports
+                )
+                or broker_ports[1] < broker_ports[0]
+            ):
+                raise InvalidConfigError(
+                    f"invalid broker_ports {broker_ports!r}: expected (first, last) ports,"
+                    " 1 to 65535, first <= last"
+                )
+        elif len(addresses) != 1:
+            raise InvalidConfigError(
+                f"invalid upstream {upstream!r}: a sidecar has one broker (HOST, PORT);"
+                " several addresses are a gateway's bootstrap (give broker_ports)"
+            )
+        if advertised_host is not None and broker_ports is None:
+            raise InvalidConfigError(
+                f"advertised_host {advertised_host!r} needs broker_ports (gateway mode)"
+            )
         if isinstance(threads, bool) or not isinstance(threads, int) or not 0 < threads <= 256:
             raise InvalidConfigError(f"invalid threads {threads!r}: expected an int from 1 to 256")
         if mutation is not None and not isinstance(mutation, ControllerMutationQuotaManager):
@@ -212,7 +261,10 @@ class ProxyServer:
                 raise InvalidConfigError(
                     f"invalid {name} {value!r}: expected an int from 1 to {2**31 - 1}"
                 )
-        self.upstream = upstream
+        self.upstream = addresses[0]
+        self.bootstrap = addresses
+        self.broker_ports = broker_ports
+        self.advertised_host = advertised_host
         self.plugin = plugin
         self.max_request_bytes = max_request_bytes
         self.max_response_bytes = max_response_bytes
@@ -234,10 +286,9 @@ class ProxyServer:
 
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> None:
         """Listen on ``host:port`` (``port=0``: any free port, see :attr:`address`)."""
-        upstream_host, upstream_port = self.upstream
         plugin = self.plugin
         self._data_path = ProxyDataPath(
-            f"{upstream_host}:{upstream_port}",
+            ",".join(f"{h}:{p}" for h, p in self.bootstrap),
             plugin.produce,
             plugin.fetch,
             plugin.request,
@@ -252,6 +303,8 @@ class ProxyServer:
             upstream_timeout=self.upstream_timeout,
             threads=self.threads,
             keep_decisions=self.keep_decisions or self.capture is not None,
+            broker_ports=self.broker_ports,
+            advertised_host=self.advertised_host,
         )
         if self.capture is not None:
             self.capture.align(plugin.channels.now_ms())
@@ -264,7 +317,9 @@ class ProxyServer:
         if self._data_path is None:
             return []
         return [
-            ProxyDecision(at, user, client_id, *request, follower, size, ns, acks, out, mut, peer)
+            ProxyDecision(
+                at, user, client_id, *request, follower, size, ns, acks, out, mut, peer, broker
+            )
             for (
                 at,
                 user,
@@ -277,6 +332,7 @@ class ProxyServer:
                 out,
                 mut,
                 peer,
+                broker,
             ) in self._data_path.take_decisions()
         ]
 
@@ -305,6 +361,7 @@ class ProxyServer:
                 d.api_version,
                 d.correlation_id,
                 d.peer,
+                None if self.broker_ports is None else str(d.broker),
             )
 
     @property
@@ -313,6 +370,18 @@ class ProxyServer:
         if self._data_path is None:
             raise ProxyError("the proxy is not listening: call start() first")
         return self._data_path.address
+
+    @property
+    def brokers(self) -> dict[int, GatewayBroker]:
+        """A gateway's brokers, by node id: each one a response has named so far (empty
+        for a sidecar)."""
+        if self._data_path is None:
+            return {}
+        served = {}
+        for node_id, upstream, port in self._data_path.brokers:
+            host, _, upstream_port = upstream.rpartition(":")
+            served[node_id] = GatewayBroker(node_id, (host, int(upstream_port)), port)
+        return served
 
     @property
     def connections(self) -> int:
@@ -341,6 +410,31 @@ class ProxyServer:
         if self.capture is not None:
             self._capture_taken(self.capture)  # the decisions of the last requests
             await loop.run_in_executor(None, self.capture.close)
+
+
+def _addresses(upstream: object) -> list[tuple[str, int]]:
+    """``(host, port)`` or a list of them, checked."""
+    single = isinstance(upstream, tuple) and bool(upstream) and isinstance(upstream[0], str)
+    items = [upstream] if single else upstream
+    if isinstance(items, (list, tuple)) and items:
+        checked = []
+        for item in items:
+            if not (
+                isinstance(item, tuple)
+                and len(item) == 2
+                and isinstance(item[0], str)
+                and item[0]
+                and isinstance(item[1], int)
+                and not isinstance(item[1], bool)
+                and 0 < item[1] < 65536
+            ):
+                break
+            checked.append((item[0], item[1]))
+        else:
+            return checked
+    raise InvalidConfigError(
+        f"invalid upstream {upstream!r}: expected (HOST, PORT) or a list of them"
+    )
 
 
 async def _stop(task: asyncio.Task[None]) -> None:

@@ -385,3 +385,12 @@ fn the_replay_kernel_resolves_through_the_callback() {
         .unwrap();
     assert_eq!(alice.quota, Some(2000.0));
 }
+
+#[test]
+fn a_manager_with_a_callback_has_no_sibling() {
+    // Each broker has a callback instance of its own: another broker's manager cannot
+    // share this one's.
+    let cb = Arc::new(SplitUserQuota::default());
+    let m = with(&cb, QuotaType::Produce);
+    assert!(matches!(m.sibling(), Err(Error::InvalidConfig(_))));
+}

@@ -6,12 +6,14 @@
 //! [`header`] (a frame's header), [`fetch`] (what a fetch request says), [`sasl`] (the principal of a connection), [`rewrite`]
 //! (the throttle in a response), [`addresses`] (the broker addresses in a response, for a
 //! gateway), [`relay`] (connections as bytes or frames), [`server`] (the proxy: connections
-//! with Kafka's client quotas).
+//! with Kafka's client quotas), [`gateway`] (the proxy in front of a whole cluster: a port
+//! and quota sensors per broker).
 
 pub mod addresses;
 pub mod error;
 pub mod fetch;
 pub mod frame;
+pub mod gateway;
 pub mod header;
 pub mod metadata;
 pub mod mutation;
@@ -24,6 +26,7 @@ mod skim;
 pub use addresses::{names_brokers, with_addresses, BrokerAddress};
 pub use error::{FrameError, HeaderError};
 pub use frame::{split_frame, FrameReader, DEFAULT_MAX_FRAME_BYTES};
+pub use gateway::GatewayConfig;
 pub use header::{
     api_name, parse_request_header, parse_response_header, produce_acks, RequestHeader,
     ResponseHeader,

@@ -37,7 +37,7 @@ use std::sync::atomic::{AtomicI32, AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use bytes::BytesMut;
+use bytes::{Bytes, BytesMut};
 use kafka_protocol::messages::ApiKey;
 use kquota_core::{
     monotonic_ms, update_cluster_metadata, ClusterMetadata, ConnectionQuotas,
@@ -50,9 +50,11 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::runtime::Runtime;
 use tokio::sync::{mpsc, oneshot, watch, Notify};
 
+use crate::addresses::{names_brokers, with_addresses, BrokerAddress};
 use crate::error::FrameError;
 use crate::fetch::{cap_max_bytes, read_fetch_request, FetchRequestInfo};
 use crate::frame::FrameReader;
+use crate::gateway::{Door, Doors, GatewayConfig, Learned};
 use crate::header::{parse_request_header, parse_response_header, produce_acks, RequestHeader};
 use crate::mutation::{metadata_request, mutation_api, partition_counts, MutationRequest};
 use crate::rewrite::{capped_api_versions, throttled_fetch_response, with_throttle};
@@ -107,6 +109,17 @@ impl Managers {
         self
     }
 
+    /// The managers of another broker of the cluster: siblings sharing these managers'
+    /// quotas, with sensors of their own (none for managers with a quota callback).
+    pub fn sibling(&self) -> kquota_core::Result<Self> {
+        Ok(Managers {
+            produce: Arc::new(self.produce.sibling()?),
+            fetch: Arc::new(self.fetch.sibling()?),
+            request: Arc::new(self.request.sibling()?),
+            mutation: self.mutation.as_ref().map(|m| Arc::new(m.sibling())),
+        })
+    }
+
     fn path(&self) -> RequestPath<'_> {
         RequestPath::new(&self.produce, &self.fetch, &self.request)
             .expect("manager types checked by Managers::new")
@@ -115,12 +128,35 @@ impl Managers {
     fn each(&self) -> [&QuotaManager; 3] {
         [&self.produce, &self.fetch, &self.request]
     }
+
+    /// Drains the delay queues as mutes end and, with `expire`, removes idle sensors;
+    /// returns when the next mute ends.
+    fn maintain(&self, now: i64, expire: bool) -> Option<i64> {
+        for manager in self.each() {
+            manager.expired_channels(now);
+            if expire {
+                manager.expire_sensors(now);
+            }
+        }
+        if let Some(mutation) = &self.mutation {
+            mutation.expired_channels(now);
+            if expire {
+                mutation.expire_sensors(now);
+            }
+        }
+        self.each()
+            .iter()
+            .filter_map(|m| m.next_unmute_ms())
+            .chain(self.mutation.as_ref().and_then(|m| m.next_unmute_ms()))
+            .min()
+    }
 }
 
 /// How the proxy reaches its broker and the bounds it keeps.
 #[derive(Debug, Clone)]
 pub struct ProxyConfig {
-    /// The broker's listener, `host:port`.
+    /// The broker's listener, `host:port`; in gateway mode, the cluster's bootstrap
+    /// addresses (`host:port`, comma-separated: the first that answers).
     pub upstream: String,
     /// Kafka's `socket.request.max.bytes`: a larger request closes its connection.
     pub max_request_bytes: usize,
@@ -133,6 +169,8 @@ pub struct ProxyConfig {
     /// The broker's `num.partitions`: what a CreateTopics topic asking for -1 gets, as the
     /// controller-mutation quota counts it.
     pub default_num_partitions: i32,
+    /// Gateway mode: in front of the whole cluster of `upstream`, a port per broker.
+    pub gateway: Option<GatewayConfig>,
 }
 
 impl ProxyConfig {
@@ -145,6 +183,7 @@ impl ProxyConfig {
             connect_timeout: Duration::from_secs(10),
             upstream_timeout: Duration::from_secs(300),
             default_num_partitions: 1,
+            gateway: None,
         }
     }
 }
@@ -176,6 +215,9 @@ pub struct Decision {
     pub mutation_throttle_ms: Option<i32>,
     /// The client's address.
     pub peer: SocketAddr,
+    /// The broker whose quotas applied: its node id in gateway mode (-1 before a
+    /// response named the bootstrap's broker), else -1.
+    pub broker: i32,
 }
 
 /// Decisions kept for the owner to take, at most; more are counted and dropped.
@@ -263,7 +305,10 @@ impl From<kquota_core::Error> for Closed {
 /// The state every connection task shares.
 struct Shared {
     config: ProxyConfig,
-    managers: Managers,
+    /// The listen port's door: the sidecar's broker, or the gateway's bootstrap.
+    door: Arc<Door>,
+    /// The gateway's brokers (gateway mode only).
+    doors: Option<Doors>,
     admission: Option<Admission>,
     log: Log,
     closing: watch::Receiver<bool>,
@@ -305,12 +350,26 @@ impl Proxy {
             .thread_name("kquota-proxy")
             .enable_all()
             .build()?;
+        if let Some(gateway) = &config.gateway {
+            gateway
+                .check()
+                .map_err(|msg| io::Error::new(io::ErrorKind::InvalidInput, msg))?;
+            managers
+                .sibling()
+                .map_err(|err| io::Error::new(io::ErrorKind::InvalidInput, err.to_string()))?;
+        }
         let listener = runtime.block_on(TcpListener::bind(listen))?;
         let local_addr = listener.local_addr()?;
         let (closing, closing_rx) = watch::channel(false);
+        let door = Arc::new(Door::new(-1, config.upstream.clone(), managers));
+        let doors = config
+            .gateway
+            .clone()
+            .map(|gateway| Doors::new(gateway, local_addr.ip()));
         let shared = Arc::new(Shared {
             config,
-            managers,
+            door: Arc::clone(&door),
+            doors,
             admission,
             log,
             closing: closing_rx,
@@ -322,7 +381,7 @@ impl Proxy {
             told: Mutex::new(None),
             local_addr,
         });
-        runtime.spawn(accept(Arc::clone(&shared), listener));
+        runtime.spawn(accept(Arc::clone(&shared), listener, door));
         runtime.spawn(maintain(Arc::clone(&shared)));
         Ok(Proxy {
             shared,
@@ -335,6 +394,15 @@ impl Proxy {
     /// The address the proxy listens on.
     pub fn local_addr(&self) -> SocketAddr {
         self.local_addr
+    }
+
+    /// The brokers a gateway serves: node id, address upstream and port on the proxy, by
+    /// node id (empty for a sidecar).
+    pub fn brokers(&self) -> Vec<(i32, String, u16)> {
+        self.shared
+            .doors
+            .as_ref()
+            .map_or_else(Vec::new, Doors::ports)
     }
 
     /// Client connections open now.
@@ -402,7 +470,7 @@ impl Drop for Proxy {
     }
 }
 
-async fn accept(shared: Arc<Shared>, listener: TcpListener) {
+async fn accept(shared: Arc<Shared>, listener: TcpListener, door: Arc<Door>) {
     let mut closing = shared.closing.clone();
     loop {
         let accepted = tokio::select! {
@@ -425,7 +493,13 @@ async fn accept(shared: Arc<Shared>, listener: TcpListener) {
                     },
                 };
                 shared.connections.fetch_add(1, Ordering::AcqRel);
-                tokio::spawn(serve(Arc::clone(&shared), client, peer, throttle));
+                tokio::spawn(serve(
+                    Arc::clone(&shared),
+                    Arc::clone(&door),
+                    client,
+                    peer,
+                    throttle,
+                ));
             }
             // Out of file descriptors and the like: the listener itself stays usable.
             Err(err) => {
@@ -442,34 +516,15 @@ async fn maintain(shared: Arc<Shared>) {
     let mut next_expiry = monotonic_ms();
     loop {
         let now = monotonic_ms();
-        for manager in shared.managers.each() {
-            manager.expired_channels(now);
-            if now >= next_expiry {
-                manager.expire_sensors(now);
-            }
-        }
-        if let Some(mutation) = &shared.managers.mutation {
-            mutation.expired_channels(now);
-            if now >= next_expiry {
-                mutation.expire_sensors(now);
-            }
-        }
-        if now >= next_expiry {
+        let expire = now >= next_expiry;
+        let gateway_doors = shared.doors.as_ref().map_or_else(Vec::new, Doors::all);
+        let next_unmute = std::iter::once(&shared.door)
+            .chain(&gateway_doors)
+            .filter_map(|door| door.managers.maintain(now, expire))
+            .min();
+        if expire {
             next_expiry = now + SENSOR_EXPIRY_INTERVAL_MS;
         }
-        let next_unmute = shared
-            .managers
-            .each()
-            .iter()
-            .filter_map(|m| m.next_unmute_ms())
-            .chain(
-                shared
-                    .managers
-                    .mutation
-                    .as_ref()
-                    .and_then(|m| m.next_unmute_ms()),
-            )
-            .min();
         let due = next_unmute.map_or(next_expiry, |end| end.min(next_expiry));
         let wait = Duration::from_millis((due - monotonic_ms()).clamp(1, 1000) as u64);
         let mut closing = shared.closing.clone();
@@ -573,6 +628,8 @@ struct Connection {
     sasl: Mutex<SaslExchange>,
     client_id: Mutex<String>,
     own_requests: AtomicI32,
+    /// The node id of the door whose quotas apply (see [`Decision::broker`]).
+    broker: AtomicI32,
 }
 
 impl Connection {
@@ -636,7 +693,7 @@ impl Connection {
     }
 }
 
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+pub(crate) fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     // A panic elsewhere cannot leave these small values half-written.
     mutex
         .lock()
@@ -645,7 +702,13 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 /// Serves one connection; one its IP's rate throttled (`ip_throttle_ms` > 0) is held for
 /// that long and closed, unread.
-async fn serve(shared: Arc<Shared>, client: TcpStream, peer: SocketAddr, ip_throttle_ms: i32) {
+async fn serve(
+    shared: Arc<Shared>,
+    door: Arc<Door>,
+    client: TcpStream,
+    peer: SocketAddr,
+    ip_throttle_ms: i32,
+) {
     let connection = Connection {
         channel: shared.next_channel.fetch_add(1, Ordering::Relaxed),
         peer,
@@ -655,9 +718,10 @@ async fn serve(shared: Arc<Shared>, client: TcpStream, peer: SocketAddr, ip_thro
         sasl: Mutex::new(SaslExchange::default()),
         client_id: Mutex::new(String::new()),
         own_requests: AtomicI32::new(0),
+        broker: AtomicI32::new(door.broker),
     };
     if !*shared.closing.borrow() && admitted(&shared, ip_throttle_ms).await {
-        if let Err(err) = relay(&shared, &connection, client).await {
+        if let Err(err) = relay(&shared, door, &connection, client).await {
             (shared.log)(&format!(
                 "closing connection from {}: {err}",
                 connection.who()
@@ -683,41 +747,73 @@ async fn admitted(shared: &Shared, ip_throttle_ms: i32) -> bool {
     false
 }
 
-async fn relay(shared: &Shared, connection: &Connection, client: TcpStream) -> Result<(), Closed> {
-    let upstream = connect(&shared.config).await?;
+async fn relay(
+    shared: &Arc<Shared>,
+    door: Arc<Door>,
+    connection: &Connection,
+    client: TcpStream,
+) -> Result<(), Closed> {
+    let to = door.upstream();
+    let (upstream, reached) = connect(&shared.config, &to).await?;
+    // A gateway's bootstrap connection counts on the door of the broker it reached.
+    let door = match &shared.doors {
+        Some(doors) if door.broker < 0 => {
+            doors.at(reached, upstream.peer_addr().ok()).unwrap_or(door)
+        }
+        _ => door,
+    };
+    connection.broker.store(door.broker, Ordering::Relaxed);
     client.set_nodelay(true)?;
     upstream.set_nodelay(true)?;
     let (client_read, client_write) = client.into_split();
     let (upstream_read, upstream_write) = upstream.into_split();
     // At most PIPELINE_DEPTH requests are in flight, so the queue never fills.
     let (forwarded, pending) = mpsc::channel(PIPELINE_DEPTH + 1);
-    let reader = read_requests(shared, connection, client_read, upstream_write, forwarded);
-    let responder = respond(shared, connection, upstream_read, client_write, pending);
+    let reader = read_requests(
+        shared,
+        &door,
+        connection,
+        client_read,
+        upstream_write,
+        forwarded,
+    );
+    let responder = respond(
+        shared,
+        &door,
+        connection,
+        upstream_read,
+        client_write,
+        pending,
+    );
     tokio::try_join!(reader, responder)?;
     Ok(())
 }
 
-async fn connect(config: &ProxyConfig) -> Result<TcpStream, Closed> {
-    let unreachable = |reason: String| {
-        Closed::Upstream(format!(
-            "upstream {} unreachable: {reason}",
-            config.upstream
-        ))
-    };
-    match tokio::time::timeout(config.connect_timeout, TcpStream::connect(&config.upstream)).await {
-        Ok(Ok(stream)) => Ok(stream),
-        Ok(Err(err)) => Err(unreachable(err.to_string())),
-        Err(_) => Err(unreachable(format!(
-            "no connection within {:?}",
-            config.connect_timeout
-        ))),
+/// A connection to `to`: `host:port`, or several comma-separated (a bootstrap list),
+/// tried in turn until one answers; with the one that did.
+async fn connect<'a>(config: &ProxyConfig, to: &'a str) -> Result<(TcpStream, &'a str), Closed> {
+    let mut reasons = Vec::new();
+    for address in to.split(',').map(str::trim).filter(|a| !a.is_empty()) {
+        match tokio::time::timeout(config.connect_timeout, TcpStream::connect(address)).await {
+            Ok(Ok(stream)) => return Ok((stream, address)),
+            Ok(Err(err)) => reasons.push(format!("{address}: {err}")),
+            Err(_) => reasons.push(format!(
+                "{address}: no connection within {:?}",
+                config.connect_timeout
+            )),
+        }
     }
+    Err(Closed::Upstream(format!(
+        "upstream {to} unreachable: {}",
+        reasons.join("; ")
+    )))
 }
 
 /// The reader: each request read, checked and forwarded once its turn comes; ends at the
 /// client's end of stream or when the proxy shuts down.
 async fn read_requests(
     shared: &Shared,
+    door: &Door,
     connection: &Connection,
     client: OwnedReadHalf,
     mut upstream: OwnedWriteHalf,
@@ -725,7 +821,7 @@ async fn read_requests(
 ) -> Result<(), Closed> {
     let mut frames = FrameReader::new(client, shared.config.max_request_bytes);
     let mut closing = shared.closing.clone();
-    let path = shared.managers.path();
+    let path = door.managers.path();
     loop {
         // Waiting for a request, a mute's end or a turn: a shutdown drops the connection.
         let next = async {
@@ -802,7 +898,7 @@ async fn read_requests(
                 }
             }
             key => {
-                if let Some(manager) = shared
+                if let Some(manager) = door
                     .managers
                     .mutation
                     .as_ref()
@@ -846,14 +942,15 @@ async fn read_requests(
 /// The responder: each forwarded request answered in turn, once the connection's mute (if
 /// any) has ended; ends when the reader has and every forwarded request is answered.
 async fn respond(
-    shared: &Shared,
+    shared: &Arc<Shared>,
+    door: &Door,
     connection: &Connection,
     upstream: OwnedReadHalf,
     mut client: OwnedWriteHalf,
     mut pending: mpsc::Receiver<Work>,
 ) -> Result<(), Closed> {
     let mut frames = FrameReader::new(upstream, shared.config.max_response_bytes);
-    let path = shared.managers.path();
+    let path = door.managers.path();
     while let Some(work) = pending.recv().await {
         let entry = match work {
             Work::Answer(entry) => entry,
@@ -876,7 +973,16 @@ async fn respond(
                 Some(read_response(&shared.config, &mut frames, &entry.header).await?)
             };
             connection.wait_unmuted().await;
-            answer_mutation(shared, &path, connection, &mut client, &entry, response).await?;
+            answer_mutation(
+                shared,
+                door,
+                &path,
+                connection,
+                &mut client,
+                &entry,
+                response,
+            )
+            .await?;
         } else {
             // Read before a pipelined produce's wait for its connection's mute, so that
             // the broker's time is not counted with the mute.
@@ -885,7 +991,16 @@ async fn respond(
             let response = read_response(&shared.config, &mut frames, &entry.header).await?;
             entry.add_broker_time(ready, Instant::now());
             connection.wait_unmuted().await;
-            answer(shared, &path, connection, &mut client, entry, response).await?;
+            answer(
+                shared,
+                door,
+                &path,
+                connection,
+                &mut client,
+                entry,
+                response,
+            )
+            .await?;
         }
         connection.answer_done(produce);
     }
@@ -970,6 +1085,7 @@ fn record_mutation(
 /// the refused topics' errors.
 async fn answer_mutation(
     shared: &Shared,
+    door: &Door,
     path: &RequestPath<'_>,
     connection: &Connection,
     client: &mut OwnedWriteHalf,
@@ -994,7 +1110,7 @@ async fn answer_mutation(
     outcome.throttled_by = None;
     if throttle > 0 {
         let channel = Some(connection.channel);
-        let end = match &shared.managers.mutation {
+        let end = match &door.managers.mutation {
             Some(manager) if mutation_ms > request_ms => {
                 manager.throttle(&entry.user, client_id, i64::from(throttle), now, channel)?
             }
@@ -1066,7 +1182,8 @@ fn check_version(frame: &[u8]) -> Result<(), Closed> {
 
 /// Checks the quotas of one answered request and sends the client its response.
 async fn answer(
-    shared: &Shared,
+    shared: &Arc<Shared>,
+    door: &Door,
     path: &RequestPath<'_>,
     connection: &Connection,
     client: &mut OwnedWriteHalf,
@@ -1076,6 +1193,12 @@ async fn answer(
     let resumed = Instant::now();
     let (response, body_offset) = response;
     let header = &entry.header;
+    let response = match &shared.doors {
+        Some(doors) if names_brokers(header.api_key, header.api_version) => {
+            gateway_addresses(shared, doors, response.freeze(), body_offset, header)?
+        }
+        _ => response.freeze(),
+    };
     match header.api_key {
         SASL_HANDSHAKE => return send(path, client, &response, None).await,
         SASL_AUTHENTICATE => {
@@ -1096,7 +1219,7 @@ async fn answer(
     };
     let outcome = decide(shared, path, connection, &entry, &request)?;
     if header.api_key == METADATA {
-        tell_callback(shared, &response[body_offset..], header.api_version);
+        tell_callback(shared, door, &response[body_offset..], header.api_version);
     }
     let entity = Some((entry.user.as_str(), header.client_id()));
     if outcome.unrecorded {
@@ -1131,11 +1254,80 @@ async fn answer(
     .await
 }
 
+/// A gateway's response naming brokers, with each one's address replaced by its port on
+/// the proxy: a broker named for the first time gets its door and port first, so that the
+/// client can connect as soon as it reads the response. A response the proxy cannot read
+/// closes the connection (passing it on would show the client the brokers themselves).
+fn gateway_addresses(
+    shared: &Arc<Shared>,
+    doors: &Doors,
+    response: Bytes,
+    body_offset: usize,
+    header: &RequestHeader<'_>,
+) -> Result<Bytes, Closed> {
+    let advertised = doors.config.advertised_host.clone();
+    let mut to = |broker: &BrokerAddress| {
+        let upstream = format!("{}:{}", broker.host, broker.port);
+        let Some(port) = doors.config.port_of(broker.node_id) else {
+            (shared.log)(&format!(
+                "broker {} at {upstream} has no port on the gateway: node ids 0 to {} have one",
+                broker.node_id,
+                doors.config.ports - 1
+            ));
+            return None;
+        };
+        match doors.learn(broker.node_id, &upstream, || shared.door.managers.sibling()) {
+            Ok(Learned::Known) => {}
+            Ok(Learned::Moved) => {
+                (shared.log)(&format!("broker {} is now at {upstream}", broker.node_id))
+            }
+            Ok(Learned::New(door)) => {
+                if let Err(err) = open_door(shared, doors, door, port) {
+                    (shared.log)(&format!(
+                        "broker {} at {upstream}: cannot listen on port {port}: {err}",
+                        broker.node_id
+                    ));
+                    doors.forget(broker.node_id);
+                    return None;
+                }
+            }
+            Err(err) => {
+                (shared.log)(&format!("broker {}: {err}", broker.node_id));
+                return None;
+            }
+        }
+        Some((advertised.clone(), i32::from(port)))
+    };
+    match with_addresses(
+        &response,
+        body_offset,
+        header.api_key,
+        header.api_version,
+        &mut to,
+    ) {
+        Ok(Some(rewritten)) => Ok(rewritten.freeze()),
+        Ok(None) => Ok(response),
+        Err(err) => Err(Closed::Upstream(format!(
+            "response naming brokers (API key {} v{}): {err}",
+            header.api_key, header.api_version
+        ))),
+    }
+}
+
+/// Listens on a broker's port and serves its connections through `door`.
+fn open_door(shared: &Arc<Shared>, doors: &Doors, door: Arc<Door>, port: u16) -> io::Result<()> {
+    let listener = std::net::TcpListener::bind((doors.listen_ip, port))?;
+    listener.set_nonblocking(true)?;
+    let listener = TcpListener::from_std(listener)?;
+    tokio::spawn(accept(Arc::clone(shared), listener, door));
+    Ok(())
+}
+
 /// A Metadata response went through: tell the quota callback (if any) when the brokers or
 /// partition leaders changed. A response that cannot be read or a callback that fails is
 /// logged, and the client's response goes on unchanged.
-fn tell_callback(shared: &Shared, body: &[u8], version: i16) {
-    let managers = shared.managers.each();
+fn tell_callback(shared: &Shared, door: &Door, body: &[u8], version: i16) {
+    let managers = door.managers.each();
     if managers.iter().all(|m| m.callback().is_none()) {
         return;
     }
@@ -1224,6 +1416,7 @@ fn keep_decision(
         outcome,
         mutation_throttle_ms,
         peer: connection.peer,
+        broker: connection.broker.load(Ordering::Relaxed),
     };
     let mut kept = lock(kept);
     if kept.len() < MAX_KEPT_DECISIONS {

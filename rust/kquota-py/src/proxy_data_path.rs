@@ -10,6 +10,7 @@ use pyo3::exceptions::PyOSError;
 use pyo3::prelude::*;
 
 use kquota_proxy::server::{Admission, Decision, Managers, Proxy, ProxyConfig};
+use kquota_proxy::GatewayConfig;
 
 use crate::args;
 use crate::connection_quotas::ConnectionQuotas;
@@ -31,6 +32,7 @@ type DecisionTuple = (
     RequestOutcome,
     Option<i32>,
     String,
+    i32,
 );
 
 /// Kafka's client quotas on every connection relayed to one broker, in Rust.
@@ -84,6 +86,52 @@ fn frame_bound(py: Python<'_>, name: &str, value: i64) -> PyResult<usize> {
         })
 }
 
+/// Gateway mode's ports `(first, last)` and the host clients are told (default: the
+/// listen address's IP, which must then not be a wildcard).
+fn gateway_config(
+    py: Python<'_>,
+    (first, last): (i64, i64),
+    advertised_host: Option<String>,
+    listen: SocketAddr,
+) -> PyResult<GatewayConfig> {
+    let port = |p: i64| u16::try_from(p).ok().filter(|p| *p > 0);
+    let (Some(first_port), Some(last_port)) = (port(first), port(last)) else {
+        return Err(invalid_config(
+            py,
+            format!("invalid broker_ports ({first}, {last}): expected ports from 1 to 65535"),
+        ));
+    };
+    if last_port < first_port {
+        return Err(invalid_config(
+            py,
+            format!("invalid broker_ports ({first}, {last}): the last port is below the first"),
+        ));
+    }
+    let advertised_host = match advertised_host {
+        Some(host) if !host.trim().is_empty() && !host.contains(char::is_whitespace) => host,
+        Some(host) => {
+            return Err(invalid_config(
+                py,
+                format!("invalid advertised_host {host:?}: expected a host name or IP"),
+            ))
+        }
+        None if listen.ip().is_unspecified() => {
+            return Err(invalid_config(
+                py,
+                format!(
+                    "listening on {listen} (every interface): give advertised_host, the host clients reach the gateway at"
+                ),
+            ))
+        }
+        None => listen.ip().to_string(),
+    };
+    Ok(GatewayConfig {
+        advertised_host,
+        first_port,
+        ports: last_port - first_port + 1,
+    })
+}
+
 fn decision_tuple(d: Decision) -> DecisionTuple {
     (
         d.at_ms,
@@ -97,6 +145,7 @@ fn decision_tuple(d: Decision) -> DecisionTuple {
         d.outcome.into(),
         d.mutation_throttle_ms,
         d.peer.to_string(),
+        d.broker,
     )
 }
 
@@ -105,7 +154,7 @@ impl ProxyDataPath {
     /// Listens on `listen` and relays each connection to `upstream` with the quotas of
     /// the three managers, on `threads` threads of its own; returns once it listens.
     #[new]
-    #[pyo3(signature = (upstream, produce, fetch, request, *, mutation=None, default_num_partitions=1, connection_quotas=None, listener="PLAINTEXT", listen="127.0.0.1:0", max_request_bytes=104857600, max_response_bytes=104857600, connect_timeout=10.0, upstream_timeout=300.0, threads=2, keep_decisions=false))]
+    #[pyo3(signature = (upstream, produce, fetch, request, *, mutation=None, default_num_partitions=1, connection_quotas=None, listener="PLAINTEXT", listen="127.0.0.1:0", max_request_bytes=104857600, max_response_bytes=104857600, connect_timeout=10.0, upstream_timeout=300.0, threads=2, keep_decisions=false, broker_ports=None, advertised_host=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -124,9 +173,30 @@ impl ProxyDataPath {
         upstream_timeout: f64,
         threads: usize,
         keep_decisions: bool,
+        broker_ports: Option<(i64, i64)>,
+        advertised_host: Option<String>,
     ) -> PyResult<Self> {
-        socket_address(py, "upstream", upstream)?;
         let listen_at = socket_address(py, "listen", listen)?;
+        let gateway = match broker_ports {
+            None => {
+                socket_address(py, "upstream", upstream)?;
+                None
+            }
+            Some(ports) => {
+                for address in upstream.split(',') {
+                    socket_address(py, "bootstrap address", address.trim())?;
+                }
+                if connection_quotas.is_some() {
+                    return Err(invalid_config(
+                        py,
+                        "connection_quotas are not applied in gateway mode (broker_ports): \
+                         each broker counts its own connections"
+                            .to_owned(),
+                    ));
+                }
+                Some(gateway_config(py, ports, advertised_host, listen_at)?)
+            }
+        };
         if !(1..=256).contains(&threads) {
             return Err(invalid_config(
                 py,
@@ -151,6 +221,7 @@ impl ProxyDataPath {
                         ),
                     )
                 })?,
+            gateway,
         };
         let managers = Managers::new(
             Arc::clone(&produce.get().inner),
@@ -191,7 +262,10 @@ impl ProxyDataPath {
                     keep_decisions,
                 )
             })
-            .map_err(|err| PyOSError::new_err(format!("cannot listen on {listen}: {err}")))?;
+            .map_err(|err| match err.kind() {
+                std::io::ErrorKind::InvalidInput => invalid_config(py, err.to_string()),
+                _ => PyOSError::new_err(format!("cannot listen on {listen}: {err}")),
+            })?;
         let address = proxy.local_addr();
         Ok(ProxyDataPath {
             proxy: Mutex::new(Some(proxy)),
@@ -204,6 +278,13 @@ impl ProxyDataPath {
     #[getter]
     fn address(&self) -> (String, u16) {
         self.address.clone()
+    }
+
+    /// A gateway's brokers: `(node_id, upstream "host:port", port on the proxy)` for each
+    /// broker a response has named, by node id (empty for a sidecar).
+    #[getter]
+    fn brokers(&self) -> Vec<(i32, String, u16)> {
+        self.lock().as_ref().map_or_else(Vec::new, Proxy::brokers)
     }
 
     /// Client connections open now (0 once shut down).

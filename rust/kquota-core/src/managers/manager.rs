@@ -515,7 +515,8 @@ pub struct QuotaManager {
     quota_type: QuotaType,
     window: WindowConfig,
     sensor_expiry_ms: i64,
-    config: CowCell<QuotaConfig>,
+    /// Shared with the manager's siblings (other brokers' managers of one configuration).
+    config: Arc<CowCell<QuotaConfig>>,
     maps: Tables<Maps>,
     /// Bumped by every expiry run that removed a sensor.
     expiry_round: AtomicU64,
@@ -550,7 +551,7 @@ impl QuotaManager {
             quota_type,
             window,
             sensor_expiry_ms,
-            config: CowCell::new(QuotaConfig::default()),
+            config: Arc::new(CowCell::new(QuotaConfig::default())),
             maps: Tables::new(Maps::with_capacity(0)),
             expiry_round: AtomicU64::new(0),
             quota_removed_alone: AtomicBool::new(false),
@@ -571,13 +572,37 @@ impl QuotaManager {
         let mut m = Self::new(quota_type, window, sensor_expiry_ms)?;
         let mut overrides = Overrides::default();
         overrides.enabled = CUSTOM_LEVELS;
-        m.config = CowCell::new(QuotaConfig {
+        m.config = Arc::new(CowCell::new(QuotaConfig {
             custom: true,
             overrides,
             ..QuotaConfig::default()
-        });
+        }));
         m.callback = Some(callback);
         Ok(m)
+    }
+
+    /// A manager for another broker of the same cluster: the same quota type, windows and
+    /// quotas (one configuration: a quota set on either applies to both), its own sensors
+    /// and delay queue, as each Kafka broker measures only its own traffic. A manager with
+    /// a callback has none: each broker has a callback instance of its own.
+    pub fn sibling(&self) -> Result<Self> {
+        if self.callback.is_some() {
+            return Err(Error::InvalidConfig(
+                "a manager with a quota callback has no sibling: each broker has its own callback"
+                    .to_owned(),
+            ));
+        }
+        Ok(QuotaManager {
+            quota_type: self.quota_type,
+            window: self.window,
+            sensor_expiry_ms: self.sensor_expiry_ms,
+            config: Arc::clone(&self.config),
+            maps: Tables::new(Maps::with_capacity(0)),
+            expiry_round: AtomicU64::new(0),
+            quota_removed_alone: AtomicBool::new(false),
+            delay_queue: DelayQueue::new(),
+            callback: None,
+        })
     }
 
     /// The callback the manager was built with.
@@ -1450,6 +1475,45 @@ mod tests {
             m.sensor_names(),
             vec!["Produce-alice:", "ProduceThrottleTime-alice:"]
         );
+    }
+
+    #[test]
+    fn siblings_share_quotas_and_measure_apart() {
+        let a = QuotaManager::with_defaults(QuotaType::Produce);
+        let b = a.sibling().unwrap();
+        assert!(!b.enabled());
+        b.set_quota(&user("alice"), 1024.0).unwrap();
+        assert!(a.enabled());
+        assert_eq!(a.quota(&user("alice")), Some(1024.0));
+        // Each measures as a manager of its own with that quota would.
+        let alone = || {
+            let m = QuotaManager::with_defaults(QuotaType::Produce);
+            m.set_quota(&user("alice"), 1024.0).unwrap();
+            m
+        };
+        let (ra, rb) = (alone(), alone());
+        for (t, bytes) in [(0, 10_000.0), (400, 5_000.0), (900, 700.0)] {
+            assert_eq!(
+                a.record("alice", "app", bytes, t).unwrap(),
+                ra.record("alice", "app", bytes, t).unwrap()
+            );
+        }
+        assert!(a.measure("alice", "app", 900) > Some(1024.0));
+        assert_eq!(
+            b.record("alice", "app", 600.0, 900).unwrap(),
+            rb.record("alice", "app", 600.0, 900).unwrap()
+        );
+        assert_eq!(
+            b.measure("alice", "app", 900),
+            rb.measure("alice", "app", 900)
+        );
+        assert!(b.measure("alice", "app", 900) < Some(1024.0));
+        a.set_quota(&user("alice"), 2048.0).unwrap();
+        assert_eq!(b.bound("alice", "app"), Some(2048.0));
+        a.remove_quota(&user("alice")).unwrap();
+        assert_eq!(b.quota(&user("alice")), None);
+        assert_eq!(a.throttle("alice", "app", 10, 0, Some(1)).unwrap(), 10);
+        assert_eq!((a.queue_size(), b.queue_size()), (1, 0));
     }
 
     #[test]

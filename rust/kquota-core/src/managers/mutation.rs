@@ -132,7 +132,8 @@ struct MutationConfig {
 pub struct ControllerMutationQuotaManager {
     window: WindowConfig,
     sensor_expiry_ms: i64,
-    config: CowCell<MutationConfig>,
+    /// Shared with the manager's siblings (other brokers' managers of one configuration).
+    config: Arc<CowCell<MutationConfig>>,
     buckets: Map<Pair, Arc<BucketSensor>>,
     throttles: Map<Pair, Arc<ThrottleSensor>>,
     delay_queue: DelayQueue,
@@ -147,11 +148,25 @@ impl ControllerMutationQuotaManager {
         Ok(ControllerMutationQuotaManager {
             window,
             sensor_expiry_ms,
-            config: CowCell::new(MutationConfig::default()),
+            config: Arc::new(CowCell::new(MutationConfig::default())),
             buckets: Map::default(),
             throttles: Map::default(),
             delay_queue: DelayQueue::new(),
         })
+    }
+
+    /// A manager for another broker of the same cluster: the same windows and quotas (one
+    /// configuration: a quota set on either applies to both), its own buckets, throttle
+    /// sensors and delay queue, as each Kafka broker holds its own.
+    pub fn sibling(&self) -> Self {
+        ControllerMutationQuotaManager {
+            window: self.window,
+            sensor_expiry_ms: self.sensor_expiry_ms,
+            config: Arc::clone(&self.config),
+            buckets: Map::default(),
+            throttles: Map::default(),
+            delay_queue: DelayQueue::new(),
+        }
     }
 
     /// Kafka's defaults: 11 windows of 1 s (a burst of 11 s of quota), one hour expiry.
@@ -596,6 +611,24 @@ mod tests {
 
     fn pair(user: &str, client: &str) -> QuotaEntity {
         QuotaEntity::parse(Some(user), Some(client)).unwrap()
+    }
+
+    #[test]
+    fn siblings_share_quotas_and_keep_their_own_buckets() {
+        let a = ControllerMutationQuotaManager::with_defaults();
+        let b = a.sibling();
+        b.set_quota(&pair("u", "c"), 2.0).unwrap();
+        assert!(a.enabled());
+        let t = 1_700_000_000_000;
+        // Strict checks overdraw a's bucket until it refuses; b's is still full.
+        let mut taken = 0;
+        while a.record_strict("u", "c", 5.0, t).unwrap().accepted {
+            taken += 1;
+            assert!(taken < 100, "a strict quota must refuse once overdrawn");
+        }
+        assert!(b.record_strict("u", "c", 5.0, t).unwrap().accepted);
+        a.remove_quota(&pair("u", "c"));
+        assert_eq!(b.quota(&pair("u", "c")), None);
     }
 
     #[test]

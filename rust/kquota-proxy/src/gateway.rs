@@ -1,0 +1,229 @@
+//! Gateway mode: the proxy in front of a whole cluster, with no change to its brokers.
+//!
+//! The proxy listens on a bootstrap port and gives each broker a port of its own
+//! (`first_port + node id`, the scheme of the common Kafka proxies), and rewrites every
+//! broker address a response names (see [`crate::addresses`]) to the broker's port on the
+//! proxy, so a client only ever connects through it. A broker gets its port the first time
+//! a response names it, before that response reaches the client, so new brokers join while
+//! clients run; a broker that restarts keeps its port.
+//!
+//! Each broker has a door: its port, its address upstream, and its own quota managers
+//! (siblings sharing one configuration), because each Kafka broker enforces the quotas on
+//! its own traffic only. A connection to the bootstrap port is relayed to the bootstrap
+//! address and counts on the door of the broker found there, once a response has named it.
+
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::{Arc, Mutex};
+
+use crate::server::Managers;
+
+/// How the gateway numbers its ports and what it tells clients.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GatewayConfig {
+    /// The host clients are told each broker is at (the proxy's, as clients reach it).
+    pub advertised_host: String,
+    /// Broker node id `n` is served on `first_port + n`.
+    pub first_port: u16,
+    /// How many ports from `first_port` the gateway may take: node ids `0..ports`.
+    pub ports: u16,
+}
+
+impl GatewayConfig {
+    /// The port of broker `node_id`, if its id is in the range.
+    pub fn port_of(&self, node_id: i32) -> Option<u16> {
+        let offset = u16::try_from(node_id).ok().filter(|n| *n < self.ports)?;
+        self.first_port.checked_add(offset)
+    }
+
+    /// Checks the range fits in the port numbers (and is not empty).
+    pub fn check(&self) -> Result<(), String> {
+        if self.ports == 0 || self.first_port == 0 {
+            return Err(format!(
+                "invalid broker ports {}+{}: expected a first port > 0 and at least one port",
+                self.first_port, self.ports
+            ));
+        }
+        if u32::from(self.first_port) + u32::from(self.ports) - 1 > u32::from(u16::MAX) {
+            return Err(format!(
+                "invalid broker ports {}-{}: the last port is above 65535",
+                self.first_port,
+                u32::from(self.first_port) + u32::from(self.ports) - 1
+            ));
+        }
+        if self.advertised_host.is_empty() {
+            return Err("invalid advertised host \"\": expected a host name or IP".to_owned());
+        }
+        Ok(())
+    }
+}
+
+/// A port of the proxy and where its connections go.
+pub(crate) struct Door {
+    /// The broker's node id; -1 for the sidecar's one broker and the gateway's bootstrap.
+    pub(crate) broker: i32,
+    /// `host:port` upstream (a comma-separated list for a bootstrap).
+    upstream: Mutex<String>,
+    pub(crate) managers: Managers,
+}
+
+impl Door {
+    pub(crate) fn new(broker: i32, upstream: String, managers: Managers) -> Self {
+        Door {
+            broker,
+            upstream: Mutex::new(upstream),
+            managers,
+        }
+    }
+
+    pub(crate) fn upstream(&self) -> String {
+        crate::server::lock(&self.upstream).clone()
+    }
+}
+
+/// What a response told the gateway of one broker.
+pub(crate) enum Learned {
+    /// Known, at the same address.
+    Known,
+    /// Known, and its address changed (now set).
+    Moved,
+    /// New: its door was made, its port is still to be opened.
+    New(Arc<Door>),
+}
+
+/// The gateway's brokers: one door each, by node id.
+pub(crate) struct Doors {
+    pub(crate) config: GatewayConfig,
+    /// The IP the brokers' ports are bound on (the bootstrap port's).
+    pub(crate) listen_ip: IpAddr,
+    by_id: Mutex<HashMap<i32, Arc<Door>>>,
+}
+
+impl Doors {
+    pub(crate) fn new(config: GatewayConfig, listen_ip: IpAddr) -> Self {
+        Doors {
+            config,
+            listen_ip,
+            by_id: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Broker `node_id` is at `upstream`: its door, made with `managers()` if new.
+    pub(crate) fn learn(
+        &self,
+        node_id: i32,
+        upstream: &str,
+        managers: impl FnOnce() -> kquota_core::Result<Managers>,
+    ) -> kquota_core::Result<Learned> {
+        let mut by_id = crate::server::lock(&self.by_id);
+        if let Some(door) = by_id.get(&node_id) {
+            let mut at = crate::server::lock(&door.upstream);
+            if *at == upstream {
+                return Ok(Learned::Known);
+            }
+            upstream.clone_into(&mut at);
+            return Ok(Learned::Moved);
+        }
+        let door = Arc::new(Door::new(node_id, upstream.to_owned(), managers()?));
+        by_id.insert(node_id, Arc::clone(&door));
+        Ok(Learned::New(door))
+    }
+
+    /// Forgets a door whose port could not be opened (a later response tries again).
+    pub(crate) fn forget(&self, node_id: i32) {
+        crate::server::lock(&self.by_id).remove(&node_id);
+    }
+
+    /// The door of the broker at `upstream` (`host:port` as responses name it, or the
+    /// address a connection reached), if any.
+    pub(crate) fn at(&self, upstream: &str, reached: Option<SocketAddr>) -> Option<Arc<Door>> {
+        let reached = reached.map(|a| a.to_string());
+        crate::server::lock(&self.by_id)
+            .values()
+            .find(|d| {
+                let at = d.upstream();
+                at == upstream || reached.as_deref() == Some(at.as_str())
+            })
+            .cloned()
+    }
+
+    /// Every door, for the maintenance of their managers.
+    pub(crate) fn all(&self) -> Vec<Arc<Door>> {
+        crate::server::lock(&self.by_id).values().cloned().collect()
+    }
+
+    /// The brokers' ports on the proxy, by node id.
+    pub(crate) fn ports(&self) -> Vec<(i32, String, u16)> {
+        let mut ports: Vec<_> = crate::server::lock(&self.by_id)
+            .values()
+            .filter_map(|d| Some((d.broker, d.upstream(), self.config.port_of(d.broker)?)))
+            .collect();
+        ports.sort_unstable();
+        ports
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(first_port: u16, ports: u16) -> GatewayConfig {
+        GatewayConfig {
+            advertised_host: "127.0.0.1".to_owned(),
+            first_port,
+            ports,
+        }
+    }
+
+    #[test]
+    fn a_broker_port_is_the_first_port_plus_its_id() {
+        let c = config(9300, 100);
+        assert_eq!(c.port_of(0), Some(9300));
+        assert_eq!(c.port_of(99), Some(9399));
+        assert_eq!(c.port_of(100), None);
+        assert_eq!(c.port_of(-1), None);
+        assert!(c.check().is_ok());
+        assert!(config(65500, 100).check().unwrap_err().contains("65599"));
+        assert!(config(9300, 0).check().is_err());
+        assert!(config(65436, 100).check().is_ok());
+    }
+
+    fn managers() -> kquota_core::Result<Managers> {
+        use kquota_core::{QuotaManager, QuotaType};
+        let m = |t| Arc::new(QuotaManager::with_defaults(t));
+        Managers::new(
+            m(QuotaType::Produce),
+            m(QuotaType::Fetch),
+            m(QuotaType::Request),
+        )
+    }
+
+    #[test]
+    fn a_broker_is_learned_once_and_follows_its_address() {
+        let doors = Doors::new(config(9300, 10), "127.0.0.1".parse().unwrap());
+        let Ok(Learned::New(door)) = doors.learn(2, "kafka-2:9092", managers) else {
+            panic!("a new broker gets a door");
+        };
+        assert_eq!(
+            (door.broker, door.upstream()),
+            (2, "kafka-2:9092".to_owned())
+        );
+        assert!(matches!(
+            doors.learn(2, "kafka-2:9092", || unreachable!("known")),
+            Ok(Learned::Known)
+        ));
+        assert!(matches!(
+            doors.learn(2, "kafka-2b:9092", || unreachable!("known")),
+            Ok(Learned::Moved)
+        ));
+        assert_eq!(door.upstream(), "kafka-2b:9092");
+        assert!(doors
+            .at("kafka-2b:9092", None)
+            .is_some_and(|d| d.broker == 2));
+        let reached: SocketAddr = "10.0.0.2:9092".parse().unwrap();
+        assert!(doors.at("elsewhere:1", Some(reached)).is_none());
+        assert_eq!(doors.ports(), vec![(2, "kafka-2b:9092".to_owned(), 9302)]);
+        doors.forget(2);
+        assert!(doors.all().is_empty());
+    }
+}

@@ -1,0 +1,542 @@
+"""The gateway (``ProxyServer(..., broker_ports=...)``, ``kquota proxy --bootstrap``) in
+front of a real three-broker Apache Kafka cluster, with real clients: every broker address
+they see is the gateway's, each broker's traffic is measured on sensors of its own (as each
+Kafka broker measures only its own), and a broker stopped and restarted mid-run loses and
+duplicates nothing."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import kquota
+import pytest
+from kquota import QuotaManager
+from proxy_support import RecordingPlugin, run_proxy
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.filterwarnings(
+        # kafka-python 3.0.12 loads its schemas with importlib.resources' legacy API
+        "ignore:(open_text|read_text) is deprecated:DeprecationWarning",
+    ),
+]
+
+NUM_SAMPLES = 11
+WINDOW_MS = 1000
+MESSAGE = 1000  # payload bytes (plus an 8-byte sequence number)
+BATCH = 16_384
+
+
+def free_ports(count: int) -> tuple[int, int]:
+    """``count`` consecutive free ports on 127.0.0.1: ``(first, last)``."""
+    probe = socket.socket()
+    probe.bind(("127.0.0.1", 0))
+    start = probe.getsockname()[1]
+    probe.close()
+    for first in [*range(start, start + 2000, count + 1), *range(20_000, 40_000, 97)]:
+        held = []
+        try:
+            for port in range(first, first + count):
+                s = socket.socket()
+                held.append(s)
+                s.bind(("127.0.0.1", port))
+            return first, first + count - 1
+        except OSError:
+            continue
+        finally:
+            for s in held:
+                s.close()
+    raise RuntimeError(f"no {count} consecutive free ports")
+
+
+def _plugin() -> RecordingPlugin:
+    managers = [
+        QuotaManager(t, num_samples=NUM_SAMPLES, window_ms=WINDOW_MS)
+        for t in ("produce", "fetch", "request")
+    ]
+    return RecordingPlugin(*managers)
+
+
+def _gateway(cluster: Any, plugin: RecordingPlugin, ports: tuple[int, int]) -> Any:
+    host, port = cluster.broker(0).bootstrap.rsplit(":", 1)
+    proxy_port = free_ports(1)[0]
+    return run_proxy((host, int(port)), proxy_port, plugin, broker_ports=ports)
+
+
+def _create_topic(bootstrap: str, topic: str, partitions: int) -> dict[int, int]:
+    """Create ``topic`` through ``bootstrap``; its partitions' leaders once all are known."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, partitions, 3)])[topic].result(60)
+    return _leaders(bootstrap, topic, partitions)
+
+
+def _leaders(bootstrap: str, topic: str, partitions: int) -> dict[int, int]:
+    """The leader of each partition of ``topic``, once every one has a leader."""
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    deadline = time.monotonic() + 60
+    while True:
+        meta = admin.list_topics(topic, timeout=10).topics[topic]
+        leaders = {p.id: p.leader for p in meta.partitions.values()}
+        if len(leaders) == partitions and all(leader >= 0 for leader in leaders.values()):
+            return leaders
+        assert time.monotonic() < deadline, f"leaders of {topic}: {leaders}"
+        time.sleep(0.2)
+
+
+class Producer:
+    """A librdkafka producer writing sequence-numbered messages to every partition in
+    turn, with always ~128 waiting."""
+
+    def __init__(self, bootstrap: str, topic: str, client_id: str, **conf: Any) -> None:
+        from confluent_kafka import Producer as Librdkafka
+
+        self.topic = topic
+        self.failures: list[Any] = []
+        self.acked: list[tuple[float, int]] = []
+        self.sent = 0
+        self.producer = Librdkafka(
+            {
+                "bootstrap.servers": bootstrap,
+                "client.id": client_id,
+                "batch.size": BATCH,
+                "linger.ms": 5,
+                "acks": "all",
+                **conf,
+            }
+        )
+
+    def _delivered(self, err: Any, msg: Any) -> None:
+        if err is not None:
+            self.failures.append(err)
+        else:
+            self.acked.append((time.monotonic(), len(msg.value())))
+
+    def run(self, seconds: float, partitions: int, stop: threading.Event | None = None) -> None:
+        payload = b"x" * MESSAGE
+        start = time.monotonic()
+        while time.monotonic() - start < seconds and not (stop and stop.is_set()):
+            if len(self.producer) < 128:
+                value = self.sent.to_bytes(8, "big") + payload
+                self.producer.produce(
+                    self.topic, value, partition=self.sent % partitions, on_delivery=self._delivered
+                )
+                self.sent += 1
+            else:
+                self.producer.poll(0.005)
+            self.producer.poll(0)
+
+    def finish(self, timeout: float = 120) -> None:
+        left = self.producer.flush(timeout)
+        assert left == 0, f"{left} messages not delivered"
+
+
+def _consume_all(bootstrap: str, topic: str, count: int, group: str) -> list[int]:
+    """Every message of ``topic`` read by an aiokafka consumer group through the gateway
+    (its coordinator found through it), as sequence numbers."""
+    from aiokafka import AIOKafkaConsumer
+
+    async def consume() -> list[int]:
+        consumer = AIOKafkaConsumer(
+            topic,
+            bootstrap_servers=bootstrap,
+            group_id=group,
+            client_id="checker",
+            auto_offset_reset="earliest",
+            fetch_max_wait_ms=100,
+        )
+        await consumer.start()
+        seen: list[int] = []
+        try:
+            deadline = time.monotonic() + 120
+            while len(seen) < count and time.monotonic() < deadline:
+                batches = await consumer.getmany(timeout_ms=500)
+                for records in batches.values():
+                    seen.extend(int.from_bytes(r.value[:8], "big") for r in records)
+            extra = await consumer.getmany(timeout_ms=1000)
+            seen.extend(
+                int.from_bytes(r.value[:8], "big") for records in extra.values() for r in records
+            )
+            await consumer.commit()
+        finally:
+            await consumer.stop()
+        return seen
+
+    return asyncio.run(consume())
+
+
+def _throttles_on_one_sensor(plugin: RecordingPlugin, client_id: str) -> list[int]:
+    """The produce throttles ``client_id``'s requests would have had on one broker's
+    sensors: every decision replayed on one set of managers."""
+    shared = QuotaManager("produce", num_samples=NUM_SAMPLES, window_ms=WINDOW_MS)
+    for entity, value in plugin.produce.quotas():
+        shared.set_quota(entity, value)
+    throttles = []
+    for a in plugin.applied:
+        if a.api == "produce" and a.client_id == client_id:
+            throttle = shared.record(a.user, a.client_id, a.size, now_ms=a.at_ms)
+            if throttle > 0:
+                throttles.append(throttle)
+    return throttles
+
+
+def test_clients_see_only_the_gateway_and_each_broker_measures_its_own(
+    kafka_cluster: Any,
+) -> None:
+    quota = 60_000
+    run_s = 12
+    topic = "gateway-spread"
+    plugin = _plugin()
+    plugin.produce.set_quota(kquota.Entity(client_id="greedy"), quota)
+    ports = free_ports(3)
+    first = ports[0]
+    with _gateway(kafka_cluster, plugin, ports) as gateway:
+        leaders = _create_topic(gateway.address, topic, 3)
+        assert set(leaders.values()) == {0, 1, 2}, f"one leader per broker: {leaders}"
+
+        from confluent_kafka.admin import AdminClient
+
+        seen = AdminClient({"bootstrap.servers": gateway.address}).list_topics(timeout=10)
+        assert {b.id: (b.host, b.port) for b in seen.brokers.values()} == {
+            n: ("127.0.0.1", first + n) for n in range(3)
+        }
+        served = gateway.server.brokers
+        assert sorted(served) == [0, 1, 2]
+        for n, broker in served.items():
+            assert broker.port == first + n
+            assert f"{broker.upstream[0]}:{broker.upstream[1]}" == kafka_cluster.broker(n).bootstrap
+
+        producer = Producer(gateway.address, topic, "greedy")
+        start = time.monotonic()
+        producer.run(run_s, partitions=3)
+        producer.finish()
+        sequence = _consume_all(gateway.address, topic, producer.sent, "gateway-check")
+
+    assert producer.failures == []
+    assert sorted(sequence) == list(range(producer.sent)), "each message read once"
+    applied = [a for a in plugin.applied if a.api == "produce" and a.client_id == "greedy"]
+    by_broker = {b: [a for a in applied if a.broker == b] for b in (0, 1, 2)}
+    assert all(by_broker.values()), f"produce requests per broker: {by_broker.keys()}"
+    assert {a.broker for a in applied} == {0, 1, 2}
+    # Each broker's sensors replay as a broker of its own; one sensor for all would not.
+    assert plugin.replay_mismatches == []
+    per_broker = [a.outcome.throttle_time_ms for a in applied if a.outcome.throttled]
+    assert per_broker, "the producer was never throttled"
+    assert _throttles_on_one_sensor(plugin, "greedy") != per_broker
+    # Each broker holds its share to the quota: together up to three quotas' worth.
+    acked = sum(size for t, size in producer.acked if t < start + run_s)
+    padded = (NUM_SAMPLES - 1) * WINDOW_MS / 1000
+    assert acked <= 3 * quota * (run_s + padded) + 3 * BATCH
+    assert acked > 1.5 * quota * run_s, "more than one broker's quota went through"
+    for broker, decisions in by_broker.items():
+        late = [a.rate for a in decisions if a.at_ms >= decisions[0].at_ms + 5000 and a.rate]
+        assert late and max(late) <= 1.25 * quota, f"broker {broker}: {max(late, default=0)}"
+    print(
+        f"gateway, Q={quota} per broker: {len(applied)} produce requests"
+        f" ({', '.join(f'broker {b}: {len(d)}' for b, d in by_broker.items())}),"
+        f" {len(per_broker)} throttles, acked {acked / run_s / quota:.2f} Q/s in all,"
+        f" {producer.sent} messages consumed once"
+    )
+
+
+def _kafka_python_producer(bootstrap: str, topic: str, seconds: float) -> int:
+    """kafka-python writes to each partition in turn for ``seconds``; returns how many."""
+    from kafka import KafkaProducer
+
+    producer = KafkaProducer(
+        bootstrap_servers=bootstrap, client_id="kafka-python", batch_size=BATCH, linger_ms=5
+    )
+    payload = b"k" * MESSAGE
+    sent = 0
+    start = time.monotonic()
+    try:
+        pending = []
+        while time.monotonic() - start < seconds:
+            pending.append(
+                producer.send(topic, sent.to_bytes(8, "big") + payload, partition=sent % 3)
+            )
+            sent += 1
+            if len(pending) >= 256:
+                for future in pending:
+                    future.get(60)
+                pending.clear()
+        for future in pending:
+            future.get(60)
+    finally:
+        producer.close(30)
+    return sent
+
+
+def _aiokafka_producer(bootstrap: str, topic: str, seconds: float) -> int:
+    """aiokafka does the same."""
+    from aiokafka import AIOKafkaProducer
+
+    async def produce() -> int:
+        producer = AIOKafkaProducer(
+            bootstrap_servers=bootstrap, client_id="aiokafka", max_batch_size=BATCH, linger_ms=5
+        )
+        await producer.start()
+        payload = b"a" * MESSAGE
+        sent = 0
+        start = time.monotonic()
+        try:
+            pending = []
+            while time.monotonic() - start < seconds:
+                value = sent.to_bytes(8, "big") + payload
+                pending.append(await producer.send(topic, value, partition=sent % 3))
+                sent += 1
+                if len(pending) >= 256:
+                    await asyncio.gather(*pending)
+                    pending.clear()
+            await asyncio.gather(*pending)
+        finally:
+            await producer.stop()
+        return sent
+
+    return asyncio.run(produce())
+
+
+def test_kafka_python_and_aiokafka_producers_are_held_per_broker(kafka_cluster: Any) -> None:
+    quota = 40_000
+    run_s = 10
+    topic = "gateway-python-clients"
+    plugin = _plugin()
+    for client_id in ("kafka-python", "aiokafka"):
+        plugin.produce.set_quota(kquota.Entity(client_id=client_id), quota)
+    with _gateway(kafka_cluster, plugin, free_ports(3)) as gateway:
+        _create_topic(gateway.address, topic, 3)
+        with ThreadPoolExecutor(2) as pool:
+            running = {
+                name: pool.submit(run, gateway.address, topic, run_s)
+                for name, run in (
+                    ("kafka-python", _kafka_python_producer),
+                    ("aiokafka", _aiokafka_producer),
+                )
+            }
+            sent = {name: future.result(180) for name, future in running.items()}
+        total = sum(sent.values())
+        sequence = _consume_all(gateway.address, topic, total, "gateway-python-check")
+
+    assert len(sequence) == total, f"{len(sequence)} read of {total} sent"
+    assert plugin.replay_mismatches == []
+    padded = (NUM_SAMPLES - 1) * WINDOW_MS / 1000
+    for client_id in ("kafka-python", "aiokafka"):
+        applied = [a for a in plugin.applied if a.api == "produce" and a.client_id == client_id]
+        throttled = {a.broker for a in applied if a.outcome.throttled}
+        assert throttled == {0, 1, 2}, f"{client_id} throttled by brokers {throttled}"
+        size = sum(a.size for a in applied)
+        assert size <= 3 * quota * (run_s + padded) + 3 * BATCH, client_id
+        assert size > 1.5 * quota * run_s, f"{client_id}: {size / run_s / quota:.2f} Q/s"
+        print(
+            f"{client_id} through the gateway, Q={quota} per broker:"
+            f" {size / run_s / quota:.2f} Q/s in all, {sent[client_id]} messages"
+        )
+
+
+def test_a_broker_restarted_mid_run_loses_and_duplicates_nothing(kafka_cluster: Any) -> None:
+    topic = "gateway-restart"
+    plugin = _plugin()
+    ports = free_ports(3)
+    with _gateway(kafka_cluster, plugin, ports) as gateway:
+        leaders = _create_topic(gateway.address, topic, 3)
+        producer = Producer(
+            gateway.address,
+            topic,
+            "steady",
+            **{"enable.idempotence": True, "message.timeout.ms": 120_000},
+        )
+        stop = threading.Event()
+        writer = threading.Thread(target=producer.run, args=(120, 3, stop))
+        writer.start()
+        try:
+            time.sleep(3)
+            kafka_cluster.stop_broker(1)
+            time.sleep(3)
+            kafka_cluster.start_broker(1)
+            time.sleep(3)
+        finally:
+            stop.set()
+            writer.join(60)
+        producer.finish()
+        moved = _leaders(gateway.address, topic, 3)
+        sequence = _consume_all(gateway.address, topic, producer.sent, "gateway-restart-check")
+        decisions = {a.broker for a in plugin.applied if a.api == "produce"}
+
+    assert producer.failures == []
+    assert len(sequence) == producer.sent, "nothing lost or duplicated"
+    assert sorted(sequence) == list(range(producer.sent))
+    assert decisions == {0, 1, 2}
+    print(
+        f"broker 1 stopped and restarted mid-run: {producer.sent} messages consumed once;"
+        f" leaders before {leaders}, after {moved}"
+    )
+
+
+def test_cli_rejects_bad_gateway_options_with_status_2(tmp_path: Any) -> None:
+    gateway = ["--listen", "127.0.0.1:0", "--bootstrap", "127.0.0.1:9,127.0.0.1:10"]
+    cases = [
+        (gateway, "--bootstrap needs --broker-ports FIRST-LAST"),
+        ([*gateway, "--broker-ports", "9300"], "invalid --broker-ports '9300'"),
+        ([*gateway, "--broker-ports", "9400-9300"], "invalid --broker-ports '9400-9300'"),
+        ([*gateway, "--broker-ports", "0-10"], "invalid --broker-ports '0-10'"),
+        (
+            [*gateway, "--broker-ports", "9300-9310", "--max-connection-creation-rate", "5"],
+            "--max-connection-creation-rate is for --upstream",
+        ),
+        (
+            [*gateway, "--broker-ports", "9300-9310", "--quota-callback", "m:f"],
+            "--quota-callback is for --upstream",
+        ),
+        (
+            ["--listen", "127.0.0.1:0", "--upstream", "h:9", "--broker-ports", "9300-9310"],
+            "--broker-ports needs --bootstrap",
+        ),
+        (
+            ["--listen", "127.0.0.1:0", "--upstream", "h:9,h:10"],
+            "invalid --upstream 'h:9,h:10': one broker",
+        ),
+        (
+            ["--listen", "127.0.0.1:0", "--bootstrap", "h:9,nowhere", "--broker-ports", "1-2"],
+            "invalid --bootstrap 'nowhere'",
+        ),
+    ]
+    for argv, message in cases:
+        result = subprocess.run(
+            [sys.executable, "-m", "kquota", "proxy", *argv, "--store", str(tmp_path / "q.db")],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert result.returncode == 2, (argv, result.stderr)
+        lines = result.stderr.strip().splitlines()
+        assert len(lines) == 1 and message in lines[0], (argv, result.stderr)
+
+
+def test_bad_gateway_settings_are_named() -> None:
+    from kquota._core import ProxyDataPath
+    from kquota.broker import QuotaPlugin
+    from kquota.exceptions import InvalidConfigError
+    from kquota.proxy import ProxyServer
+
+    with QuotaPlugin() as plugin:
+        for upstream, kwargs, message in (
+            (("h", 9), {"broker_ports": (9300,)}, r"invalid broker_ports \(9300,\)"),
+            (("h", 9), {"broker_ports": (9400, 9300)}, "invalid broker_ports"),
+            (("h", 9), {"broker_ports": (0, 10)}, "invalid broker_ports"),
+            ([("h", 9), ("g", 9)], {}, "a sidecar has one broker"),
+            (("h", 9), {"advertised_host": "gw"}, "advertised_host 'gw' needs broker_ports"),
+            ([("h", 0)], {"broker_ports": (1, 2)}, "invalid upstream"),
+        ):
+            with pytest.raises(InvalidConfigError, match=message):
+                ProxyServer(upstream, plugin, **kwargs)  # type: ignore[arg-type]
+        managers = plugin.managers
+        for args, kwargs, message in (
+            (
+                ("127.0.0.1:9,nowhere",),
+                {"broker_ports": (1, 2)},
+                'invalid bootstrap address "nowhere"',
+            ),
+            (("127.0.0.1:9",), {"broker_ports": (2, 1)}, "the last port is below the first"),
+            (("127.0.0.1:9",), {"broker_ports": (1, 70000)}, "expected ports from 1 to 65535"),
+            (
+                ("127.0.0.1:9",),
+                {"broker_ports": (1, 2), "listen": "0.0.0.0:0"},
+                "give advertised_host",
+            ),
+            (
+                ("127.0.0.1:9",),
+                {"broker_ports": (1, 2), "advertised_host": " "},
+                "invalid advertised_host",
+            ),
+            (
+                ("127.0.0.1:9",),
+                {"broker_ports": (1, 2), "connection_quotas": kquota.ConnectionQuotas()},
+                "connection_quotas are not applied in gateway mode",
+            ),
+        ):
+            with pytest.raises(InvalidConfigError, match=message):
+                ProxyDataPath(*args, *managers, **kwargs)
+
+    class NoQuotas(kquota.QuotaCallback):
+        def quota_metric_tags(self, quota_type: str, user: str, client_id: str) -> Any:
+            return {"user": user, "client-id": ""}
+
+        def quota_limit(self, quota_type: str, tags: Any) -> float | None:
+            return None
+
+    callback = NoQuotas()
+    with_callback = [QuotaManager(t, callback=callback) for t in ("produce", "fetch", "request")]
+    with pytest.raises(InvalidConfigError, match="each broker has its own callback"):
+        ProxyDataPath("127.0.0.1:9", *with_callback, broker_ports=(1, 2))
+
+
+def test_the_cli_gateway_captures_each_broker_and_applies_the_store(
+    kafka_cluster: Any, tmp_path: Any
+) -> None:
+    """``kquota proxy --bootstrap``, as a user runs it: a quota set with ``kquota configs``
+    throttles a producer on each broker, and the capture's broker column is the node id."""
+    import os
+    import signal
+
+    import pyarrow.parquet as pq
+
+    store = tmp_path / "quotas.sqlite"
+    subprocess.run(
+        [
+            *(sys.executable, "-m", "kquota", "configs", "--store", str(store), "--alter"),
+            *("--entity-type", "clients", "--entity-name", "capped"),
+            *("--add-config", "producer_byte_rate=30000"),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
+    first, last = free_ports(3)
+    listen = free_ports(1)[0]
+    capture = tmp_path / "capture"
+    process = subprocess.Popen(
+        [
+            *(sys.executable, "-m", "kquota", "proxy", "--listen", f"127.0.0.1:{listen}"),
+            *("--bootstrap", kafka_cluster.bootstrap, "--broker-ports", f"{first}-{last}"),
+            *("--store", str(store), "--capture", str(capture)),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    try:
+        assert process.stdout is not None
+        line = process.stdout.readline()
+        assert line.startswith(
+            f"kquota proxy: gateway listening on 127.0.0.1:{listen}, brokers on ports"
+            f" {first}-{last}, bootstrap {kafka_cluster.bootstrap}"
+        ), (line, process.stderr.read() if process.stderr else "")
+        bootstrap = f"127.0.0.1:{listen}"
+        _create_topic(bootstrap, "gateway-cli", 3)
+        producer = Producer(bootstrap, "gateway-cli", "capped")
+        producer.run(6, partitions=3)
+        producer.finish()
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(60) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+        _, stderr = process.communicate(timeout=30)
+    assert producer.failures == []
+    rows = [r for f in sorted(capture.glob("*.parquet")) for r in pq.read_table(f).to_pylist()]
+    produced = [r for r in rows if r["api"] == "produce" and r["client_id"] == "capped"]
+    assert {r["broker"] for r in produced} == {"0", "1", "2"}, stderr
+    throttled = {r["broker"] for r in produced if r["kafka_throttle_ms"] > 0}
+    assert throttled == {"0", "1", "2"}, f"throttled on {throttled}"
+    assert {r["broker"] for r in rows} <= {"-1", "0", "1", "2"}
