@@ -2,13 +2,14 @@
 
 :class:`ProxyServer` sits beside one broker, which advertises the proxy's address, or
 (as a gateway, with ``broker_ports``) in front of a whole cluster, giving each broker a
-port of its own and rewriting the broker addresses clients see; it applies a :class:`~kquota.broker.QuotaPlugin`'s produce, fetch and request quotas to
-every client connection, with Kafka's KIP-219 throttling, and optionally the
-controller-mutation quota (KIP-599) of CreateTopics, CreatePartitions and DeleteTopics
-and the connection-creation rates (KIP-612) of its listener and of each client IP. Its
-connections are served by the Rust data path (``kquota._core.ProxyDataPath``). A
-:class:`TrafficCapture` given to it writes the traffic it sees as Parquet for ``kquota
-backtest`` (``kquota proxy --capture DIR``; needs pyarrow).
+port of its own and rewriting the broker addresses clients see. It applies a
+:class:`~kquota.broker.QuotaPlugin`'s produce, fetch and request quotas to every client
+connection, with Kafka's KIP-219 throttling, and optionally the controller-mutation quota
+(KIP-599) of CreateTopics, CreatePartitions and DeleteTopics and the connection-creation
+rates (KIP-612) of its listener and of each client IP. Its connections are served by the
+Rust data path (``kquota._core.ProxyDataPath``). A :class:`TrafficCapture` given to it
+writes the traffic it sees as Parquet for ``kquota backtest`` (``kquota proxy --capture
+DIR``; needs pyarrow).
 """
 
 from typing import TYPE_CHECKING, Any, Final
