@@ -18,7 +18,7 @@ from typing import Any
 import kquota
 import pytest
 from kquota import QuotaManager
-from proxy_support import RecordingPlugin, run_proxy
+from proxy_support import RecordingPlugin, assert_proxy_cli_refuses, run_proxy
 
 pytestmark = [
     pytest.mark.slow,
@@ -410,16 +410,7 @@ def test_cli_rejects_bad_gateway_options_with_status_2(tmp_path: Any) -> None:
             "invalid --bootstrap 'nowhere'",
         ),
     ]
-    for argv, message in cases:
-        result = subprocess.run(
-            [sys.executable, "-m", "kquota", "proxy", *argv, "--store", str(tmp_path / "q.db")],
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
-        assert result.returncode == 2, (argv, result.stderr)
-        lines = result.stderr.strip().splitlines()
-        assert len(lines) == 1 and message in lines[0], (argv, result.stderr)
+    assert_proxy_cli_refuses(cases, tmp_path / "q.db")
 
 
 def test_bad_gateway_settings_are_named() -> None:

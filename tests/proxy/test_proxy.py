@@ -29,6 +29,7 @@ from kafka_wire import (
 )
 from proxy_support import (
     api_versions_request,
+    assert_proxy_cli_refuses,
     closed_by_peer,
     create_topic,
     metadata_request,
@@ -464,16 +465,7 @@ def test_cli_rejects_bad_options_with_status_2(tmp_path: Path) -> None:
         ),
         (["--listen", "127.0.0.1:0", "--upstream", "h:9"], "does not exist"),
     ]
-    for argv, message in cases:
-        result = subprocess.run(
-            [sys.executable, "-m", "kquota", "proxy", *argv, "--store", str(tmp_path / "q.db")],
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
-        assert result.returncode == 2, (argv, result.stderr)
-        lines = result.stderr.strip().splitlines()
-        assert len(lines) == 1 and message in lines[0], (argv, result.stderr)
+    assert_proxy_cli_refuses(cases, tmp_path / "q.db")
 
 
 def test_bad_proxy_settings_are_named() -> None:

@@ -7,11 +7,14 @@ import asyncio
 import contextlib
 import socket
 import struct
+import subprocess
+import sys
 import threading
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from kafka_wire import (
@@ -228,6 +231,21 @@ def run_proxy(
         thread.join(10)
         loop.close()
         plugin.close()
+
+
+def assert_proxy_cli_refuses(cases: list[tuple[list[str], str]], store: Path) -> None:
+    """``kquota proxy ARGV --store STORE`` exits with status 2 and one line on stderr that
+    holds the message, for each ``(argv, message)``."""
+    for argv, message in cases:
+        result = subprocess.run(
+            [sys.executable, "-m", "kquota", "proxy", *argv, "--store", str(store)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert result.returncode == 2, (argv, result.stderr)
+        lines = result.stderr.strip().splitlines()
+        assert len(lines) == 1 and message in lines[0], (argv, result.stderr)
 
 
 # -- raw frames ----------------------------------------------------------------------------
