@@ -531,3 +531,31 @@ def test_the_cli_gateway_captures_each_broker_and_applies_the_store(
     throttled = {r["broker"] for r in produced if r["kafka_throttle_ms"] > 0}
     assert throttled == {"0", "1", "2"}, f"throttled on {throttled}"
     assert {r["broker"] for r in rows} <= {"-1", "0", "1", "2"}
+
+
+def test_a_broker_without_a_port_keeps_its_address_and_is_logged_once(
+    kafka_cluster: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Two ports for three brokers: broker 2 has none, so clients are told its own address
+    (the gateway cannot serve it), and the gateway says so once, not on every response."""
+    from confluent_kafka.admin import AdminClient
+
+    first, last = free_ports(2)
+    with (
+        caplog.at_level("WARNING", logger="kquota.proxy"),
+        _gateway(kafka_cluster, _plugin(), (first, last)) as gateway,
+    ):
+        admin = AdminClient({"bootstrap.servers": gateway.address})
+        for _ in range(3):
+            seen = admin.list_topics(timeout=10)
+        brokers = {b.id: f"{b.host}:{b.port}" for b in seen.brokers.values()}
+        served = sorted(gateway.server.brokers)
+    assert brokers == {
+        0: f"127.0.0.1:{first}",
+        1: f"127.0.0.1:{last}",
+        2: kafka_cluster.broker(2).bootstrap,
+    }
+    assert served == [0, 1]
+    warned = [r.getMessage() for r in caplog.records if "has no port" in r.getMessage()]
+    assert len(warned) == 1, warned
+    assert warned[0].startswith(f"broker 2 at {kafka_cluster.broker(2).bootstrap} has no port")

@@ -12,7 +12,7 @@
 //! its own traffic only. A connection to the bootstrap port is relayed to the bootstrap
 //! address and counts on the door of the broker found there, once a response has named it.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex};
 
@@ -87,8 +87,8 @@ pub(crate) enum Learned {
     Known,
     /// Known, and its address changed (now set).
     Moved,
-    /// New: its door was made, its port is still to be opened.
-    New(Arc<Door>),
+    /// New: its door was made and its port opened.
+    Opened,
 }
 
 /// The gateway's brokers: one door each, by node id.
@@ -97,6 +97,8 @@ pub(crate) struct Doors {
     /// The IP the brokers' ports are bound on (the bootstrap port's).
     pub(crate) listen_ip: IpAddr,
     by_id: Mutex<HashMap<i32, Arc<Door>>>,
+    /// Node ids above the port range, already logged.
+    without_port: Mutex<HashSet<i32>>,
 }
 
 impl Doors {
@@ -105,16 +107,21 @@ impl Doors {
             config,
             listen_ip,
             by_id: Mutex::new(HashMap::new()),
+            without_port: Mutex::new(HashSet::new()),
         }
     }
 
-    /// Broker `node_id` is at `upstream`: its door, made with `managers()` if new.
+    /// Broker `node_id` is at `upstream`: a new one's door is made with `managers()` and
+    /// its port opened with `open` before any other response can name it (under the
+    /// lock), so no client is told of a port that is not listening yet; a door whose port
+    /// cannot be opened is not kept (a later response tries again).
     pub(crate) fn learn(
         &self,
         node_id: i32,
         upstream: &str,
         managers: impl FnOnce() -> kquota_core::Result<Managers>,
-    ) -> kquota_core::Result<Learned> {
+        open: impl FnOnce(Arc<Door>) -> std::io::Result<()>,
+    ) -> Result<Learned, String> {
         let mut by_id = crate::server::lock(&self.by_id);
         if let Some(door) = by_id.get(&node_id) {
             let mut at = crate::server::lock(&door.upstream);
@@ -124,14 +131,17 @@ impl Doors {
             upstream.clone_into(&mut at);
             return Ok(Learned::Moved);
         }
-        let door = Arc::new(Door::new(node_id, upstream.to_owned(), managers()?));
-        by_id.insert(node_id, Arc::clone(&door));
-        Ok(Learned::New(door))
+        let managers = managers().map_err(|err| err.to_string())?;
+        let door = Arc::new(Door::new(node_id, upstream.to_owned(), managers));
+        open(Arc::clone(&door)).map_err(|err| format!("cannot listen on its port: {err}"))?;
+        by_id.insert(node_id, door);
+        Ok(Learned::Opened)
     }
 
-    /// Forgets a door whose port could not be opened (a later response tries again).
-    pub(crate) fn forget(&self, node_id: i32) {
-        crate::server::lock(&self.by_id).remove(&node_id);
+    /// Whether broker `node_id`, which has no port, is named for the first time (its
+    /// warning is logged once).
+    pub(crate) fn first_without_port(&self, node_id: i32) -> bool {
+        crate::server::lock(&self.without_port).insert(node_id)
     }
 
     /// The door of the broker at `upstream` (`host:port` as responses name it, or the
@@ -201,19 +211,41 @@ mod tests {
     #[test]
     fn a_broker_is_learned_once_and_follows_its_address() {
         let doors = Doors::new(config(9300, 10), "127.0.0.1".parse().unwrap());
-        let Ok(Learned::New(door)) = doors.learn(2, "kafka-2:9092", managers) else {
-            panic!("a new broker gets a door");
-        };
+        let refused = doors.learn(2, "kafka-2:9092", managers, |_| {
+            Err(std::io::ErrorKind::AddrInUse.into())
+        });
+        assert!(refused.is_err_and(|err| err.contains("cannot listen")));
+        assert!(
+            doors.all().is_empty(),
+            "a door whose port is not open is not kept"
+        );
+        let mut opened = None;
+        let learned = doors.learn(2, "kafka-2:9092", managers, |door| {
+            opened = Some(door);
+            Ok(())
+        });
+        assert!(matches!(learned, Ok(Learned::Opened)));
+        let door = opened.expect("its port opened");
         assert_eq!(
             (door.broker, door.upstream()),
             (2, "kafka-2:9092".to_owned())
         );
         assert!(matches!(
-            doors.learn(2, "kafka-2:9092", || unreachable!("known")),
+            doors.learn(
+                2,
+                "kafka-2:9092",
+                || unreachable!("known"),
+                |_| unreachable!()
+            ),
             Ok(Learned::Known)
         ));
         assert!(matches!(
-            doors.learn(2, "kafka-2b:9092", || unreachable!("known")),
+            doors.learn(
+                2,
+                "kafka-2b:9092",
+                || unreachable!("known"),
+                |_| unreachable!()
+            ),
             Ok(Learned::Moved)
         ));
         assert_eq!(door.upstream(), "kafka-2b:9092");
@@ -223,7 +255,7 @@ mod tests {
         let reached: SocketAddr = "10.0.0.2:9092".parse().unwrap();
         assert!(doors.at("elsewhere:1", Some(reached)).is_none());
         assert_eq!(doors.ports(), vec![(2, "kafka-2b:9092".to_owned(), 9302)]);
-        doors.forget(2);
-        assert!(doors.all().is_empty());
+        assert!(doors.first_without_port(200));
+        assert!(!doors.first_without_port(200));
     }
 }

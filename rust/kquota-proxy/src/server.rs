@@ -1269,30 +1269,25 @@ fn gateway_addresses(
     let mut to = |broker: &BrokerAddress| {
         let upstream = format!("{}:{}", broker.host, broker.port);
         let Some(port) = doors.config.port_of(broker.node_id) else {
-            (shared.log)(&format!(
-                "broker {} at {upstream} has no port on the gateway: node ids 0 to {} have one",
-                broker.node_id,
-                doors.config.ports - 1
-            ));
+            if doors.first_without_port(broker.node_id) {
+                (shared.log)(&format!(
+                    "broker {} at {upstream} has no port on the gateway (node ids 0 to {} \
+                     have one): clients are told its own address",
+                    broker.node_id,
+                    doors.config.ports - 1
+                ));
+            }
             return None;
         };
-        match doors.learn(broker.node_id, &upstream, || shared.door.managers.sibling()) {
-            Ok(Learned::Known) => {}
+        let siblings = || shared.door.managers.sibling();
+        let open = |door| open_door(shared, doors, door, port);
+        match doors.learn(broker.node_id, &upstream, siblings, open) {
+            Ok(Learned::Known | Learned::Opened) => {}
             Ok(Learned::Moved) => {
-                (shared.log)(&format!("broker {} is now at {upstream}", broker.node_id))
-            }
-            Ok(Learned::New(door)) => {
-                if let Err(err) = open_door(shared, doors, door, port) {
-                    (shared.log)(&format!(
-                        "broker {} at {upstream}: cannot listen on port {port}: {err}",
-                        broker.node_id
-                    ));
-                    doors.forget(broker.node_id);
-                    return None;
-                }
+                (shared.log)(&format!("broker {} is now at {upstream}", broker.node_id));
             }
             Err(err) => {
-                (shared.log)(&format!("broker {}: {err}", broker.node_id));
+                (shared.log)(&format!("broker {} at {upstream}: {err}", broker.node_id));
                 return None;
             }
         }
