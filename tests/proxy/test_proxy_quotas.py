@@ -55,9 +55,17 @@ MESSAGE = 1000  # payload bytes per message (plus an 8-byte sequence number)
 BATCH = 65_536  # librdkafka batch.size: one request stays well under 5 % of Q x 10 s
 
 
+REQUESTS_BEYOND = 8
+"""Requests Kafka's arithmetic may measure beyond the quota. A throttle mutes until the
+rate, as measured then, is back at the quota; samples that roll out meanwhile can leave it
+above when the client's next requests come, and each is recorded before its check. Runs
+on a loaded machine have measured four requests' worth; the replay checks that every
+throttle is Kafka's, this bound only that the client is held near the quota."""
+
+
 def sensor_bound(quota: float, request_bytes: float) -> float:
     """What Kafka's check may measure at a request after the first full window span."""
-    return quota * NUM_SAMPLES / (NUM_SAMPLES - 1) + 2 * request_bytes / PADDED_S
+    return quota * NUM_SAMPLES / (NUM_SAMPLES - 1) + REQUESTS_BEYOND * request_bytes / PADDED_S
 
 
 def _check_sensor(plugin: RecordingPlugin, api: str, client_id: str, quota: float) -> float:
