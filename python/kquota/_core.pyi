@@ -959,6 +959,10 @@ class ProxyDataPath:
     bootstrap addresses ``upstream`` lists (comma-separated): broker ``n`` gets the port
     ``first + n`` and sensors of its own, and responses name the brokers at
     ``advertised_host`` (default: the listen IP) and those ports.
+
+    With ``admin`` (an object with ``describe()`` and ``alter(changes, validate_only)``,
+    such as :class:`kquota.proxy.StoreAdmin`), DescribeClientQuotas and AlterClientQuotas
+    are answered by the proxy, after Kafka's checks, instead of forwarded.
     """
 
     def __new__(
@@ -981,6 +985,7 @@ class ProxyDataPath:
         keep_decisions: bool = False,
         broker_ports: tuple[int, int] | None = None,
         advertised_host: str | None = None,
+        admin: object | None = None,
     ) -> Self: ...
     @property
     def address(self) -> tuple[str, int]: ...

@@ -7,7 +7,6 @@ duplicates nothing."""
 from __future__ import annotations
 
 import asyncio
-import socket
 import subprocess
 import sys
 import threading
@@ -17,8 +16,10 @@ from typing import Any
 
 import kquota
 import pytest
+from kafka_support import kafka_configs
 from kquota import QuotaManager
-from proxy_support import RecordingPlugin, assert_proxy_cli_refuses, run_proxy
+from kquota.config.store import SQLiteStore
+from proxy_support import RecordingPlugin, assert_proxy_cli_refuses, free_ports, run_proxy
 
 pytestmark = [
     pytest.mark.slow,
@@ -32,28 +33,6 @@ NUM_SAMPLES = 11
 WINDOW_MS = 1000
 MESSAGE = 1000  # payload bytes (plus an 8-byte sequence number)
 BATCH = 16_384
-
-
-def free_ports(count: int) -> tuple[int, int]:
-    """``count`` consecutive free ports on 127.0.0.1: ``(first, last)``."""
-    probe = socket.socket()
-    probe.bind(("127.0.0.1", 0))
-    start = probe.getsockname()[1]
-    probe.close()
-    for first in [*range(start, start + 2000, count + 1), *range(20_000, 40_000, 97)]:
-        held = []
-        try:
-            for port in range(first, first + count):
-                s = socket.socket()
-                held.append(s)
-                s.bind(("127.0.0.1", port))
-            return first, first + count - 1
-        except OSError:
-            continue
-        finally:
-            for s in held:
-                s.close()
-    raise RuntimeError(f"no {count} consecutive free ports")
 
 
 def _plugin() -> RecordingPlugin:
@@ -475,7 +454,8 @@ def test_the_cli_gateway_captures_each_broker_and_applies_the_store(
     kafka_cluster: Any, tmp_path: Any
 ) -> None:
     """``kquota proxy --bootstrap``, as a user runs it: a quota set with ``kquota configs``
-    throttles a producer on each broker, and the capture's broker column is the node id."""
+    throttles a producer on each broker, the capture's broker column is the node id, and
+    ``kafka-configs.sh --bootstrap-server <gateway>`` changes the gateway's store."""
     import os
     import signal
 
@@ -518,6 +498,13 @@ def test_the_cli_gateway_captures_each_broker_and_applies_the_store(
         producer = Producer(bootstrap, "gateway-cli", "capped")
         producer.run(6, partitions=3)
         producer.finish()
+        # Kafka's own tool administers the gateway's store (KIP-546), not the cluster's.
+        capped = ("--entity-type", "clients", "--entity-name", "capped")
+        kafka_configs(bootstrap, "--alter", "--add-config", "consumer_byte_rate=45000", *capped)
+        described = kafka_configs(bootstrap, "--describe", *capped)
+        assert "producer_byte_rate=30000.0" in described, described
+        assert "consumer_byte_rate=45000.0" in described, described
+        assert "capped" not in kafka_configs(kafka_cluster.bootstrap, "--describe", *capped)
         process.send_signal(signal.SIGTERM)
         assert process.wait(60) == 0
     finally:
@@ -525,6 +512,8 @@ def test_the_cli_gateway_captures_each_broker_and_applies_the_store(
             process.kill()
         _, stderr = process.communicate(timeout=30)
     assert producer.failures == []
+    stored = SQLiteStore(store).read().config.by_entity()[kquota.Entity(client_id="capped")]
+    assert stored == {"producer_byte_rate": 30_000, "consumer_byte_rate": 45_000}
     rows = [r for f in sorted(capture.glob("*.parquet")) for r in pq.read_table(f).to_pylist()]
     produced = [r for r in rows if r["api"] == "produce" and r["client_id"] == "capped"]
     assert {r["broker"] for r in produced} == {"0", "1", "2"}, stderr

@@ -61,7 +61,10 @@ def register(subparsers: Any) -> None:
             "with no change to its brokers: --listen is the bootstrap address clients are\n"
             "given, broker N is served on the N-th port of --broker-ports, and every broker\n"
             "address in the responses is rewritten to the gateway's. Each broker's traffic\n"
-            "is held to the quotas on sensors of its own, as each Kafka broker holds it.\n\n"
+            "is held to the quotas on sensors of its own, as each Kafka broker holds it.\n"
+            "A gateway answers Kafka's quota administration (DescribeClientQuotas and\n"
+            "AlterClientQuotas, KIP-546) from and into the store: kafka-configs.sh\n"
+            "--bootstrap-server <gateway> --alter --add-config ... changes its quotas.\n\n"
             "examples:\n"
             "  kquota proxy --listen 127.0.0.1:9092 --upstream 127.0.0.1:19092 \\\n"
             "      --store quotas.sqlite --metrics-port 9464\n"
@@ -350,7 +353,7 @@ def run(args: argparse.Namespace) -> int:
         serve_metrics,
     )
     from kquota.config.live import LiveQuotas
-    from kquota.proxy import ProxyServer, kafka_clock_ms
+    from kquota.proxy import ProxyServer, StoreAdmin, kafka_clock_ms
 
     logging.basicConfig(
         level=getattr(logging, args.log_level),
@@ -407,6 +410,7 @@ def run(args: argparse.Namespace) -> int:
             threads=args.threads,
             broker_ports=broker_ports,
             advertised_host=args.advertised_host,
+            admin=StoreAdmin(store, on_change=live.refresh) if gateway else None,
         )
         return asyncio.run(_serve(server, listen, metrics.port if metrics else None))
     except (KquotaError, OSError) as exc:

@@ -151,12 +151,15 @@ class Alteration:
     """One entity's change: properties to add or replace, and properties to delete.
 
     As ``kafka-configs --alter --add-config ... --delete-config ...``. Deleting a property
-    the entity does not have is an error when the change is applied (as in Kafka).
+    the entity does not have is an error when the change is applied (as ``kafka-configs``
+    reports it), unless ``missing_ok``: then it changes nothing, as Kafka's controller
+    treats such a removal in an AlterClientQuotas request.
     """
 
     entity: AnyEntity
     add: Mapping[str, float] = field(default_factory=dict)
     delete: Collection[str] = frozenset()
+    missing_ok: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.entity, Entity | IpEntity):
@@ -216,13 +219,13 @@ class ChangeSet:
         for alteration in self.alterations:
             current = entities.setdefault(alteration.entity, {})
             missing = sorted(set(alteration.delete) - current.keys())
-            if missing:
+            if missing and not alteration.missing_ok:
                 raise QuotaFileError(
                     f"cannot delete {', '.join(missing)} of "
                     f"{describe_entity(alteration.entity)}: not set"
                 )
             for name in alteration.delete:
-                del current[name]
+                current.pop(name, None)
             current.update(alteration.add)
         return QuotaConfig.from_entities(entities, self.window or config.window)
 

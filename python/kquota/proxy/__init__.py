@@ -9,19 +9,28 @@ connection, with Kafka's KIP-219 throttling, and optionally the controller-mutat
 rates (KIP-612) of its listener and of each client IP. Its connections are served by the
 Rust data path (``kquota._core.ProxyDataPath``). A :class:`TrafficCapture` given to it
 writes the traffic it sees as Parquet for ``kquota backtest`` (``kquota proxy --capture
-DIR``; needs pyarrow).
+DIR``; needs pyarrow). With a :class:`StoreAdmin`, it answers Kafka's own quota
+administration (``kafka-configs.sh --bootstrap-server``, KIP-546) from a quota store.
 """
 
 from typing import TYPE_CHECKING, Any, Final
 
 from kquota._core import ProxyDataPath
 from kquota._extras import require
+from kquota.proxy.admin import StoreAdmin
 from kquota.proxy.capture import TrafficCapture
 
 if TYPE_CHECKING:
     from kquota.proxy.server import GatewayBroker, ProxyServer, kafka_clock_ms
 
-__all__ = ["ANONYMOUS", "GatewayBroker", "ProxyServer", "TrafficCapture", "kafka_clock_ms"]
+__all__ = [
+    "ANONYMOUS",
+    "GatewayBroker",
+    "ProxyServer",
+    "StoreAdmin",
+    "TrafficCapture",
+    "kafka_clock_ms",
+]
 
 ANONYMOUS: Final[str] = ProxyDataPath.ANONYMOUS
 """The user of a connection without SASL, or whose SASL principal the proxy cannot read

@@ -63,6 +63,7 @@ from kquota import ConnectionQuotas, ControllerMutationQuotaManager, monotonic_m
 from kquota._core import ProxyDataPath, RequestOutcome
 from kquota.broker import QuotaPlugin
 from kquota.exceptions import InvalidConfigError, ProxyError
+from kquota.proxy.admin import StoreAdmin
 from kquota.proxy.capture import TrafficCapture, flush_every_second
 
 __all__ = [
@@ -174,6 +175,11 @@ class ProxyServer:
     ``max_response_bytes`` close the connection too. With ``capture``, every request whose
     quota the proxy checks is added to it, as it was checked (``kquota proxy --capture``).
 
+    With ``admin`` (a :class:`~kquota.proxy.StoreAdmin`), the proxy answers Kafka's quota
+    administration itself (KIP-546: ``kafka-configs.sh --bootstrap-server``, the Admin
+    API's ``describeClientQuotas`` / ``alterClientQuotas``) from and into its store;
+    without it, those requests go to the broker like any other.
+
     ``mutation`` enables the controller-mutation quota of CreateTopics, CreatePartitions
     and DeleteTopics (``default_num_partitions`` is the broker's ``num.partitions``, what
     a CreateTopics topic with -1 partitions gets); ``connection_quotas`` the connection
@@ -207,6 +213,7 @@ class ProxyServer:
         keep_decisions: bool = False,
         broker_ports: tuple[int, int] | None = None,
         advertised_host: str | None = None,
+        admin: StoreAdmin | None = None,
     ) -> None:
         addresses = _addresses(upstream)
         if broker_ports is not None:
@@ -228,6 +235,8 @@ class ProxyServer:
                 f"invalid upstream {upstream!r}: a sidecar has one broker (HOST, PORT);"
                 " several addresses are a gateway's bootstrap (give broker_ports)"
             )
+        if admin is not None and not isinstance(admin, StoreAdmin):
+            raise InvalidConfigError(f"invalid admin {admin!r}: expected a StoreAdmin")
         if advertised_host is not None and broker_ports is None:
             raise InvalidConfigError(
                 f"advertised_host {advertised_host!r} needs broker_ports (gateway mode)"
@@ -265,6 +274,7 @@ class ProxyServer:
         self.bootstrap = addresses
         self.broker_ports = broker_ports
         self.advertised_host = advertised_host
+        self.admin = admin
         self.plugin = plugin
         self.max_request_bytes = max_request_bytes
         self.max_response_bytes = max_response_bytes
@@ -305,6 +315,7 @@ class ProxyServer:
             keep_decisions=self.keep_decisions or self.capture is not None,
             broker_ports=self.broker_ports,
             advertised_host=self.advertised_host,
+            admin=self.admin,
         )
         if self.capture is not None:
             self.capture.align(plugin.channels.now_ms())

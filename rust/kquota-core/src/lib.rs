@@ -13,7 +13,8 @@
 //!   ([`kafka::connection_rate`]), entities and precedence ([`kafka::entity`]), the
 //!   request path's order ([`kafka::request`]), the strict-since versions
 //!   ([`kafka::mutation_api`]), units ([`kafka::units`]), quota-type names
-//!   ([`kafka::quota_type`]) and IP entities ([`kafka::ip`]).
+//!   ([`kafka::quota_type`]), IP entities ([`kafka::ip`]) and the administration of client
+//!   quotas, KIP-546 ([`kafka::client_quota_admin`]).
 //! * [`managers`]: the managers a broker runs: [`QuotaManager`] for one client-quota
 //!   type, custom callbacks (KIP-257, [`QuotaCallback`]), the controller-mutation quota
 //!   ([`ControllerMutationQuotaManager`]), the connection quotas ([`ConnectionQuotas`])

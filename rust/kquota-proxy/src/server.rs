@@ -51,6 +51,7 @@ use tokio::runtime::Runtime;
 use tokio::sync::{mpsc, oneshot, watch, Notify};
 
 use crate::addresses::{names_brokers, with_addresses, BrokerAddress};
+use crate::admin::{is_admin_api, SharedAdmin};
 use crate::error::FrameError;
 use crate::fetch::{cap_max_bytes, read_fetch_request, FetchRequestInfo};
 use crate::frame::FrameReader;
@@ -171,6 +172,9 @@ pub struct ProxyConfig {
     pub default_num_partitions: i32,
     /// Gateway mode: in front of the whole cluster of `upstream`, a port per broker.
     pub gateway: Option<GatewayConfig>,
+    /// Answers DescribeClientQuotas and AlterClientQuotas itself, from and into this
+    /// configuration, instead of forwarding them.
+    pub admin: Option<SharedAdmin>,
 }
 
 impl ProxyConfig {
@@ -184,6 +188,7 @@ impl ProxyConfig {
             upstream_timeout: Duration::from_secs(300),
             default_num_partitions: 1,
             gateway: None,
+            admin: None,
         }
     }
 }
@@ -549,6 +554,8 @@ struct Pending {
     /// When the request was written to the broker.
     written: Instant,
     mutation: Option<Box<RecordedMutation>>,
+    /// The response the proxy made itself (quota administration), and its body's offset.
+    local: Option<(BytesMut, usize)>,
 }
 
 impl Pending {
@@ -861,6 +868,7 @@ async fn read_requests(
         let mut acks = -1;
         let mut fetch = None;
         let mut mutation = None;
+        let mut local = None;
         match header.api_key {
             PRODUCE => acks = produce_acks(&frame, &header).map_err(bad)?,
             FETCH => {
@@ -897,6 +905,9 @@ async fn read_requests(
                     ));
                 }
             }
+            key if is_admin_api(key) && shared.config.admin.is_some() => {
+                local = Some(administer(shared, &frame, &header).await?);
+            }
             key => {
                 if let Some(manager) = door
                     .managers
@@ -919,7 +930,7 @@ async fn read_requests(
             }
         }
         handled += started.elapsed();
-        if !mutation.as_ref().is_some_and(|m| m.local()) {
+        if local.is_none() && !mutation.as_ref().is_some_and(|m| m.local()) {
             write_frame(&mut upstream, &frame).await?;
         }
         let entry = Pending {
@@ -931,6 +942,7 @@ async fn read_requests(
             handled,
             written: Instant::now(),
             mutation,
+            local,
         };
         if forwarded.send(Work::Answer(entry)).await.is_err() {
             break; // the responder ended: its error closes the connection
@@ -987,9 +999,16 @@ async fn respond(
             // Read before a pipelined produce's wait for its connection's mute, so that
             // the broker's time is not counted with the mute.
             let mut entry = entry;
-            let ready = Instant::now();
-            let response = read_response(&shared.config, &mut frames, &entry.header).await?;
-            entry.add_broker_time(ready, Instant::now());
+            let response = match entry.local.take() {
+                Some(response) => response,
+                None => {
+                    let ready = Instant::now();
+                    let response =
+                        read_response(&shared.config, &mut frames, &entry.header).await?;
+                    entry.add_broker_time(ready, Instant::now());
+                    response
+                }
+            };
             connection.wait_unmuted().await;
             answer(
                 shared,
@@ -1006,6 +1025,26 @@ async fn respond(
     }
     client.shutdown().await?;
     Ok(())
+}
+
+/// Answers a DescribeClientQuotas or AlterClientQuotas request with the proxy's own
+/// configuration, on a blocking thread (the store may take its time); its time is the
+/// proxy's, charged to the request quota as a broker charges its handler's.
+async fn administer(
+    shared: &Shared,
+    frame: &BytesMut,
+    header: &RequestHeader<'static>,
+) -> Result<(BytesMut, usize), Closed> {
+    let admin = shared.config.admin.clone().expect("an administered proxy");
+    let (request, header) = (frame.clone(), header.clone());
+    let answered = tokio::task::spawn_blocking(move || {
+        let response = crate::admin::answer(&*admin.0, &request, &header)?;
+        let at = parse_response_header(&response, header.response_header_version())?;
+        Ok::<_, crate::HeaderError>((response, at.body_offset))
+    })
+    .await
+    .map_err(|err| Closed::Client(format!("quota administration failed: {err}")))?;
+    answered.map_err(|err| Closed::Client(format!("request: {err}")))
 }
 
 /// The partitions the topics of a mutation request have now, from a Metadata request

@@ -267,6 +267,48 @@ pub(crate) fn check_mutation_request(body: &[u8], api_key: i16, version: i16) ->
     }
 }
 
+/// Checks a DescribeClientQuotas (48) or AlterClientQuotas (49) request body of `version`
+/// against its schema before it is decoded whole.
+pub(crate) fn check_client_quotas_request(body: &[u8], api_key: i16, version: i16) -> Result<()> {
+    let mut s = Skim::new(body, version >= 1);
+    let message = match api_key {
+        48 => {
+            s.array(false, |s| {
+                s.string(false)?; // entity type
+                s.take(1)?; // match type
+                s.string(true)?; // match
+                s.skip_tagged_fields()
+            })?;
+            s.take(1)?; // strict
+            "DescribeClientQuotas request"
+        }
+        49 => {
+            s.array(false, |s| {
+                s.array(false, |s| {
+                    s.string(false)?; // entity type
+                    s.string(true)?; // entity name
+                    s.skip_tagged_fields()
+                })?;
+                s.array(false, |s| {
+                    s.string(false)?; // key
+                    s.take(8 + 1)?; // value, remove
+                    s.skip_tagged_fields()
+                })?;
+                s.skip_tagged_fields()
+            })?;
+            s.take(1)?; // validate_only
+            "AlterClientQuotas request"
+        }
+        key => return Err(HeaderError::UnknownApiKey(key)),
+    };
+    s.skip_tagged_fields()?;
+    if s.done() {
+        Ok(())
+    } else {
+        Err(unreadable(message, version))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

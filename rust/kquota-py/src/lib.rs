@@ -25,6 +25,7 @@ mod mutation_check;
 mod mutation_request_quota;
 mod partition_leader;
 mod proxy_data_path;
+mod quota_admin;
 mod quota_manager;
 mod replay_kernel;
 mod request_log;

@@ -10,12 +10,13 @@ use pyo3::exceptions::PyOSError;
 use pyo3::prelude::*;
 
 use kquota_proxy::server::{Admission, Decision, Managers, Proxy, ProxyConfig};
-use kquota_proxy::GatewayConfig;
+use kquota_proxy::{GatewayConfig, SharedAdmin};
 
 use crate::args;
 use crate::connection_quotas::ConnectionQuotas;
 use crate::controller_mutation_quota_manager::ControllerMutationQuotaManager;
 use crate::error::{errors, CoreError};
+use crate::quota_admin::PyQuotaAdmin;
 use crate::quota_manager::QuotaManager;
 use crate::request_outcome::RequestOutcome;
 
@@ -50,6 +51,27 @@ fn invalid_config(py: Python<'_>, message: String) -> PyErr {
         Ok(errors) => PyErr::from_type(errors.config.bind(py).clone(), message),
         Err(err) => err,
     }
+}
+
+/// An object answering the quota administration: it must have `describe` and `alter`.
+fn quota_admin(py: Python<'_>, admin: Py<PyAny>) -> PyResult<SharedAdmin> {
+    for method in ["describe", "alter"] {
+        let callable = admin
+            .bind(py)
+            .getattr(method)
+            .is_ok_and(|m| m.is_callable());
+        if !callable {
+            let shown = admin
+                .bind(py)
+                .repr()
+                .map_or_else(|_| "?".to_owned(), |r| r.to_string());
+            return Err(invalid_config(
+                py,
+                format!("invalid admin {shown}: expected an object with describe() and alter(changes, validate_only) methods, such as kquota.proxy.StoreAdmin"),
+            ));
+        }
+    }
+    Ok(SharedAdmin(Arc::new(PyQuotaAdmin(admin))))
 }
 
 fn socket_address(py: Python<'_>, name: &str, text: &str) -> PyResult<SocketAddr> {
@@ -154,7 +176,7 @@ impl ProxyDataPath {
     /// Listens on `listen` and relays each connection to `upstream` with the quotas of
     /// the three managers, on `threads` threads of its own; returns once it listens.
     #[new]
-    #[pyo3(signature = (upstream, produce, fetch, request, *, mutation=None, default_num_partitions=1, connection_quotas=None, listener="PLAINTEXT", listen="127.0.0.1:0", max_request_bytes=104857600, max_response_bytes=104857600, connect_timeout=10.0, upstream_timeout=300.0, threads=2, keep_decisions=false, broker_ports=None, advertised_host=None))]
+    #[pyo3(signature = (upstream, produce, fetch, request, *, mutation=None, default_num_partitions=1, connection_quotas=None, listener="PLAINTEXT", listen="127.0.0.1:0", max_request_bytes=104857600, max_response_bytes=104857600, connect_timeout=10.0, upstream_timeout=300.0, threads=2, keep_decisions=false, broker_ports=None, advertised_host=None, admin=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -175,6 +197,7 @@ impl ProxyDataPath {
         keep_decisions: bool,
         broker_ports: Option<(i64, i64)>,
         advertised_host: Option<String>,
+        admin: Option<Py<PyAny>>,
     ) -> PyResult<Self> {
         let listen_at = socket_address(py, "listen", listen)?;
         let gateway = match broker_ports {
@@ -222,6 +245,9 @@ impl ProxyDataPath {
                     )
                 })?,
             gateway,
+            admin: admin
+                .map(|admin| quota_admin(py, admin))
+                .transpose()?,
         };
         let managers = Managers::new(
             Arc::clone(&produce.get().inner),

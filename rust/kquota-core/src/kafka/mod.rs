@@ -3,6 +3,7 @@
 //! connection rate, entities and their precedence, the request path's order, units and
 //! names. Builds only on [`crate::sync`].
 
+pub mod client_quota_admin;
 pub mod clock;
 pub mod connection_rate;
 #[cfg(not(loom))]
