@@ -17,6 +17,8 @@ EXTRAS: Final[dict[str, tuple[str, ...]]] = {
     "spark": ("pyspark", "pandas", "pyarrow", "matplotlib"),
     # The capture (--capture) writes Parquet in the back-test's traffic schema.
     "proxy": ("kio", "pyarrow", "pandas"),
+    # The quota store on a compacted Kafka topic (kafka://HOST:PORT/TOPIC).
+    "kafka": ("confluent_kafka",),
 }
 """Each extra and the top-level modules it installs (each distribution's name is its
 module's; a test holds this table to ``pyproject.toml``)."""

@@ -96,7 +96,7 @@ def test_install_names_the_extras_pyproject_declares() -> None:
     extras = pyproject["project"]["optional-dependencies"]
     text = section("Install")
     named = set(re.findall(r"kquota\[(\w+)\]", text))
-    assert named == {"spark", "proxy"}
+    assert named == {"spark", "proxy", "kafka"}
     assert named <= set(extras)
     for extra in named:
         row = next(line for line in text.splitlines() if line.startswith(f"| `kquota[{extra}]`"))

@@ -1,14 +1,21 @@
 """Kafka's quota administration (KIP-546) through the gateway: ``kafka-configs.sh
 --bootstrap-server <gateway>`` changes the quotas the gateway enforces, and every
 AlterClientQuotas and DescribeClientQuotas request is answered as a real Kafka cluster
-answers it, bad input included (the cluster is the oracle: the same requests go to both)."""
+answers it, bad input included (the cluster is the oracle: the same requests go to both).
+Several gateways share one configuration on a compacted topic of the cluster."""
 
 from __future__ import annotations
 
 import importlib
+import logging
 import math
 import socket
 import struct
+import subprocess
+import sys
+import threading
+import time
+import uuid
 from typing import Any
 
 import kquota
@@ -16,9 +23,18 @@ import pytest
 from kafka_support import kafka_configs
 from kafka_wire import encode_request, read_response
 from kquota import QuotaManager
+from kquota.config.kafka_store import KafkaTopicStore
 from kquota.config.live import LiveQuotas
-from kquota.config.model import IpEntity, QuotaConfig
-from kquota.config.store import MemoryStore, SQLiteStore
+from kquota.config.model import IpEntity, QuotaConfig, Window
+from kquota.config.store import (
+    Alteration,
+    ChangeSet,
+    MemoryStore,
+    SQLiteStore,
+    StoreSnapshot,
+    open_store,
+)
+from kquota.exceptions import QuotaFileError, StoreError
 from kquota.proxy import StoreAdmin
 from proxy_support import RecordingPlugin, free_ports, read_frame, run_proxy
 
@@ -78,8 +94,9 @@ def test_kafka_configs_administers_the_gateway_as_it_does_a_cluster(
     kafka_cluster: Any, tmp_path: Any
 ) -> None:
     """The same ``kafka-configs`` commands go to the gateway and to the cluster; each
-    describes the same quotas afterwards, the gateway's are in its store, and a change is
-    applied to the gateway's managers when the command returns."""
+    describes the same quotas afterwards (every user, client id and IP entity), the
+    gateway's are in its store, and a change is applied to the gateway's managers when the
+    command returns."""
     store = SQLiteStore(tmp_path / "quotas.sqlite")
     store.replace(QuotaConfig())
     plugin = _plugin()
@@ -100,14 +117,12 @@ def test_kafka_configs_administers_the_gateway_as_it_does_a_cluster(
                 plugin.request.quota(kquota.Entity(user="alice", client_id=kquota.DEFAULT)) == 25.5
             )
             assert plugin.produce.quota_for("bob", "batch-loader") == 1_048_576
-            for entity in ENTITIES:
-                assert _described(gw.address, *entity) == _described(cluster, *entity), entity
             for kind in ("users", "clients", "ips"):
                 listed = _described(gw.address, "--entity-type", kind)
                 assert listed == _described(cluster, "--entity-type", kind), kind
                 assert listed, kind
 
-            # Removals, one of a key that is not set (kafka-configs refuses it itself).
+            # A removal.
             for bootstrap in (gw.address, cluster):
                 kafka_configs(
                     bootstrap, "--alter", "--delete-config", "consumer_byte_rate", *ENTITIES[0]
@@ -120,11 +135,8 @@ def test_kafka_configs_administers_the_gateway_as_it_does_a_cluster(
             assert stored[IpEntity("10.1.2.3")] == {"connection_creation_rate": 40}
     finally:
         live.stop()
-        for entity, config in zip(ENTITIES, CONFIGS, strict=True):
-            keys = ",".join(kv.split("=")[0] for kv in config.split(","))
-            if entity is ENTITIES[0]:
-                keys = "producer_byte_rate"
-            kafka_configs(cluster, "--alter", "--delete-config", keys, *entity)
+    # The quotas stay on the cluster: it is this module's, and no later test's clients
+    # are among these entities.
 
 
 # -- the wire: the same requests to a broker and to the gateway ---------------------------
@@ -301,3 +313,204 @@ def test_what_kquota_cannot_keep_is_refused_with_its_reason(kafka_cluster: Any) 
     assert store.read().config.by_entity() == {
         kquota.Entity(user="kept"): {"producer_byte_rate": 10}
     }
+
+
+# -- one configuration for several gateways: a store on a compacted topic ----------------
+
+
+def _topic() -> str:
+    return f"kquota-quotas-{uuid.uuid4().hex[:8]}"
+
+
+def test_a_kafka_topic_store_shares_one_configuration(kafka_cluster: Any) -> None:
+    from confluent_kafka.admin import AdminClient, ConfigResource
+
+    bootstrap, topic = kafka_cluster.bootstrap, _topic()
+    first = open_store(f"kafka://{bootstrap}/{topic}")
+    second = KafkaTopicStore(bootstrap, topic)
+    assert isinstance(first, KafkaTopicStore) and first.topic == topic
+    with pytest.raises(StoreError, match=f"Kafka topic store '{topic}' .* does not exist"):
+        first.read()
+    alice = kquota.Entity(user="alice")
+    version = first.apply(ChangeSet((Alteration(alice, {"producer_byte_rate": 1000.0}),)))
+    assert second.read() == StoreSnapshot(version, first.read().config)
+    assert second.read().config.by_entity() == {alice: {"producer_byte_rate": 1000}}
+
+    # Writers in two threads, each altering properties of its own: nothing is lost.
+    def write(store: KafkaTopicStore, user: str) -> None:
+        for i in range(10):
+            store.apply(
+                ChangeSet((Alteration(kquota.Entity(user=user), {"request_percentage": i + 1.0}),))
+            )
+
+    writers = [
+        threading.Thread(target=write, args=(store, user))
+        for store, user in ((first, "w1"), (second, "w2"))
+    ]
+    for t in writers:
+        t.start()
+    for t in writers:
+        t.join(120)
+    quotas = first.read().config.by_entity()
+    assert (
+        quotas[kquota.Entity(user="w1")]
+        == quotas[kquota.Entity(user="w2")]
+        == {"request_percentage": 10}
+    )
+    # A change that does not apply writes nothing.
+    before = second.version()
+    with pytest.raises(QuotaFileError, match="cannot delete consumer_byte_rate"):
+        second.apply(ChangeSet((Alteration(alice, delete={"consumer_byte_rate"}),)))
+    assert first.version() == before
+    # The window and a whole replacement travel too.
+    config = QuotaConfig.from_entities(
+        {IpEntity("10.0.0.9"): {"connection_creation_rate": 5}}, Window(5, 2000)
+    )
+    second.replace(config)
+    assert first.read().config == config
+    # kquota configs --store kafka://... writes and describes it too.
+    spec = f"kafka://{bootstrap}/{topic}"
+    configs = [sys.executable, "-m", "kquota", "configs", "--store", spec]
+    users = ("--entity-type", "users", "--entity-name", "cli")
+    alter = [*configs, "--alter", "--add-config", "producer_byte_rate=777", *users]
+    subprocess.run(alter, check=True, capture_output=True, timeout=120)
+    assert first.read().config.by_entity()[kquota.Entity(user="cli")] == {"producer_byte_rate": 777}
+    shown = subprocess.run(
+        [*configs, "--describe", *users], check=True, capture_output=True, text=True, timeout=120
+    )
+    assert "producer_byte_rate=777" in shown.stdout, shown
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    described = admin.describe_configs([ConfigResource("topic", topic)])
+    settings = next(iter(described.values())).result(30)
+    assert settings["cleanup.policy"].value == "compact"
+    for bad in ("kafka://", "kafka://host/", "kafka://host:x/t", "kafka://h:1/bad topic"):
+        with pytest.raises(StoreError, match="invalid Kafka"):
+            open_store(bad)
+    first.close()
+    second.close()
+
+
+def _instance(cluster: Any, store: KafkaTopicStore, ports: tuple[int, int]) -> Any:
+    """A gateway as ``kquota proxy --bootstrap --store kafka://...`` runs one."""
+    plugin = _plugin()
+    live = LiveQuotas(store, plugin.produce, plugin.fetch, plugin.request).start()
+    host, port = cluster.broker(0).bootstrap.rsplit(":", 1)
+    running = run_proxy(
+        (host, int(port)),
+        free_ports(1)[0],
+        plugin,
+        broker_ports=ports,
+        admin=StoreAdmin(store, on_change=live.refresh),
+    )
+    return plugin, live, running
+
+
+def test_two_gateways_share_what_kafka_configs_sets_while_clients_run(
+    kafka_cluster: Any,
+) -> None:
+    """kafka-configs changes a quota through gateway A while a producer writes through
+    gateway B: B applies it within its follow interval and throttles the producer."""
+    from test_gateway import Producer, _create_topic
+
+    topic = _topic()
+    KafkaTopicStore(kafka_cluster.bootstrap, topic).apply(ChangeSet(window=Window(NUM_SAMPLES)))
+    plugin_a, live_a, running_a = _instance(
+        kafka_cluster, KafkaTopicStore(kafka_cluster.bootstrap, topic), free_ports(3)
+    )
+    plugin_b, live_b, running_b = _instance(
+        kafka_cluster, KafkaTopicStore(kafka_cluster.bootstrap, topic), free_ports(3)
+    )
+    shared = kquota.Entity(client_id="shared")
+    try:
+        with running_a as a, running_b as b:
+            _create_topic(b.address, "two-gateways", 3)
+            producer = Producer(b.address, "two-gateways", "shared")
+            runner = threading.Thread(target=lambda: producer.run(12, partitions=3))
+            runner.start()
+            time.sleep(3)
+            seen: dict[str, float] = {}
+            watching = threading.Event()
+
+            def watch() -> None:  # when each gateway's managers first hold the change
+                while not watching.wait(0.002) and len(seen) < 2:
+                    for name, plugin in (("A", plugin_a), ("B", plugin_b)):
+                        if name not in seen and plugin.produce.quota(shared) == 40_000:
+                            seen[name] = time.monotonic()
+
+            watcher = threading.Thread(target=watch)
+            watcher.start()
+            asked, asked_ms = time.monotonic(), kquota.monotonic_ms()
+            kafka_configs(
+                a.address,
+                "--alter",
+                "--add-config",
+                "producer_byte_rate=40000",
+                "--entity-type",
+                "clients",
+                "--entity-name",
+                "shared",
+            )
+            assert plugin_a.produce.quota(shared) == 40_000, "A: in force when answered"
+            watcher.join(30)
+            watching.set()
+            assert set(seen) == {"A", "B"}, f"B never applied the change: {seen}"
+            runner.join(60)
+            producer.finish()
+    finally:
+        for live in (live_a, live_b):
+            live.stop()
+            assert isinstance(live.store, KafkaTopicStore)
+            live.store.close()
+    assert producer.failures == []
+    produced = [a for a in plugin_b.applied if a.api == "produce" and a.client_id == "shared"]
+    throttled = [a for a in produced if a.outcome.throttled]
+    assert throttled, "B never throttled the producer after the change"
+    assert produced[0].at_ms < asked_ms, "the producer wrote before the change"
+    assert min(a.at_ms for a in throttled) >= asked_ms, "throttled before the change"
+    print(
+        f"A applied the change {seen['A'] - asked:.2f} s after kafka-configs started,"
+        f" B {seen['B'] - asked:.2f} s after;"
+        f" {len(throttled)} of {len(produced)} produce requests throttled on B"
+    )
+
+
+def test_a_partitioned_gateway_keeps_its_quotas_and_says_so(
+    kafka_cluster: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An instance whose store cannot reach the cluster keeps the quotas it has, logs that
+    it cannot refresh, and follows again (with what changed meanwhile) once it can. Its
+    path to the cluster is a kquota gateway, shut down and restarted to cut and heal it."""
+    topic = _topic()
+    direct = KafkaTopicStore(kafka_cluster.bootstrap, topic)
+    alice = kquota.Entity(user="alice")
+    direct.apply(ChangeSet((Alteration(alice, {"producer_byte_rate": 1000.0}),)))
+    host, port = kafka_cluster.broker(0).bootstrap.rsplit(":", 1)
+    hop_port, hop_brokers = free_ports(1)[0], free_ports(3)
+
+    def hop() -> Any:
+        return run_proxy((host, int(port)), hop_port, _plugin(), broker_ports=hop_brokers)
+
+    produce = QuotaManager("produce", num_samples=NUM_SAMPLES, window_ms=WINDOW_MS)
+    store = KafkaTopicStore(f"127.0.0.1:{hop_port}", topic, timeout=2)
+    with caplog.at_level(logging.INFO, logger="kquota.config.live"):
+        with hop():
+            live = LiveQuotas(store, produce, interval=0.2).start()
+            assert produce.quota(alice) == 1000
+        try:
+            deadline = time.monotonic() + 60
+            while "cannot refresh quotas from Kafka topic store" not in caplog.text:
+                assert time.monotonic() < deadline, caplog.text
+                time.sleep(0.1)
+            assert produce.quota(alice) == 1000, "kept while partitioned"
+            direct.apply(ChangeSet((Alteration(alice, {"producer_byte_rate": 2000.0}),)))
+            assert produce.quota(alice) == 1000
+            with hop():
+                while produce.quota(alice) != 2000:
+                    assert time.monotonic() < deadline + 60, caplog.text
+                    time.sleep(0.1)
+            assert "are followed again" in caplog.text
+        finally:
+            live.stop()
+            store.close()
+            direct.close()

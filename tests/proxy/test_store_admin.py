@@ -80,7 +80,7 @@ def test_a_failing_notice_is_logged_and_the_write_stands(
 
 
 def test_a_store_is_required() -> None:
-    with pytest.raises(KquotaError, match="invalid store 'quotas.sqlite'"):
+    with pytest.raises(KquotaError, match=r"invalid store 'quotas\.sqlite'"):
         StoreAdmin("quotas.sqlite")  # type: ignore[arg-type]
 
 

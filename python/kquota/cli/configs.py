@@ -113,8 +113,9 @@ def register(subparsers: Any) -> None:
         "--store",
         metavar="STORE",
         help=(
-            f"the store: a SQLite file path, sqlite://PATH, or SCHEME://... of an installed "
-            f"backend (default: ${STORE_ENV}, else $XDG_STATE_HOME/kquota/quotas.sqlite, "
+            f"the store: a SQLite file path, sqlite://PATH, kafka://HOST:PORT/TOPIC (a compacted"
+            f" topic, shared by several hosts), or SCHEME://... of an installed backend"
+            f" (default: ${STORE_ENV}, else $XDG_STATE_HOME/kquota/quotas.sqlite, "
             "i.e. ~/.local/state/kquota/quotas.sqlite)"
         ),
     )

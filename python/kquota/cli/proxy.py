@@ -109,7 +109,7 @@ def register(subparsers: Any) -> None:
         help=(
             f"the quota store, as for kquota configs (default: ${STORE_ENV}, else"
             " $XDG_STATE_HOME/kquota/quotas.sqlite); it must exist: kquota configs --alter"
-            " creates it"
+            " creates it. Several gateways share one with kafka://HOST:PORT/TOPIC"
         ),
     )
     parser.add_argument(

@@ -8,7 +8,9 @@ one number.
 :class:`SQLiteStore` is the default backend: one SQLite file, every write one
 ``BEGIN IMMEDIATE`` transaction, so concurrent writers in several processes lose nothing
 and a writer killed mid-write leaves the previous state. :class:`MemoryStore` keeps the
-configuration in one process (tests, embedding).
+configuration in one process (tests, embedding). ``kafka://HOST:PORT/TOPIC`` is a
+:class:`~kquota.config.kafka_store.KafkaTopicStore`: a compacted topic on a Kafka cluster,
+for processes on several hosts (``kquota[kafka]``).
 
 SQLite schema versions
 ----------------------
@@ -113,8 +115,11 @@ def open_store(
     """The store named by ``spec`` (see :func:`store_spec`).
 
     A plain path or ``sqlite://PATH`` is a :class:`SQLiteStore` waiting at most ``timeout``
-    seconds for a lock. ``SCHEME://...`` with another scheme is opened by the factory
-    registered under that name in the ``kquota.stores`` entry-point group.
+    seconds for a lock; ``kafka://HOST:PORT[,...]/TOPIC`` a
+    :class:`~kquota.config.kafka_store.KafkaTopicStore` on a compacted topic, shared by
+    every process following it (waiting at most ``timeout`` seconds for the cluster).
+    ``SCHEME://...`` with another scheme is opened by the factory registered under that
+    name in the ``kquota.stores`` entry-point group.
     """
     text = store_spec(spec)
     match = _SCHEME.fullmatch(text)
@@ -123,6 +128,10 @@ def open_store(
     scheme, rest = match.groups()
     if scheme == "sqlite":
         return SQLiteStore(rest, timeout=timeout)
+    if scheme == "kafka":
+        from kquota.config.kafka_store import open_kafka_store
+
+        return open_kafka_store(text, timeout=timeout)
     found = list(entry_points(group=ENTRY_POINT_GROUP, name=scheme))
     if not found:
         raise StoreError(
