@@ -801,7 +801,10 @@ impl Run {
 
     fn max_value(&mut self, client: &Client) {
         let (user, cid, now) = (client.user.get(), client.client.get(), self.now);
-        let got = self.manager.max_value_in_quota_window(user, cid, now).unwrap();
+        let got = self
+            .manager
+            .max_value_in_quota_window(user, cid, now)
+            .unwrap();
         let want = if self.model.enabled == 0 {
             f64::MAX
         } else {
@@ -876,7 +879,10 @@ impl Run {
                 let n = now.len();
                 let fetch = self.model.quota_type == QuotaType::Fetch;
                 assert!(values.len() == n && unrecord_if.is_none_or(|u| u.len() == n));
-                assert!(fetch || unrecord_if.is_none(), "unrecord_if accepted off fetch");
+                assert!(
+                    fetch || unrecord_if.is_none(),
+                    "unrecord_if accepted off fetch"
+                );
                 for i in 0..n {
                     let (user, cid) = &keys[usize::try_from(index[i]).unwrap()];
                     assert!(values[i].is_finite() && values[i] >= 0.0);

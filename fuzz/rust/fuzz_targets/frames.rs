@@ -5,13 +5,17 @@
 //! same error) as the whole input at once; no frame is longer than the bound; a header that
 //! decodes ends inside its frame; a fetch's max_bytes is capped in place only when it asks
 //! for more; the SASL principal readers accept any bytes; a mutation request that decodes
-//! is counted, rewritten and answered by the proxy alone without a panic, and a hostile
-//! count in it (or in a fetch request) is refused before memory is reserved for it. (The
+//! is counted, rewritten and answered by the proxy alone without a panic; so is a quota
+//! administration request (KIP-546), answered from a configuration that takes every
+//! change; and a hostile count in any of them (or in a fetch request) is refused before
+//! memory is reserved for it. (The
 //! broker's responses are trusted input and not fed here.)
 #![no_main]
 
 use arbitrary::Arbitrary;
 use bytes::BytesMut;
+use kquota_core::kafka::client_quota_admin::QuotaAlteration;
+use kquota_proxy::admin::{answer_resolving, QuotaAdmin, StoredQuotas};
 use kquota_proxy::fetch::{cap_max_bytes, read_fetch_request};
 use kquota_proxy::mutation::{MutationRequest, PartitionCounts};
 use kquota_proxy::sasl::{
@@ -69,6 +73,24 @@ fn mutation(frame: &[u8], header: &kquota_proxy::RequestHeader<'_>) {
     let _ = request.merged_response(header, None, 11);
 }
 
+/// A configuration that holds one entity and takes every change.
+struct Lenient;
+
+impl QuotaAdmin for Lenient {
+    fn describe(&self) -> Result<Vec<StoredQuotas>, String> {
+        let user = vec![("user".to_owned(), Some("u".to_owned()))];
+        Ok(vec![(user, vec![("producer_byte_rate".to_owned(), 1.0)])])
+    }
+
+    fn alter(
+        &self,
+        changes: &[QuotaAlteration],
+        _validate_only: bool,
+    ) -> Result<Vec<Option<String>>, String> {
+        Ok(vec![None; changes.len()])
+    }
+}
+
 fuzz_target!(|input: Input| {
     let max = usize::from(input.max);
     let (whole, failed) = frames(&input.data, input.data.len().max(1), max);
@@ -101,6 +123,9 @@ fuzz_target!(|input: Input| {
                     let _ = authenticate_error(frame, &header);
                 }
                 19 | 20 | 37 => mutation(frame, &header),
+                48 | 49 => drop(answer_resolving(&Lenient, frame, &header, &|ip| {
+                    ip.len() < 16
+                })),
                 _ => {}
             }
         }

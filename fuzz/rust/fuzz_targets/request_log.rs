@@ -39,8 +39,17 @@ fuzz_target!(|data: &[u8]| {
                 .fold(0u8, |acc, bit| acc | (1 << bit))
         })
         .collect();
-    let lines = Lines { offsets: &column_offsets, data: &column, valid: Some((&valid, 0)) };
-    let out = parse_lines(lines, Options { num_partitions: 1 + (data.len() % 5) as i32 });
+    let lines = Lines {
+        offsets: &column_offsets,
+        data: &column,
+        valid: Some((&valid, 0)),
+    };
+    let out = parse_lines(
+        lines,
+        Options {
+            num_partitions: 1 + (data.len() % 5) as i32,
+        },
+    );
     assert_eq!(out.len(), rows);
     for i in 0..rows {
         let reason = out.reason[i];
@@ -64,10 +73,19 @@ fuzz_target!(|data: &[u8]| {
     assert_eq!(out.topic_offsets.len(), rows + 1);
     assert!(out.topic_offsets.windows(2).all(|w| w[0] <= w[1]));
     assert_eq!(*out.topic_offsets.last().unwrap() as usize, topics);
-    for v in [out.before_us.len(), out.bytes.len(), out.kafka_throttle.len(), out.share_fetch.len()] {
+    for v in [
+        out.before_us.len(),
+        out.bytes.len(),
+        out.kafka_throttle.len(),
+        out.share_fetch.len(),
+    ] {
         assert_eq!(v, rows);
     }
-    for v in [out.thread_ns.valid.len(), out.wall_us.valid.len(), out.correlation_id.valid.len()] {
+    for v in [
+        out.thread_ns.valid.len(),
+        out.wall_us.valid.len(),
+        out.correlation_id.valid.len(),
+    ] {
         assert_eq!(v, rows);
     }
     assert_eq!(out.acks.valid.len(), rows);

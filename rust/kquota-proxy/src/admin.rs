@@ -76,6 +76,17 @@ pub fn answer(
     frame: &[u8],
     header: &RequestHeader<'_>,
 ) -> Result<BytesMut, HeaderError> {
+    answer_resolving(admin, frame, header, &resolves)
+}
+
+/// [`answer`], with `valid_ip` in place of a name lookup for IP entities (Kafka's
+/// `InetAddress.getByName` succeeding).
+pub fn answer_resolving(
+    admin: &dyn QuotaAdmin,
+    frame: &[u8],
+    header: &RequestHeader<'_>,
+    valid_ip: &dyn Fn(&str) -> bool,
+) -> Result<BytesMut, HeaderError> {
     let version = header.api_version;
     let body = &frame[header.body_offset..];
     crate::skim::check_client_quotas_request(body, header.api_key, version)?;
@@ -97,7 +108,7 @@ pub fn answer(
         ALTER_CLIENT_QUOTAS => {
             let request = AlterClientQuotasRequest::decode(&mut rest, version)
                 .map_err(|_| unreadable("AlterClientQuotas request", version))?;
-            alter(admin, request)
+            alter(admin, request, valid_ip)
                 .encode(&mut out, version)
                 .map_err(|_| unreadable("AlterClientQuotas response", version))?;
         }
@@ -178,7 +189,11 @@ fn describe_entry(
     entry
 }
 
-fn alter(admin: &dyn QuotaAdmin, request: AlterClientQuotasRequest) -> AlterClientQuotasResponse {
+fn alter(
+    admin: &dyn QuotaAdmin,
+    request: AlterClientQuotasRequest,
+    valid_ip: &dyn Fn(&str) -> bool,
+) -> AlterClientQuotasResponse {
     let alterations = request
         .entries
         .iter()
@@ -196,7 +211,7 @@ fn alter(admin: &dyn QuotaAdmin, request: AlterClientQuotasRequest) -> AlterClie
                 .collect(),
         })
         .collect();
-    let mut outcome = check_alterations(alterations, &resolves);
+    let mut outcome = check_alterations(alterations, valid_ip);
     if !outcome.changes.is_empty() {
         let refusals = admin
             .alter(&outcome.changes, request.validate_only)
