@@ -993,6 +993,16 @@ class ProxyDataPath:
     def brokers(self) -> list[tuple[int, str, int]]:
         """A gateway's brokers: ``(node_id, upstream "HOST:PORT", port on the proxy)``, by
         node id (empty for a sidecar)."""
+    def broker_managers(
+        self,
+    ) -> dict[
+        int,
+        tuple[QuotaManager, QuotaManager, QuotaManager, ControllerMutationQuotaManager | None],
+    ]:
+        """A gateway's brokers' managers, by node id: ``(produce, fetch, request,
+        mutation)`` for each broker a response has named (empty for a sidecar). Each is a
+        new handle on the manager the broker's connections record on (not a copy), so
+        reading it reads that broker's own sensors."""
     @property
     def connections(self) -> int: ...
     @property

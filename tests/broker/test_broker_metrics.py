@@ -29,6 +29,7 @@ from kquota.broker import (
     ConnectionQuotaCollector,
     MetricsServerError,
     MutationQuotaCollector,
+    PerBrokerQuotaCollector,
     QuotaCollector,
     QuotaPlugin,
     metric_names,
@@ -677,3 +678,107 @@ def test_scrapes_while_threads_record_mutations_and_connections() -> None:
     for i in range(40):
         ip = f"10.1.0.{i}"
         assert rates[(("ip", ip), ("listener", ""))] == quotas.ip_rate(ip, now_ms=now)
+
+
+def test_per_broker_collector_labels_each_brokers_sensors_and_merges_their_families() -> None:
+    """Each broker's sensors under QuotaCollector's and MutationQuotaCollector's names with
+    a ``broker`` label, one family per name, and a broker listed later in later scrapes."""
+    first = traffic()
+    later = QuotaPlugin(clock=lambda: 1000)
+    later.produce.set_quota(kquota.Entity(user="alice"), 100.0)
+    later.on_produce("alice", "app-1", 700, 1000, now_ms=1000)
+    mutation = mutations()
+    brokers: dict[int, Any] = {-1: first.managers}
+    t = 2500
+    collector = PerBrokerQuotaCollector(lambda: brokers, clock=lambda: t)
+    with serve_metrics(collector) as server:
+        alone = scrape_labelled(server.url)
+        brokers[0] = (*later.managers, mutation)
+        with urllib.request.urlopen(server.url, timeout=30) as response:
+            body = response.read().decode()
+        both = scrape_labelled(server.url)
+
+    # Broker -1 alone: QuotaCollector's scrape with the label added.
+    plain = QuotaCollector(*traffic().managers, clock=lambda: t)
+    expected = {
+        family.name: {
+            tuple(sorted({**s.labels, "broker": "-1"}.items())): s.value for s in family.samples
+        }
+        for family in plain.collect()
+    }
+    assert alone.keys() == expected.keys()
+    for name, values in expected.items():
+        assert alone[name].keys() == values.keys(), name
+        for key, value in values.items():
+            assert alone[name][key] == value or (math.isnan(value) and math.isnan(alone[name][key]))
+    assert alone["kafka_server_produce_queue_size"] == {(("broker", "-1"),): 1.0}
+
+    # Broker 0 joined: its series beside broker -1's, in the same families.
+    names = [line.split()[2] for line in body.splitlines() if line.startswith("# TYPE ")]
+    assert len(names) == len(set(names)), "one family per name"
+    assert set(names) == set(expected) | set(MUTATION_METRIC_NAMES)
+    rates = both["kafka_server_produce_byte_rate"]
+    assert rates[(("broker", "0"), *ul("alice", ""))] == later.produce.measure(
+        "alice", "x", now_ms=t
+    )
+    assert rates[(("broker", "-1"), *ul("alice", ""))] == first.produce.measure(
+        "alice", "x", now_ms=t
+    )
+    assert both["kafka_server_produce_queue_size"] == {
+        (("broker", "-1"),): 1.0,
+        (("broker", "0"),): 0.0,
+    }
+    tokens = both["kafka_server_controllermutation_tokens"]
+    assert {dict(k)["broker"] for k in tokens} == {"0"}
+    assert tokens[(("broker", "0"), *ul("CN%3Da%3Ab", ""))] == mutation.tokens(
+        "CN=a:b", "x", now_ms=t
+    )
+    assert both["kafka_server_controllermutation_queue_size"] == {(("broker", "0"),): 1.0}
+
+
+def test_constant_labels_and_bad_brokers_are_named() -> None:
+    manager = kquota.QuotaManager("produce")
+    manager.set_quota(kquota.Entity(user="u"), 100.0)
+    manager.record("u", "c", 10, now_ms=0)
+    collector = QuotaCollector(manager, clock=lambda: 0, labels={"dc": "east", "broker": "7"})
+    assert collector.labels == {"dc": "east", "broker": "7"}
+    families = {f.name: f for f in collector.collect()}
+    assert [s.labels for s in families["kafka_server_produce_byte_rate"].samples] == [
+        {"user": "u", "client_id": "", "dc": "east", "broker": "7"}
+    ]
+    assert [s.labels for s in families["kafka_server_produce_queue_size"].samples] == [
+        {"dc": "east", "broker": "7"}
+    ]
+    for labels, message in (
+        ({"user": "x"}, "invalid label name 'user'"),
+        ({"client_id": "x"}, "invalid label name 'client_id'"),
+        ({"9dc": "x"}, "invalid label name '9dc'"),
+        ({"__name": "x"}, "invalid label name '__name'"),
+        ({"dc": 1}, "invalid value 1 of label 'dc': expected a str"),
+        ("dc", "invalid labels 'dc'"),
+    ):
+        with pytest.raises(InvalidConfigError, match=message):
+            QuotaCollector(manager, labels=labels)  # type: ignore[arg-type]
+        with pytest.raises(InvalidConfigError, match=message):
+            MutationQuotaCollector(
+                kquota.ControllerMutationQuotaManager(),
+                labels=labels,  # type: ignore[arg-type]
+            )
+    with pytest.raises(InvalidConfigError, match="invalid brokers 'b'"):
+        PerBrokerQuotaCollector("b")  # type: ignore[arg-type]
+    mutation = kquota.ControllerMutationQuotaManager()
+    bad: list[tuple[Any, str]] = [
+        ([manager], r"invalid brokers \[QuotaManager"),
+        ({"0": [manager]}, "invalid broker node id '0': expected an int"),
+        ({True: [manager]}, "invalid broker node id True"),
+        ({3: [manager, "fetch"]}, "invalid managers of broker 3"),
+        ({3: [mutation, mutation]}, "invalid managers of broker 3"),
+    ]
+    for brokers, message in bad:
+        per_broker = PerBrokerQuotaCollector(lambda listed=brokers: listed)  # type: ignore[misc]
+        with pytest.raises(InvalidConfigError, match=message):
+            list(per_broker.collect())
+    # None entries (a broker without a mutation manager) are skipped.
+    without_mutation = {0: (manager, None)}
+    described = PerBrokerQuotaCollector(lambda: without_mutation).describe()
+    assert [f.name for f in described] == metric_names("produce")

@@ -19,6 +19,7 @@ import pytest
 from kafka_support import kafka_configs
 from kquota import QuotaManager
 from kquota.config.store import SQLiteStore
+from kquota.proxy import ANONYMOUS
 from proxy_support import RecordingPlugin, assert_proxy_cli_refuses, free_ports, run_proxy
 
 pytestmark = [
@@ -194,12 +195,18 @@ def test_clients_see_only_the_gateway_and_each_broker_measures_its_own(
         for n, broker in served.items():
             assert broker.port == first + n
             assert f"{broker.upstream[0]}:{broker.upstream[1]}" == kafka_cluster.broker(n).bootstrap
+        managers = gateway.server.broker_managers()
+        assert sorted(managers) == [-1, 0, 1, 2]
+        assert managers[-1][:3] == plugin.managers
 
         producer = Producer(gateway.address, topic, "greedy")
         start = time.monotonic()
         producer.run(run_s, partitions=3)
         producer.finish()
         sequence = _consume_all(gateway.address, topic, producer.sent, "gateway-check")
+        # Taken before the producer ran, each broker's managers have its sensor now: they
+        # are the ones its port records on, not copies.
+        assert all(managers[n].produce.bound(ANONYMOUS, "greedy") == quota for n in range(3))
 
     assert producer.failures == []
     assert sorted(sequence) == list(range(producer.sent)), "each message read once"
@@ -454,19 +461,22 @@ def test_the_cli_gateway_captures_each_broker_and_applies_the_store(
     kafka_cluster: Any, tmp_path: Any
 ) -> None:
     """``kquota proxy --bootstrap``, as a user runs it: a quota set with ``kquota configs``
-    throttles a producer on each broker, the capture's broker column is the node id, and
-    ``kafka-configs.sh --bootstrap-server <gateway>`` changes the gateway's store."""
+    throttles a producer on each broker, the capture's broker column is the node id, a
+    scrape of ``--metrics-port`` shows each broker's sensor as that broker's decisions
+    left it, and ``kafka-configs.sh --bootstrap-server <gateway>`` changes the gateway's
+    store."""
     import os
     import signal
 
     import pyarrow.parquet as pq
 
+    quota = 30_000
     store = tmp_path / "quotas.sqlite"
     subprocess.run(
         [
             *(sys.executable, "-m", "kquota", "configs", "--store", str(store), "--alter"),
             *("--entity-type", "clients", "--entity-name", "capped"),
-            *("--add-config", "producer_byte_rate=30000"),
+            *("--add-config", f"producer_byte_rate={quota}"),
         ],
         check=True,
         capture_output=True,
@@ -479,7 +489,7 @@ def test_the_cli_gateway_captures_each_broker_and_applies_the_store(
         [
             *(sys.executable, "-m", "kquota", "proxy", "--listen", f"127.0.0.1:{listen}"),
             *("--bootstrap", kafka_cluster.bootstrap, "--broker-ports", f"{first}-{last}"),
-            *("--store", str(store), "--capture", str(capture)),
+            *("--store", str(store), "--capture", str(capture), "--metrics-port", "0"),
         ],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -493,11 +503,13 @@ def test_the_cli_gateway_captures_each_broker_and_applies_the_store(
             f"kquota proxy: gateway listening on 127.0.0.1:{listen}, brokers on ports"
             f" {first}-{last}, bootstrap {kafka_cluster.bootstrap}"
         ), (line, process.stderr.read() if process.stderr else "")
+        metrics_url = f"http://127.0.0.1:{int(line.rsplit(':', 1)[1])}/metrics"
         bootstrap = f"127.0.0.1:{listen}"
         _create_topic(bootstrap, "gateway-cli", 3)
         producer = Producer(bootstrap, "gateway-cli", "capped")
         producer.run(6, partitions=3)
         producer.finish()
+        scraped = _scrape(metrics_url)
         # Kafka's own tool administers the gateway's store (KIP-546), not the cluster's.
         capped = ("--entity-type", "clients", "--entity-name", "capped")
         kafka_configs(bootstrap, "--alter", "--add-config", "consumer_byte_rate=45000", *capped)
@@ -520,6 +532,72 @@ def test_the_cli_gateway_captures_each_broker_and_applies_the_store(
     throttled = {r["broker"] for r in produced if r["kafka_throttle_ms"] > 0}
     assert throttled == {"0", "1", "2"}, f"throttled on {throttled}"
     assert {r["broker"] for r in rows} <= {"-1", "0", "1", "2"}
+
+    # The scrape: every series has a broker label, each broker's sensor is its own.
+    assert {broker for _, broker, _ in scraped} == {"-1", "0", "1", "2"}
+    for name in ("produce", "fetch", "request"):
+        assert all((f"kafka_server_{name}_queue_size", b, ()) in scraped for b in "012")
+    read_at, last = {}, {}
+    for broker in ("0", "1", "2"):
+        series = ("", "capped")
+        rate = scraped["kafka_server_produce_byte_rate", broker, series]
+        throttle = scraped["kafka_server_produce_throttle_time", broker, series]
+        assert scraped["kafka_server_produce_utilization", broker, series] == rate / quota
+        assert rate > 0 and throttle > 0, (broker, rate, throttle)
+        # The sensor as this broker's decisions (and only they) left it, read at the scrape.
+        replay = QuotaManager("produce", num_samples=NUM_SAMPLES, window_ms=WINDOW_MS)
+        replay.set_quota(kquota.Entity(client_id="capped"), quota)
+        mine = [r for r in produced if r["broker"] == broker]
+        for r in mine:
+            replay.record(r["user"], "capped", r["bytes"], now_ms=r["ts_ms"])
+            if r["kafka_throttle_ms"] > 0:
+                replay.throttle(r["user"], "capped", r["kafka_throttle_ms"], now_ms=r["ts_ms"])
+        last[broker] = max(r["ts_ms"] for r in mine)
+        read_at[broker] = _read_alike(replay, mine[-1]["user"], last[broker], rate, throttle)
+    # ... and all three were read at one time: the scrape's.
+    assert len(set(read_at.values())) == 1 and None not in read_at.values(), (read_at, last)
+    at = read_at["0"]
+    rates = {b: scraped["kafka_server_produce_byte_rate", b, ("", "capped")] for b in read_at}
+    print(
+        "gateway metrics: each broker's scraped sensor is its decisions' sensor read at"
+        f" one time, {at - max(last.values())} ms after the last decision: "
+        + ", ".join(f"broker {b} {rates[b] / quota:.2f} Q" for b in sorted(rates))
+    )
+
+
+def _scrape(url: str) -> dict[tuple[str, str, tuple[str, ...]], float]:
+    """One HTTP scrape: ``{(family, broker, (user, client_id) or ()): value}``; every
+    family once, every sample with a ``broker`` label."""
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with urllib.request.urlopen(url, timeout=30) as response:
+        body = response.read().decode()
+    values = {}
+    names = []
+    for family in text_string_to_metric_families(body):
+        names.append(family.name)
+        for sample in family.samples:
+            labels = dict(sample.labels)
+            broker = labels.pop("broker")
+            series = tuple(labels[k] for k in ("user", "client_id") if k in labels)
+            values[family.name, broker, series] = sample.value
+    assert len(names) == len(set(names)), names
+    return values
+
+
+def _read_alike(
+    replay: QuotaManager, user: str, last_ms: int, rate: float, throttle: float
+) -> int | None:
+    """The first time from ``last_ms`` (its last record) at which ``replay``'s sensor
+    reads exactly ``rate`` and ``throttle``, if it does within two minutes."""
+    for t in range(last_ms, last_ms + 120_000):
+        if replay.measure(user, "capped", now_ms=t) == rate and (
+            replay.throttle_time_avg(user, "capped", now_ms=t) == throttle
+        ):
+            return t
+    return None
 
 
 def test_a_broker_without_a_port_keeps_its_address_and_is_logged_once(

@@ -20,6 +20,11 @@ set. ``user`` is the sanitized principal, as in Kafka's tags (``CN%3Da%20b``).
 Throttle time with no throttle in its window is NaN, as Kafka reports it; a client whose
 throttle-time sensor expired has no sample.
 
+``labels`` adds constant labels to every family of a collector (the ``queue_size`` gauges
+included), for metrics of several brokers in one scrape. :class:`PerBrokerQuotaCollector`
+does this for the brokers a gateway serves: each broker's families with a ``broker``
+label, its node id, merged into one family per name.
+
 Two more collectors follow the same rules for the quotas of KIP-599 and KIP-612:
 
 * :class:`MutationQuotaCollector` reads a :class:`kquota.ControllerMutationQuotaManager`:
@@ -39,8 +44,9 @@ Two more collectors follow the same rules for the quotas of KIP-599 and KIP-612:
 from __future__ import annotations
 
 import errno
+import re
 import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from urllib.parse import unquote
 from wsgiref.simple_server import WSGIServer
 
@@ -65,6 +71,7 @@ __all__ = [
     "MetricsServer",
     "MetricsServerError",
     "MutationQuotaCollector",
+    "PerBrokerQuotaCollector",
     "QuotaCollector",
     "metric_names",
     "serve_metrics",
@@ -80,6 +87,36 @@ _RATE_HELP = {
     "fetch": "Fetch bytes per second of the client's quota sensor",
     "request": "Request-handler and network thread time, percent of one thread",
 }
+
+
+_LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
+
+
+def _constant_labels(labels: Mapping[str, str] | None) -> dict[str, str]:
+    """``labels`` checked: Prometheus label names other than the families' own, str values."""
+    if labels is None:
+        return {}
+    if not isinstance(labels, Mapping):
+        raise InvalidConfigError(
+            f"invalid labels {labels!r}: expected a mapping of label names to str values"
+        )
+    checked = {}
+    for name, value in labels.items():
+        if (
+            not isinstance(name, str)
+            or not _LABEL_NAME.fullmatch(name)
+            or name.startswith("__")
+            or name in _LABELS
+        ):
+            raise InvalidConfigError(
+                f"invalid label name {name!r}: expected a Prometheus label name"
+                " ([a-zA-Z_][a-zA-Z0-9_]*, not starting with __) other than 'user' and"
+                " 'client_id'"
+            )
+        if not isinstance(value, str):
+            raise InvalidConfigError(f"invalid value {value!r} of label {name!r}: expected a str")
+        checked[name] = value
+    return checked
 
 
 def metric_names(quota_type: str, *, quota_value_metric: bool = False) -> list[str]:
@@ -116,7 +153,9 @@ class QuotaCollector(Collector):
       for sensors with a quota.
 
     ``clock`` gives the scrape time in ms; by default the core's clock is used (the
-    clock the managers use when ``now_ms`` is omitted).
+    clock the managers use when ``now_ms`` is omitted). ``labels`` (name to value) are
+    added to every sample of every family, after ``user`` and ``client_id``; the queue-size
+    gauges then have them as their only labels.
     """
 
     def __init__(
@@ -124,6 +163,7 @@ class QuotaCollector(Collector):
         *managers: QuotaManager,
         quota_value_metric: bool = False,
         clock: Callable[[], int] | None = None,
+        labels: Mapping[str, str] | None = None,
     ) -> None:
         seen: set[str] = set()
         for manager in managers:
@@ -136,6 +176,7 @@ class QuotaCollector(Collector):
         self._managers = managers
         self._quota_value_metric = bool(quota_value_metric)
         self._clock = clock
+        self._labels = _constant_labels(labels)
 
     @classmethod
     def from_config(
@@ -143,6 +184,7 @@ class QuotaCollector(Collector):
         *managers: QuotaManager,
         config: Mapping[str, object],
         clock: Callable[[], int] | None = None,
+        labels: Mapping[str, str] | None = None,
     ) -> QuotaCollector:
         """A collector whose quota-value gauge follows ``client.quota.value.metric.enable``.
 
@@ -158,7 +200,7 @@ class QuotaCollector(Collector):
             raise InvalidConfigError(
                 f"invalid {QUOTA_VALUE_METRIC_CONFIG} {raw!r}: expected true or false"
             )
-        return cls(*managers, quota_value_metric=enabled, clock=clock)
+        return cls(*managers, quota_value_metric=enabled, clock=clock, labels=labels)
 
     @property
     def quota_value_metric(self) -> bool:
@@ -170,6 +212,11 @@ class QuotaCollector(Collector):
         """The managers this collector reads."""
         return self._managers
 
+    @property
+    def labels(self) -> dict[str, str]:
+        """The constant labels of every sample (empty by default)."""
+        return dict(self._labels)
+
     def describe(self) -> Iterable[Metric]:
         """The families, without samples (so registering does not read the sensors)."""
         for manager in self._managers:
@@ -178,6 +225,7 @@ class QuotaCollector(Collector):
     def collect(self) -> Iterable[Metric]:
         """Read every manager's sensors now and return their families."""
         now = None if self._clock is None else self._clock()
+        constant = self._labels
         for manager in self._managers:
             readings = manager.snapshot(now_ms=now)
             families = self._families(manager.quota_type)
@@ -189,6 +237,8 @@ class QuotaCollector(Collector):
                 # Built directly (not with add_metric): a scrape may hold 100 000s of
                 # entities, and the families can share one labels dict per entity.
                 labels = {"user": r.user, "client_id": r.client_id}
+                if constant:
+                    labels.update(constant)
                 value = r.rate
                 rates.append(Sample(names[0], labels, value))
                 average = r.throttle_time_avg
@@ -199,34 +249,128 @@ class QuotaCollector(Collector):
                     utilizations.append(Sample(names[3], labels, value / bound))
                     if quotas is not None:
                         quotas.append(Sample(names[4], labels, bound))
-            queue.add_metric((), float(manager.queue_size()))
+            queue.add_metric(tuple(constant.values()), float(manager.queue_size()))
             yield from families
 
     def _families(self, quota_type: str) -> list[GaugeMetricFamily]:
         names = metric_names(quota_type, quota_value_metric=self._quota_value_metric)
+        constant = tuple(self._labels)
+        labels = _LABELS + constant
         families = [
-            GaugeMetricFamily(names[0], _RATE_HELP[quota_type], labels=_LABELS),
+            GaugeMetricFamily(names[0], _RATE_HELP[quota_type], labels=labels),
             GaugeMetricFamily(
                 names[1],
                 f"Average {quota_type} throttle time in ms (NaN with no recent throttle)",
-                labels=_LABELS,
+                labels=labels,
             ),
             GaugeMetricFamily(
-                names[2], f"Throttled channels waiting to be unmuted ({quota_type} quota)"
+                names[2],
+                f"Throttled channels waiting to be unmuted ({quota_type} quota)",
+                labels=constant,
             ),
             GaugeMetricFamily(
                 names[3],
                 f"Measured rate divided by the {quota_type} quota (1 is the throttling point)",
-                labels=_LABELS,
+                labels=labels,
             ),
         ]
         if self._quota_value_metric:
             families.append(
                 GaugeMetricFamily(
-                    names[4], f"The {quota_type} quota the client's sensor enforces", labels=_LABELS
+                    names[4], f"The {quota_type} quota the client's sensor enforces", labels=labels
                 )
             )
         return families
+
+
+class PerBrokerQuotaCollector(Collector):
+    """A Prometheus collector over the quota managers of several brokers, such as the
+    brokers a gateway serves (:meth:`kquota.proxy.ProxyServer.metrics_collectors`).
+
+    ``brokers`` is called at every scrape (and by :meth:`describe`) and gives each broker's
+    managers by node id: :class:`kquota.QuotaManager` objects (at most one per quota type)
+    and at most one :class:`kquota.ControllerMutationQuotaManager` (``None`` entries are
+    skipped). Each broker's managers are read as :class:`QuotaCollector` and
+    :class:`MutationQuotaCollector` read them, with one more label, ``broker``: the node
+    id as a string. The brokers' families are merged, one family per name, so a dashboard
+    sums or splits them by ``broker``, and a broker that ``brokers`` lists later appears
+    from the next scrape on. Every broker is read at the same time, ``clock``'s one reading
+    per scrape (by default, the core's clock).
+    """
+
+    def __init__(
+        self,
+        brokers: Callable[
+            [], Mapping[int, Sequence[QuotaManager | ControllerMutationQuotaManager | None]]
+        ],
+        *,
+        quota_value_metric: bool = False,
+        clock: Callable[[], int] | None = None,
+    ) -> None:
+        if not callable(brokers):
+            raise InvalidConfigError(
+                f"invalid brokers {brokers!r}: expected a callable returning each broker's"
+                " managers by node id"
+            )
+        self._brokers = brokers
+        self._quota_value_metric = bool(quota_value_metric)
+        self._clock = clock
+
+    @property
+    def quota_value_metric(self) -> bool:
+        """Whether the ``..._quota_value`` gauges are exposed."""
+        return self._quota_value_metric
+
+    def describe(self) -> Iterable[Metric]:
+        """The families of the brokers listed now, without samples."""
+        return _merged(c.describe() for c in self._collectors(None))
+
+    def collect(self) -> Iterable[Metric]:
+        """Read every broker's sensors now and return the merged families."""
+        now = None if self._clock is None else self._clock()
+        clock = None if now is None else (lambda: now)
+        return _merged(c.collect() for c in self._collectors(clock))
+
+    def _collectors(
+        self, clock: Callable[[], int] | None
+    ) -> Iterable[QuotaCollector | MutationQuotaCollector]:
+        brokers = self._brokers()
+        if not isinstance(brokers, Mapping):
+            raise InvalidConfigError(
+                f"invalid brokers {brokers!r}: expected a mapping of node ids to managers"
+            )
+        for node_id in brokers:
+            if isinstance(node_id, bool) or not isinstance(node_id, int):
+                raise InvalidConfigError(f"invalid broker node id {node_id!r}: expected an int")
+        for node_id in sorted(brokers):
+            managers = brokers[node_id]
+            quota = [m for m in managers if isinstance(m, QuotaManager)]
+            mutation = [m for m in managers if isinstance(m, ControllerMutationQuotaManager)]
+            if len(quota) + len(mutation) != sum(m is not None for m in managers) or (
+                len(mutation) > 1
+            ):
+                raise InvalidConfigError(
+                    f"invalid managers of broker {node_id}: {managers!r}; expected QuotaManager"
+                    " objects and at most one ControllerMutationQuotaManager"
+                )
+            labels = {"broker": str(node_id)}
+            yield QuotaCollector(
+                *quota, quota_value_metric=self._quota_value_metric, clock=clock, labels=labels
+            )
+            for manager in mutation:
+                yield MutationQuotaCollector(manager, clock=clock, labels=labels)
+
+
+def _merged(collected: Iterable[Iterable[Metric]]) -> list[Metric]:
+    """The families of several collectors, one per name: the samples of a name's later
+    families added to its first, which keeps its place."""
+    merged: dict[str, Metric] = {}
+    for families in collected:
+        for family in families:
+            first = merged.setdefault(family.name, family)
+            if first is not family:
+                first.samples.extend(family.samples)
+    return list(merged.values())
 
 
 _MUTATION_PREFIX = "kafka_server_controllermutation"
@@ -263,11 +407,16 @@ class MutationQuotaCollector(Collector):
 
     Each sensor is read by its metric tags, so
     a sensor whose tags no longer resolve to it (the quotas changed since its last record)
-    is skipped until it records again or expires. ``clock`` as for :class:`QuotaCollector`.
+    is skipped until it records again or expires. ``clock`` and ``labels`` as for
+    :class:`QuotaCollector`.
     """
 
     def __init__(
-        self, manager: ControllerMutationQuotaManager, *, clock: Callable[[], int] | None = None
+        self,
+        manager: ControllerMutationQuotaManager,
+        *,
+        clock: Callable[[], int] | None = None,
+        labels: Mapping[str, str] | None = None,
     ) -> None:
         if not isinstance(manager, ControllerMutationQuotaManager):
             raise InvalidConfigError(
@@ -275,6 +424,7 @@ class MutationQuotaCollector(Collector):
             )
         self._manager = manager
         self._clock = clock
+        self._labels = _constant_labels(labels)
 
     @property
     def manager(self) -> ControllerMutationQuotaManager:
@@ -307,33 +457,40 @@ class MutationQuotaCollector(Collector):
                 continue
             for family, value in readings:
                 if value is not None:
-                    family.samples.append(
-                        Sample(family.name, {"user": user, "client_id": client_id}, value)
-                    )
-        queue.add_metric((), float(manager.queue_size))
+                    labels = {"user": user, "client_id": client_id, **self._labels}
+                    family.samples.append(Sample(family.name, labels, value))
+        queue.add_metric(tuple(self._labels.values()), float(manager.queue_size))
         return families
 
-    @staticmethod
-    def _families() -> list[GaugeMetricFamily]:
+    @property
+    def labels(self) -> dict[str, str]:
+        """The constant labels of every sample (empty by default)."""
+        return dict(self._labels)
+
+    def _families(self) -> list[GaugeMetricFamily]:
         tokens, rate, throttle, queue = MUTATION_METRIC_NAMES
+        constant = tuple(self._labels)
+        labels = _LABELS + constant
         return [
             GaugeMetricFamily(
                 tokens,
                 "Tokens left in the client's controller-mutation bucket (partitions)",
-                labels=_LABELS,
+                labels=labels,
             ),
             GaugeMetricFamily(
                 rate,
                 "Partitions created or deleted per second (controller-mutation quota)",
-                labels=_LABELS,
+                labels=labels,
             ),
             GaugeMetricFamily(
                 throttle,
                 "Average controller-mutation throttle time in ms (NaN with no recent throttle)",
-                labels=_LABELS,
+                labels=labels,
             ),
             GaugeMetricFamily(
-                queue, "Throttled channels waiting to be unmuted (controller-mutation quota)"
+                queue,
+                "Throttled channels waiting to be unmuted (controller-mutation quota)",
+                labels=constant,
             ),
         ]
 

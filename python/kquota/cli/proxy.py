@@ -4,7 +4,8 @@
 Runs :class:`~kquota.proxy.ProxyServer` on ``--listen`` in front of ``--upstream`` (or the
 cluster of ``--bootstrap``, each broker on a port of ``--broker-ports``), with
 the quotas of a store followed live (``kquota configs --alter`` changes apply within a
-second) and, with ``--metrics-port``, Kafka's quota metrics in the Prometheus format.
+second) and, with ``--metrics-port``, Kafka's quota metrics in the Prometheus format (a
+gateway's per broker, with a ``broker`` label).
 Besides the produce, fetch and request quotas it applies the store's
 ``controller_mutation_rate`` to CreateTopics, CreatePartitions and DeleteTopics (KIP-599)
 and its ``connection_creation_rate`` of IPs, with ``--max-connection-creation-rate`` and
@@ -116,7 +117,10 @@ def register(subparsers: Any) -> None:
         "--metrics-port",
         type=int,
         metavar="N",
-        help="serve Prometheus metrics on 127.0.0.1:N (0: any free port)",
+        help=(
+            "serve Prometheus metrics on 127.0.0.1:N (0: any free port); a gateway's carry a"
+            " broker label, each broker's node id (-1: the bootstrap port's own sensors)"
+        ),
     )
     parser.add_argument(
         "--num-samples",
@@ -345,13 +349,7 @@ def run(args: argparse.Namespace) -> int:
     except (ValueError, KquotaError) as exc:
         return fail(_COMMAND, exc)
 
-    from kquota.broker import (
-        ConnectionQuotaCollector,
-        MutationQuotaCollector,
-        QuotaCollector,
-        QuotaPlugin,
-        serve_metrics,
-    )
+    from kquota.broker import QuotaPlugin, serve_metrics
     from kquota.config.live import LiveQuotas
     from kquota.proxy import ProxyServer, StoreAdmin, kafka_clock_ms
 
@@ -390,14 +388,6 @@ def run(args: argparse.Namespace) -> int:
     # thread ends mutes on time; it closes the callback.
     plugin = QuotaPlugin(*managers, clock=kafka_clock_ms, background=True, quota_callback=callback)
     try:
-        if args.metrics_port is not None:
-            collectors: list[Any] = [
-                QuotaCollector(*managers, clock=kafka_clock_ms),
-                ConnectionQuotaCollector(connections, clock=kafka_clock_ms),
-            ]
-            if mutation is not None:
-                collectors.append(MutationQuotaCollector(mutation, clock=kafka_clock_ms))
-            metrics = serve_metrics(*collectors, port=args.metrics_port)
         server = ProxyServer(
             upstream if gateway else upstream[0],
             plugin,
@@ -412,6 +402,10 @@ def run(args: argparse.Namespace) -> int:
             advertised_host=args.advertised_host,
             admin=StoreAdmin(store, on_change=live.refresh) if gateway else None,
         )
+        if args.metrics_port is not None:
+            # A gateway's are per broker, labelled with the node id.
+            collectors = server.metrics_collectors(clock=kafka_clock_ms)
+            metrics = serve_metrics(*collectors, port=args.metrics_port)
         return asyncio.run(_serve(server, listen, metrics.port if metrics else None))
     except (KquotaError, OSError) as exc:
         return fail(_COMMAND, exc)

@@ -21,10 +21,18 @@ from kquota.proxy.admin import StoreAdmin
 from kquota.proxy.capture import TrafficCapture
 
 if TYPE_CHECKING:
-    from kquota.proxy.server import GatewayBroker, ProxyServer, kafka_clock_ms
+    from kquota.proxy.server import (
+        BOOTSTRAP_NODE_ID,
+        BrokerManagers,
+        GatewayBroker,
+        ProxyServer,
+        kafka_clock_ms,
+    )
 
 __all__ = [
     "ANONYMOUS",
+    "BOOTSTRAP_NODE_ID",
+    "BrokerManagers",
     "GatewayBroker",
     "ProxyServer",
     "StoreAdmin",
@@ -36,7 +44,9 @@ ANONYMOUS: Final[str] = ProxyDataPath.ANONYMOUS
 """The user of a connection without SASL, or whose SASL principal the proxy cannot read
 (GSSAPI, OAUTHBEARER): Kafka's ``KafkaPrincipal.ANONYMOUS`` name."""
 
-_SERVER_NAMES = frozenset({"GatewayBroker", "ProxyServer", "kafka_clock_ms"})
+_SERVER_NAMES = frozenset(
+    {"BOOTSTRAP_NODE_ID", "BrokerManagers", "GatewayBroker", "ProxyServer", "kafka_clock_ms"}
+)
 
 
 def __getattr__(name: str) -> Any:

@@ -56,20 +56,30 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Final, NamedTuple
 
-from kquota import ConnectionQuotas, ControllerMutationQuotaManager, monotonic_ms
+from prometheus_client.registry import Collector
+
+from kquota import ConnectionQuotas, ControllerMutationQuotaManager, QuotaManager, monotonic_ms
 from kquota._core import ProxyDataPath, RequestOutcome
 from kquota.broker import QuotaPlugin
+from kquota.broker.metrics import (
+    ConnectionQuotaCollector,
+    MutationQuotaCollector,
+    PerBrokerQuotaCollector,
+    QuotaCollector,
+)
 from kquota.exceptions import InvalidConfigError, ProxyError
 from kquota.proxy.admin import StoreAdmin
 from kquota.proxy.capture import TrafficCapture, flush_every_second
 
 __all__ = [
+    "BOOTSTRAP_NODE_ID",
     "DEFAULT_LISTENER",
     "DEFAULT_UPSTREAM_TIMEOUT",
     "MAX_REQUEST_BYTES",
+    "BrokerManagers",
     "GatewayBroker",
     "ProxyDecision",
     "ProxyServer",
@@ -96,6 +106,10 @@ _FOLLOWER_FETCH: Final = "follower_fetch"
 quota to it, as the back-test does to any API it does not know."""
 
 _PRODUCE: Final = 0
+
+BOOTSTRAP_NODE_ID: Final = -1
+"""The node id a gateway gives its bootstrap port's own managers, in
+:meth:`ProxyServer.broker_managers` and the metrics (as in :attr:`ProxyDecision.broker`)."""
 
 
 class ProxyDecision(NamedTuple):
@@ -143,6 +157,16 @@ class GatewayBroker(NamedTuple):
     """The broker's own address, as the cluster advertises it."""
     port: int
     """Its port on the gateway, which clients are told instead."""
+
+
+class BrokerManagers(NamedTuple):
+    """One broker's quota managers in a gateway (:meth:`ProxyServer.broker_managers`)."""
+
+    produce: QuotaManager
+    fetch: QuotaManager
+    request: QuotaManager
+    mutation: ControllerMutationQuotaManager | None
+    """The controller-mutation manager, when the proxy has a ``mutation`` manager."""
 
 
 def kafka_clock_ms() -> int:
@@ -393,6 +417,62 @@ class ProxyServer:
             host, _, upstream_port = upstream.rpartition(":")
             served[node_id] = GatewayBroker(node_id, (host, int(upstream_port)), port)
         return served
+
+    def broker_managers(self) -> dict[int, BrokerManagers]:
+        """A gateway's quota managers, by node id (empty for a sidecar).
+
+        :data:`BOOTSTRAP_NODE_ID` (-1) has the bootstrap port's own: the plugin's managers
+        and ``mutation``, which measure a bootstrap connection until a response names the
+        broker it reached. Then each broker a response has named so far: new handles on the
+        managers its port's connections record on (not copies), so reading them reads that
+        broker's sensors, and a quota set on them is set on every broker (they share the
+        plugin's quotas).
+        """
+        if self.broker_ports is None:
+            return {}
+        plugin = self.plugin
+        managers = {
+            BOOTSTRAP_NODE_ID: BrokerManagers(
+                plugin.produce, plugin.fetch, plugin.request, self.mutation
+            )
+        }
+        if self._data_path is not None:
+            for node_id, each in self._data_path.broker_managers().items():
+                managers[node_id] = BrokerManagers(*each)
+        return managers
+
+    def metrics_collectors(
+        self, *, quota_value_metric: bool = False, clock: Callable[[], int] | None = None
+    ) -> list[Collector]:
+        """The Prometheus collectors of this proxy's quotas, for
+        :func:`~kquota.broker.serve_metrics` (``kquota proxy --metrics-port``).
+
+        A sidecar's: a :class:`~kquota.broker.QuotaCollector` of the plugin's managers,
+        then a :class:`~kquota.broker.ConnectionQuotaCollector` with ``connection_quotas``
+        and a :class:`~kquota.broker.MutationQuotaCollector` with ``mutation``. A
+        gateway's: one :class:`~kquota.broker.PerBrokerQuotaCollector` over
+        :meth:`broker_managers`, so each broker's sensors have a ``broker`` label (-1 for
+        the bootstrap port's own) and a broker appears from the first scrape after a
+        response names it; a gateway applies no connection rates, so it has no connection
+        metrics. ``quota_value_metric`` and ``clock`` as for the
+        :class:`~kquota.broker.QuotaCollector`.
+        """
+        if self.broker_ports is not None:
+            return [
+                PerBrokerQuotaCollector(
+                    self.broker_managers, quota_value_metric=quota_value_metric, clock=clock
+                )
+            ]
+        collectors: list[Collector] = [
+            QuotaCollector(
+                *self.plugin.managers, quota_value_metric=quota_value_metric, clock=clock
+            )
+        ]
+        if self.connection_quotas is not None:
+            collectors.append(ConnectionQuotaCollector(self.connection_quotas, clock=clock))
+        if self.mutation is not None:
+            collectors.append(MutationQuotaCollector(self.mutation, clock=clock))
+        return collectors
 
     @property
     def connections(self) -> int:

@@ -162,6 +162,16 @@ impl Doors {
         crate::server::lock(&self.by_id).values().cloned().collect()
     }
 
+    /// Each broker's managers (shared with its door), by node id.
+    pub(crate) fn managers(&self) -> Vec<(i32, Managers)> {
+        let mut managers: Vec<_> = crate::server::lock(&self.by_id)
+            .values()
+            .map(|d| (d.broker, d.managers.clone()))
+            .collect();
+        managers.sort_unstable_by_key(|(node_id, _)| *node_id);
+        managers
+    }
+
     /// The brokers' ports on the proxy, by node id.
     pub(crate) fn ports(&self) -> Vec<(i32, String, u16)> {
         let mut ports: Vec<_> = crate::server::lock(&self.by_id)
@@ -255,6 +265,17 @@ mod tests {
         let reached: SocketAddr = "10.0.0.2:9092".parse().unwrap();
         assert!(doors.at("elsewhere:1", Some(reached)).is_none());
         assert_eq!(doors.ports(), vec![(2, "kafka-2b:9092".to_owned(), 9302)]);
+        let listed = doors.managers();
+        assert_eq!(listed.len(), 1);
+        assert_eq!(listed[0].0, 2);
+        for (read, recorded) in listed[0]
+            .1
+            .quota_managers()
+            .into_iter()
+            .zip(door.managers.quota_managers())
+        {
+            assert!(Arc::ptr_eq(read, recorded), "the door's own managers");
+        }
         assert!(doors.first_without_port(200));
         assert!(!doors.first_without_port(200));
     }

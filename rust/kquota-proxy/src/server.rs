@@ -121,6 +121,16 @@ impl Managers {
         })
     }
 
+    /// The produce, fetch and request managers, in that order.
+    pub fn quota_managers(&self) -> [&Arc<QuotaManager>; 3] {
+        [&self.produce, &self.fetch, &self.request]
+    }
+
+    /// The controller-mutation manager, if any.
+    pub fn mutation(&self) -> Option<&Arc<ControllerMutationQuotaManager>> {
+        self.mutation.as_ref()
+    }
+
     fn path(&self) -> RequestPath<'_> {
         RequestPath::new(&self.produce, &self.fetch, &self.request)
             .expect("manager types checked by Managers::new")
@@ -408,6 +418,15 @@ impl Proxy {
             .doors
             .as_ref()
             .map_or_else(Vec::new, Doors::ports)
+    }
+
+    /// The managers of each broker a gateway serves, by node id (empty for a sidecar):
+    /// the ones its port's connections record on, shared, not copies.
+    pub fn broker_managers(&self) -> Vec<(i32, Managers)> {
+        self.shared
+            .doors
+            .as_ref()
+            .map_or_else(Vec::new, Doors::managers)
     }
 
     /// Client connections open now.

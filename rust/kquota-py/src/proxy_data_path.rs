@@ -1,6 +1,7 @@
 //! `ProxyDataPath`: the proxy's data path (`kquota_proxy::Proxy`) run on its own threads,
 //! started and stopped from Python, which keeps the control plane.
 
+use std::collections::BTreeMap;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -34,6 +35,15 @@ type DecisionTuple = (
     Option<i32>,
     String,
     i32,
+);
+
+/// One gateway broker's managers as Python receives them: produce, fetch, request and
+/// the controller-mutation manager, if any.
+type BrokerManagers = (
+    Py<QuotaManager>,
+    Py<QuotaManager>,
+    Py<QuotaManager>,
+    Option<Py<ControllerMutationQuotaManager>>,
 );
 
 /// Kafka's client quotas on every connection relayed to one broker, in Rust.
@@ -311,6 +321,40 @@ impl ProxyDataPath {
     #[getter]
     fn brokers(&self) -> Vec<(i32, String, u16)> {
         self.lock().as_ref().map_or_else(Vec::new, Proxy::brokers)
+    }
+
+    /// A gateway's brokers' managers, by node id: `(produce, fetch, request, mutation)`
+    /// for each broker a response has named (empty for a sidecar). Each is a new handle on
+    /// the manager the broker's connections record on (not a copy), so reading it reads
+    /// that broker's own sensors.
+    fn broker_managers(&self, py: Python<'_>) -> PyResult<BTreeMap<i32, BrokerManagers>> {
+        let listed = self
+            .lock()
+            .as_ref()
+            .map_or_else(Vec::new, Proxy::broker_managers);
+        let handle =
+            |m: &Arc<kquota_core::QuotaManager>| Py::new(py, QuotaManager::sharing(Arc::clone(m)));
+        listed
+            .into_iter()
+            .map(|(node_id, managers)| {
+                let [produce, fetch, request] = managers.quota_managers();
+                let mutation = managers
+                    .mutation()
+                    .map(|m| {
+                        Py::new(
+                            py,
+                            ControllerMutationQuotaManager {
+                                inner: Arc::clone(m),
+                            },
+                        )
+                    })
+                    .transpose()?;
+                Ok((
+                    node_id,
+                    (handle(produce)?, handle(fetch)?, handle(request)?, mutation),
+                ))
+            })
+            .collect()
     }
 
     /// Client connections open now (0 once shut down).

@@ -247,6 +247,17 @@ pymethods_with!([window, client_quota] impl QuotaManager {
     }
 });
 
+impl QuotaManager {
+    /// Another Python handle on `inner` (a gateway broker's manager, which has no
+    /// callback): it reads and changes the same sensors.
+    pub(crate) fn sharing(inner: std::sync::Arc<core::QuotaManager>) -> Self {
+        QuotaManager {
+            inner,
+            callback: None,
+        }
+    }
+}
+
 /// The benchmark floor: a call into the extension with `QuotaManager.record`'s arguments,
 /// converted the same way, and nothing done with them. `make bench` times it beside
 /// `record` so the table shows how much of a call is CPython's calling cost rather than
