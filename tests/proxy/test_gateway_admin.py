@@ -82,6 +82,12 @@ ENTITIES = [
     ("--entity-type", "clients", "--entity-name", "batch-loader"),
     ("--entity-type", "ips", "--entity-name", "10.1.2.3"),
 ]
+ENTITY_PARTS: list[list[tuple[str, str | None]]] = [
+    [("user", "alice")],
+    [("user", "alice"), ("client-id", None)],
+    [("client-id", "batch-loader")],
+    [("ip", "10.1.2.3")],
+]
 CONFIGS = [
     "producer_byte_rate=50000,consumer_byte_rate=80000",
     "request_percentage=25.5",
@@ -135,8 +141,17 @@ def test_kafka_configs_administers_the_gateway_as_it_does_a_cluster(
             assert stored[IpEntity("10.1.2.3")] == {"connection_creation_rate": 40}
     finally:
         live.stop()
-    # The quotas stay on the cluster: it is this module's, and no later test's clients
-    # are among these entities.
+        # The cluster as it was: later tests compare what it describes with the gateway.
+        removals = [
+            (parts, [(kv.split("=")[0], None) for kv in config.split(",")])
+            for parts, config in zip(ENTITY_PARTS, CONFIGS, strict=True)
+        ]
+        _ask(kafka_cluster.broker(0).bootstrap, _alter(1, removals, validate_only=False))
+        deadline = time.monotonic() + 30
+        for node in kafka_cluster.brokers:  # each broker's metadata has the removal
+            while _describe_result(_ask(node.bootstrap, _describe(1, []))) != (0, "", []):
+                assert time.monotonic() < deadline, f"quotas left on broker {node.node_id}"
+                time.sleep(0.1)
 
 
 # -- the wire: the same requests to a broker and to the gateway ---------------------------
@@ -422,11 +437,12 @@ def test_two_gateways_share_what_kafka_configs_sets_while_clients_run(
         kafka_cluster, KafkaTopicStore(kafka_cluster.bootstrap, topic), free_ports(3)
     )
     shared = kquota.Entity(client_id="shared")
+    stop = threading.Event()
     try:
         with running_a as a, running_b as b:
             _create_topic(b.address, "two-gateways", 3)
             producer = Producer(b.address, "two-gateways", "shared")
-            runner = threading.Thread(target=lambda: producer.run(12, partitions=3))
+            runner = threading.Thread(target=lambda: producer.run(300, partitions=3, stop=stop))
             runner.start()
             time.sleep(3)
             seen: dict[str, float] = {}
@@ -435,7 +451,7 @@ def test_two_gateways_share_what_kafka_configs_sets_while_clients_run(
             def watch() -> None:  # when each gateway's managers first hold the change
                 while not watching.wait(0.002) and len(seen) < 2:
                     for name, plugin in (("A", plugin_a), ("B", plugin_b)):
-                        if name not in seen and plugin.produce.quota(shared) == 40_000:
+                        if name not in seen and plugin.produce.quota(shared) == 10_000:
                             seen[name] = time.monotonic()
 
             watcher = threading.Thread(target=watch)
@@ -445,19 +461,22 @@ def test_two_gateways_share_what_kafka_configs_sets_while_clients_run(
                 a.address,
                 "--alter",
                 "--add-config",
-                "producer_byte_rate=40000",
+                "producer_byte_rate=10000",
                 "--entity-type",
                 "clients",
                 "--entity-name",
                 "shared",
             )
-            assert plugin_a.produce.quota(shared) == 40_000, "A: in force when answered"
+            assert plugin_a.produce.quota(shared) == 10_000, "A: in force when answered"
             watcher.join(30)
             watching.set()
             assert set(seen) == {"A", "B"}, f"B never applied the change: {seen}"
+            time.sleep(5)  # the producer goes on under the new quota
+            stop.set()
             runner.join(60)
             producer.finish()
     finally:
+        stop.set()
         for live in (live_a, live_b):
             live.stop()
             assert isinstance(live.store, KafkaTopicStore)
