@@ -18,6 +18,7 @@ from typing import Any
 
 import paths as _paths
 import pytest
+from ports import free_port
 
 SHARED = _paths.SHARED
 
@@ -160,16 +161,6 @@ def tansu_binary() -> Path:
     """Where ``make tools`` builds Tansu: ``${XDG_CACHE_HOME:-~/.cache}/kquota/tansu-VERSION``."""
     cache = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(cache) / "kquota" / f"tansu-{TANSU_VERSION}" / "bin" / "tansu"
-
-
-def free_port() -> int:
-    """A TCP port of 127.0.0.1 that nothing listens on now."""
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 class Tansu:

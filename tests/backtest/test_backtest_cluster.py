@@ -38,9 +38,9 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from conftest import free_port
 from kquota.backtest.outputs import read_requests
 from kquota.cli import main as cli_main
+from ports import free_port
 
 pytestmark = pytest.mark.slow
 

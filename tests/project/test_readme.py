@@ -163,7 +163,7 @@ def test_quick_start_2_proxy_holds_a_producer_to_its_quota(tansu: Any, tmp_path:
     pytest.importorskip("kio", reason='needs the proxy extra: pip install "kquota[proxy]"')
     pytest.importorskip("confluent_kafka")
     from confluent_kafka import Producer
-    from conftest import free_port
+    from ports import free_port
     from proxy_support import create_topic
 
     (script,) = blocks("Quick start 2", "bash")

@@ -20,7 +20,8 @@ from kafka_support import kafka_configs
 from kquota import QuotaManager
 from kquota.config.store import SQLiteStore
 from kquota.proxy import ANONYMOUS
-from proxy_support import RecordingPlugin, assert_proxy_cli_refuses, free_ports, run_proxy
+from ports import free_port, free_ports
+from proxy_support import RecordingPlugin, assert_proxy_cli_refuses, run_proxy
 
 pytestmark = [
     pytest.mark.slow,
@@ -46,7 +47,7 @@ def _plugin() -> RecordingPlugin:
 
 def _gateway(cluster: Any, plugin: RecordingPlugin, ports: tuple[int, int]) -> Any:
     host, port = cluster.broker(0).bootstrap.rsplit(":", 1)
-    proxy_port = free_ports(1)[0]
+    proxy_port = free_port()
     return run_proxy((host, int(port)), proxy_port, plugin, broker_ports=ports)
 
 
@@ -483,7 +484,7 @@ def test_the_cli_gateway_captures_each_broker_and_applies_the_store(
         timeout=60,
     )
     first, last = free_ports(3)
-    listen = free_ports(1)[0]
+    listen = free_port()
     capture = tmp_path / "capture"
     process = subprocess.Popen(
         [

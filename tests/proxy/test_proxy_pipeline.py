@@ -19,8 +19,8 @@ from typing import Any
 
 import kquota
 import pytest
-from conftest import free_port
 from kafka_wire import response_correlation_id, throttle_ms
+from ports import free_port
 from proxy_support import (
     SCRIPT_HANG_S,
     RecordingPlugin,

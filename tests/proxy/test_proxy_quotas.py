@@ -32,12 +32,12 @@ from typing import Any
 
 import kquota
 import pytest
-from conftest import free_port
 from kquota import QuotaManager
 from kquota.broker import QuotaCollector, serve_metrics
 from kquota.config.live import LiveQuotas
 from kquota.config.store import SQLiteStore
 from kquota.proxy import ANONYMOUS
+from ports import free_port
 from proxy_support import RecordingPlugin, create_topic, run_proxy
 
 pytestmark = [

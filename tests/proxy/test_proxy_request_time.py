@@ -14,8 +14,8 @@ import socket
 import time
 from typing import Any
 
-from conftest import free_port
 from kquota.proxy.server import ProxyDecision
+from ports import free_port
 from proxy_support import (
     SCRIPT_HANG_S,
     RecordingPlugin,

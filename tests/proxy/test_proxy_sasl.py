@@ -17,9 +17,9 @@ from typing import Any
 
 import kquota
 import pytest
-from conftest import free_port
 from kafka_wire import read_response
 from kquota.proxy import ANONYMOUS
+from ports import free_port
 from proxy_support import (
     SCRIPT_HANG_S,
     RecordingPlugin,

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any, Self
 
 import paths
+from ports import free_port
 
 ROOT = paths.ROOT
 POM = ROOT / "apache-kafka" / "pom.xml"
@@ -190,14 +191,6 @@ def random_cluster_id() -> str:
         cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
         if not cluster_id.startswith("-"):
             return cluster_id
-
-
-def free_port() -> int:
-    """A TCP port of 127.0.0.1 that nothing listens on now."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def _listening(port: int) -> bool:

@@ -258,28 +258,6 @@ def api_versions_request(correlation_id: int, client_id: str = "raw") -> bytes:
     return encode_request(body, correlation_id, client_id)
 
 
-def free_ports(count: int) -> tuple[int, int]:
-    """``count`` consecutive free ports on 127.0.0.1: ``(first, last)``."""
-    probe = socket.socket()
-    probe.bind(("127.0.0.1", 0))
-    start = probe.getsockname()[1]
-    probe.close()
-    for first in [*range(start, start + 2000, count + 1), *range(20_000, 40_000, 97)]:
-        held = []
-        try:
-            for port in range(first, first + count):
-                s = socket.socket()
-                held.append(s)
-                s.bind(("127.0.0.1", port))
-            return first, first + count - 1
-        except OSError:
-            continue
-        finally:
-            for s in held:
-                s.close()
-    raise RuntimeError(f"no {count} consecutive free ports")
-
-
 def read_frame(sock: socket.socket) -> bytes | None:
     """One response frame (without its size), or ``None`` if the peer closed."""
     prefix = _recv_exactly(sock, 4)

@@ -48,7 +48,8 @@ SUPPORT = Path(__file__).resolve().parent
 if str(SUPPORT) not in sys.path:  # imported from benches/ too
     sys.path.insert(0, str(SUPPORT))
 
-from kafka_support import KafkaBroker, free_port, kafka_configs  # noqa: E402
+from kafka_support import KafkaBroker, kafka_configs  # noqa: E402
+from ports import free_port  # noqa: E402
 
 WAIT_S = 60.0
 """Bounds a wait (a start, a flush, a log line); never a measurement."""
@@ -256,6 +257,7 @@ class Response:
     size: int  # produce: request bytes; fetch: response bytes the quota counted
     throttle_ms: int
     listener: str = ""  # Kafka's listener (request log only)
+    total_ms: float = 0.0  # Kafka's totalTimeMs: receipt to response sent (request log only)
 
 
 @dataclass
@@ -408,7 +410,8 @@ def request_log(
         response = body.get("response")
         answered = response.get("throttleTimeMs", 0) if isinstance(response, dict) else 0
         throttle = max(int(body["throttleTimeMs"]), int(answered or 0))
-        found.append(Response(at_ms, api, client_id, size, throttle, body["listener"]))
+        total = float(body.get("totalTimeMs") or 0.0)
+        found.append(Response(at_ms, api, client_id, size, throttle, body["listener"], total))
     return found
 
 
