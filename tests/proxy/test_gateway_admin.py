@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib
 import logging
 import math
+import re
 import socket
 import struct
 import subprocess
@@ -16,6 +17,7 @@ import sys
 import threading
 import time
 import uuid
+from pathlib import Path
 from typing import Any
 
 import kquota
@@ -36,7 +38,8 @@ from kquota.config.store import (
 )
 from kquota.exceptions import QuotaFileError, StoreError
 from kquota.proxy import StoreAdmin
-from proxy_support import RecordingPlugin, free_ports, read_frame, run_proxy
+from ports import free_port, free_ports
+from proxy_support import RecordingPlugin, read_frame, run_proxy
 
 pytestmark = pytest.mark.slow
 
@@ -47,7 +50,7 @@ WINDOW_MS = 1000
 def _gateway(cluster: Any, plugin: RecordingPlugin, admin: StoreAdmin) -> Any:
     host, port = cluster.broker(0).bootstrap.rsplit(":", 1)
     return run_proxy(
-        (host, int(port)), free_ports(1)[0], plugin, broker_ports=free_ports(3), admin=admin
+        (host, int(port)), free_port(), plugin, broker_ports=free_ports(3), admin=admin
     )
 
 
@@ -406,6 +409,48 @@ def test_a_kafka_topic_store_shares_one_configuration(kafka_cluster: Any) -> Non
     second.close()
 
 
+def test_a_kafka_topic_store_takes_librdkafka_settings(kafka_cluster: Any, tmp_path: Path) -> None:
+    """Settings after the topic and in a ``config=`` file reach the store's clients: TLS
+    against the cluster's plaintext listener cannot reach it, the same file with
+    ``security.protocol=PLAINTEXT`` in the address can; mistakes are named at open."""
+    bootstrap, topic = kafka_cluster.bootstrap, _topic()
+    settings = tmp_path / "store.properties"
+    settings.write_text(
+        "# the store's clients\n\nclient.id = kquota-store\nsecurity.protocol=SSL\n"
+    )
+    spec = f"kafka://{bootstrap}/{topic}?config={settings}"
+    alice = ChangeSet((Alteration(kquota.Entity(user="alice"), {"producer_byte_rate": 10.0}),))
+    tls = open_store(spec, timeout=3)
+    with pytest.raises(StoreError, match="cannot be reached"):
+        tls.apply(alice)
+    tls.close()
+    plain = open_store(f"{spec}&security.protocol=PLAINTEXT", timeout=30)
+    plain.apply(alice)
+    assert KafkaTopicStore(bootstrap, topic).read().config == plain.read().config
+    plain.close()
+
+    here = f"kafka://{bootstrap}/{topic}"
+    refused = {
+        "?socket.timeout=5": 'No such configuration property: "socket.timeout"',
+        "?security.protocol=bogus": 'Invalid value "bogus"',
+        "?group.id=mine": "'group.id' is the store's own",
+        "?bootstrap.servers=elsewhere:9092": "'bootstrap.servers' is the store's own",
+        "?client.id=a&client.id=b": "'client.id' given twice",
+        "?client.id": "invalid settings 'client.id'",
+        f"?config={tmp_path / 'missing.properties'}": "cannot read Kafka store settings",
+    }
+    for query, reason in refused.items():
+        with pytest.raises(StoreError, match=re.escape(reason)):
+            open_store(here + query)
+    settings.write_text("client.id=kquota\nsasl.password\n")
+    with pytest.raises(
+        StoreError, match=re.escape("line 2: expected NAME=VALUE, got 'sasl.password'")
+    ):
+        open_store(spec)
+    with pytest.raises(StoreError, match="expected text for both"):
+        KafkaTopicStore(bootstrap, topic, config={"socket.timeout.ms": 5})  # type: ignore[dict-item]
+
+
 def _instance(cluster: Any, store: KafkaTopicStore, ports: tuple[int, int]) -> Any:
     """A gateway as ``kquota proxy --bootstrap --store kafka://...`` runs one."""
     plugin = _plugin()
@@ -413,7 +458,7 @@ def _instance(cluster: Any, store: KafkaTopicStore, ports: tuple[int, int]) -> A
     host, port = cluster.broker(0).bootstrap.rsplit(":", 1)
     running = run_proxy(
         (host, int(port)),
-        free_ports(1)[0],
+        free_port(),
         plugin,
         broker_ports=ports,
         admin=StoreAdmin(store, on_change=live.refresh),
@@ -505,7 +550,7 @@ def test_a_partitioned_gateway_keeps_its_quotas_and_says_so(
     alice = kquota.Entity(user="alice")
     direct.apply(ChangeSet((Alteration(alice, {"producer_byte_rate": 1000.0}),)))
     host, port = kafka_cluster.broker(0).bootstrap.rsplit(":", 1)
-    hop_port, hop_brokers = free_ports(1)[0], free_ports(3)
+    hop_port, hop_brokers = free_port(), free_ports(3)
 
     def hop() -> Any:
         return run_proxy((host, int(port)), hop_port, _plugin(), broker_ports=hop_brokers)

@@ -114,7 +114,8 @@ def register(subparsers: Any) -> None:
         metavar="STORE",
         help=(
             f"the store: a SQLite file path, sqlite://PATH, kafka://HOST:PORT/TOPIC (a compacted"
-            f" topic, shared by several hosts), or SCHEME://... of an installed backend"
+            f" topic, shared by several hosts; ?NAME=VALUE&... adds librdkafka settings,"
+            f" ?config=FILE reads them from a file), or SCHEME://... of an installed backend"
             f" (default: ${STORE_ENV}, else $XDG_STATE_HOME/kquota/quotas.sqlite, "
             "i.e. ~/.local/state/kquota/quotas.sqlite)"
         ),

@@ -2,9 +2,11 @@
 follows it, kept by the cluster itself (as Kafka keeps its own quotas in its metadata log).
 
 ``open_store("kafka://HOST:PORT[,HOST:PORT...]/TOPIC")`` (``--store`` on the command line)
-opens a :class:`KafkaTopicStore`. Several ``kquota proxy`` gateways in front of one cluster
-share their quotas this way: a change made through any of them (``kafka-configs.sh``,
-``kquota configs``) reaches the others within their follow interval.
+opens a :class:`KafkaTopicStore`; ``?NAME=VALUE&...`` after the topic adds librdkafka
+settings, ``?config=PATH`` reads them from a file (see :func:`open_kafka_store`). Several
+``kquota proxy`` gateways in front of one cluster share their quotas this way: a change
+made through any of them (``kafka-configs.sh``, ``kquota configs``) reaches the others
+within their follow interval.
 
 Layout: one partition, ``cleanup.policy=compact``, created by the first write. One record
 per entity property, as Kafka's ``ClientQuotaRecord`` is one per entity and key: the key is
@@ -32,8 +34,10 @@ import logging
 import re
 import threading
 import time
+import urllib.parse
 import uuid
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any, Final
 
 from kquota._extras import require
@@ -41,7 +45,13 @@ from kquota.config.model import AnyEntity, QuotaConfig, Window, entity_to_json
 from kquota.config.store import ChangeSet, QuotaStore, StoreSnapshot
 from kquota.exceptions import KquotaError, StoreError
 
-__all__ = ["DEFAULT_KAFKA_TIMEOUT", "DEFAULT_TOPIC", "KafkaTopicStore", "open_kafka_store"]
+__all__ = [
+    "DEFAULT_KAFKA_TIMEOUT",
+    "DEFAULT_TOPIC",
+    "KafkaTopicStore",
+    "open_kafka_store",
+    "read_settings",
+]
 
 log = logging.getLogger(__name__)
 
@@ -55,16 +65,76 @@ _TOPIC_NAME = re.compile(r"[A-Za-z0-9._-]{1,249}")
 _WINDOW_KEY: Final = b'{"window":true}'
 _WRITE_KEY: Final = b'{"write":true}'
 _PASSING: Final = (3, 6)  # UNKNOWN_TOPIC_OR_PARTITION, NOT_LEADER_OR_FOLLOWER
+# What the store sets itself on its clients: not taken from ``config``.
+_OWN_SETTINGS: Final = frozenset(
+    {
+        "bootstrap.servers",
+        "logger",
+        "group.id",
+        "enable.auto.commit",
+        "enable.partition.eof",
+        "fetch.wait.max.ms",
+        "isolation.level",
+        "allow.auto.create.topics",
+        "auto.offset.reset",
+        "transactional.id",
+        "enable.idempotence",
+    }
+)
 
 
 def open_kafka_store(spec: str, *, timeout: float = DEFAULT_KAFKA_TIMEOUT) -> KafkaTopicStore:
-    """The store of ``kafka://HOST:PORT[,HOST:PORT...][/TOPIC]``."""
-    match = re.fullmatch(r"kafka://([^/]*)(?:/(.*))?", spec)
+    """The store of ``kafka://HOST:PORT[,HOST:PORT...][/TOPIC][?NAME=VALUE&...]``.
+
+    Each query parameter is a librdkafka setting of the store's clients
+    (``?security.protocol=SSL``), but ``config=PATH``: a file of settings, one
+    ``NAME=VALUE`` a line (``#`` and ``!`` start a comment), read now. A file keeps
+    secrets such as ``sasl.password`` off command lines; a query parameter overrides the
+    file's setting of the same name."""
+    match = re.fullmatch(r"kafka://([^/?]*)(?:/([^?]*))?(?:\?(.*))?", spec)
     if match is None or not match.group(1):
         raise StoreError(
-            f"invalid Kafka store {spec!r}: expected kafka://HOST:PORT[,HOST:PORT...]/TOPIC"
+            f"invalid Kafka store {spec!r}: expected "
+            "kafka://HOST:PORT[,HOST:PORT...]/TOPIC[?NAME=VALUE&...]"
         )
-    return KafkaTopicStore(match.group(1), match.group(2) or DEFAULT_TOPIC, timeout=timeout)
+    bootstrap, topic, query = match.groups()
+    settings: dict[str, str] = {}
+    given: dict[str, str] = {}
+    if query:
+        try:
+            pairs = urllib.parse.parse_qsl(query, keep_blank_values=True, strict_parsing=True)
+        except ValueError:
+            raise StoreError(
+                f"invalid settings {query!r} of Kafka store: expected NAME=VALUE&..."
+            ) from None
+        for name, value in pairs:
+            if name in given:
+                raise StoreError(f"Kafka store setting {name!r} given twice")
+            given[name] = value
+    if "config" in given:
+        settings.update(read_settings(given.pop("config")))
+    settings.update(given)
+    return KafkaTopicStore(bootstrap, topic or DEFAULT_TOPIC, timeout=timeout, config=settings)
+
+
+def read_settings(path: str | Path) -> dict[str, str]:
+    """The librdkafka settings in the file at ``path``: one ``NAME=VALUE`` a line, blank
+    lines and lines starting with ``#`` or ``!`` skipped (a subset of Java's properties
+    files, as Kafka's tools take with ``--command-config``)."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise StoreError(f"cannot read Kafka store settings {str(path)!r}: {exc}") from None
+    settings: dict[str, str] = {}
+    for number, line in enumerate(text.splitlines(), 1):
+        line = line.strip()
+        if not line or line.startswith(("#", "!")):
+            continue
+        name, equals, value = line.partition("=")
+        if not equals or not name.strip():
+            raise StoreError(f"{str(path)!r} line {number}: expected NAME=VALUE, got {line[:80]!r}")
+        settings[name.strip()] = value.strip()
+    return settings
 
 
 def _key(entity: AnyEntity, prop: str) -> bytes:
@@ -79,7 +149,9 @@ def _value(data: object) -> bytes:
 class KafkaTopicStore(QuotaStore):
     """Quotas on the compacted topic ``topic`` of the cluster at ``bootstrap``; see the
     module documentation. ``config`` adds librdkafka settings (security, for instance) to
-    the store's clients. Safe to use from several threads."""
+    the store's clients, each checked by librdkafka now; the ones the store sets itself
+    (``bootstrap.servers``, ``group.id``, ``transactional.id``, ``isolation.level`` and
+    the like) are refused. Safe to use from several threads."""
 
     def __init__(
         self,
@@ -102,6 +174,18 @@ class KafkaTopicStore(QuotaStore):
             )
         if isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0:
             raise StoreError(f"invalid timeout {timeout!r}: expected seconds > 0")
+        config = dict(config or {})
+        for name, value in config.items():
+            if not isinstance(name, str) or not isinstance(value, str):
+                raise StoreError(
+                    f"invalid Kafka store setting {name!r}={value!r}: expected text for both"
+                )
+            if name in _OWN_SETTINGS:
+                raise StoreError(
+                    f"Kafka store setting {name!r} is the store's own: "
+                    "the bootstrap servers come from the store's address, the rest from "
+                    "how it reads and writes"
+                )
         self.bootstrap = bootstrap
         self.topic = topic
         self.timeout = float(timeout)
@@ -109,7 +193,7 @@ class KafkaTopicStore(QuotaStore):
             "bootstrap.servers": bootstrap,
             # librdkafka's own lines go to this module's logger, not to stderr
             "logger": log,
-            **(config or {}),
+            **config,
         }
         self._lock = threading.RLock()
         self._consumer: Any = None
@@ -117,6 +201,17 @@ class KafkaTopicStore(QuotaStore):
         self._records: dict[bytes, bytes] = {}
         self._end = 0
         self._unreadable: set[bytes] = set()
+        if config:
+            # librdkafka checks every name and value when a client is made: a mistake is
+            # an error now, not a store that cannot refresh later
+            from confluent_kafka import KafkaException
+
+            try:
+                self._consumer_()
+            except KafkaException as exc:
+                raise StoreError(
+                    f"invalid librdkafka setting of {self.describe()}: {exc.args[0].str()}"
+                ) from None
 
     def describe(self) -> str:
         """``Kafka topic store 'TOPIC' on BOOTSTRAP``."""
