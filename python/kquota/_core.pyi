@@ -957,8 +957,8 @@ class ProxyDataPath:
 
     With ``broker_ports=(first, last)`` it is a gateway in front of the cluster whose
     bootstrap addresses ``upstream`` lists (comma-separated): broker ``n`` gets the port
-    ``first + n`` and sensors of its own, and responses name the brokers at
-    ``advertised_host`` (default: the listen IP) and those ports.
+    ``first + n`` and sensors of its own (connection rates included), and responses name
+    the brokers at ``advertised_host`` (default: the listen IP) and those ports.
 
     With ``admin`` (an object with ``describe()`` and ``alter(changes, validate_only)``,
     such as :class:`kquota.proxy.StoreAdmin`), DescribeClientQuotas and AlterClientQuotas
@@ -997,12 +997,18 @@ class ProxyDataPath:
         self,
     ) -> dict[
         int,
-        tuple[QuotaManager, QuotaManager, QuotaManager, ControllerMutationQuotaManager | None],
+        tuple[
+            QuotaManager,
+            QuotaManager,
+            QuotaManager,
+            ControllerMutationQuotaManager | None,
+            ConnectionQuotas | None,
+        ],
     ]:
         """A gateway's brokers' managers, by node id: ``(produce, fetch, request,
-        mutation)`` for each broker a response has named (empty for a sidecar). Each is a
-        new handle on the manager the broker's connections record on (not a copy), so
-        reading it reads that broker's own sensors."""
+        mutation, connection_quotas)`` for each broker a response has named (empty for a
+        sidecar). Each is a new handle on the manager the broker's connections record on
+        (not a copy), so reading it reads that broker's own sensors."""
     @property
     def connections(self) -> int: ...
     @property
@@ -1088,5 +1094,9 @@ class ConnectionQuotas:
         self, listener: str, now_ms: int | None = None
     ) -> tuple[float, float]:
         """Average accept delay and average IP throttle of a listener (NaN when none)."""
+    def sibling(self) -> ConnectionQuotas:
+        """Another broker of the same cluster: the same configuration, shared (a change
+        through either applies to both), and sensors of its own, as each Kafka broker
+        counts only the connections it accepts."""
     def ip_sensor_names(self) -> list[str]: ...
     def expire_sensors(self, now_ms: int | None = None) -> list[str]: ...

@@ -736,6 +736,45 @@ def test_per_broker_collector_labels_each_brokers_sensors_and_merges_their_famil
     assert both["kafka_server_controllermutation_queue_size"] == {(("broker", "0"),): 1.0}
 
 
+def test_per_broker_collector_reads_each_brokers_connection_rates() -> None:
+    """Sibling connection quotas (one configuration, sensors apart, as a gateway's ports
+    have them) scraped with a ``broker`` label: each broker's values are its own."""
+    first = connections()
+    second = first.sibling()
+    for t in range(0, 50, 10):  # 5 connections on broker 1 only
+        second.on_new_connection("PLAINTEXT", "2001:db8::1", now_ms=1000 + t)
+    now = 1500
+    brokers = {0: (first,), 1: (second,)}
+    collector = PerBrokerQuotaCollector(lambda: brokers, clock=lambda: now)
+    with serve_metrics(collector) as server:
+        got = scrape_labelled(server.url)
+    prefix = "kafka_server_socket_server_metrics_"
+    assert got[f"{prefix}broker_connection_accept_rate"] == {
+        (("broker", "0"),): first.broker_rate(now_ms=now),
+        (("broker", "1"),): second.broker_rate(now_ms=now),
+    }
+    ipv6 = "2001:db8:0:0:0:0:0:1"
+    rates = got[f"{prefix}connection_accept_rate"]
+    for broker, quotas in (("0", first), ("1", second)):
+        for listener in ("PLAINTEXT", "SSL"):
+            key = (("broker", broker), ("ip", ""), ("listener", listener))
+            assert rates[key] == quotas.listener_rate(listener, now_ms=now)
+        key = (("broker", broker), ("ip", ipv6), ("listener", ""))
+        assert rates[key] == quotas.ip_rate(ipv6, now_ms=now)
+        delay, _ = quotas.listener_throttle_avgs("PLAINTEXT", now_ms=now)
+        key = (("broker", broker), ("listener", "PLAINTEXT"))
+        scraped = got[f"{prefix}connection_accept_throttle_time"][key]
+        assert scraped == delay or (math.isnan(scraped) and math.isnan(delay))
+    # Broker 1 counted only its own 5 connections; broker 0 its 30 of each listener.
+    assert second.listener_rate("SSL", now_ms=now) == 0.0
+    assert (
+        0
+        < second.listener_rate("PLAINTEXT", now_ms=now)
+        < first.listener_rate("PLAINTEXT", now_ms=now)
+    )
+    assert second.ip_quota("2001:db8::1") == 1  # the configuration is the first's
+
+
 def test_constant_labels_and_bad_brokers_are_named() -> None:
     manager = kquota.QuotaManager("produce")
     manager.set_quota(kquota.Entity(user="u"), 100.0)
@@ -764,6 +803,14 @@ def test_constant_labels_and_bad_brokers_are_named() -> None:
                 kquota.ControllerMutationQuotaManager(),
                 labels=labels,  # type: ignore[arg-type]
             )
+    # A connection collector's own labels are listener and ip.
+    for labels, message in (
+        ({"listener": "x"}, "invalid label name 'listener'.* other than 'listener' and 'ip'"),
+        ({"ip": "x"}, "invalid label name 'ip'"),
+        ({"dc": 1}, "invalid value 1 of label 'dc'"),
+    ):
+        with pytest.raises(InvalidConfigError, match=message):
+            ConnectionQuotaCollector(connections(), labels=labels)  # type: ignore[arg-type]
     with pytest.raises(InvalidConfigError, match="invalid brokers 'b'"):
         PerBrokerQuotaCollector("b")  # type: ignore[arg-type]
     mutation = kquota.ControllerMutationQuotaManager()
@@ -773,6 +820,7 @@ def test_constant_labels_and_bad_brokers_are_named() -> None:
         ({True: [manager]}, "invalid broker node id True"),
         ({3: [manager, "fetch"]}, "invalid managers of broker 3"),
         ({3: [mutation, mutation]}, "invalid managers of broker 3"),
+        ({3: [connections(), connections()]}, "at most one ConnectionQuotas"),
     ]
     for brokers, message in bad:
         per_broker = PerBrokerQuotaCollector(lambda listed=brokers: listed)  # type: ignore[misc]

@@ -26,9 +26,11 @@ from ports import free_port, free_ports
 from proxy_support import (
     RecordingPlugin,
     assert_proxy_cli_refuses,
+    connection_outcomes,
     metadata_request,
     read_frame,
     run_proxy,
+    scrape_flat,
 )
 
 pytestmark = [
@@ -53,10 +55,10 @@ def _plugin() -> RecordingPlugin:
     return RecordingPlugin(*managers)
 
 
-def _gateway(cluster: Any, plugin: RecordingPlugin, ports: tuple[int, int]) -> Any:
+def _gateway(cluster: Any, plugin: RecordingPlugin, ports: tuple[int, int], **kwargs: Any) -> Any:
     host, port = cluster.broker(0).bootstrap.rsplit(":", 1)
     proxy_port = free_port()
-    return run_proxy((host, int(port)), proxy_port, plugin, broker_ports=ports)
+    return run_proxy((host, int(port)), proxy_port, plugin, broker_ports=ports, **kwargs)
 
 
 def _create_topic(bootstrap: str, topic: str, partitions: int) -> dict[int, int]:
@@ -377,6 +379,81 @@ def test_a_broker_restarted_mid_run_loses_and_duplicates_nothing(kafka_cluster: 
     )
 
 
+def test_each_port_counts_its_own_connections_as_each_broker_does(kafka_cluster: Any) -> None:
+    """KIP-612 in a gateway: each Kafka broker counts only the connections it accepts, so
+    an IP over its ``connection_creation_rate`` on one broker's port is still admitted on
+    the others, and the bootstrap port counts its own. The connections to the four ports
+    come at once, interleaved; each port admits what one broker alone admits."""
+    from kquota import ConnectionQuotas
+    from kquota.broker import serve_metrics
+    from kquota.proxy import kafka_clock_ms
+
+    listener, count = "PLAINTEXT", 12
+    # 2 windows of 10 s: a test's connections all fall in the first window of their
+    # IP's sensor, so what is admitted does not depend on when each one came.
+    quotas = ConnectionQuotas(num_samples=2, window_ms=10_000)
+    reference = ConnectionQuotas(num_samples=2, window_ms=10_000)
+    reference.add_listener(listener)
+    for q in (quotas, reference):
+        q.set_ip_quota("127.0.0.1", 1)
+    # What one broker alone admits of count + 1 connections in its first window.
+    decisions = [
+        reference.on_new_connection(listener, "127.0.0.1", now_ms=10**12).ip_throttle_ms == 0
+        for _ in range(count + 1)
+    ]
+    expected = decisions[:count]
+    admitted = sum(expected)
+    assert 0 < admitted < count
+    with _gateway(
+        kafka_cluster, _plugin(), free_ports(3), connection_quotas=quotas, listener=listener
+    ) as gateway:
+        host, port = gateway.address.rsplit(":", 1)
+        # The gateway learns the brokers from a Metadata response (this connection is
+        # the bootstrap port's first, and within its rate).
+        with socket.create_connection((host, int(port)), timeout=30) as sock:
+            sock.sendall(metadata_request(0, "learn"))
+            assert read_frame(sock) is not None
+        served = gateway.server.brokers
+        assert sorted(served) == [0, 1, 2]
+        doors = {-1: int(port), **{n: b.port for n, b in served.items()}}
+        with ThreadPoolExecutor(len(doors)) as pool:
+            outcomes = dict(
+                zip(
+                    doors,
+                    pool.map(lambda p: connection_outcomes(p, count), doors.values()),
+                    strict=True,
+                )
+            )
+        per_broker = gateway.server.broker_managers()
+        with serve_metrics(*gateway.server.metrics_collectors(clock=kafka_clock_ms)) as metrics:
+            scraped = scrape_flat(metrics.url)
+        throttled = gateway.server.ip_throttled_connections
+
+    # The bootstrap port counted its first connection too: its next ones are the 2nd on.
+    assert outcomes[-1] == decisions[1:], outcomes[-1]
+    for broker in (0, 1, 2):
+        assert outcomes[broker] == expected, f"broker {broker}: {outcomes[broker]}"
+    assert throttled == 4 * (count - admitted) + 1
+    # Each broker's sensors are its own, on one shared configuration.
+    assert per_broker[-1].connections is quotas
+    prefix = "kafka_server_socket_server_metrics"
+    for broker in (-1, 0, 1, 2):
+        connections = per_broker[broker].connections
+        assert connections is not None
+        assert connections.ip_quota("127.0.0.1") == 1
+        assert connections.ip_sensor_names() == ["Connection-Accept-Rate-127.0.0.1"]
+        labels = f'broker="{broker}"'
+        ip_rate = f'{prefix}_connection_accept_rate{{{labels},ip="127.0.0.1",listener=""}}'
+        throttle = f'{prefix}_ip_connection_accept_throttle_time{{{labels},listener="{listener}"}}'
+        assert scraped[ip_rate] > 0, ip_rate
+        assert scraped[throttle] > 0, throttle
+    print(
+        f"gateway, connection_creation_rate 1/s: of {count} connections per port,"
+        f" {admitted} admitted on each broker's port ({sum(outcomes[-1])} on the bootstrap"
+        f" port after its first), {throttled} closed unread in all"
+    )
+
+
 def test_cli_rejects_bad_gateway_options_with_status_2(tmp_path: Any) -> None:
     gateway = ["--listen", "127.0.0.1:0", "--bootstrap", "127.0.0.1:9,127.0.0.1:10"]
     cases = [
@@ -384,10 +461,6 @@ def test_cli_rejects_bad_gateway_options_with_status_2(tmp_path: Any) -> None:
         ([*gateway, "--broker-ports", "9300"], "invalid --broker-ports '9300'"),
         ([*gateway, "--broker-ports", "9400-9300"], "invalid --broker-ports '9400-9300'"),
         ([*gateway, "--broker-ports", "0-10"], "invalid --broker-ports '0-10'"),
-        (
-            [*gateway, "--broker-ports", "9300-9310", "--max-connection-creation-rate", "5"],
-            "--max-connection-creation-rate is for --upstream",
-        ),
         (
             [*gateway, "--broker-ports", "9300-9310", "--quota-callback", "m:f"],
             "--quota-callback is for --upstream",
@@ -443,11 +516,6 @@ def test_bad_gateway_settings_are_named() -> None:
                 ("127.0.0.1:9",),
                 {"broker_ports": (1, 2), "advertised_host": " "},
                 "invalid advertised_host",
-            ),
-            (
-                ("127.0.0.1:9",),
-                {"broker_ports": (1, 2), "connection_quotas": kquota.ConnectionQuotas()},
-                "connection_quotas are not applied in gateway mode",
             ),
         ):
             with pytest.raises(InvalidConfigError, match=message):
@@ -546,6 +614,9 @@ def test_the_cli_gateway_captures_each_broker_and_applies_the_store(
     assert {broker for _, broker, _ in scraped} == {"-1", "0", "1", "2"}
     for name in ("produce", "fetch", "request"):
         assert all((f"kafka_server_{name}_queue_size", b, ()) in scraped for b in "012")
+    # Each port's connection rates too (the CLI applies them in gateway mode).
+    accepted = "kafka_server_socket_server_metrics_broker_connection_accept_rate"
+    assert all((accepted, b, ()) in scraped for b in ("-1", "0", "1", "2")), scraped.keys()
     read_at, last = {}, {}
     for broker in ("0", "1", "2"):
         series = ("", "capped")

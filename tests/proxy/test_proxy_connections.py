@@ -10,7 +10,6 @@ and the proxy's side from its counters and its Prometheus metrics over real HTTP
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -23,8 +22,7 @@ from kquota.broker import ConnectionQuotaCollector, serve_metrics
 from kquota.proxy import kafka_clock_ms
 from proxy_support import (
     RecordingPlugin,
-    api_versions_request,
-    read_frame,
+    connection_outcomes,
     run_proxy,
     scrape_flat,
 )
@@ -38,28 +36,6 @@ first window of their IP's sensor (they take milliseconds; the window is 10 s), 
 core's rate for them does not depend on exactly when each one came."""
 NUM_SAMPLES = 2
 CONNECTIONS = 12
-
-
-def _outcomes(port: int, count: int) -> list[bool]:
-    """Open ``count`` connections to the proxy one after another, send an ApiVersions
-    request on each, then read them: ``True`` for a response, ``False`` for a connection
-    the proxy closed unanswered."""
-    sockets = []
-    try:
-        for i in range(count):
-            sock = socket.create_connection(("127.0.0.1", port), timeout=30)
-            sockets.append(sock)
-            sock.sendall(api_versions_request(i, client_id=f"loop-{i}"))
-        outcomes = []
-        for sock in sockets:
-            try:
-                outcomes.append(read_frame(sock) is not None)
-            except ConnectionResetError:
-                outcomes.append(False)
-        return outcomes
-    finally:
-        for sock in sockets:
-            sock.close()
 
 
 def test_an_ip_over_its_connection_creation_rate_gets_closed_connections(tansu: Any) -> None:
@@ -82,7 +58,7 @@ def test_an_ip_over_its_connection_creation_rate_gets_closed_connections(tansu: 
         run_proxy(tansu.upstream, tansu.proxy_port, plugin, connection_quotas=quotas) as proxy,
         serve_metrics(ConnectionQuotaCollector(quotas, clock=kafka_clock_ms)) as metrics,
     ):
-        outcomes = _outcomes(tansu.proxy_port, CONNECTIONS)
+        outcomes = connection_outcomes(tansu.proxy_port, CONNECTIONS)
         # The first connections are answered, the rest closed without a response.
         assert outcomes == expected
         assert proxy.server.ip_throttled_connections == CONNECTIONS - admitted
@@ -107,7 +83,7 @@ def test_the_listener_rate_delays_accepting_and_closes_nothing(tansu: Any) -> No
         run_proxy(tansu.upstream, tansu.proxy_port, plugin, connection_quotas=quotas) as proxy,
         serve_metrics(ConnectionQuotaCollector(quotas, clock=kafka_clock_ms)) as metrics,
     ):
-        outcomes = _outcomes(tansu.proxy_port, count)
+        outcomes = connection_outcomes(tansu.proxy_port, count)
         assert outcomes == [True] * count  # delayed, never refused
         assert proxy.server.ip_throttled_connections == 0
         scraped = scrape_flat(metrics.url)
@@ -154,7 +130,7 @@ def test_cli_proxy_applies_the_stores_ip_and_mutation_rates_live(
         line = process.stdout.readline()
         assert line.startswith("kquota proxy: listening on"), (line, process.stderr)
         metrics_url = f"http://127.0.0.1:{int(line.rsplit(':', 1)[1])}/metrics"
-        outcomes = _outcomes(tansu.proxy_port, CONNECTIONS)
+        outcomes = connection_outcomes(tansu.proxy_port, CONNECTIONS)
         assert outcomes[0] and not all(outcomes)
         assert outcomes == sorted(outcomes, reverse=True)  # answered first, closed after
         scraped = scrape_flat(metrics_url)
@@ -168,7 +144,7 @@ def test_cli_proxy_applies_the_stores_ip_and_mutation_rates_live(
         names = [f"cli-{i:02d}" for i in range(30)]
         _configs(store, "--ip", "127.0.0.1", "--delete-config", "connection_creation_rate")
         deadline = time.monotonic() + 30
-        while not _outcomes(tansu.proxy_port, 1)[0]:  # the store's change, live
+        while not connection_outcomes(tansu.proxy_port, 1)[0]:  # the store's change, live
             assert time.monotonic() < deadline, "the IP's rate was not lifted within 30 s"
             time.sleep(0.2)
         admin = kafka_admin.KafkaAdminClient(

@@ -267,6 +267,28 @@ def read_frame(sock: socket.socket) -> bytes | None:
     return _recv_exactly(sock, size)
 
 
+def connection_outcomes(port: int, count: int) -> list[bool]:
+    """Open ``count`` connections to ``127.0.0.1:port`` one after another, send an
+    ApiVersions request on each, then read them: ``True`` for a response, ``False`` for a
+    connection the proxy closed unanswered (an IP over its connection creation rate)."""
+    sockets = []
+    try:
+        for i in range(count):
+            sock = socket.create_connection(("127.0.0.1", port), timeout=30)
+            sockets.append(sock)
+            sock.sendall(api_versions_request(i, client_id=f"loop-{i}"))
+        outcomes = []
+        for sock in sockets:
+            try:
+                outcomes.append(read_frame(sock) is not None)
+            except ConnectionResetError:
+                outcomes.append(False)
+        return outcomes
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
 def _recv_exactly(sock: socket.socket, n: int) -> bytes | None:
     data = b""
     while len(data) < n:

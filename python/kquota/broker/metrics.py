@@ -92,8 +92,11 @@ _RATE_HELP = {
 _LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
 
 
-def _constant_labels(labels: Mapping[str, str] | None) -> dict[str, str]:
-    """``labels`` checked: Prometheus label names other than the families' own, str values."""
+def _constant_labels(
+    labels: Mapping[str, str] | None, own: tuple[str, ...] = _LABELS
+) -> dict[str, str]:
+    """``labels`` checked: Prometheus label names other than the families' ``own``, str
+    values."""
     if labels is None:
         return {}
     if not isinstance(labels, Mapping):
@@ -106,12 +109,12 @@ def _constant_labels(labels: Mapping[str, str] | None) -> dict[str, str]:
             not isinstance(name, str)
             or not _LABEL_NAME.fullmatch(name)
             or name.startswith("__")
-            or name in _LABELS
+            or name in own
         ):
             raise InvalidConfigError(
                 f"invalid label name {name!r}: expected a Prometheus label name"
-                " ([a-zA-Z_][a-zA-Z0-9_]*, not starting with __) other than 'user' and"
-                " 'client_id'"
+                " ([a-zA-Z_][a-zA-Z0-9_]*, not starting with __) other than"
+                f" {' and '.join(map(repr, own))}"
             )
         if not isinstance(value, str):
             raise InvalidConfigError(f"invalid value {value!r} of label {name!r}: expected a str")
@@ -288,10 +291,11 @@ class PerBrokerQuotaCollector(Collector):
     brokers a gateway serves (:meth:`kquota.proxy.ProxyServer.metrics_collectors`).
 
     ``brokers`` is called at every scrape (and by :meth:`describe`) and gives each broker's
-    managers by node id: :class:`kquota.QuotaManager` objects (at most one per quota type)
-    and at most one :class:`kquota.ControllerMutationQuotaManager` (``None`` entries are
-    skipped). Each broker's managers are read as :class:`QuotaCollector` and
-    :class:`MutationQuotaCollector` read them, with one more label, ``broker``: the node
+    managers by node id: :class:`kquota.QuotaManager` objects (at most one per quota type),
+    at most one :class:`kquota.ControllerMutationQuotaManager` and at most one
+    :class:`kquota.ConnectionQuotas` (``None`` entries are skipped). Each broker's managers
+    are read as :class:`QuotaCollector`, :class:`MutationQuotaCollector` and
+    :class:`ConnectionQuotaCollector` read them, with one more label, ``broker``: the node
     id as a string. The brokers' families are merged, one family per name, so a dashboard
     sums or splits them by ``broker``, and a broker that ``brokers`` lists later appears
     from the next scrape on. Every broker is read at the same time, ``clock``'s one reading
@@ -301,7 +305,11 @@ class PerBrokerQuotaCollector(Collector):
     def __init__(
         self,
         brokers: Callable[
-            [], Mapping[int, Sequence[QuotaManager | ControllerMutationQuotaManager | None]]
+            [],
+            Mapping[
+                int,
+                Sequence[QuotaManager | ControllerMutationQuotaManager | ConnectionQuotas | None],
+            ],
         ],
         *,
         quota_value_metric: bool = False,
@@ -333,7 +341,7 @@ class PerBrokerQuotaCollector(Collector):
 
     def _collectors(
         self, clock: Callable[[], int] | None
-    ) -> Iterable[QuotaCollector | MutationQuotaCollector]:
+    ) -> Iterable[QuotaCollector | MutationQuotaCollector | ConnectionQuotaCollector]:
         brokers = self._brokers()
         if not isinstance(brokers, Mapping):
             raise InvalidConfigError(
@@ -346,12 +354,16 @@ class PerBrokerQuotaCollector(Collector):
             managers = brokers[node_id]
             quota = [m for m in managers if isinstance(m, QuotaManager)]
             mutation = [m for m in managers if isinstance(m, ControllerMutationQuotaManager)]
-            if len(quota) + len(mutation) != sum(m is not None for m in managers) or (
-                len(mutation) > 1
+            connections = [m for m in managers if isinstance(m, ConnectionQuotas)]
+            if (
+                len(quota) + len(mutation) + len(connections)
+                != sum(m is not None for m in managers)
+                or max(len(mutation), len(connections)) > 1
             ):
                 raise InvalidConfigError(
                     f"invalid managers of broker {node_id}: {managers!r}; expected QuotaManager"
-                    " objects and at most one ControllerMutationQuotaManager"
+                    " objects, at most one ControllerMutationQuotaManager and at most one"
+                    " ConnectionQuotas"
                 )
             labels = {"broker": str(node_id)}
             yield QuotaCollector(
@@ -359,6 +371,8 @@ class PerBrokerQuotaCollector(Collector):
             )
             for manager in mutation:
                 yield MutationQuotaCollector(manager, clock=clock, labels=labels)
+            for quotas in connections:
+                yield ConnectionQuotaCollector(quotas, clock=clock, labels=labels)
 
 
 def _merged(collected: Iterable[Iterable[Metric]]) -> list[Metric]:
@@ -519,14 +533,27 @@ class ConnectionQuotaCollector(Collector):
     * ``kafka_server_socket_server_metrics_ip_connection_accept_throttle_time``: per
       listener, the average IP throttle (ms, NaN with none).
 
-    ``clock`` as for :class:`QuotaCollector`.
+    ``clock`` and ``labels`` as for :class:`QuotaCollector` (the families' own labels here
+    are ``listener`` and ``ip``).
     """
 
-    def __init__(self, quotas: ConnectionQuotas, *, clock: Callable[[], int] | None = None) -> None:
+    def __init__(
+        self,
+        quotas: ConnectionQuotas,
+        *,
+        clock: Callable[[], int] | None = None,
+        labels: Mapping[str, str] | None = None,
+    ) -> None:
         if not isinstance(quotas, ConnectionQuotas):
             raise InvalidConfigError(f"expected a ConnectionQuotas, got {type(quotas).__name__}")
         self._quotas = quotas
         self._clock = clock
+        self._labels = _constant_labels(labels, own=("listener", "ip"))
+
+    @property
+    def labels(self) -> dict[str, str]:
+        """The constant labels of every sample (empty by default)."""
+        return dict(self._labels)
 
     @property
     def quotas(self) -> ConnectionQuotas:
@@ -541,42 +568,45 @@ class ConnectionQuotaCollector(Collector):
         """Read the rates now and return their families."""
         now = None if self._clock is None else self._clock()
         quotas = self._quotas
+        constant = tuple(self._labels.values())
         broker, rate, throttle, ip_throttle = families = self._families()
-        broker.add_metric((), quotas.broker_rate(now_ms=now))
+        broker.add_metric(constant, quotas.broker_rate(now_ms=now))
         for listener, _ in quotas.listeners():
-            rate.add_metric((listener, ""), quotas.listener_rate(listener, now_ms=now))
+            rate.add_metric((listener, "", *constant), quotas.listener_rate(listener, now_ms=now))
             delay, ip_delay = quotas.listener_throttle_avgs(listener, now_ms=now)
-            throttle.add_metric((listener,), delay)
-            ip_throttle.add_metric((listener,), ip_delay)
+            throttle.add_metric((listener, *constant), delay)
+            ip_throttle.add_metric((listener, *constant), ip_delay)
         for name in quotas.ip_sensor_names():
             if not name.startswith(_IP_SENSOR):  # pragma: no cover (the core's names)
                 continue
             ip = name[len(_IP_SENSOR) :]
             value = quotas.ip_rate(ip, now_ms=now)
             if value is not None:  # expired since it was listed
-                rate.add_metric(("", ip), value)
+                rate.add_metric(("", ip, *constant), value)
         return families
 
-    @staticmethod
-    def _families() -> list[GaugeMetricFamily]:
+    def _families(self) -> list[GaugeMetricFamily]:
         broker, rate, throttle, ip_throttle = CONNECTION_METRIC_NAMES
+        constant = tuple(self._labels)
         return [
-            GaugeMetricFamily(broker, "New connections accepted per second by the broker"),
+            GaugeMetricFamily(
+                broker, "New connections accepted per second by the broker", labels=constant
+            ),
             GaugeMetricFamily(
                 rate,
                 "New connections accepted per second, per listener or per IP",
-                labels=("listener", "ip"),
+                labels=("listener", "ip", *constant),
             ),
             GaugeMetricFamily(
                 throttle,
                 "Average accept delay in ms from the broker and listener connection rates "
                 "(NaN with none)",
-                labels=("listener",),
+                labels=("listener", *constant),
             ),
             GaugeMetricFamily(
                 ip_throttle,
                 "Average throttle in ms from the per-IP connection rates (NaN with none)",
-                labels=("listener",),
+                labels=("listener", *constant),
             ),
         ]
 

@@ -160,7 +160,8 @@ def register(subparsers: Any) -> None:
         metavar="N",
         help=(
             "max.connection.creation.rate: new connections per second the proxy accepts"
-            " in all; over it, accepting waits (default: unlimited)"
+            " in all (a gateway: on each port apart, as each broker counts its own);"
+            " over it, accepting waits (default: unlimited)"
         ),
     )
     parser.add_argument(
@@ -269,22 +270,6 @@ def run(args: argparse.Namespace) -> int:
                 raise ValueError(
                     "--quota-callback is for --upstream: each broker has a callback of its own"
                 )
-            for rate_option, rate_value, rate_default in (
-                (
-                    "--max-connection-creation-rate",
-                    args.max_connection_creation_rate,
-                    UNLIMITED_CONNECTION_RATE,
-                ),
-                (
-                    "--listener-max-connection-creation-rate",
-                    args.listener_max_connection_creation_rate,
-                    None,
-                ),
-            ):
-                if rate_value != rate_default:
-                    raise ValueError(
-                        f"{rate_option} is for --upstream: each broker counts its own connections"
-                    )
         else:
             for gateway_option, given in (
                 ("--broker-ports", args.broker_ports),
@@ -394,7 +379,7 @@ def run(args: argparse.Namespace) -> int:
             max_request_bytes=args.max_request_bytes,
             capture=capture,
             mutation=mutation,
-            connection_quotas=None if gateway else connections,
+            connection_quotas=connections,
             listener=args.listener_name,
             default_num_partitions=args.num_partitions,
             threads=args.threads,

@@ -43,7 +43,8 @@ Per API:
 With ``connection_quotas`` (KIP-612), each new connection is first held to the broker's
 and the listener's ``max.connection.creation.rate`` (accepting waits, one connection at a
 time, as Kafka's acceptor does), then to its IP's ``connection_creation_rate``: a
-connection over it is accepted, read nothing from, and closed after the throttle time.
+connection over it is accepted, read nothing from, and closed after the throttle time. A
+gateway counts each port's connections apart, as each broker counts its own.
 
 Every response with a ``throttle_time_ms`` field carries the applied throttle (the
 broker's own value is kept when it is larger). Bad input (a malformed or oversized frame,
@@ -167,6 +168,8 @@ class BrokerManagers(NamedTuple):
     request: QuotaManager
     mutation: ControllerMutationQuotaManager | None
     """The controller-mutation manager, when the proxy has a ``mutation`` manager."""
+    connections: ConnectionQuotas | None = None
+    """The connection-creation rates, when the proxy has ``connection_quotas``."""
 
 
 def kafka_clock_ms() -> int:
@@ -193,8 +196,10 @@ class ProxyServer:
     same IP) the first time a response names it, and rewrites every broker address in
     the responses to ``advertised_host`` (default: the listen address's IP) and that
     port, so clients connect only through it. Each broker's traffic is measured on
-    sensors of its own, with the plugin's quotas, as each Kafka broker measures its own;
-    a quota callback or ``connection_quotas`` are not taken in gateway mode.
+    sensors of its own, with the plugin's quotas, as each Kafka broker measures its own,
+    and so are the connections to each port with ``connection_quotas`` (the bootstrap
+    port's on sensors of its own: a connection is admitted before the gateway knows which
+    broker it reaches); a quota callback is not taken in gateway mode.
     ``max_request_bytes`` is Kafka's ``socket.request.max.bytes``; responses larger than
     ``max_response_bytes`` close the connection too. With ``capture``, every request whose
     quota the proxy checks is added to it, as it was checked (``kquota proxy --capture``).
@@ -421,19 +426,20 @@ class ProxyServer:
     def broker_managers(self) -> dict[int, BrokerManagers]:
         """A gateway's quota managers, by node id (empty for a sidecar).
 
-        :data:`BOOTSTRAP_NODE_ID` (-1) has the bootstrap port's own: the plugin's managers
-        and ``mutation``, which measure a bootstrap connection until a response names the
-        broker it reached. Then each broker a response has named so far: new handles on the
-        managers its port's connections record on (not copies), so reading them reads that
-        broker's sensors, and a quota set on them is set on every broker (they share the
-        plugin's quotas).
+        :data:`BOOTSTRAP_NODE_ID` (-1) has the bootstrap port's own: the plugin's managers,
+        ``mutation`` and ``connection_quotas``; the managers measure a bootstrap connection
+        until a response names the broker it reached. Then each broker a response has named
+        so far: new handles on the managers its port's connections record on (not copies),
+        so reading them reads that broker's sensors, and a quota set on them is set on
+        every broker (they share the plugin's quotas and ``connection_quotas``'
+        configuration).
         """
         if self.broker_ports is None:
             return {}
         plugin = self.plugin
         managers = {
             BOOTSTRAP_NODE_ID: BrokerManagers(
-                plugin.produce, plugin.fetch, plugin.request, self.mutation
+                plugin.produce, plugin.fetch, plugin.request, self.mutation, self.connection_quotas
             )
         }
         if self._data_path is not None:
@@ -451,11 +457,10 @@ class ProxyServer:
         then a :class:`~kquota.broker.ConnectionQuotaCollector` with ``connection_quotas``
         and a :class:`~kquota.broker.MutationQuotaCollector` with ``mutation``. A
         gateway's: one :class:`~kquota.broker.PerBrokerQuotaCollector` over
-        :meth:`broker_managers`, so each broker's sensors have a ``broker`` label (-1 for
-        the bootstrap port's own) and a broker appears from the first scrape after a
-        response names it; a gateway applies no connection rates, so it has no connection
-        metrics. ``quota_value_metric`` and ``clock`` as for the
-        :class:`~kquota.broker.QuotaCollector`.
+        :meth:`broker_managers`, so each broker's sensors (connection rates included) have
+        a ``broker`` label (-1 for the bootstrap port's own) and a broker appears from the
+        first scrape after a response names it. ``quota_value_metric`` and ``clock`` as
+        for the :class:`~kquota.broker.QuotaCollector`.
         """
         if self.broker_ports is not None:
             return [
@@ -482,7 +487,7 @@ class ProxyServer:
     @property
     def ip_throttled_connections(self) -> int:
         """Connections closed unread since :meth:`start` because their IP was over its
-        ``connection_creation_rate``."""
+        ``connection_creation_rate`` (on every port of a gateway)."""
         return 0 if self._data_path is None else self._data_path.ip_throttled_connections
 
     async def shutdown(self, timeout: float = 30.0) -> None:

@@ -85,6 +85,7 @@ pub struct Managers {
     fetch: Arc<QuotaManager>,
     request: Arc<QuotaManager>,
     mutation: Option<Arc<ControllerMutationQuotaManager>>,
+    admission: Option<Arc<Admission>>,
 }
 
 impl Managers {
@@ -100,6 +101,7 @@ impl Managers {
             fetch,
             request,
             mutation: None,
+            admission: None,
         })
     }
 
@@ -107,6 +109,12 @@ impl Managers {
     /// DeleteTopics, applied while its quotas are enabled.
     pub fn with_mutation(mut self, mutation: Arc<ControllerMutationQuotaManager>) -> Self {
         self.mutation = Some(mutation);
+        self
+    }
+
+    /// With the connection-creation rates (KIP-612) applied to new connections.
+    pub fn with_admission(mut self, admission: Admission) -> Self {
+        self.admission = Some(Arc::new(admission));
         self
     }
 
@@ -118,6 +126,7 @@ impl Managers {
             fetch: Arc::new(self.fetch.sibling()?),
             request: Arc::new(self.request.sibling()?),
             mutation: self.mutation.as_ref().map(|m| Arc::new(m.sibling())),
+            admission: self.admission.as_ref().map(|a| Arc::new(a.sibling())),
         })
     }
 
@@ -129,6 +138,11 @@ impl Managers {
     /// The controller-mutation manager, if any.
     pub fn mutation(&self) -> Option<&Arc<ControllerMutationQuotaManager>> {
         self.mutation.as_ref()
+    }
+
+    /// The connection-creation rates, if any.
+    pub fn admission(&self) -> Option<&Arc<Admission>> {
+        self.admission.as_ref()
     }
 
     fn path(&self) -> RequestPath<'_> {
@@ -154,6 +168,9 @@ impl Managers {
             if expire {
                 mutation.expire_sensors(now);
             }
+        }
+        if let (Some(admission), true) = (&self.admission, expire) {
+            admission.quotas.expire_sensors(now);
         }
         self.each()
             .iter()
@@ -263,6 +280,26 @@ impl Admission {
         })
     }
 
+    /// Another broker's door: the same connection quotas' configuration and listener,
+    /// with sensors of its own ([`ConnectionQuotas::sibling`]).
+    pub fn sibling(&self) -> Self {
+        Admission {
+            quotas: Arc::new(self.quotas.sibling()),
+            listener: self.listener.clone(),
+            ip_throttled: AtomicU64::new(0),
+        }
+    }
+
+    /// The connection quotas applied (shared, not a copy).
+    pub fn quotas(&self) -> &Arc<ConnectionQuotas> {
+        &self.quotas
+    }
+
+    /// Connections closed unread because their IP was over its `connection_creation_rate`.
+    pub fn ip_throttled(&self) -> u64 {
+        self.ip_throttled.load(Ordering::Relaxed)
+    }
+
     /// The acceptor's part for a connection from `ip`: its delay waited out, then its
     /// IP's throttle (0: admitted; > 0: close it after that many ms, unread).
     async fn accept(&self, ip: &str) -> kquota_core::Result<i32> {
@@ -324,7 +361,6 @@ struct Shared {
     door: Arc<Door>,
     /// The gateway's brokers (gateway mode only).
     doors: Option<Doors>,
-    admission: Option<Admission>,
     log: Log,
     closing: watch::Receiver<bool>,
     next_channel: AtomicU64,
@@ -355,7 +391,6 @@ impl Proxy {
         listen: SocketAddr,
         config: ProxyConfig,
         managers: Managers,
-        admission: Option<Admission>,
         log: Log,
         threads: usize,
         keep_decisions: bool,
@@ -385,7 +420,6 @@ impl Proxy {
             config,
             door: Arc::clone(&door),
             doors,
-            admission,
             log,
             closing: closing_rx,
             next_channel: AtomicU64::new(1),
@@ -443,12 +477,15 @@ impl Proxy {
             .map_or_else(Vec::new, |kept| std::mem::take(&mut *lock(kept)))
     }
 
-    /// Connections closed unread because their IP was over its `connection_creation_rate`.
+    /// Connections closed unread because their IP was over its `connection_creation_rate`
+    /// (on every port of a gateway).
     pub fn ip_throttled_connections(&self) -> u64 {
-        self.shared
-            .admission
-            .as_ref()
-            .map_or(0, |a| a.ip_throttled.load(Ordering::Relaxed))
+        let gateway_doors = self.shared.doors.as_ref().map_or_else(Vec::new, Doors::all);
+        std::iter::once(&self.shared.door)
+            .chain(&gateway_doors)
+            .filter_map(|door| door.managers.admission())
+            .map(|a| a.ip_throttled())
+            .sum()
     }
 
     /// Decisions dropped because [`MAX_KEPT_DECISIONS`] were waiting to be taken.
@@ -504,7 +541,7 @@ async fn accept(shared: Arc<Shared>, listener: TcpListener, door: Arc<Door>) {
         match accepted {
             Ok((client, peer)) => {
                 let ip = peer.ip().to_string();
-                let throttle = match &shared.admission {
+                let throttle = match door.managers.admission() {
                     None => 0,
                     Some(admission) => tokio::select! {
                         throttle = admission.accept(&ip) => {

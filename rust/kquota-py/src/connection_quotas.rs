@@ -158,6 +158,14 @@ pymethods_with!([window] impl ConnectionQuotas {
             .listener_throttle_avgs(&listener, now_or_clock(now_ms))?)
     }
 
+    /// Another broker of the same cluster: the same configuration, shared (a change
+    /// through either applies to both), and sensors of its own.
+    fn sibling(&self) -> Self {
+        ConnectionQuotas {
+            inner: std::sync::Arc::new(self.inner.sibling()),
+        }
+    }
+
     fn ip_sensor_names(&self) -> Vec<String> {
         self.inner.ip_sensor_names()
     }

@@ -37,13 +37,14 @@ type DecisionTuple = (
     i32,
 );
 
-/// One gateway broker's managers as Python receives them: produce, fetch, request and
-/// the controller-mutation manager, if any.
+/// One gateway broker's managers as Python receives them: produce, fetch, request, the
+/// controller-mutation manager and the connection quotas, if any.
 type BrokerManagers = (
     Py<QuotaManager>,
     Py<QuotaManager>,
     Py<QuotaManager>,
     Option<Py<ControllerMutationQuotaManager>>,
+    Option<Py<ConnectionQuotas>>,
 );
 
 /// Kafka's client quotas on every connection relayed to one broker, in Rust.
@@ -219,14 +220,6 @@ impl ProxyDataPath {
                 for address in upstream.split(',') {
                     socket_address(py, "bootstrap address", address.trim())?;
                 }
-                if connection_quotas.is_some() {
-                    return Err(invalid_config(
-                        py,
-                        "connection_quotas are not applied in gateway mode (broker_ports): \
-                         each broker counts its own connections"
-                            .to_owned(),
-                    ));
-                }
                 Some(gateway_config(py, ports, advertised_host, listen_at)?)
             }
         };
@@ -269,10 +262,12 @@ impl ProxyDataPath {
             Some(m) => managers.with_mutation(Arc::clone(&m.get().inner)),
             None => managers,
         };
-        let admission = connection_quotas
-            .map(|quotas| Admission::new(Arc::clone(&quotas.get().inner), listener))
-            .transpose()
-            .map_err(CoreError)?;
+        let managers = match connection_quotas {
+            Some(quotas) => managers.with_admission(
+                Admission::new(Arc::clone(&quotas.get().inner), listener).map_err(CoreError)?,
+            ),
+            None => managers,
+        };
         // A closed connection is one warning on the `kquota.proxy` logger, as before: rare,
         // so taking the GIL for it costs nothing on the data path.
         let log: kquota_proxy::Log = Arc::new(|line: &str| {
@@ -287,17 +282,7 @@ impl ProxyDataPath {
             });
         });
         let proxy = py
-            .detach(|| {
-                Proxy::start(
-                    listen_at,
-                    config,
-                    managers,
-                    admission,
-                    log,
-                    threads,
-                    keep_decisions,
-                )
-            })
+            .detach(|| Proxy::start(listen_at, config, managers, log, threads, keep_decisions))
             .map_err(|err| match err.kind() {
                 std::io::ErrorKind::InvalidInput => invalid_config(py, err.to_string()),
                 _ => PyOSError::new_err(format!("cannot listen on {listen}: {err}")),
@@ -323,10 +308,10 @@ impl ProxyDataPath {
         self.lock().as_ref().map_or_else(Vec::new, Proxy::brokers)
     }
 
-    /// A gateway's brokers' managers, by node id: `(produce, fetch, request, mutation)`
-    /// for each broker a response has named (empty for a sidecar). Each is a new handle on
-    /// the manager the broker's connections record on (not a copy), so reading it reads
-    /// that broker's own sensors.
+    /// A gateway's brokers' managers, by node id: `(produce, fetch, request, mutation,
+    /// connection_quotas)` for each broker a response has named (empty for a sidecar).
+    /// Each is a new handle on the manager the broker's connections record on (not a
+    /// copy), so reading it reads that broker's own sensors.
     fn broker_managers(&self, py: Python<'_>) -> PyResult<BTreeMap<i32, BrokerManagers>> {
         let listed = self
             .lock()
@@ -349,9 +334,26 @@ impl ProxyDataPath {
                         )
                     })
                     .transpose()?;
+                let connections = managers
+                    .admission()
+                    .map(|a| {
+                        Py::new(
+                            py,
+                            ConnectionQuotas {
+                                inner: Arc::clone(a.quotas()),
+                            },
+                        )
+                    })
+                    .transpose()?;
                 Ok((
                     node_id,
-                    (handle(produce)?, handle(fetch)?, handle(request)?, mutation),
+                    (
+                        handle(produce)?,
+                        handle(fetch)?,
+                        handle(request)?,
+                        mutation,
+                        connections,
+                    ),
                 ))
             })
             .collect()

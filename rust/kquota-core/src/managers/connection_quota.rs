@@ -12,6 +12,10 @@
 //! sensor never keeps a stale bound); per-IP sensors live in a lock-free map and expire
 //! after an hour without a connection, as Kafka's do. Broker and listener sensors never
 //! expire (a listener's go when it is removed).
+//!
+//! [`ConnectionQuotas::sibling`] gives another broker of the same cluster: the same
+//! configuration, shared, and sensors of its own, because each Kafka broker counts only
+//! the connections it accepts.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -60,10 +64,7 @@ struct Listener {
 impl Listener {
     fn new() -> Self {
         Listener {
-            rate: RateCell::new(Bound {
-                value: None,
-                generation: u64::MAX,
-            }),
+            rate: ConnectionQuotas::unbounded_cell(),
             throttle_avg: CowCell::new(Samples::new()),
             ip_throttle_avg: CowCell::new(Samples::new()),
         }
@@ -73,7 +74,8 @@ impl Listener {
 #[derive(Clone)]
 struct ListenerConfig {
     max_rate: i32,
-    sensors: Arc<Listener>,
+    /// Unique to this registration: a listener removed and added again gets new sensors.
+    id: u64,
 }
 
 #[derive(Clone)]
@@ -148,8 +150,11 @@ pub struct ConnectionQuotas {
     window: WindowConfig,
     inter_broker_listener: Option<String>,
     ip_sensor_expiry_ms: i64,
-    config: CowCell<Config>,
+    /// Shared with the siblings: one cluster's configuration.
+    config: Arc<CowCell<Config>>,
     broker: RateCell,
+    /// This broker's listener sensors, by registration id (made at first use).
+    listener_sensors: Map<u64, Arc<Listener>>,
     ips: Map<IpAddr, Arc<IpSensor>>,
 }
 
@@ -175,18 +180,39 @@ impl ConnectionQuotas {
             window,
             inter_broker_listener: inter_broker_listener.map(str::to_owned),
             ip_sensor_expiry_ms: DEFAULT_SENSOR_EXPIRY_MS,
-            config: CowCell::new(Config {
+            config: Arc::new(CowCell::new(Config {
                 generation: 0,
                 default_ip_rate: UNLIMITED_CONNECTION_RATE,
                 ip_rates: HashMap::new(),
                 broker_rate,
                 listeners: HashMap::new(),
-            }),
-            broker: RateCell::new(Bound {
-                value: None,
-                generation: u64::MAX,
-            }),
+            })),
+            broker: Self::unbounded_cell(),
+            listener_sensors: Map::default(),
             ips: Map::default(),
+        })
+    }
+
+    /// Another broker of the cluster: it shares these quotas' configuration (IP quotas,
+    /// the broker-wide and listener limits, the listeners; a change through either is
+    /// seen by both at once) and counts its own connections, on sensors of its own, as
+    /// each Kafka broker does.
+    pub fn sibling(&self) -> Self {
+        ConnectionQuotas {
+            window: self.window,
+            inter_broker_listener: self.inter_broker_listener.clone(),
+            ip_sensor_expiry_ms: self.ip_sensor_expiry_ms,
+            config: Arc::clone(&self.config),
+            broker: Self::unbounded_cell(),
+            listener_sensors: Map::default(),
+            ips: Map::default(),
+        }
+    }
+
+    fn unbounded_cell() -> RateCell {
+        RateCell::new(Bound {
+            value: None,
+            generation: u64::MAX,
         })
     }
 
@@ -278,14 +304,12 @@ impl ConnectionQuotas {
             .transpose()?
             .unwrap_or(UNLIMITED_CONNECTION_RATE);
         let name = name.to_owned();
-        let sensors = Arc::new(Listener::new());
         self.update(|c| {
+            // The new generation: no other registration has it.
+            let id = c.generation + 1;
             c.listeners
                 .entry(name.clone())
-                .or_insert_with(|| ListenerConfig {
-                    max_rate: rate,
-                    sensors: sensors.clone(),
-                });
+                .or_insert(ListenerConfig { max_rate: rate, id });
         });
         Ok(())
     }
@@ -306,16 +330,20 @@ impl ConnectionQuotas {
         Ok(())
     }
 
-    /// Removes a listener and its sensors; true if it existed.
+    /// Removes a listener and its sensors (a sibling's go at its next
+    /// [`expire_sensors`](Self::expire_sensors)); true if it existed.
     pub fn remove_listener(&self, name: &str) -> bool {
-        let mut existed = false;
+        let mut removed = None;
         self.config.update(&pin(), |c| {
-            existed = c.listeners.remove(name).is_some();
-            if existed {
+            removed = c.listeners.remove(name).map(|l| l.id);
+            if removed.is_some() {
                 c.generation += 1;
             }
         });
-        existed
+        if let Some(id) = removed {
+            self.listener_sensors.pin().remove_if(&id, |_, _| true);
+        }
+        removed.is_some()
     }
 
     /// The registered listeners and their limits, sorted by name.
@@ -374,9 +402,10 @@ impl ConnectionQuotas {
         let guard = pin();
         let config = self.config.load(&guard);
         let l = Self::listener_of(config, listener)?;
+        let sensors = self.sensors_of(l);
         let broker =
             (!self.protected(config, listener)).then(|| self.broker_sensor(config, &guard));
-        let listener_sensor = self.bounded(&l.sensors.rate, config, l.max_rate, &guard);
+        let listener_sensor = self.bounded(&sensors.rate, config, l.max_rate, &guard);
         let delay = connection_rate::accept_delay(
             broker.as_ref(),
             &listener_sensor,
@@ -384,7 +413,7 @@ impl ConnectionQuotas {
             self.max_throttle_ms(),
         );
         if delay > 0 {
-            l.sensors.throttle_avg.update(&guard, |s| {
+            sensors.throttle_avg.update(&guard, |s| {
                 s.record(&WindowConfig::METRICS_DEFAULT, f64::from(delay), now)
             });
         }
@@ -404,12 +433,13 @@ impl ConnectionQuotas {
         if quota == UNLIMITED_CONNECTION_RATE {
             return Ok(0);
         }
+        let sensors = self.sensors_of(l);
         let sensor = self.ip_sensor(addr, now);
         sensor.last_record.store(now, Relaxed);
         let ip_sensor = self.bounded(&sensor.rate, config, quota, &guard);
         let broker =
             (!self.protected(config, listener)).then(|| self.broker_sensor(config, &guard));
-        let listener_sensor = self.bounded(&l.sensors.rate, config, l.max_rate, &guard);
+        let listener_sensor = self.bounded(&sensors.rate, config, l.max_rate, &guard);
         let throttle = connection_rate::admit_ip(
             &ip_sensor,
             broker.as_ref(),
@@ -418,7 +448,7 @@ impl ConnectionQuotas {
             self.max_throttle_ms(),
         );
         if throttle > 0 {
-            l.sensors.ip_throttle_avg.update(&guard, |s| {
+            sensors.ip_throttle_avg.update(&guard, |s| {
                 s.record(&WindowConfig::METRICS_DEFAULT, f64::from(throttle), now)
             });
         }
@@ -459,6 +489,14 @@ impl ConnectionQuotas {
         }
     }
 
+    /// This broker's sensors of a registered listener.
+    fn sensors_of(&self, listener: &ListenerConfig) -> Arc<Listener> {
+        self.listener_sensors
+            .pin()
+            .get_or_insert_with(listener.id, || Arc::new(Listener::new()))
+            .clone()
+    }
+
     fn broker_sensor<'a>(&'a self, config: &Config, guard: &'a Guard) -> Bounded<'a> {
         self.bounded(&self.broker, config, config.broker_rate, guard)
     }
@@ -469,10 +507,7 @@ impl ConnectionQuotas {
             let sensor = m
                 .get_or_insert_with(ip, || {
                     Arc::new(IpSensor {
-                        rate: RateCell::new(Bound {
-                            value: None,
-                            generation: u64::MAX,
-                        }),
+                        rate: Self::unbounded_cell(),
                         last_record: AtomicI64::new(now),
                         removed: AtomicBool::new(false),
                     })
@@ -501,7 +536,7 @@ impl ConnectionQuotas {
         let guard = pin();
         let config = self.config.load(&guard);
         let l = Self::listener_of(config, listener)?;
-        Ok(self.measure(&l.sensors.rate, now))
+        Ok(self.measure(&self.sensors_of(l).rate, now))
     }
 
     /// An IP's `connection-accept-rate` at `now`; `None` when it has no sensor.
@@ -531,16 +566,13 @@ impl ConnectionQuotas {
     pub fn listener_throttle_avgs(&self, listener: &str, now: i64) -> Result<(f64, f64)> {
         let guard = pin();
         let config = self.config.load(&guard);
-        let l = Self::listener_of(config, listener)?;
+        let sensors = self.sensors_of(Self::listener_of(config, listener)?);
         let avg = |c: &CowCell<Samples>| {
             c.update(&guard, |s| {
                 s.measure_avg(&WindowConfig::METRICS_DEFAULT, now)
             })
         };
-        Ok((
-            avg(&l.sensors.throttle_avg),
-            avg(&l.sensors.ip_throttle_avg),
-        ))
+        Ok((avg(&sensors.throttle_avg), avg(&sensors.ip_throttle_avg)))
     }
 
     /// Kafka names of the live per-IP sensors, sorted.
@@ -556,8 +588,23 @@ impl ConnectionQuotas {
     }
 
     /// Removes the per-IP sensors without a connection for strictly more than an hour;
-    /// returns their Kafka names, sorted. (Broker and listener sensors never expire.)
+    /// returns their Kafka names, sorted. (Broker and listener sensors never expire; the
+    /// sensors of a listener a sibling removed go here.)
     pub fn expire_sensors(&self, now: i64) -> Vec<String> {
+        {
+            let live: Vec<u64> = self
+                .config
+                .read(&pin(), |c| c.listeners.values().map(|l| l.id).collect());
+            let sensors = self.listener_sensors.pin();
+            let gone: Vec<u64> = sensors
+                .iter()
+                .map(|(id, _)| *id)
+                .filter(|id| !live.contains(id))
+                .collect();
+            for id in gone {
+                sensors.remove_if(&id, |_, _| true);
+            }
+        }
         let m = self.ips.pin();
         let expiry = self.ip_sensor_expiry_ms;
         let idle = |s: &IpSensor| now.wrapping_sub(s.last_record.load(Relaxed)) > expiry;
@@ -658,6 +705,54 @@ mod tests {
         assert_eq!(q.accept_delay("REPLICATION", t).unwrap(), 0);
         assert_eq!(q.listener_throttle_avgs("EXTERNAL", t).unwrap().0, 500.0);
         assert_eq!(q.broker_rate(t), 3.0);
+    }
+
+    #[test]
+    fn siblings_share_the_configuration_and_count_apart() {
+        let a = quotas();
+        let b = a.sibling();
+        let t = 1_700_000_000_000;
+        // A change through either is seen by both.
+        b.set_ip_quota(Some(EXTERNAL_IP), Some(2)).unwrap();
+        a.set_broker_max_rate(3).unwrap();
+        assert_eq!(a.ip_quota(EXTERNAL_IP).unwrap(), 2);
+        assert_eq!(b.broker_max_rate(), 3);
+        b.add_listener("INTERNAL", Some(7)).unwrap();
+        assert!(a.listeners().contains(&("INTERNAL".to_owned(), 7)));
+        // Each counts its own connections, as one broker alone with these quotas would.
+        for q in [&a, &b] {
+            let alone = quotas();
+            alone.set_ip_quota(Some(EXTERNAL_IP), Some(2)).unwrap();
+            alone.set_broker_max_rate(3).unwrap();
+            let decide = |q: &ConnectionQuotas| -> Vec<ConnectionDecision> {
+                (0..3)
+                    .map(|_| q.on_new_connection("EXTERNAL", EXTERNAL_IP, t).unwrap())
+                    .collect()
+            };
+            let decisions = decide(q);
+            assert_eq!(decisions, decide(&alone));
+            assert!(decisions[2].ip_throttle_ms > 0, "{decisions:?}");
+            assert_eq!(
+                q.listener_rate("EXTERNAL", t).unwrap(),
+                alone.listener_rate("EXTERNAL", t).unwrap()
+            );
+            assert_eq!(q.broker_rate(t), alone.broker_rate(t));
+            assert_eq!(
+                q.ip_rate(EXTERNAL_IP, t).unwrap(),
+                alone.ip_rate(EXTERNAL_IP, t).unwrap()
+            );
+        }
+        assert_eq!(a.broker_rate(t), b.broker_rate(t));
+        // A listener one removes is gone for both; the other's sensors go at its expiry.
+        assert!(a.remove_listener("EXTERNAL"));
+        assert!(b.listener_rate("EXTERNAL", t).is_err());
+        assert_eq!(b.listener_sensors.pin().iter().count(), 1);
+        b.expire_sensors(t);
+        assert_eq!(b.listener_sensors.pin().iter().count(), 0);
+        // Added again, it starts from nothing on both.
+        a.add_listener("EXTERNAL", None).unwrap();
+        assert_eq!(b.listener_rate("EXTERNAL", t).unwrap(), 0.0);
+        assert_eq!(a.listener_rate("EXTERNAL", t).unwrap(), 0.0);
     }
 
     #[test]
