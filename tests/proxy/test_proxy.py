@@ -46,7 +46,9 @@ N_MESSAGES = 300
 
 
 def _values(prefix: str) -> list[bytes]:
-    return [f"{prefix}-{i:05d}".encode() * 8 for i in range(N_MESSAGES)]
+    """~1 kB each: librdkafka batches them into produce requests of more than the
+    proxy's 64 KiB read chunk, which it reads in several steps."""
+    return [f"{prefix}-{i:05d}".encode() * 80 for i in range(N_MESSAGES)]
 
 
 # -- each client: create a topic, produce, consume once and in order ---------------------

@@ -11,6 +11,7 @@ clock. It speaks Kafka through kio, like the clients' frames below.
 from __future__ import annotations
 
 import asyncio
+import random
 import socket
 import time
 from collections.abc import Iterator
@@ -156,3 +157,59 @@ def test_shutdown_answers_pipelined_requests(acks: int) -> None:
     finally:
         broker.close()
     assert [a.size > 0 for a in plugin.applied if a.api == "produce"] == [True, True]
+
+
+def _pieces(data: bytes, seed: int) -> Iterator[bytes]:
+    """``data`` cut into pieces of random sizes, 1 byte to 300 kB."""
+    rng = random.Random(seed)
+    at = 0
+    while at < len(data):
+        size = rng.randint(1, 300_000)
+        yield data[at : at + size]
+        at += size
+
+
+def test_large_produce_requests_reach_the_broker_byte_for_byte() -> None:
+    """Produce requests larger than the proxy's read chunk (64 KiB), up to 3 MB, between
+    smaller ones, pipelined, and sent in uneven pieces with pauses: each reaches the broker
+    exactly as sent and in order, and each is recorded on the produce quota with its whole
+    size."""
+    rng = random.Random(7)
+    sizes = [10, 200_000, 3_000_000, 65_000, 70_000, 1_048_576]
+    requests = [
+        produce_request(c, "big", size, records=rng.randbytes(size))
+        for c, size in enumerate(sizes, 1)
+    ]
+    correlation_ids = list(range(1, len(sizes) + 1))
+    plugin = RecordingPlugin()
+    with proxied(plugin) as (broker, client, _):
+        for piece in _pieces(b"".join(requests), seed=3):
+            client.sendall(piece)
+            time.sleep(0.002)
+        assert [broker.next_request() for _ in sizes] == [(c, 0) for c in correlation_ids]
+        for correlation_id in correlation_ids:
+            broker.answer(correlation_id, 0)
+        assert [_answered(client) for _ in sizes] == correlation_ids
+    assert len(broker.frames) == len(requests)
+    for sent, received in zip(requests, broker.frames, strict=True):
+        assert received == sent[4:], f"request of {len(sent)} bytes changed on its way"
+    produced = [a for a in plugin.applied if a.api == "produce"]
+    assert [a.size for a in produced] == [len(r) - 4 for r in requests]
+
+
+def test_a_client_gone_inside_a_large_request_closes_its_connection(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The broker gets no part of a request whose client left before its end: the proxy
+    closes the connection upstream and says why."""
+    request = produce_request(1, "big", 500_000)
+    with caplog.at_level("WARNING", logger="kquota.proxy"), proxied() as (broker, client, _):
+        client.sendall(request[:300_000])
+        client.shutdown(socket.SHUT_RDWR)
+        assert broker.ended.wait(SCRIPT_HANG_S), "the proxy kept the broker's connection"
+        deadline = time.monotonic() + SCRIPT_HANG_S
+        while not (logged := [r.getMessage() for r in caplog.records]):
+            assert time.monotonic() < deadline, "nothing logged"
+            time.sleep(0.05)
+    assert broker.frames == []
+    assert any("closing connection from" in m and "request:" in m for m in logged), logged

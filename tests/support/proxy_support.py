@@ -443,9 +443,12 @@ SCRIPT_QUIET_S = 0.3
 """How long :meth:`ScriptedBroker.nothing_more` listens for a request that must not come."""
 
 
-def produce_request(correlation_id: int, client_id: str, size: int, acks: int = 1) -> bytes:
+def produce_request(
+    correlation_id: int, client_id: str, size: int, acks: int = 1, records: bytes | None = None
+) -> bytes:
     """A Produce v9 request whose records are ``size`` opaque bytes (the proxy reads none
-    of them; a stand-in broker stores nothing)."""
+    of them; a stand-in broker stores nothing): ``records`` when given, else ``size``
+    times ``b"r"``."""
     import datetime
 
     from kio.schema.produce.v9.request import (
@@ -462,7 +465,11 @@ def produce_request(correlation_id: int, client_id: str, size: int, acks: int = 
         topic_data=(
             TopicProduceData(
                 name="t",  # type: ignore[arg-type]
-                partition_data=(PartitionProduceData(index=i32(0), records=Records(b"r" * size)),),
+                partition_data=(
+                    PartitionProduceData(
+                        index=i32(0), records=Records(b"r" * size if records is None else records)
+                    ),
+                ),
             ),
         ),
     )
@@ -548,7 +555,8 @@ def response_frame(api_key: int, correlation_id: int, error: int = 0) -> bytes:
 
 class ScriptedBroker:
     """A stand-in broker for one connection: notes each request frame as it arrives
-    (:meth:`next_request`) and answers one only when told (:meth:`answer`)."""
+    (:meth:`next_request`; the frames themselves, without their size, in :attr:`frames`)
+    and answers one only when told (:meth:`answer`)."""
 
     def __init__(self) -> None:
         import queue
@@ -556,6 +564,9 @@ class ScriptedBroker:
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.port: int = self.listener.getsockname()[1]
         self.requests: queue.Queue[tuple[int, int]] = queue.Queue()
+        self.frames: list[bytes] = []
+        self.ended = threading.Event()
+        """Set when the proxy closed the connection (or it failed)."""
         self.connection: socket.socket | None = None
         self._ready = threading.Event()
         threading.Thread(target=self._serve, name="scripted-broker", daemon=True).start()
@@ -570,15 +581,19 @@ class ScriptedBroker:
         except OSError:
             return
         self._ready.set()
-        while True:
-            try:
-                frame = read_frame(self.connection)
-            except OSError:
-                return
-            if frame is None:
-                return
-            api_key, _, correlation_id = struct.unpack_from(">hhi", frame)
-            self.requests.put((correlation_id, api_key))
+        try:
+            while True:
+                try:
+                    frame = read_frame(self.connection)
+                except OSError:
+                    return
+                if frame is None:
+                    return
+                self.frames.append(frame)
+                api_key, _, correlation_id = struct.unpack_from(">hhi", frame)
+                self.requests.put((correlation_id, api_key))
+        finally:
+            self.ended.set()
 
     def next_request(self) -> tuple[int, int]:
         """``(correlation id, api key)`` of the next request to arrive."""
