@@ -451,6 +451,23 @@ def test_a_kafka_topic_store_takes_librdkafka_settings(kafka_cluster: Any, tmp_p
         KafkaTopicStore(bootstrap, topic, config={"socket.timeout.ms": 5})  # type: ignore[dict-item]
 
 
+def test_a_kafka_store_address_keeps_a_plus_and_decodes_percent_escapes(tmp_path: Path) -> None:
+    """A ``+`` in a setting or a ``config=`` path is itself (a path or a password may hold
+    one), and ``%XX`` is decoded: librdkafka's refusal shows the value as it got it."""
+    here = "kafka://127.0.0.1:9/quotas"
+    settings = tmp_path / "a+b.properties"
+    settings.write_text("socket.timeout=5\n")
+    for query, reason in {
+        f"?config={settings}": 'No such configuration property: "socket.timeout"',
+        "?security.protocol=a+b": 'Invalid value "a+b"',
+        "?security.protocol=a%2Bb%26c": 'Invalid value "a+b&c"',
+        "?client.id=x&&security.protocol=a": "invalid settings 'client.id=x&&security",
+        "?=x": "invalid settings '=x'",
+    }.items():
+        with pytest.raises(StoreError, match=re.escape(reason)):
+            open_store(here + query)
+
+
 def _instance(cluster: Any, store: KafkaTopicStore, ports: tuple[int, int]) -> Any:
     """A gateway as ``kquota proxy --bootstrap --store kafka://...`` runs one."""
     plugin = _plugin()

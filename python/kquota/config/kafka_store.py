@@ -90,7 +90,8 @@ def open_kafka_store(spec: str, *, timeout: float = DEFAULT_KAFKA_TIMEOUT) -> Ka
     (``?security.protocol=SSL``), but ``config=PATH``: a file of settings, one
     ``NAME=VALUE`` a line (``#`` and ``!`` start a comment), read now. A file keeps
     secrets such as ``sasl.password`` off command lines; a query parameter overrides the
-    file's setting of the same name."""
+    file's setting of the same name. Names and values are percent-decoded (``%26`` is
+    ``&``); a ``+`` is itself, as in a path or a password, not a space."""
     match = re.fullmatch(r"kafka://([^/?]*)(?:/([^?]*))?(?:\?(.*))?", spec)
     if match is None or not match.group(1):
         raise StoreError(
@@ -101,13 +102,11 @@ def open_kafka_store(spec: str, *, timeout: float = DEFAULT_KAFKA_TIMEOUT) -> Ka
     settings: dict[str, str] = {}
     given: dict[str, str] = {}
     if query:
-        try:
-            pairs = urllib.parse.parse_qsl(query, keep_blank_values=True, strict_parsing=True)
-        except ValueError:
-            raise StoreError(
-                f"invalid settings {query!r} of Kafka store: expected NAME=VALUE&..."
-            ) from None
-        for name, value in pairs:
+        pairs = [part.partition("=") for part in query.split("&")]
+        if any(not name or not equals for name, equals, _ in pairs):
+            raise StoreError(f"invalid settings {query!r} of Kafka store: expected NAME=VALUE&...")
+        for quoted_name, _, quoted_value in pairs:
+            name, value = urllib.parse.unquote(quoted_name), urllib.parse.unquote(quoted_value)
             if name in given:
                 raise StoreError(f"Kafka store setting {name!r} given twice")
             given[name] = value
