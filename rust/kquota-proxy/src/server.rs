@@ -77,8 +77,9 @@ const API_VERSIONS: i16 = 18;
 const METADATA: i16 = 3;
 const SASL_AUTHENTICATE: i16 = 36;
 
-/// A broker's produce, fetch and request quota managers, shared with their owner (who
-/// may change their quotas while the proxy runs).
+/// A broker's produce, fetch and request quota managers, and its controller-mutation
+/// manager and connection rates when given, shared with their owner (who may change their
+/// quotas while the proxy runs).
 #[derive(Clone)]
 pub struct Managers {
     produce: Arc<QuotaManager>,
@@ -375,6 +376,17 @@ struct Shared {
     local_addr: SocketAddr,
 }
 
+impl Shared {
+    /// The listen port's door, then a gateway's brokers'.
+    fn all_doors(&self) -> Vec<Arc<Door>> {
+        let mut all = vec![Arc::clone(&self.door)];
+        if let Some(doors) = &self.doors {
+            all.extend(doors.all());
+        }
+        all
+    }
+}
+
 /// A running proxy: its own tokio runtime, listening until [`Proxy::shutdown`].
 pub struct Proxy {
     shared: Arc<Shared>,
@@ -480,9 +492,9 @@ impl Proxy {
     /// Connections closed unread because their IP was over its `connection_creation_rate`
     /// (on every port of a gateway).
     pub fn ip_throttled_connections(&self) -> u64 {
-        let gateway_doors = self.shared.doors.as_ref().map_or_else(Vec::new, Doors::all);
-        std::iter::once(&self.shared.door)
-            .chain(&gateway_doors)
+        self.shared
+            .all_doors()
+            .iter()
             .filter_map(|door| door.managers.admission())
             .map(|a| a.ip_throttled())
             .sum()
@@ -578,9 +590,9 @@ async fn maintain(shared: Arc<Shared>) {
     loop {
         let now = monotonic_ms();
         let expire = now >= next_expiry;
-        let gateway_doors = shared.doors.as_ref().map_or_else(Vec::new, Doors::all);
-        let next_unmute = std::iter::once(&shared.door)
-            .chain(&gateway_doors)
+        let next_unmute = shared
+            .all_doors()
+            .iter()
             .filter_map(|door| door.managers.maintain(now, expire))
             .min();
         if expire {
