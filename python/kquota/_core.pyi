@@ -9,7 +9,7 @@ since the epoch at its first call, then monotonic), so use either caller-supplie
 or the clock with one manager, not both.
 """
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, ClassVar, Final, Literal, Self, final
 
 import numpy as np
@@ -963,6 +963,11 @@ class ProxyDataPath:
     With ``admin`` (an object with ``describe()`` and ``alter(changes, validate_only)``,
     such as :class:`kquota.proxy.StoreAdmin`), DescribeClientQuotas and AlterClientQuotas
     are answered by the proxy, after Kafka's checks, instead of forwarded.
+
+    A gateway whose managers have a quota callback needs ``callback_factory``, called
+    with no argument for each broker it learns: each broker's three managers get the new
+    callback it returns (each Kafka broker has an instance of its own), told every quota
+    set so far, every change after and the cluster metadata as that broker.
     """
 
     def __new__(
@@ -986,6 +991,7 @@ class ProxyDataPath:
         broker_ports: tuple[int, int] | None = None,
         advertised_host: str | None = None,
         admin: object | None = None,
+        callback_factory: Callable[[], object] | None = None,
     ) -> Self: ...
     @property
     def address(self) -> tuple[str, int]: ...

@@ -17,6 +17,7 @@ from typing import Any
 
 import kquota
 import pytest
+from callbacks.per_broker_quota import PerBrokerQuota
 from kafka_support import kafka_configs
 from kafka_wire import read_response
 from kquota import QuotaManager
@@ -113,14 +114,22 @@ class Producer:
         else:
             self.acked.append((time.monotonic(), len(msg.value())))
 
-    def run(self, seconds: float, partitions: int, stop: threading.Event | None = None) -> None:
+    def run(
+        self,
+        seconds: float,
+        partitions: int,
+        stop: threading.Event | None = None,
+        only: int | None = None,
+    ) -> None:
+        """Writes to every partition in turn, or ``only`` to that one."""
         payload = b"x" * MESSAGE
         start = time.monotonic()
         while time.monotonic() - start < seconds and not (stop and stop.is_set()):
             if len(self.producer) < 128:
                 value = self.sent.to_bytes(8, "big") + payload
+                partition = self.sent % partitions if only is None else only
                 self.producer.produce(
-                    self.topic, value, partition=self.sent % partitions, on_delivery=self._delivered
+                    self.topic, value, partition=partition, on_delivery=self._delivered
                 )
                 self.sent += 1
             else:
@@ -130,6 +139,24 @@ class Producer:
     def finish(self, timeout: float = 120) -> None:
         left = self.producer.flush(timeout)
         assert left == 0, f"{left} messages not delivered"
+
+
+def _produce_per_broker(
+    bootstrap: str, topic: str, leaders: dict[int, int], client_id: str, seconds: float
+) -> list[Producer]:
+    """A producer per partition of ``leaders`` (partition: broker) for ``seconds``, at
+    once, so that one broker's throttles hold up only the producer writing to it."""
+    producers = [Producer(bootstrap, topic, client_id) for _ in leaders]
+    with ThreadPoolExecutor(len(producers)) as pool:
+        runs = [
+            pool.submit(p.run, seconds, len(leaders), only=partition)
+            for p, partition in zip(producers, sorted(leaders), strict=True)
+        ]
+        for run in runs:
+            run.result()
+    for p in producers:
+        p.finish()
+    return producers
 
 
 def _consume_all(bootstrap: str, topic: str, count: int, group: str) -> list[int]:
@@ -454,6 +481,70 @@ def test_each_port_counts_its_own_connections_as_each_broker_does(kafka_cluster:
     )
 
 
+def test_each_broker_has_a_quota_callback_instance_of_its_own(kafka_cluster: Any) -> None:
+    # Each Kafka broker has its own callback, told every quota and the cluster metadata as
+    # that broker; PerBrokerQuota's limits differ per broker, so each broker's sensors
+    # show which instance they asked.
+    quota = 60_000
+    topic = "gateway-callbacks"
+    made: list[PerBrokerQuota] = []
+
+    def factory() -> PerBrokerQuota:
+        made.append(PerBrokerQuota())
+        return made[-1]
+
+    bootstrap = factory()
+    managers = [
+        QuotaManager(t, num_samples=NUM_SAMPLES, window_ms=WINDOW_MS, callback=bootstrap)
+        for t in ("produce", "fetch", "request")
+    ]
+    plugin = RecordingPlugin(*managers, quota_callback=bootstrap)
+    # Set before the gateway knows any broker: each broker's instance is told at its start.
+    plugin.produce.set_quota(kquota.Entity(user=ANONYMOUS), quota)
+    for n in range(3):
+        # The replay: managers with broker n's own callback, as broker n would have.
+        own = PerBrokerQuota(broker=n)
+        plugin.replay_broker_on(
+            n,
+            kquota.RequestPath(
+                *(
+                    QuotaManager(t, num_samples=NUM_SAMPLES, window_ms=WINDOW_MS, callback=own)
+                    for t in ("produce", "fetch", "request")
+                )
+            ),
+        )
+    with _gateway(kafka_cluster, plugin, free_ports(3), callback_factory=factory) as gateway:
+        leaders = _create_topic(gateway.address, topic, 3)
+        assert set(leaders.values()) == {0, 1, 2}, f"one leader per broker: {leaders}"
+        first = _produce_per_broker(gateway.address, topic, leaders, "scaled", 4)
+        per_broker = gateway.server.broker_managers()
+        assert len(made) == 4, "one instance for the bootstrap and one per broker"
+        by_broker = {cb.broker: cb for cb in made[1:]}
+        assert sorted(by_broker) == [0, 1, 2]
+        assert bootstrap.broker is None
+        for n, cb in by_broker.items():
+            assert cb.quotas == {("produce", ANONYMOUS): quota}
+            assert {m.local_broker for m in cb.metadata} == {n}
+            assert per_broker[n].produce.callback is cb
+            assert per_broker[n].produce.bound(ANONYMOUS, "scaled") == quota / 2 * (n + 1)
+        plugin.pull()
+        # A change made while clients run reaches every broker's instance.
+        plugin.produce.set_quota(kquota.Entity(user=ANONYMOUS), 2 * quota)
+        assert all(cb.quotas == {("produce", ANONYMOUS): 2 * quota} for cb in made)
+        again = _produce_per_broker(gateway.address, topic, leaders, "scaled", 2)
+        for n in range(3):
+            assert per_broker[n].produce.bound(ANONYMOUS, "scaled") == quota * (n + 1)
+        plugin.pull()
+
+    assert all(cb.closed for cb in made)
+    assert all(p.failures == [] for p in first + again)
+    applied = [a for a in plugin.applied if a.api == "produce" and a.client_id == "scaled"]
+    throttled = {a.broker for a in applied if a.outcome.throttled}
+    assert throttled == {0, 1, 2}, f"throttled on brokers {throttled}"
+    # Each broker throttled exactly as a broker with its own callback instance would.
+    assert plugin.replay_mismatches == []
+
+
 def test_cli_rejects_bad_gateway_options_with_status_2(tmp_path: Any) -> None:
     gateway = ["--listen", "127.0.0.1:0", "--bootstrap", "127.0.0.1:9,127.0.0.1:10"]
     cases = [
@@ -463,7 +554,7 @@ def test_cli_rejects_bad_gateway_options_with_status_2(tmp_path: Any) -> None:
         ([*gateway, "--broker-ports", "0-10"], "invalid --broker-ports '0-10'"),
         (
             [*gateway, "--broker-ports", "9300-9310", "--quota-callback", "m:f"],
-            "--quota-callback is for --upstream",
+            "invalid quota callback 'm:f': cannot import module 'm'",
         ),
         (
             ["--listen", "127.0.0.1:0", "--upstream", "h:9", "--broker-ports", "9300-9310"],
@@ -530,8 +621,22 @@ def test_bad_gateway_settings_are_named() -> None:
 
     callback = NoQuotas()
     with_callback = [QuotaManager(t, callback=callback) for t in ("produce", "fetch", "request")]
-    with pytest.raises(InvalidConfigError, match="each broker has its own callback"):
+    with pytest.raises(InvalidConfigError, match="each broker has a callback instance of its own"):
         ProxyDataPath("127.0.0.1:9", *with_callback, broker_ports=(1, 2))
+    with pytest.raises(InvalidConfigError, match="invalid callback_factory 42"):
+        ProxyDataPath("127.0.0.1:9", *with_callback, broker_ports=(1, 2), callback_factory=42)
+    plugin = QuotaPlugin(*with_callback, quota_callback=callback)
+    for upstream, kwargs, message in (
+        (("h", 9), {"broker_ports": (1, 2)}, "needs callback_factory"),
+        (("h", 9), {"callback_factory": NoQuotas}, "callback_factory needs broker_ports"),
+        (
+            ("h", 9),
+            {"broker_ports": (1, 2), "callback_factory": 42},
+            "invalid callback_factory 42",
+        ),
+    ):
+        with pytest.raises(InvalidConfigError, match=message):
+            ProxyServer(upstream, plugin, **kwargs)  # type: ignore[arg-type]
 
 
 def test_the_cli_gateway_captures_each_broker_and_applies_the_store(
@@ -643,6 +748,77 @@ def test_the_cli_gateway_captures_each_broker_and_applies_the_store(
         f" one time, {at - max(last.values())} ms after the last decision: "
         + ", ".join(f"broker {b} {rates[b] / quota:.2f} Q" for b in sorted(rates))
     )
+
+
+def test_the_cli_gateway_gives_each_broker_its_own_quota_callback(
+    kafka_cluster: Any, tmp_path: Any
+) -> None:
+    """``kquota proxy --bootstrap ... --quota-callback module:factory``: each broker's
+    decisions, as the capture keeps them, are those of a broker with its own instance of
+    the callback (whose limits depend on the broker it serves)."""
+    import os
+    import signal
+
+    import paths
+    import pyarrow.parquet as pq
+
+    quota = 40_000
+    store = tmp_path / "quotas.sqlite"
+    subprocess.run(
+        [
+            *(sys.executable, "-m", "kquota", "configs", "--store", str(store), "--alter"),
+            *("--user", ANONYMOUS, "--add-config", f"producer_byte_rate={quota}"),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
+    first, last = free_ports(3)
+    listen = free_port()
+    capture = tmp_path / "capture"
+    support = os.pathsep.join(p for p in (str(paths.SUPPORT), os.environ.get("PYTHONPATH")) if p)
+    process = subprocess.Popen(
+        [
+            *(sys.executable, "-m", "kquota", "proxy", "--listen", f"127.0.0.1:{listen}"),
+            *("--bootstrap", kafka_cluster.bootstrap, "--broker-ports", f"{first}-{last}"),
+            *("--store", str(store), "--capture", str(capture)),
+            *("--quota-callback", "callbacks.per_broker_quota:PerBrokerQuota"),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": support},
+    )
+    try:
+        assert process.stdout is not None
+        line = process.stdout.readline()
+        assert line.startswith("kquota proxy: gateway listening"), (
+            line,
+            process.stderr.read() if process.stderr else "",
+        )
+        bootstrap = f"127.0.0.1:{listen}"
+        leaders = _create_topic(bootstrap, "gateway-cli-callback", 3)
+        assert set(leaders.values()) == {0, 1, 2}, f"one leader per broker: {leaders}"
+        producers = _produce_per_broker(bootstrap, "gateway-cli-callback", leaders, "cb", 4)
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(60) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+        _, stderr = process.communicate(timeout=30)
+    assert all(p.failures == [] for p in producers)
+    rows = [r for f in sorted(capture.glob("*.parquet")) for r in pq.read_table(f).to_pylist()]
+    produced = [r for r in rows if r["api"] == "produce" and r["client_id"] == "cb"]
+    throttled = {r["broker"] for r in produced if r["kafka_throttle_ms"] > 0}
+    assert throttled == {"0", "1", "2"}, (throttled, stderr)
+    for broker in (0, 1, 2):
+        own = PerBrokerQuota(broker=broker)
+        replay = QuotaManager("produce", num_samples=NUM_SAMPLES, window_ms=WINDOW_MS, callback=own)
+        replay.set_quota(kquota.Entity(user=ANONYMOUS), quota)
+        mine = [r for r in produced if r["broker"] == str(broker)]
+        want = [max(0, replay.record(r["user"], "cb", r["bytes"], now_ms=r["ts_ms"])) for r in mine]
+        assert [r["kafka_throttle_ms"] for r in mine] == want, f"broker {broker}"
+        assert replay.bound(ANONYMOUS, "cb") == quota / 2 * (broker + 1)
 
 
 def _scrape(url: str) -> dict[tuple[str, str, tuple[str, ...]], float]:

@@ -116,6 +116,11 @@ class RecordingPlugin(QuotaPlugin):
                     Applied(kind, d.user, d.client_id, d.size, out, d.at_ms, rate, d.broker)
                 )
 
+    def replay_broker_on(self, broker: int, path: RequestPath) -> None:
+        """Replay ``broker``'s decisions on ``path`` (e.g. managers with that broker's own
+        quota callback) instead of on plain copies of the plugin's managers."""
+        self._shadows[broker] = path
+
     def mutation_decided(self, mutation_throttle_ms: int, outcome: QuotaOutcome) -> None:
         """A mutation request's outcome: kept by plugins that override it."""
 

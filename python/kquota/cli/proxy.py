@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import logging
 import signal
 import sys
@@ -101,7 +102,8 @@ def register(subparsers: Any) -> None:
             "a custom quota callback (KIP-257): FACTORY() in the importable MODULE returns a"
             " kquota.QuotaCallback that resolves clients and gives their quota limits instead"
             " of Kafka's precedence; it is told of every quota in the store and of the"
-            " brokers and partition leaders in Metadata responses"
+            " brokers and partition leaders in Metadata responses (a gateway calls FACTORY"
+            " once more for each broker: each has an instance of its own)"
         ),
     )
     parser.add_argument(
@@ -266,10 +268,6 @@ def run(args: argparse.Namespace) -> int:
             broker_ports = _port_range(args.broker_ports)
             if args.capture_broker is not None:
                 raise ValueError("--capture-broker is for --upstream: a gateway writes node ids")
-            if args.quota_callback is not None:
-                raise ValueError(
-                    "--quota-callback is for --upstream: each broker has a callback of its own"
-                )
         else:
             for gateway_option, given in (
                 ("--broker-ports", args.broker_ports),
@@ -386,6 +384,12 @@ def run(args: argparse.Namespace) -> int:
             broker_ports=broker_ports,
             advertised_host=args.advertised_host,
             admin=StoreAdmin(store, on_change=live.refresh) if gateway else None,
+            # Each broker's own instance, as each Kafka broker has.
+            callback_factory=(
+                functools.partial(load_callback, args.quota_callback)
+                if gateway and callback is not None
+                else None
+            ),
         )
         if args.metrics_port is not None:
             # A gateway's are per broker, labelled with the node id.

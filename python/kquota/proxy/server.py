@@ -71,6 +71,7 @@ from kquota.broker.metrics import (
     PerBrokerQuotaCollector,
     QuotaCollector,
 )
+from kquota.callback import QuotaCallback
 from kquota.exceptions import InvalidConfigError, ProxyError
 from kquota.proxy.admin import StoreAdmin
 from kquota.proxy.capture import TrafficCapture, flush_every_second
@@ -199,7 +200,11 @@ class ProxyServer:
     sensors of its own, with the plugin's quotas, as each Kafka broker measures its own,
     and so are the connections to each port with ``connection_quotas`` (the bootstrap
     port's on sensors of its own: a connection is admitted before the gateway knows which
-    broker it reaches); a quota callback is not taken in gateway mode.
+    broker it reaches). A gateway whose plugin has a quota callback needs
+    ``callback_factory`` (no argument, returning a new callback, as ``load_callback``'s
+    ``module:factory`` does): each broker gets an instance of its own, as each Kafka
+    broker has, told every quota and the cluster metadata as that broker; the bootstrap
+    port keeps the plugin's. The proxy closes the instances it made at :meth:`shutdown`.
     ``max_request_bytes`` is Kafka's ``socket.request.max.bytes``; responses larger than
     ``max_response_bytes`` close the connection too. With ``capture``, every request whose
     quota the proxy checks is added to it, as it was checked (``kquota proxy --capture``).
@@ -243,6 +248,7 @@ class ProxyServer:
         broker_ports: tuple[int, int] | None = None,
         advertised_host: str | None = None,
         admin: StoreAdmin | None = None,
+        callback_factory: Callable[[], QuotaCallback] | None = None,
     ) -> None:
         addresses = _addresses(upstream)
         if broker_ports is not None:
@@ -266,6 +272,22 @@ class ProxyServer:
             )
         if admin is not None and not isinstance(admin, StoreAdmin):
             raise InvalidConfigError(f"invalid admin {admin!r}: expected a StoreAdmin")
+        if callback_factory is not None and not callable(callback_factory):
+            raise InvalidConfigError(
+                f"invalid callback_factory {callback_factory!r}: expected a callable"
+                " returning a new quota callback"
+            )
+        with_callback = any(m.callback is not None for m in plugin.managers)
+        if broker_ports is None and callback_factory is not None:
+            raise InvalidConfigError(
+                "callback_factory needs broker_ports (gateway mode): a sidecar's broker"
+                " has the plugin's callback"
+            )
+        if broker_ports is not None and with_callback and callback_factory is None:
+            raise InvalidConfigError(
+                "a gateway whose plugin has a quota callback needs callback_factory:"
+                " each broker has a callback instance of its own"
+            )
         if advertised_host is not None and broker_ports is None:
             raise InvalidConfigError(
                 f"advertised_host {advertised_host!r} needs broker_ports (gateway mode)"
@@ -318,6 +340,8 @@ class ProxyServer:
             plugin.channels.add_manager(mutation)  # its delay queue and sensors kept
         self.threads = threads
         self.keep_decisions = keep_decisions
+        self.callback_factory = callback_factory if with_callback else None
+        self._made_callbacks: list[QuotaCallback] = []
         self._data_path: ProxyDataPath | None = None
         self._capture_ticker: asyncio.Task[None] | None = None
 
@@ -345,11 +369,19 @@ class ProxyServer:
             broker_ports=self.broker_ports,
             advertised_host=self.advertised_host,
             admin=self.admin,
+            callback_factory=None if self.callback_factory is None else self._new_callback,
         )
         if self.capture is not None:
             self.capture.align(plugin.channels.now_ms())
             loop = asyncio.get_running_loop()
             self._capture_ticker = loop.create_task(self._capture_decisions(self.capture))
+
+    def _new_callback(self) -> QuotaCallback:
+        """A new broker's callback, kept to be closed at shutdown."""
+        assert self.callback_factory is not None
+        callback = self.callback_factory()
+        self._made_callbacks.append(callback)
+        return callback
 
     def take_decisions(self) -> list[ProxyDecision]:
         """The quota decisions since the last call, oldest first (with ``keep_decisions``;
@@ -432,7 +464,8 @@ class ProxyServer:
         so far: new handles on the managers its port's connections record on (not copies),
         so reading them reads that broker's sensors, and a quota set on them is set on
         every broker (they share the plugin's quotas and ``connection_quotas``'
-        configuration).
+        configuration). With a quota callback, a broker's managers' ``callback`` is that
+        broker's own instance.
         """
         if self.broker_ports is None:
             return {}
@@ -506,6 +539,9 @@ class ProxyServer:
         if self.capture is not None:
             self._capture_taken(self.capture)  # the decisions of the last requests
             await loop.run_in_executor(None, self.capture.close)
+        made, self._made_callbacks = self._made_callbacks, []
+        for callback in made:
+            callback.close()
 
 
 def _addresses(upstream: object) -> list[tuple[str, int]]:

@@ -387,10 +387,47 @@ fn the_replay_kernel_resolves_through_the_callback() {
 }
 
 #[test]
-fn a_manager_with_a_callback_has_no_sibling() {
-    // Each broker has a callback instance of its own: another broker's manager cannot
-    // share this one's.
-    let cb = Arc::new(SplitUserQuota::default());
-    let m = with(&cb, QuotaType::Produce);
-    assert!(matches!(m.sibling(), Err(Error::InvalidConfig(_))));
+fn each_sibling_has_its_own_callback_told_every_quota() {
+    // Each broker has a callback instance of its own: a sibling takes a new one, which
+    // learns the quotas set so far and every change made on any sibling after.
+    let (cb_a, cb_b) = (
+        Arc::new(SplitUserQuota::default()),
+        Arc::new(SplitUserQuota::default()),
+    );
+    let a = with(&cb_a, QuotaType::Produce);
+    assert!(matches!(a.sibling(), Err(Error::InvalidConfig(_))));
+    let plain = QuotaManager::with_defaults(QuotaType::Produce);
+    assert!(matches!(
+        plain.sibling_with_callback(cb_b.clone()),
+        Err(Error::InvalidConfig(_))
+    ));
+    a.set_quota(&user("alice"), 2000.0).unwrap();
+    let b = a.sibling_with_callback(cb_b.clone()).unwrap();
+    assert_eq!(cb_b.quotas.lock().unwrap().get("alice"), Some(&2000.0));
+    // Each measures its own traffic under its own callback's limit.
+    assert_eq!(b.record("alice", "x", 600.0, 0).unwrap(), 0);
+    assert_eq!(b.bound("alice", "x"), Some(1000.0));
+    assert_eq!(a.measure("alice", "x", 0), None);
+    assert_eq!(a.record("alice", "x", 100.0, 0).unwrap(), 0);
+    assert_eq!(a.measure("alice", "x", 0), Some(10.0));
+    // A change on either reaches both callbacks; each asks its own limit again.
+    b.set_quota(&user("alice"), 4000.0).unwrap();
+    assert_eq!(cb_a.quotas.lock().unwrap().get("alice"), Some(&4000.0));
+    a.record("alice", "x", 1.0, 10).unwrap();
+    assert_eq!(
+        (a.bound("alice", "x"), b.bound("alice", "x")),
+        (Some(2000.0), Some(2000.0))
+    );
+    // Metadata told to one broker's callback changes that broker's limits only.
+    assert!(update_cluster_metadata(&[&b], &metadata(4)).unwrap());
+    a.record("alice", "x", 1.0, 20).unwrap();
+    assert_eq!(
+        (a.bound("alice", "x"), b.bound("alice", "x")),
+        (Some(2000.0), Some(1000.0))
+    );
+    a.remove_quota(&user("alice")).unwrap();
+    assert!(cb_a.quotas.lock().unwrap().is_empty());
+    assert!(cb_b.quotas.lock().unwrap().is_empty());
+    b.record("alice", "x", 1.0, 30).unwrap();
+    assert_eq!(b.bound("alice", "x"), Some(kquota_core::UNLIMITED));
 }

@@ -16,6 +16,8 @@ use std::collections::{HashMap, HashSet};
 use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex};
 
+use kquota_core::ClusterMetadata;
+
 use crate::server::Managers;
 
 /// How the gateway numbers its ports and what it tells clients.
@@ -65,6 +67,8 @@ pub(crate) struct Door {
     /// `host:port` upstream (a comma-separated list for a bootstrap).
     upstream: Mutex<String>,
     pub(crate) managers: Managers,
+    /// The cluster metadata its quota callback was last told of.
+    pub(crate) told: Mutex<Option<ClusterMetadata>>,
 }
 
 impl Door {
@@ -73,6 +77,7 @@ impl Door {
             broker,
             upstream: Mutex::new(upstream),
             managers,
+            told: Mutex::new(None),
         }
     }
 

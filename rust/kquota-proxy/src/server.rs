@@ -40,9 +40,8 @@ use std::time::{Duration, Instant};
 use bytes::{Bytes, BytesMut};
 use kafka_protocol::messages::ApiKey;
 use kquota_core::{
-    monotonic_ms, update_cluster_metadata, ClusterMetadata, ConnectionQuotas,
-    ControllerMutationQuotaManager, MutationRequestQuota, Outcome, QuotaManager, QuotaType,
-    Request, RequestPath,
+    monotonic_ms, update_cluster_metadata, ConnectionQuotas, ControllerMutationQuotaManager,
+    MutationRequestQuota, Outcome, QuotaCallback, QuotaManager, QuotaType, Request, RequestPath,
 };
 use tokio::io::AsyncWriteExt;
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
@@ -87,7 +86,12 @@ pub struct Managers {
     request: Arc<QuotaManager>,
     mutation: Option<Arc<ControllerMutationQuotaManager>>,
     admission: Option<Arc<Admission>>,
+    new_callback: Option<CallbackFactory>,
 }
+
+/// Makes a new instance of the quota callback, for another broker's managers.
+pub type CallbackFactory =
+    Arc<dyn Fn() -> kquota_core::Result<Arc<dyn QuotaCallback>> + Send + Sync>;
 
 impl Managers {
     /// The three managers, which must be of the produce, fetch and request type.
@@ -103,6 +107,7 @@ impl Managers {
             request,
             mutation: None,
             admission: None,
+            new_callback: None,
         })
     }
 
@@ -119,15 +124,49 @@ impl Managers {
         self
     }
 
+    /// With `new_callback`, which makes another broker's instance of the managers' quota
+    /// callback (each Kafka broker has its own): what [`Self::sibling`] needs when the
+    /// managers have one.
+    pub fn with_callback_factory(mut self, new_callback: CallbackFactory) -> Self {
+        self.new_callback = Some(new_callback);
+        self
+    }
+
+    /// Whether [`Self::sibling`] can make siblings: managers with a quota callback need a
+    /// callback factory.
+    pub fn check_siblings(&self) -> kquota_core::Result<()> {
+        if self.new_callback.is_none() && self.each().iter().any(|m| m.callback().is_some()) {
+            return Err(kquota_core::Error::InvalidConfig(
+                "managers with a quota callback need a callback factory to make another \
+                 broker's: each broker has a callback instance of its own"
+                    .to_owned(),
+            ));
+        }
+        Ok(())
+    }
+
     /// The managers of another broker of the cluster: siblings sharing these managers'
-    /// quotas, with sensors of their own (none for managers with a quota callback).
+    /// quotas, with sensors of their own, and with a new instance of the quota callback
+    /// (one for the three) if the managers have one.
     pub fn sibling(&self) -> kquota_core::Result<Self> {
+        self.check_siblings()?;
+        let callback = match &self.new_callback {
+            Some(make) if self.each().iter().any(|m| m.callback().is_some()) => Some(make()?),
+            _ => None,
+        };
+        let sibling = |m: &QuotaManager| -> kquota_core::Result<Arc<QuotaManager>> {
+            Ok(Arc::new(match (&callback, m.callback()) {
+                (Some(cb), Some(_)) => m.sibling_with_callback(Arc::clone(cb))?,
+                _ => m.sibling()?,
+            }))
+        };
         Ok(Managers {
-            produce: Arc::new(self.produce.sibling()?),
-            fetch: Arc::new(self.fetch.sibling()?),
-            request: Arc::new(self.request.sibling()?),
+            produce: sibling(&self.produce)?,
+            fetch: sibling(&self.fetch)?,
+            request: sibling(&self.request)?,
             mutation: self.mutation.as_ref().map(|m| Arc::new(m.sibling())),
             admission: self.admission.as_ref().map(|a| Arc::new(a.sibling())),
+            new_callback: self.new_callback.clone(),
         })
     }
 
@@ -371,8 +410,6 @@ struct Shared {
     dropped_decisions: AtomicU64,
     /// Notified when the last connection closes.
     idle: Notify,
-    /// The cluster metadata a quota callback was last told of.
-    told: Mutex<Option<ClusterMetadata>>,
     local_addr: SocketAddr,
 }
 
@@ -417,7 +454,7 @@ impl Proxy {
                 .check()
                 .map_err(|msg| io::Error::new(io::ErrorKind::InvalidInput, msg))?;
             managers
-                .sibling()
+                .check_siblings()
                 .map_err(|err| io::Error::new(io::ErrorKind::InvalidInput, err.to_string()))?;
         }
         let listener = runtime.block_on(TcpListener::bind(listen))?;
@@ -439,7 +476,6 @@ impl Proxy {
             decisions: keep_decisions.then(|| Mutex::new(Vec::new())),
             dropped_decisions: AtomicU64::new(0),
             idle: Notify::new(),
-            told: Mutex::new(None),
             local_addr,
         });
         runtime.spawn(accept(Arc::clone(&shared), listener, door));
@@ -1078,16 +1114,7 @@ async fn respond(
                 }
             };
             connection.wait_unmuted().await;
-            answer(
-                shared,
-                door,
-                &path,
-                connection,
-                &mut client,
-                entry,
-                response,
-            )
-            .await?;
+            answer(shared, &path, connection, &mut client, entry, response).await?;
         }
         connection.answer_done(produce);
     }
@@ -1290,7 +1317,6 @@ fn check_version(frame: &[u8]) -> Result<(), Closed> {
 /// Checks the quotas of one answered request and sends the client its response.
 async fn answer(
     shared: &Arc<Shared>,
-    door: &Door,
     path: &RequestPath<'_>,
     connection: &Connection,
     client: &mut OwnedWriteHalf,
@@ -1326,7 +1352,7 @@ async fn answer(
     };
     let outcome = decide(shared, path, connection, &entry, &request)?;
     if header.api_key == METADATA {
-        tell_callback(shared, door, &response[body_offset..], header.api_version);
+        tell_callback(shared, &response[body_offset..], header.api_version);
     }
     let entity = Some((entry.user.as_str(), header.client_id()));
     if outcome.unrecorded {
@@ -1425,14 +1451,21 @@ fn open_door(shared: &Arc<Shared>, doors: &Doors, door: Arc<Door>, port: u16) ->
     Ok(())
 }
 
-/// A Metadata response went through: tell the quota callback (if any) when the brokers or
-/// partition leaders changed. A response that cannot be read or a callback that fails is
-/// logged, and the client's response goes on unchanged.
-fn tell_callback(shared: &Shared, door: &Door, body: &[u8], version: i16) {
-    let managers = door.managers.each();
+/// A Metadata response went through: tell the quota callbacks (if any) when the brokers
+/// or partition leaders changed. In gateway mode every broker's callback is told, each as
+/// its own broker (every Kafka broker learns the cluster's metadata), and the bootstrap's
+/// as no broker. A response that cannot be read or a callback that fails is logged, and
+/// the client's response goes on unchanged.
+fn tell_callback(shared: &Shared, body: &[u8], version: i16) {
+    // (A broker's managers have a callback when the listen port's have one.)
+    let managers = shared.door.managers.each();
     if managers.iter().all(|m| m.callback().is_none()) {
         return;
     }
+    let doors = match &shared.doors {
+        Some(_) => shared.all_doors(),
+        None => vec![Arc::clone(&shared.door)],
+    };
     let metadata = match crate::metadata::cluster_metadata(body, version, shared.local_addr) {
         Ok(metadata) => metadata,
         Err(err) => {
@@ -1442,15 +1475,21 @@ fn tell_callback(shared: &Shared, door: &Door, body: &[u8], version: i16) {
             return;
         }
     };
-    {
-        let mut told = lock(&shared.told);
-        if told.as_ref() == Some(&metadata) {
-            return;
+    for d in doors {
+        let mut own = metadata.clone();
+        if shared.doors.is_some() {
+            own.local_broker = (d.broker >= 0).then_some(d.broker);
         }
-        *told = Some(metadata.clone());
-    }
-    if let Err(err) = update_cluster_metadata(&managers, &metadata) {
-        (shared.log)(&format!("quota callback update_cluster_metadata: {err}"));
+        {
+            let mut told = lock(&d.told);
+            if told.as_ref() == Some(&own) {
+                continue;
+            }
+            *told = Some(own.clone());
+        }
+        if let Err(err) = update_cluster_metadata(&d.managers.each(), &own) {
+            (shared.log)(&format!("quota callback update_cluster_metadata: {err}"));
+        }
     }
 }
 

@@ -31,6 +31,11 @@ pub(crate) struct PyCallback {
 }
 
 impl PyCallback {
+    /// The Python object.
+    pub(crate) fn object(&self, py: Python<'_>) -> Py<PyAny> {
+        self.obj.clone_ref(py)
+    }
+
     /// Wraps `obj` after checking it has every method of the protocol.
     pub(crate) fn new(obj: &Bound<'_, PyAny>) -> Result<Self, core::Error> {
         let name = obj
@@ -199,6 +204,10 @@ impl core::QuotaCallback for PyCallback {
     /// The Python object's identity: managers built with one object share it.
     fn identity(&self) -> usize {
         self.obj.as_ptr() as usize
+    }
+
+    fn as_any(&self) -> Option<&dyn std::any::Any> {
+        Some(self)
     }
 
     fn update_cluster_metadata(&self, metadata: &core::ClusterMetadata) -> core::Result<bool> {

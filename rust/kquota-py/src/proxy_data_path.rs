@@ -10,10 +10,11 @@ use std::time::Duration;
 use pyo3::exceptions::PyOSError;
 use pyo3::prelude::*;
 
-use kquota_proxy::server::{Admission, Decision, Managers, Proxy, ProxyConfig};
+use kquota_proxy::server::{Admission, CallbackFactory, Decision, Managers, Proxy, ProxyConfig};
 use kquota_proxy::{GatewayConfig, SharedAdmin};
 
 use crate::args;
+use crate::callback::PyCallback;
 use crate::connection_quotas::ConnectionQuotas;
 use crate::controller_mutation_quota_manager::ControllerMutationQuotaManager;
 use crate::error::{errors, CoreError};
@@ -83,6 +84,37 @@ fn quota_admin(py: Python<'_>, admin: Py<PyAny>) -> PyResult<SharedAdmin> {
         }
     }
     Ok(SharedAdmin(Arc::new(PyQuotaAdmin(admin))))
+}
+
+/// A Python callable returning a new quota callback object, as the core's factory: a
+/// gateway calls it for each broker it learns (each Kafka broker has its own instance).
+fn callback_factory_of(py: Python<'_>, factory: Py<PyAny>) -> PyResult<CallbackFactory> {
+    let shown = factory
+        .bind(py)
+        .repr()
+        .map_or_else(|_| "?".to_owned(), |r| r.to_string());
+    if !factory.bind(py).is_callable() {
+        return Err(invalid_config(
+            py,
+            format!("invalid callback_factory {shown}: expected a callable returning a new quota callback"),
+        ));
+    }
+    Ok(Arc::new(move || {
+        Python::attach(|py| {
+            let made = factory.bind(py).call0().map_err(|err| {
+                let kind = err
+                    .get_type(py)
+                    .name()
+                    .map_or_else(|_| "exception".to_owned(), |n| n.to_string());
+                kquota_core::Error::Callback(format!(
+                    "quota callback factory {shown} failed: it raised {kind}: {}",
+                    err.value(py)
+                ))
+            })?;
+            let callback: Arc<dyn kquota_core::QuotaCallback> = Arc::new(PyCallback::new(&made)?);
+            Ok(callback)
+        })
+    }))
 }
 
 fn socket_address(py: Python<'_>, name: &str, text: &str) -> PyResult<SocketAddr> {
@@ -187,7 +219,7 @@ impl ProxyDataPath {
     /// Listens on `listen` and relays each connection to `upstream` with the quotas of
     /// the three managers, on `threads` threads of its own; returns once it listens.
     #[new]
-    #[pyo3(signature = (upstream, produce, fetch, request, *, mutation=None, default_num_partitions=1, connection_quotas=None, listener="PLAINTEXT", listen="127.0.0.1:0", max_request_bytes=104857600, max_response_bytes=104857600, connect_timeout=10.0, upstream_timeout=300.0, threads=2, keep_decisions=false, broker_ports=None, advertised_host=None, admin=None))]
+    #[pyo3(signature = (upstream, produce, fetch, request, *, mutation=None, default_num_partitions=1, connection_quotas=None, listener="PLAINTEXT", listen="127.0.0.1:0", max_request_bytes=104857600, max_response_bytes=104857600, connect_timeout=10.0, upstream_timeout=300.0, threads=2, keep_decisions=false, broker_ports=None, advertised_host=None, admin=None, callback_factory=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -209,6 +241,7 @@ impl ProxyDataPath {
         broker_ports: Option<(i64, i64)>,
         advertised_host: Option<String>,
         admin: Option<Py<PyAny>>,
+        callback_factory: Option<Py<PyAny>>,
     ) -> PyResult<Self> {
         let listen_at = socket_address(py, "listen", listen)?;
         let gateway = match broker_ports {
@@ -262,6 +295,10 @@ impl ProxyDataPath {
             Some(m) => managers.with_mutation(Arc::clone(&m.get().inner)),
             None => managers,
         };
+        let managers = match callback_factory {
+            Some(factory) => managers.with_callback_factory(callback_factory_of(py, factory)?),
+            None => managers,
+        };
         let managers = match connection_quotas {
             Some(quotas) => managers.with_admission(
                 Admission::new(Arc::clone(&quotas.get().inner), listener).map_err(CoreError)?,
@@ -304,8 +341,8 @@ impl ProxyDataPath {
     /// A gateway's brokers: `(node_id, upstream "host:port", port on the proxy)` for each
     /// broker a response has named, by node id (empty for a sidecar).
     #[getter]
-    fn brokers(&self) -> Vec<(i32, String, u16)> {
-        self.lock().as_ref().map_or_else(Vec::new, Proxy::brokers)
+    fn brokers(&self, py: Python<'_>) -> Vec<(i32, String, u16)> {
+        self.with_proxy(py, Proxy::brokers).unwrap_or_default()
     }
 
     /// A gateway's brokers' managers, by node id: `(produce, fetch, request, mutation,
@@ -314,11 +351,11 @@ impl ProxyDataPath {
     /// copy), so reading it reads that broker's own sensors.
     fn broker_managers(&self, py: Python<'_>) -> PyResult<BTreeMap<i32, BrokerManagers>> {
         let listed = self
-            .lock()
-            .as_ref()
-            .map_or_else(Vec::new, Proxy::broker_managers);
-        let handle =
-            |m: &Arc<kquota_core::QuotaManager>| Py::new(py, QuotaManager::sharing(Arc::clone(m)));
+            .with_proxy(py, Proxy::broker_managers)
+            .unwrap_or_default();
+        let handle = |m: &Arc<kquota_core::QuotaManager>| {
+            Py::new(py, QuotaManager::sharing(py, Arc::clone(m)))
+        };
         listed
             .into_iter()
             .map(|(node_id, managers)| {
@@ -361,11 +398,11 @@ impl ProxyDataPath {
 
     /// Client connections open now (0 once shut down).
     #[getter]
-    fn connections(&self) -> usize {
+    fn connections(&self, py: Python<'_>) -> usize {
         if !self.running() {
             return 0;
         }
-        self.lock().as_ref().map_or(0, Proxy::connections)
+        self.with_proxy(py, Proxy::connections).unwrap_or(0)
     }
 
     /// Whether it still runs (`shutdown` not called yet).
@@ -390,25 +427,23 @@ impl ProxyDataPath {
     /// thread_ns, acks, outcome, mutation_throttle_ms, peer)`; empty unless built with
     /// `keep_decisions`.
     fn take_decisions(&self, py: Python<'_>) -> Vec<DecisionTuple> {
-        let taken = {
-            let proxy = self.lock();
-            proxy.as_ref().map_or_else(Vec::new, Proxy::take_decisions)
-        };
+        let taken = self
+            .with_proxy(py, Proxy::take_decisions)
+            .unwrap_or_default();
         py.detach(|| taken.into_iter().map(decision_tuple).collect())
     }
 
     /// Connections closed unread because their IP was over its rate.
     #[getter]
-    fn ip_throttled_connections(&self) -> u64 {
-        self.lock()
-            .as_ref()
-            .map_or(0, Proxy::ip_throttled_connections)
+    fn ip_throttled_connections(&self, py: Python<'_>) -> u64 {
+        self.with_proxy(py, Proxy::ip_throttled_connections)
+            .unwrap_or(0)
     }
 
     /// Decisions dropped because too many waited to be taken.
     #[getter]
-    fn dropped_decisions(&self) -> u64 {
-        self.lock().as_ref().map_or(0, Proxy::dropped_decisions)
+    fn dropped_decisions(&self, py: Python<'_>) -> u64 {
+        self.with_proxy(py, Proxy::dropped_decisions).unwrap_or(0)
     }
 
     /// Stops accepting, answers the requests in flight (for at most `timeout` seconds),
@@ -449,5 +484,11 @@ impl ProxyDataPath {
         self.proxy
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// `f` of the running proxy, without the GIL: a gateway makes a new broker's
+    /// managers, calling the Python callback factory, under the lock `f` may need.
+    fn with_proxy<R: Send>(&self, py: Python<'_>, f: impl FnOnce(&Proxy) -> R + Send) -> Option<R> {
+        py.detach(|| self.lock().as_ref().map(f))
     }
 }

@@ -83,7 +83,9 @@ pymethods_with!([window, client_quota] impl QuotaManager {
         &self,
         #[pyo3(from_py_with = args::entity)] entity: Bound<'_, Entity>,
     ) -> CoreResult<()> {
-        Ok(self.inner.remove_quota(&entity.get().inner)?)
+        // Without the GIL, as `set_quota`.
+        let e = entity.get().inner.clone();
+        Ok(entity.py().detach(|| self.inner.remove_quota(&e))?)
     }
 
     fn tags(
@@ -248,13 +250,15 @@ pymethods_with!([window, client_quota] impl QuotaManager {
 });
 
 impl QuotaManager {
-    /// Another Python handle on `inner` (a gateway broker's manager, which has no
-    /// callback): it reads and changes the same sensors.
-    pub(crate) fn sharing(inner: std::sync::Arc<core::QuotaManager>) -> Self {
-        QuotaManager {
-            inner,
-            callback: None,
-        }
+    /// Another Python handle on `inner` (a gateway broker's manager): it reads and changes
+    /// the same sensors, and has the same callback object.
+    pub(crate) fn sharing(py: Python<'_>, inner: std::sync::Arc<core::QuotaManager>) -> Self {
+        let callback = inner
+            .callback()
+            .and_then(|cb| cb.as_any())
+            .and_then(|any| any.downcast_ref::<PyCallback>())
+            .map(|cb| cb.object(py));
+        QuotaManager { inner, callback }
     }
 }
 

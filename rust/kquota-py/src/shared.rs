@@ -60,7 +60,10 @@ macro_rules! pymethods_with {
                 >,
                 #[pyo3(from_py_with = $crate::args::value)] value: f64,
             ) -> $crate::error::CoreResult<()> {
-                Ok(self.inner.set_quota(&entity.get().inner, value)?)
+                // Without the GIL: a change tells every sibling's callback, which other
+                // threads may be calling with a lock the change needs.
+                let e = entity.get().inner.clone();
+                Ok(entity.py().detach(|| self.inner.set_quota(&e, value))?)
             }
 
             fn quota(

@@ -94,6 +94,12 @@ pub trait QuotaCallback: Send + Sync {
     fn identity(&self) -> usize {
         (self as *const Self).cast::<()>() as usize
     }
+
+    /// The implementation as `Any`, for a binding to find its own wrapper again (the
+    /// object a manager's callback wraps); `None` by default.
+    fn as_any(&self) -> Option<&dyn std::any::Any> {
+        None
+    }
 }
 
 /// A callback error naming the method, as every caller reports it.

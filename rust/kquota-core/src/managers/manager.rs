@@ -15,7 +15,7 @@ use std::sync::atomic::{
     fence, AtomicBool, AtomicI64, AtomicU64, AtomicUsize,
     Ordering::{AcqRel, Acquire, Relaxed, Release, SeqCst},
 };
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, Weak};
 
 use super::callback::{check_limit, ClusterMetadata, QuotaCallback};
 use crate::error::{check_quota, check_usage, Error, Result};
@@ -525,6 +525,10 @@ pub struct QuotaManager {
     quota_removed_alone: AtomicBool,
     delay_queue: DelayQueue,
     callback: Option<Arc<dyn QuotaCallback>>,
+    /// The callbacks of the manager and its siblings (shared with them), which every
+    /// quota change is told to. Changes and new siblings take its lock, so a sibling's
+    /// callback is told every quota exactly once; the request path never takes it.
+    family: Arc<Mutex<Vec<Weak<dyn QuotaCallback>>>>,
 }
 
 /// One live quota sensor, as a metrics reporter sees it.
@@ -557,6 +561,7 @@ impl QuotaManager {
             quota_removed_alone: AtomicBool::new(false),
             delay_queue: DelayQueue::new(),
             callback: None,
+            family: Arc::default(),
         })
     }
 
@@ -577,6 +582,7 @@ impl QuotaManager {
             overrides,
             ..QuotaConfig::default()
         }));
+        m.family = Arc::new(Mutex::new(vec![Arc::downgrade(&callback)]));
         m.callback = Some(callback);
         Ok(m)
     }
@@ -584,15 +590,43 @@ impl QuotaManager {
     /// A manager for another broker of the same cluster: the same quota type, windows and
     /// quotas (one configuration: a quota set on either applies to both), its own sensors
     /// and delay queue, as each Kafka broker measures only its own traffic. A manager with
-    /// a callback has none: each broker has a callback instance of its own.
+    /// a callback has none this way: each broker has a callback instance of its own
+    /// ([`Self::sibling_with_callback`]).
     pub fn sibling(&self) -> Result<Self> {
         if self.callback.is_some() {
             return Err(Error::InvalidConfig(
-                "a manager with a quota callback has no sibling: each broker has its own callback"
+                "a manager with a quota callback has no sibling without one: each broker has \
+                 its own callback instance"
                     .to_owned(),
             ));
         }
-        Ok(QuotaManager {
+        Ok(self.sibling_of(None))
+    }
+
+    /// A sibling ([`Self::sibling`]) of a manager with a callback, with `callback` (a new
+    /// instance, as each Kafka broker has its own): it is first told every quota set so
+    /// far, as a broker that starts reads them all, and from then on every quota set or
+    /// removed on any sibling. Limits reset by one sibling are asked again by each of the
+    /// others of its own callback before their next record. Fails, making nothing, if this
+    /// manager has no callback or `callback` fails to take a quota.
+    pub fn sibling_with_callback(&self, callback: Arc<dyn QuotaCallback>) -> Result<Self> {
+        if self.callback.is_none() {
+            return Err(Error::InvalidConfig(
+                "a manager without a quota callback has siblings without one".to_owned(),
+            ));
+        }
+        let mut family = self.lock_family();
+        for (entity, value) in self.quotas() {
+            callback.update_quota(self.quota_type, &entity, value)?;
+        }
+        family.retain(|cb| cb.strong_count() > 0);
+        family.push(Arc::downgrade(&callback));
+        drop(family);
+        Ok(self.sibling_of(Some(callback)))
+    }
+
+    fn sibling_of(&self, callback: Option<Arc<dyn QuotaCallback>>) -> Self {
+        QuotaManager {
             quota_type: self.quota_type,
             window: self.window,
             sensor_expiry_ms: self.sensor_expiry_ms,
@@ -601,8 +635,16 @@ impl QuotaManager {
             expiry_round: AtomicU64::new(0),
             quota_removed_alone: AtomicBool::new(false),
             delay_queue: DelayQueue::new(),
-            callback: None,
-        })
+            callback,
+            family: Arc::clone(&self.family),
+        }
+    }
+
+    /// The family's callbacks, locked (a callback that panicked leaves them usable).
+    fn lock_family(&self) -> std::sync::MutexGuard<'_, Vec<Weak<dyn QuotaCallback>>> {
+        self.family
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// The callback the manager was built with.
@@ -643,32 +685,47 @@ impl QuotaManager {
     // -- configuration ---------------------------------------------------------------
 
     /// Sets the override of `entity` (a finite value > 0), effective on the next record.
-    /// With a callback: tells it (`update_quota`), then resets the limits.
+    /// With a callback: tells it (`update_quota`), then the siblings' callbacks, then
+    /// resets the limits.
     pub fn set_quota(&self, entity: &QuotaEntity, value: f64) -> Result<()> {
         let value = check_quota(value)?;
-        if let Some(cb) = &self.callback {
-            cb.update_quota(self.quota_type, entity, value)?;
-        }
-        self.apply(entity, Some(value));
-        self.reset_after_update()
+        self.change(entity, Some(value))
     }
 
     /// Removes the override of `entity`. With a callback: tells it (`remove_quota`), then
-    /// resets the limits.
+    /// the siblings' callbacks, then resets the limits.
     pub fn remove_quota(&self, entity: &QuotaEntity) -> Result<()> {
-        if let Some(cb) = &self.callback {
-            cb.remove_quota(self.quota_type, entity)?;
-        }
-        self.apply(entity, None);
-        self.reset_after_update()
+        self.change(entity, None)
     }
 
-    /// With a callback, Kafka resets every limit after a quota update or removal.
-    fn reset_after_update(&self) -> Result<()> {
-        match self.callback {
-            Some(_) => self.reset_limits(),
-            None => Ok(()),
+    /// Applies a quota change. With a callback, its own callback is told first (failing,
+    /// it changes nothing); the siblings' callbacks are told after the change is applied,
+    /// each one even if another fails (as each Kafka broker takes a change on its own),
+    /// and the first of their errors is returned.
+    fn change(&self, entity: &QuotaEntity, value: Option<f64>) -> Result<()> {
+        let Some(own) = &self.callback else {
+            self.apply(entity, value);
+            return Ok(());
+        };
+        let tell = |cb: &dyn QuotaCallback| match value {
+            Some(v) => cb.update_quota(self.quota_type, entity, v),
+            None => cb.remove_quota(self.quota_type, entity),
+        };
+        let family = self.lock_family();
+        tell(own.as_ref())?;
+        self.apply(entity, value);
+        let mut failed = None;
+        for cb in family.iter().filter_map(Weak::upgrade) {
+            // (The same allocation: `own` itself, already told.)
+            if Arc::as_ptr(&cb).cast::<()>() != Arc::as_ptr(own).cast::<()>() {
+                if let Err(err) = tell(cb.as_ref()) {
+                    failed.get_or_insert(err);
+                }
+            }
         }
+        drop(family);
+        self.reset_limits()?;
+        failed.map_or(Ok(()), Err)
     }
 
     /// Kafka's `updateQuotaMetricConfigs` for a manager with a callback: asks the limit of
