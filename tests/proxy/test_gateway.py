@@ -7,12 +7,18 @@ duplicates nothing."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
+import signal
 import socket
 import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import kquota
@@ -639,26 +645,37 @@ def test_bad_gateway_settings_are_named() -> None:
             ProxyServer(upstream, plugin, **kwargs)  # type: ignore[arg-type]
 
 
-def test_the_cli_gateway_captures_each_broker_and_applies_the_store(
-    kafka_cluster: Any, tmp_path: Any
-) -> None:
-    """``kquota proxy --bootstrap``, as a user runs it: a quota set with ``kquota configs``
-    throttles a producer on each broker, the capture's broker column is the node id, a
-    scrape of ``--metrics-port`` shows each broker's sensor as that broker's decisions
-    left it, and ``kafka-configs.sh --bootstrap-server <gateway>`` changes the gateway's
-    store."""
-    import os
-    import signal
+@dataclass
+class CliGateway:
+    """A ``kquota proxy --bootstrap`` process (see :func:`_cli_gateway`)."""
 
-    import pyarrow.parquet as pq
+    bootstrap: str
+    line: str
+    """The line it printed once listening."""
+    store: Path
+    capture: Path
+    stderr: str = ""
+    """What it wrote on stderr, once stopped."""
 
-    quota = 30_000
+
+@contextlib.contextmanager
+def _cli_gateway(
+    cluster: Any,
+    tmp_path: Path,
+    entity: tuple[str, ...],
+    config: str,
+    *options: str,
+    env: dict[str, str] | None = None,
+) -> Iterator[CliGateway]:
+    """``kquota configs --alter ENTITY --add-config CONFIG`` into a new store, then
+    ``kquota proxy --bootstrap`` in front of ``cluster`` with that store, a capture and
+    ``options``, as a user runs it; stopped with SIGTERM at the end (status 0)."""
     store = tmp_path / "quotas.sqlite"
     subprocess.run(
         [
             *(sys.executable, "-m", "kquota", "configs", "--store", str(store), "--alter"),
-            *("--entity-type", "clients", "--entity-name", "capped"),
-            *("--add-config", f"producer_byte_rate={quota}"),
+            *entity,
+            *("--add-config", config),
         ],
         check=True,
         capture_output=True,
@@ -670,23 +687,53 @@ def test_the_cli_gateway_captures_each_broker_and_applies_the_store(
     process = subprocess.Popen(
         [
             *(sys.executable, "-m", "kquota", "proxy", "--listen", f"127.0.0.1:{listen}"),
-            *("--bootstrap", kafka_cluster.bootstrap, "--broker-ports", f"{first}-{last}"),
-            *("--store", str(store), "--capture", str(capture), "--metrics-port", "0"),
+            *("--bootstrap", cluster.bootstrap, "--broker-ports", f"{first}-{last}"),
+            *("--store", str(store), "--capture", str(capture), *options),
         ],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
     )
     try:
         assert process.stdout is not None
         line = process.stdout.readline()
         assert line.startswith(
             f"kquota proxy: gateway listening on 127.0.0.1:{listen}, brokers on ports"
-            f" {first}-{last}, bootstrap {kafka_cluster.bootstrap}"
+            f" {first}-{last}, bootstrap {cluster.bootstrap}"
         ), (line, process.stderr.read() if process.stderr else "")
-        metrics_url = f"http://127.0.0.1:{int(line.rsplit(':', 1)[1])}/metrics"
-        bootstrap = f"127.0.0.1:{listen}"
+        gateway = CliGateway(f"127.0.0.1:{listen}", line, store, capture)
+        yield gateway
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(60) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+        _, stderr = process.communicate(timeout=30)
+    gateway.stderr = stderr
+
+
+def test_the_cli_gateway_captures_each_broker_and_applies_the_store(
+    kafka_cluster: Any, tmp_path: Any
+) -> None:
+    """``kquota proxy --bootstrap``, as a user runs it: a quota set with ``kquota configs``
+    throttles a producer on each broker, the capture's broker column is the node id, a
+    scrape of ``--metrics-port`` shows each broker's sensor as that broker's decisions
+    left it, and ``kafka-configs.sh --bootstrap-server <gateway>`` changes the gateway's
+    store."""
+    import pyarrow.parquet as pq
+
+    quota = 30_000
+    with _cli_gateway(
+        kafka_cluster,
+        tmp_path,
+        ("--entity-type", "clients", "--entity-name", "capped"),
+        f"producer_byte_rate={quota}",
+        "--metrics-port",
+        "0",
+    ) as gateway:
+        metrics_url = f"http://127.0.0.1:{int(gateway.line.rsplit(':', 1)[1])}/metrics"
+        bootstrap = gateway.bootstrap
         _create_topic(bootstrap, "gateway-cli", 3)
         producer = Producer(bootstrap, "gateway-cli", "capped")
         producer.run(6, partitions=3)
@@ -699,12 +746,7 @@ def test_the_cli_gateway_captures_each_broker_and_applies_the_store(
         assert "producer_byte_rate=30000.0" in described, described
         assert "consumer_byte_rate=45000.0" in described, described
         assert "capped" not in kafka_configs(kafka_cluster.bootstrap, "--describe", *capped)
-        process.send_signal(signal.SIGTERM)
-        assert process.wait(60) == 0
-    finally:
-        if process.poll() is None:
-            process.kill()
-        _, stderr = process.communicate(timeout=30)
+    store, capture, stderr = gateway.store, gateway.capture, gateway.stderr
     assert producer.failures == []
     stored = SQLiteStore(store).read().config.by_entity()[kquota.Entity(client_id="capped")]
     assert stored == {"producer_byte_rate": 30_000, "consumer_byte_rate": 45_000}
@@ -756,56 +798,23 @@ def test_the_cli_gateway_gives_each_broker_its_own_quota_callback(
     """``kquota proxy --bootstrap ... --quota-callback module:factory``: each broker's
     decisions, as the capture keeps them, are those of a broker with its own instance of
     the callback (whose limits depend on the broker it serves)."""
-    import os
-    import signal
-
     import paths
     import pyarrow.parquet as pq
 
     quota = 40_000
-    store = tmp_path / "quotas.sqlite"
-    subprocess.run(
-        [
-            *(sys.executable, "-m", "kquota", "configs", "--store", str(store), "--alter"),
-            *("--user", ANONYMOUS, "--add-config", f"producer_byte_rate={quota}"),
-        ],
-        check=True,
-        capture_output=True,
-        timeout=60,
-    )
-    first, last = free_ports(3)
-    listen = free_port()
-    capture = tmp_path / "capture"
     support = os.pathsep.join(p for p in (str(paths.SUPPORT), os.environ.get("PYTHONPATH")) if p)
-    process = subprocess.Popen(
-        [
-            *(sys.executable, "-m", "kquota", "proxy", "--listen", f"127.0.0.1:{listen}"),
-            *("--bootstrap", kafka_cluster.bootstrap, "--broker-ports", f"{first}-{last}"),
-            *("--store", str(store), "--capture", str(capture)),
-            *("--quota-callback", "callbacks.per_broker_quota:PerBrokerQuota"),
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": support},
-    )
-    try:
-        assert process.stdout is not None
-        line = process.stdout.readline()
-        assert line.startswith("kquota proxy: gateway listening"), (
-            line,
-            process.stderr.read() if process.stderr else "",
-        )
-        bootstrap = f"127.0.0.1:{listen}"
-        leaders = _create_topic(bootstrap, "gateway-cli-callback", 3)
+    with _cli_gateway(
+        kafka_cluster,
+        tmp_path,
+        ("--user", ANONYMOUS),
+        f"producer_byte_rate={quota}",
+        *("--quota-callback", "callbacks.per_broker_quota:PerBrokerQuota"),
+        env={"PYTHONPATH": support},
+    ) as gateway:
+        leaders = _create_topic(gateway.bootstrap, "gateway-cli-callback", 3)
         assert set(leaders.values()) == {0, 1, 2}, f"one leader per broker: {leaders}"
-        producers = _produce_per_broker(bootstrap, "gateway-cli-callback", leaders, "cb", 4)
-        process.send_signal(signal.SIGTERM)
-        assert process.wait(60) == 0
-    finally:
-        if process.poll() is None:
-            process.kill()
-        _, stderr = process.communicate(timeout=30)
+        producers = _produce_per_broker(gateway.bootstrap, "gateway-cli-callback", leaders, "cb", 4)
+    capture, stderr = gateway.capture, gateway.stderr
     assert all(p.failures == [] for p in producers)
     rows = [r for f in sorted(capture.glob("*.parquet")) for r in pq.read_table(f).to_pylist()]
     produced = [r for r in rows if r["api"] == "produce" and r["client_id"] == "cb"]
