@@ -78,14 +78,10 @@ impl PyCallback {
     where
         A: pyo3::call::PyCallArgs<'py>,
     {
-        self.obj.bind(py).call_method1(method, args).map_err(|e| {
-            let kind = e
-                .get_type(py)
-                .name()
-                .map(|n| n.to_string())
-                .unwrap_or_else(|_| "exception".to_owned());
-            self.error(method, format_args!("it raised {kind}: {}", e.value(py)))
-        })
+        self.obj
+            .bind(py)
+            .call_method1(method, args)
+            .map_err(|e| self.error(method, raised(py, &e)))
     }
 
     fn wrong(&self, method: &str, value: &Bound<'_, PyAny>, expected: &str) -> core::Error {
@@ -98,6 +94,15 @@ impl PyCallback {
             format_args!("it returned {shown}: expected {expected}"),
         )
     }
+}
+
+/// `it raised <type>: <message>`, as callback errors say what an exception was.
+pub(crate) fn raised(py: Python<'_>, err: &PyErr) -> String {
+    let kind = err
+        .get_type(py)
+        .name()
+        .map_or_else(|_| "exception".to_owned(), |n| n.to_string());
+    format!("it raised {kind}: {}", err.value(py))
 }
 
 fn entity<'py>(py: Python<'py>, e: &core::QuotaEntity) -> PyResult<Bound<'py, Entity>> {

@@ -14,7 +14,7 @@ use kquota_proxy::server::{Admission, CallbackFactory, Decision, Managers, Proxy
 use kquota_proxy::{GatewayConfig, SharedAdmin};
 
 use crate::args;
-use crate::callback::PyCallback;
+use crate::callback::{raised, PyCallback};
 use crate::connection_quotas::ConnectionQuotas;
 use crate::controller_mutation_quota_manager::ControllerMutationQuotaManager;
 use crate::error::{errors, CoreError};
@@ -102,13 +102,9 @@ fn callback_factory_of(py: Python<'_>, factory: Py<PyAny>) -> PyResult<CallbackF
     Ok(Arc::new(move || {
         Python::attach(|py| {
             let made = factory.bind(py).call0().map_err(|err| {
-                let kind = err
-                    .get_type(py)
-                    .name()
-                    .map_or_else(|_| "exception".to_owned(), |n| n.to_string());
                 kquota_core::Error::Callback(format!(
-                    "quota callback factory {shown} failed: it raised {kind}: {}",
-                    err.value(py)
+                    "quota callback factory {shown} failed: {}",
+                    raised(py, &err)
                 ))
             })?;
             let callback: Arc<dyn kquota_core::QuotaCallback> = Arc::new(PyCallback::new(&made)?);
