@@ -248,8 +248,14 @@ def consumer(broker: SideBySideBroker, tmp_path_factory: pytest.TempPathFactory)
 
 
 def test_a_consumer_group_is_held_alike(consumer: dict[str, Run]) -> None:
+    """Rates over the whole run; throttles up to Kafka's second burst (12 s). After it the
+    consumer gets a small burst and then throttles of ~2 s every other second, and where
+    that burst falls turns on a mute ending some ms later (measured: at 13 s in A, 14 s in
+    B). Once B's came so late that its run held no throttle of ~2 s, and its largest
+    throttle was A's halved. Before 12 s both runs have the same four throttles of ~250 ms,
+    then one of ~1 s a second, then four of ~250 ms again."""
     a, b = consumer["kafka"], consumer["kquota"]
-    _alike(a, b, "fetch")
+    _alike(a, b, "fetch", Tolerances(throttles_until_s=12))
     # a throttled fetch is answered empty, by Kafka (its request log has the response)
     throttled = [r for r in a.logged("fetch") if r.throttle_ms > 0]
     assert throttled and all(r.size == 0 for r in throttled)
