@@ -1,9 +1,10 @@
 """The optional parts of kquota and the extras that install what they need.
 
-``pip install kquota`` brings the library, ``kquota configs``, ``kquota conformance`` and the
-metrics; the back-test and the proxy need more (``pyproject.toml``'s
-``[project.optional-dependencies]``). A part used without its extra raises
-:class:`~kquota.exceptions.MissingExtraError`, whose one line names the extra to install.
+``pip install kquota`` brings the library, ``kquota configs``, ``kquota conformance``,
+``kquota proxy`` and the metrics; the back-test and the proxy's capture need more
+(``pyproject.toml``'s ``[project.optional-dependencies]``). A part used without its extra
+raises :class:`~kquota.exceptions.MissingExtraError`, whose one line names the extra to
+install.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from kquota.exceptions import MissingExtraError
 EXTRAS: Final[dict[str, tuple[str, ...]]] = {
     "spark": ("pyspark", "pandas", "pyarrow", "matplotlib"),
     # The capture (--capture) writes Parquet in the back-test's traffic schema.
-    "proxy": ("kio", "pyarrow", "pandas"),
+    "proxy": ("pyarrow",),
     # The quota store on a compacted Kafka topic (kafka://HOST:PORT/TOPIC).
     "kafka": ("confluent_kafka",),
 }

@@ -23,7 +23,7 @@ from kquota.backtest.requestlog.import_job import _import_rows
 from kquota.backtest.requestlog.summary import _metrics, _summary
 from kquota.exceptions import TrafficError
 
-pytest.importorskip("kio", reason='the generator needs kio: pip install "kquota[proxy]"')
+pytest.importorskip("kio", reason="the generator needs kio, a dev dependency")
 
 SPEC = gen.LogSpec(requests=500, brokers=3, seed=7)
 

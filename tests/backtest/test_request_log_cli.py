@@ -14,7 +14,7 @@ from kquota.backtest import requestlog
 from kquota.cli import main
 from test_backtest_kernel import mixed_config
 
-pytest.importorskip("kio", reason='the generator needs kio: pip install "kquota[proxy]"')
+pytest.importorskip("kio", reason="the generator needs kio, a dev dependency")
 
 
 @pytest.fixture(scope="module")

@@ -20,7 +20,7 @@ from kquota.backtest import requestlog
 from kquota.backtest.kernel import API, BYTES, CLIENT
 from kquota.backtest.requestlog import KAFKA_THROTTLE
 
-pytest.importorskip("kio", reason='the generator needs kio: pip install "kquota[proxy]"')
+pytest.importorskip("kio", reason="the generator needs kio, a dev dependency")
 
 T0 = gen.START_MS
 EMPTY_FETCH = {0: 8, **dict.fromkeys(range(1, 7), 12), **dict.fromkeys(range(7, 12), 18)}

@@ -24,12 +24,19 @@ from typing import Any
 
 import paths
 import pytest
+from ports import free_port
 from proxy_support import create_topic
 
 ROOT = paths.ROOT
 SHARED = Path(os.environ.get("SHARED", ROOT.parent / "shared")).resolve()
 
 pytestmark = pytest.mark.slow
+
+PROXY_WITH_CAPTURE = (
+    *("proxy", "--listen", "127.0.0.1:0", "--upstream", "127.0.0.1:9"),
+    *("--capture", "capture"),
+)
+"""A ``kquota proxy`` command that needs the ``proxy`` extra (for ``--capture``)."""
 
 EXTRA_SETS: dict[str, str] = {
     "plain": "",
@@ -315,7 +322,7 @@ def test_plain_install_serves_the_metrics_over_http(venvs: Venvs, tmp_path: Path
         (("gen-traffic", "--out", "t.parquet"), "spark"),
         (("traffic", "describe", "logs"), "spark"),
         (("traffic", "import", "logs", "--out", "t"), "spark"),
-        (("proxy", "--listen", "127.0.0.1:0", "--upstream", "127.0.0.1:9"), "proxy"),
+        (PROXY_WITH_CAPTURE, "proxy"),
     ],
 )
 def test_plain_install_names_the_extra_a_command_needs(
@@ -325,26 +332,42 @@ def test_plain_install_names_the_extra_a_command_needs(
     result = venv.run(*argv, cwd=tmp_path)
     assert result.returncode == 2
     line = _one_line(result)
-    assert line.startswith(f"kquota {argv[0]}: needs the {extra} extra ("), line
+    option = "--capture " if argv == PROXY_WITH_CAPTURE else ""
+    assert line.startswith(f"kquota {argv[0]}: {option}needs the {extra} extra ("), line
     assert line.endswith(f'pip install "kquota[{extra}]"'), line
     assert list(tmp_path.iterdir()) == []  # nothing written
 
 
-def test_plain_install_library_names_the_proxy_extra(venvs: Venvs, tmp_path: Path) -> None:
+def test_plain_install_library_serves_and_names_the_capture_extra(
+    venvs: Venvs, tmp_path: Path
+) -> None:
+    """The proxy's server imports on a plain install; its capture names the extra."""
     venv = venvs.get("plain")
     result = venv.python_code(
         "import kquota.proxy\n"
+        "print(kquota.proxy.ProxyServer.__name__)\n"
         "try:\n"
-        "    kquota.proxy.ProxyServer\n"
+        "    kquota.proxy.TrafficCapture('capture', 'broker-1')\n"
         "except kquota.MissingExtraError as exc:\n"
         "    print(isinstance(exc, ImportError), exc)\n",
         tmp_path,
     )
     assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == (
-        "True kquota.proxy needs the proxy extra (kio, pyarrow, pandas not installed):"
-        ' pip install "kquota[proxy]"'
-    )
+    assert result.stdout.splitlines() == [
+        "ProxyServer",
+        "True kquota proxy --capture needs the proxy extra (pyarrow not installed):"
+        ' pip install "kquota[proxy]"',
+    ]
+    assert list(tmp_path.iterdir()) == []  # no capture folder made
+
+
+def test_plain_install_runs_the_proxy(venvs: Venvs, tansu: Any, tmp_path: Path) -> None:
+    """``kquota proxy`` from a plain install, in front of Tansu: a producer's messages go
+    through, and the proxy's metrics show them on the client's quota sensor."""
+    venv = venvs.get("plain")
+    folder, scrape = _run_proxy(venv, tansu, tmp_path, capture=False)
+    assert not folder.exists()
+    assert _produce_rate(scrape) > 0  # the client's quota sensor, fed by the Rust data path
 
 
 # -- `pip install "kquota[spark]"` --------------------------------------------------------------
@@ -401,10 +424,6 @@ def test_spark_install_generates_and_backtests_traffic(venvs: Venvs, tmp_path: P
     assert imported.returncode == 0, imported.stderr[-4000:]
     assert any((tmp_path / "imported").rglob("*.parquet"))
 
-    proxy = venv.run("proxy", "--listen", "127.0.0.1:0", "--upstream", "127.0.0.1:9", cwd=tmp_path)
-    assert proxy.returncode == 2
-    assert _one_line(proxy).endswith('pip install "kquota[proxy]"')
-
 
 # -- `pip install "kquota[proxy]"` and both extras ------------------------------------------
 
@@ -421,9 +440,10 @@ def _produce_through(bootstrap: str, topic: str, count: int) -> None:
     assert producer.flush(60) == 0
 
 
-def _run_proxy_with_capture(venv: Venv, tansu: Any, tmp_path: Path) -> Path:
-    """``kquota proxy --capture`` from ``venv`` in front of Tansu, a producer through it,
-    SIGTERM; the capture folder."""
+def _run_proxy(venv: Venv, tansu: Any, tmp_path: Path, *, capture: bool) -> tuple[Path, str]:
+    """``kquota proxy`` from ``venv`` in front of Tansu (with ``--capture`` when
+    ``capture``), a producer through it, a scrape of its metrics, SIGTERM; the capture
+    folder and the scrape."""
     store = tmp_path / "quotas.sqlite"
     alter = venv.run(
         *("configs", "--store", str(store), "--alter", "--client", "installed"),
@@ -431,14 +451,18 @@ def _run_proxy_with_capture(venv: Venv, tansu: Any, tmp_path: Path) -> Path:
         cwd=tmp_path,
     )
     assert alter.returncode == 0, alter.stderr
-    capture = tmp_path / "capture"
+    folder = tmp_path / "capture"
+    metrics_port = free_port()
+    argv = [
+        str(venv.kquota),
+        *("proxy", "--listen", f"127.0.0.1:{tansu.proxy_port}"),
+        *("--upstream", f"127.0.0.1:{tansu.port}", "--store", str(store)),
+        *("--metrics-port", str(metrics_port), "--log-level", "WARNING"),
+    ]
+    if capture:
+        argv += ["--capture", str(folder), "--capture-broker", "1"]
     process = subprocess.Popen(
-        [
-            str(venv.kquota),
-            *("proxy", "--listen", f"127.0.0.1:{tansu.proxy_port}"),
-            *("--upstream", f"127.0.0.1:{tansu.port}", "--store", str(store)),
-            *("--capture", str(capture), "--capture-broker", "1", "--log-level", "WARNING"),
-        ],
+        argv,
         cwd=tmp_path,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -450,6 +474,9 @@ def _run_proxy_with_capture(venv: Venv, tansu: Any, tmp_path: Path) -> Path:
         line = process.stdout.readline()
         assert line.startswith("kquota proxy: listening on"), line
         _produce_through(f"127.0.0.1:{tansu.proxy_port}", f"installed-{venv.path.name}", 200)
+        url = f"http://127.0.0.1:{metrics_port}/metrics"
+        with urllib.request.urlopen(url, timeout=30) as response:
+            scrape = response.read().decode()
         process.send_signal(signal.SIGTERM)
         assert process.wait(60) == 0
     finally:
@@ -457,8 +484,19 @@ def _run_proxy_with_capture(venv: Venv, tansu: Any, tmp_path: Path) -> Path:
             process.kill()
         _, stderr = process.communicate(timeout=30)
     assert "Traceback" not in stderr, stderr
-    assert list(capture.glob("traffic-*.parquet")), stderr
-    return capture
+    if capture:
+        assert list(folder.glob("traffic-*.parquet")), stderr
+    return folder, scrape
+
+
+def _produce_rate(scrape: str) -> float:
+    """The produce byte rate of the producer's client id in a scrape of the proxy."""
+    (line,) = [
+        line
+        for line in scrape.splitlines()
+        if line.startswith("kafka_server_produce_byte_rate{") and 'client_id="installed"' in line
+    ]
+    return float(line.rsplit(" ", 1)[1])
 
 
 def test_proxy_install_runs_the_proxy_with_a_capture(
@@ -466,8 +504,9 @@ def test_proxy_install_runs_the_proxy_with_a_capture(
 ) -> None:
     venv = venvs.get("proxy")
     dists = _installed_distributions(venv, tmp_path)
-    assert {"kio", "pyarrow", "pandas"} <= dists and "pyspark" not in dists
-    _run_proxy_with_capture(venv, tansu, tmp_path)
+    assert "pyarrow" in dists and not dists & {"pyspark", "pandas", "kio"}, dists
+    _, scrape = _run_proxy(venv, tansu, tmp_path, capture=True)
+    assert _produce_rate(scrape) > 0
 
     backtest = venv.run("backtest", "--traffic", "t", "--quotas", "q", "--out", "o", cwd=tmp_path)
     assert backtest.returncode == 2
@@ -478,7 +517,7 @@ def test_both_extras_backtest_what_the_proxy_captured(
     venvs: Venvs, tansu: Any, tmp_path: Path
 ) -> None:
     venv = venvs.get("all")
-    capture = _run_proxy_with_capture(venv, tansu, tmp_path)
+    capture, _ = _run_proxy(venv, tansu, tmp_path, capture=True)
     quotas = tmp_path / "quotas.json"
     exported = venv.run(
         "configs", "--store", str(tmp_path / "quotas.sqlite"), "--export", str(quotas), cwd=tmp_path

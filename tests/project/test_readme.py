@@ -160,7 +160,7 @@ def _scrape(url: str, name: str, client_id: str) -> float:
 
 @pytest.mark.slow
 def test_quick_start_2_proxy_holds_a_producer_to_its_quota(tansu: Any, tmp_path: Path) -> None:
-    pytest.importorskip("kio", reason='needs the proxy extra: pip install "kquota[proxy]"')
+    pytest.importorskip("kio", reason="the tests' Kafka helpers need kio, a dev dependency")
     pytest.importorskip("confluent_kafka")
     from confluent_kafka import Producer
     from ports import free_port

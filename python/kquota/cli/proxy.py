@@ -32,6 +32,7 @@ from kquota import (
     QuotaManager,
     load_callback,
 )
+from kquota._extras import missing, needs
 from kquota.cli.common import EXIT_OK, fail
 from kquota.config.store import DEFAULT_LOCK_TIMEOUT, STORE_ENV, open_store
 from kquota.exceptions import KquotaError
@@ -225,7 +226,7 @@ def register(subparsers: Any) -> None:
         choices=["DEBUG", "INFO", "WARNING", "ERROR"],
         help="log level on stderr (default INFO)",
     )
-    parser.set_defaults(run=run, extra="proxy")
+    parser.set_defaults(run=run)
 
 
 def _address(option: str, text: str) -> tuple[str, int]:
@@ -251,6 +252,8 @@ def _port_range(text: str) -> tuple[int, int]:
 
 def run(args: argparse.Namespace) -> int:
     """Validate the options, then serve until SIGTERM or SIGINT."""
+    if args.capture is not None and (modules := missing("proxy")):
+        return fail(_COMMAND, f"--capture {needs('proxy', modules)}")
     try:
         listen = _address("--listen", args.listen)
         gateway = args.bootstrap is not None

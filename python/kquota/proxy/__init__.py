@@ -9,14 +9,14 @@ connection, with Kafka's KIP-219 throttling, and optionally the controller-mutat
 rates (KIP-612) of its listener and of each client IP. Its connections are served by the
 Rust data path (``kquota._core.ProxyDataPath``). A :class:`TrafficCapture` given to it
 writes the traffic it sees as Parquet for ``kquota backtest`` (``kquota proxy --capture
-DIR``; needs pyarrow). With a :class:`StoreAdmin`, it answers Kafka's own quota
-administration (``kafka-configs.sh --bootstrap-server``, KIP-546) from a quota store.
+DIR``; needs the ``proxy`` extra, which installs pyarrow). With a :class:`StoreAdmin`, it
+answers Kafka's own quota administration (``kafka-configs.sh --bootstrap-server``,
+KIP-546) from a quota store.
 """
 
 from typing import TYPE_CHECKING, Any, Final
 
 from kquota._core import ProxyDataPath
-from kquota._extras import require
 from kquota.proxy.admin import StoreAdmin
 from kquota.proxy.capture import TrafficCapture
 
@@ -50,10 +50,8 @@ _SERVER_NAMES = frozenset(
 
 
 def __getattr__(name: str) -> Any:
-    # The server is imported on first use, once the proxy extra is checked: the
-    # capture's settings and the command line's help must load without it.
+    # The server is imported on first use: the command line's help loads without it.
     if name in _SERVER_NAMES:
-        require("proxy", "kquota.proxy")
         from kquota.proxy import server
 
         return getattr(server, name)

@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 from kquota import traffic_schema
+from kquota._extras import require
 from kquota.exceptions import InvalidConfigError, OutputError
 
 if TYPE_CHECKING:
@@ -116,12 +117,7 @@ class TrafficCapture:
             raise InvalidConfigError(
                 f"invalid capture roll age {roll_seconds!r}: expected a positive number of seconds"
             )
-        try:
-            import pyarrow  # noqa: F401
-        except ImportError:
-            raise InvalidConfigError(
-                'kquota proxy --capture writes Parquet with pyarrow: pip install "kquota[spark]"'
-            ) from None
+        require("proxy", "kquota proxy --capture")
         self.folder = Path(folder)
         _check_folder(self.folder)
         self.broker = broker
