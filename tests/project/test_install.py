@@ -13,7 +13,6 @@ import glob
 import json
 import os
 import re
-import signal
 import subprocess
 import sys
 import urllib.request
@@ -25,7 +24,7 @@ from typing import Any
 import paths
 import pytest
 from ports import free_port
-from proxy_support import create_topic
+from proxy_support import create_topic, stopped_by_sigterm
 
 ROOT = paths.ROOT
 SHARED = Path(os.environ.get("SHARED", ROOT.parent / "shared")).resolve()
@@ -469,7 +468,7 @@ def _run_proxy(venv: Venv, tansu: Any, tmp_path: Path, *, capture: bool) -> tupl
         text=True,
         env=_clean_env(PYTHONUNBUFFERED="1"),
     )
-    try:
+    with stopped_by_sigterm(process) as ended:
         assert process.stdout is not None
         line = process.stdout.readline()
         assert line.startswith("kquota proxy: listening on"), line
@@ -477,15 +476,9 @@ def _run_proxy(venv: Venv, tansu: Any, tmp_path: Path, *, capture: bool) -> tupl
         url = f"http://127.0.0.1:{metrics_port}/metrics"
         with urllib.request.urlopen(url, timeout=30) as response:
             scrape = response.read().decode()
-        process.send_signal(signal.SIGTERM)
-        assert process.wait(60) == 0
-    finally:
-        if process.poll() is None:
-            process.kill()
-        _, stderr = process.communicate(timeout=30)
-    assert "Traceback" not in stderr, stderr
+    assert "Traceback" not in ended.stderr, ended.stderr
     if capture:
-        assert list(folder.glob("traffic-*.parquet")), stderr
+        assert list(folder.glob("traffic-*.parquet")), ended.stderr
     return folder, scrape
 
 

@@ -26,7 +26,6 @@ import os
 import re
 import shlex
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -164,7 +163,7 @@ def test_quick_start_2_proxy_holds_a_producer_to_its_quota(tansu: Any, tmp_path:
     pytest.importorskip("confluent_kafka")
     from confluent_kafka import Producer
     from ports import free_port
-    from proxy_support import create_topic
+    from proxy_support import create_topic, stopped_by_sigterm
 
     (script,) = blocks("Quick start 2", "bash")
     (shown,) = blocks("Quick start 2", "text")
@@ -200,7 +199,7 @@ def test_quick_start_2_proxy_holds_a_producer_to_its_quota(tansu: Any, tmp_path:
         text=True,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )
-    try:
+    with stopped_by_sigterm(process, timeout=30):
         assert process.stdout is not None
         line = process.stdout.readline()
         assert line.startswith("kquota proxy: listening on"), (line, process.stderr)
@@ -239,12 +238,6 @@ def test_quick_start_2_proxy_holds_a_producer_to_its_quota(tansu: Any, tmp_path:
         byte_rate = _scrape(metrics, "kafka_server_produce_byte_rate", client_id)
         throttle_time = _scrape(metrics, "kafka_server_produce_throttle_time", client_id)
         del producer
-        process.send_signal(signal.SIGTERM)
-        assert process.wait(30) == 0
-    finally:
-        if process.poll() is None:
-            process.kill()
-        process.communicate(timeout=30)
 
     assert failures == []
     assert throttles, "the producer was never throttled"

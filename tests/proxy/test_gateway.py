@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -38,6 +37,7 @@ from proxy_support import (
     read_frame,
     run_proxy,
     scrape_flat,
+    stopped_by_sigterm,
 )
 
 pytestmark = [
@@ -695,7 +695,7 @@ def _cli_gateway(
         text=True,
         env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
     )
-    try:
+    with stopped_by_sigterm(process) as ended:
         assert process.stdout is not None
         line = process.stdout.readline()
         assert line.startswith(
@@ -704,13 +704,7 @@ def _cli_gateway(
         ), (line, process.stderr.read() if process.stderr else "")
         gateway = CliGateway(f"127.0.0.1:{listen}", line, store, capture)
         yield gateway
-        process.send_signal(signal.SIGTERM)
-        assert process.wait(60) == 0
-    finally:
-        if process.poll() is None:
-            process.kill()
-        _, stderr = process.communicate(timeout=30)
-    gateway.stderr = stderr
+    gateway.stderr = ended.stderr
 
 
 def test_the_cli_gateway_captures_each_broker_and_applies_the_store(

@@ -1,10 +1,12 @@
 """What the proxy tests share (no tests here): a proxy running in a thread, a plugin that
-keeps its outcomes, raw Kafka frames built with kio, and topics made with an admin client."""
+keeps its outcomes, raw Kafka frames built with kio, topics made with an admin client, and
+command-line processes stopped as a user stops them."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import signal
 import socket
 import struct
 import subprocess
@@ -641,3 +643,27 @@ def scrape_flat(url: str) -> dict[str, float]:
             name, _, value = line.rpartition(" ")
             values[name] = float(value)
     return values
+
+
+@dataclass
+class Ended:
+    """What a process stopped by :func:`stopped_by_sigterm` wrote to stderr."""
+
+    stderr: str = ""
+
+
+@contextlib.contextmanager
+def stopped_by_sigterm(process: subprocess.Popen[str], timeout: float = 60) -> Iterator[Ended]:
+    """Runs the block, then stops ``process`` as a user does (SIGTERM), which must exit
+    with status 0 within ``timeout`` seconds. When the block fails, or the process does not
+    end, it is killed. The yielded :class:`Ended` has its stderr once the block is over."""
+    ended = Ended()
+    try:
+        yield ended
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout)
+    finally:
+        if process.poll() is None:
+            process.kill()
+        _, ended.stderr = process.communicate(timeout=30)
+    assert process.returncode == 0, f"exit status {process.returncode}: {ended.stderr[-4000:]}"
