@@ -31,7 +31,7 @@ ACTIONLINT    := $(KQUOTA_CACHE)/actionlint-$(ACTIONLINT_VERSION)/bin/actionlint
 SHARED ?= ../shared
 
 .DEFAULT_GOAL := help
-.PHONY: help tools demo test check-shared test-rust test-loom test-python test-corpora fuzz fuzz-oracle lint docs format bench bench-quick bench-rust bench-python build clean
+.PHONY: help tools demo test check-shared test-rust test-loom test-python test-corpora soak fuzz fuzz-oracle lint docs format bench bench-quick bench-rust bench-python build clean
 
 help: ## List the targets
 	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  make %-13s %s\n", $$1, $$2}'
@@ -121,6 +121,14 @@ test-rust: ## cargo test on the core crate and the proxy's data path
 
 test-loom: ## Model-check the core's atomic protocols with loom
 	RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=$(LOOM_TARGET) cargo test -p kquota-core --release --test loom --quiet
+
+# Repeated real-client runs through kquota proxy, every acknowledged message read back from
+# the broker (tests/proxy/test_delivery.py): SOAK_RUNS runs of each setup, about half a
+# minute a run.
+SOAK_RUNS ?= 50
+
+soak: check-shared $(EXT) $(TANSU) $(KAFKA) ## Delivery soak: SOAK_RUNS runs per setup through the proxy, nothing acknowledged lost (not in make test)
+	$(PY) -m pytest tests/proxy/test_delivery.py -m soak --soak-runs $(SOAK_RUNS) -s -p no:cacheprovider
 
 FUZZ_SECONDS ?= 30
 

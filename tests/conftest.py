@@ -23,6 +23,26 @@ from ports import free_port
 SHARED = _paths.SHARED
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--soak-runs",
+        type=int,
+        default=0,
+        metavar="N",
+        help="run the soak tests (marked soak, left out otherwise) N times each: make soak",
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The soak tests run only with ``--soak-runs`` (``make soak``), never in ``make test``."""
+    if config.getoption("soak_runs") > 0:
+        return
+    soak = [item for item in items if item.get_closest_marker("soak")]
+    if soak:
+        config.hook.pytest_deselected(items=soak)
+        items[:] = [item for item in items if not item.get_closest_marker("soak")]
+
+
 def pytest_sessionstart(session: pytest.Session) -> None:
     """Stop at once, with one line, when ``../shared`` is not beside the checkout: the
     conformance vectors and the spec the tests read live there."""
