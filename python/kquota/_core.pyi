@@ -962,7 +962,11 @@ class ProxyDataPath:
 
     With ``admin`` (an object with ``describe()`` and ``alter(changes, validate_only)``,
     such as :class:`kquota.proxy.StoreAdmin`), DescribeClientQuotas and AlterClientQuotas
-    are answered by the proxy, after Kafka's checks, instead of forwarded.
+    are answered by the proxy, after Kafka's checks, instead of forwarded: with
+    ``admin_ask_cluster``, only where the cluster allows the client's principal the same
+    request (asked on the client's own connection, an alteration as ``validate_only``), and
+    with ``admin_users``, only for connections whose principal is ``User:`` one of those
+    names; others get Kafka's ``CLUSTER_AUTHORIZATION_FAILED``.
 
     A gateway whose managers have a quota callback needs ``callback_factory``, called
     with no argument for each broker it learns: each broker's three managers get the new
@@ -991,6 +995,8 @@ class ProxyDataPath:
         broker_ports: tuple[int, int] | None = None,
         advertised_host: str | None = None,
         admin: object | None = None,
+        admin_ask_cluster: bool = True,
+        admin_users: list[str] | None = None,
         callback_factory: Callable[[], object] | None = None,
     ) -> Self: ...
     @property

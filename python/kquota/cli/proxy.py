@@ -36,6 +36,7 @@ from kquota._extras import missing, needs
 from kquota.cli.common import EXIT_OK, fail
 from kquota.config.store import DEFAULT_LOCK_TIMEOUT, STORE_ENV, open_store
 from kquota.exceptions import KquotaError
+from kquota.proxy.admin import AdminAccess
 from kquota.proxy.capture import DEFAULT_ROLL_BYTES, DEFAULT_ROLL_SECONDS
 from kquota.proxy.server import DEFAULT_LISTENER, MAX_REQUEST_BYTES
 
@@ -67,7 +68,10 @@ def register(subparsers: Any) -> None:
             "is held to the quotas on sensors of its own, as each Kafka broker holds it.\n"
             "A gateway answers Kafka's quota administration (DescribeClientQuotas and\n"
             "AlterClientQuotas, KIP-546) from and into the store: kafka-configs.sh\n"
-            "--bootstrap-server <gateway> --alter --add-config ... changes its quotas.\n\n"
+            "--bootstrap-server <gateway> --alter --add-config ... changes its quotas,\n"
+            "for the principals --quota-admins admits (by default, whoever the cluster\n"
+            "itself allows: ALTER_CONFIGS or DESCRIBE_CONFIGS on the cluster, asked on the\n"
+            "client's own connection). It says at start who that is.\n\n"
             "examples:\n"
             "  kquota proxy --listen 127.0.0.1:9092 --upstream 127.0.0.1:19092 \\\n"
             "      --store quotas.sqlite --metrics-port 9464\n"
@@ -95,6 +99,16 @@ def register(subparsers: Any) -> None:
         "--advertised-host",
         metavar="HOST",
         help="gateway mode: the host clients are told (default: the --listen host)",
+    )
+    parser.add_argument(
+        "--quota-admins",
+        metavar="WHO",
+        help=(
+            "gateway mode: who may read and change the quotas with Kafka's tools: cluster"
+            " (default: whoever the cluster allows, asked on the client's own connection),"
+            " User:NAME[,User:NAME...] (only those principals), cluster,User:NAME... (a"
+            " listed principal the cluster allows), anyone, or nobody"
+        ),
     )
     parser.add_argument(
         "--quota-callback",
@@ -275,9 +289,11 @@ def run(args: argparse.Namespace) -> int:
             for gateway_option, given in (
                 ("--broker-ports", args.broker_ports),
                 ("--advertised-host", args.advertised_host),
+                ("--quota-admins", args.quota_admins),
             ):
                 if given is not None:
                     raise ValueError(f"{gateway_option} needs --bootstrap (gateway mode)")
+        admin_access = AdminAccess.parse(args.quota_admins or "cluster", "--quota-admins")
         if args.metrics_port is not None and not 0 <= args.metrics_port <= 65535:
             raise ValueError(f"invalid --metrics-port {args.metrics_port}: expected 0-65535")
         if args.num_samples < 2:
@@ -386,7 +402,9 @@ def run(args: argparse.Namespace) -> int:
             threads=args.threads,
             broker_ports=broker_ports,
             advertised_host=args.advertised_host,
-            admin=StoreAdmin(store, on_change=live.refresh) if gateway else None,
+            admin=(
+                StoreAdmin(store, on_change=live.refresh, access=admin_access) if gateway else None
+            ),
             # Each broker's own instance, as each Kafka broker has.
             callback_factory=(
                 functools.partial(load_callback, args.quota_callback)

@@ -11,13 +11,13 @@ Rust data path (``kquota._core.ProxyDataPath``). A :class:`TrafficCapture` given
 writes the traffic it sees as Parquet for ``kquota backtest`` (``kquota proxy --capture
 DIR``; needs the ``proxy`` extra, which installs pyarrow). With a :class:`StoreAdmin`, it
 answers Kafka's own quota administration (``kafka-configs.sh --bootstrap-server``,
-KIP-546) from a quota store.
+KIP-546) from a quota store, for the principals its :class:`AdminAccess` admits.
 """
 
 from typing import TYPE_CHECKING, Any, Final
 
 from kquota._core import ProxyDataPath
-from kquota.proxy.admin import StoreAdmin
+from kquota.proxy.admin import AdminAccess, StoreAdmin
 from kquota.proxy.capture import TrafficCapture
 
 if TYPE_CHECKING:
@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 __all__ = [
     "ANONYMOUS",
     "BOOTSTRAP_NODE_ID",
+    "AdminAccess",
     "BrokerManagers",
     "GatewayBroker",
     "ProxyServer",

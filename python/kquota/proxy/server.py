@@ -211,8 +211,10 @@ class ProxyServer:
 
     With ``admin`` (a :class:`~kquota.proxy.StoreAdmin`), the proxy answers Kafka's quota
     administration itself (KIP-546: ``kafka-configs.sh --bootstrap-server``, the Admin
-    API's ``describeClientQuotas`` / ``alterClientQuotas``) from and into its store;
-    without it, those requests go to the broker like any other.
+    API's ``describeClientQuotas`` / ``alterClientQuotas``) from and into its store, for
+    the principals its :class:`~kquota.proxy.AdminAccess` admits (by default, whoever the
+    cluster itself allows, asked on the client's own connection; the proxy logs who that
+    is when it starts); without it, those requests go to the broker like any other.
 
     ``mutation`` enables the controller-mutation quota of CreateTopics, CreatePartitions
     and DeleteTopics (``default_num_partitions`` is the broker's ``num.partitions``, what
@@ -369,8 +371,14 @@ class ProxyServer:
             broker_ports=self.broker_ports,
             advertised_host=self.advertised_host,
             admin=self.admin,
+            admin_ask_cluster=self.admin is None or self.admin.access.ask_cluster,
+            admin_users=None if self.admin is None else self.admin.access.users,
             callback_factory=None if self.callback_factory is None else self._new_callback,
         )
+        if self.admin is not None:
+            access = self.admin.access
+            level = logging.WARNING if access.open else logging.INFO
+            log.log(level, "quota administration: %s", access.describe())
         if self.capture is not None:
             self.capture.align(plugin.channels.now_ms())
             loop = asyncio.get_running_loop()

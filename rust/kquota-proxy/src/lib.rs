@@ -5,10 +5,12 @@
 //! Layers, each using only those above it: [`error`], [`frame`] (bytes to frames),
 //! [`header`] (a frame's header), [`fetch`] (what a fetch request says), [`sasl`] (the principal of a connection), [`rewrite`]
 //! (the throttle in a response), [`addresses`] (the broker addresses in a response, for a
-//! gateway), [`admin`] (client-quota administration answered by the proxy), [`relay`] (connections as bytes or frames), [`server`] (the proxy: connections
+//! gateway), [`admin`] (client-quota administration answered by the proxy), [`access`] (who may
+//! administer it), [`relay`] (connections as bytes or frames), [`server`] (the proxy: connections
 //! with Kafka's client quotas), [`gateway`] (the proxy in front of a whole cluster: a port
 //! and quota sensors per broker).
 
+pub mod access;
 pub mod addresses;
 pub mod admin;
 pub mod error;
@@ -24,6 +26,7 @@ pub mod sasl;
 pub mod server;
 mod skim;
 
+pub use access::AdminAccess;
 pub use addresses::{names_brokers, with_addresses, BrokerAddress};
 pub use admin::{QuotaAdmin, SharedAdmin};
 pub use error::{FrameError, HeaderError};

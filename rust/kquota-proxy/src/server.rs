@@ -49,6 +49,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::runtime::Runtime;
 use tokio::sync::{mpsc, oneshot, watch, Notify};
 
+use crate::access::AdminAccess;
 use crate::addresses::{names_brokers, with_addresses, BrokerAddress};
 use crate::admin::{is_admin_api, SharedAdmin};
 use crate::error::FrameError;
@@ -242,6 +243,8 @@ pub struct ProxyConfig {
     /// Answers DescribeClientQuotas and AlterClientQuotas itself, from and into this
     /// configuration, instead of forwarding them.
     pub admin: Option<SharedAdmin>,
+    /// Who may have them answered (with `admin`).
+    pub admin_access: AdminAccess,
 }
 
 impl ProxyConfig {
@@ -256,6 +259,7 @@ impl ProxyConfig {
             default_num_partitions: 1,
             gateway: None,
             admin: None,
+            admin_access: AdminAccess::default(),
         }
     }
 }
@@ -710,15 +714,16 @@ impl RecordedMutation {
 enum Work {
     /// A client's request: answer it.
     Answer(Pending),
-    /// The proxy's own Metadata request (partition counts for a mutation request): hand
-    /// its response to the reader.
-    Metadata {
+    /// The proxy's own request on the connection (a Metadata request for a mutation
+    /// request's partition counts, a quota administration asked of the cluster first):
+    /// hand its response to the reader.
+    Own {
         header: RequestHeader<'static>,
         reply: oneshot::Sender<BytesMut>,
     },
 }
 
-/// Where the correlation ids of the proxy's own Metadata requests start.
+/// Where the correlation ids of the proxy's own requests start.
 const OWN_CORRELATION_IDS: i32 = 0x7F00_0000;
 
 /// Which requests may go to the broker now.
@@ -1010,7 +1015,21 @@ async fn read_requests(
                 }
             }
             key if is_admin_api(key) && shared.config.admin.is_some() => {
-                local = Some(administer(shared, &frame, &header).await?);
+                handled += started.elapsed();
+                let refused = authorize_admin(
+                    shared,
+                    connection,
+                    &header,
+                    &frame,
+                    &mut upstream,
+                    &forwarded,
+                )
+                .await?;
+                started = Instant::now();
+                local = Some(match refused {
+                    Some(refusal) => refusal,
+                    None => administer(shared, &frame, &header).await?,
+                });
             }
             key => {
                 if let Some(manager) = door
@@ -1070,7 +1089,7 @@ async fn respond(
     while let Some(work) = pending.recv().await {
         let entry = match work {
             Work::Answer(entry) => entry,
-            Work::Metadata { header, reply } => {
+            Work::Own { header, reply } => {
                 let (response, _) = read_response(&shared.config, &mut frames, &header).await?;
                 let _ = reply.send(response); // a reader gone has closed the connection
                 continue;
@@ -1142,9 +1161,77 @@ async fn administer(
     answered.map_err(|err| Closed::Client(format!("request: {err}")))
 }
 
+/// Whether the connection may have its quota administration request answered from the
+/// store ([`crate::access`]): `None` when it may, else the refusal to answer with (Kafka's,
+/// or the cluster's own), logged.
+async fn authorize_admin(
+    shared: &Shared,
+    connection: &Connection,
+    header: &RequestHeader<'_>,
+    frame: &[u8],
+    upstream: &mut OwnedWriteHalf,
+    forwarded: &mpsc::Sender<Work>,
+) -> Result<Option<(BytesMut, usize)>, Closed> {
+    let access = &shared.config.admin_access;
+    let user = connection.user();
+    let bad = |err: crate::HeaderError| Closed::Client(format!("request: {err}"));
+    let refused = |why: &str| {
+        (shared.log)(&format!(
+            "{} refused to {} (principal User:{user}): {why}",
+            if header.api_key == crate::admin::ALTER_CLIENT_QUOTAS {
+                "AlterClientQuotas"
+            } else {
+                "DescribeClientQuotas"
+            },
+            connection.who(),
+        ));
+    };
+    if !access.lists(&user) {
+        refused("not a listed principal");
+        return crate::access::refusal(frame, header).map(Some).map_err(bad);
+    }
+    if !access.ask_cluster {
+        return Ok(None);
+    }
+    let probe =
+        crate::access::cluster_probe(frame, header, own_correlation_id(connection)).map_err(bad)?;
+    let response = own_request(probe, upstream, forwarded).await?;
+    let refusal = crate::access::cluster_refusal(response, header)
+        .map_err(|err| Closed::Upstream(format!("the cluster's answer on quota access: {err}")))?;
+    if refusal.is_some() {
+        refused("the cluster refuses it");
+    }
+    Ok(refusal)
+}
+
+/// A correlation id for the proxy's own next request on the connection.
+fn own_correlation_id(connection: &Connection) -> i32 {
+    OWN_CORRELATION_IDS | (connection.own_requests.fetch_add(1, Ordering::Relaxed) & 0xFF_FFFF)
+}
+
+/// Sends the proxy's own `request` frame to the broker on the connection (idle: every
+/// earlier request is answered) and waits for its response, which the responder reads in
+/// turn and hands back.
+async fn own_request(
+    request: BytesMut,
+    upstream: &mut OwnedWriteHalf,
+    forwarded: &mpsc::Sender<Work>,
+) -> Result<BytesMut, Closed> {
+    let header = parse_request_header(&request)
+        .map_err(|err| Closed::Client(format!("the proxy's own request: {err}")))?
+        .into_owned();
+    write_frame(upstream, &request).await?;
+    let gone = || Closed::Upstream("the upstream closed the connection".to_owned());
+    let (reply, answer) = oneshot::channel();
+    forwarded
+        .send(Work::Own { header, reply })
+        .await
+        .map_err(|_| gone())?;
+    answer.await.map_err(|_| gone())
+}
+
 /// The partitions the topics of a mutation request have now, from a Metadata request
-/// the proxy sends the broker first on the connection (idle: every earlier request is
-/// answered); the responder reads its answer in turn and hands it back.
+/// the proxy sends the broker first on the connection.
 async fn own_metadata(
     connection: &Connection,
     header: &RequestHeader<'_>,
@@ -1155,24 +1242,12 @@ async fn own_metadata(
     let request = MutationRequest::parse(frame, header)
         .map_err(|err| Closed::Client(format!("request: {err}")))?;
     let names = request.names();
-    let sequence = connection.own_requests.fetch_add(1, Ordering::Relaxed) & 0xFF_FFFF;
     let metadata = metadata_request(
-        OWN_CORRELATION_IDS | sequence,
+        own_correlation_id(connection),
         header.client_id(),
         names.as_deref(),
     );
-    let own_header = parse_request_header(&metadata)
-        .map_err(|err| Closed::Client(format!("the proxy's Metadata request: {err}")))?
-        .into_owned();
-    write_frame(upstream, &metadata).await?;
-    let gone = || Closed::Upstream("the upstream closed the connection".to_owned());
-    let (reply, answer) = oneshot::channel();
-    let own = Work::Metadata {
-        header: own_header,
-        reply,
-    };
-    forwarded.send(own).await.map_err(|_| gone())?;
-    let response = answer.await.map_err(|_| gone())?;
+    let response = own_request(metadata, upstream, forwarded).await?;
     partition_counts(&response)
         .map_err(|err| Closed::Upstream(format!("the proxy's Metadata request: {err}")))
 }

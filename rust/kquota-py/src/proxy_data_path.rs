@@ -11,7 +11,7 @@ use pyo3::exceptions::PyOSError;
 use pyo3::prelude::*;
 
 use kquota_proxy::server::{Admission, CallbackFactory, Decision, Managers, Proxy, ProxyConfig};
-use kquota_proxy::{GatewayConfig, SharedAdmin};
+use kquota_proxy::{AdminAccess, GatewayConfig, SharedAdmin};
 
 use crate::args;
 use crate::callback::{raised, PyCallback};
@@ -215,7 +215,7 @@ impl ProxyDataPath {
     /// Listens on `listen` and relays each connection to `upstream` with the quotas of
     /// the three managers, on `threads` threads of its own; returns once it listens.
     #[new]
-    #[pyo3(signature = (upstream, produce, fetch, request, *, mutation=None, default_num_partitions=1, connection_quotas=None, listener="PLAINTEXT", listen="127.0.0.1:0", max_request_bytes=104857600, max_response_bytes=104857600, connect_timeout=10.0, upstream_timeout=300.0, threads=2, keep_decisions=false, broker_ports=None, advertised_host=None, admin=None, callback_factory=None))]
+    #[pyo3(signature = (upstream, produce, fetch, request, *, mutation=None, default_num_partitions=1, connection_quotas=None, listener="PLAINTEXT", listen="127.0.0.1:0", max_request_bytes=104857600, max_response_bytes=104857600, connect_timeout=10.0, upstream_timeout=300.0, threads=2, keep_decisions=false, broker_ports=None, advertised_host=None, admin=None, admin_ask_cluster=true, admin_users=None, callback_factory=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -237,6 +237,8 @@ impl ProxyDataPath {
         broker_ports: Option<(i64, i64)>,
         advertised_host: Option<String>,
         admin: Option<Py<PyAny>>,
+        admin_ask_cluster: bool,
+        admin_users: Option<Vec<String>>,
         callback_factory: Option<Py<PyAny>>,
     ) -> PyResult<Self> {
         let listen_at = socket_address(py, "listen", listen)?;
@@ -280,6 +282,10 @@ impl ProxyDataPath {
             admin: admin
                 .map(|admin| quota_admin(py, admin))
                 .transpose()?,
+            admin_access: AdminAccess {
+                ask_cluster: admin_ask_cluster,
+                users: admin_users.map(|users| users.into_iter().collect()),
+            },
         };
         let managers = Managers::new(
             Arc::clone(&produce.get().inner),
