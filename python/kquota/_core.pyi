@@ -990,6 +990,7 @@ class ProxyDataPath:
         max_response_bytes: int = 104857600,
         connect_timeout: float = 10.0,
         upstream_timeout: float = 300.0,
+        connections_max_idle: float = 600.0,
         threads: int = 2,
         keep_decisions: bool = False,
         broker_ports: tuple[int, int] | None = None,

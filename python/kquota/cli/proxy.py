@@ -38,7 +38,11 @@ from kquota.config.store import DEFAULT_LOCK_TIMEOUT, STORE_ENV, open_store
 from kquota.exceptions import KquotaError
 from kquota.proxy.admin import AdminAccess
 from kquota.proxy.capture import DEFAULT_ROLL_BYTES, DEFAULT_ROLL_SECONDS
-from kquota.proxy.server import DEFAULT_LISTENER, MAX_REQUEST_BYTES
+from kquota.proxy.server import (
+    DEFAULT_CONNECTIONS_MAX_IDLE,
+    DEFAULT_LISTENER,
+    MAX_REQUEST_BYTES,
+)
 
 _COMMAND = "proxy"
 
@@ -159,6 +163,16 @@ def register(subparsers: Any) -> None:
         default=MAX_REQUEST_BYTES,
         metavar="BYTES",
         help="socket.request.max.bytes: the largest request accepted (default 100 MiB)",
+    )
+    parser.add_argument(
+        "--connections-max-idle-ms",
+        type=int,
+        default=int(DEFAULT_CONNECTIONS_MAX_IDLE * 1000),
+        metavar="MS",
+        help=(
+            "connections.max.idle.ms: a client connection idle this long (a client stopped"
+            " in the middle of a request among them) is closed (default 600000: 10 minutes)"
+        ),
     )
     parser.add_argument(
         "--num-partitions",
@@ -304,6 +318,11 @@ def run(args: argparse.Namespace) -> int:
             raise ValueError(
                 f"invalid --max-request-bytes {args.max_request_bytes}: expected 1 to {2**31 - 1}"
             )
+        if args.connections_max_idle_ms < 1:
+            raise ValueError(
+                f"invalid --connections-max-idle-ms {args.connections_max_idle_ms}:"
+                " expected 1 or more"
+            )
         if args.capture is None:
             for option, value, default in (
                 ("--capture-broker", args.capture_broker, None),
@@ -394,6 +413,7 @@ def run(args: argparse.Namespace) -> int:
             upstream if gateway else upstream[0],
             plugin,
             max_request_bytes=args.max_request_bytes,
+            connections_max_idle=args.connections_max_idle_ms / 1000,
             capture=capture,
             mutation=mutation,
             connection_quotas=connections,

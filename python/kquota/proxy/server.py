@@ -78,6 +78,7 @@ from kquota.proxy.capture import TrafficCapture, flush_every_second
 
 __all__ = [
     "BOOTSTRAP_NODE_ID",
+    "DEFAULT_CONNECTIONS_MAX_IDLE",
     "DEFAULT_LISTENER",
     "DEFAULT_UPSTREAM_TIMEOUT",
     "MAX_REQUEST_BYTES",
@@ -91,6 +92,8 @@ __all__ = [
 log = logging.getLogger("kquota.proxy")
 
 DEFAULT_UPSTREAM_TIMEOUT: Final = 300.0
+DEFAULT_CONNECTIONS_MAX_IDLE: Final = 600.0
+"""Kafka's ``connections.max.idle.ms`` default (10 minutes), in seconds."""
 """Seconds to wait for the upstream's response to one request before giving up on it."""
 
 DEFAULT_LISTENER: Final = "PLAINTEXT"
@@ -205,8 +208,13 @@ class ProxyServer:
     ``module:factory`` does): each broker gets an instance of its own, as each Kafka
     broker has, told every quota and the cluster metadata as that broker; the bootstrap
     port keeps the plugin's. The proxy closes the instances it made at :meth:`shutdown`.
-    ``max_request_bytes`` is Kafka's ``socket.request.max.bytes``; responses larger than
-    ``max_response_bytes`` close the connection too. With ``capture``, every request whose
+    ``max_request_bytes`` is Kafka's ``socket.request.max.bytes``: a request announcing
+    more closes its connection unanswered, as Kafka closes it; responses larger than
+    ``max_response_bytes`` close the connection too. ``connections_max_idle`` is Kafka's
+    ``connections.max.idle.ms``, in seconds: a client connection that neither sends nor
+    receives for that long, with no request at the broker and no mute running, is closed
+    (a client that stopped in the middle of a request holds only its own connection, and
+    only that long). With ``capture``, every request whose
     quota the proxy checks is added to it, as it was checked (``kquota proxy --capture``).
 
     With ``admin`` (a :class:`~kquota.proxy.StoreAdmin`), the proxy answers Kafka's quota
@@ -240,6 +248,7 @@ class ProxyServer:
         max_response_bytes: int = MAX_REQUEST_BYTES,
         connect_timeout: float = 10.0,
         upstream_timeout: float = DEFAULT_UPSTREAM_TIMEOUT,
+        connections_max_idle: float = DEFAULT_CONNECTIONS_MAX_IDLE,
         capture: TrafficCapture | None = None,
         mutation: ControllerMutationQuotaManager | None = None,
         connection_quotas: ConnectionQuotas | None = None,
@@ -333,6 +342,7 @@ class ProxyServer:
         self.max_response_bytes = max_response_bytes
         self.connect_timeout = connect_timeout
         self.upstream_timeout = upstream_timeout
+        self.connections_max_idle = connections_max_idle
         self.capture = capture
         self.mutation = mutation
         self.connection_quotas = connection_quotas
@@ -366,6 +376,7 @@ class ProxyServer:
             max_response_bytes=self.max_response_bytes,
             connect_timeout=self.connect_timeout,
             upstream_timeout=self.upstream_timeout,
+            connections_max_idle=self.connections_max_idle,
             threads=self.threads,
             keep_decisions=self.keep_decisions or self.capture is not None,
             broker_ports=self.broker_ports,

@@ -235,6 +235,10 @@ pub struct ProxyConfig {
     pub connect_timeout: Duration,
     /// How long the broker may take to answer one request.
     pub upstream_timeout: Duration,
+    /// Kafka's `connections.max.idle.ms`: a client connection with nothing read from it
+    /// or written to it for this long, and no request at the broker or mute running, is
+    /// closed (a client stopped in the middle of a frame among them).
+    pub connections_max_idle: Duration,
     /// The broker's `num.partitions`: what a CreateTopics topic asking for -1 gets, as the
     /// controller-mutation quota counts it.
     pub default_num_partitions: i32,
@@ -248,7 +252,8 @@ pub struct ProxyConfig {
 }
 
 impl ProxyConfig {
-    /// Kafka's bounds (100 MiB frames), 10 s to connect and 300 s for a response.
+    /// Kafka's bounds (100 MiB frames, 10 minutes idle), 10 s to connect and 300 s for a
+    /// response.
     pub fn new(upstream: impl Into<String>) -> Self {
         ProxyConfig {
             upstream: upstream.into(),
@@ -256,6 +261,7 @@ impl ProxyConfig {
             max_response_bytes: crate::DEFAULT_MAX_FRAME_BYTES,
             connect_timeout: Duration::from_secs(10),
             upstream_timeout: Duration::from_secs(300),
+            connections_max_idle: Duration::from_secs(600),
             default_num_partitions: 1,
             gateway: None,
             admin: None,
@@ -739,6 +745,11 @@ struct Connection {
     peer: SocketAddr,
     /// The end of the connection's mute on the core's clock (0: never muted).
     muted_until: AtomicI64,
+    /// When bytes last came from the client or went to it, on the core's clock.
+    last_activity: AtomicI64,
+    /// Bytes read from the client, and those of them that made whole frames.
+    bytes_in: AtomicU64,
+    bytes_framed: AtomicU64,
     turn: Mutex<Turn>,
     answered: Notify,
     sasl: Mutex<SaslExchange>,
@@ -764,6 +775,44 @@ impl Connection {
 
     fn mute(&self, until: i64) {
         self.muted_until.fetch_max(until, Ordering::AcqRel);
+    }
+
+    fn active(&self) {
+        self.last_activity
+            .fetch_max(monotonic_ms(), Ordering::AcqRel);
+    }
+
+    /// Closes the connection (by returning) once it has been idle for `max_idle`:
+    /// nothing read or written, no request at the broker, no mute running. Kafka's
+    /// `connections.max.idle.ms`.
+    async fn expire_idle(&self, max_idle: Duration) -> Closed {
+        let max = i64::try_from(max_idle.as_millis()).unwrap_or(i64::MAX);
+        loop {
+            let now = monotonic_ms();
+            let due = self
+                .last_activity
+                .load(Ordering::Acquire)
+                .saturating_add(max);
+            if now >= due {
+                let busy = lock(&self.turn).in_flight > 0
+                    || self.muted_until.load(Ordering::Acquire) > now;
+                if !busy {
+                    let unfinished = self.bytes_in.load(Ordering::Acquire)
+                        - self.bytes_framed.load(Ordering::Acquire);
+                    return Closed::Client(if unfinished > 0 {
+                        format!(
+                            "idle for {max} ms (connections.max.idle.ms) in the middle of a \
+                             request, {unfinished} bytes of it read"
+                        )
+                    } else {
+                        format!("idle for {max} ms (connections.max.idle.ms)")
+                    });
+                }
+                self.active(); // waiting on the broker or a mute is not idleness
+                continue;
+            }
+            tokio::time::sleep(Duration::from_millis((due - now) as u64)).await;
+        }
     }
 
     async fn wait_unmuted(&self) {
@@ -799,6 +848,7 @@ impl Connection {
     }
 
     fn answer_done(&self, produce: bool) {
+        self.active();
         {
             let mut turn = lock(&self.turn);
             turn.in_flight -= 1;
@@ -806,6 +856,32 @@ impl Connection {
         }
         // A permit is kept when the reader is not waiting yet: no wake-up is lost.
         self.answered.notify_one();
+    }
+}
+
+/// A connection's read half that notes, for [`Connection::expire_idle`], when and how
+/// many bytes came.
+struct Stamped<'a> {
+    inner: OwnedReadHalf,
+    connection: &'a Connection,
+}
+
+impl tokio::io::AsyncRead for Stamped<'_> {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<io::Result<()>> {
+        let before = buf.filled().len();
+        let polled = std::pin::Pin::new(&mut self.inner).poll_read(cx, buf);
+        let read = buf.filled().len() - before;
+        if read > 0 {
+            self.connection
+                .bytes_in
+                .fetch_add(read as u64, Ordering::AcqRel);
+            self.connection.active();
+        }
+        polled
     }
 }
 
@@ -829,6 +905,9 @@ async fn serve(
         channel: shared.next_channel.fetch_add(1, Ordering::Relaxed),
         peer,
         muted_until: AtomicI64::new(0),
+        last_activity: AtomicI64::new(monotonic_ms()),
+        bytes_in: AtomicU64::new(0),
+        bytes_framed: AtomicU64::new(0),
         turn: Mutex::new(Turn::default()),
         answered: Notify::new(),
         sasl: Mutex::new(SaslExchange::default()),
@@ -901,8 +980,11 @@ async fn relay(
         client_write,
         pending,
     );
-    tokio::try_join!(reader, responder)?;
-    Ok(())
+    let idle = connection.expire_idle(shared.config.connections_max_idle);
+    tokio::select! {
+        both = async { tokio::try_join!(reader, responder) } => both.map(|_| ()),
+        closed = idle => Err(closed),
+    }
 }
 
 /// A connection to `to`: `host:port`, or several comma-separated (a bootstrap list),
@@ -935,6 +1017,10 @@ async fn read_requests(
     mut upstream: OwnedWriteHalf,
     forwarded: mpsc::Sender<Work>,
 ) -> Result<(), Closed> {
+    let client = Stamped {
+        inner: client,
+        connection,
+    };
     let mut frames = FrameReader::new(client, shared.config.max_request_bytes);
     let mut closing = shared.closing.clone();
     let path = door.managers.path();
@@ -954,6 +1040,9 @@ async fn read_requests(
             Err(FrameError::Io(err)) => return Err(err.into()),
             Err(err) => return Err(Closed::Client(format!("request: {err}"))),
         };
+        connection
+            .bytes_framed
+            .fetch_add(4 + frame.len() as u64, Ordering::AcqRel);
         let started = Instant::now();
         check_version(&frame)?;
         let header = parse_request_header(&frame)

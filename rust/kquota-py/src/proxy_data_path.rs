@@ -215,7 +215,7 @@ impl ProxyDataPath {
     /// Listens on `listen` and relays each connection to `upstream` with the quotas of
     /// the three managers, on `threads` threads of its own; returns once it listens.
     #[new]
-    #[pyo3(signature = (upstream, produce, fetch, request, *, mutation=None, default_num_partitions=1, connection_quotas=None, listener="PLAINTEXT", listen="127.0.0.1:0", max_request_bytes=104857600, max_response_bytes=104857600, connect_timeout=10.0, upstream_timeout=300.0, threads=2, keep_decisions=false, broker_ports=None, advertised_host=None, admin=None, admin_ask_cluster=true, admin_users=None, callback_factory=None))]
+    #[pyo3(signature = (upstream, produce, fetch, request, *, mutation=None, default_num_partitions=1, connection_quotas=None, listener="PLAINTEXT", listen="127.0.0.1:0", max_request_bytes=104857600, max_response_bytes=104857600, connect_timeout=10.0, upstream_timeout=300.0, connections_max_idle=600.0, threads=2, keep_decisions=false, broker_ports=None, advertised_host=None, admin=None, admin_ask_cluster=true, admin_users=None, callback_factory=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -232,6 +232,7 @@ impl ProxyDataPath {
         max_response_bytes: i64,
         connect_timeout: f64,
         upstream_timeout: f64,
+        connections_max_idle: f64,
         threads: usize,
         keep_decisions: bool,
         broker_ports: Option<(i64, i64)>,
@@ -266,6 +267,7 @@ impl ProxyDataPath {
             max_response_bytes: frame_bound(py, "max_response_bytes", max_response_bytes)?,
             connect_timeout: seconds(py, "connect_timeout", connect_timeout)?,
             upstream_timeout: seconds(py, "upstream_timeout", upstream_timeout)?,
+            connections_max_idle: seconds(py, "connections_max_idle", connections_max_idle)?,
             default_num_partitions: i32::try_from(default_num_partitions)
                 .ok()
                 .filter(|n| *n > 0)
