@@ -123,12 +123,13 @@ test-loom: ## Model-check the core's atomic protocols with loom
 	RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=$(LOOM_TARGET) cargo test -p kquota-core --release --test loom --quiet
 
 # Repeated real-client runs through kquota proxy, every acknowledged message read back from
-# the broker (tests/proxy/test_delivery.py): SOAK_RUNS runs of each setup, about half a
-# minute a run.
+# the brokers: SOAK_RUNS runs of each setup (tests/proxy/test_delivery.py) and of each fault
+# behind the gateway (tests/proxy/test_gateway_faults.py), about half a minute a run.
 SOAK_RUNS ?= 50
+SOAK_TESTS ?= tests/proxy/test_delivery.py tests/proxy/test_gateway_faults.py
 
-soak: check-shared $(EXT) $(TANSU) $(KAFKA) ## Delivery soak: SOAK_RUNS runs per setup through the proxy, nothing acknowledged lost (not in make test)
-	$(PY) -m pytest tests/proxy/test_delivery.py -m soak --soak-runs $(SOAK_RUNS) -s -p no:cacheprovider
+soak: check-shared $(EXT) $(TANSU) $(KAFKA) ## Delivery and fault soak: SOAK_RUNS runs of each, nothing acknowledged lost (not in make test)
+	$(PY) -m pytest $(SOAK_TESTS) -m soak --soak-runs $(SOAK_RUNS) -s -p no:cacheprovider
 
 FUZZ_SECONDS ?= 30
 

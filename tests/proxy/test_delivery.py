@@ -160,9 +160,9 @@ def test_tansu_lists_the_base_offset_of_its_last_batch_as_the_end(tansu: Any) ->
         relay.close()
     assert len(ledger.acked) == 500 and not ledger.failed
     last = max(offset for _, offset in ledger.acked.values())
-    read = read_back(*tansu.upstream, topic, 1)
+    read = read_back(tansu.upstream, topic, 1)
     assert read.fetch_ends == {0: last + 1} == {0: len(read.records)}
-    listed = high_watermarks(*tansu.upstream, topic, 1)[0]
+    listed = high_watermarks(tansu.upstream, topic, 1)[0]
     batches = sorted({offset for _, offset in ledger.acked.values()})
     # the first offset of a batch (librdkafka's batches of linger.ms), plus one
     assert listed < last + 1, "Tansu now lists its high watermark: update docs/guide/proxy.md"

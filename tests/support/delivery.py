@@ -13,6 +13,7 @@ a duplicate (a client's own retry can make one).
 from __future__ import annotations
 
 import asyncio
+import itertools
 import socket
 import struct
 import threading
@@ -232,9 +233,35 @@ def _exactly(sock: socket.socket, n: int) -> bytes:
     return bytes(out)
 
 
-def high_watermarks(host: str, port: int, topic: str, partitions: int) -> dict[int, int]:
-    """Each partition's end as ListOffsets v4 (latest) answers it: Kafka's high watermark;
-    on Tansu 0.6 (dynostore), the base offset of the batch it stored last, plus one."""
+Brokers = tuple[str, int] | list[tuple[str, int]]
+"""One broker's address, or a cluster's: each partition is asked of the one leading it."""
+
+NOT_LEADER_OR_FOLLOWER = 6
+
+
+def _brokers(brokers: Brokers) -> list[tuple[str, int]]:
+    return list(brokers) if isinstance(brokers, list) else [brokers]
+
+
+def high_watermarks(brokers: Brokers, topic: str, partitions: int) -> dict[int, int]:
+    """Each partition's end as ListOffsets v4 (latest) answers it, from its leader: Kafka's
+    high watermark; on Tansu 0.6 (dynostore), the base offset of the batch it stored
+    last, plus one."""
+    out: dict[int, int] = {}
+    for partition in range(partitions):
+        for address in _brokers(brokers):
+            offset = _list_offset(address, topic, partition)
+            if offset is not None:
+                out[partition] = offset
+                break
+        else:
+            raise RuntimeError(f"ListOffsets {topic}-{partition}: no broker leads it")
+    return out
+
+
+def _list_offset(address: tuple[str, int], topic: str, partition: int) -> int | None:
+    """ListOffsets(latest) of one partition from one broker; ``None`` if it does not
+    lead it."""
     from kio.schema.list_offsets.v4.request import (
         ListOffsetsPartition,
         ListOffsetsRequest,
@@ -250,26 +277,24 @@ def high_watermarks(host: str, port: int, topic: str, partitions: int) -> dict[i
         topics=(
             ListOffsetsTopic(
                 name=TopicName(topic),
-                partitions=tuple(
+                partitions=(
                     ListOffsetsPartition(
-                        partition_index=i32(p),
+                        partition_index=i32(partition),
                         current_leader_epoch=i32(-1),
                         timestamp=i64(-1),
-                    )
-                    for p in range(partitions)
+                    ),
                 ),
             ),
         ),
     )
-    with socket.create_connection((host, port), timeout=30) as sock:
+    with socket.create_connection(address, timeout=30) as sock:
         response = _request(sock, body, 1, ListOffsetsResponse)
-    out = {}
-    for t in response.topics:
-        for p in t.partitions:
-            if p.error_code != 0:
-                raise RuntimeError(f"ListOffsets {topic}-{p.partition_index}: error {p.error_code}")
-            out[int(p.partition_index)] = int(p.offset)
-    return out
+    (part,) = [p for t in response.topics for p in t.partitions]
+    if part.error_code == NOT_LEADER_OR_FOLLOWER:
+        return None
+    if part.error_code != 0:
+        raise RuntimeError(f"ListOffsets {topic}-{partition}: error {part.error_code}")
+    return int(part.offset)
 
 
 @dataclass
@@ -282,73 +307,90 @@ class ReadBack:
     list_offsets_ends: dict[int, int]
 
 
-def read_back(host: str, port: int, topic: str, partitions: int) -> ReadBack:
+def read_back(brokers: Brokers, topic: str, partitions: int) -> ReadBack:
     """Every record of ``topic`` from offset 0 to each partition's high watermark, fetched
-    from the broker at ``host:port`` (Fetch v4: no fetch session, no topic ids).
+    from the broker leading it among ``brokers`` (Fetch v4: no fetch session, no topic
+    ids).
 
     The end is the ``high_watermark`` of the Fetch responses themselves, not
     ListOffsets(latest): Tansu 0.6 answers that with the base offset of the batch it
     stored last, plus one, which leaves out the rest of that batch (see
     :func:`high_watermarks`, kept for the comparison)."""
+    listed = high_watermarks(brokers, topic, partitions)
+    stored: list[Stored] = []
+    ends: dict[int, int] = {}
+    for partition in range(partitions):
+        for address in _brokers(brokers):
+            read = _read_partition(address, topic, partition)
+            if read is not None:
+                stored += read[0]
+                ends[partition] = read[1]
+                break
+        else:
+            raise RuntimeError(f"Fetch {topic}-{partition}: no broker leads it")
+    return ReadBack(stored, ends, listed)
+
+
+def _read_partition(
+    address: tuple[str, int], topic: str, partition: int
+) -> tuple[list[Stored], int] | None:
+    """One partition's records from one broker, and where they end (the Fetch responses'
+    high watermark); ``None`` if the broker does not lead the partition."""
     from kio.schema.fetch.v4.request import FetchPartition, FetchRequest, FetchTopic
     from kio.schema.fetch.v4.response import FetchResponse
     from kio.schema.types import BrokerId, TopicName
     from kio.static.primitive import i8, i32, i64
 
-    listed = high_watermarks(host, port, topic, partitions)
     stored: list[Stored] = []
-    ends: dict[int, int] = {}
-    correlation = 10
-    with socket.create_connection((host, port), timeout=30) as sock:
-        for partition in range(partitions):
-            offset = 0
-            end = None
-            stalled = 0
-            while end is None or offset < end:
-                correlation += 1
-                body = FetchRequest(
-                    replica_id=BrokerId(-1),
-                    max_wait=_ms(100),
-                    min_bytes=i32(1),
-                    max_bytes=i32(8 << 20),
-                    isolation_level=i8(0),
-                    topics=(
-                        FetchTopic(
-                            topic=TopicName(topic),
-                            partitions=(
-                                FetchPartition(
-                                    partition=i32(partition),
-                                    fetch_offset=i64(offset),
-                                    partition_max_bytes=i32(4 << 20),
-                                ),
+    offset = 0
+    end = None
+    stalled = 0
+    with socket.create_connection(address, timeout=30) as sock:
+        for correlation in itertools.count(11):
+            if end is not None and offset >= end:
+                break
+            body = FetchRequest(
+                replica_id=BrokerId(-1),
+                max_wait=_ms(100),
+                min_bytes=i32(1),
+                max_bytes=i32(8 << 20),
+                isolation_level=i8(0),
+                topics=(
+                    FetchTopic(
+                        topic=TopicName(topic),
+                        partitions=(
+                            FetchPartition(
+                                partition=i32(partition),
+                                fetch_offset=i64(offset),
+                                partition_max_bytes=i32(4 << 20),
                             ),
                         ),
                     ),
-                )
-                response = _request(sock, body, correlation, FetchResponse)
-                (part,) = [p for t in response.responses for p in t.partitions]
-                if part.error_code != 0:
+                ),
+            )
+            response = _request(sock, body, correlation, FetchResponse)
+            (part,) = [p for t in response.responses for p in t.partitions]
+            if part.error_code == NOT_LEADER_OR_FOLLOWER:
+                return None
+            if part.error_code != 0:
+                raise RuntimeError(f"Fetch {topic}-{partition}@{offset}: error {part.error_code}")
+            end = int(part.high_watermark)
+            before = offset
+            for base, records in record_batches(part.records or b""):
+                for delta, key in records:
+                    at = base + delta
+                    if offset <= at < end:
+                        stored.append(Stored(partition, at, key))
+                        offset = at + 1
+            if offset == before and offset < end:
+                stalled += 1
+                if stalled > 20:
                     raise RuntimeError(
-                        f"Fetch {topic}-{partition}@{offset}: error {part.error_code}"
+                        f"Fetch {topic}-{partition}@{offset} returned nothing 20 times"
+                        f" (high watermark {end})"
                     )
-                end = int(part.high_watermark)
-                before = offset
-                for base, records in record_batches(part.records or b""):
-                    for delta, key in records:
-                        at = base + delta
-                        if offset <= at < end:
-                            stored.append(Stored(partition, at, key))
-                            offset = at + 1
-                if offset == before and offset < end:
-                    stalled += 1
-                    if stalled > 20:
-                        raise RuntimeError(
-                            f"Fetch {topic}-{partition}@{offset} returned nothing 20 times"
-                            f" (high watermark {end})"
-                        )
-                    time.sleep(0.05)
-            ends[partition] = offset
-    return ReadBack(stored, ends, listed)
+                time.sleep(0.05)
+    return stored, offset
 
 
 def _ms(value: int) -> Any:
@@ -455,13 +497,27 @@ def audit(ledgers: Iterable[Ledger], stored: Iterable[Stored]) -> Audit:
 
 # -- the scenario: five clients under their quotas ---------------------------------------
 
-PRODUCER_CLIENT_IDS: dict[str, str] = {
-    "rdkafka": "rdkafka",
-    "kafka-python": "kafka-python",
-    "aiokafka": "aiokafka",
-    "shared-a": "shared",  # two librdkafka producers sharing one client id and its quota
-    "shared-b": "shared",
+
+@dataclass(frozen=True)
+class Producer:
+    """One producer of a run: its client (``librdkafka``, ``kafka-python`` or
+    ``aiokafka``), client id and, for librdkafka, settings of its own."""
+
+    client: str
+    client_id: str
+    config: tuple[tuple[str, Any], ...] = ()
+
+
+FIVE: dict[str, Producer] = {
+    "rdkafka": Producer("librdkafka", "rdkafka"),
+    "kafka-python": Producer("kafka-python", "kafka-python"),
+    "aiokafka": Producer("aiokafka", "aiokafka"),
+    # two librdkafka producers sharing one client id and its quota
+    "shared-a": Producer("librdkafka", "shared"),
+    "shared-b": Producer("librdkafka", "shared"),
 }
+"""The producers of :func:`five_clients` (with a consumer, the fifth client)."""
+PRODUCER_CLIENT_IDS = {name: producer.client_id for name, producer in FIVE.items()}
 CONSUMER_CLIENT_ID = "consumer"
 
 
@@ -498,28 +554,37 @@ class Delivery:
             f"{p}: fetch {self.read.fetch_ends[p]}, ListOffsets {self.read.list_offsets_ends[p]}"
             for p in sorted(self.read.fetch_ends)
         )
+        failures = "".join(
+            f"\n{name} was told of failures, first: {ledger.failed[0]}"
+            for name, ledger in self.ledgers.items()
+            if ledger.failed
+        )
         return (
-            f"{self.audit.describe()}\nlargest throttle {self.largest_throttle_ms} ms;"
+            f"{self.audit.describe()}{failures}\nlargest throttle {self.largest_throttle_ms} ms;"
             f" consumer read {self.consumed}; partition ends: {ends}; errors: {self.errors}"
         )
 
 
 def five_clients(
     bootstrap: str,
-    broker: tuple[str, int],
+    brokers: Brokers,
     topic: str,
     messages: int,
     *,
     partitions: int = 3,
     value_bytes: int = 1024,
+    producers: dict[str, Producer] | None = None,
+    during: Callable[[], None] | None = None,
 ) -> Delivery:
     """Five producers (librdkafka, kafka-python, aiokafka, and two librdkafka producers
-    sharing one client id) send ``messages`` keyed messages each to ``topic`` through
-    ``bootstrap`` while a librdkafka consumer reads it; then every partition is read back
-    from ``broker`` itself (``host, port``) and audited against the acknowledgements."""
+    sharing one client id; or ``producers``) send ``messages`` keyed messages each to
+    ``topic`` through ``bootstrap`` while a librdkafka consumer reads it, and ``during``
+    runs beside them (a fault); then every partition is read back from ``brokers``
+    themselves and audited against the acknowledgements."""
     from confluent_kafka import Consumer
 
-    ledgers = {name: Ledger(name) for name in PRODUCER_CLIENT_IDS}
+    producers = FIVE if producers is None else producers
+    ledgers = {name: Ledger(name) for name in producers}
     stop = threading.Event()
     consumed = [0]
 
@@ -543,21 +608,29 @@ def five_clients(
             consumer.close()
 
     def producer(name: str) -> Callable[[], None]:
-        kinds = {
-            "kafka-python": kafka_python_producer,
-            "aiokafka": aiokafka_producer,
-        }
-        produce = kinds.get(name, librdkafka_producer)
+        spec = producers[name]
 
         def run() -> None:
-            produce(
-                bootstrap,
-                topic,
-                ledgers[name],
-                messages,
-                client_id=PRODUCER_CLIENT_IDS[name],
-                value_bytes=value_bytes,
-            )
+            if spec.client == "librdkafka":
+                librdkafka_producer(
+                    bootstrap,
+                    topic,
+                    ledgers[name],
+                    messages,
+                    client_id=spec.client_id,
+                    value_bytes=value_bytes,
+                    config=dict(spec.config),
+                )
+            else:
+                produce = {"kafka-python": kafka_python_producer, "aiokafka": aiokafka_producer}
+                produce[spec.client](
+                    bootstrap,
+                    topic,
+                    ledgers[name],
+                    messages,
+                    client_id=spec.client_id,
+                    value_bytes=value_bytes,
+                )
 
         run.__name__ = name
         return run
@@ -565,9 +638,12 @@ def five_clients(
     reader = threading.Thread(target=consume, name="consumer")
     reader.start()
     try:
-        errors = run_all(producer(name) for name in ledgers)
+        work = [producer(name) for name in ledgers]
+        if during is not None:
+            work.append(during)
+        errors = run_all(work)
     finally:
         stop.set()
         reader.join(WAIT_S)
-    read = read_back(broker[0], broker[1], topic, partitions)
+    read = read_back(brokers, topic, partitions)
     return Delivery(ledgers, errors, consumed[0], read, audit(ledgers.values(), read.records))

@@ -492,6 +492,14 @@ class KafkaBroker:
         if self.process is not None and self.process.poll() is None:
             self.process.send_signal(signal.SIGTERM)
 
+    def kill(self) -> None:
+        """SIGKILL, as ``kill -9``: the node stops at once, with no shutdown of any kind
+        (no controlled shutdown, no flush); ``start`` brings it back with its data."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+            self.stopped_cleanly = False
+
     def stop(self, timeout: float = STOP_TIMEOUT_S) -> bool:
         """SIGTERM, wait up to ``timeout`` for the JVM to exit, then SIGKILL. True when it
         exited on SIGTERM alone (kept in ``stopped_cleanly``), or was never started."""
@@ -660,6 +668,11 @@ class KafkaCluster:
         """Stop one broker: SIGTERM, a controlled shutdown that first moves its leaderships
         to the others. True when it exited on SIGTERM alone."""
         return self.brokers[node_id].stop(timeout)
+
+    def kill_broker(self, node_id: int) -> None:
+        """Kill one broker with SIGKILL (``kill -9``): its leaderships move only once the
+        controller misses its heartbeats."""
+        self.brokers[node_id].kill()
 
     def start_broker(self, node_id: int, timeout: float = START_TIMEOUT_S) -> None:
         """Start a stopped broker again; return once it is a live broker again. (The
