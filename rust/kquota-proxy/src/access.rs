@@ -23,11 +23,11 @@ use std::collections::BTreeSet;
 use bytes::{Bytes, BytesMut};
 use kafka_protocol::messages::{
     alter_client_quotas_response, AlterClientQuotasRequest, AlterClientQuotasResponse,
-    DescribeClientQuotasResponse, ResponseHeader as KpResponseHeader,
+    DescribeClientQuotasResponse,
 };
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 
-use crate::admin::{ALTER_CLIENT_QUOTAS, DESCRIBE_CLIENT_QUOTAS};
+use crate::admin::{response_head, unreadable, ALTER_CLIENT_QUOTAS, DESCRIBE_CLIENT_QUOTAS};
 use crate::error::HeaderError;
 use crate::header::{parse_response_header, RequestHeader};
 
@@ -144,12 +144,7 @@ pub fn cluster_refusal(
 /// refused, which a gateway does not have).
 pub fn refusal(frame: &[u8], header: &RequestHeader<'_>) -> Result<(BytesMut, usize), HeaderError> {
     let version = header.api_version;
-    let mut out = BytesMut::new();
-    let mut head = KpResponseHeader::default();
-    head.correlation_id = header.correlation_id;
-    let header_version = header.response_header_version();
-    head.encode(&mut out, header_version)
-        .map_err(|_| unreadable("response header", header_version))?;
+    let mut out = response_head(header)?;
     let body_offset = out.len();
     let message = Some(StrBytes::from_static_str(CLUSTER_AUTHORIZATION_MESSAGE));
     match header.api_key {
@@ -202,14 +197,11 @@ pub fn refusal(frame: &[u8], header: &RequestHeader<'_>) -> Result<(BytesMut, us
     Ok((out, body_offset))
 }
 
-fn unreadable(message: &'static str, version: i16) -> HeaderError {
-    HeaderError::Unreadable { message, version }
-}
-
 #[cfg(test)]
 mod tests {
     use kafka_protocol::messages::{
         alter_client_quotas_request, describe_client_quotas_request, RequestHeader as KpHeader,
+        ResponseHeader as KpResponseHeader,
     };
 
     use super::*;

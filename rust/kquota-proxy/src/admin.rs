@@ -91,12 +91,7 @@ pub fn answer_resolving(
     let body = &frame[header.body_offset..];
     crate::skim::check_client_quotas_request(body, header.api_key, version)?;
     let mut rest = Bytes::copy_from_slice(body);
-    let mut out = BytesMut::new();
-    let mut head = KpResponseHeader::default();
-    head.correlation_id = header.correlation_id;
-    let header_version = header.response_header_version();
-    head.encode(&mut out, header_version)
-        .map_err(|_| unreadable("response header", header_version))?;
+    let mut out = response_head(header)?;
     match header.api_key {
         DESCRIBE_CLIENT_QUOTAS => {
             let request = DescribeClientQuotasRequest::decode(&mut rest, version)
@@ -117,7 +112,18 @@ pub fn answer_resolving(
     Ok(out)
 }
 
-fn unreadable(message: &'static str, version: i16) -> HeaderError {
+/// A response's header to the request of `header`, ready for its body.
+pub(crate) fn response_head(header: &RequestHeader<'_>) -> Result<BytesMut, HeaderError> {
+    let mut out = BytesMut::new();
+    let mut head = KpResponseHeader::default();
+    head.correlation_id = header.correlation_id;
+    let version = header.response_header_version();
+    head.encode(&mut out, version)
+        .map_err(|_| unreadable("response header", version))?;
+    Ok(out)
+}
+
+pub(crate) fn unreadable(message: &'static str, version: i16) -> HeaderError {
     HeaderError::Unreadable { message, version }
 }
 
