@@ -797,8 +797,10 @@ impl Connection {
                 let busy = lock(&self.turn).in_flight > 0
                     || self.muted_until.load(Ordering::Acquire) > now;
                 if !busy {
-                    let unfinished = self.bytes_in.load(Ordering::Acquire)
-                        - self.bytes_framed.load(Ordering::Acquire);
+                    // framed first: it never passes bytes_in, so the difference cannot go
+                    // below zero however a read interleaves
+                    let framed = self.bytes_framed.load(Ordering::Acquire);
+                    let unfinished = self.bytes_in.load(Ordering::Acquire) - framed;
                     return Closed::Client(if unfinished > 0 {
                         format!(
                             "idle for {max} ms (connections.max.idle.ms) in the middle of a \
