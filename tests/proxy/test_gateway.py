@@ -574,6 +574,18 @@ def test_cli_rejects_bad_gateway_options_with_status_2(tmp_path: Any) -> None:
             ["--listen", "127.0.0.1:0", "--bootstrap", "h:9,nowhere", "--broker-ports", "1-2"],
             "invalid --bootstrap 'nowhere'",
         ),
+        (
+            ["--listen", "127.0.0.1:0", "--upstream", "h:9", "--quota-admins", "User:ops"],
+            "--quota-admins needs --bootstrap",
+        ),
+        (
+            [*gateway, "--broker-ports", "9300-9310", "--quota-admins", "cluster,ops"],
+            "invalid principal 'ops' in --quota-admins 'cluster,ops': expected User:NAME",
+        ),
+        (
+            [*gateway, "--broker-ports", "9300-9310", "--quota-admins", "nobody,User:ops"],
+            "invalid --quota-admins 'nobody,User:ops': nobody stands alone",
+        ),
     ]
     assert_proxy_cli_refuses(cases, tmp_path / "q.db")
 

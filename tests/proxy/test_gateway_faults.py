@@ -44,6 +44,7 @@ pytestmark = [
     ),
 ]
 
+
 @pytest.fixture(autouse=True)
 def _kafka_python_leaves_refused_sockets_open() -> Iterator[None]:
     """kafka-python 3.0.12 drops the socket of a refused connection without closing it
@@ -60,6 +61,7 @@ def _kafka_python_leaves_refused_sockets_open() -> Iterator[None]:
         except OSError as err:
             if err.errno == errno.ENOTCONN:
                 sock.close()
+
 
 QUOTA = 50_000
 """producer_byte_rate of each producer's client id, per broker as in Kafka: throttled, so

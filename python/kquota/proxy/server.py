@@ -92,9 +92,9 @@ __all__ = [
 log = logging.getLogger("kquota.proxy")
 
 DEFAULT_UPSTREAM_TIMEOUT: Final = 300.0
+"""Seconds to wait for the upstream's response to one request before giving up on it."""
 DEFAULT_CONNECTIONS_MAX_IDLE: Final = 600.0
 """Kafka's ``connections.max.idle.ms`` default (10 minutes), in seconds."""
-"""Seconds to wait for the upstream's response to one request before giving up on it."""
 
 DEFAULT_LISTENER: Final = "PLAINTEXT"
 """The listener connections are counted under (Kafka's listener name), for KIP-612."""
