@@ -7,8 +7,8 @@ with its quotas in a store on a Kafka topic that only broker 1 holds. Producers 
 
 * broker 1 is killed with SIGKILL and started again: the data topic loses a leader and one
   replica, and the quota store is unreachable until the broker is back;
-* one of two gateways sharing that store is killed with SIGKILL: its clients bootstrap
-  again through the other.
+* the gateway is killed with SIGKILL and a second instance of the same configuration
+  (the same store) takes its addresses: its clients reconnect there.
 
 A producer that is not idempotent may store a message twice when it retries a request
 whose answer it lost; those duplicates are counted. The idempotent one must store none.
