@@ -18,11 +18,14 @@ CARGO_FUZZ_VERSION := 0.13.2
 CARGO_FUZZ    := $(KQUOTA_CACHE)/cargo-fuzz-$(CARGO_FUZZ_VERSION)/bin/cargo-fuzz
 export CARGO_FUZZ
 # Apache Kafka's jars from Maven Central, for the real brokers and the quota oracle in the
-# tests. apache-kafka/pom.xml pins the versions: a 4.x broker by default, 3.9 with -P kafka-3.
+# tests. apache-kafka/pom.xml pins the versions: a 4.x broker by default, 3.9 with -P kafka-3,
+# the newest 4.x with -P kafka-newest.
 KAFKA_VERSION  := $(shell sed -n 's:.*<kafka.version>\(.*\)</kafka.version>.*:\1:p' apache-kafka/pom.xml | sed -n 1p)
 KAFKA3_VERSION := $(shell sed -n 's:.*<kafka.version>\(.*\)</kafka.version>.*:\1:p' apache-kafka/pom.xml | sed -n 2p)
+KAFKA_NEWEST_VERSION := $(shell sed -n 's:.*<kafka.version>\(.*\)</kafka.version>.*:\1:p' apache-kafka/pom.xml | sed -n 3p)
 KAFKA          := $(KQUOTA_CACHE)/kafka-$(KAFKA_VERSION)/.complete
 KAFKA3         := $(KQUOTA_CACHE)/kafka-$(KAFKA3_VERSION)/.complete
+KAFKA_NEWEST   := $(KQUOTA_CACHE)/kafka-$(KAFKA_NEWEST_VERSION)/.complete
 # The GitHub workflows' linter, built with Go from its module.
 ACTIONLINT_VERSION := 1.7.12
 ACTIONLINT    := $(KQUOTA_CACHE)/actionlint-$(ACTIONLINT_VERSION)/bin/actionlint
@@ -76,11 +79,11 @@ $(ACTIONLINT):
 $(KQUOTA_CACHE)/kafka-%/.complete: apache-kafka/pom.xml
 	rm -rf $(dir $@) $(@D).partial
 	mvn -q -B -f apache-kafka/pom.xml dependency:copy-dependencies -DoutputDirectory=$(@D).partial/libs \
-	  $(if $(filter $*,$(KAFKA3_VERSION)),-P kafka-3)
+	  $(if $(filter $*,$(KAFKA3_VERSION)),-P kafka-3) $(if $(filter $*,$(KAFKA_NEWEST_VERSION)),-P kafka-newest)
 	mv $(@D).partial $(@D)
 	touch $@
 
-tools: $(TANSU) $(CARGO_FUZZ) $(ACTIONLINT) $(KAFKA) $(KAFKA3) ## Build or fetch the pinned tools into $(KQUOTA_CACHE)
+tools: $(TANSU) $(CARGO_FUZZ) $(ACTIONLINT) $(KAFKA) $(KAFKA3) $(KAFKA_NEWEST) ## Build or fetch the pinned tools into $(KQUOTA_CACHE)
 
 # The demo back-tests generated traffic twice. The main run is closed loop: clients honour
 # throttles (KIP-219), as Kafka clients do, so it tells the delays they would see. The
@@ -147,11 +150,11 @@ fuzz: $(EXT) $(CARGO_FUZZ) ## Fuzz each target for FUZZ_SECONDS (cargo fuzz + at
 ORACLE_SEED  ?= random
 ORACLE_SCALE ?= 10
 
-fuzz-oracle: check-shared $(EXT) $(KAFKA) ## Random traces against Kafka's quota classes (ORACLE_SEED, ORACLE_SCALE)
+fuzz-oracle: check-shared $(EXT) $(KAFKA) $(KAFKA_NEWEST) ## Random traces against Kafka's quota classes (ORACLE_SEED, ORACLE_SCALE)
 	KQUOTA_ORACLE_SEED=$(ORACLE_SEED) KQUOTA_ORACLE_SCALE=$(ORACLE_SCALE) \
 	  $(PY) -m pytest tests/core/test_kafka_oracle.py -k with_kafka -p no:cacheprovider
 
-test-python: check-shared $(EXT) $(TANSU) $(KAFKA) $(KAFKA3) ## pytest (conformance, Kafka as the oracle, kquota proxy against Tansu)
+test-python: check-shared $(EXT) $(TANSU) $(KAFKA) $(KAFKA3) $(KAFKA_NEWEST) ## pytest (conformance, Kafka as the oracle, kquota proxy against Tansu)
 	$(PY) -m pytest
 
 lint: $(DEPS) $(ACTIONLINT) ## rustfmt, clippy, ruff, mypy, stubtest, actionlint, the docs build

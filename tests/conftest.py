@@ -3,7 +3,8 @@
 ``spark``: one real local SparkSession (``local[2]``, few shuffle partitions, no UI) for
 every Spark test of the session; tests that use it need the ``spark`` extra.
 
-``kafka_broker``, ``kafka3_broker``, ``kafka_cluster``: real Apache Kafka (the versions
+``kafka_broker``, ``kafka3_broker``, ``kafka_newest_broker``, ``kafka_cluster``: real
+Apache Kafka (the versions
 ``apache-kafka/pom.xml`` pins) from tests/support/kafka_support.py; a failing test's
 report names their log folders, which outlive the run.
 """
@@ -94,7 +95,7 @@ def _no_kafka_client_outlives_its_test(request: pytest.FixtureRequest) -> Iterat
 
 # -- Apache Kafka: real brokers, Kafka as the oracle -------------------------------------
 
-KAFKA_FIXTURES = ("kafka_broker", "kafka3_broker", "kafka_cluster")
+KAFKA_FIXTURES = ("kafka_broker", "kafka3_broker", "kafka_newest_broker", "kafka_cluster")
 
 
 def _running(kafka: Any) -> Iterator[Any]:
@@ -134,6 +135,16 @@ def kafka3_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
 
     folder = tmp_path_factory.mktemp(f"kafka-{KAFKA3_VERSION}-")
     yield from _running(KafkaBroker(folder, version=KAFKA3_VERSION))
+
+
+@pytest.fixture(scope="module")
+def kafka_newest_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """The same with the newest Kafka pinned (``KAFKA_NEWEST_VERSION``), for the modules
+    that compare against it: one node per module."""
+    from kafka_support import KAFKA_NEWEST_VERSION, KafkaBroker
+
+    folder = tmp_path_factory.mktemp(f"kafka-{KAFKA_NEWEST_VERSION}-")
+    yield from _running(KafkaBroker(folder, version=KAFKA_NEWEST_VERSION))
 
 
 @pytest.fixture(scope="module")

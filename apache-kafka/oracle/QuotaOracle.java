@@ -32,7 +32,6 @@ import java.lang.reflect.Field;
 import java.lang.reflect.InvocationTargetException;
 import java.lang.reflect.Method;
 import java.net.InetAddress;
-import java.nio.ByteBuffer;
 import java.nio.charset.StandardCharsets;
 import java.util.ArrayList;
 import java.util.Collections;
@@ -40,29 +39,19 @@ import java.util.HashMap;
 import java.util.HashSet;
 import java.util.List;
 import java.util.Map;
-import java.util.Optional;
 import java.util.Properties;
 import java.util.Set;
 import java.util.TreeSet;
 import java.util.concurrent.DelayQueue;
 import java.util.concurrent.TimeUnit;
-import java.util.function.Consumer;
+import java.util.function.LongConsumer;
 import java.util.function.Supplier;
 
 import kafka.network.ConnectionQuotas;
-import kafka.network.RequestChannel;
-import kafka.server.AbstractControllerMutationQuota;
-import kafka.server.ClientQuotaManager;
-import kafka.server.ClientRequestQuotaManager;
-import kafka.server.ControllerMutationQuota;
-import kafka.server.ControllerMutationQuotaManager;
 import kafka.server.KafkaConfig;
-import kafka.server.PermissiveControllerMutationQuota;
-import kafka.server.StrictControllerMutationQuota;
 
 import org.apache.kafka.common.MetricName;
 import org.apache.kafka.common.errors.ThrottlingQuotaExceededException;
-import org.apache.kafka.common.memory.MemoryPool;
 import org.apache.kafka.common.metrics.KafkaMetric;
 import org.apache.kafka.common.metrics.MetricConfig;
 import org.apache.kafka.common.metrics.Metrics;
@@ -71,31 +60,18 @@ import org.apache.kafka.common.metrics.QuotaViolationException;
 import org.apache.kafka.common.metrics.Sensor;
 import org.apache.kafka.common.metrics.stats.Rate;
 import org.apache.kafka.common.metrics.stats.TokenBucket;
-import org.apache.kafka.common.network.ClientInformation;
 import org.apache.kafka.common.network.ListenerName;
-import org.apache.kafka.common.protocol.ApiKeys;
-import org.apache.kafka.common.requests.ApiVersionsRequest;
-import org.apache.kafka.common.requests.RequestContext;
-import org.apache.kafka.common.requests.RequestHeader;
 import org.apache.kafka.common.security.auth.KafkaPrincipal;
-import org.apache.kafka.common.security.auth.SecurityProtocol;
-import org.apache.kafka.common.utils.Sanitizer;
 import org.apache.kafka.common.utils.Time;
 import org.apache.kafka.network.ConnectionThrottledException;
-import org.apache.kafka.network.Session;
-import org.apache.kafka.server.config.ClientQuotaManagerConfig;
 import org.apache.kafka.server.quota.ClientQuotaCallback;
-import org.apache.kafka.server.quota.ClientQuotaEntity;
 import org.apache.kafka.server.quota.ClientQuotaType;
-import org.apache.kafka.server.quota.QuotaType;
-import org.apache.kafka.server.quota.QuotaUtils;
-import org.apache.kafka.server.quota.ThrottleCallback;
-import org.apache.kafka.server.quota.ThrottledChannel;
 import org.apache.kafka.server.util.ShutdownableThread;
 
 public final class QuotaOracle {
     private static final ObjectMapper JSON = new ObjectMapper();
-    private static final InetAddress CLIENT_ADDRESS = InetAddress.getLoopbackAddress();
+    /** Kafka's quota managers, as the Kafka on the classpath has them. */
+    private static final KafkaQuotas KAFKA = new Managers();
 
     private QuotaOracle() { }
 
@@ -252,50 +228,26 @@ public final class QuotaOracle {
         return new Metrics(new MetricConfig(), Collections.emptyList(), time, false);
     }
 
-    static Session session(String user) {
-        return new Session(new KafkaPrincipal(KafkaPrincipal.USER_TYPE, user), CLIENT_ADDRESS);
+    /** Reads a field Kafka keeps private, on the object's class or a superclass. The
+     * highest class that declares it wins: a subclass may keep a constructor argument of
+     * the same name (the mutation manager's Option of the callback, in Scala). */
+    static Object privateField(Object owner, String name) throws ReflectiveOperationException {
+        List<Class<?>> chain = new ArrayList<>();
+        for (Class<?> c = owner.getClass(); c != null; c = c.getSuperclass()) chain.add(0, c);
+        for (Class<?> c : chain) {
+            try {
+                Field field = c.getDeclaredField(name);
+                field.setAccessible(true);
+                return field.get(owner);
+            } catch (NoSuchFieldException e) {
+                // declared lower down
+            }
+        }
+        throw new NoSuchFieldException(owner.getClass().getName() + "." + name);
     }
 
-    /** A request as the socket server hands it to the API layer (an ApiVersions request;
-     * the quota managers read only its principal and client id, and its thread time). */
-    static RequestChannel.Request request(String user, String clientId, long threadTimeNanos) {
-        ApiVersionsRequest body = new ApiVersionsRequest.Builder().build();
-        ByteBuffer buffer = body.serializeWithHeader(
-            new RequestHeader(ApiKeys.API_VERSIONS, body.version(), clientId, 1));
-        RequestHeader header = RequestHeader.parse(buffer);
-        RequestContext context = new RequestContext(header, "connection-1", CLIENT_ADDRESS,
-            new KafkaPrincipal(KafkaPrincipal.USER_TYPE, user),
-            ListenerName.forSecurityProtocol(SecurityProtocol.PLAINTEXT), SecurityProtocol.PLAINTEXT,
-            ClientInformation.EMPTY, false);
-        RequestChannel.Request request = new RequestChannel.Request(1, context, 0L, MemoryPool.NONE,
-            buffer, null, scala.Option.empty());
-        request.requestDequeueTimeNanos_$eq(0L);
-        request.apiLocalCompleteTimeNanos_$eq(threadTimeNanos);
-        return request;
-    }
-
-    static ClientQuotaManager.BaseUserEntity userEntity(JsonNode spec) {
-        if (spec == null || spec.isNull()) return null;
-        String text = spec.asText();
-        if (text.equals("D")) return ClientQuotaManager.DefaultUserEntity$.MODULE$;
-        // As the broker's ClientQuotaMetadataManager: user entities are sanitized names.
-        return new ClientQuotaManager.UserEntity(Sanitizer.sanitize(text.substring(2)));
-    }
-
-    static ClientQuotaEntity.ConfigEntity clientEntity(JsonNode spec) {
-        if (spec == null || spec.isNull()) return null;
-        String text = spec.asText();
-        if (text.equals("D")) return ClientQuotaManager.DefaultClientIdEntity$.MODULE$;
-        return new ClientQuotaManager.ClientIdEntity(text.substring(2));
-    }
-
-    static void updateQuota(ClientQuotaManager manager, JsonNode op, boolean remove) {
-        ClientQuotaManager.BaseUserEntity user = userEntity(op.get("eu"));
-        ClientQuotaEntity.ConfigEntity client = clientEntity(op.get("ec"));
-        scala.Option<Quota> quota = remove
-            ? scala.Option.empty()
-            : scala.Option.apply(new Quota(dbl(op.get("q")), true));
-        manager.updateQuota(scala.Option.apply(user), scala.Option.apply(client), quota);
+    static Double quotaOf(JsonNode op, boolean remove) {
+        return remove ? null : dbl(op.get("q"));
     }
 
     /** A manager's delay queue, its reaper stopped: the trace drains it with the reaper's
@@ -303,42 +255,27 @@ public final class QuotaOracle {
      * the clock only. */
     static final class Reaper {
         private final ShutdownableThread thread;
-        private final DelayQueue<ThrottledChannel> queue;
+        private final DelayQueue<? extends java.util.concurrent.Delayed> queue;
 
         @SuppressWarnings("unchecked")
-        Reaper(ClientQuotaManager manager) throws Exception {
-            thread = manager.throttledChannelReaper();
+        Reaper(KafkaQuotas.Manager manager) throws Exception {
+            thread = (ShutdownableThread) privateField(manager.kafka(), "throttledChannelReaper");
             // Stop the background thread before anything is queued: it is waiting in the
             // queue's poll (or has not started), takes nothing and exits.
             thread.initiateShutdown();
             thread.interrupt();
             thread.awaitShutdown();
             thread.join();
-            Field field = ClientQuotaManager.class.getDeclaredField("delayQueue");
-            field.setAccessible(true);
-            queue = (DelayQueue<ThrottledChannel>) field.get(manager);
+            queue = (DelayQueue<? extends java.util.concurrent.Delayed>) privateField(manager.kafka(), "delayQueue");
         }
 
         void drain() {
             while (true) {
-                ThrottledChannel head = queue.peek();
+                var head = queue.peek();
                 if (head == null || head.getDelay(TimeUnit.NANOSECONDS) > 0) return;
                 thread.doWork();
             }
         }
-    }
-
-    /** The throttle callback of one connection: remembers its channel when the throttle ends. */
-    static ThrottleCallback callback(List<Long> ended, long channel) {
-        return new ThrottleCallback() {
-            @Override
-            public void startThrottling() { }
-
-            @Override
-            public void endThrottling() {
-                ended.add(channel);
-            }
-        };
     }
 
     // -- produce, fetch and request quotas --------------------------------------------------
@@ -346,108 +283,95 @@ public final class QuotaOracle {
     /** The broker's produce, fetch and request managers over one Metrics registry. */
     static final class ClientFamily implements Family {
         private final Metrics metrics;
-        private final Map<String, ClientQuotaManager> managers = new HashMap<>();
+        private final Map<String, KafkaQuotas.Manager> managers = new HashMap<>();
         private final Map<String, Reaper> reapers = new HashMap<>();
         private final Map<String, List<Long>> ended = new HashMap<>();
-        private final Map<Long, RequestChannel.Request> requests = new HashMap<>();
-        private final ClientRequestQuotaManager request;
-        private final Method nanosToPercentage;
+        private final Map<Long, KafkaQuotas.Handled> requests = new HashMap<>();
+        private final KafkaQuotas.RequestManager request;
 
         ClientFamily(Time time, JsonNode config) throws Exception {
             metrics = newMetrics(time);
-            ClientQuotaManagerConfig quotaConfig = new ClientQuotaManagerConfig(
-                config.get("samples").asInt(), config.get("window_s").asInt());
-            managers.put("produce", new ClientQuotaManager(quotaConfig, metrics, QuotaType.PRODUCE, time,
-                "oracle-", scala.Option.empty()));
-            managers.put("fetch", new ClientQuotaManager(quotaConfig, metrics, QuotaType.FETCH, time,
-                "oracle-", scala.Option.empty()));
-            request = new ClientRequestQuotaManager(quotaConfig, metrics, time, "oracle-", Optional.empty());
+            int samples = config.get("samples").asInt();
+            int windowSeconds = config.get("window_s").asInt();
+            managers.put("produce", KAFKA.byteRate("produce", samples, windowSeconds, metrics, time));
+            managers.put("fetch", KAFKA.byteRate("fetch", samples, windowSeconds, metrics, time));
+            request = KAFKA.requestTime(samples, windowSeconds, metrics, time);
             managers.put("request", request);
-            nanosToPercentage = ClientRequestQuotaManager.class.getDeclaredMethod("nanosToPercentage", long.class);
-            nanosToPercentage.setAccessible(true);
-            for (Map.Entry<String, ClientQuotaManager> entry : managers.entrySet()) {
+            for (Map.Entry<String, KafkaQuotas.Manager> entry : managers.entrySet()) {
                 reapers.put(entry.getKey(), new Reaper(entry.getValue()));
                 ended.put(entry.getKey(), new ArrayList<>());
             }
         }
 
-        private String group(String type) {
-            return type.equals("produce") ? QuotaType.PRODUCE.toString()
-                : type.equals("fetch") ? QuotaType.FETCH.toString() : QuotaType.REQUEST.toString();
-        }
-
         private MetricName quotaMetric(String type, Map<String, String> tags) {
             String name = type.equals("request") ? "request-time" : "byte-rate";
-            return metrics.metricName(name, group(type), "", tags);
+            return metrics.metricName(name, managers.get(type).group(), "", tags);
         }
 
         @Override
         public void apply(JsonNode op, ObjectNode answer) throws Exception {
             String type = op.path("m").asText("produce");
-            ClientQuotaManager manager = managers.get(type);
+            KafkaQuotas.Manager manager = managers.get(type);
             String user = op.path("u").asText();
             String client = op.path("c").asText();
+            List<Long> done = ended.get(type);
             switch (op.get("op").asText()) {
                 case "set":
-                    updateQuota(manager, op, false);
+                    manager.updateQuota(op.get("eu"), op.get("ec"), quotaOf(op, false));
                     break;
                 case "remove":
-                    updateQuota(manager, op, true);
+                    manager.updateQuota(op.get("eu"), op.get("ec"), quotaOf(op, true));
                     break;
                 case "record": {
                     long t = op.get("t").asLong();
                     int throttle;
-                    RequestChannel.Request r;
                     if (type.equals("request")) {
-                        r = request(user, client, op.get("ns").asLong());
-                        throttle = request.maybeRecordAndGetThrottleTimeMs(r, t);
-                        requests.put(op.get("rid").asLong(), r);
+                        KafkaQuotas.Handled handled = request.recordRequest(user, client, op.get("ns").asLong(), t);
+                        throttle = handled.throttleMs();
+                        requests.put(op.get("rid").asLong(), handled);
                     } else {
-                        r = request(user, client, 0L);
-                        throttle = manager.maybeRecordAndGetThrottleTimeMs(r, dbl(op.get("v")), t);
+                        throttle = manager.record(user, client, dbl(op.get("v")), t);
                     }
                     answer.put("th", throttle);
                     // The broker's handling of a throttled request: the bytes of a fetch
                     // answered empty are taken back, and the channel is muted.
                     if (throttle > 0 && op.path("unrec").asBoolean(false))
-                        manager.unrecordQuotaSensor(r, dbl(op.get("v")), t);
-                    if (throttle > 0 && op.has("ch"))
-                        manager.throttle(r, callback(ended.get(type), op.get("ch").asLong()), throttle);
+                        manager.unrecord(user, client, dbl(op.get("v")), t);
+                    if (throttle > 0 && op.has("ch")) {
+                        long channel = op.get("ch").asLong();
+                        manager.throttle(user, client, () -> done.add(channel), throttle);
+                    }
                     break;
                 }
-                case "exempt": {
-                    RequestChannel.Request r = request(user, client, op.get("ns").asLong());
-                    request.maybeRecordExempt(r);
-                    requests.put(op.get("rid").asLong(), r);
+                case "exempt":
+                    requests.put(op.get("rid").asLong(), request.recordExempt(user, client, op.get("ns").asLong()));
                     break;
-                }
                 case "network": {
                     // What the socket server does once the response is sent: the network
                     // thread's time goes to the callback the manager installed, if any.
-                    RequestChannel.Request r = requests.remove(op.get("rid").asLong());
-                    scala.Option<Consumer<Long>> hook = r.recordNetworkThreadTimeCallback();
-                    answer.put("cb", hook.isDefined());
-                    if (hook.isDefined()) hook.get().accept(op.get("ns").asLong());
+                    LongConsumer hook = requests.remove(op.get("rid").asLong()).networkCallback();
+                    answer.put("cb", hook != null);
+                    if (hook != null) hook.accept(op.get("ns").asLong());
                     break;
                 }
                 case "unrecord":
-                    manager.unrecordQuotaSensor(request(user, client, 0L), dbl(op.get("v")), op.get("t").asLong());
+                    manager.unrecord(user, client, dbl(op.get("v")), op.get("t").asLong());
                     break;
                 case "nothrottle": {
                     // Request: network-thread nanoseconds, converted by the manager's own
                     // nanosToPercentage (what its network-thread callback records).
                     double value = type.equals("request")
-                        ? (Double) nanosToPercentage.invoke(request, op.get("ns").asLong())
+                        ? request.nanosToPercentage(op.get("ns").asLong())
                         : dbl(op.get("v"));
-                    manager.recordNoThrottle(session(user), client, value);
+                    manager.recordNoThrottle(user, client, value);
                     break;
                 }
-                case "throttle":
-                    manager.throttle(request(user, client, 0L), callback(ended.get(type), op.get("ch").asLong()),
-                        op.get("ms").asInt());
+                case "throttle": {
+                    long channel = op.get("ch").asLong();
+                    manager.throttle(user, client, () -> done.add(channel), op.get("ms").asInt());
                     break;
+                }
                 case "drain": {
-                    List<Long> done = ended.get(type);
                     done.clear();
                     reapers.get(type).drain();
                     ArrayNode channels = answer.putArray("ch");
@@ -460,10 +384,10 @@ public final class QuotaOracle {
                     break;
                 case "qsize":
                     answer.put("n", (Double) metrics.metric(
-                        metrics.metricName("queue-size", group(type), "", Collections.emptyMap())).metricValue());
+                        metrics.metricName("queue-size", manager.group(), "", Collections.emptyMap())).metricValue());
                     break;
                 case "maxval":
-                    putDouble(answer, "v", manager.getMaxValueInQuotaWindow(session(user), client));
+                    putDouble(answer, "v", manager.maxValueInQuotaWindow(user, client));
                     break;
                 case "expire":
                     answer.set("removed", strings(expireSensors(metrics)));
@@ -476,8 +400,7 @@ public final class QuotaOracle {
                 }
                 case "exempt_rate":
                     putDouble(answer, "rate", metricValue(metrics,
-                        metrics.metricName("exempt-request-time", QuotaType.REQUEST.toString(), "",
-                            Collections.emptyMap())));
+                        metrics.metricName("exempt-request-time", request.group(), "", Collections.emptyMap())));
                     break;
                 case "snapshot":
                     snapshot(type, answer);
@@ -493,7 +416,7 @@ public final class QuotaOracle {
         /** The client's tags, quota, sensor bound, rate and throttle-time average, in that
          * order (reading a rate or an average purges, as a JMX read does); "fields" picks
          * some of them. */
-        private void read(String type, ClientQuotaManager manager, JsonNode op, ObjectNode answer)
+        private void read(String type, KafkaQuotas.Manager manager, JsonNode op, ObjectNode answer)
                 throws ReflectiveOperationException {
             String user = op.path("u").asText();
             String client = op.path("c").asText();
@@ -506,13 +429,13 @@ public final class QuotaOracle {
             if (fields.contains("tags"))
                 answer.set("tags", strings(List.of(tags.get("user"), tags.get("client-id"))));
             if (fields.contains("quota"))
-                putDouble(answer, "quota", manager.quota(user, client).bound());
+                putDouble(answer, "quota", manager.quota(user, client));
             if (fields.contains("bound"))
                 putDouble(answer, "bound", metricBound(metrics, quotaMetric(type, tags)));
             if (fields.contains("rate"))
                 putDouble(answer, "rate", metricValue(metrics, quotaMetric(type, tags)));
             if (fields.contains("tavg"))
-                putDouble(answer, "tavg", metricValue(metrics, metrics.metricName("throttle-time", group(type), "", tags)));
+                putDouble(answer, "tavg", metricValue(metrics, metrics.metricName("throttle-time", manager.group(), "", tags)));
         }
 
         private void snapshot(String type, ObjectNode answer) {
@@ -526,7 +449,7 @@ public final class QuotaOracle {
                 row.add(name.tags().get("client-id"));
                 row.add(bits((Double) entry.getValue().metricValue()));
                 row.add(bits(entry.getValue().config().quota().bound()));
-                Long avg = bits(metricValue(metrics, metrics.metricName("throttle-time", group(type), "", name.tags())));
+                Long avg = bits(metricValue(metrics, metrics.metricName("throttle-time", managers.get(type).group(), "", name.tags())));
                 if (avg == null) row.addNull(); else row.add(avg);
                 rows.add(row);
             }
@@ -546,11 +469,9 @@ public final class QuotaOracle {
 
     /** The tags the manager's callback gives a client now (without creating its sensors). */
     @SuppressWarnings("unchecked")
-    static Map<String, String> quotaTags(ClientQuotaManager manager, String type, String user, String client)
+    static Map<String, String> quotaTags(KafkaQuotas.Manager manager, String type, String user, String client)
             throws ReflectiveOperationException {
-        Field field = ClientQuotaManager.class.getDeclaredField("quotaCallback");
-        field.setAccessible(true);
-        ClientQuotaCallback callback = (ClientQuotaCallback) field.get(manager);
+        ClientQuotaCallback callback = (ClientQuotaCallback) privateField(manager.kafka(), "quotaCallback");
         ClientQuotaType quotaType = switch (type) {
             case "produce" -> ClientQuotaType.PRODUCE;
             case "fetch" -> ClientQuotaType.FETCH;
@@ -563,21 +484,18 @@ public final class QuotaOracle {
     // -- controller mutations (KIP-599) -----------------------------------------------------
 
     static final class MutationFamily implements Family {
-        private final Time time;
         private final Metrics metrics;
-        private final ControllerMutationQuotaManager manager;
+        private final KafkaQuotas.MutationManager manager;
         private final Reaper reaper;
         private final List<Long> ended = new ArrayList<>();
-        private final Map<Long, ControllerMutationQuota> requests = new HashMap<>();
-        private static final String GROUP = QuotaType.CONTROLLER_MUTATION.toString();
+        private final Map<Long, KafkaQuotas.Mutation> requests = new HashMap<>();
+        private final String group;
 
         MutationFamily(Time time, JsonNode config) throws Exception {
-            this.time = time;
             metrics = newMetrics(time);
-            manager = new ControllerMutationQuotaManager(new ClientQuotaManagerConfig(
-                config.get("samples").asInt(), config.get("window_s").asInt()), metrics, time, "oracle-",
-                scala.Option.empty());
+            manager = KAFKA.mutations(config.get("samples").asInt(), config.get("window_s").asInt(), metrics, time);
             reaper = new Reaper(manager);
+            group = manager.group();
         }
 
         @Override
@@ -586,27 +504,21 @@ public final class QuotaOracle {
             String client = op.path("c").asText();
             switch (op.get("op").asText()) {
                 case "set":
-                    updateQuota(manager, op, false);
+                    manager.updateQuota(op.get("eu"), op.get("ec"), quotaOf(op, false));
                     break;
                 case "remove":
-                    updateQuota(manager, op, true);
+                    manager.updateQuota(op.get("eu"), op.get("ec"), quotaOf(op, true));
                     break;
                 case "record":
-                    answer.put("th", manager.maybeRecordAndGetThrottleTimeMs(session(user), client, dbl(op.get("v")),
-                        op.get("t").asLong()));
+                    answer.put("th", manager.record(user, client, dbl(op.get("v")), op.get("t").asLong()));
                     break;
                 case "strict":
-                case "permissive": {
-                    ControllerMutationQuota quota = op.get("op").asText().equals("strict")
-                        ? manager.newStrictQuotaFor(session(user), client)
-                        : manager.newPermissiveQuotaFor(session(user), client);
-                    recordOn(quota, dbl(op.get("v")), answer);
+                case "permissive":
+                    recordOn(manager.newQuota(user, client, op.get("op").asText().equals("strict")),
+                        dbl(op.get("v")), answer);
                     break;
-                }
                 case "rq_open": {
-                    ControllerMutationQuota quota = op.get("strict").asBoolean()
-                        ? manager.newStrictQuotaFor(session(user), client)
-                        : manager.newPermissiveQuotaFor(session(user), client);
+                    KafkaQuotas.Mutation quota = manager.newQuota(user, client, op.get("strict").asBoolean());
                     requests.put(op.get("rid").asLong(), quota);
                     answer.put("exc", quota.isExceeded());
                     break;
@@ -617,10 +529,11 @@ public final class QuotaOracle {
                 case "rq_throttle":
                     answer.put("th", requests.get(op.get("rid").asLong()).throttleTime());
                     break;
-                case "throttle":
-                    manager.throttle(request(user, client, 0L), callback(ended, op.get("ch").asLong()),
-                        op.get("ms").asInt());
+                case "throttle": {
+                    long channel = op.get("ch").asLong();
+                    manager.throttle(user, client, () -> ended.add(channel), op.get("ms").asInt());
                     break;
+                }
                 case "drain": {
                     ended.clear();
                     reaper.drain();
@@ -632,17 +545,17 @@ public final class QuotaOracle {
                 case "read": {
                     Map<String, String> tags = quotaTags(manager, "controller_mutation", user, client);
                     answer.set("tags", strings(List.of(tags.get("user"), tags.get("client-id"))));
-                    putDouble(answer, "quota", manager.quota(user, client).bound());
-                    MetricName tokens = metrics.metricName("tokens", GROUP, "", tags);
+                    putDouble(answer, "quota", manager.quota(user, client));
+                    MetricName tokens = metrics.metricName("tokens", group, "", tags);
                     putDouble(answer, "bound", metricBound(metrics, tokens));
                     putDouble(answer, "tokens", metricValue(metrics, tokens));
-                    putDouble(answer, "mrate", metricValue(metrics, metrics.metricName("mutation-rate", GROUP, "", tags)));
-                    putDouble(answer, "tavg", metricValue(metrics, metrics.metricName("throttle-time", GROUP, "", tags)));
+                    putDouble(answer, "mrate", metricValue(metrics, metrics.metricName("mutation-rate", group, "", tags)));
+                    putDouble(answer, "tavg", metricValue(metrics, metrics.metricName("throttle-time", group, "", tags)));
                     break;
                 }
                 case "qsize":
                     answer.put("n", (Double) metrics.metric(
-                        metrics.metricName("queue-size", GROUP, "", Collections.emptyMap())).metricValue());
+                        metrics.metricName("queue-size", group, "", Collections.emptyMap())).metricValue());
                     break;
                 case "expire":
                     answer.set("removed", strings(expireSensors(metrics)));
@@ -661,7 +574,8 @@ public final class QuotaOracle {
             }
         }
 
-        private void recordOn(ControllerMutationQuota quota, double permits, ObjectNode answer) {
+        private void recordOn(KafkaQuotas.Mutation quota, double permits, ObjectNode answer)
+                throws ReflectiveOperationException {
             boolean accepted = true;
             try {
                 quota.record(permits);
@@ -674,8 +588,8 @@ public final class QuotaOracle {
             answer.put("th", quota.throttleTime());
             // The throttle as the record computed it (a long; the int above is what a
             // response carries).
-            if (quota instanceof AbstractControllerMutationQuota)
-                answer.put("last", ((AbstractControllerMutationQuota) quota).lastThrottleTimeMs());
+            Long last = quota.lastThrottleTimeMs();
+            if (last != null) answer.put("last", last);
         }
 
         @Override
@@ -883,7 +797,7 @@ public final class QuotaOracle {
                         putDouble(answer, "rate", bounded ? (Double) metric.metricValue() : null);
                     } catch (QuotaViolationException e) {
                         answer.put("viol", true);
-                        answer.put("th", QuotaUtils.throttleTime(e, t));
+                        answer.put("th", KAFKA.throttleTime(e, t));
                         putDouble(answer, "rate", e.value());
                     }
                     break;
@@ -925,7 +839,7 @@ public final class QuotaOracle {
         }
 
         @Override
-        public void apply(JsonNode op, ObjectNode answer) {
+        public void apply(JsonNode op, ObjectNode answer) throws ReflectiveOperationException {
             switch (op.get("op").asText()) {
                 case "rec":
                     sensor.record(dbl(op.get("v")), op.get("t").asLong(), false);
@@ -935,9 +849,7 @@ public final class QuotaOracle {
                     break;
                 case "strict":
                 case "permissive": {
-                    ControllerMutationQuota quota = op.get("op").asText().equals("strict")
-                        ? new StrictControllerMutationQuota(time, sensor)
-                        : new PermissiveControllerMutationQuota(time, sensor);
+                    KafkaQuotas.Mutation quota = KAFKA.bucketQuota(time, sensor, op.get("op").asText().equals("strict"));
                     boolean accepted = true;
                     try {
                         quota.record(dbl(op.get("v")));
@@ -947,7 +859,7 @@ public final class QuotaOracle {
                     answer.put("ok", accepted);
                     // The throttle the record computed (throttleTime() would subtract the
                     // time since then, from time 0 for a quota that never throttled).
-                    answer.put("th", ((AbstractControllerMutationQuota) quota).lastThrottleTimeMs());
+                    answer.put("th", quota.lastThrottleTimeMs());
                     break;
                 }
                 case "setq":

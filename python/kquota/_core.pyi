@@ -206,6 +206,12 @@ class QuotaManager:
     record of a client already resolved. An object without the protocol's methods raises
     :class:`InvalidConfigError`; what the callback raises or returns wrongly raises
     :class:`QuotaCallbackError`.
+
+    ``kafka_version`` (``"4.4"`` or ``"4.4.0"``; 3.8 or later) is the Kafka release whose
+    rules the manager follows where releases differ: from 4.2 removing the last quota of a
+    level (client-id, user, user + client-id) turns that level off again, and from 4.4 a
+    produce or fetch throttle over ``2**31 - 1`` ms saturates instead of wrapping. The
+    default is 4.1. A malformed or older version raises :class:`InvalidConfigError`.
     """
 
     def __new__(
@@ -216,7 +222,11 @@ class QuotaManager:
         window_ms: int = 1000,
         sensor_expiry_ms: int = 3_600_000,
         callback: Any | None = None,
+        kafka_version: str | None = None,
     ) -> Self: ...
+    @property
+    def kafka_version(self) -> str:
+        """The Kafka release the manager follows, as ``"major.minor"``."""
     @property
     def callback(self) -> Any | None:
         """The quota callback the manager was built with, or ``None``."""
@@ -237,7 +247,8 @@ class QuotaManager:
     def sensor_expiry_ms(self) -> int: ...
     @property
     def enabled(self) -> bool:
-        """Whether any quota was ever set or removed (Kafka measures nothing until then)."""
+        """Whether a quota level is enabled: before Kafka 4.2 once any quota was set or
+        removed, from 4.2 while a quota exists (Kafka measures nothing until then)."""
 
     # -- configuration -----------------------------------------------------------
     def set_quota(self, entity: Entity, value: float) -> None:
@@ -643,6 +654,7 @@ def recommend_quotas(
     num_samples: int = 11,
     window_ms: int = 1000,
     unrecord_if: npt.NDArray[np.bool_] | None = None,
+    kafka_version: str | None = None,
 ) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
     """Per entity, the smallest quota that throttles at most ``target`` of its requests.
 
@@ -654,7 +666,9 @@ def recommend_quotas(
     quota is unrecorded); the search is ``kquota.backtest.kernel.recommend``'s bisection
     to 0.1 %, rounded up to whole bytes/s (hundredths of a percent for ``request``).
     Returns the quotas and the fractions they throttle. Bad offsets, lengths, usage or
-    targets raise :class:`InvalidUsageError` naming the value. The GIL is released.
+    targets raise :class:`InvalidUsageError` naming the value. ``kafka_version`` is the
+    release whose throttle arithmetic applies (as :class:`QuotaManager`'s). The GIL is
+    released.
     """
 
 def double_to_int(value: float) -> int:
@@ -844,12 +858,22 @@ class ControllerMutationQuotaManager:
 
     Partitions created or deleted per second, per user / client id with the same
     entities and precedence as :class:`QuotaManager`, measured by a token bucket.
-    Nothing is measured until a quota is set. Safe to share between threads.
+    Nothing is measured until a quota is set. ``kafka_version`` is the release whose rules
+    enable and clear quota levels, as :class:`QuotaManager`'s. Safe to share between
+    threads.
     """
 
     def __new__(
-        cls, *, num_samples: int = 11, window_ms: int = 1000, sensor_expiry_ms: int = 3600000
+        cls,
+        *,
+        num_samples: int = 11,
+        window_ms: int = 1000,
+        sensor_expiry_ms: int = 3600000,
+        kafka_version: str | None = None,
     ) -> Self: ...
+    @property
+    def kafka_version(self) -> str:
+        """The Kafka release the manager follows, as ``"major.minor"``."""
     @property
     def num_samples(self) -> int: ...
     @property

@@ -1,12 +1,14 @@
 """Apache Kafka's own quota classes as a live oracle: compile, start, ask, stop.
 
 ``apache-kafka/oracle/QuotaOracle.java`` is compiled with ``javac`` against the jars ``make
-tools`` copies into ``${XDG_CACHE_HOME:-~/.cache}/kquota/kafka-<version>/libs`` (the
-version pinned in ``apache-kafka/pom.xml``) and runs as one JVM: it reads batches of traces as
-JSON lines on stdin and answers each with one JSON line, an answer per operation (see the
-Java file for the protocol). :class:`KafkaOracle` is that JVM; :func:`start_oracle`
-compiles and starts it. Doubles cross as their IEEE bits (:func:`to_bits`,
-:func:`from_bits`), so nothing is lost to decimal text.
+tools`` copies into ``${XDG_CACHE_HOME:-~/.cache}/kquota/kafka-<version>/libs`` (a
+version pinned in ``apache-kafka/pom.xml``), together with the access to Kafka's quota
+managers for that version's generation (``apache-kafka/oracle/kafka-X.Y/``, the newest
+folder not newer than the version: :func:`oracle_generation`), and runs as one JVM: it
+reads batches of traces as JSON lines on stdin and answers each with one JSON line, an
+answer per operation (see the Java file for the protocol). :class:`KafkaOracle` is that
+JVM; :func:`start_oracle` compiles and starts it. Doubles cross as their IEEE bits
+(:func:`to_bits`, :func:`from_bits`), so nothing is lost to decimal text.
 
 No fixture lives here: a test module defines its own, so that nothing depends on
 ``conftest.py``.
@@ -24,10 +26,11 @@ from pathlib import Path
 from typing import Any, Final
 
 import paths
-from kafka_support import KAFKA_VERSION, KafkaNotInstalled, kafka_libs
+from kafka_support import KAFKA_VERSION, VERSIONS, KafkaNotInstalled, kafka_libs
 
 ROOT: Final = paths.ROOT
-ORACLE_SOURCE: Final = ROOT / "apache-kafka" / "oracle" / "QuotaOracle.java"
+ORACLE_DIR: Final = ROOT / "apache-kafka" / "oracle"
+ORACLE_SOURCE: Final = ORACLE_DIR / "QuotaOracle.java"
 JOIN_S: Final = 30.0  # bounds a wait for the JVM to exit; never a measurement
 
 
@@ -35,10 +38,28 @@ class OracleError(RuntimeError):
     """The oracle could not be built or started, or stopped answering."""
 
 
-def missing_tools() -> str | None:
+def _release(text: str) -> tuple[int, int]:
+    major, minor = text.split(".")[:2]
+    return int(major), int(minor)
+
+
+def oracle_generation(version: str) -> Path | None:
+    """The folder of the managers' access that compiles against Kafka ``version``: the
+    newest ``kafka-X.Y`` under ``apache-kafka/oracle`` whose X.Y is not after the version's;
+    ``None`` when every folder is newer."""
+    folders = [f for f in ORACLE_DIR.glob("kafka-*") if f.is_dir()]
+    fitting = [f for f in folders if _release(f.name.removeprefix("kafka-")) <= _release(version)]
+    return max(fitting, key=lambda f: _release(f.name.removeprefix("kafka-")), default=None)
+
+
+ORACLE_VERSIONS: Final = tuple(v for v in VERSIONS if oracle_generation(v) is not None)
+"""The pinned versions the oracle runs against, the default (``KAFKA_VERSION``) first."""
+
+
+def missing_tools(version: str = KAFKA_VERSION) -> str | None:
     """Why the oracle cannot run here (no Kafka jars, no JDK), or ``None`` when it can."""
     try:
-        kafka_libs(KAFKA_VERSION)
+        kafka_libs(version)
     except KafkaNotInstalled as exc:
         return str(exc)
     if shutil.which("javac") is None:
@@ -62,7 +83,8 @@ class KafkaOracle:
     """One running oracle JVM. :meth:`run` sends a batch of traces and returns, per trace,
     Kafka's answer to each operation; :meth:`close` ends the JVM (closing its stdin)."""
 
-    def __init__(self, process: subprocess.Popen[str], log: Path) -> None:
+    def __init__(self, process: subprocess.Popen[str], log: Path, version: str) -> None:
+        self.version = version
         self._process = process
         self._log = log
         self.batches = 0
@@ -110,9 +132,13 @@ class KafkaOracle:
         return status
 
 
-def compile_oracle(build_dir: Path) -> Path:
-    """Compile the harness into ``build_dir`` (javac, against the pinned Kafka's jars)."""
-    classpath = str(kafka_libs(KAFKA_VERSION) / "*")
+def compile_oracle(build_dir: Path, version: str = KAFKA_VERSION) -> Path:
+    """Compile the harness into ``build_dir`` (javac, against ``version``'s jars)."""
+    generation = oracle_generation(version)
+    if generation is None:
+        raise OracleError(f"no access to Kafka {version}'s quota managers in {ORACLE_DIR}")
+    classpath = str(kafka_libs(version) / "*")
+    sources = sorted(ORACLE_DIR.glob("*.java")) + sorted(generation.glob("*.java"))
     build_dir.mkdir(parents=True, exist_ok=True)
     result = subprocess.run(
         [
@@ -123,7 +149,7 @@ def compile_oracle(build_dir: Path) -> Path:
             str(build_dir),
             "-cp",
             classpath,
-            str(ORACLE_SOURCE),
+            *map(str, sources),
         ],
         capture_output=True,
         text=True,
@@ -134,10 +160,11 @@ def compile_oracle(build_dir: Path) -> Path:
     return build_dir
 
 
-def start_oracle(work_dir: Path) -> KafkaOracle:
-    """Compile the harness under ``work_dir`` and start its JVM (stderr goes to a log there)."""
-    classes = compile_oracle(work_dir / "classes")
-    classpath = os.pathsep.join([str(classes), str(kafka_libs(KAFKA_VERSION) / "*")])
+def start_oracle(work_dir: Path, version: str = KAFKA_VERSION) -> KafkaOracle:
+    """Compile the harness under ``work_dir`` against Kafka ``version`` and start its JVM
+    (stderr goes to a log there)."""
+    classes = compile_oracle(work_dir / "classes", version)
+    classpath = os.pathsep.join([str(classes), str(kafka_libs(version) / "*")])
     log = work_dir / "oracle.log"
     with log.open("wb") as err:
         process = subprocess.Popen(
@@ -156,4 +183,4 @@ def start_oracle(work_dir: Path) -> KafkaOracle:
             text=True,
             encoding="utf-8",
         )
-    return KafkaOracle(process, log)
+    return KafkaOracle(process, log, version)

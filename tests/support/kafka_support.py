@@ -8,9 +8,10 @@ copies into ``${XDG_CACHE_HOME:-~/.cache}/kquota/kafka-<version>/libs``.
 * ``kafka_configs``: Kafka's own ``kafka-configs`` against a running broker.
 
 The versions come from ``apache-kafka/pom.xml``, the one place they are pinned: ``KAFKA_VERSION``
-(the default profile, Kafka 4, log4j 2) and ``KAFKA3_VERSION`` (profile ``kafka-3``,
-log4j 1 through reload4j). Every broker logs in UTC, the zone ``kquota backtest`` reads
-request logs in by default.
+(the default profile, Kafka 4, log4j 2), ``KAFKA3_VERSION`` (profile ``kafka-3``,
+log4j 1 through reload4j) and ``KAFKA_NEWEST_VERSION`` (profile ``kafka-newest``, the
+newest Kafka on Maven Central, log4j 2). Every broker logs in UTC, the zone ``kquota
+backtest`` reads request logs in by default.
 """
 
 from __future__ import annotations
@@ -40,7 +41,8 @@ LOGGING = Path(__file__).resolve().parent / "kafka_logging"
 
 BROKER_MAIN = "kafka.Kafka"
 STORAGE_TOOL_MAIN = "kafka.tools.StorageTool"  # kafka-storage, in kafka_2.13 for 3.9 and 4.1
-CONFIG_COMMAND_MAIN = "kafka.admin.ConfigCommand"  # kafka-configs, likewise
+CONFIG_COMMAND_MAIN = "kafka.admin.ConfigCommand"  # kafka-configs, likewise up to 4.3
+CONFIG_COMMAND_MAIN_4_4 = "org.apache.kafka.tools.ConfigCommand"  # in kafka-tools from 4.4
 ROLES = ("broker,controller", "broker", "controller")  # process.roles of a KRaft node
 
 START_TIMEOUT_S = 90.0  # bounds a start that would otherwise hang; never a measurement
@@ -75,6 +77,7 @@ def pinned_versions(pom: Path = POM) -> dict[str, str]:
 _PINNED = pinned_versions()
 KAFKA_VERSION = next(iter(_PINNED.values()))
 KAFKA3_VERSION = _PINNED["kafka-3"]
+KAFKA_NEWEST_VERSION = _PINNED["kafka-newest"]
 VERSIONS = tuple(dict.fromkeys(_PINNED.values()))
 
 
@@ -179,7 +182,9 @@ def kafka_configs(bootstrap: str, *args: str, version: str = KAFKA_VERSION) -> s
     """Kafka's ``kafka-configs --bootstrap-server BOOTSTRAP ARGS`` (``ConfigCommand``), e.g.
     ``kafka_configs(b, "--alter", "--add-config", "producer_byte_rate=1024",
     "--entity-type", "clients", "--entity-name", "greedy")``; its output."""
-    return run_tool(version, CONFIG_COMMAND_MAIN, "--bootstrap-server", bootstrap, *args)
+    moved = tuple(int(p) for p in version.split(".")[:2]) >= (4, 4)
+    main = CONFIG_COMMAND_MAIN_4_4 if moved else CONFIG_COMMAND_MAIN
+    return run_tool(version, main, "--bootstrap-server", bootstrap, *args)
 
 
 def random_cluster_id() -> str:

@@ -792,8 +792,7 @@ class QuotaManager:
         return quota_sensor, throttle_sensor
 
     def _record_unchecked(self, tags: _Tags, amount: float, now_ms: int) -> None:
-        if not self.enabled:
-            return
+        # Kafka's recordNoThrottle and unrecordQuotaSensor record whatever the levels.
         sensor = self._sensors(tags, now_ms)[0]
         sensor.last_record_ms = now_ms
         sensor.rate.record_no_check(amount, now_ms)

@@ -27,6 +27,7 @@ from typing import Any
 import pytest
 from kafka_support import (
     KAFKA3_VERSION,
+    KAFKA_NEWEST_VERSION,
     KAFKA_VERSION,
     POM,
     VERSIONS,
@@ -66,9 +67,15 @@ def _until(what: str, check: Callable[[], Any], timeout: float = WAIT_S) -> Any:
 
 def test_versions_are_read_from_the_pom_and_their_jars_are_there() -> None:
     text = POM.read_text(encoding="utf-8")
-    assert pinned_versions() == {"kafka-4": KAFKA_VERSION, "kafka-3": KAFKA3_VERSION}
-    assert VERSIONS == (KAFKA_VERSION, KAFKA3_VERSION)
+    assert pinned_versions() == {
+        "kafka-4": KAFKA_VERSION,
+        "kafka-3": KAFKA3_VERSION,
+        "kafka-newest": KAFKA_NEWEST_VERSION,
+    }
+    assert VERSIONS == (KAFKA_VERSION, KAFKA3_VERSION, KAFKA_NEWEST_VERSION)
     assert KAFKA_VERSION.startswith("4.") and KAFKA3_VERSION.startswith("3.")
+    newest = tuple(int(part) for part in KAFKA_NEWEST_VERSION.split("."))
+    assert newest > tuple(int(part) for part in KAFKA_VERSION.split(".")), KAFKA_NEWEST_VERSION
     for version in VERSIONS:
         assert f"<kafka.version>{version}</kafka.version>" in text
         # what `make tools` copied is that version (fails with "run make tools" otherwise)
@@ -79,11 +86,13 @@ def test_versions_are_read_from_the_pom_and_their_jars_are_there() -> None:
 
 def test_logging_binding_matches_the_slf4j_api_kafka_uses() -> None:
     """Kafka logs through SLF4J 1.7: only a 1.x binding makes it write any log at all."""
-    four = {p.name for p in kafka_libs(KAFKA_VERSION).glob("*.jar")}
     three = {p.name for p in kafka_libs(KAFKA3_VERSION).glob("*.jar")}
-    assert any(n.startswith("slf4j-api-1.7.") for n in four | three)
-    assert any(n.startswith("log4j-slf4j-impl-2.") for n in four), sorted(four)
-    assert not any(n.startswith("log4j-slf4j2-impl-") for n in four)
+    for version in (KAFKA_VERSION, KAFKA_NEWEST_VERSION):
+        four = {p.name for p in kafka_libs(version).glob("*.jar")}
+        assert any(n.startswith("slf4j-api-1.7.") for n in four), (version, sorted(four))
+        assert any(n.startswith("log4j-slf4j-impl-2.") for n in four), (version, sorted(four))
+        assert not any(n.startswith("log4j-slf4j2-impl-") for n in four), version
+    assert any(n.startswith("slf4j-api-1.7.") for n in three), sorted(three)
     assert any(n.startswith("slf4j-reload4j-1.7.") for n in three), sorted(three)
 
 
@@ -433,7 +442,9 @@ def throttled(request: pytest.FixtureRequest) -> Throttled:
     one without a quota for 2 s. The quota is deleted afterwards."""
     version = request.param
     broker = request.getfixturevalue(
-        "kafka_broker" if version == KAFKA_VERSION else "kafka3_broker"
+        {KAFKA_VERSION: "kafka_broker", KAFKA3_VERSION: "kafka3_broker"}.get(
+            version, "kafka_newest_broker"
+        )
     )
     assert broker.version == version
     client_id = f"greedy-{version}"

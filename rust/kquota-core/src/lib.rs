@@ -53,6 +53,7 @@ pub use kafka::mutation_api::{
 pub use kafka::quota::{Check, UNLIMITED};
 pub use kafka::quota_type::{QuotaType, QUOTA_TYPE_NAMES};
 pub use kafka::rate::SampledRate;
+pub use kafka::release::KafkaRelease;
 #[cfg(not(loom))]
 pub use kafka::request::{
     fetch_unrecorded, record_request, ApiKind, RecordedThrottles, Request, RequestSensors,

@@ -10,6 +10,7 @@
 use std::fmt::Display;
 use std::ops::Deref;
 
+use kquota_core as core;
 use numpy::{PyReadonlyArray1, PyUntypedArrayMethods};
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
@@ -172,6 +173,17 @@ pub(crate) fn principal<'py>(obj: &Bound<'py, PyAny>) -> PyResult<Text<'py>> {
 
 pub(crate) fn quota_type<'py>(obj: &Bound<'py, PyAny>) -> PyResult<Text<'py>> {
     text(obj, "quota_type")
+}
+
+/// `kafka_version`: text such as "4.4" or "4.4.0", or None (kquota's default release).
+pub(crate) fn kafka_version<'py>(obj: &Bound<'py, PyAny>) -> PyResult<Option<Text<'py>>> {
+    optional(obj, |o| text(o, "kafka_version"))
+}
+
+/// The release `kafka_version` names (None: kquota's default); a malformed one raises
+/// InvalidConfigError naming it.
+pub(crate) fn release(kafka_version: Option<&str>) -> core::Result<core::KafkaRelease> {
+    kafka_version.map_or(Ok(core::KafkaRelease::DEFAULT), core::KafkaRelease::parse)
 }
 
 /// `now_ms` when given, else the core's clock.

@@ -22,19 +22,28 @@ pub(crate) struct ControllerMutationQuotaManager {
 
 pymethods_with!([window, client_quota] impl ControllerMutationQuotaManager {
     #[new]
-    #[pyo3(signature = (*, num_samples=11, window_ms=1000, sensor_expiry_ms=3600000))]
+    #[pyo3(signature = (*, num_samples=11, window_ms=1000, sensor_expiry_ms=3600000, kafka_version=None))]
     fn new(
         #[pyo3(from_py_with = args::num_samples)] num_samples: i64,
         #[pyo3(from_py_with = args::window_ms)] window_ms: i64,
         #[pyo3(from_py_with = args::sensor_expiry_ms)] sensor_expiry_ms: i64,
+        #[pyo3(from_py_with = args::kafka_version)] kafka_version: Option<Text<'_>>,
     ) -> CoreResult<Self> {
         let window = core::WindowConfig::new(num_samples, window_ms)?;
+        let release = args::release(kafka_version.as_deref())?;
         Ok(ControllerMutationQuotaManager {
-            inner: Arc::new(core::ControllerMutationQuotaManager::new(
-                window,
-                sensor_expiry_ms,
-            )?),
+            inner: Arc::new(
+                core::ControllerMutationQuotaManager::new(window, sensor_expiry_ms)?
+                    .for_release(release),
+            ),
         })
+    }
+
+    /// The Kafka release whose rules the manager follows where releases differ, as
+    /// "major.minor".
+    #[getter]
+    fn kafka_version(&self) -> String {
+        self.inner.release().to_string()
     }
 
     fn remove_quota(&self, #[pyo3(from_py_with = args::entity)] entity: Bound<'_, Entity>) {

@@ -23,16 +23,18 @@ pub(crate) struct QuotaManager {
 
 pymethods_with!([window, client_quota] impl QuotaManager {
     #[new]
-    #[pyo3(signature = (quota_type, *, num_samples=11, window_ms=1000, sensor_expiry_ms=3600000, callback=None))]
+    #[pyo3(signature = (quota_type, *, num_samples=11, window_ms=1000, sensor_expiry_ms=3600000, callback=None, kafka_version=None))]
     fn new(
         #[pyo3(from_py_with = args::quota_type)] quota_type: Text<'_>,
         #[pyo3(from_py_with = args::num_samples)] num_samples: i64,
         #[pyo3(from_py_with = args::window_ms)] window_ms: i64,
         #[pyo3(from_py_with = args::sensor_expiry_ms)] sensor_expiry_ms: i64,
         callback: Option<Bound<'_, PyAny>>,
+        #[pyo3(from_py_with = args::kafka_version)] kafka_version: Option<Text<'_>>,
     ) -> CoreResult<Self> {
         let quota_type: core::QuotaType = (*quota_type).parse()?;
         let window = core::WindowConfig::new(num_samples, window_ms)?;
+        let release = args::release(kafka_version.as_deref())?;
         let callback = callback.filter(|c| !c.is_none());
         let inner = match &callback {
             None => core::QuotaManager::new(quota_type, window, sensor_expiry_ms)?,
@@ -47,9 +49,16 @@ pymethods_with!([window, client_quota] impl QuotaManager {
             }
         };
         Ok(QuotaManager {
-            inner: std::sync::Arc::new(inner),
+            inner: std::sync::Arc::new(inner.for_release(release)),
             callback: callback.map(Bound::unbind),
         })
+    }
+
+    /// The Kafka release whose rules the manager follows where releases differ, as
+    /// "major.minor".
+    #[getter]
+    fn kafka_version(&self) -> String {
+        self.inner.release().to_string()
     }
 
     /// The custom quota callback the manager was built with, or None.

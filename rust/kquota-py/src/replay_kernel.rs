@@ -454,7 +454,7 @@ fn offsets(name: &str, values: &[i64]) -> core::Result<Vec<usize>> {
 /// bisection over replays of its traffic (`kquota_core::replay::recommend`). Runs without
 /// the GIL. Returns the quotas and the fractions they throttle, one per entity.
 #[pyfunction]
-#[pyo3(signature = (quota_type, times_ms, usage, runs, entities, *, target, num_samples=11, window_ms=1000, unrecord_if=None))]
+#[pyo3(signature = (quota_type, times_ms, usage, runs, entities, *, target, num_samples=11, window_ms=1000, unrecord_if=None, kafka_version=None))]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn recommend_quotas<'py>(
     py: Python<'py>,
@@ -469,9 +469,11 @@ pub(crate) fn recommend_quotas<'py>(
     #[pyo3(from_py_with = args::unrecord_if_array)] unrecord_if: Option<
         PyReadonlyArray1<'py, bool>,
     >,
+    #[pyo3(from_py_with = args::kafka_version)] kafka_version: Option<Text<'_>>,
 ) -> PyResult<QuotasAndFractions<'py>> {
     let quota_type = quota_type_of(&quota_type)?;
     let window = core::WindowConfig::new(num_samples, window_ms).map_err(CoreError)?;
+    let release = args::release(kafka_version.as_deref()).map_err(CoreError)?;
     // Owned copies (any strides), then the whole search without the GIL.
     let runs = offsets("run", &runs.as_array().to_vec()).map_err(CoreError)?;
     let entities = offsets("entity", &entities.as_array().to_vec()).map_err(CoreError)?;
@@ -486,7 +488,9 @@ pub(crate) fn recommend_quotas<'py>(
         entities: &entities,
     };
     let found = py
-        .detach(|| core::replay::recommend::recommend(quota_type, &window, target, &traffic))
+        .detach(|| {
+            core::replay::recommend::recommend(quota_type, &window, release, target, &traffic)
+        })
         .map_err(CoreError)?;
     let quotas = found.iter().map(|r| r.quota).collect::<Vec<_>>();
     let fractions = found

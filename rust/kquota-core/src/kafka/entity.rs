@@ -7,6 +7,7 @@ use std::fmt;
 use std::hash::{Hash, Hasher};
 
 use crate::error::{Error, Result};
+use crate::kafka::release::KafkaRelease;
 
 /// The marker of a default entity (`kafka-configs --entity-default`).
 pub const DEFAULT_MARKER: &str = "<default>";
@@ -147,19 +148,25 @@ impl EntityKey {
     }
 }
 
-/// The quota overrides of one manager and the levels ever touched.
+/// The quota overrides of one manager and its enabled levels.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Overrides {
-    /// Bits of [`CLIENT_LEVEL`], [`USER_LEVEL`], [`USER_CLIENT_LEVEL`]; never cleared.
+    /// Bits of [`CLIENT_LEVEL`], [`USER_LEVEL`], [`USER_CLIENT_LEVEL`] (with a callback's
+    /// bit above them, which from 4.2 keeps updates from changing them).
     pub enabled: u8,
+    /// Whose rules enable and clear levels ([`KafkaRelease::tracks_removals`]).
+    pub release: KafkaRelease,
     by_key: HashMap<EntityKey, (QuotaEntity, f64)>,
 }
 
+/// The bits of the three levels; anything above them is a callback's.
+const ALL_LEVELS: u8 = CLIENT_LEVEL | USER_LEVEL | USER_CLIENT_LEVEL;
+
 impl Overrides {
-    /// Sets (`Some`) or removes (`None`) the override of `entity`; either way its level
-    /// becomes enabled, as in Kafka at the pinned commit.
+    /// Sets (`Some`) or removes (`None`) the override of `entity`. Before 4.2 either way
+    /// its level becomes enabled for good; from 4.2 a level is enabled while an override
+    /// of its shape exists. A callback's levels are never changed.
     pub fn apply(&mut self, entity: &QuotaEntity, value: Option<f64>) {
-        self.enabled |= entity.level_bit();
         let key = entity.key();
         match value {
             Some(v) => {
@@ -168,6 +175,11 @@ impl Overrides {
             None => {
                 self.by_key.remove(&key);
             }
+        }
+        if !self.release.tracks_removals() {
+            self.enabled |= entity.level_bit();
+        } else if self.enabled & !ALL_LEVELS == 0 {
+            self.enabled = self.by_key.values().fold(0, |m, (e, _)| m | e.level_bit());
         }
     }
 

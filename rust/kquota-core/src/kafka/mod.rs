@@ -17,6 +17,7 @@ pub mod quota;
 pub mod quota_type;
 pub mod rate;
 pub mod rate_cell;
+pub mod release;
 #[cfg(not(loom))]
 pub mod request;
 pub mod samples;

@@ -4,6 +4,7 @@
 use super::javamath::long_to_int;
 use super::quota::Check;
 use super::quota_type::QuotaType;
+use super::release::KafkaRelease;
 use super::samples::WindowConfig;
 use crate::error::{Error, Result};
 
@@ -28,12 +29,19 @@ pub fn check_manager_config(window: &WindowConfig, sensor_expiry_ms: i64) -> Res
     Ok(())
 }
 
-/// Kafka's throttle as a quota manager returns it from a check on windows `window`: the
-/// int of the long (wrapping), and for `request` first capped at one window (KIP-124).
-pub fn throttle_int(quota_type: QuotaType, window: &WindowConfig, check: Check) -> i32 {
+/// Kafka's throttle as a quota manager of `release` returns it from a check on windows
+/// `window`: the int of the long (wrapping; from 4.4 first capped at `i32::MAX`), and for
+/// `request` first capped at one window (KIP-124).
+pub fn throttle_int(
+    quota_type: QuotaType,
+    window: &WindowConfig,
+    release: KafkaRelease,
+    check: Check,
+) -> i32 {
     let t = check.throttle_ms;
     match quota_type {
         QuotaType::Request => long_to_int(t.min(window.window_ms())),
+        _ if release.saturates_throttle() => long_to_int(t.min(i64::from(i32::MAX))),
         _ => long_to_int(t),
     }
 }

@@ -37,6 +37,7 @@
 
 use crate::error::{Error, Result};
 use crate::kafka::javamath;
+use crate::kafka::release::KafkaRelease;
 use crate::kafka::samples::WindowConfig;
 use crate::sync::cow::AtomicWord;
 
@@ -75,12 +76,25 @@ pub fn throttle_time(tokens: f64, quota: f64) -> i64 {
 }
 
 /// The throttle still to wait `now`, of a throttle of `throttle_ms` computed at
-/// `recorded_at`: `max(0, throttle - (now - recorded_at))` as an int (Kafka's
-/// `AbstractControllerMutationQuota.throttleTime`, for a response sent after the request
-/// waited).
-pub fn remaining_throttle(throttle_ms: i64, recorded_at: i64, now: i64) -> i32 {
-    let elapsed = now.wrapping_sub(recorded_at);
-    javamath::long_to_int(throttle_ms.wrapping_sub(elapsed).max(0))
+/// `recorded_at`: `max(0, throttle - (now - recorded_at))` as an int, clamped before the
+/// cast, or from 4.2 after it (Kafka's `AbstractControllerMutationQuota.throttleTime`, for
+/// a response sent after the request waited).
+pub fn remaining_throttle(
+    throttle_ms: i64,
+    recorded_at: i64,
+    now: i64,
+    release: KafkaRelease,
+) -> i32 {
+    let left = throttle_ms.wrapping_sub(now.wrapping_sub(recorded_at));
+    if release.casts_mutation_throttle_first() {
+        // (4.2 answers 0 for a quota that never throttled, without the subtraction.)
+        if throttle_ms == 0 {
+            return 0;
+        }
+        javamath::long_to_int(left).max(0)
+    } else {
+        javamath::long_to_int(left.max(0))
+    }
 }
 
 /// The plain state of one bucket (Kafka's `TokenBucket` fields).
@@ -325,13 +339,40 @@ mod tests {
         assert_eq!(b.record_strict(&c, 10.0, 90.0, t0), MutationCheck::FREE);
         let refused = b.record_strict(&c, 10.0, 90.0, t0);
         assert_eq!((refused.accepted, refused.throttle_ms), (false, 8000));
-        assert_eq!(remaining_throttle(8000, t0, t0 + 5000), 3000);
+        assert_eq!(
+            remaining_throttle(8000, t0, t0 + 5000, KafkaRelease::DEFAULT),
+            3000
+        );
 
         let mut b = Bucket::NEW;
         assert_eq!(b.record_permissive(&c, 10.0, 90.0, t0).throttle_ms, 0);
         assert_eq!(b.record_permissive(&c, 10.0, 90.0, t0).throttle_ms, 8000);
         assert_eq!(b.record_permissive(&c, 10.0, 90.0, t0).throttle_ms, 17000);
-        assert_eq!(remaining_throttle(17000, t0, t0 + 5000), 12000);
+        assert_eq!(
+            remaining_throttle(17000, t0, t0 + 5000, KafkaRelease::DEFAULT),
+            12000
+        );
+    }
+
+    #[test]
+    fn a_remaining_throttle_past_the_int_range_wraps_before_4_2_and_is_0_from_4_2() {
+        let r = |v| KafkaRelease::parse(v).unwrap();
+        assert_eq!(remaining_throttle(i64::MAX, 0, 0, r("4.1")), -1);
+        assert_eq!(remaining_throttle(i64::MAX, 0, 0, r("4.2")), 0);
+        assert_eq!(
+            remaining_throttle(3_000_000_000, 0, 0, r("4.1")),
+            -1_294_967_296
+        );
+        assert_eq!(remaining_throttle(3_000_000_000, 0, 0, r("4.4")), 0);
+        // never throttled (recorded at 0), asked much later: 0 (4.2's guard; 4.1 clamps)
+        for v in ["4.1", "4.2"] {
+            assert_eq!(remaining_throttle(0, 0, 1_700_000_030_189, r(v)), 0);
+        }
+        // within the int range, and once fully waited, every release agrees
+        for v in ["3.9", "4.1", "4.2", "4.4"] {
+            assert_eq!(remaining_throttle(8000, 10, 5010, r(v)), 3000);
+            assert_eq!(remaining_throttle(100, 0, 500, r(v)), 0);
+        }
     }
 
     #[test]
@@ -340,7 +381,7 @@ mod tests {
         assert_eq!(throttle_time(0.0, 10.0), 0);
         assert_eq!(throttle_time(-5.0, 10.0), 500);
         assert_eq!(throttle_time(-10.0, 10.0), 1000);
-        assert_eq!(remaining_throttle(100, 0, 500), 0);
+        assert_eq!(remaining_throttle(100, 0, 500, KafkaRelease::DEFAULT), 0);
     }
 
     #[test]

@@ -24,6 +24,7 @@ use crate::kafka::entity::{sanitize_user, Overrides, Pair, PairRef, QuotaEntity}
 use crate::kafka::quota::{Check, UNLIMITED};
 pub use crate::kafka::quota_type::QuotaType;
 use crate::kafka::rate_cell::{Bound, BoundSource, RateCell};
+use crate::kafka::release::KafkaRelease;
 use crate::kafka::samples::{Samples, WindowConfig};
 pub use crate::kafka::sensor::DEFAULT_SENSOR_EXPIRY_MS;
 use crate::kafka::sensor::{
@@ -514,6 +515,8 @@ fn bound_of(tags: Tags<'_>, config: &QuotaConfig) -> f64 {
 pub struct QuotaManager {
     quota_type: QuotaType,
     window: WindowConfig,
+    /// Whose rules apply where Kafka releases differ (shared with the config's overrides).
+    release: KafkaRelease,
     sensor_expiry_ms: i64,
     /// Shared with the manager's siblings (other brokers' managers of one configuration).
     config: Arc<CowCell<QuotaConfig>>,
@@ -554,6 +557,7 @@ impl QuotaManager {
         Ok(QuotaManager {
             quota_type,
             window,
+            release: KafkaRelease::DEFAULT,
             sensor_expiry_ms,
             config: Arc::new(CowCell::new(QuotaConfig::default())),
             maps: Tables::new(Maps::with_capacity(0)),
@@ -629,6 +633,7 @@ impl QuotaManager {
         QuotaManager {
             quota_type: self.quota_type,
             window: self.window,
+            release: self.release,
             sensor_expiry_ms: self.sensor_expiry_ms,
             config: Arc::clone(&self.config),
             maps: Tables::new(Maps::with_capacity(0)),
@@ -638,6 +643,21 @@ impl QuotaManager {
             callback,
             family: Arc::clone(&self.family),
         }
+    }
+
+    /// The same manager following `release` where Kafka releases differ (see
+    /// [`KafkaRelease`]); its siblings follow it too. Meant for a manager just built: the
+    /// levels already enabled are kept as they are.
+    pub fn for_release(mut self, release: KafkaRelease) -> Self {
+        self.release = release;
+        self.config
+            .update(&pin(), |c| c.overrides.release = release);
+        self
+    }
+
+    /// The Kafka release whose rules the manager follows.
+    pub fn release(&self) -> KafkaRelease {
+        self.release
     }
 
     /// The family's callbacks, locked (a callback that panicked leaves them usable).
@@ -677,7 +697,8 @@ impl QuotaManager {
         self.sensor_expiry_ms
     }
 
-    /// Whether any quota was ever set or removed: until then Kafka measures nothing.
+    /// Whether a quota level is enabled (before 4.2 once any quota was set or removed, from
+    /// 4.2 while a quota exists): until then Kafka measures nothing.
     pub fn enabled(&self) -> bool {
         self.config.read(&pin(), |c| c.overrides.enabled != 0)
     }
@@ -1016,7 +1037,7 @@ impl QuotaManager {
     /// Kafka's throttle as the manager returns it: the int of the long (wrapping), and
     /// for `request` first capped at one window.
     fn throttle_int(&self, check: Check) -> i32 {
-        throttle_int(self.quota_type, &self.window, check)
+        throttle_int(self.quota_type, &self.window, self.release, check)
     }
 
     /// Records usage with a quota check and returns Kafka's throttle time in ms
@@ -1046,7 +1067,11 @@ impl QuotaManager {
         Ok(())
     }
 
-    /// Records a converted, valid value; does nothing while no quota was ever configured.
+    /// Records a converted, valid value. With `check`, does nothing while no quota level is
+    /// enabled (Kafka's `maybeRecordAndGetThrottleTimeMs`); without, records whatever the
+    /// levels (Kafka's `recordNoThrottle` and `unrecordQuotaSensor` create the client's
+    /// sensors even then: from 4.2 a quota removed between a request and its response
+    /// leaves them to do so).
     #[inline]
     fn record_usage(
         &self,
@@ -1058,7 +1083,7 @@ impl QuotaManager {
     ) -> Result<i32> {
         let guard = pin();
         let config = self.config.load(&guard);
-        if config.overrides.enabled == 0 {
+        if config.overrides.enabled == 0 && check {
             return Ok(0);
         }
         match self.record_ready(config, user, client_id, value, now, check, &guard) {

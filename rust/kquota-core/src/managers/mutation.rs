@@ -21,6 +21,7 @@ use crate::kafka::entity::{sanitize_user, Overrides, Pair, PairRef, QuotaEntity}
 use crate::kafka::javamath::long_to_int;
 pub use crate::kafka::mutation_api::MutationApi;
 use crate::kafka::quota::UNLIMITED;
+use crate::kafka::release::KafkaRelease;
 use crate::kafka::samples::{Samples, WindowConfig};
 use crate::kafka::sensor::{check_manager_config, DEFAULT_SENSOR_EXPIRY_MS};
 use crate::kafka::token_bucket::{check_permits, BucketCell, MutationCheck};
@@ -175,6 +176,19 @@ impl ControllerMutationQuotaManager {
             .expect("Kafka's defaults are valid")
     }
 
+    /// The same manager following `release` where Kafka releases differ (see
+    /// [`KafkaRelease`]); its siblings follow it too. Meant for a manager just built.
+    pub fn for_release(self, release: KafkaRelease) -> Self {
+        self.config
+            .update(&pin(), |c| c.overrides.release = release);
+        self
+    }
+
+    /// The Kafka release whose rules the manager follows.
+    pub fn release(&self) -> KafkaRelease {
+        self.config.read(&pin(), |c| c.overrides.release)
+    }
+
     /// The sample configuration the burst is computed from.
     pub fn window(&self) -> WindowConfig {
         self.window
@@ -190,7 +204,8 @@ impl ControllerMutationQuotaManager {
         self.config.read(&pin(), |c| c.overrides.clone())
     }
 
-    /// Whether any quota was ever set or removed (`quotasEnabled`): until then nothing is
+    /// Whether a quota level is enabled (`quotasEnabled`; before 4.2 once any quota was set or
+    /// removed, from 4.2 while a quota exists): until then nothing is
     /// measured and every mutation is free.
     pub fn enabled(&self) -> bool {
         self.config.read(&pin(), |c| c.overrides.enabled != 0)
@@ -600,6 +615,7 @@ impl MutationRequestQuota {
             self.last_throttle_ms.load(Relaxed),
             self.last_recorded_ms.load(Relaxed),
             now,
+            self.manager.release(),
         )
     }
 }

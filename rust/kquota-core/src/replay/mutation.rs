@@ -10,6 +10,7 @@ use super::stats::{EntityStats, EntitySummary, Histogram, SummaryType, Usage, Wi
 
 use crate::kafka::entity::{Overrides, QuotaEntity};
 use crate::kafka::quota::UNLIMITED;
+use crate::kafka::release::KafkaRelease;
 use crate::kafka::samples::WindowConfig;
 use crate::kafka::token_bucket::{Bucket, MutationCheck};
 use crate::managers::mutation::ControllerMutationQuotaManager;
@@ -62,7 +63,13 @@ impl MutationTable {
         }
     }
 
-    /// Whether any quota was ever set or removed: until then every mutation is free.
+    /// The Kafka release whose rules the table follows.
+    pub(crate) fn release(&self) -> KafkaRelease {
+        self.overrides.release
+    }
+
+    /// Whether a quota level is enabled (before 4.2 once any quota was set or removed, from
+    /// 4.2 while a quota exists): until then every mutation is free.
     pub(crate) fn enabled(&self) -> bool {
         self.overrides.enabled != 0
     }

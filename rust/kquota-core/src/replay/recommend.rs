@@ -16,6 +16,7 @@
 use super::ring::Rings;
 use crate::error::{check_usage, Error, Result};
 use crate::kafka::quota_type::QuotaType;
+use crate::kafka::release::KafkaRelease;
 use crate::kafka::samples::WindowConfig;
 use crate::kafka::units::rate_units;
 
@@ -55,6 +56,7 @@ type Run<'a> = (&'a [i64], Vec<f64>, Option<&'a [bool]>);
 struct Entity<'a> {
     quota_type: QuotaType,
     window: &'a WindowConfig,
+    release: KafkaRelease,
     /// Per broker: times, usage in the quota's unit, fetch drops.
     runs: Vec<Run<'a>>,
     total: usize,
@@ -70,7 +72,7 @@ impl Entity<'_> {
             let sensor = rings.push(quota);
             for (i, (&t, &v)) in times.iter().zip(units).enumerate() {
                 let measured = rings.record(sensor, v, t, true);
-                let throttle = measured.throttle(self.quota_type, self.window, quota);
+                let throttle = measured.throttle(self.quota_type, self.window, self.release, quota);
                 if throttle > 0 {
                     throttled += 1;
                 }
@@ -226,7 +228,8 @@ fn check_offsets(name: &str, offsets: &[usize], end: usize) -> Result<()> {
 }
 
 /// Per entity of `traffic`, the smallest quota of `quota_type` (enforced per broker with
-/// `window`) that throttles at most `target` of its requests, and the fraction it throttles.
+/// `window`, as Kafka `release` throttles) that throttles at most `target` of its
+/// requests, and the fraction it throttles.
 ///
 /// Errors name the bad value: a target outside `[0, 1)`, arrays of different lengths,
 /// offsets that do not cover the rows, usage that is not a finite number `>= 0`, or
@@ -234,6 +237,7 @@ fn check_offsets(name: &str, offsets: &[usize], end: usize) -> Result<()> {
 pub fn recommend(
     quota_type: QuotaType,
     window: &WindowConfig,
+    release: KafkaRelease,
     target: f64,
     traffic: &RecommendTraffic<'_>,
 ) -> Result<Vec<Recommendation>> {
@@ -271,6 +275,7 @@ pub fn recommend(
         let mut entity = Entity {
             quota_type,
             window,
+            release,
             runs: Vec::with_capacity(runs[1] - runs[0]),
             total: 0,
         };
@@ -342,6 +347,7 @@ mod tests {
                 let entity = Entity {
                     quota_type,
                     window: &window,
+                    release: KafkaRelease::DEFAULT,
                     runs: vec![(
                         &times[..],
                         usage.iter().map(|&v| rate_units(quota_type, v)).collect(),
@@ -380,7 +386,14 @@ mod tests {
             entities: &[0, 1, 2],
         };
         let window = WindowConfig::QUOTA_DEFAULT;
-        let out = recommend(QuotaType::Produce, &window, 0.01, &traffic).unwrap();
+        let out = recommend(
+            QuotaType::Produce,
+            &window,
+            KafkaRelease::DEFAULT,
+            0.01,
+            &traffic,
+        )
+        .unwrap();
         assert_eq!(out.len(), 2);
         for (k, rec) in out.iter().enumerate() {
             assert!(rec.throttled_fraction <= 0.01, "{rec:?}");
@@ -388,6 +401,7 @@ mod tests {
             let entity = Entity {
                 quota_type: QuotaType::Produce,
                 window: &window,
+                release: KafkaRelease::DEFAULT,
                 runs: vec![(&times[rows.clone()], usage[rows].to_vec(), None)],
                 total: 1_000,
             };
@@ -406,23 +420,51 @@ mod tests {
             runs: &[0, 2],
             entities: &[0, 1],
         };
-        let e = recommend(QuotaType::Produce, &window, 0.1, &traffic).unwrap_err();
+        let e = recommend(
+            QuotaType::Produce,
+            &window,
+            KafkaRelease::DEFAULT,
+            0.1,
+            &traffic,
+        )
+        .unwrap_err();
         assert!(e.to_string().contains("-3.0"), "{e}");
-        let e = recommend(QuotaType::Produce, &window, 1.0, &traffic).unwrap_err();
+        let e = recommend(
+            QuotaType::Produce,
+            &window,
+            KafkaRelease::DEFAULT,
+            1.0,
+            &traffic,
+        )
+        .unwrap_err();
         assert!(e.to_string().contains("target 1.0"), "{e}");
         let bad_runs = RecommendTraffic {
             usage: &[1.0, 3.0],
             runs: &[0, 1],
             ..traffic
         };
-        let e = recommend(QuotaType::Produce, &window, 0.1, &bad_runs).unwrap_err();
+        let e = recommend(
+            QuotaType::Produce,
+            &window,
+            KafkaRelease::DEFAULT,
+            0.1,
+            &bad_runs,
+        )
+        .unwrap_err();
         assert!(e.to_string().contains("[0, 1]"), "{e}");
         let unordered = RecommendTraffic {
             times: &[5, 2],
             usage: &[1.0, 3.0],
             ..traffic
         };
-        let e = recommend(QuotaType::Produce, &window, 0.1, &unordered).unwrap_err();
+        let e = recommend(
+            QuotaType::Produce,
+            &window,
+            KafkaRelease::DEFAULT,
+            0.1,
+            &unordered,
+        )
+        .unwrap_err();
         assert!(e.to_string().contains("2 after 5"), "{e}");
     }
 }

@@ -22,6 +22,7 @@
 
 use crate::kafka::quota::{certainly_within, verdict};
 use crate::kafka::quota_type::QuotaType;
+use crate::kafka::release::KafkaRelease;
 use crate::kafka::samples::{
     per_second, slot_obsolete, window_from_oldest, window_over, WindowConfig,
 };
@@ -41,15 +42,22 @@ impl Measured {
         per_second(self.sum, self.window)
     }
 
-    /// A `quota_type` manager's throttle (Kafka's int) for this measurement checked
-    /// against `bound` ([`throttle_int`] of [`verdict`]), without the rate's division when
-    /// the sum is clearly within the bound ([`certainly_within`]).
+    /// A `quota_type` manager's throttle (Kafka's int, as `release` makes it) for this
+    /// measurement checked against `bound` ([`throttle_int`] of [`verdict`]), without the
+    /// rate's division when the sum is clearly within the bound ([`certainly_within`]).
     #[inline]
-    pub fn throttle(&self, quota_type: QuotaType, window: &WindowConfig, bound: f64) -> i32 {
+    pub fn throttle(
+        &self,
+        quota_type: QuotaType,
+        window: &WindowConfig,
+        release: KafkaRelease,
+        bound: f64,
+    ) -> i32 {
         if certainly_within(self.sum, bound, self.window) {
             return 0;
         }
-        throttle_int(quota_type, window, verdict(self.rate(), bound, self.window))
+        let check = verdict(self.rate(), bound, self.window);
+        throttle_int(quota_type, window, release, check)
     }
 }
 

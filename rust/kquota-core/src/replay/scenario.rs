@@ -426,7 +426,7 @@ impl Scenario {
             }
         }
         if violated {
-            m = remaining_throttle(last_throttle, now, now);
+            m = remaining_throttle(last_throttle, now, now, self.mutations.release());
         }
         self.mutations.count(
             e.pair,

@@ -17,6 +17,7 @@ use super::stats::{EntityStats, EntitySummary, Histogram, Usage, WindowIndex};
 use crate::error::Result;
 use crate::kafka::entity::Overrides;
 use crate::kafka::quota_type::QuotaType;
+use crate::kafka::release::KafkaRelease;
 use crate::kafka::samples::WindowConfig;
 use crate::kafka::sensor::{max_value_in_quota_window, sensor_expired};
 use crate::kafka::units::rate_units;
@@ -73,7 +74,8 @@ impl SensorTable {
         }
     }
 
-    /// Whether any quota was ever set or removed: until then Kafka measures nothing.
+    /// Whether a quota level is enabled (before 4.2 once any quota was set or removed, from
+    /// 4.2 while a quota exists): until then Kafka measures nothing.
     pub fn enabled(&self) -> bool {
         self.overrides.enabled != 0
     }
@@ -229,6 +231,7 @@ impl SensorTable {
         Rules {
             quota_type: self.quota_type,
             window: self.window,
+            release: self.overrides.release,
             expiry_ms: self.expiry_ms,
         }
     }
@@ -291,11 +294,13 @@ impl SensorTable {
     }
 }
 
-/// What a table's sensors record by: its quota type, window and sensor expiry.
+/// What a table's sensors record by: its quota type, window, Kafka release and sensor
+/// expiry.
 #[derive(Debug, Clone, Copy)]
 struct Rules {
     quota_type: QuotaType,
     window: WindowConfig,
+    release: KafkaRelease,
     expiry_ms: i64,
 }
 
@@ -325,6 +330,6 @@ impl Rules {
         if !check {
             return 0;
         }
-        measured.throttle(self.quota_type, &self.window, ring.bound())
+        measured.throttle(self.quota_type, &self.window, self.release, ring.bound())
     }
 }
