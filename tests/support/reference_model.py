@@ -792,7 +792,8 @@ class QuotaManager:
         return quota_sensor, throttle_sensor
 
     def _record_unchecked(self, tags: _Tags, amount: float, now_ms: int) -> None:
-        # Kafka's recordNoThrottle and unrecordQuotaSensor record whatever the levels.
+        if not self.enabled:
+            return
         sensor = self._sensors(tags, now_ms)[0]
         sensor.last_record_ms = now_ms
         sensor.rate.record_no_check(amount, now_ms)

@@ -324,9 +324,7 @@ class QuotaPlugin:
         """
         now = self._clock() if now_ms is None else now_ms
         self._channels._tick(now)  # maintenance, if due
-        # Kafka records it only where request quotas are on (its callback is installed then).
-        if self._request.enabled:
-            self._request.record_no_throttle(user, client_id, network_thread_time_ns, now_ms=now)
+        self._request.record_no_throttle(user, client_id, network_thread_time_ns, now_ms=now)
 
     def fetch_max_bytes(
         self, user: str, client_id: str, requested_max_bytes: int, *, now_ms: int | None = None

@@ -1455,8 +1455,7 @@ async fn answer_mutation(
         (None, Some(frame)) => frame,
         (None, None) => return Err(Closed::Client("a mutation answered by no one".to_owned())),
     };
-    let entity = network_time_of(path, entry.user.as_str(), client_id);
-    send(path, client, out, entity).await
+    send(path, client, out, Some((entry.user.as_str(), client_id))).await
 }
 
 /// Refuses a version of an API the proxy cannot read (the codec's versions are those of
@@ -1521,7 +1520,7 @@ async fn answer(
     if header.api_key == METADATA {
         tell_callback(shared, &response[body_offset..], header.api_version);
     }
-    let entity = network_time_of(path, entry.user.as_str(), header.client_id());
+    let entity = Some((entry.user.as_str(), header.client_id()));
     if outcome.unrecorded {
         let info = consumer_fetch.expect("only a consumer fetch is unrecorded");
         let session = if info.session_epoch > 0 {
@@ -1765,19 +1764,6 @@ async fn read_response(
         )));
     }
     Ok((frame, parsed.body_offset))
-}
-
-/// Whose request quota takes the network time of a response just decided: the client's,
-/// when request quotas are enabled now (Kafka installs its network-thread callback only
-/// then), else no one's.
-fn network_time_of<'a>(
-    path: &RequestPath<'_>,
-    user: &'a str,
-    client_id: &'a str,
-) -> Option<(&'a str, &'a str)> {
-    path.manager(kquota_core::QuotaType::Request)
-        .enabled()
-        .then_some((user, client_id))
 }
 
 /// Writes a response to the client; the time the write took goes to `entity`'s request

@@ -1067,11 +1067,7 @@ impl QuotaManager {
         Ok(())
     }
 
-    /// Records a converted, valid value. With `check`, does nothing while no quota level is
-    /// enabled (Kafka's `maybeRecordAndGetThrottleTimeMs`); without, records whatever the
-    /// levels (Kafka's `recordNoThrottle` and `unrecordQuotaSensor` create the client's
-    /// sensors even then: from 4.2 a quota removed between a request and its response
-    /// leaves them to do so).
+    /// Records a converted, valid value; does nothing while no quota level is enabled.
     #[inline]
     fn record_usage(
         &self,
@@ -1083,7 +1079,7 @@ impl QuotaManager {
     ) -> Result<i32> {
         let guard = pin();
         let config = self.config.load(&guard);
-        if config.overrides.enabled == 0 && check {
+        if config.overrides.enabled == 0 {
             return Ok(0);
         }
         match self.record_ready(config, user, client_id, value, now, check, &guard) {
