@@ -258,3 +258,49 @@ def test_the_report_shows_what_the_broker_did(
         assert row["throttled in the replay"] == f"{(replayed > 0).sum():,}"
         assert row["replay throttle ms"] == f"{replayed.sum():,}"
     assert int(shown["x1"]["throttled by the broker"].replace(",", "")) > 0
+
+
+@pytest.mark.parametrize("client", ["reader", "catchup"])
+def test_throttled_fetches_are_sized_from_the_next_fetch_from_their_position(
+    spark: Any, recorded: tuple[Path, list[str]], backtested: tuple[Path, pd.DataFrame], client: str
+) -> None:
+    """Kafka answered the consumers' throttled fetches empty; the import gives each the
+    size of its connection's next unthrottled fetch from the same partitions and offsets
+    (found here from the lines by the spec's fields), and leaves those with none at 0.
+    Back-tested with the sizes as the log shows them (0), the replay's fetch throttle is
+    further from Kafka's in total."""
+    _, lines = recorded
+    out, requests = backtested
+    traffic = pq.read_table(out / "traffic").to_pandas()
+    matches = agree.served_after(lines)
+    fetches = traffic[traffic["api"] == "fetch"]
+    size = dict(zip(zip(fetches["client_id"], fetches["correlation_id"]), fetches["bytes"]))
+    for (who, correlation), match in matches.items():
+        expected = 0 if match is None else size[(who, match)]
+        assert size[(who, correlation)] == expected, (who, correlation, match)
+    mine = {c: m for (who, c), m in matches.items() if who == client}
+    assert sum(m is not None for m in mine.values()) > 0, mine
+    report = (out / "report.html").read_text(encoding="utf-8")
+    sized_count = sum(m is not None for m in matches.values())
+    assert f"{len(matches):,} throttled fetch(es)" in report
+    assert f"{sized_count:,} sized as" in report
+
+    throttled = (traffic["api"] == "fetch") & (traffic["kafka_throttle_ms"] > 0)
+    zeroed = traffic.assign(bytes=traffic["bytes"].where(~throttled, 0))
+    as_logged = _replay(spark, zeroed, out.parent / f"zeroed-{client}")
+    base = _scenario(requests, "x1")
+
+    def of(frame: pd.DataFrame) -> pd.DataFrame:
+        return frame[(frame["client_id"] == client) & (frame["api"] == "fetch")]
+
+    kafka = int(of(base)["kafka_throttle_ms"].sum())
+    sized, unsized = (int(of(f)["throttle_ms"].sum()) for f in (base, as_logged))
+    equal_sized, equal_unsized = (
+        int((of(f)["throttle_ms"] == of(f)["kafka_throttle_ms"]).sum()) for f in (base, as_logged)
+    )
+    print(
+        f"\n{client}'s fetch throttle: Kafka {kafka} ms; replay {sized} ms sized, "
+        f"{unsized} ms as logged; equal throttles {equal_sized} sized, {equal_unsized} as "
+        f"logged, of {len(of(base))} fetches"
+    )
+    assert abs(kafka - sized) < abs(kafka - unsized)

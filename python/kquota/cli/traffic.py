@@ -96,6 +96,8 @@ def run_import(args: argparse.Namespace) -> int:
                 f"{summary.share_fetches:,} ShareFetch request(s): {requestlog.SHARE_FETCH_BYTES}",
                 file=sys.stderr,
             )
+        if summary.throttled_fetches:
+            print(summary.fetch_note(), file=sys.stderr)
         return EXIT_OK
 
     return _run(args, "traffic import", action)

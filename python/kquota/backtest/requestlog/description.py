@@ -72,6 +72,11 @@ class Description:
         lines.append(f"bytes: {total:,}")
         if s.share_fetches:
             lines.append(f"ShareFetch requests: {s.share_fetches:,} ({SHARE_FETCH_BYTES})")
+        if s.throttled_fetches:
+            lines.append(
+                f"throttled fetches: {s.throttled_fetches:,} (answered empty; the import "
+                "sizes them from the next fetch from the same position)"
+            )
         if s.skipped:
             lines.append("lines skipped:")
             for reason, count in s.skipped.items():

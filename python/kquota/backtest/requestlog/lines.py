@@ -124,6 +124,8 @@ _PARSED: Final = (
     ("_kq_topics", f"array<{_TOPIC}>"),
     (STRICT, "boolean"),
     ("_kq_share_fetch", "boolean"),
+    ("_kq_fetch_connection", "long"),
+    ("_kq_fetch_position", "long"),
     ("_kq_size", "long"),
 )
 """What :func:`parse_batches` adds to a batch (Spark DDL types): each line's columns from
@@ -153,15 +155,18 @@ this, plus the start of its split in the file (below 16 TiB)."""
 _PLAIN: Final = "_kq_plain_bytes"
 _TOPICS: Final = "_kq_topics"
 _SHARE: Final = "_kq_share_fetch"
+_CONNECTION: Final = "_kq_fetch_connection"
+_POSITION: Final = "_kq_fetch_position"
 
 
 def read(spark: SparkSession, path: str, options: LogOptions | None = None) -> _Lines:
     """Every line of the request-log files ``path`` names, classified: the traffic columns
     (:data:`COLUMNS`), :data:`~kquota.backtest.kernel.SEQ_COLUMNS`, ``_kq_reason`` (null for
     a row, else one of :data:`REASONS`), ``_kq_example``, ``_kq_file`` and
-    ``_kq_share_fetch`` (a ShareFetch line). Lazy: nothing is read until an action. Raises
-    :class:`~kquota.exceptions.TrafficError` naming a path that cannot be read or a file
-    whose broker id cannot be found."""
+    ``_kq_share_fetch`` (a ShareFetch line), ``_kq_fetch_connection`` and
+    ``_kq_fetch_position`` (a consumer fetch's connection and read position, as keys).
+    Lazy: nothing is read until an action. Raises :class:`~kquota.exceptions.TrafficError`
+    naming a path that cannot be read or a file whose broker id cannot be found."""
     from pyspark.sql import functions as F
 
     from kquota.backtest.session import spark_errors, spark_message
@@ -238,6 +243,8 @@ def read(spark: SparkSession, path: str, options: LogOptions | None = None) -> _
         _EXAMPLE,
         _FILE,
         _SHARE,
+        _CONNECTION,
+        _POSITION,
         F.when(lookup(plain, file_rank), F.col("_kq_size") + 1).alias(_PLAIN),
     )
     return _Lines(frame, files, tuple(found))
@@ -317,6 +324,8 @@ def parse_batches(
             ),
             nullable(c, "strict", pa.bool_(), n),
             pa.array(c["share_fetch"]),
+            nullable(c, "fetch_connection", pa.int64(), n),
+            nullable(c, "fetch_position", pa.int64(), n),
             pa.array(np.diff(line_offsets).astype(np.int64)),
         ]
         kept = [batch.column(i) for i, f in enumerate(batch.schema) if f.name != "value"]

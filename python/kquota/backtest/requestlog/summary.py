@@ -11,6 +11,7 @@ from kquota.backtest.requestlog.files import _LOCAL_SCHEME
 from kquota.backtest.requestlog.lines import (
     _EXAMPLE,
     _PLAIN,
+    _POSITION,
     _REASON,
     _SHARE,
     FILE_RANK_SHIFT,
@@ -21,7 +22,7 @@ from kquota.backtest.requestlog.lines import (
     _Lines,
 )
 from kquota.exceptions import TrafficError
-from kquota.traffic_schema import STRICT
+from kquota.traffic_schema import KAFKA_THROTTLE, STRICT
 
 if TYPE_CHECKING:
     from pyspark.sql import Column
@@ -64,6 +65,12 @@ class LogSummary:
     share_fetches: int = 0
     """ShareFetch requests read (rows with 0 bytes): their fetch bytes are not in the log
     (:data:`SHARE_FETCH_BYTES`)."""
+    throttled_fetches: int = 0
+    """Consumer fetches the broker throttled: answered empty, so the line has no size."""
+    rebuilt_fetches: int = 0
+    """Of those, the ones whose size was rebuilt from a later fetch from the same position
+    (:func:`~kquota.backtest.requestlog.import_job.fetch_sizes`); the others are imported
+    with the empty response's size (:meth:`fetch_note`)."""
 
     @property
     def lines_skipped(self) -> int:
@@ -81,6 +88,8 @@ class LogSummary:
             out.append(f"skipped {count:,} line(s): {reason}, e.g. {example!r}")
         if self.share_fetches:
             out.append(f"{self.share_fetches:,} ShareFetch request(s): {SHARE_FETCH_BYTES}")
+        if self.throttled_fetches:
+            out.append(self.fetch_note())
         if self.unknown_counts:
             topics = ", ".join(repr(t) for t in self.unknown_topics)
             out.append(
@@ -88,6 +97,17 @@ class LogSummary:
                 f"on the controller-mutation quota: {UNKNOWN_COUNT} (e.g. {topics})"
             )
         return out
+
+    def fetch_note(self) -> str:
+        """What the import did with the throttled fetches' sizes, in one sentence."""
+        unbounded = self.throttled_fetches - self.rebuilt_fetches
+        return (
+            f"{self.throttled_fetches:,} throttled fetch(es), answered empty by the broker: "
+            f"{self.rebuilt_fetches:,} sized as the connection's next unthrottled fetch from "
+            "the same partitions and offsets (what the broker would have sent, plus what "
+            f"arrived meanwhile), {unbounded:,} with no such fetch in the log kept at the "
+            "empty response's size"
+        )
 
 
 def _metrics() -> list[Column]:
@@ -105,6 +125,9 @@ def _metrics() -> list[Column]:
         F.collect_set(F.when(reason.isNull(), _rank())).alias("files_with_rows"),
         F.sum(F.col(_PLAIN)).alias("plain_bytes"),
         F.count_if(reason.isNull() & F.col(_SHARE)).alias("share_fetches"),
+        F.count_if(
+            reason.isNull() & F.col(_POSITION).isNotNull() & (F.col(KAFKA_THROTTLE) > 0)
+        ).alias("throttled_fetches"),
         F.count_if(reason.isNull() & F.col(STRICT).isNotNull()).alias("mutations"),
     ]
     for i, name in enumerate(REASONS):
@@ -147,6 +170,7 @@ def _summary(lines: _Lines, values: dict[str, Any]) -> LogSummary:
         skipped=skipped,
         examples=examples,
         share_fetches=int(values.get("share_fetches") or 0),
+        throttled_fetches=int(values.get("throttled_fetches") or 0),
         mutations=int(values.get("mutations") or 0),
     )
     by_rank = [_file_key(name) for name in lines.read]

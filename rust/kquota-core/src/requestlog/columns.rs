@@ -122,6 +122,10 @@ pub struct Columns {
     pub correlation_id: Nullable<i32>,
     pub strict: Nullable<bool>,
     pub share_fetch: Vec<bool>,
+    /// A consumer fetch's [`super::fetch::connection_key`] (null on other rows).
+    pub fetch_connection: Nullable<i64>,
+    /// A consumer fetch's [`super::fetch::position_key`] (null on other rows).
+    pub fetch_position: Nullable<i64>,
     /// Per line, its topics are `topic_op[topic_offsets[i]..topic_offsets[i + 1]]` (and
     /// the same range of names and counts); `topics_valid[i]` false for no list.
     pub topic_offsets: Vec<i32>,
@@ -149,6 +153,8 @@ impl Default for Columns {
             correlation_id: Nullable::default(),
             strict: Nullable::default(),
             share_fetch: Vec::new(),
+            fetch_connection: Nullable::default(),
+            fetch_position: Nullable::default(),
             topic_offsets: vec![0],
             topics_valid: Vec::new(),
             topic_op: Vec::new(),

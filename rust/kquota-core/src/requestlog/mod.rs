@@ -5,9 +5,11 @@
 //! Input is an Arrow string column (offsets + bytes), output columns in Arrow layout
 //! ([`Columns`]), so a batch crosses the binding without a copy per line. Layers:
 //! [`line`] (head, body, timestamp), [`json`] (the typed view of the JSON object),
-//! [`sizes`] (Kafka's byte counts), [`columns`] (the builders).
+//! [`sizes`] (Kafka's byte counts), [`fetch`] (where a consumer fetch reads from),
+//! [`columns`] (the builders).
 
 pub mod columns;
+pub mod fetch;
 pub mod json;
 pub mod line;
 pub mod sizes;
@@ -248,6 +250,8 @@ fn push_empty(out: &mut Columns, parsed: Option<&Line<'_>>) {
     out.correlation_id.push(None);
     out.strict.push(None);
     out.share_fetch.push(key == Some(SHARE_FETCH));
+    out.fetch_connection.push(None);
+    out.fetch_position.push(None);
     out.close_topics(false);
 }
 
@@ -315,6 +319,12 @@ fn push_row(out: &mut Columns, row: &Row<'_, '_>, options: Options) {
     out.strict
         .push(strict_since.map(|since| version >= i32::from(since)));
     out.share_fetch.push(key == SHARE_FETCH);
+    // a row's fetch is a consumer's (followers are skipped before)
+    let position = request.filter(|_| key == FETCH);
+    out.fetch_connection.push(
+        position.map(|_| fetch::connection_key(line.connection.get().map_or("", |c| c.as_str()))),
+    );
+    out.fetch_position.push(position.map(fetch::position_key));
     push_topics(out, key, line, options);
 }
 
@@ -322,12 +332,12 @@ fn push_row(out: &mut Columns, row: &Row<'_, '_>, options: Options) {
 fn push_topics(out: &mut Columns, key: i32, line: &Line<'_>, options: Options) {
     let request = line.request.get();
     let topics = request.and_then(|r| r.topics.get());
-    let name = |t: &json::MutationTopic<'_>| t.name.get().map(|n| n.as_str().to_owned());
+    let name = |t: &json::RequestTopic<'_>| t.name.get().map(|n| n.as_str().to_owned());
     let listed = match key {
         CREATE_TOPICS => topics.map(|ts| {
             ts.iter()
                 .map(|t| {
-                    let empty = json::MutationTopic::default();
+                    let empty = json::RequestTopic::default();
                     let t = t.get().unwrap_or(&empty);
                     let assigned = t.assignments.value().map_or(-1, |c| c.0);
                     let count = match t.num_partitions.value() {

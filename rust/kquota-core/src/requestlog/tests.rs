@@ -95,6 +95,25 @@ fn fetch_rows_both_key_sets_and_throttled() {
     assert_eq!(out.bytes, [expected, expected, 0]);
     assert_eq!(out.kafka_throttle, [0, 0, 5]);
     assert_eq!(out.acks.get(0), None);
+    // one connection, one position: the throttled fetch can take a later one's size
+    let keys: Vec<_> = (0..3)
+        .map(|i| (out.fetch_connection.get(i), out.fetch_position.get(i)))
+        .collect();
+    assert!(keys.iter().all(|k| *k == keys[0] && k.0.is_some() && k.1.is_some()));
+}
+
+#[test]
+fn only_consumer_fetch_rows_have_fetch_keys() {
+    let out = parse(&[
+        log_line(&object(0, 8, PRODUCE_V8, r#"{"responses":[]}"#, "")).as_bytes(),
+        log_line(&object(18, 3, "{}", "{}", "")).as_bytes(),
+        b"not a line",
+        log_line(&object(1, 11, FETCH_REQUEST, FETCH_V11, "")).as_bytes(),
+    ]);
+    let fetch = |i| (out.fetch_connection.get(i), out.fetch_position.get(i));
+    assert_eq!([fetch(0), fetch(1), fetch(2)], [(None, None); 3]);
+    assert_eq!(fetch(3).0, Some(fetch::connection_key("a")));
+    assert!(fetch(3).1.is_some());
 }
 
 #[test]
