@@ -277,7 +277,8 @@ def test_throttled_fetches_are_sized_from_the_next_fetch_from_their_position(
     traffic = pq.read_table(out / "traffic").to_pandas()
     matches = agree.served_after(lines)
     fetches = traffic[traffic["api"] == "fetch"]
-    size = dict(zip(zip(fetches["client_id"], fetches["correlation_id"]), fetches["bytes"]))
+    keys = zip(fetches["client_id"], fetches["correlation_id"], strict=True)
+    size = dict(zip(keys, fetches["bytes"], strict=True))
     for (who, correlation), match in matches.items():
         expected = 0 if match is None else size[(who, match)]
         assert size[(who, correlation)] == expected, (who, correlation, match)

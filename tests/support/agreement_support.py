@@ -206,7 +206,10 @@ def record_bounds(lines: list[str]) -> dict[tuple[str, str, int, int], int]:
     for the quota, in whole ms: ``localTimeMs + remoteTimeMs``, rounded up. Kafka reads it
     on the handler thread (produce: in the callback after the append; a mutation: on the
     controller), after the request was dequeued and before the response was handed over;
-    the import takes the hand-over (``end - responseQueueTimeMs - sendTimeMs``)."""
+    the import takes the hand-over (``end - responseQueueTimeMs - sendTimeMs``). A mutation
+    the broker forwarded is keyed by its controller's line too, at the time the import
+    takes from it (that line's hand-over to the controller's event loop, before its remote
+    time, the metadata commit), with that line's local time as the bound."""
     import json
     import math
     from datetime import UTC, datetime
@@ -217,12 +220,16 @@ def record_bounds(lines: list[str]) -> dict[tuple[str, str, int, int], int]:
         if not found:
             continue
         document = json.loads(body.removesuffix(" (kafka.request.logger)"))
-        if document.get("isForwarded"):
+        forwarded = bool(document.get("isForwarded"))
+        api = document["requestHeader"]["requestApiKeyName"].lower()
+        if forwarded and api not in MUTATION_APIS:
             continue
         end = datetime.strptime(head[1:24], "%Y-%m-%d %H:%M:%S,%f").replace(tzinfo=UTC)
         end_us = int(end.timestamp()) * 1_000_000 + end.microsecond
         handed = end_us - round(document["responseQueueTimeMs"] * 1000)
         handed -= round(document["sendTimeMs"] * 1000)
+        if forwarded:
+            handed -= round(document["remoteTimeMs"] * 1000)
         header = document["requestHeader"]
         key = (
             header.get("clientId") or "",
@@ -230,7 +237,8 @@ def record_bounds(lines: list[str]) -> dict[tuple[str, str, int, int], int]:
             int(header["correlationId"]),
             handed // 1000,
         )
-        out[key] = math.ceil(document["localTimeMs"] + document["remoteTimeMs"])
+        remote = 0.0 if forwarded else document["remoteTimeMs"]
+        out[key] = math.ceil(document["localTimeMs"] + remote)
     return out
 
 

@@ -98,6 +98,8 @@ def run_import(args: argparse.Namespace) -> int:
             )
         if summary.throttled_fetches:
             print(summary.fetch_note(), file=sys.stderr)
+        if summary.mutations:
+            print(summary.controller_note(), file=sys.stderr)
         return EXIT_OK
 
     return _run(args, "traffic import", action)

@@ -98,8 +98,8 @@ def _describe_apis(lines: _Lines, observation: Any) -> DataFrame:
     observed = lines.frame.observe(
         observation,
         *_metrics(),
-        F.min(TS).alias("start"),
-        F.max(TS).alias("end"),
+        F.min(F.when(row, F.col(TS))).alias("start"),
+        F.max(F.when(row, F.col(TS))).alias("end"),
         F.collect_set(F.when(row, F.col(BROKER))).alias("brokers"),
         F.size(F.collect_set(F.when(row, F.col(CLIENT)))).alias("clients"),
         F.size(F.collect_set(F.when(row, F.col(USER)))).alias("users"),

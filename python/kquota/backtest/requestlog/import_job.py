@@ -12,18 +12,30 @@ from typing import TYPE_CHECKING, Any, Final
 from kquota._core import REQUEST_LOG_SAME_POSITION
 from kquota.backtest.kernel import SEQ_COLUMNS
 from kquota.backtest.requestlog.files import LogOptions
-from kquota.backtest.requestlog.lines import _CONNECTION, _POSITION, _REASON, _TOPICS, _Lines, read
+from kquota.backtest.requestlog.lines import (
+    _CONNECTION,
+    _POSITION,
+    _REASON,
+    _TOPICS,
+    _controller_line,
+    _Lines,
+    read,
+)
 from kquota.backtest.requestlog.summary import EXAMPLES, LogSummary, _metrics, _spark_call, _summary
 from kquota.exceptions import OutputError
 from kquota.traffic_schema import (
+    API,
     BROKER,
     BYTES,
+    CLIENT,
     COLUMNS,
+    CORRELATION_ID,
     KAFKA_THROTTLE,
     PARTITIONS,
     STRICT,
     TOPIC_PARTITIONS,
     TS,
+    USER,
 )
 
 if TYPE_CHECKING:
@@ -38,9 +50,43 @@ def _import_rows(lines: _Lines, observation: Any) -> DataFrame:
     from pyspark.sql import functions as F
 
     observed = lines.frame.observe(observation, *_metrics())
-    return observed.where(F.col(_REASON).isNull()).select(
-        *COLUMNS, STRICT, _TOPICS, _CONNECTION, _POSITION, *SEQ_COLUMNS
+    controller = _controller_line()
+    return observed.where(F.col(_REASON).isNull() | controller).select(
+        *COLUMNS,
+        STRICT,
+        _TOPICS,
+        _CONNECTION,
+        _POSITION,
+        *SEQ_COLUMNS,
+        controller.alias(CONTROLLER),
     )
+
+
+CONTROLLER: Final = "_kq_controller"
+"""Of the first pass's rows, a controller's line of a forwarded mutation: not a request of
+its own, but the time of the broker's row of the same request (:func:`controller_times`)."""
+FORWARD_MS: Final = 30_000
+"""How long before the broker's row the controller's line of the same request may be:
+Kafka's default ``request.timeout.ms``, past which the client has given up on it."""
+
+
+def controller_times(rows: DataFrame, controller: DataFrame) -> DataFrame:
+    """Per mutation request of ``rows`` (a broker's lines) that the broker forwarded and whose
+    controller's line is in ``controller`` (the same client id, user, API and correlation
+    id, at most :data:`FORWARD_MS` earlier: the latest such line), the time the controller
+    recorded it on the controller-mutation quota: when its event loop took the request,
+    which the broker's line cannot say (its remote time holds the forwarding, the
+    controller's work and the metadata commit). Columns: the row's
+    :data:`~kquota.backtest.kernel.SEQ_COLUMNS`, ``_kq_controller_ts``."""
+    from pyspark.sql import functions as F
+
+    keys = [USER, CLIENT, API, CORRELATION_ID]
+    mine = rows.where(F.col(STRICT).isNotNull()).select(*keys, *SEQ_COLUMNS, TS)
+    theirs = controller.select(*keys, F.col(TS).alias("_kq_controller_ts"))
+    joined = mine.join(theirs, keys).where(
+        F.col("_kq_controller_ts").between(F.col(TS) - F.lit(FORWARD_MS), F.col(TS))
+    )
+    return joined.groupBy(*SEQ_COLUMNS).agg(F.max("_kq_controller_ts").alias("_kq_controller_ts"))
 
 
 REBUILT: Final = "_kq_rebuilt"
@@ -195,19 +241,29 @@ def import_log(
 
 
 def _second_pass(spark: SparkSession, parsed: str, summary: LogSummary) -> DataFrame:
-    """The imported rows at ``parsed`` (:data:`COLUMNS`) with what needs the whole log: when
-    it has throttled fetches (``summary.throttled_fetches``, counted on the first pass),
-    their sizes from :func:`fetch_sizes`, counted into ``summary``; when it has mutation
-    requests (``summary.mutations``), :data:`PARTITIONS` from :func:`mutation_partitions` and
-    :data:`STRICT`, those of unknown count counted into ``summary``. The rows keep the order
-    of the log: the results (one row per throttled fetch or mutation request) are broadcast
-    to them, so the rows are neither shuffled nor sorted, unless there are more than
-    :data:`BROADCAST_ROWS`."""
+    """The imported rows at ``parsed`` (:data:`COLUMNS`) with what needs the whole log:
+
+    * with mutation requests and controllers' lines of forwarded ones
+      (``summary.controller_lines``), their times from :func:`controller_times`;
+    * with throttled fetches (``summary.throttled_fetches``, counted on the first pass),
+      their sizes from :func:`fetch_sizes`;
+    * with mutation requests (``summary.mutations``), :data:`PARTITIONS` from
+      :func:`mutation_partitions` and :data:`STRICT`.
+
+    Each is counted into ``summary``. The rows keep the order of the log: the results (one
+    row per request they change) are broadcast to them, so the rows are neither shuffled
+    nor sorted, unless there are more than :data:`BROADCAST_ROWS`."""
     from pyspark.sql import functions as F
 
-    rows = spark.read.parquet(parsed)
+    lines = spark.read.parquet(parsed)
+    rows = lines.where(~F.col(CONTROLLER))
     columns = [F.col(c) for c in COLUMNS]
     results: list[tuple[DataFrame, int]] = []
+    if summary.mutations and summary.controller_lines:
+        timed = controller_times(rows, lines.where(F.col(CONTROLLER)))
+        summary.controller_timed = timed.count()
+        results.append((timed, summary.controller_timed))
+        columns[COLUMNS.index(TS)] = F.coalesce(F.col("_kq_controller_ts"), F.col(TS)).alias(TS)
     if summary.throttled_fetches:
         sizes = fetch_sizes(rows).where(F.col(REBUILT).isNotNull())
         summary.rebuilt_fetches = sizes.count()

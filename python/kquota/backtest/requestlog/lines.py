@@ -225,7 +225,8 @@ def read(spark: SparkSession, path: str, options: LogOptions | None = None) -> _
     file_rank = F.shiftright(F.col(SEQ_COLUMNS[0]), FILE_RANK_SHIFT)
     parsed = parsed.withColumn(_FILE, lookup(names, file_rank))
     frame = parsed.select(
-        F.when(reason.isNull(), record_ms).alias(TS),
+        # a controller's line of a forwarded mutation has its time too (import_job)
+        F.when(reason.isNull() | _controller_line(), record_ms).alias(TS),
         lookup(brokers, file_rank).alias(BROKER),
         USER,
         CLIENT,
@@ -248,6 +249,17 @@ def read(spark: SparkSession, path: str, options: LogOptions | None = None) -> _
         F.when(lookup(plain, file_rank), F.col("_kq_size") + 1).alias(_PLAIN),
     )
     return _Lines(frame, files, tuple(found))
+
+
+def _controller_line() -> Column:
+    """A controller's line of a forwarded CreateTopics, CreatePartitions or DeleteTopics: a
+    skipped line (:data:`FORWARDED`) whose fields the reader still gives, timed when the
+    controller recorded it."""
+    from pyspark.sql import functions as F
+
+    # a row's reason is null: false, not null
+    forwarded = F.coalesce(F.col(_REASON) == F.lit(FORWARDED), F.lit(False))
+    return forwarded & F.col(STRICT).isNotNull()
 
 
 def parse_batches(

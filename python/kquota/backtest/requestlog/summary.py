@@ -18,6 +18,7 @@ from kquota.backtest.requestlog.lines import (
     MAX_LINE_BYTES,
     REASONS,
     TOO_LONG,
+    _controller_line,
     _file_key,
     _Lines,
 )
@@ -65,6 +66,12 @@ class LogSummary:
     share_fetches: int = 0
     """ShareFetch requests read (rows with 0 bytes): their fetch bytes are not in the log
     (:data:`SHARE_FETCH_BYTES`)."""
+    controller_lines: int = 0
+    """Controllers' lines of forwarded CreateTopics, CreatePartitions and DeleteTopics
+    requests (skipped as :data:`~kquota.backtest.requestlog.lines.FORWARDED`)."""
+    controller_timed: int = 0
+    """Mutation requests timed by their controller's line (when the controller recorded
+    them) rather than by the broker's."""
     throttled_fetches: int = 0
     """Consumer fetches the broker throttled: answered empty, so the line has no size."""
     rebuilt_fetches: int = 0
@@ -90,6 +97,8 @@ class LogSummary:
             out.append(f"{self.share_fetches:,} ShareFetch request(s): {SHARE_FETCH_BYTES}")
         if self.throttled_fetches:
             out.append(self.fetch_note())
+        if self.mutations:
+            out.append(self.controller_note())
         if self.unknown_counts:
             topics = ", ".join(repr(t) for t in self.unknown_topics)
             out.append(
@@ -107,6 +116,14 @@ class LogSummary:
             "the same partitions and offsets (what the broker would have sent, plus what "
             f"arrived meanwhile), {unbounded:,} with no such fetch in the log kept at the "
             "empty response's size"
+        )
+
+    def controller_note(self) -> str:
+        """How the mutation requests were timed, in one sentence."""
+        return (
+            f"{self.controller_timed:,} of {self.mutations:,} mutation request(s) timed by "
+            "their controller's line (when the controller recorded them), the others by the "
+            "broker's, later by the forwarding and the metadata commit"
         )
 
 
@@ -129,6 +146,7 @@ def _metrics() -> list[Column]:
             reason.isNull() & F.col(_POSITION).isNotNull() & (F.col(KAFKA_THROTTLE) > 0)
         ).alias("throttled_fetches"),
         F.count_if(reason.isNull() & F.col(STRICT).isNotNull()).alias("mutations"),
+        F.count_if(_controller_line()).alias("controller_lines"),
     ]
     for i, name in enumerate(REASONS):
         hit = reason == name
@@ -172,6 +190,7 @@ def _summary(lines: _Lines, values: dict[str, Any]) -> LogSummary:
         share_fetches=int(values.get("share_fetches") or 0),
         throttled_fetches=int(values.get("throttled_fetches") or 0),
         mutations=int(values.get("mutations") or 0),
+        controller_lines=int(values.get("controller_lines") or 0),
     )
     by_rank = [_file_key(name) for name in lines.read]
     with_lines = {by_rank[rank] for rank in values.get("files_with_lines") or ()}

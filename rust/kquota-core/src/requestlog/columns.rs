@@ -109,7 +109,9 @@ pub struct Columns {
     /// line has no valid one); the caller applies the broker's zone.
     pub wall_us: Nullable<i64>,
     /// Microseconds from when Kafka recorded quota usage to the end:
-    /// `round(responseQueueTimeMs * 1000) + round(sendTimeMs * 1000)`.
+    /// `round(responseQueueTimeMs * 1000) + round(sendTimeMs * 1000)`, plus
+    /// `round(remoteTimeMs * 1000)` on a controller's line of a forwarded mutation (skipped
+    /// as [`super::FORWARDED`], but with its row's fields, to time the broker's row).
     pub before_us: Vec<i64>,
     pub user: Strings,
     pub client: Strings,

@@ -267,6 +267,7 @@ pub struct Line<'a> {
     #[serde(borrow)]
     pub response: Lax<Response<'a>>,
     pub local_time_ms: Lax<f64>,
+    pub remote_time_ms: Lax<f64>,
     pub throttle_time_ms: Lax<i64>,
     pub response_queue_time_ms: Lax<f64>,
     pub send_time_ms: Lax<f64>,

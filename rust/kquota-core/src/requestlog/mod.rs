@@ -229,8 +229,24 @@ fn push_line(out: &mut Columns, raw: &[u8], options: Options) {
     let row = parsed.as_ref().and_then(complete);
     match row {
         Some(row) if reason == 0 => push_row(out, &row, options),
+        Some(row) if reason == FORWARDED && is_mutation(row.key) => {
+            push_row(out, &row, options);
+            // The controller records the mutation quota when its event loop takes the
+            // request, which its handler hands over at the end of its local time; the
+            // remote time after is the metadata commit. So the time is the line's end
+            // less the remote, response-queue and send times.
+            let remote = micros(row.line.remote_time_ms.value().unwrap_or(0.0));
+            if let Some(before) = out.before_us.last_mut() {
+                *before = before.wrapping_add(remote);
+            }
+        }
         _ => push_empty(out, parsed.as_ref()),
     }
+}
+
+/// CreateTopics, CreatePartitions, DeleteTopics: the controller-mutation quota's APIs.
+fn is_mutation(key: i32) -> bool {
+    matches!(key, CREATE_TOPICS | CREATE_PARTITIONS | DELETE_TOPICS)
 }
 
 /// Defaults for a skipped line (its ShareFetch flag still set from its key).

@@ -99,7 +99,9 @@ fn fetch_rows_both_key_sets_and_throttled() {
     let keys: Vec<_> = (0..3)
         .map(|i| (out.fetch_connection.get(i), out.fetch_position.get(i)))
         .collect();
-    assert!(keys.iter().all(|k| *k == keys[0] && k.0.is_some() && k.1.is_some()));
+    assert!(keys
+        .iter()
+        .all(|k| *k == keys[0] && k.0.is_some() && k.1.is_some()));
 }
 
 #[test]
@@ -273,4 +275,24 @@ fn null_and_malformed_offsets_read_as_empty_lines() {
         Options::default(),
     );
     assert_eq!(out.reason, [OTHER_LINE; 3]);
+}
+
+#[test]
+fn a_controllers_line_of_a_forwarded_mutation_keeps_its_fields() {
+    let create = r#"{"topics":[{"name":"t","numPartitions":3,"replicationFactor":1,"assignments":[],"configs":[]}],"timeoutMs":30000,"validateOnly":false}"#;
+    let answered = r#"{"throttleTimeMs":250,"topics":[]}"#;
+    let forwarded = object(19, 7, create, answered, "")
+        .replace(r#""isForwarded":false"#, r#""isForwarded":true"#)
+        .replace(r#""remoteTimeMs":0.0"#, r#""remoteTimeMs":27.5"#);
+    let other =
+        object(18, 3, "{}", "{}", "").replace(r#""isForwarded":false"#, r#""isForwarded":true"#);
+    let out = parse(&[log_line(&forwarded).as_bytes(), log_line(&other).as_bytes()]);
+    assert_eq!(out.reason, [FORWARDED, FORWARDED]);
+    // queue 0.05 + send 0.0025 + remote 27.5 ms before the end
+    assert_eq!(out.before_us, [50 + 3 + 27_500, 0]);
+    assert_eq!(out.client.get(0), Some("app"));
+    assert_eq!(out.kafka_throttle, [250, 0]);
+    assert_eq!(out.correlation_id.get(0), Some(7));
+    assert_eq!(out.strict.get(0), Some(true));
+    assert_eq!(out.strict.get(1), None);
 }
