@@ -150,6 +150,8 @@ def _run(spark: SparkSession, options: BacktestOptions, progress: Progress) -> B
         notes.append("the traffic has no thread_time_ns: request quotas throttle nothing")
     if not options.quotas.entries:
         notes.append("the configuration has no quotas: nothing is measured or throttled")
+    if options.quotas.kafka_version is not None:
+        notes.append(f"throttles follow the quota rules of Kafka {options.quotas.kafka_version}")
 
     what = f"{valid_rows:,} requests" if observed is None else "the traffic"
     progress.phase(f"replaying {what} x {len(configs)} scenario(s), {options.mode} loop")

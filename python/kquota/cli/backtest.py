@@ -54,6 +54,12 @@ def register(subparsers: Any) -> None:
         ),
     )
     parser.add_argument(
+        "--kafka-version",
+        metavar="VERSION",
+        help="replay by the quota rules of this Kafka release, 3.8 or later, e.g. 4.4 "
+        "(default: the quota file's kafka_version, else 4.1)",
+    )
+    parser.add_argument(
         "--mode",
         choices=("open", "closed"),
         default="open",
@@ -202,6 +208,14 @@ def _scales(text: str) -> tuple[float, ...]:
         ) from None
 
 
+def _with_release(config: QuotaConfig, version: str | None) -> QuotaConfig:
+    """``config`` following Kafka release ``version`` when given (refused here, naming it,
+    before Spark starts)."""
+    if version is None:
+        return config
+    return dataclasses.replace(config, kafka_version=version)
+
+
 def _with_callback(config: QuotaConfig, spec: str | None) -> QuotaConfig:
     """``config`` resolving through the callback ``spec`` names (checked here: a bad spec
     exits with status 2 before Spark starts)."""
@@ -219,7 +233,10 @@ def run(args: argparse.Namespace) -> int:
     try:
         options = BacktestOptions(
             traffic=args.traffic,
-            quotas=_with_callback(load_quotas(args.quotas), args.quota_callback),
+            quotas=_with_release(
+                _with_callback(load_quotas(args.quotas), args.quota_callback),
+                args.kafka_version,
+            ),
             out=args.out,
             mode=args.mode,
             scales=_scales(args.scale),

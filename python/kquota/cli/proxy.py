@@ -158,6 +158,12 @@ def register(subparsers: Any) -> None:
         help="quota.window.size.seconds, in ms: one sample's span (default 1000)",
     )
     parser.add_argument(
+        "--kafka-version",
+        metavar="VERSION",
+        help="follow the quota rules of this Kafka release, 3.8 or later, e.g. 4.4 "
+        "(default 4.1)",
+    )
+    parser.add_argument(
         "--max-request-bytes",
         type=int,
         default=MAX_REQUEST_BYTES,
@@ -351,14 +357,20 @@ def run(args: argparse.Namespace) -> int:
         callback = None if args.quota_callback is None else load_callback(args.quota_callback)
         managers = [
             QuotaManager(
-                t, num_samples=args.num_samples, window_ms=args.window_ms, callback=callback
+                t,
+                num_samples=args.num_samples,
+                window_ms=args.window_ms,
+                callback=callback,
+                kafka_version=args.kafka_version,
             )
             for t in ("produce", "fetch", "request")
         ]
         mutation = None
         if args.window_ms % 1000 == 0:  # quota.window.size.seconds: whole seconds
             mutation = ControllerMutationQuotaManager(
-                num_samples=args.num_samples, window_ms=args.window_ms
+                num_samples=args.num_samples,
+                window_ms=args.window_ms,
+                kafka_version=args.kafka_version,
             )
         connections = ConnectionQuotas(
             num_samples=args.num_samples,

@@ -34,7 +34,11 @@ RECOMMENDATION_COLUMNS: Final = (
 
 
 def recommend(
-    usage: pd.DataFrame, window: Window, quota_type: QuotaType, target: float
+    usage: pd.DataFrame,
+    window: Window,
+    quota_type: QuotaType,
+    target: float,
+    kafka_version: str | None = None,
 ) -> pd.DataFrame:
     """Per entity, the smallest quota that keeps its throttled fraction at most ``target``.
 
@@ -50,6 +54,7 @@ def recommend(
     fetch changes what later requests see), and the result is checked to meet the target.
     ``recommended_quota`` is rounded up to whole bytes/s (hundredths of a percent for
     ``request``), within 0.1 % of the smallest found; ``throttled_fraction`` is at that value.
+    Throttles follow Kafka ``kafka_version``'s rules (4.1's by default).
     """
     if not 0.0 <= target < 1.0:
         raise ValueError(f"invalid target {target!r}: expected a fraction in [0, 1)")
@@ -89,6 +94,7 @@ def recommend(
         num_samples=window.num_samples,
         window_ms=window.window_ms,
         unrecord_if=drops,
+        kafka_version=kafka_version,
     )
     firsts = runs[entity_runs[:-1]]
     user_of = [user_tags[c] for c in users[firsts]]
