@@ -11,7 +11,14 @@ from pathlib import Path
 from typing import Any
 
 from kquota.callback import load_callback
-from kquota.cli.common import EXIT_BAD_INPUT, EXIT_OK, escape_stdout, fail, run_command
+from kquota.cli.common import (
+    EXIT_BAD_INPUT,
+    EXIT_OK,
+    ExamplesFormatter,
+    escape_stdout,
+    fail,
+    run_command,
+)
 from kquota.config import QuotaConfig, QuotaStore, open_store
 from kquota.exceptions import InvalidValueError, KquotaError, QuotaFileError, StoreError
 
@@ -34,6 +41,15 @@ def register(subparsers: Any) -> None:
             "scenario's throttles (DIR/requests/), per-entity summaries (DIR/entities/), bad rows "
             "(DIR/quarantine/) and DIR/report.html. Exit status 2 on bad input."
         ),
+        epilog=(
+            "examples:\n"
+            "  kquota backtest --traffic logs/ --quotas quotas.json --out out\n"
+            "  kquota backtest --traffic traffic.parquet --quotas quotas.sqlite --out out \\\n"
+            "      --mode closed --scale 0.5,1,2 --recommend --target 0.01\n"
+            "  kquota backtest --traffic 'logs/*/kafka-request.log*' --quotas quotas.json \\\n"
+            "      --broker-id-from 'kafka-(\\d+)/' --log-timezone Europe/Paris --out out"
+        ),
+        formatter_class=ExamplesFormatter,
     )
     parser.add_argument("--traffic", required=True, metavar="PATH", help="Parquet or CSV traffic")
     parser.add_argument(
@@ -110,6 +126,9 @@ def register(subparsers: Any) -> None:
         ),
     )
     parser.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    parser.add_argument(
+        "--verbose", action="store_true", help="Spark's own start-up and log output on stderr"
+    )
     parser.set_defaults(run=run, extra="spark")
 
 
@@ -259,7 +278,7 @@ def run(args: argparse.Namespace) -> int:
     except KquotaError as exc:
         return fail("backtest", exc)
     try:
-        spark, created = session.spark_session(args.master)
+        spark, created = session.spark_session(args.master, verbose=args.verbose)
     except session.spark_errors() as exc:
         master = f" on --master {args.master!r}" if args.master else ""
         return fail("backtest", f"cannot start Spark{master}: {session.spark_message(exc)}")

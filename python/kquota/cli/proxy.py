@@ -75,7 +75,9 @@ def register(subparsers: Any) -> None:
             "--bootstrap-server <gateway> --alter --add-config ... changes its quotas,\n"
             "for the principals --quota-admins admits (by default, whoever the cluster\n"
             "itself allows: ALTER_CONFIGS or DESCRIBE_CONFIGS on the cluster, asked on the\n"
-            "client's own connection). It says at start who that is.\n\n"
+            "client's own connection). It says at start who that is."
+        ),
+        epilog=(
             "examples:\n"
             "  kquota proxy --listen 127.0.0.1:9092 --upstream 127.0.0.1:19092 \\\n"
             "      --store quotas.sqlite --metrics-port 9464\n"
@@ -160,8 +162,7 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--kafka-version",
         metavar="VERSION",
-        help="follow the quota rules of this Kafka release, 3.8 or later, e.g. 4.4 "
-        "(default 4.1)",
+        help="follow the quota rules of this Kafka release, 3.8 or later, e.g. 4.4 (default 4.1)",
     )
     parser.add_argument(
         "--max-request-bytes",

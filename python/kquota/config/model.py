@@ -531,8 +531,7 @@ def _parse(data: object) -> QuotaConfig:
     release = data.get("kafka_version")
     if release is not None and not isinstance(release, str):
         raise QuotaFileError(
-            f"invalid kafka_version {release!r}: expected a Kafka release such as \"4.4\" "
-            "(a string)"
+            f'invalid kafka_version {release!r}: expected a Kafka release such as "4.4" (a string)'
         )
     callback = data.get("quota_callback")
     if callback is not None and not isinstance(callback, str):
