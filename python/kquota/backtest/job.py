@@ -41,10 +41,12 @@ executors need ``kquota`` installed (the back-testing guide, docs/guide/backtest
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import shutil
 import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 import pyarrow as pa  # type: ignore[import-untyped]
@@ -69,6 +71,7 @@ from kquota.backtest.options import (
     REQUEST_SENSOR_USER,
     BacktestOptions,
     BacktestResult,
+    RecommendedFile,
 )
 from kquota.backtest.outputs import RESULTS
 from kquota.backtest.session import Progress, reading_traffic, spark_errors, writing_output
@@ -76,6 +79,7 @@ from kquota.exceptions import OutputError, TrafficError
 from kquota.traffic_schema import KAFKA_THROTTLE
 
 if TYPE_CHECKING:
+    import pandas as pd  # type: ignore[import-untyped]
     from pyspark import Accumulator, AccumulatorParam
     from pyspark.sql import DataFrame, Observation, SparkSession
     from pyspark.sql.types import DataType, StructType
@@ -217,14 +221,18 @@ def _run(spark: SparkSession, options: BacktestOptions, progress: Progress) -> B
 
     base = options.scenarios[options.base_index]
     recommendations = None
+    recommended = None
+    if not inputs.is_remote(out):
+        shutil.rmtree(inputs.local_path(f"{out}/recommendations"), ignore_errors=True)
     if options.recommend:
         progress.phase(f"recommending quotas (throttled fraction <= {options.target:g}, {base})")
         with writing_output(f"{out}/recommendations"):
             recommendations = summaries.recommendations(
-                spark, requests, entities, options, base, f"{out}/recommendations", peak
+                spark, requests, entities, options, base, f"{out}/recommendations/entities", peak
             )
-    elif not inputs.is_remote(out):
-        shutil.rmtree(inputs.local_path(f"{out}/recommendations"), ignore_errors=True)
+        recommendations, recommended = _recommended_file(
+            spark, options, recommendations, traffic_path, traffic_format, out, progress
+        )
 
     progress.phase("collecting summaries for the report")
     if tallies is not None:
@@ -258,6 +266,7 @@ def _run(spark: SparkSession, options: BacktestOptions, progress: Progress) -> B
             requests, top.head(report.PLOTTED_ENTITIES), options, base
         ),
         recommendations=recommendations,
+        recommended=recommended,
         config=options.quotas,
         notes=notes,
         broker=broker,
@@ -270,6 +279,59 @@ def _run(spark: SparkSession, options: BacktestOptions, progress: Progress) -> B
             result.report = report.write_report(result, inputs.local_path(out))
     result.seconds = time.monotonic() - started
     return result
+
+
+def _recommended_file(
+    spark: SparkSession,
+    options: BacktestOptions,
+    recommendations: pd.DataFrame,
+    traffic_path: str,
+    traffic_format: str,
+    out: str,
+    progress: Progress,
+) -> tuple[pd.DataFrame, RecommendedFile]:
+    """The quota file the recommendations make (:func:`kernel.applicable`), written to
+    ``DIR/recommendations/quotas.json``, and the same traffic back-tested with it (its one
+    scenario, in ``DIR/recommendations/backtest/``); the recommendations with each
+    entity's change."""
+    base = options.quotas.scaled(options.scales[options.base_index])
+    config, changed = kernel.applicable(
+        base,
+        recommendations,
+        options.headroom,
+        lower=options.lower,
+        add=options.add_quotas,
+    )
+    path = f"{out}/recommendations/quotas.json"
+    if inputs.is_remote(out):
+        # a remote folder is Spark's to write: the file as its one line of text
+        text = spark.createDataFrame([(config.dumps(),)], "value string")
+        with writing_output(path):
+            text.coalesce(1).write.mode("overwrite").text(path)
+    else:
+        with writing_output(path):
+            Path(inputs.local_path(path)).write_text(config.dumps(), encoding="utf-8")
+    progress.phase(f"back-testing the recommended quotas ({path})")
+    again = dataclasses.replace(
+        options,
+        traffic=traffic_path,
+        input_format=traffic_format,
+        quotas=config,
+        scales=(1.0,),
+        recommend=False,
+        report=False,
+        out=f"{out}/recommendations/backtest",
+    )
+    tested = _run(spark, again, Progress(None, None))
+    file = RecommendedFile(
+        config=config,
+        path=path,
+        headroom=options.headroom,
+        lower=options.lower,
+        add_quotas=options.add_quotas,
+        totals=tested.totals,
+    )
+    return changed, file
 
 
 # -- the input's rows ---------------------------------------------------------------------------

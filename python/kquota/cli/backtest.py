@@ -95,6 +95,24 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--target", type=float, default=0.01, help="throttled fraction for --recommend (0.01)"
     )
+    parser.add_argument(
+        "--headroom",
+        type=float,
+        default=0.2,
+        metavar="FRACTION",
+        help="--recommend: the recommended quota file's quotas are the demand that meets "
+        "--target plus this much (default 0.2: 20%%)",
+    )
+    parser.add_argument(
+        "--lower",
+        action="store_true",
+        help="--recommend: the recommended quota file may lower quotas (default: only raise)",
+    )
+    parser.add_argument(
+        "--add-quotas",
+        action="store_true",
+        help="--recommend: entities without a quota get one in the recommended quota file",
+    )
     parser.add_argument("--master", metavar="URL", help="Spark master (default local[*])")
     parser.add_argument(
         "--strict", action="store_true", help="refuse traffic with any bad row (exit 2)"
@@ -261,6 +279,9 @@ def run(args: argparse.Namespace) -> int:
             scales=_scales(args.scale),
             recommend=args.recommend,
             target=args.target,
+            headroom=args.headroom,
+            lower=args.lower,
+            add_quotas=args.add_quotas,
             strict=args.strict,
             input_format=args.format,
             buckets=args.buckets,
@@ -300,6 +321,8 @@ def run(args: argparse.Namespace) -> int:
         if name == "recommendations" and result.recommendations is None:
             continue
         print(f"{name:>15}: {result.out}/{name}/")
+    if result.recommended is not None:
+        print(f"{'quota file':>15}: {result.recommended.path} (kquota configs --import)")
     if result.report is not None:
         print(f"{'report':>15}: {result.report}")
     return EXIT_OK
