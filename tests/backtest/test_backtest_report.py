@@ -250,7 +250,7 @@ def test_opening_says_who_was_throttled_how_long_and_what_the_others_change() ->
         "requests throttled at or under the target on this traffic (x1), plus 20% headroom; "
         "a quota is never lowered (--lower allows it) and an entity without a quota gets "
         "none (--add-quotas gives it one).",
-        "The recommended quota file (/x/recommendations/quotas.json) raises user=alice's "
+        "The recommended quota file (recommendations/quotas.json) raises user=alice's "
         "produce quota from 1 kB/s to 3.24 kB/s (7.50% of its requests throttled).",
         "Back-tested on the same traffic, it throttles 4 requests (0.40%) where the quotas "
         "of x1 throttle 30 (3.00%), 6.0 s of throttle in all against 1.5 min.",

@@ -586,7 +586,10 @@ def _recommended(result: BacktestResult) -> list[str]:
     if not changes:
         sentences.append("The recommended quota file is the quotas as they are.")
         return sentences
-    sentences.append(f"The recommended quota file ({file.path}) {_listed(changes)}.")
+    # named within the output folder: the sentence reads the same wherever that is
+    sentences.append(
+        f"The recommended quota file (recommendations/quotas.json) {_listed(changes)}."
+    )
     before = result.totals[result.totals["scenario"] == result.base_scenario]
     after = file.totals
     if len(before) and len(after):
