@@ -310,6 +310,12 @@ def test_report(open_run: tuple[BacktestResult, Path]) -> None:
     page = result.report.read_text()
     for name in ["throttle_histogram.png", "rate_1.png", "Recommended quotas", "What-if"]:
         assert name in page
+    # where it comes from: the traffic, its span in UTC, the rules, the target
+    frame = pd.read_parquet(result.traffic)
+    assert result.span_ms == (int(frame["ts_ms"].min()), int(frame["ts_ms"].max()))
+    assert result.target == 0.02
+    for text in ("What was back-tested", result.traffic, " UTC to ", "Kafka 4.1, the default"):
+        assert text in page, text
     assert (out / "report" / "rate_1.png").stat().st_size > 5000
     assert list(result.totals["scenario"]) == ["x0.5", "x1"]
     halves = result.totals.set_index("scenario")["throttled_requests"]

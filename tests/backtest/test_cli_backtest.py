@@ -57,12 +57,9 @@ def test_a_run_prints_the_summary_and_where_everything_is(
     assert "20,000 rows, 0 refused" in captured.err
     lines = captured.out.splitlines()
     assert lines[0].startswith("20,000 requests read, 20,000 replayed, 0 quarantined; open loop")
-    assert any(line.split()[:2] == ["scenario", "requests"] for line in lines)
-    assert [line.split()[0] for line in lines if line.strip().startswith("x")][:3] == [
-        "x0.5",
-        "x1",
-        "x2",
-    ]
+    header = next(i for i, line in enumerate(lines) if line.split()[:2] == ["scenario", "requests"])
+    # the header, its rule, then a row per scenario
+    assert [line.split()[0] for line in lines[header + 2 : header + 5]] == ["x0.5", "x1", "x2"]
     assert "Recommended quotas" in captured.out
     for name in ("requests", "entities", "recommendations"):
         assert f"{name}: {out}/{name}/" in captured.out

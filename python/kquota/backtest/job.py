@@ -267,6 +267,9 @@ def _run(spark: SparkSession, options: BacktestOptions, progress: Progress) -> B
         ),
         recommendations=recommendations,
         recommended=recommended,
+        traffic=options.traffic,
+        span_ms=_span(requests),
+        target=options.target if options.recommend else None,
         config=options.quotas,
         notes=notes,
         broker=broker,
@@ -279,6 +282,16 @@ def _run(spark: SparkSession, options: BacktestOptions, progress: Progress) -> B
             result.report = report.write_report(result, inputs.local_path(out))
     result.seconds = time.monotonic() - started
     return result
+
+
+def _span(requests: DataFrame) -> tuple[int, int] | None:
+    """The first and last request's time in the written requests (one column read)."""
+    from pyspark.sql import functions as F
+
+    row = requests.agg(F.min(TS), F.max(TS)).first()
+    if row is None or row[0] is None:
+        return None
+    return int(row[0]), int(row[1])
 
 
 def _recommended_file(

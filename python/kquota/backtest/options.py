@@ -187,6 +187,12 @@ class BacktestResult:
     when unknown."""
     recommended: RecommendedFile | None = None
     """With ``recommend``: the quota file to apply and its own back-test."""
+    traffic: str = ""
+    """The traffic the run read (``--traffic``)."""
+    span_ms: tuple[int, int] | None = None
+    """The first and last request's time (epoch ms, UTC), ``None`` with no request."""
+    target: float | None = None
+    """With ``recommend``: the throttled fraction the recommendations meet."""
 
     @property
     def rows_quarantined(self) -> int:

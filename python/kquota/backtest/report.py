@@ -757,7 +757,50 @@ th { background: #f3f3f3; }
 td:first-child, th:first-child { text-align: left; }
 code { background: #f3f3f3; padding: 0 0.2em; }
 p.opening { font-size: 1.05em; line-height: 1.5; }
+dl.provenance { display: grid; grid-template-columns: max-content auto; gap: 0.2em 1em; }
+dl.provenance dt { font-weight: 600; }
+dl.provenance dd { margin: 0; }
 """
+
+
+def _provenance(result: BacktestResult) -> str:
+    """Where the report comes from: inputs, span, quotas, scenarios, target, kquota's
+    version and Kafka release, and when it was written, as a definition list."""
+    import datetime
+
+    from kquota import __version__
+
+    def utc(ms: int) -> str:
+        moment = datetime.datetime.fromtimestamp(ms / 1000, tz=datetime.UTC)
+        return moment.strftime("%Y-%m-%d %H:%M:%S UTC")
+
+    config = result.config
+    span = "no request"
+    if result.span_ms is not None:
+        first, last = result.span_ms
+        span = f"{utc(first)} to {utc(last)} ({_duration(float(last - first))})"
+    quotas = (
+        f"{len(config.entries):,} entities; windows of {config.window.num_samples} samples "
+        f"of {config.window.window_ms / 1000:g} s"
+        + (f"; quota callback {config.quota_callback}" if config.quota_callback else "")
+    )
+    release = config.kafka_version or "4.1, the default"
+    items = [
+        ("traffic", result.traffic or "(given as a table)"),
+        ("span", span),
+        ("quotas", quotas),
+        ("scenarios", f"{', '.join(result.scenarios)}, {result.mode} loop"),
+    ]
+    if result.target is not None:
+        items.append(("target", f"{_share(result.target)} of each entity's requests throttled"))
+    written = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    items += [
+        ("rules", f"the quota arithmetic of Kafka {release}; kquota {__version__}"),
+        ("written", written),
+    ]
+    esc = html.escape
+    rows = "".join(f"<dt>{esc(k)}</dt><dd>{esc(v)}</dd>" for k, v in items)
+    return f'<dl class="provenance">{rows}</dl>'
 
 
 def write_report(result: BacktestResult, out: Path) -> Path:
@@ -785,6 +828,8 @@ def write_report(result: BacktestResult, out: Path) -> Path:
             f"<code>quarantine/</code>:</p><ul>{items}</ul>"
         )
     body.extend(f"<p>Note: {esc(note)}</p>" for note in result.notes)
+    body.append("<h2>What was back-tested</h2>")
+    body.append(_provenance(result))
     body.append("<h2>Scenarios</h2>")
     body.append(_html_table(result.totals, _TOTAL_COLUMNS))
     broker = _broker_table(result)
