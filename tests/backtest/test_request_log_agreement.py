@@ -202,8 +202,8 @@ def test_half_the_quotas_disagree_with_the_broker(backtested: tuple[Path, pd.Dat
     right = agree.agreement(_scenario(requests, "x1")).set_index(["quota", "api"])
     wrong = agree.agreement(_scenario(requests, "x0.5")).set_index(["quota", "api"])
     # (not the request quota: the network threads' time is an estimate, low for a producer
-    # pipelining requests on a busy broker, so a lower quota can bring the replay closer to
-    # the broker there)
+    # with requests in flight, so a lower quota can bring the replay closer to the broker
+    # there)
     for key in (("produce", "produce"), ("fetch", "fetch"), ("mutation", "create_topics")):
         # at least twice as many requests throttled as the broker did, a fifth fewer equal
         # throttles, twice the mean difference (x1's includes the refused fetches' sizes)

@@ -119,7 +119,12 @@ def record_batch(value_bytes: int) -> bytes:
     return bytes(builder.build())
 
 
-def _produce(topic: str, value_bytes: int) -> Callable[[socket.socket, int, str], tuple[int, int]]:
+def _produce(
+    topic: str, value_bytes: int, depth: int = 1
+) -> Callable[[socket.socket, int, str], tuple[int, int]]:
+    """Produce v9 (acks=1) of one record of ``value_bytes`` to ``topic``'s partition 0;
+    with ``depth`` > 1, requests go ``depth`` at a time, their responses read after the
+    last (pipelined, as a client with that many in flight sends them)."""
     from kafka_wire import encode_request
     from kio.schema.produce.v9.request import (
         PartitionProduceData,
@@ -144,7 +149,17 @@ def _produce(topic: str, value_bytes: int) -> Callable[[socket.socket, int, str]
     )
 
     def send(sock: socket.socket, correlation: int, client_id: str) -> tuple[int, int]:
-        return _exchange(sock, encode_request(body, correlation, client_id))
+        frame = encode_request(body, correlation, client_id)
+        if depth == 1:
+            return _exchange(sock, frame)
+        sock.sendall(frame)
+        received = 0
+        if correlation % depth == 0:
+            for _ in range(depth):
+                (size,) = struct.unpack(">i", _exactly(sock, 4))
+                _exactly(sock, size)
+                received += size
+        return len(frame) - 4, received
 
     return send
 
@@ -202,8 +217,8 @@ def _api_versions(sock: socket.socket, correlation: int, client_id: str) -> tupl
 def workloads(scale: float = 1.0) -> list[Workload]:
     """The measured workloads: each API and size on a client id of its own."""
 
-    def n(count: int) -> int:
-        return max(10, round(count * scale))
+    def n(count: int, multiple: int = 1) -> int:
+        return max(10, round(count * scale / multiple)) * multiple
 
     return [
         Workload("api-versions", "api_versions", n(400), _api_versions),
@@ -211,6 +226,9 @@ def workloads(scale: float = 1.0) -> list[Workload]:
         Workload("produce-100b", "produce", n(400), _produce(SMALL_TOPIC, SMALL_BYTES)),
         Workload("produce-64k", "produce", n(200), _produce(MEDIUM_TOPIC, MEDIUM_BYTES)),
         Workload("produce-900k", "produce", n(60), _produce(LARGE_TOPIC, LARGE_BYTES)),
+        # pipelined: the network threads read each request as soon as the last is answered
+        Workload("produce-29k-x5", "produce", n(400, 5), _produce(SMALL_TOPIC, 29 * 1024, 5)),
+        Workload("produce-29k-x50", "produce", n(400, 50), _produce(SMALL_TOPIC, 29 * 1024, 50)),
         Workload("fetch-100b", "fetch", n(400), _fetch(SMALL_TOPIC, 1)),
         Workload("fetch-64k", "fetch", n(200), _fetch(MEDIUM_TOPIC, 1)),
         Workload("fetch-900k", "fetch", n(60), _fetch(LARGE_TOPIC, 1)),
