@@ -127,6 +127,11 @@ def _run(spark: SparkSession, options: BacktestOptions, progress: Progress) -> B
         summary = requestlog.import_log(spark, options.traffic, traffic_path, options.log)
         progress.note(f"{summary.lines:,} lines, {summary.lines_skipped:,} skipped")
         log_notes = summary.notes()
+        if options.quotas.quotas("request"):
+            # the log has the handler's time only: say how the rest was estimated
+            from kquota._core import REQUEST_LOG_NETWORK_TIME
+
+            log_notes.append(REQUEST_LOG_NETWORK_TIME)
     progress.phase(f"reading {traffic_path}")
     raw = inputs.read_traffic(spark, traffic_path, traffic_format)
     parsed = inputs.parse(raw)

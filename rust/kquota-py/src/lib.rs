@@ -102,6 +102,10 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
         PyTuple::new(py, core::requestlog::TOPIC_OPS)?,
     )?;
     m.add(
+        "REQUEST_LOG_NETWORK_TIME",
+        core::requestlog::request_time::describe(),
+    )?;
+    m.add(
         "REQUEST_LOG_SAME_POSITION",
         core::requestlog::fetch::SAME_POSITION,
     )?;

@@ -6,12 +6,14 @@
 //! ([`Columns`]), so a batch crosses the binding without a copy per line. Layers:
 //! [`line`] (head, body, timestamp), [`json`] (the typed view of the JSON object),
 //! [`sizes`] (Kafka's byte counts), [`fetch`] (where a consumer fetch reads from),
-//! [`columns`] (the builders).
+//! [`request_time`] (the network-thread time the line does not show), [`columns`] (the
+//! builders).
 
 pub mod columns;
 pub mod fetch;
 pub mod json;
 pub mod line;
+pub mod request_time;
 pub mod sizes;
 
 pub use columns::{Columns, Nullable, Strings, TopicOp, TOPIC_OPS};
@@ -307,8 +309,17 @@ fn push_row(out: &mut Columns, row: &Row<'_, '_>, options: Options) {
     };
     out.bytes.push(bytes);
     let acks = request.and_then(|r| r.acks.value());
-    let thread = micros(line.local_time_ms.value().unwrap_or(0.0)).wrapping_mul(1000);
-    // acks=0: the handler time goes to the exempt sensor, not the request quota
+    // Kafka charges the handler's time and the network threads'; the log has the first
+    let (read, fetched) = match key {
+        PRODUCE => (bytes, None),
+        FETCH => (0, Some(bytes)),
+        _ => (0, None),
+    };
+    let network = request_time::network_thread_ns(micros(send), read, fetched);
+    let thread = micros(line.local_time_ms.value().unwrap_or(0.0))
+        .wrapping_mul(1000)
+        .saturating_add(network);
+    // acks=0: both go to the exempt sensor, not the request quota
     out.thread_ns
         .push((!(key == PRODUCE && acks == Some(0))).then_some(thread));
     out.acks.push(if key == PRODUCE { acks } else { None });

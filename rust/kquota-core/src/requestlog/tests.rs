@@ -57,7 +57,9 @@ fn a_produce_row_has_every_field() {
     assert_eq!(out.client.get(0), Some("app"));
     assert_eq!(out.api.get(0), Some("produce"));
     assert_eq!(out.bytes[0], 13 + 2 + 2 + 4 + 4 + 3 + 4 + 108);
-    assert_eq!(out.thread_ns.get(0), Some(1_235_000));
+    // handler time, then the network threads': the send time (3 µs) and the reading of
+    // the request (1 µs, then 0.3 ns for each of its 140 bytes)
+    assert_eq!(out.thread_ns.get(0), Some(1_235_000 + 3_000 + 1_000 + 42));
     assert_eq!(out.acks.get(0), Some(1));
     assert_eq!(out.api_version.get(0), Some(8));
     assert_eq!(out.correlation_id.get(0), Some(7));
@@ -102,6 +104,28 @@ fn fetch_rows_both_key_sets_and_throttled() {
     assert!(keys
         .iter()
         .all(|k| *k == keys[0] && k.0.is_some() && k.1.is_some()));
+}
+
+#[test]
+fn request_time_adds_the_network_threads_estimate() {
+    // a long send: a large fetch's is bounded by the bytes written, another request's
+    // counts whole, as a short one does
+    let slow = |line: String| line.replace(r#""sendTimeMs":0.0025"#, r#""sendTimeMs":2.5"#);
+    let large = FETCH_V11.replace(
+        r#""recordsSizeInBytes":500"#,
+        r#""recordsSizeInBytes":500000"#,
+    );
+    let out = parse(&[
+        log_line(&slow(object(1, 11, FETCH_REQUEST, &large, ""))).as_bytes(),
+        log_line(&slow(object(18, 3, "{}", "{}", ""))).as_bytes(),
+        log_line(&object(18, 3, "{}", "{}", "")).as_bytes(),
+    ]);
+    let read = request_time::READ_BASE_NS;
+    let written = request_time::WRITE_BASE_NS
+        + (request_time::WRITE_NS_PER_BYTE * out.bytes[0] as f64) as i64;
+    assert_eq!(out.thread_ns.get(0), Some(1_235_000 + written + read));
+    assert_eq!(out.thread_ns.get(1), Some(1_235_000 + 2_500_000 + read));
+    assert_eq!(out.thread_ns.get(2), Some(1_235_000 + 3_000 + read));
 }
 
 #[test]
