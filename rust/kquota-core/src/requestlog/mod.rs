@@ -230,9 +230,10 @@ fn push_line(out: &mut Columns, raw: &[u8], options: Options) {
     out.wall_us.push(wall);
     let row = parsed.as_ref().and_then(complete);
     match row {
-        Some(row) if reason == 0 => push_row(out, &row, options),
+        Some(row) if reason == 0 => push_row(out, &row, Some(options)),
         Some(row) if reason == FORWARDED && is_mutation(row.key) => {
-            push_row(out, &row, options);
+            // a skipped line: its fields time the broker's row, its topics count nowhere
+            push_row(out, &row, None);
             // The controller records the mutation quota when its event loop takes the
             // request, which its handler hands over at the end of its local time; the
             // remote time after is the metadata commit. So the time is the line's end
@@ -273,7 +274,8 @@ fn push_empty(out: &mut Columns, parsed: Option<&Line<'_>>) {
     out.close_topics(false);
 }
 
-fn push_row(out: &mut Columns, row: &Row<'_, '_>, options: Options) {
+/// A row's fields; its topic list with `options`, none without (a skipped line's).
+fn push_row(out: &mut Columns, row: &Row<'_, '_>, options: Option<Options>) {
     let line = row.line;
     let (key, version) = (row.key, row.version);
     let header = line
@@ -352,7 +354,10 @@ fn push_row(out: &mut Columns, row: &Row<'_, '_>, options: Options) {
         position.map(|_| fetch::connection_key(line.connection.get().map_or("", |c| c.as_str()))),
     );
     out.fetch_position.push(position.map(fetch::position_key));
-    push_topics(out, key, line, options);
+    match options {
+        Some(options) => push_topics(out, key, line, options),
+        None => out.close_topics(false),
+    }
 }
 
 /// What the line says about topics' partition counts, in order (`_kq_topics`).

@@ -319,4 +319,6 @@ fn a_controllers_line_of_a_forwarded_mutation_keeps_its_fields() {
     assert_eq!(out.correlation_id.get(0), Some(7));
     assert_eq!(out.strict.get(0), Some(true));
     assert_eq!(out.strict.get(1), None);
+    // skipped lines list no topics (a controller's creates are the broker's row's)
+    assert_eq!(out.topics_valid, [false, false]);
 }
