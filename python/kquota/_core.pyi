@@ -479,7 +479,11 @@ class ReplayKernel:
     honour KIP-219 (a throttled client sends nothing until its throttle ends and its
     later requests shift by what it waited, as ``kquota.backtest.kernel.replay_closed``);
     events are held until nothing fed later can come before them, so :meth:`feed` returns
-    the rows replayed so far and :meth:`finish` the rest.
+    the rows replayed so far and :meth:`finish` the rest. ``client_limits`` (closed loop
+    only): bounded clients, ``(buffer_bytes, delivery_timeout_ms, api_timeout_ms)`` as
+    ``kquota.backtest.kernel.ClientLimits`` says; a client sends what it holds as soon as
+    it may, and the rows' ``unserved`` says which requests it could not hold or send in
+    time (1: buffer full, 2: timed out; 0: served).
 
     The broker's sensor-expiry task runs every ``expiry_task_ms`` (Kafka: 30 000; at the
     multiples of it, before that millisecond's events), removing sensors idle for longer
@@ -495,6 +499,7 @@ class ReplayKernel:
         *,
         closed_loop: bool = False,
         expiry_task_ms: int | None = 30000,
+        client_limits: tuple[int, int, int] | None = None,
     ) -> Self: ...
     @property
     def closed_loop(self) -> bool: ...

@@ -59,10 +59,15 @@ def trace(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, pd.DataFrame]
     return folder, frame
 
 
-def replay(frame: pd.DataFrame, config: QuotaConfig, closed: bool = False) -> pd.DataFrame:
+def replay(
+    frame: pd.DataFrame,
+    config: QuotaConfig,
+    closed: bool = False,
+    clients: kernel.ClientLimits | None = None,
+) -> pd.DataFrame:
     """The single-process reference: the kernel on each broker's requests."""
     parts = [
-        kernel.replay_closed(part, config) if closed else kernel.replay_open(part, config)
+        kernel.replay_closed(part, config, clients) if closed else kernel.replay_open(part, config)
         for _, part in frame.groupby(kernel.BROKER, sort=False)
     ]
     return pd.concat(parts).loc[frame.index]
@@ -469,22 +474,60 @@ def test_partition_by_sensor_gives_the_same_throttles(
     pd.testing.assert_frame_equal(by_sensor[by_broker.columns], by_broker)
 
 
+TIGHT_CLIENTS = kernel.ClientLimits(
+    buffer_bytes=400_000, delivery_timeout_ms=4_000, api_timeout_ms=3_000
+)
+"""Limits small enough for the trace's clients to fill their buffers and time out."""
+
+
+@pytest.mark.parametrize(
+    "clients",
+    [kernel.ClientLimits(), TIGHT_CLIENTS, None],
+    ids=["kafka-clients", "tight-clients", "unbounded"],
+)
 def test_closed_loop_equals_the_single_process_replay(
-    spark: Any, trace: tuple[Path, pd.DataFrame], tmp_path: Path
+    spark: Any,
+    trace: tuple[Path, pd.DataFrame],
+    tmp_path: Path,
+    clients: kernel.ClientLimits | None,
 ) -> None:
     _, frame = trace
     config = mixed_config(scale=0.5)
     options = BacktestOptions(
-        traffic=str(trace[0]), quotas=config, out=str(tmp_path), mode="closed", report=False
+        traffic=str(trace[0]),
+        quotas=config,
+        out=str(tmp_path),
+        mode="closed",
+        report=False,
+        clients=clients,
     )
     result = run(spark, options)
     got = read_requests(tmp_path).set_index("request_id")
-    want = replay(frame, config, closed=True).set_index(frame["request_id"])
-    for column in [*THROTTLES, kernel.SENT, kernel.ADDED_LATENCY]:
-        np.testing.assert_array_equal(got[column].to_numpy(), want[column].to_numpy())
+    want = replay(frame, config, closed=True, clients=clients).set_index(frame["request_id"])
+    for column in [*THROTTLES, kernel.SENT, kernel.ADDED_LATENCY, kernel.UNSERVED]:
+        np.testing.assert_array_equal(got[column].to_numpy(), want[column].to_numpy(), column)
     assert (got[kernel.ADDED_LATENCY] > 0).any()
     assert result.totals["mean_added_latency_ms"].iloc[0] > 0
     pd.testing.assert_frame_equal(result.totals, _spark_totals(spark, tmp_path, result))
+    # the per-client table of what was not served, against the rows
+    gone = want[want[kernel.UNSERVED] > 0].join(frame.set_index("request_id"))
+    if clients is None:
+        assert result.unserved is None
+        return
+    assert result.unserved is not None
+    expected = (
+        gone.groupby([kernel.USER, kernel.CLIENT])
+        .agg(requests=(kernel.BYTES, "size"), bytes=(kernel.BYTES, "sum"))
+        .reset_index()
+    )
+    table = result.unserved.set_index(["user", "client_id"])
+    assert len(table) == len(expected)
+    for row in expected.itertuples(index=False):
+        mine = table.loc[(row[0], row[1])]
+        assert (mine["requests"], mine["bytes"]) == (row.requests, int(row.bytes))
+    assert (table["buffer_full"] + table["timed_out"] == table["requests"]).all()
+    if clients == TIGHT_CLIENTS:
+        assert table["buffer_full"].sum() > 0 and table["timed_out"].sum() > 0
 
 
 def test_a_conformance_scenario_as_csv_traffic(spark: Any, tmp_path: Path) -> None:

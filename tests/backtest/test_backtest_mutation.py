@@ -176,6 +176,7 @@ def test_mutations_equal_the_core_managers(spark: Any, tmp_path: Path, mode: str
         mode=mode,  # type: ignore[arg-type]
         scales=(1.0, 0.5),
         report=False,
+        clients=None,  # unbounded: the reference's clients
     )
     run(spark, options)
     got = read_requests(tmp_path / "out" / "requests")
@@ -311,6 +312,7 @@ def test_topics_of_a_strict_request_are_refused_one_by_one(
         mode=mode,  # type: ignore[arg-type]
         scales=(1.0, 0.5),
         report=False,
+        clients=None,  # unbounded: the reference's clients
     )
     run(spark, options)
     got = read_requests(tmp_path / "out" / "requests")

@@ -15,6 +15,7 @@ import pytest
 from kquota import Entity
 from kquota.backtest import synthetic
 from kquota.backtest.job import run
+from kquota.backtest.kernel import ClientLimits
 from kquota.backtest.options import BacktestOptions, BacktestResult, RecommendedFile
 from kquota.backtest.report import (
     MAX_POINTS,
@@ -28,6 +29,7 @@ from kquota.backtest.report import (
     throttle_histogram,
     write_report,
 )
+from kquota.backtest.stages import UNSERVED_COLUMNS
 from kquota.config import QuotaConfig, QuotaEntry, Window
 
 START = 1_717_372_800  # seconds
@@ -274,7 +276,7 @@ def test_opening_follows_the_entities_the_quotas_throttle() -> None:
 
 
 def test_opening_in_closed_loop_says_how_far_clients_fell_behind() -> None:
-    closed = dataclasses.replace(result(), mode="closed")
+    closed = dataclasses.replace(result(), mode="closed", clients=None)
     closed.totals.loc[0, ["mean_added_latency_ms", "max_added_latency_ms"]] = [1500.0, 95_000]
     sentences = opening(closed, entity_rows(ALICE_THROTTLED))
     assert sentences[0].startswith(
@@ -284,7 +286,43 @@ def test_opening_in_closed_loop_says_how_far_clients_fell_behind() -> None:
     assert sentences[2] == (
         "A throttled request was held back 3.0 s on average; over all requests the p99 "
         "throttle is 2.9 s and the longest 4.0 s (user=alice, produce). Waiting, clients fell "
-        "behind: their requests went out 1.5 s late on average, at most 1.6 min."
+        "behind: their requests went out 1.5 s late on average, at most 1.6 min (unbounded "
+        "clients: they hold every request however late)."
+    )
+
+
+def _unserved(*rows: tuple[str, str, str, int, int, int, int]) -> pd.DataFrame:
+    return pd.DataFrame(rows, columns=list(UNSERVED_COLUMNS))
+
+
+def test_opening_with_bounded_clients_says_what_was_not_served_and_whose() -> None:
+    closed = dataclasses.replace(
+        result(),
+        mode="closed",
+        clients=ClientLimits(),
+        unserved=_unserved(
+            ("x1", "alice", "app-1", 40, 12_000_000, 30, 10),
+            ("x1", "bob", "", 2, 3_000, 0, 2),
+            ("x2", "carol", "c", 9, 9, 0, 9),  # another scenario: not in the opening
+        ),
+    )
+    closed.totals.loc[0, ["mean_added_latency_ms", "max_added_latency_ms"]] = [1500.0, 95_000]
+    sentences = opening(closed, entity_rows(ALICE_THROTTLED))
+    assert sentences[2].endswith(
+        "Clients held what they could not send yet: requests went out 1.5 s late on "
+        "average, at most 1.6 min."
+    )
+    assert sentences[3] == (
+        "Within their limits (buffer.memory 33,554,432, delivery.timeout.ms 120,000, "
+        "default.api.timeout.ms 60,000), clients could not have sent 42 requests (12 MB): "
+        "30 produce requests found the client's buffer full and 12 requests were still "
+        "waiting when their timeout ran out. Most of it from user=alice, client-id=app-1 "
+        "(40 requests, 12 MB) and user=bob, client-id=(none) (2 requests, 3 kB)."
+    )
+    served = dataclasses.replace(closed, unserved=_unserved())
+    assert opening(served, entity_rows(ALICE_THROTTLED))[3] == (
+        "Within their limits (buffer.memory 33,554,432, delivery.timeout.ms 120,000, "
+        "default.api.timeout.ms 60,000), clients would have sent every request."
     )
 
 

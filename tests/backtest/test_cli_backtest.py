@@ -180,3 +180,58 @@ def test_kafka_version_picks_the_releases_rules(
     args = ["--traffic", str(traffic), "--quotas", str(quotas), "--out", str(tmp_path / "x")]
     assert backtest(*args, "--kafka-version", "3.7") == 2
     assert 'invalid Kafka version "3.7"' in one_error(capsys)
+
+
+def test_bad_client_limits_are_one_message(
+    inputs: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path, quotas = inputs
+    args = ["--traffic", str(path), "--quotas", str(quotas), "--out", str(tmp_path)]
+    for flag, value in (
+        ("--buffer-memory", "0"),
+        ("--delivery-timeout-ms", "-1"),
+        ("--api-timeout-ms", "0"),
+    ):
+        assert backtest(*args, "--mode", "closed", flag, value) == 2
+        assert f"invalid {flag} {value}: it must be an int > 0" in one_error(capsys)
+
+
+@pytest.mark.slow
+def test_bounded_clients_say_what_was_not_served_and_whose(
+    spark: Any, inputs: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path, quotas = inputs
+    out = tmp_path / "out"
+    status = backtest(
+        "--traffic",
+        str(path),
+        "--quotas",
+        str(quotas),
+        "--out",
+        str(out),
+        "--mode",
+        "closed",
+        "--scale",
+        "0.2",
+        "--buffer-memory",
+        "200000",
+        "--delivery-timeout-ms",
+        "3000",
+        "--api-timeout-ms",
+        "2000",
+    )
+    captured = capsys.readouterr()
+    assert status == 0, captured.err
+    rows = read_requests(out / "requests")
+    gone = rows[rows["unserved"] > 0]
+    assert len(gone) > 0
+    text = " ".join(captured.out.split())
+    assert f"clients could not have sent {len(gone):,} requests" in text
+    limits = "buffer.memory 200,000, delivery.timeout.ms 3,000, default.api.timeout.ms 2,000"
+    assert limits in text
+    assert "Demand not served, by client (x0.2):" in captured.out
+    busiest = gone.groupby(["user", "client_id"])["bytes"].sum().idxmax()
+    assert f"user={busiest[0]}, client-id={busiest[1]}" in captured.out
+    html = (out / "report.html").read_text()
+    assert "Demand not served (x0.2)" in html
+    assert limits in html

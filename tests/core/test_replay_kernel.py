@@ -16,7 +16,7 @@ import numpy.typing as npt
 import pandas as pd  # type: ignore[import-untyped]
 import paths
 import pytest
-from closed_loop_reference import replay_closed
+from closed_loop_reference import replay_closed, replay_closed_bounded
 from kquota import (
     DEFAULT,
     UNLIMITED,
@@ -84,11 +84,16 @@ def replay(
     *,
     closed_loop: bool = False,
     batch: int = 997,
+    clients: kernel.ClientLimits | None = None,
 ) -> tuple[list[pd.DataFrame], ReplayKernel]:
     """The kernel's rows per scenario, in the frame's own row order (fed in batches)."""
     cols = Columns(frame)
     k = ReplayKernel(
-        cols.pairs, [path_of(c) for c in configs], closed_loop=closed_loop, expiry_task_ms=None
+        cols.pairs,
+        [path_of(c) for c in configs],
+        closed_loop=closed_loop,
+        expiry_task_ms=None,
+        client_limits=None if clients is None else clients.as_tuple(),
     )
     parts = [k.feed(*cols.batch(i, i + batch)) for i in range(0, len(cols), batch)]
     parts.append(k.finish())
@@ -100,7 +105,13 @@ def replay(
         assert mine["seq"].tolist() == list(range(len(frame)))
         result = pd.DataFrame(index=frame.index)
         position = cols.order[mine["seq"].to_numpy()]
-        for name in (*THROTTLES, kernel.SENT, kernel.ADDED_LATENCY, "throttled_by"):
+        for name in (
+            *THROTTLES,
+            kernel.SENT,
+            kernel.ADDED_LATENCY,
+            kernel.UNSERVED,
+            "throttled_by",
+        ):
             column = np.empty(len(frame), dtype=mine[name].dtype)
             column[position] = mine[name].to_numpy()
             result[name] = column
@@ -159,6 +170,75 @@ def test_batching_does_not_change_the_closed_loop(frame: pd.DataFrame) -> None:
     one, _ = replay(frame, configs, closed_loop=True, batch=len(frame))
     many, _ = replay(frame, configs, closed_loop=True, batch=101)
     pd.testing.assert_frame_equal(one[0], many[0])
+
+
+TIGHT = kernel.ClientLimits(buffer_bytes=400_000, delivery_timeout_ms=4_000, api_timeout_ms=3_000)
+"""Client limits small enough for the generated traffic to fill buffers and time out."""
+
+
+@pytest.mark.parametrize("limits", [TIGHT, kernel.ClientLimits()], ids=["tight", "kafka"])
+def test_bounded_closed_loop_equals_the_reference(
+    frame: pd.DataFrame, limits: kernel.ClientLimits
+) -> None:
+    configs = [mixed_config().scaled(s) for s in (0.25, 1.0)]
+    got, _ = replay(frame, configs, closed_loop=True, batch=613, clients=limits)
+    for config, result in zip(configs, got, strict=True):
+        want = replay_closed_bounded(frame, config, limits)
+        for name in (*THROTTLES, kernel.SENT, kernel.ADDED_LATENCY, kernel.UNSERVED):
+            np.testing.assert_array_equal(result[name].to_numpy(), want[name].to_numpy(), name)
+        # the pandas entry point is the same kernel
+        pandas = kernel.replay_closed(frame, config, limits)
+        for name in (*THROTTLES, kernel.SENT, kernel.UNSERVED):
+            np.testing.assert_array_equal(pandas[name].to_numpy(), want[name].to_numpy(), name)
+    codes = set(got[0][kernel.UNSERVED].tolist())
+    if limits == TIGHT:
+        assert codes == {kernel.SERVED, kernel.UNSERVED_BUFFER_FULL, kernel.UNSERVED_TIMED_OUT}
+    else:  # Kafka's limits hold this traffic's clients
+        assert (got[0][kernel.ADDED_LATENCY] > 0).any()
+    # what was not served carries no throttle and is never later than its timeout
+    gone = got[0][got[0][kernel.UNSERVED] > 0]
+    assert (gone[THROTTLES[-1]] == 0).all()
+    assert (gone[kernel.ADDED_LATENCY] <= limits.delivery_timeout_ms).all()
+
+
+def test_bounded_clients_catch_up_where_unbounded_ones_stay_behind(frame: pd.DataFrame) -> None:
+    config = mixed_config().scaled(0.5)
+    unbounded = kernel.replay_closed(frame, config)
+    bounded = kernel.replay_closed(frame, config, kernel.ClientLimits())
+    # the same throttled traffic, but bounded clients are never later than their timeout
+    assert unbounded[kernel.ADDED_LATENCY].max() > kernel.ClientLimits().delivery_timeout_ms
+    assert bounded[kernel.ADDED_LATENCY].max() <= kernel.ClientLimits().delivery_timeout_ms
+    assert bounded[kernel.ADDED_LATENCY].mean() < unbounded[kernel.ADDED_LATENCY].mean()
+    assert (unbounded[kernel.UNSERVED] == kernel.SERVED).all()
+
+
+def test_bounded_batching_does_not_change_the_closed_loop(frame: pd.DataFrame) -> None:
+    configs = [mixed_config().scaled(0.25)]
+    one, _ = replay(frame, configs, closed_loop=True, batch=len(frame), clients=TIGHT)
+    many, _ = replay(frame, configs, closed_loop=True, batch=101, clients=TIGHT)
+    pd.testing.assert_frame_equal(one[0], many[0])
+
+
+@pytest.mark.parametrize(
+    ("limits", "message"),
+    [
+        ((0, 1, 1), "buffer_bytes 0"),
+        ((1, -5, 1), "delivery_timeout_ms -5"),
+        ((1, 1, 0), "api_timeout_ms 0"),
+    ],
+)
+def test_bad_client_limits_are_refused_naming_the_value(
+    limits: tuple[int, int, int], message: str
+) -> None:
+    with pytest.raises(InvalidConfigError, match=message):
+        ReplayKernel([], [path_of(mixed_config())], closed_loop=True, client_limits=limits)
+    name = message.split()[0]
+    with pytest.raises(ValueError, match=message):
+        kernel.ClientLimits(**{name: int(message.split()[1])})
+    with pytest.raises(InvalidConfigError, match="closed_loop"):
+        ReplayKernel([], [path_of(mixed_config())], client_limits=(1, 1, 1))
+    with pytest.raises(TypeError, match="client_limits"):
+        ReplayKernel([], [path_of(mixed_config())], closed_loop=True, client_limits=(1, 2))
 
 
 def usage_of(frame: pd.DataFrame, result: pd.DataFrame, quota_type: str) -> pd.DataFrame:

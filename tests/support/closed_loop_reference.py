@@ -6,6 +6,7 @@ for :class:`kquota.ReplayKernel` in closed loop (which the back-test runs, in
 from __future__ import annotations
 
 import heapq
+from collections import deque
 
 import numpy as np
 import pandas as pd
@@ -16,7 +17,10 @@ from kquota.backtest.kernel import (
     CLIENT,
     THREAD,
     TS,
+    UNSERVED_BUFFER_FULL,
+    UNSERVED_TIMED_OUT,
     USER,
+    ClientLimits,
     kinds,
     time_order,
 )
@@ -103,3 +107,94 @@ def replay_closed(frame: pd.DataFrame, config: QuotaConfig) -> pd.DataFrame:
     request[:] = out_request
     sent[:] = out_sent
     return _closed_frame(frame, produce, fetch, request, sent)
+
+
+def replay_closed_bounded(
+    frame: pd.DataFrame, config: QuotaConfig, limits: ClientLimits
+) -> pd.DataFrame:
+    """Closed loop with bounded clients, one event at a time: a request joins its client at
+    its recorded time (a produce only if the client's unsent produce bytes leave room for
+    it, else it is not served), and the client sends what it holds as soon as its channel
+    is unmuted, in order; a request still waiting when its timeout runs out is given up
+    then. The columns of ``kquota.backtest.kernel.replay_closed`` with ``clients``."""
+    n = len(frame)
+    produce = np.zeros(n, dtype=np.int32)
+    fetch = np.zeros(n, dtype=np.int32)
+    request = np.zeros(n, dtype=np.int32)
+    sent = frame[TS].to_numpy(dtype=np.int64).copy()
+    unserved = np.zeros(n, dtype=np.int32)
+    if n == 0:
+        return _closed_frame(frame, produce, fetch, request, sent, unserved)
+    order = time_order(frame).tolist()
+    rank = [0] * n
+    for r, i in enumerate(order):
+        rank[i] = r
+    codes, pairs = _pair_codes(frame[USER], frame[CLIENT])
+    code = codes.tolist()
+    kind = kinds(frame[API]).tolist()
+    size = frame[BYTES].to_numpy(dtype=np.float64).tolist()
+    recorded = frame[TS].to_numpy(dtype=np.int64).tolist()
+    threads: list[float | None] = [None] * n
+    if THREAD in frame.columns:
+        column = frame[THREAD]
+        known = column.notna().to_numpy().tolist()
+        values = column.to_numpy(dtype=np.float64, na_value=np.nan).tolist()
+        threads = [v if k else None for v, k in zip(values, known, strict=True)]
+    path = RequestPath(
+        config.manager("produce"), config.manager("fetch"), config.manager("request")
+    )
+    never = -(2**62)
+    queue: list[deque[int]] = [deque() for _ in pairs]
+    buffered = [0.0] * len(pairs)
+    last = [never] * len(pairs)
+    mute_end = [never] * len(pairs)
+    scheduled = [False] * len(pairs)
+    giving_up = [False] * len(pairs)
+    heap: list[tuple[int, int, int]] = []
+
+    def timeout(i: int) -> int:
+        return limits.delivery_timeout_ms if kind[i] == "produce" else limits.api_timeout_ms
+
+    def schedule(c: int) -> None:
+        if scheduled[c] or not queue[c]:
+            return
+        j = queue[c][0]
+        ready = max(recorded[j], last[c], mute_end[c])
+        expiry = recorded[j] + timeout(j)
+        giving_up[c] = ready > expiry
+        scheduled[c] = True
+        heapq.heappush(heap, (max(expiry, last[c]) if giving_up[c] else ready, rank[j], c))
+
+    def drain(limit: float) -> None:
+        while heap and heap[0][0] <= limit:
+            now, _, c = heapq.heappop(heap)
+            scheduled[c] = False
+            i = queue[c].popleft()
+            last[c] = now
+            sent[i] = now
+            if kind[i] == "produce":
+                buffered[c] -= size[i]
+            if giving_up[c]:
+                unserved[i] = UNSERVED_TIMED_OUT
+            else:
+                user, client = pairs[c]
+                outcome = path.record(user, client, kind[i], size[i], threads[i], now_ms=now)
+                produce[i] = outcome.produce_throttle_ms
+                fetch[i] = outcome.fetch_throttle_ms
+                request[i] = outcome.request_throttle_ms
+                if outcome.throttle_ms > 0:
+                    mute_end[c] = max(mute_end[c], now + outcome.throttle_ms)
+            schedule(c)
+
+    for i in order:
+        drain(recorded[i])
+        c = code[i]
+        if kind[i] == "produce":
+            if buffered[c] + size[i] > limits.buffer_bytes:
+                unserved[i] = UNSERVED_BUFFER_FULL
+                continue
+            buffered[c] += size[i]
+        queue[c].append(i)
+        schedule(c)
+    drain(float("inf"))
+    return _closed_frame(frame, produce, fetch, request, sent, unserved)

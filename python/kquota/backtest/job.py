@@ -240,8 +240,11 @@ def _run(spark: SparkSession, options: BacktestOptions, progress: Progress) -> B
         )
 
     progress.phase("collecting summaries for the report")
+    unserved = None
     if tallies is not None:
         by_throttle, broker = stages.tally_frames(tallies.value, options.scenarios)
+        if options.mode == "closed" and options.clients is not None:
+            unserved = stages.unserved_frame(tallies.value, options.scenarios)
         live = {f.name: f.dataType for f in requests.schema.fields}.get(KAFKA_THROTTLE)
         if live is None:
             broker = None
@@ -279,6 +282,8 @@ def _run(spark: SparkSession, options: BacktestOptions, progress: Progress) -> B
         notes=notes,
         broker=broker,
         worker_peak_rss=peak.value or None,
+        clients=options.clients if options.mode == "closed" else None,
+        unserved=unserved,
     )
     if options.report and not inputs.is_remote(out):
         progress.phase("writing the report")
@@ -491,6 +496,7 @@ def _replay(
             peak_rss=peak,
             mutations=mutations,
             tallies=tallies,
+            clients=None if options.clients is None else options.clients.as_tuple(),
         )
         schema = _with_field(valid.schema, *_tag_fields(), _results_field(mutations))
         return rows.mapInArrow(lambda batches: stages.replay(whole, batches), schema)

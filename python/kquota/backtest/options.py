@@ -25,6 +25,8 @@ from kquota.backtest.kernel import (
     SENSOR_USER,
     SENT,
     THROTTLE,
+    UNSERVED,
+    ClientLimits,
     ReplayMode,
 )
 from kquota.config import QuotaConfig
@@ -58,6 +60,7 @@ RESULT_COLUMNS: Final = (
     THROTTLE,
     SENT,
     ADDED_LATENCY,
+    UNSERVED,
 )
 """The per-request results of a replay, in output order."""
 
@@ -101,6 +104,9 @@ class BacktestOptions:
     partition: PartitionBy = "broker"
     log: requestlog.LogOptions = field(default_factory=requestlog.LogOptions)
     """How to read Kafka's request log (``input_format`` ``kafka-request-log``)."""
+    clients: ClientLimits | None = field(default_factory=ClientLimits)
+    """Closed loop: what bounds each client (Kafka's Java client defaults unless given);
+    ``None``: unbounded clients, whose later requests shift by what they waited."""
 
     def __post_init__(self) -> None:
         if self.mode not in ("open", "closed"):
@@ -193,6 +199,12 @@ class BacktestResult:
     """The first and last request's time (epoch ms, UTC), ``None`` with no request."""
     target: float | None = None
     """With ``recommend``: the throttled fraction the recommendations meet."""
+    clients: ClientLimits | None = None
+    """Closed loop: the bounded clients' limits (``None``: open loop, or unbounded)."""
+    unserved: pd.DataFrame | None = None
+    """Closed loop with bounded clients: the requests they could not have served, per
+    scenario and client (:data:`~kquota.backtest.stages.UNSERVED_COLUMNS`), most bytes
+    first; empty when every request was served."""
 
     @property
     def rows_quarantined(self) -> int:

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Final
 import numpy as np
 import pandas as pd  # type: ignore[import-untyped]
 
-from kquota.backtest.kernel import BROKER, SENSOR_CLIENT, SENSOR_USER
+from kquota.backtest.kernel import BROKER, SENSOR_CLIENT, SENSOR_USER, ClientLimits
 
 if TYPE_CHECKING:
     from kquota.backtest.options import BacktestResult, RecommendedFile
@@ -302,6 +302,14 @@ _ENTITY_COLUMNS: Final = (
     ("utilization", "utilization", "pct"),
 )
 
+_UNSERVED_COLUMNS: Final = (
+    ("client", "client", ""),
+    ("requests not served", "requests", ""),
+    ("bytes not served", "bytes", ""),
+    ("buffer full", "buffer_full", ""),
+    ("timed out", "timed_out", ""),
+)
+
 _RECOMMEND_COLUMNS: Final = (
     ("type", "quota_type", ""),
     ("entity", "entity", ""),
@@ -470,9 +478,68 @@ def opening(result: BacktestResult, entities: pd.DataFrame | None = None) -> lis
             **words,
         )
         sentences = [headline, *_who(per, complete), _delay(result, base, per)]
+    sentences.extend(unserved_sentences(result))
     sentences.extend(_other_scenarios(result, totals))
     sentences.extend(_recommended(result))
     return sentences
+
+
+def _size(value: float) -> str:
+    """Bytes in words: ``1.5 MB``."""
+    for unit, size in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if value >= size:
+            return f"{value / size:.3g} {unit}"
+    return f"{value:,.0f} bytes"
+
+
+def _unserved_of(result: BacktestResult) -> pd.DataFrame | None:
+    """The base scenario's clients with demand not served, most bytes first (``None``
+    unless the run had bounded clients)."""
+    if result.unserved is None:
+        return None
+    mine = result.unserved[result.unserved["scenario"] == result.base_scenario]
+    return mine.assign(
+        client=[
+            f"user={u or '(none)'}, client-id={c or '(none)'}"
+            for u, c in zip(mine["user"], mine["client_id"], strict=True)
+        ]
+    )
+
+
+def _limits_text(limits: ClientLimits) -> str:
+    """The client limits as Kafka's client settings."""
+    return (
+        f"buffer.memory {limits.buffer_bytes:,}, delivery.timeout.ms "
+        f"{limits.delivery_timeout_ms:,}, default.api.timeout.ms {limits.api_timeout_ms:,}"
+    )
+
+
+def unserved_sentences(result: BacktestResult) -> list[str]:
+    """What bounded clients could not have served (closed loop): how much, why, and whose."""
+    mine = _unserved_of(result)
+    if mine is None:
+        return []
+    limits = result.clients
+    bounds = _limits_text(limits) if limits is not None else "Kafka's client limits"
+    if mine.empty:
+        return [f"Within their limits ({bounds}), clients would have sent every request."]
+    requests, size = int(mine["requests"].sum()), float(mine["bytes"].sum())
+    full, late = int(mine["buffer_full"].sum()), int(mine["timed_out"].sum())
+    why = []
+    if full:
+        why.append(f"{full:,} produce requests found the client's buffer full")
+    if late:
+        why.append(f"{late:,} requests were still waiting when their timeout ran out")
+    named = [
+        f"{r['client']} ({int(r['requests']):,} requests, {_size(float(r['bytes']))})"
+        for r in mine.head(NAMED_PER_TYPE).to_dict("records")
+    ]
+    more = len(mine) - len(named)
+    return [
+        f"Within their limits ({bounds}), clients could not have sent {requests:,} "
+        f"requests ({_size(size)}): {' and '.join(why)}. Most of it from "
+        f"{_listed(named, more, 'other client' if more == 1 else 'other clients')}."
+    ]
 
 
 def _who(per: pd.DataFrame, complete: bool) -> list[str]:
@@ -519,9 +586,16 @@ def _delay(result: BacktestResult, base: pd.Series, per: pd.DataFrame) -> str:
     if result.mode == "closed":
         lag = float(base["mean_added_latency_ms"])
         most = float(base.get("max_added_latency_ms", 0) or 0)
+        if result.clients is None:
+            return (
+                f"A throttled request was held back {spread}. Waiting, clients fell behind: "
+                f"their requests went out {_duration(lag)} late on average, at most "
+                f"{_duration(most)} (unbounded clients: they hold every request however "
+                "late)."
+            )
         return (
-            f"A throttled request was held back {spread}. Waiting, clients fell behind: "
-            f"their requests went out {_duration(lag)} late on average, at most "
+            f"A throttled request was held back {spread}. Clients held what they could "
+            f"not send yet: requests went out {_duration(lag)} late on average, at most "
             f"{_duration(most)}."
         )
     return (
@@ -646,6 +720,12 @@ def summary_text(result: BacktestResult) -> str:
         parts.append(
             _table(_rows(result.top_entities, _ENTITY_COLUMNS), [c[0] for c in _ENTITY_COLUMNS])
         )
+    unserved = _unserved_of(result)
+    if unserved is not None and not unserved.empty:
+        parts.append("")
+        parts.append(f"Demand not served, by client ({result.base_scenario}):")
+        shown = unserved.head(TOP_ENTITIES)
+        parts.append(_table(_rows(shown, _UNSERVED_COLUMNS), [c[0] for c in _UNSERVED_COLUMNS]))
     if result.recommendations is not None and not result.recommendations.empty:
         shown = result.recommendations.head(TOP_ENTITIES)
         parts.append("")
@@ -791,6 +871,16 @@ def _provenance(result: BacktestResult) -> str:
         ("quotas", quotas),
         ("scenarios", f"{', '.join(result.scenarios)}, {result.mode} loop"),
     ]
+    if result.mode == "closed":
+        limits = result.clients
+        items.append(
+            (
+                "clients",
+                "unbounded (every request held however late)"
+                if limits is None
+                else _limits_text(limits),
+            )
+        )
     if result.target is not None:
         items.append(("target", f"{_share(result.target)} of each entity's requests throttled"))
     written = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
@@ -852,6 +942,18 @@ def write_report(result: BacktestResult, out: Path) -> Path:
             "over the quota's sampled windows; utilization is peak rate / quota.</p>"
         )
         body.append(_html_table(result.top_entities, _ENTITY_COLUMNS))
+    unserved = _unserved_of(result)
+    if unserved is not None and not unserved.empty:
+        body.append(f"<h2>Demand not served ({esc(result.base_scenario)})</h2>")
+        body.append(
+            "<p>Clients that honour throttles hold what they cannot send yet, within "
+            "Kafka's client limits: a produce that finds the buffer "
+            "(<code>buffer.memory</code>) full fails, and a request still waiting when its "
+            "timeout (<code>delivery.timeout.ms</code>, <code>default.api.timeout.ms</code>) "
+            "runs out is given up. Per client, most bytes first; every scenario's in "
+            "<code>requests/</code> (<code>unserved</code>).</p>"
+        )
+        body.append(_html_table(unserved.head(TOP_ENTITIES), _UNSERVED_COLUMNS))
     if not result.comparison.empty and len(result.scenarios) > 1:
         pivot = result.comparison.pivot_table(
             index=["quota_type", BROKER, "entity"],

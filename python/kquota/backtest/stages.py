@@ -30,6 +30,7 @@ from kquota.traffic_schema import KAFKA_THROTTLE
 __all__ = [
     "KIND",
     "TAGS",
+    "UNSERVED_COLUMNS",
     "PeakSink",
     "ReplayPlan",
     "StreamPlan",
@@ -44,6 +45,7 @@ __all__ = [
     "resolve_arrays",
     "stream",
     "tally_frames",
+    "unserved_frame",
     "worker_peak_rss",
 ]
 
@@ -182,6 +184,7 @@ def stream(plan: StreamPlan, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.R
                 kernel.THROTTLE: kernel.applied_throttle(produce, fetch, request),
                 kernel.SENT: ts,
                 kernel.ADDED_LATENCY: no_latency,
+                kernel.UNSERVED: np.zeros(n, dtype=np.int32),
             }
             for request, (produce, fetch) in zip(requests, byte_results, strict=True)
         ]
@@ -216,6 +219,9 @@ class ReplayPlan:
     """A Spark accumulator of :class:`SummarySink`: each broker's :class:`Tally` (the
     report's counts per applied throttle, and the broker comparison), taken while the rows
     go out, so that no pass over ``DIR/requests/`` is needed for them."""
+    clients: tuple[int, int, int] | None = None
+    """Closed loop: the bounded clients' limits (:meth:`kernel.ClientLimits.as_tuple`), or
+    ``None`` for unbounded clients."""
 
 
 def worker_peak_rss() -> int:
@@ -298,14 +304,25 @@ class Tally:
     def __init__(self) -> None:
         self.pending: list[npt.NDArray[np.int64]] = []  # rows: scenario, throttle, columns
         self.comparison: dict[int, list[int]] = {}
+        # (scenario, user, client id, unserved code): requests, bytes
+        self.unserved: dict[tuple[int, str, str, int], list[int]] = {}
 
-    def add(self, scenario: int, out: dict[str, npt.NDArray[Any]], live: pa.Array | None) -> None:
+    def add(
+        self,
+        scenario: int,
+        out: dict[str, npt.NDArray[Any]],
+        live: pa.Array | None,
+        rows_out: pa.RecordBatch | None = None,
+    ) -> None:
         """Count one scenario's results ``out`` of a batch (``live``: the broker's own
-        throttle of each row, when the traffic has it)."""
+        throttle of each row, when the traffic has it; ``rows_out``: the requests, whose
+        clients the requests not served are counted by)."""
         throttle = np.asarray(out[kernel.THROTTLE], dtype=np.int64)
         n = len(throttle)
         if not n:
             return
+        if rows_out is not None and kernel.UNSERVED in out:
+            self._add_unserved(scenario, np.asarray(out[kernel.UNSERVED]), rows_out)
         rows = np.empty((n, 2 + len(TALLY_COLUMNS)), dtype=np.int64)
         rows[:, 0] = scenario
         rows[:, 1] = throttle
@@ -330,6 +347,27 @@ class Tally:
             int(throttle.sum()),
         ]
         self.comparison[scenario] = _summed(self.comparison.get(scenario), row)
+
+    def _add_unserved(
+        self, scenario: int, codes: npt.NDArray[Any], rows_out: pa.RecordBatch
+    ) -> None:
+        picked = np.flatnonzero(codes > 0)
+        if not len(picked):
+            return
+        names = rows_out.schema.names
+        taken = pa.array(picked)
+
+        def column(name: str) -> list[Any]:
+            return list(rows_out.column(names.index(name)).take(taken).to_pylist())
+
+        size = column(kernel.BYTES)
+        for user, client, code, b in zip(
+            column(kernel.USER), column(kernel.CLIENT), codes[picked].tolist(), size, strict=True
+        ):
+            key = (scenario, user or "", client or "", int(code))
+            counts = self.unserved.setdefault(key, [0, 0])
+            counts[0] += 1
+            counts[1] += int(b or 0)
 
     @property
     def by_throttle(self) -> npt.NDArray[np.int64]:
@@ -367,6 +405,40 @@ def _grouped(rows: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
 
 
 _TYPE_THROTTLES: Final = (kernel.PRODUCE_THROTTLE, kernel.FETCH_THROTTLE, kernel.REQUEST_THROTTLE)
+
+
+UNSERVED_COLUMNS: Final = (
+    "scenario",
+    "user",
+    "client_id",
+    "requests",
+    "bytes",
+    "buffer_full",
+    "timed_out",
+)
+"""The columns of :func:`unserved_frame`."""
+
+
+def unserved_frame(parts: dict[str, Tally], labels: Sequence[str]) -> pd.DataFrame:
+    """The requests bounded clients could not have served, per scenario and client (user,
+    client id): how many, their bytes, and how many found the buffer full or timed out;
+    most bytes first."""
+    merged: dict[tuple[int, str, str], list[int]] = {}
+    for tally in parts.values():
+        for (scenario, user, client, code), (requests, size) in tally.unserved.items():
+            row = merged.setdefault((scenario, user, client), [0, 0, 0, 0])
+            row[0] += requests
+            row[1] += size
+            row[2 if code == kernel.UNSERVED_BUFFER_FULL else 3] += requests
+    frame = pd.DataFrame(
+        [(labels[s], u, c, *row) for (s, u, c), row in merged.items()],
+        columns=list(UNSERVED_COLUMNS),
+    ).astype({c: np.int64 for c in UNSERVED_COLUMNS[3:]})
+    return frame.sort_values(
+        ["scenario", "bytes", "requests", "user", "client_id"],
+        ascending=[True, False, False, True, True],
+        ignore_index=True,
+    )
 
 
 def tally_frames(
@@ -454,7 +526,11 @@ class _Broker:
 
     def __init__(self, plan: ReplayPlan) -> None:
         self.kernel = ReplayKernel(
-            [], _paths(plan.configs), closed_loop=plan.closed, expiry_task_ms=None
+            [],
+            _paths(plan.configs),
+            closed_loop=plan.closed,
+            expiry_task_ms=None,
+            client_limits=plan.clients if plan.closed else None,
         )
         for scenario, text in enumerate(plan.configs):
             self.kernel.set_mutation_manager(scenario, _config(text).mutation_manager())
@@ -692,7 +768,7 @@ def _emit(
         if plan.tallies is not None:
             live = _live_throttles(rows)
             for s, results in enumerate(per):
-                state.tally.add(s, results, live)
+                state.tally.add(s, results, live, rows)
         yield _wide(plan, labels, rows, per)
 
 

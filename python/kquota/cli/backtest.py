@@ -127,6 +127,7 @@ def register(subparsers: Any) -> None:
         "Kafka's request log; else by name)",
     )
     add_log_options(parser)
+    add_client_options(parser)
     parser.add_argument(
         "--partition",
         choices=("broker", "sensor"),
@@ -193,6 +194,64 @@ def add_log_options(parser: argparse.ArgumentParser) -> None:
         help="request log: the brokers' num.partitions, the partitions of a topic a "
         "CreateTopics line creates with numPartitions -1 and no assignments (default 1)",
     )
+
+
+def add_client_options(parser: argparse.ArgumentParser) -> None:
+    """Closed loop: what bounds each client (Kafka's Java client defaults)."""
+    clients = parser.add_argument_group(
+        "clients (closed loop)",
+        "Each client holds what it cannot send yet, within Kafka's client limits; what does "
+        "not fit or waits too long is not served (the report says how much, and whose).",
+    )
+    clients.add_argument(
+        "--buffer-memory",
+        type=int,
+        metavar="BYTES",
+        default=33_554_432,
+        help="produce bytes a client holds unsent, at most (default 33554432, buffer.memory)",
+    )
+    clients.add_argument(
+        "--delivery-timeout-ms",
+        type=int,
+        metavar="MS",
+        default=120_000,
+        help="how long a produce may wait to be sent (default 120000, delivery.timeout.ms)",
+    )
+    clients.add_argument(
+        "--api-timeout-ms",
+        type=int,
+        metavar="MS",
+        default=60_000,
+        help="how long any other request may wait to be sent "
+        "(default 60000, default.api.timeout.ms)",
+    )
+    clients.add_argument(
+        "--unbounded-clients",
+        action="store_true",
+        help="clients hold everything and wait for ever: a throttled client's later requests "
+        "all shift by what it waited",
+    )
+
+
+def client_limits(args: argparse.Namespace) -> Any:
+    """The :class:`~kquota.backtest.kernel.ClientLimits` of the parsed arguments (``None``
+    with ``--unbounded-clients``); a limit that is not > 0 is refused, naming it."""
+    from kquota.backtest.kernel import ClientLimits
+
+    if args.unbounded_clients:
+        return None
+    try:
+        return ClientLimits(args.buffer_memory, args.delivery_timeout_ms, args.api_timeout_ms)
+    except ValueError as exc:
+        option = {
+            "buffer_bytes": "--buffer-memory",
+            "delivery_timeout_ms": "--delivery-timeout-ms",
+            "api_timeout_ms": "--api-timeout-ms",
+        }
+        text = str(exc)
+        for name, flag in option.items():
+            text = text.replace(f"client limit {name}", flag)
+        raise InvalidValueError(text) from None
 
 
 def log_options(args: argparse.Namespace) -> Any:
@@ -287,6 +346,7 @@ def run(args: argparse.Namespace) -> int:
             buckets=args.buckets,
             partition=args.partition,
             log=log_options(args),
+            clients=client_limits(args),
         )
         if args.master is not None and not MASTER.fullmatch(args.master):
             raise InvalidValueError(

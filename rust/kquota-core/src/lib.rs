@@ -73,4 +73,6 @@ pub use managers::mutation::{ControllerMutationQuotaManager, MutationRequestQuot
 #[cfg(not(loom))]
 pub use managers::request_path::{Outcome, RequestPath};
 #[cfg(not(loom))]
-pub use replay::{EntitySummary, Events, Output, ReplayKernel, ReplayOptions, SummaryType};
+pub use replay::{
+    ClientLimits, EntitySummary, Events, Output, ReplayKernel, ReplayOptions, SummaryType,
+};

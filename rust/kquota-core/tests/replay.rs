@@ -423,6 +423,7 @@ fn kernel(trace: &Trace, closed: bool) -> (Vec<Row>, Measured) {
     let options = ReplayOptions {
         closed_loop: closed,
         expiry_task_ms: trace.task_ms,
+        clients: None,
     };
     let mut k = ReplayKernel::new(&trace.pairs, &paths, options).unwrap();
     let all = entities();

@@ -286,6 +286,7 @@ fn kernel(trace: &Trace, closed_loop: bool) -> (Vec<Row>, Vec<Option<u64>>) {
     let options = ReplayOptions {
         closed_loop,
         expiry_task_ms: None,
+        clients: None,
     };
     let mut k = ReplayKernel::new(&PAIRS, &[path], options).unwrap();
     k.set_mutation_manager(0, &b.mutation).unwrap();
@@ -413,6 +414,7 @@ fn closed_loop_waits_out_a_mutation_throttle() {
     let options = ReplayOptions {
         closed_loop: true,
         expiry_task_ms: None,
+        clients: None,
     };
     let mut k = ReplayKernel::new(&PAIRS[..1], &[path], options).unwrap();
     k.set_mutation_manager(0, &m).unwrap();
@@ -508,6 +510,7 @@ fn mutation_summaries_count_what_the_manager_decided() {
     let options = ReplayOptions {
         closed_loop: false,
         expiry_task_ms: None,
+        clients: None,
     };
     let pairs = [("alice", "a"), ("bob", "b")];
     let mut k = ReplayKernel::new(&pairs, &[path], options).unwrap();

@@ -504,6 +504,24 @@ pub(crate) fn closed_loop(obj: &Bound<'_, PyAny>) -> PyResult<bool> {
         .map_err(|_| wrong_type("closed_loop", "a bool", obj))
 }
 
+pub(crate) fn client_limits(obj: &Bound<'_, PyAny>) -> PyResult<Option<core::ClientLimits>> {
+    optional(obj, |o| {
+        let (buffer_bytes, delivery_timeout_ms, api_timeout_ms) =
+            o.extract::<(i64, i64, i64)>().map_err(|_| {
+                wrong_type(
+                    "client_limits",
+                    "a tuple of three ints (buffer_bytes, delivery_timeout_ms, api_timeout_ms)",
+                    o,
+                )
+            })?;
+        Ok(core::ClientLimits {
+            buffer_bytes,
+            delivery_timeout_ms,
+            api_timeout_ms,
+        })
+    })
+}
+
 pub(crate) fn expiry_task_ms(obj: &Bound<'_, PyAny>) -> PyResult<Option<i64>> {
     optional(obj, |o| i64_arg(o, "expiry_task_ms"))
 }

@@ -81,24 +81,32 @@ fn output_dict<'py>(py: Python<'py>, out: core::Output) -> PyResult<Bound<'py, P
         "added_latency_ms",
         PyArray1::from_vec(py, out.added_latency_ms),
     )?;
+    d.set_item("unserved", PyArray1::from_vec(py, out.unserved))?;
     Ok(d)
 }
 
 #[pymethods]
 impl ReplayKernel {
     #[new]
-    #[pyo3(signature = (pairs, scenarios, *, closed_loop=false, expiry_task_ms=Some(core::replay::EXPIRY_TASK_MS)))]
-    #[pyo3(text_signature = "(pairs, scenarios, *, closed_loop=False, expiry_task_ms=30000)")]
+    #[pyo3(signature = (
+        pairs, scenarios, *, closed_loop=false,
+        expiry_task_ms=Some(core::replay::EXPIRY_TASK_MS), client_limits=None
+    ))]
+    #[pyo3(
+        text_signature = "(pairs, scenarios, *, closed_loop=False, expiry_task_ms=30000, client_limits=None)"
+    )]
     fn new(
         #[pyo3(from_py_with = args::pairs)] pairs: Vec<(String, String)>,
         #[pyo3(from_py_with = args::scenarios)] scenarios: Vec<Py<RequestPath>>,
         #[pyo3(from_py_with = args::closed_loop)] closed_loop: bool,
         #[pyo3(from_py_with = args::expiry_task_ms)] expiry_task_ms: Option<i64>,
+        #[pyo3(from_py_with = args::client_limits)] client_limits: Option<core::ClientLimits>,
     ) -> CoreResult<Self> {
         let paths: Vec<core::RequestPath<'_>> = scenarios.iter().map(|p| p.get().core()).collect();
         let options = core::ReplayOptions {
             closed_loop,
             expiry_task_ms,
+            clients: client_limits,
         };
         Ok(ReplayKernel {
             inner: Mutex::new(core::ReplayKernel::new(&pairs, &paths, options)?),

@@ -4,6 +4,7 @@ loop (throttled clients wait, KIP-219), and the sensors the requests resolve to.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Final, Literal
 
 import numpy as np
@@ -15,6 +16,7 @@ from kquota._core import applied_throttles, unrecorded_by_request
 from kquota.backtest.kernel import schema
 from kquota.backtest.kernel.schema import BoolArray, FloatArray, Int32Array, Int64Array
 from kquota.config import QuotaConfig
+from kquota.exceptions import InvalidConfigError
 from kquota.quota_types import QuotaType
 
 __all__ = [
@@ -361,7 +363,34 @@ def replay_open(frame: pd.DataFrame, config: QuotaConfig) -> pd.DataFrame:
     return pd.DataFrame(columns, index=frame.index)
 
 
-def replay_closed(frame: pd.DataFrame, config: QuotaConfig) -> pd.DataFrame:
+@dataclass(frozen=True)
+class ClientLimits:
+    """What bounds a client in closed loop, as Kafka's Java clients bound themselves (their
+    defaults here): the produce bytes it holds unsent (``buffer.memory``), how long a
+    produce may wait to be sent (``delivery.timeout.ms``) and how long any other request may
+    (``default.api.timeout.ms``). A produce that finds no room, or a request still waiting
+    when its time runs out, is not served (:data:`~kquota.backtest.kernel.UNSERVED`)."""
+
+    buffer_bytes: int = 33_554_432
+    delivery_timeout_ms: int = 120_000
+    api_timeout_ms: int = 60_000
+
+    def __post_init__(self) -> None:
+        for name in ("buffer_bytes", "delivery_timeout_ms", "api_timeout_ms"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise InvalidConfigError(
+                    f"invalid client limit {name} {value!r}: it must be an int > 0"
+                )
+
+    def as_tuple(self) -> tuple[int, int, int]:
+        """The limits as :class:`~kquota.ReplayKernel`'s ``client_limits`` takes them."""
+        return (self.buffer_bytes, self.delivery_timeout_ms, self.api_timeout_ms)
+
+
+def replay_closed(
+    frame: pd.DataFrame, config: QuotaConfig, clients: ClientLimits | None = None
+) -> pd.DataFrame:
     """Closed loop: clients honour KIP-219, so a throttle delays the client's later requests.
 
     One broker's requests, replayed through the core's :class:`~kquota.ReplayKernel` in
@@ -369,19 +398,27 @@ def replay_closed(frame: pd.DataFrame, config: QuotaConfig) -> pd.DataFrame:
     :class:`~kquota.RequestPath`). A client is a ``(user, client_id)`` connection to this
     broker. When a request sent at ``t`` is throttled for ``T`` ms (the applied throttle),
     the client sends nothing more to the broker until ``t + T``; a later request that would
-    have gone out before then waits, and the client's timeline shifts: every later request
-    goes out that much later too (``sent = max(recorded + shift, mute end)``, the shift
-    never shrinks). Returns the throttle columns of :func:`replay_open` plus :data:`SENT`
-    (when the request reached the broker) and :data:`ADDED_LATENCY` (``sent - recorded``),
-    one row per input row.
+    have gone out before then waits.
+
+    With ``clients`` (bounded clients, :class:`ClientLimits`) a client sends what it holds
+    as soon as it may (``sent = max(recorded, its last send, mute end)``), so it catches up
+    when its demand drops; a produce that finds its buffer full, or a request still waiting
+    when its timeout runs out, is not served (:data:`UNSERVED`). Without, the client's
+    timeline shifts: every later request goes out that much later too (``sent =
+    max(recorded + shift, mute end)``, the shift never shrinks), however far behind it falls.
+
+    Returns the throttle columns of :func:`replay_open` plus :data:`SENT` (when the request
+    reached the broker, or its client gave it up) :data:`ADDED_LATENCY` (``sent -
+    recorded``) and :data:`UNSERVED`, one row per input row.
     """
     n = len(frame)
     produce = np.zeros(n, dtype=np.int32)
     fetch = np.zeros(n, dtype=np.int32)
     request = np.zeros(n, dtype=np.int32)
     sent = frame[schema.TS].to_numpy(dtype=np.int64).copy()
+    unserved = np.zeros(n, dtype=np.int32)
     if n == 0:
-        return _closed_frame(frame, produce, fetch, request, sent)
+        return _closed_frame(frame, produce, fetch, request, sent, unserved)
 
     order = time_order(frame)
     ordered = frame.iloc[order]
@@ -394,7 +431,13 @@ def replay_closed(frame: pd.DataFrame, config: QuotaConfig) -> pd.DataFrame:
     path = RequestPath(
         config.manager("produce"), config.manager("fetch"), config.manager("request")
     )
-    replay = ReplayKernel(pairs, [path], closed_loop=True, expiry_task_ms=None)
+    replay = ReplayKernel(
+        pairs,
+        [path],
+        closed_loop=True,
+        expiry_task_ms=None,
+        client_limits=None if clients is None else clients.as_tuple(),
+    )
     parts = [
         replay.feed(
             ordered[schema.TS].to_numpy(dtype=np.int64),
@@ -412,9 +455,10 @@ def replay_closed(frame: pd.DataFrame, config: QuotaConfig) -> pd.DataFrame:
         (schema.FETCH_THROTTLE, fetch),
         (schema.REQUEST_THROTTLE, request),
         (schema.SENT, sent),
+        (schema.UNSERVED, unserved),
     ):
         column[position] = np.concatenate([p[name] for p in parts])
-    return _closed_frame(frame, produce, fetch, request, sent)
+    return _closed_frame(frame, produce, fetch, request, sent, unserved)
 
 
 def _closed_frame(
@@ -423,7 +467,10 @@ def _closed_frame(
     fetch: Int32Array,
     request: Int32Array,
     sent: Int64Array,
+    unserved: Int32Array | None = None,
 ) -> pd.DataFrame:
+    if unserved is None:
+        unserved = np.zeros(len(frame), dtype=np.int32)
     return pd.DataFrame(
         {
             schema.PRODUCE_THROTTLE: produce,
@@ -432,6 +479,7 @@ def _closed_frame(
             schema.THROTTLE: applied_throttle(produce, fetch, request),
             schema.SENT: sent,
             schema.ADDED_LATENCY: sent - frame[schema.TS].to_numpy(dtype=np.int64),
+            schema.UNSERVED: unserved,
         },
         index=frame.index,
     )

@@ -49,12 +49,16 @@ __all__ = [
     "REQUEST_THROTTLE",
     "SENT",
     "SEQ_COLUMNS",
+    "SERVED",
     "STRICT",
     "THREAD",
     "THROTTLE",
     "THROTTLE_OF",
     "TOPIC_PARTITIONS",
     "TS",
+    "UNSERVED",
+    "UNSERVED_BUFFER_FULL",
+    "UNSERVED_TIMED_OUT",
     "USER",
     "BoolArray",
     "FloatArray",
@@ -84,6 +88,17 @@ REQUEST_THROTTLE: Final = "request_throttle_ms"
 THROTTLE: Final = "throttle_ms"
 SENT: Final = "sent_ms"
 ADDED_LATENCY: Final = "added_latency_ms"
+UNSERVED: Final = "unserved"
+"""Whether the request reached the broker: :data:`SERVED`, or why its bounded client gave it
+up (:data:`UNSERVED_BUFFER_FULL`, :data:`UNSERVED_TIMED_OUT`; closed loop with
+:class:`~kquota.backtest.kernel.ClientLimits` only). An unserved request carries no
+throttle, is recorded on no sensor, and its :data:`SENT` is when the client gave it up."""
+SERVED: Final = 0
+UNSERVED_BUFFER_FULL: Final = 1
+"""A produce request found its client's buffer (``buffer.memory``) full."""
+UNSERVED_TIMED_OUT: Final = 2
+"""A request was still waiting in its client when its timeout ran out
+(``delivery.timeout.ms`` for a produce, ``default.api.timeout.ms`` for others)."""
 MUTATION_THROTTLE: Final = "mutation_throttle_ms"
 """The controller-mutation quota's throttle of a mutation request (0 otherwise); the applied
 :data:`THROTTLE` is the larger of it and the request quota's, ties to the request quota."""

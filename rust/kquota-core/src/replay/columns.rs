@@ -172,6 +172,11 @@ pub struct Output {
     pub sent_ms: Vec<i64>,
     /// `sent_ms` minus the event's time (0 in open loop).
     pub added_latency_ms: Vec<i64>,
+    /// Whether the request reached the broker: [`SERVED`], or why its bounded client gave
+    /// it up ([`UNSERVED_BUFFER_FULL`], [`UNSERVED_TIMED_OUT`]; closed loop with
+    /// [`ClientLimits`] only). An unserved request is recorded on no sensor, carries no
+    /// throttle, and its `sent_ms` is when the client gave it up.
+    pub unserved: Vec<i8>,
 }
 
 impl Output {
@@ -186,6 +191,70 @@ impl Output {
     }
 }
 
+/// `unserved` code: the request reached the broker.
+pub const SERVED: i8 = 0;
+/// `unserved` code: a produce request found its client's buffer full (the Java producer's
+/// `send` blocks for `max.block.ms`, then fails; a client held at its quota stays full).
+pub const UNSERVED_BUFFER_FULL: i8 = 1;
+/// `unserved` code: the request was still waiting in its client when its timeout ran out
+/// (`delivery.timeout.ms` for a produce, `default.api.timeout.ms` for any other).
+pub const UNSERVED_TIMED_OUT: i8 = 2;
+
+/// What bounds a closed-loop client: how much produce data it holds unsent, and how long
+/// it keeps a request that has not gone out yet. A bounded client sends what it holds as
+/// soon as its channel is unmuted, so it catches up when its demand drops; what it cannot
+/// hold or send in time is not served ([`Output::unserved`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClientLimits {
+    /// Produce bytes waiting to be sent, at most (`buffer.memory`).
+    pub buffer_bytes: i64,
+    /// How long a produce request may wait to be sent, ms (`delivery.timeout.ms`).
+    pub delivery_timeout_ms: i64,
+    /// How long any other request may wait to be sent, ms (`default.api.timeout.ms`).
+    pub api_timeout_ms: i64,
+}
+
+impl ClientLimits {
+    /// The Java clients' defaults: `buffer.memory` 32 MiB, `delivery.timeout.ms` 120 s,
+    /// `default.api.timeout.ms` 60 s.
+    pub const KAFKA_DEFAULTS: ClientLimits = ClientLimits {
+        buffer_bytes: 33_554_432,
+        delivery_timeout_ms: 120_000,
+        api_timeout_ms: 60_000,
+    };
+
+    /// Checks that every limit is > 0.
+    pub fn checked(self) -> Result<Self> {
+        for (name, value) in [
+            ("buffer_bytes", self.buffer_bytes),
+            ("delivery_timeout_ms", self.delivery_timeout_ms),
+            ("api_timeout_ms", self.api_timeout_ms),
+        ] {
+            if value <= 0 {
+                return Err(Error::InvalidConfig(format!(
+                    "invalid client limit {name} {value}: it must be > 0"
+                )));
+            }
+        }
+        Ok(self)
+    }
+
+    /// How long a request of `kind` may wait to be sent.
+    pub(super) fn timeout_ms(&self, kind: ApiKind) -> i64 {
+        if kind == ApiKind::Produce {
+            self.delivery_timeout_ms
+        } else {
+            self.api_timeout_ms
+        }
+    }
+}
+
+impl Default for ClientLimits {
+    fn default() -> Self {
+        ClientLimits::KAFKA_DEFAULTS
+    }
+}
+
 /// How a [`super::ReplayKernel`] replays.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ReplayOptions {
@@ -193,6 +262,9 @@ pub struct ReplayOptions {
     pub closed_loop: bool,
     /// The period of the broker's sensor-expiry task, ms (> 0); `None`: never expire.
     pub expiry_task_ms: Option<i64>,
+    /// Closed loop: bounded clients ([`ClientLimits`]); `None`: unbounded clients, whose
+    /// later requests shift by what they waited.
+    pub clients: Option<ClientLimits>,
 }
 
 impl Default for ReplayOptions {
@@ -201,6 +273,7 @@ impl Default for ReplayOptions {
         ReplayOptions {
             closed_loop: false,
             expiry_task_ms: Some(EXPIRY_TASK_MS),
+            clients: None,
         }
     }
 }

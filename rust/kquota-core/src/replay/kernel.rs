@@ -2,8 +2,8 @@
 
 use super::clock::Clock;
 use super::columns::{
-    kind_of, Events, Output, ReplayOptions, BY_NONE, KIND_FETCH, KIND_MUTATION, KIND_OTHER,
-    KIND_PRODUCE,
+    kind_of, ClientLimits, Events, Output, ReplayOptions, BY_NONE, KIND_FETCH, KIND_MUTATION,
+    KIND_OTHER, KIND_PRODUCE, SERVED, UNSERVED_BUFFER_FULL,
 };
 use super::mutation::MutationTable;
 use super::scenario::{table_index, Client, ClosedLoop, Decisions, Event, Scenario, Scratch};
@@ -51,6 +51,14 @@ impl ReplayKernel {
                  30000 ms), or None to never expire sensors"
             )));
         }
+        let clients = options.clients.map(ClientLimits::checked).transpose()?;
+        if clients.is_some() && !options.closed_loop {
+            return Err(Error::InvalidConfig(
+                "client limits bound closed-loop clients: they need closed_loop=true (an \
+                 open-loop replay sends every request at its time)"
+                    .to_owned(),
+            ));
+        }
         let mut kernel = ReplayKernel {
             pairs: Vec::new(),
             scenarios: scenarios
@@ -67,7 +75,7 @@ impl ReplayKernel {
                         tick: None,
                         next_tick: i64::MIN,
                     },
-                    closed: options.closed_loop.then(ClosedLoop::default),
+                    closed: options.closed_loop.then(|| ClosedLoop::new(clients)),
                     mutations: MutationTable::new(),
                 })
                 .collect(),
@@ -304,12 +312,17 @@ impl ReplayKernel {
         }
         let mut out = std::mem::take(&mut self.held);
         for (index, s) in self.scenarios.iter_mut().enumerate() {
-            let closed = s.closed.as_mut().expect("closed loop");
+            let bounded = s.closed.as_ref().is_some_and(|c| c.limits.is_some());
             for i in 0..n {
                 let e = Event::of(events, i, first);
-                let pair = e.pair;
-                closed.clients[pair as usize].queue.push_back(e);
-                closed.schedule(pair);
+                if bounded {
+                    // A bounded client's room depends on what it sent before this event.
+                    s.drain(index, e.time, &mut out);
+                }
+                let closed = s.closed.as_mut().expect("closed loop");
+                if let Some(refused) = closed.admit(e) {
+                    out.push_unserved(index, &refused, refused.time, UNSERVED_BUFFER_FULL);
+                }
             }
             s.drain(index, last, &mut out);
         }
@@ -332,6 +345,7 @@ impl ReplayKernel {
             refused_partitions: vec![0; rows],
             sent_ms: Vec::with_capacity(rows),
             added_latency_ms: vec![0; rows],
+            unserved: vec![SERVED; rows],
         };
         let mut scratch = std::mem::take(&mut self.scratch);
         for (index, s) in self.scenarios.iter_mut().enumerate() {

@@ -30,7 +30,14 @@
 //! KIP-219: a client (one pair) throttled for `T` ms at `t` sends nothing before `t + T`,
 //! and its later requests shift later by what it waited (the shift never shrinks):
 //! `sent = max(recorded + shift, mute end)`; events are replayed in order of `sent`, ties
-//! in input order. This is the back-test's `replay_closed`, streamed: an event is replayed
+//! in input order. **Bounded clients** ([`ReplayOptions::clients`], [`ClientLimits`]) are
+//! what Kafka's clients are: a producer holds at most `buffer.memory` bytes unsent (a
+//! produce request that finds no room is not served), and a request still waiting in its
+//! client after its timeout (`delivery.timeout.ms` for a produce, `default.api.timeout.ms`
+//! for others) is given up then; a bounded client sends what it holds as soon as its
+//! channel is unmuted (`sent = max(recorded, its last send, mute end)`), so it catches up
+//! when its demand drops instead of staying behind. The rows say which requests were not
+//! served ([`Output::unserved`]). This is the back-test's `replay_closed`, streamed: an event is replayed
 //! once no event fed later can come before it (it is sent at or before the last time fed),
 //! so only the events not sent yet are held, per client in time order; [`ReplayKernel::finish`]
 //! replays the rest. Outputs come out as events are replayed, with their input position.
@@ -62,8 +69,9 @@ mod sensor;
 mod stats;
 
 pub use columns::{
-    quota_code, Events, Output, ReplayOptions, BY_MUTATION, BY_NONE, EXPIRY_TASK_MS, KIND_FETCH,
-    KIND_MUTATION, KIND_OTHER, KIND_PRODUCE, MAX_BATCH,
+    quota_code, ClientLimits, Events, Output, ReplayOptions, BY_MUTATION, BY_NONE, EXPIRY_TASK_MS,
+    KIND_FETCH, KIND_MUTATION, KIND_OTHER, KIND_PRODUCE, MAX_BATCH, SERVED, UNSERVED_BUFFER_FULL,
+    UNSERVED_TIMED_OUT,
 };
 pub use kernel::ReplayKernel;
 pub use stats::{EntitySummary, SummaryType};

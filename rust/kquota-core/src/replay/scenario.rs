@@ -8,8 +8,8 @@ use std::sync::Arc;
 
 use super::clock::Clock;
 use super::columns::{
-    kind_of, quota_code, Events, Output, BY_MUTATION, BY_NONE, KIND_FETCH, KIND_MUTATION,
-    KIND_PRODUCE,
+    kind_of, quota_code, ClientLimits, Events, Output, BY_MUTATION, BY_NONE, KIND_FETCH,
+    KIND_MUTATION, KIND_PRODUCE, SERVED, UNSERVED_TIMED_OUT,
 };
 use super::groups::{Groups, Record};
 use super::mutation::MutationTable;
@@ -88,6 +88,14 @@ pub(super) struct Client {
     /// `scheduled`.
     pub(super) queue: VecDeque<Event>,
     pub(super) scheduled: bool,
+    /// Bounded clients: the produce bytes in `queue`.
+    pub(super) buffered: f64,
+    /// Bounded clients: when the client last sent or gave up a request (its next one
+    /// comes no earlier).
+    pub(super) last: Option<i64>,
+    /// Bounded clients: the scheduled event is to be given up (its timeout runs out
+    /// before it can be sent).
+    pub(super) giving_up: bool,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -95,9 +103,34 @@ pub(super) struct ClosedLoop {
     pub(super) clients: Vec<Client>,
     /// (sent, seq, pair) of each client's next event.
     pub(super) heap: BinaryHeap<Reverse<(i64, u64, u32)>>,
+    /// Bounded clients, or `None`: unbounded ones.
+    pub(super) limits: Option<ClientLimits>,
 }
 
 impl ClosedLoop {
+    pub(super) fn new(limits: Option<ClientLimits>) -> Self {
+        ClosedLoop {
+            limits,
+            ..ClosedLoop::default()
+        }
+    }
+
+    /// Takes event `e` into its client at its time; gives it back when a bounded
+    /// client's buffer has no room for it (it is then not served).
+    pub(super) fn admit(&mut self, e: Event) -> Option<Event> {
+        let client = &mut self.clients[e.pair as usize];
+        if let (Some(limits), ApiKind::Produce) = (self.limits, e.kind) {
+            if client.buffered + e.bytes > limits.buffer_bytes as f64 {
+                return Some(e);
+            }
+            client.buffered += e.bytes;
+        }
+        let pair = e.pair;
+        client.queue.push_back(e);
+        self.schedule(pair);
+        None
+    }
+
     pub(super) fn schedule(&mut self, pair: u32) {
         let client = &mut self.clients[pair as usize];
         if client.scheduled {
@@ -106,11 +139,28 @@ impl ClosedLoop {
         let Some(e) = client.queue.front() else {
             return;
         };
-        let mut due = e.time + client.shift;
-        if let Some(end) = client.mute_end {
-            due = due.max(end);
-        }
-        client.shift = due - e.time;
+        let mute_end = client.mute_end.unwrap_or(i64::MIN);
+        let due = match self.limits {
+            // An unbounded client's whole timeline moves by what it waited.
+            None => {
+                let due = (e.time + client.shift).max(mute_end);
+                client.shift = due - e.time;
+                due
+            }
+            // A bounded client sends what it holds as soon as it may, or gives it up when
+            // its timeout runs out first (then, or now if that has passed).
+            Some(limits) => {
+                let last = client.last.unwrap_or(i64::MIN);
+                let ready = e.time.max(last).max(mute_end);
+                let expiry = e.time.saturating_add(limits.timeout_ms(e.kind));
+                client.giving_up = ready > expiry;
+                if client.giving_up {
+                    expiry.max(last)
+                } else {
+                    ready
+                }
+            }
+        };
         client.scheduled = true;
         self.heap.push(Reverse((due, e.seq, pair)));
     }
@@ -455,12 +505,24 @@ impl Scenario {
                 break;
             }
             closed.heap.pop();
+            let limits = closed.limits;
             let client = &mut closed.clients[pair as usize];
             client.scheduled = false;
             let e = client
                 .queue
                 .pop_front()
                 .expect("a scheduled client holds an event");
+            if limits.is_some() {
+                client.last = Some(due);
+                if e.kind == ApiKind::Produce {
+                    client.buffered -= e.bytes;
+                }
+                if client.giving_up {
+                    out.push_unserved(index, &e, due, UNSERVED_TIMED_OUT);
+                    closed.schedule(pair);
+                    continue;
+                }
+            }
             let d = self.handle(&e, due);
             out.push(index, &e, due, &d);
             let client = &mut closed.clients[pair as usize];
@@ -490,5 +552,22 @@ impl Output {
         self.refused_partitions.push(d.refused);
         self.sent_ms.push(sent);
         self.added_latency_ms.push(sent - e.time);
+        self.unserved.push(SERVED);
+    }
+
+    /// Appends the row of event `e` of `scenario`, given up by its client at `at` for
+    /// `why` (an `unserved` code): no throttle, nothing recorded.
+    pub(super) fn push_unserved(&mut self, scenario: usize, e: &Event, at: i64, why: i8) {
+        let none = Decision {
+            produce: 0,
+            fetch: 0,
+            request: 0,
+            mutation: 0,
+            refused: 0,
+            applied: 0,
+            by: BY_NONE,
+        };
+        self.push(scenario, e, at, &none);
+        *self.unserved.last_mut().expect("a row was pushed") = why;
     }
 }
