@@ -359,31 +359,28 @@ def test_backtest_takes_exactly_one_of_quotas_and_store(
     assert not (tmp_path / "o").exists()
 
 
-def test_backtest_quotas_still_reads_a_store_and_names_store(
+def test_backtest_reads_a_store_by_store_and_by_its_old_name_quotas(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """The old ``--quotas STORE``: the store is read (the run goes on to the next check,
-    a bad ``--master`` here, so no Spark starts) and a note names ``--store``; ``--store``
-    itself reads it with no note."""
+    """``--store STORE`` and the old ``--quotas STORE`` both read the store: the run goes on
+    to the next check (a bad ``--master`` here, so no Spark starts) and is refused there in
+    one line, with no note (the note naming ``--store`` follows a run that succeeds)."""
     (tmp_path / "traffic.csv").write_text(TRAFFIC_CSV)
     store = tmp_path / "quotas.sqlite"
     SQLiteStore(store).replace(QUOTAS)
     traffic = ("--traffic", str(tmp_path / "traffic.csv"), "--out", str(tmp_path / "out"))
-    status, _, err = run(capsys, "backtest", *traffic, "--quotas", str(store), "--master", "x")
-    assert status == 2
-    assert err.splitlines() == [
-        f"kquota backtest: note: --quotas {str(store)!r} is a store; --quotas for a store is "
-        "deprecated, name it with --store",
-        "kquota backtest: invalid --master 'x': expected local, local[N], local[*], "
-        "spark://HOST:PORT, yarn or k8s://URL",
-    ]
-    status, _, err = run(capsys, "backtest", *traffic, "--store", str(store), "--master", "x")
-    assert status == 2
-    assert_one_line_naming("backtest", err, "invalid --master 'x'")
-    status, _, err = run(
-        capsys, "backtest", *traffic, "--quotas", f"sqlite://{store}", "--master", "x"
-    )
-    assert status == 2 and "--quotas for a store is deprecated" in err.splitlines()[0]
+    for option, spec in (
+        ("--store", str(store)),
+        ("--store", f"sqlite://{store}"),
+        ("--quotas", str(store)),
+        ("--quotas", f"sqlite://{store}"),
+    ):
+        status, _, err = run(capsys, "backtest", *traffic, option, spec, "--master", "x")
+        assert status == 2, (option, spec)
+        assert err.splitlines() == [
+            "kquota backtest: invalid --master 'x': expected local, local[N], local[*], "
+            "spark://HOST:PORT, yarn or k8s://URL"
+        ], (option, spec)
     assert not (tmp_path / "out").exists()
 
 

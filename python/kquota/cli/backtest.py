@@ -297,18 +297,22 @@ def _with_callback(config: QuotaConfig, spec: str | None) -> QuotaConfig:
 
 
 def _source(args: argparse.Namespace) -> QuotaConfig:
-    """The quotas ``--store`` or ``--quotas`` names; a store given to ``--quotas`` is read
-    and a one-line note on stderr names ``--store``, its name now."""
+    """The quotas ``--store`` or ``--quotas`` names (a store given to ``--quotas`` is read
+    as ``--store`` reads it)."""
     if args.store is not None:
         return load_store(args.store)
-    config = load_quotas(args.quotas)
-    if is_store(args.quotas):
+    return load_quotas(args.quotas)
+
+
+def _deprecated_store_note(args: argparse.Namespace) -> None:
+    """After a run that read a store through ``--quotas``, one line on stderr naming
+    ``--store``. Only on success: a refused run keeps its one line."""
+    if args.quotas is not None and is_store(args.quotas):
         print(
             f"kquota backtest: note: --quotas {args.quotas!r} is a store; --quotas for a store "
             "is deprecated, name it with --store",
             file=sys.stderr,
         )
-    return config
 
 
 def run(args: argparse.Namespace) -> int:
@@ -373,4 +377,5 @@ def run(args: argparse.Namespace) -> int:
         print(f"{'quota file':>15}: {result.recommended.path} (kquota configs --import)")
     if result.report is not None:
         print(f"{'report':>15}: {result.report}")
+    _deprecated_store_note(args)
     return EXIT_OK
