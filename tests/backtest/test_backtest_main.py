@@ -34,7 +34,8 @@ def test_it_takes_the_arguments_of_kquota_backtest() -> None:
     done = run("-m", "kquota.backtest", "--help")
     assert done.returncode == 0, done.stderr
     options = backtest_options()
-    assert {"--traffic", "--quotas", "--out", "--master", "--scale", "--recommend"} <= options
+    named = {"--traffic", "--quotas", "--store", "--out", "--master", "--scale", "--recommend"}
+    assert named <= options
     assert [option for option in sorted(options) if option not in done.stdout] == []
 
 

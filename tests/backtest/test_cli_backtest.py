@@ -72,20 +72,38 @@ def test_a_run_prints_the_summary_and_where_everything_is(
 def test_quotas_from_a_store_equal_the_quota_file(
     spark: Any, inputs: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    """``--store STORE`` and ``--quotas FILE`` holding the same quotas replay alike, and so
+    does ``--quotas STORE``, the old name of ``--store``, with a note naming ``--store``."""
     path, _ = inputs
     store = tmp_path / "quotas.sqlite"
     SQLiteStore(store).replace(mixed_config())
     (tmp_path / "q.json").write_text(mixed_config().dumps())
-    for source, out in ((store, "a"), (tmp_path / "q.json", "b")):
+    notes = {}
+    for option, source, out in (
+        ("--store", store, "store"),
+        ("--quotas", tmp_path / "q.json", "file"),
+        ("--quotas", store, "alias"),
+    ):
         status = backtest(
-            "--traffic", str(path), "--quotas", str(source), "--out", str(tmp_path / out), "--quiet"
+            "--traffic", str(path), option, str(source), "--out", str(tmp_path / out), "--quiet"
         )
-        assert status == 0, capsys.readouterr().err
-    assert capsys.readouterr().err == ""  # --quiet: no progress
-    a = read_requests(tmp_path / "a" / "requests").sort_values("request_id")
-    b = read_requests(tmp_path / "b" / "requests").sort_values("request_id")
-    assert a["throttle_ms"].tolist() == b["throttle_ms"].tolist()
-    assert (a["throttle_ms"] > 0).any()
+        err = capsys.readouterr().err
+        assert status == 0, err
+        notes[out] = err  # --quiet: no progress
+    assert notes == {
+        "store": "",
+        "file": "",
+        "alias": f"kquota backtest: note: --quotas {str(store)!r} is a store; --quotas for a "
+        "store is deprecated, name it with --store\n",
+    }
+    throttles = {
+        out: read_requests(tmp_path / out / "requests")
+        .sort_values("request_id")["throttle_ms"]
+        .tolist()
+        for out in notes
+    }
+    assert throttles["store"] == throttles["file"] == throttles["alias"]
+    assert any(t > 0 for t in throttles["store"])
 
 
 def one_error(capsys: pytest.CaptureFixture[str]) -> str:

@@ -43,6 +43,24 @@ def test_every_commands_help_ends_with_an_example_that_parses(
         build_parser().parse_args(argv)  # a usage error exits
 
 
+def test_a_store_and_a_quota_file_have_one_name_each_across_commands() -> None:
+    """Wherever a command takes a store it is ``--store STORE`` (``configs``, ``proxy``,
+    ``backtest``), and a quota file to read is ``--quotas FILE`` (``backtest``)."""
+    parser = build_parser()
+    commands = next(a for a in parser._actions if a.dest == "command").choices
+    assert commands is not None
+    named: dict[str, dict[str, object]] = {}
+    for command, subparser in commands.items():
+        for action in subparser._actions:  # type: ignore[attr-defined]
+            for option in action.option_strings:
+                if option in ("--store", "--quotas"):
+                    named.setdefault(option, {})[command] = action.metavar
+    assert named == {
+        "--store": {"backtest": "STORE", "configs": "STORE", "proxy": "STORE"},
+        "--quotas": {"backtest": "FILE"},
+    }
+
+
 def test_the_command_list_is_every_module() -> None:
     assert len(_commands()) == len(COMMANDS) == 6
 

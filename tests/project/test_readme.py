@@ -506,3 +506,20 @@ def test_bench_table_is_the_latest_results(tmp_path: Path) -> None:
     text = report.table(latest["rows"], latest["machine"], latest["mode"])
     bench_readme = report.BENCH_README.read_text(encoding="utf-8")
     assert f"{report.START}\n{text}\n{report.END}" in bench_readme
+
+
+def test_bench_readme_lists_every_target_as_report_sets_it() -> None:
+    """The targets table of benches/README.md is report.py's ``TARGETS``, each row once:
+    the benchmark, the baseline whose row carries it, and the target's text."""
+    report = _bench_report()
+    bench_readme = report.BENCH_README.read_text(encoding="utf-8")
+    section = bench_readme.split("\n## Targets\n", 1)[1].split("\n## ", 1)[0]
+    rows = [
+        tuple(cell.strip() for cell in line.strip("|").split("|"))
+        for line in section.splitlines()
+        if line.startswith("| `")
+    ]
+    expected = [
+        (f"`{t.name}`", f"`{t.baseline.rsplit('/', 1)[1]}`", f"`{t.text}`") for t in report.TARGETS
+    ]
+    assert sorted(rows) == sorted(expected)

@@ -136,7 +136,7 @@ def test_proxy_and_backtest_honour_a_callback_that_halves_a_user_quota(
     def backtest(out: Path, *extra: str) -> Any:
         done = subprocess.run(
             _kquota(
-                *("backtest", "--traffic", str(capture), "--quotas", str(store)),
+                *("backtest", "--traffic", str(capture), "--store", str(store)),
                 *("--out", str(out), "--quiet", *extra),
             ),
             capture_output=True,

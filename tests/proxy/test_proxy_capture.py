@@ -304,7 +304,7 @@ def test_backtest_over_a_capture_gives_the_throttles_the_proxy_applied(
             "backtest",
             "--traffic",
             str(capture),
-            "--quotas",
+            "--store",
             str(store),
             "--out",
             str(out),

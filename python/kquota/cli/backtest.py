@@ -44,7 +44,7 @@ def register(subparsers: Any) -> None:
         epilog=(
             "examples:\n"
             "  kquota backtest --traffic logs/ --quotas quotas.json --out out\n"
-            "  kquota backtest --traffic traffic.parquet --quotas quotas.sqlite --out out \\\n"
+            "  kquota backtest --traffic traffic.parquet --store quotas.sqlite --out out \\\n"
             "      --mode closed --scale 0.5,1,2 --recommend --target 0.01\n"
             "  kquota backtest --traffic 'logs/*/kafka-request.log*' --quotas quotas.json \\\n"
             "      --broker-id-from 'kafka-(\\d+)/' --log-timezone Europe/Paris --out out"
@@ -52,12 +52,20 @@ def register(subparsers: Any) -> None:
         formatter_class=ExamplesFormatter,
     )
     parser.add_argument("--traffic", required=True, metavar="PATH", help="Parquet or CSV traffic")
-    parser.add_argument(
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument(
         "--quotas",
-        required=True,
         metavar="FILE",
-        help="a quota file (kquota configs format), or a store: a kquota SQLite store file, "
-        "sqlite://PATH or SCHEME://... of an installed store backend",
+        help="the quotas to replay, from a quota file (the format of kquota configs --import "
+        "and --export, and of gen-traffic --quotas-out); deprecated for a store, which it "
+        "still reads: name a store with --store",
+    )
+    source.add_argument(
+        "--store",
+        metavar="STORE",
+        help="the quotas to replay, from a store, as kquota configs and kquota proxy name it: "
+        "a SQLite file, sqlite://PATH, kafka://HOST:PORT/TOPIC or SCHEME://... of an installed "
+        "backend (read as it is, never created or changed)",
     )
     parser.add_argument("--out", required=True, metavar="DIR", help="output folder")
     parser.add_argument(
@@ -267,25 +275,51 @@ def log_options(args: argparse.Namespace) -> Any:
 
 
 def load_quotas(spec: str) -> QuotaConfig:
-    """A quota file, or the configuration of a store (SQLite file or ``SCHEME://``).
+    """A quota file, or the configuration of a store (SQLite file or ``SCHEME://``): what
+    ``--quotas`` reads (a store there is the deprecated form of ``--store``).
 
     Reading never creates a store: a store or file that is not there is an error naming
     it, as is a store never written (it holds no quotas to back-test).
     """
-    if "://" in spec:
-        return _store_config(open_store(spec))
-    path = Path(spec)
+    if is_store(spec):
+        return load_store(spec)
+    return QuotaConfig.load(Path(spec))
+
+
+def load_store(spec: str) -> QuotaConfig:
+    """The configuration of the store ``spec`` names (``--store``), as
+    :func:`~kquota.config.open_store` opens it; never created, and refused when never
+    written or when it is a quota file (which ``--quotas`` reads)."""
+    if "://" not in spec:
+        try:
+            with Path(spec).open("rb") as handle:
+                magic = handle.read(len(SQLITE_MAGIC))
+        except OSError:
+            magic = SQLITE_MAGIC  # not there, or not readable: the store says which
+        if magic not in (SQLITE_MAGIC, b""):
+            raise StoreError(
+                f"--store {spec!r} is not a kquota store (a SQLite file): for a quota file, "
+                "use --quotas FILE"
+            )
+    return _store_config(open_store(spec))
+
+
+def is_store(spec: str) -> bool:
+    """Whether ``spec`` names a store (``SCHEME://...`` or a SQLite file) rather than a
+    quota file; a path that cannot be read is an error naming it."""
+    return "://" in spec or _magic(spec) == SQLITE_MAGIC
+
+
+def _magic(spec: str) -> bytes:
+    """The first bytes of the file ``spec``, as many as SQLite's header string."""
     try:
-        with path.open("rb") as handle:
-            magic = handle.read(len(SQLITE_MAGIC))
+        with Path(spec).open("rb") as handle:
+            return handle.read(len(SQLITE_MAGIC))
     except OSError as exc:
         raise QuotaFileError(
             f"cannot read quota file or store {spec!r}: {exc.strerror} (expected a quota "
             "file, a kquota SQLite store, sqlite://PATH or SCHEME://...)"
         ) from None
-    if magic == SQLITE_MAGIC:
-        return _store_config(open_store(str(path)))
-    return QuotaConfig.load(path)
 
 
 def _store_config(store: QuotaStore) -> QuotaConfig:
@@ -321,6 +355,25 @@ def _with_callback(config: QuotaConfig, spec: str | None) -> QuotaConfig:
     return dataclasses.replace(config, quota_callback=spec)
 
 
+def _source(args: argparse.Namespace) -> QuotaConfig:
+    """The quotas ``--store`` or ``--quotas`` names (a store given to ``--quotas`` is read
+    as ``--store`` reads it)."""
+    if args.store is not None:
+        return load_store(args.store)
+    return load_quotas(args.quotas)
+
+
+def _deprecated_store_note(args: argparse.Namespace) -> None:
+    """After a run that read a store through ``--quotas``, one line on stderr naming
+    ``--store``. Only on success: a refused run keeps its one line."""
+    if args.quotas is not None and is_store(args.quotas):
+        print(
+            f"kquota backtest: note: --quotas {args.quotas!r} is a store; --quotas for a store "
+            "is deprecated, name it with --store",
+            file=sys.stderr,
+        )
+
+
 def run(args: argparse.Namespace) -> int:
     """Run the job; print the summary table and where the report is."""
     from kquota.backtest import inputs, job, report, session
@@ -330,8 +383,7 @@ def run(args: argparse.Namespace) -> int:
         options = BacktestOptions(
             traffic=args.traffic,
             quotas=_with_release(
-                _with_callback(load_quotas(args.quotas), args.quota_callback),
-                args.kafka_version,
+                _with_callback(_source(args), args.quota_callback), args.kafka_version
             ),
             out=args.out,
             mode=args.mode,
@@ -385,4 +437,5 @@ def run(args: argparse.Namespace) -> int:
         print(f"{'quota file':>15}: {result.recommended.path} (kquota configs --import)")
     if result.report is not None:
         print(f"{'report':>15}: {result.report}")
+    _deprecated_store_note(args)
     return EXIT_OK

@@ -106,6 +106,7 @@ def register(subparsers: Any) -> None:
             "--entity-type clients --entity-name app-1\n"
             "  kquota configs --describe --entity-type ips\n"
             "  kquota configs --export quotas.json\n"
+            "  kquota configs --store quotas.sqlite --import out/recommendations/quotas.json\n"
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
