@@ -195,19 +195,25 @@ def test_bounded_closed_loop_equals_the_reference(
         assert codes == {kernel.SERVED, kernel.UNSERVED_BUFFER_FULL, kernel.UNSERVED_TIMED_OUT}
     else:  # Kafka's limits hold this traffic's clients
         assert (got[0][kernel.ADDED_LATENCY] > 0).any()
-    # what was not served carries no throttle and is never later than its timeout
+    # what was not served carries no throttle, is never later than its timeout, and is
+    # never a fetch
     gone = got[0][got[0][kernel.UNSERVED] > 0]
     assert (gone[THROTTLES[-1]] == 0).all()
     assert (gone[kernel.ADDED_LATENCY] <= limits.delivery_timeout_ms).all()
+    assert not (kernel.kinds(frame.loc[gone.index, kernel.API]) == "fetch").any()
 
 
 def test_bounded_clients_catch_up_where_unbounded_ones_stay_behind(frame: pd.DataFrame) -> None:
     config = mixed_config().scaled(0.5)
     unbounded = kernel.replay_closed(frame, config)
     bounded = kernel.replay_closed(frame, config, kernel.ClientLimits())
-    # the same throttled traffic, but bounded clients are never later than their timeout
-    assert unbounded[kernel.ADDED_LATENCY].max() > kernel.ClientLimits().delivery_timeout_ms
-    assert bounded[kernel.ADDED_LATENCY].max() <= kernel.ClientLimits().delivery_timeout_ms
+    # the same throttled traffic, but bounded producers and other clients are never later
+    # than their timeout; consumers fall behind (a fetch is never given up)
+    fetch = np.asarray(kernel.kinds(frame[kernel.API]) == "fetch")
+    limit = kernel.ClientLimits().delivery_timeout_ms
+    assert unbounded[kernel.ADDED_LATENCY][~fetch].max() > limit
+    assert bounded[kernel.ADDED_LATENCY][~fetch].max() <= limit
+    assert (bounded[kernel.UNSERVED][fetch] == kernel.SERVED).all()
     assert bounded[kernel.ADDED_LATENCY].mean() < unbounded[kernel.ADDED_LATENCY].mean()
     assert (unbounded[kernel.UNSERVED] == kernel.SERVED).all()
 

@@ -112,11 +112,12 @@ def replay_closed(frame: pd.DataFrame, config: QuotaConfig) -> pd.DataFrame:
 def replay_closed_bounded(
     frame: pd.DataFrame, config: QuotaConfig, limits: ClientLimits
 ) -> pd.DataFrame:
-    """Closed loop with bounded clients, one event at a time: a request joins its client at
+    """Closed loop with bounded clients, one event at a time (a client id's producer,
+    consumer and other requests are three clients): a request joins its client at
     its recorded time (a produce only if the client's unsent produce bytes leave room for
     it, else it is not served), and the client sends what it holds as soon as its channel
     is unmuted, in order; a request still waiting when its timeout runs out is given up
-    then. The columns of ``kquota.backtest.kernel.replay_closed`` with ``clients``."""
+    then (a fetch waits as long as it takes). The columns of ``kquota.backtest.kernel.replay_closed`` with ``clients``."""
     n = len(frame)
     produce = np.zeros(n, dtype=np.int32)
     fetch = np.zeros(n, dtype=np.int32)
@@ -130,8 +131,10 @@ def replay_closed_bounded(
     for r, i in enumerate(order):
         rank[i] = r
     codes, pairs = _pair_codes(frame[USER], frame[CLIENT])
-    code = codes.tolist()
     kind = kinds(frame[API]).tolist()
+    # a client id's producer, consumer and the rest are connections of their own
+    lanes = {"produce": 0, "fetch": 1}
+    code = [3 * c + lanes.get(k, 2) for c, k in zip(codes.tolist(), kind, strict=True)]
     size = frame[BYTES].to_numpy(dtype=np.float64).tolist()
     recorded = frame[TS].to_numpy(dtype=np.int64).tolist()
     threads: list[float | None] = [None] * n
@@ -144,15 +147,18 @@ def replay_closed_bounded(
         config.manager("produce"), config.manager("fetch"), config.manager("request")
     )
     never = -(2**62)
-    queue: list[deque[int]] = [deque() for _ in pairs]
-    buffered = [0.0] * len(pairs)
-    last = [never] * len(pairs)
-    mute_end = [never] * len(pairs)
-    scheduled = [False] * len(pairs)
-    giving_up = [False] * len(pairs)
+    clients = 3 * len(pairs)
+    queue: list[deque[int]] = [deque() for _ in range(clients)]
+    buffered = [0.0] * clients
+    last = [never] * clients
+    mute_end = [never] * clients
+    scheduled = [False] * clients
+    giving_up = [False] * clients
     heap: list[tuple[int, int, int]] = []
 
-    def timeout(i: int) -> int:
+    def timeout(i: int) -> float:
+        if kind[i] == "fetch":  # a consumer that falls behind reads later
+            return float("inf")
         return limits.delivery_timeout_ms if kind[i] == "produce" else limits.api_timeout_ms
 
     def schedule(c: int) -> None:
@@ -177,7 +183,7 @@ def replay_closed_bounded(
             if giving_up[c]:
                 unserved[i] = UNSERVED_TIMED_OUT
             else:
-                user, client = pairs[c]
+                user, client = pairs[c // 3]
                 outcome = path.record(user, client, kind[i], size[i], threads[i], now_ms=now)
                 produce[i] = outcome.produce_throttle_ms
                 fetch[i] = outcome.fetch_throttle_ms

@@ -230,8 +230,8 @@ def add_client_options(parser: argparse.ArgumentParser) -> None:
         type=int,
         metavar="MS",
         default=60_000,
-        help="how long any other request may wait to be sent "
-        "(default 60000, default.api.timeout.ms)",
+        help="how long any other request but a fetch may wait to be sent "
+        "(default 60000, default.api.timeout.ms; a consumer that falls behind reads later)",
     )
     clients.add_argument(
         "--unbounded-clients",

@@ -368,8 +368,10 @@ class ClientLimits:
     """What bounds a client in closed loop, as Kafka's Java clients bound themselves (their
     defaults here): the produce bytes it holds unsent (``buffer.memory``), how long a
     produce may wait to be sent (``delivery.timeout.ms``) and how long any other request may
-    (``default.api.timeout.ms``). A produce that finds no room, or a request still waiting
-    when its time runs out, is not served (:data:`~kquota.backtest.kernel.UNSERVED`)."""
+    (``default.api.timeout.ms``) but a consumer's fetch, which waits as long as it takes (a
+    consumer that falls behind reads later: its lag). A produce that finds no room, or a
+    request still waiting when its time runs out, is not served
+    (:data:`~kquota.backtest.kernel.UNSERVED`)."""
 
     buffer_bytes: int = 33_554_432
     delivery_timeout_ms: int = 120_000
@@ -400,8 +402,9 @@ def replay_closed(
     the client sends nothing more to the broker until ``t + T``; a later request that would
     have gone out before then waits.
 
-    With ``clients`` (bounded clients, :class:`ClientLimits`) a client sends what it holds
-    as soon as it may (``sent = max(recorded, its last send, mute end)``), so it catches up
+    With ``clients`` (bounded clients, :class:`ClientLimits`; a client id's producer,
+    consumer and other requests are then three connections, each muted by its own
+    throttles) a client sends what it holds as soon as it may (``sent = max(recorded, its last send, mute end)``), so it catches up
     when its demand drops; a produce that finds its buffer full, or a request still waiting
     when its timeout runs out, is not served (:data:`UNSERVED`). Without, the client's
     timeline shifts: every later request goes out that much later too (``sent =

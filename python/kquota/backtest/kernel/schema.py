@@ -98,7 +98,8 @@ UNSERVED_BUFFER_FULL: Final = 1
 """A produce request found its client's buffer (``buffer.memory``) full."""
 UNSERVED_TIMED_OUT: Final = 2
 """A request was still waiting in its client when its timeout ran out
-(``delivery.timeout.ms`` for a produce, ``default.api.timeout.ms`` for others)."""
+(``delivery.timeout.ms`` for a produce, ``default.api.timeout.ms`` for others but a fetch,
+which waits)."""
 MUTATION_THROTTLE: Final = "mutation_throttle_ms"
 """The controller-mutation quota's throttle of a mutation request (0 otherwise); the applied
 :data:`THROTTLE` is the larger of it and the request quota's, ties to the request quota."""

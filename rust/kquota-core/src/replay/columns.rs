@@ -197,7 +197,8 @@ pub const SERVED: i8 = 0;
 /// `send` blocks for `max.block.ms`, then fails; a client held at its quota stays full).
 pub const UNSERVED_BUFFER_FULL: i8 = 1;
 /// `unserved` code: the request was still waiting in its client when its timeout ran out
-/// (`delivery.timeout.ms` for a produce, `default.api.timeout.ms` for any other).
+/// (`delivery.timeout.ms` for a produce, `default.api.timeout.ms` for any other but a
+/// fetch, which waits: a consumer that falls behind reads later).
 pub const UNSERVED_TIMED_OUT: i8 = 2;
 
 /// What bounds a closed-loop client: how much produce data it holds unsent, and how long
@@ -210,7 +211,8 @@ pub struct ClientLimits {
     pub buffer_bytes: i64,
     /// How long a produce request may wait to be sent, ms (`delivery.timeout.ms`).
     pub delivery_timeout_ms: i64,
-    /// How long any other request may wait to be sent, ms (`default.api.timeout.ms`).
+    /// How long any other request but a fetch may wait to be sent, ms
+    /// (`default.api.timeout.ms`); a consumer's fetch waits as long as it takes.
     pub api_timeout_ms: i64,
 }
 
@@ -239,12 +241,13 @@ impl ClientLimits {
         Ok(self)
     }
 
-    /// How long a request of `kind` may wait to be sent.
+    /// How long a request of `kind` may wait to be sent. A consumer's fetch is never
+    /// given up: a consumer that falls behind reads the same data later (its lag).
     pub(super) fn timeout_ms(&self, kind: ApiKind) -> i64 {
-        if kind == ApiKind::Produce {
-            self.delivery_timeout_ms
-        } else {
-            self.api_timeout_ms
+        match kind {
+            ApiKind::Produce => self.delivery_timeout_ms,
+            ApiKind::Fetch => i64::MAX,
+            _ => self.api_timeout_ms,
         }
     }
 }

@@ -6,7 +6,7 @@ use super::columns::{
     KIND_OTHER, KIND_PRODUCE, SERVED, UNSERVED_BUFFER_FULL,
 };
 use super::mutation::MutationTable;
-use super::scenario::{table_index, Client, ClosedLoop, Decisions, Event, Scenario, Scratch};
+use super::scenario::{table_index, ClosedLoop, Decisions, Event, Scenario, Scratch};
 use super::sensor::SensorTable;
 use super::stats::EntitySummary;
 use crate::error::{check_quota, check_usage, Error, Result};
@@ -121,9 +121,7 @@ impl ReplayKernel {
         for s in &mut self.scenarios {
             s.mutations.resolve(&self.pairs, first);
             if let Some(closed) = &mut s.closed {
-                closed
-                    .clients
-                    .resize_with(self.pairs.len(), Client::default);
+                closed.resize(self.pairs.len());
             }
         }
         Ok(first as u32)

@@ -34,13 +34,16 @@
 //! what Kafka's clients are: a producer holds at most `buffer.memory` bytes unsent (a
 //! produce request that finds no room is not served), and a request still waiting in its
 //! client after its timeout (`delivery.timeout.ms` for a produce, `default.api.timeout.ms`
-//! for others) is given up then; a bounded client sends what it holds as soon as its
-//! channel is unmuted (`sent = max(recorded, its last send, mute end)`), so it catches up
-//! when its demand drops instead of staying behind. The rows say which requests were not
-//! served ([`Output::unserved`]). This is the back-test's `replay_closed`, streamed: an event is replayed
-//! once no event fed later can come before it (it is sent at or before the last time fed),
-//! so only the events not sent yet are held, per client in time order; [`ReplayKernel::finish`]
-//! replays the rest. Outputs come out as events are replayed, with their input position.
+//! for others) is given up then (a fetch is not: a consumer that falls behind reads
+//! later, its lag). A pair's produce, fetch and other requests are three bounded clients
+//! (in Kafka, three connections, each muted by its own throttled responses); a bounded
+//! client sends what it holds as soon as its channel is unmuted
+//! (`sent = max(recorded, its last send, mute end)`), so it catches up when its demand
+//! drops instead of staying behind. The rows say which requests were not served
+//! ([`Output::unserved`]). This is the back-test's `replay_closed`, streamed: an event is
+//! replayed once no event fed later can come before it (it is sent at or before the last
+//! time fed), so only the events not sent yet are held, per client in time order;
+//! [`ReplayKernel::finish`] replays the rest. Outputs come out as events are replayed, with their input position.
 //!
 //! **Sensor expiry** is Kafka's: the broker's expiry task runs every
 //! [`ReplayOptions::expiry_task_ms`] (Kafka: 30 s; here at the multiples of it, before

@@ -100,11 +100,27 @@ pub(super) struct Client {
 
 #[derive(Debug, Clone, Default)]
 pub(super) struct ClosedLoop {
+    /// Unbounded: one client per pair. Bounded: [`LANES`] per pair (its producer, its
+    /// consumer and the rest, each a connection of its own), at `pair * LANES + lane`.
     pub(super) clients: Vec<Client>,
-    /// (sent, seq, pair) of each client's next event.
-    pub(super) heap: BinaryHeap<Reverse<(i64, u64, u32)>>,
+    /// (sent, seq, client) of each client's next event.
+    pub(super) heap: BinaryHeap<Reverse<(i64, u64, usize)>>,
     /// Bounded clients, or `None`: unbounded ones.
     pub(super) limits: Option<ClientLimits>,
+}
+
+/// Bounded clients: the connections of one pair (a client id of a user) the replay tells
+/// apart. Kafka mutes the connection a throttled response went out on, and a producer and a
+/// consumer of one client id are different connections: a lagging consumer does not hold
+/// its producer's requests back.
+pub(super) const LANES: usize = 3;
+
+fn lane(kind: ApiKind) -> usize {
+    match kind {
+        ApiKind::Produce => 0,
+        ApiKind::Fetch => 1,
+        _ => 2,
+    }
 }
 
 impl ClosedLoop {
@@ -115,24 +131,38 @@ impl ClosedLoop {
         }
     }
 
+    /// The clients of `pairs` pairs.
+    pub(super) fn resize(&mut self, pairs: usize) {
+        let lanes = if self.limits.is_some() { LANES } else { 1 };
+        self.clients.resize_with(pairs * lanes, Client::default);
+    }
+
+    /// The client that sends `e`.
+    fn client_of(&self, e: &Event) -> usize {
+        match self.limits {
+            None => e.pair as usize,
+            Some(_) => e.pair as usize * LANES + lane(e.kind),
+        }
+    }
+
     /// Takes event `e` into its client at its time; gives it back when a bounded
     /// client's buffer has no room for it (it is then not served).
     pub(super) fn admit(&mut self, e: Event) -> Option<Event> {
-        let client = &mut self.clients[e.pair as usize];
+        let at = self.client_of(&e);
+        let client = &mut self.clients[at];
         if let (Some(limits), ApiKind::Produce) = (self.limits, e.kind) {
             if client.buffered + e.bytes > limits.buffer_bytes as f64 {
                 return Some(e);
             }
             client.buffered += e.bytes;
         }
-        let pair = e.pair;
         client.queue.push_back(e);
-        self.schedule(pair);
+        self.schedule(at);
         None
     }
 
-    pub(super) fn schedule(&mut self, pair: u32) {
-        let client = &mut self.clients[pair as usize];
+    pub(super) fn schedule(&mut self, at: usize) {
+        let client = &mut self.clients[at];
         if client.scheduled {
             return;
         }
@@ -162,7 +192,7 @@ impl ClosedLoop {
             }
         };
         client.scheduled = true;
-        self.heap.push(Reverse((due, e.seq, pair)));
+        self.heap.push(Reverse((due, e.seq, at)));
     }
 }
 
@@ -500,13 +530,13 @@ impl Scenario {
         let Some(mut closed) = self.closed.take() else {
             return;
         };
-        while let Some(&Reverse((due, _, pair))) = closed.heap.peek() {
+        while let Some(&Reverse((due, _, at))) = closed.heap.peek() {
             if due > limit {
                 break;
             }
             closed.heap.pop();
             let limits = closed.limits;
-            let client = &mut closed.clients[pair as usize];
+            let client = &mut closed.clients[at];
             client.scheduled = false;
             let e = client
                 .queue
@@ -519,20 +549,20 @@ impl Scenario {
                 }
                 if client.giving_up {
                     out.push_unserved(index, &e, due, UNSERVED_TIMED_OUT);
-                    closed.schedule(pair);
+                    closed.schedule(at);
                     continue;
                 }
             }
             let d = self.handle(&e, due);
             out.push(index, &e, due, &d);
-            let client = &mut closed.clients[pair as usize];
+            let client = &mut closed.clients[at];
             if d.applied > 0 {
                 let end = due + i64::from(d.applied);
                 if client.mute_end.is_none_or(|m| end > m) {
                     client.mute_end = Some(end);
                 }
             }
-            closed.schedule(pair);
+            closed.schedule(at);
         }
         self.closed = Some(closed);
     }
