@@ -193,6 +193,9 @@ class BacktestResult:
     """The first and last request's time (epoch ms, UTC), ``None`` with no request."""
     target: float | None = None
     """With ``recommend``: the throttled fraction the recommendations meet."""
+    plotted: pd.DataFrame | None = None
+    """The sensors the report plots (:func:`kquota.backtest.report.plot_choice`), in rows
+    like those of :attr:`top_entities`; ``None``: chosen from :attr:`top_entities`."""
 
     @property
     def rows_quarantined(self) -> int:
