@@ -4,6 +4,7 @@ and its opening sentences on a real back-test of generated traffic."""
 from __future__ import annotations
 
 import dataclasses
+import html
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -405,7 +406,11 @@ def test_throttled_produce_is_drawn_at_its_rate() -> None:
 
 
 def test_the_summary_ranks_the_entities_by_throttle_time_and_by_delay() -> None:
-    rows = entity_rows({**ALICE_THROTTLED, ("fetch", "b1", "bob"): (200, 30, 60_000, 2500)})
+    bob = {
+        ("fetch", "b1", "bob"): (200, 30, 60_000, 2500),
+        ("request", "b1", "bob"): (200, 0, 0, 0),
+    }
+    rows = entity_rows({**ALICE_THROTTLED, **bob})
     rows["max_added_latency_ms"] = np.where(rows["sensor_user"] == "bob", 9000, 100)
     rows.loc[rows["scenario"] == "x2", "max_added_latency_ms"] = 0
     ranked = ranked_entities(dataclasses.replace(result(), mode="closed"), rows)
@@ -417,7 +422,12 @@ def test_the_summary_ranks_the_entities_by_throttle_time_and_by_delay() -> None:
         ["user=bob", 30, 60_000],
     ]
     assert throttled["throttled_fraction"].tolist() == [30 / 500, 30 / 200]
-    assert delayed["entity"].tolist()[0] == "user=bob"
+    # how late an entity's requests went out is the same whatever the sensor: one row each,
+    # of the quota type that throttled it
+    assert delayed[["entity", "quota_type"]].values.tolist() == [
+        ["user=bob", "fetch"],
+        ["user=alice", "produce"],
+    ]
     # open loop: nothing is delayed, so no such ranking
     assert [r.title for r, _ in ranked_entities(result(), rows)] == ["Most throttled"]
 
@@ -504,9 +514,9 @@ def test_the_page_opens_with_short_paragraphs_and_the_table(tmp_path: Path) -> N
     assert "<td>user=alice</td><td>produce</td><td>1.00</td>" in summary  # quota in kB/s
     assert ">quota (kB/s)<" in summary
     # a caption under each plot says what its marks mean
-    captions = re.findall(r"<figcaption>(.*?)</figcaption>", page)
+    captions = [html.unescape(c) for c in re.findall(r"<figcaption>(.*?)</figcaption>", page)]
     assert len(captions) == 2 and "quota, 1 kB/s on this broker" in captions[0]
-    assert "over their 10 s" in captions[0] and "leaves out the oldest sample" in captions[0]
+    assert "over their 10 s" in captions[0] and "another stretch than the curve's" in captions[0]
     # the provenance block is kept
     assert '<dl class="provenance">' in page and "<dt>span</dt>" in page
 

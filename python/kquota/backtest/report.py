@@ -521,11 +521,22 @@ class Ranking:
     """How that column is formatted (``ms``: durations, in the unit of the largest)."""
     aggregate: str = "sum"
     modes: tuple[str, ...] = ("open", "closed")
+    per_entity: bool = False
+    """One row per entity, of its quota type with the most requests throttled: for what
+    all of an entity's requests share (how late they went out), whatever the sensor."""
 
 
 RANKINGS: Final = (
     Ranking("Most throttled", "total_throttle_ms", "throttle in all", "ms"),
-    Ranking("Most delayed", "max_added_latency_ms", "sent late, at most", "ms", "max", ("closed",)),
+    Ranking(
+        "Most delayed",
+        "max_added_latency_ms",
+        "sent late, at most",
+        "ms",
+        "max",
+        ("closed",),
+        per_entity=True,
+    ),
 )
 """The rankings of the summary's table, in order; one entry adds one."""
 RANKED: Final = 3
@@ -572,7 +583,13 @@ def ranked_entities(
         per = per[per["measure"].fillna(0) > 0]
         if per.empty:
             continue
-        per = per.sort_values(["measure", *keys], ascending=[False, True, True], kind="stable")
+        per = per.sort_values(
+            ["measure", "throttled_requests", *keys],
+            ascending=[False, False, True, True],
+            kind="stable",
+        )
+        if ranking.per_entity:
+            per = per.drop_duplicates("entity")
         per = per.head(RANKED).rename(columns={"measure": ranking.column})
         per["throttled_fraction"] = per["throttled_requests"] / per["requests"].where(
             per["requests"] > 0
@@ -650,6 +667,12 @@ def opening_paragraphs(
     recommended = _recommended(result)
     paragraphs += [recommended[:1], recommended[1:]]
     return [paragraph for paragraph in paragraphs if paragraph]
+
+
+def _recommendation_paragraphs(result: BacktestResult) -> int:
+    """How many of :func:`opening_paragraphs`' last paragraphs are the recommendations'."""
+    recommended = _recommended(result)
+    return len([p for p in (recommended[:1], recommended[1:]) if p])
 
 
 def _who(per: pd.DataFrame, complete: bool) -> list[str]:
@@ -907,12 +930,13 @@ def _caption(quota_type: str, quota: str | None, window: Window, marked: bool) -
     else:
         marks = (
             "A red dot is a window in which a request was throttled, drawn at the curve's "
-            f"value for that window. Kafka decides at each request, over its {n} samples "
-            "including the window in progress (the usage so far over the time since its "
-            "oldest sample began), so its rate at that moment can be over the quota while "
-            "the curve, another average that ends at the window's end and leaves out the "
-            "oldest sample, is under it: a dot under the line is that difference in "
-            "averaging."
+            "value for that window. Kafka decided at the request, on the usage of its "
+            "samples up to that moment (the window in progress included; its samples start "
+            "at requests, not on the plot's whole seconds) over the time since the oldest "
+            f"began, at least {span * seconds:g} s: another stretch than the curve's, which "
+            "averages whole windows up to the window's end. So the rate Kafka measured can "
+            "be over the quota while the curve is under it: a dot under the line is that "
+            "difference in averaging."
         )
     return line + curve + (marks if marked else "No request of the plotted span was throttled.")
 
@@ -1032,7 +1056,10 @@ th { background: #f3f3f3; }
 td:first-child, th:first-child { text-align: left; }
 table.ranked tr.ranking th { text-align: left; background: #e4e9f2; }
 code { background: #f3f3f3; padding: 0 0.2em; }
-section.summary p { margin: 0.4em 0; }
+section.summary p { margin: 0.35em 0; }
+section.summary h2 { margin-top: 0.9em; }
+section.summary p.note { font-size: 0.9em; color: #444; }
+section.summary table { margin-bottom: 0.6em; }
 figure { margin: 1em 0 1.8em; }
 figure img { max-width: 100%; height: auto; display: block; }
 figcaption { font-size: 0.9em; color: #444; max-width: 60em; }
@@ -1098,22 +1125,27 @@ def write_report(result: BacktestResult, out: Path) -> Path:
     paragraphs = opening_paragraphs(result, entities)
     # the first paragraph is the opening (its class marks where the summary starts)
     marks = ['<p class="opening">', *["<p>"] * (len(paragraphs) - 1)]
-    summary = "".join(
+    texts = [
         f"{mark}{esc(' '.join(sentences))}</p>"
         for mark, sentences in zip(marks, paragraphs, strict=True)
-    )
+    ]
+    # the findings, the entities they name, then what the recommendations change: the
+    # table stays on the first screen
+    split = len(texts) - _recommendation_paragraphs(result)
     body = [
         "<h1>kquota back-test</h1>",
-        f'<section class="summary">{summary}',
+        '<section class="summary">',
+        *texts[:split],
     ]
     ranked = ranked_entities(result, entities)
     if ranked:
         body.append(
-            f"<h2>The entities that matter ({esc(result.base_scenario)})</h2>"
-            "<p>Per entity and quota type, across brokers: the quota (per broker), its "
-            "requests throttled and their share of its requests, and the longest throttle.</p>"
+            f'<h2>The entities that matter ({esc(result.base_scenario)})</h2><p class="note">'
+            "Per entity and quota type, across brokers: the quota (per broker), its requests "
+            "throttled and their share of its requests, and the longest throttle.</p>"
         )
         body.append(_ranked_table(ranked))
+    body.extend(texts[split:])
     body.append("</section>")
     body.append(
         f"<p>{result.rows_read:,} requests read, {result.rows_valid:,} replayed "
