@@ -83,7 +83,16 @@ $(KQUOTA_CACHE)/kafka-%/.complete: apache-kafka/pom.xml
 	mv $(@D).partial $(@D)
 	touch $@
 
-tools: $(TANSU) $(CARGO_FUZZ) $(ACTIONLINT) $(KAFKA) $(KAFKA3) $(KAFKA_NEWEST) ## Build or fetch the pinned tools into $(KQUOTA_CACHE)
+# Chromium from the distribution's packages (Debian's `chromium`), for the tests that open the
+# back-test report in a real browser through Playwright (which never downloads a browser of
+# its own here). Installed only when missing; needs root or sudo.
+CHROMIUM := /usr/bin/chromium
+ROOT     := $(if $(filter 0,$(shell id -u)),,sudo)
+$(CHROMIUM):
+	@echo "Installing Chromium from Debian's packages (for the report's browser tests)"
+	$(ROOT) apt-get update -qq && $(ROOT) apt-get install -y chromium
+
+tools: $(TANSU) $(CARGO_FUZZ) $(ACTIONLINT) $(KAFKA) $(KAFKA3) $(KAFKA_NEWEST) $(CHROMIUM) ## Build or fetch the pinned tools into $(KQUOTA_CACHE), and Chromium
 
 # The demo back-tests generated traffic twice. The main run is closed loop: clients honour
 # throttles (KIP-219), as Kafka clients do, so it tells the delays they would see. The
@@ -154,7 +163,7 @@ fuzz-oracle: check-shared $(EXT) $(KAFKA) $(KAFKA3) $(KAFKA_NEWEST) ## Random tr
 	KQUOTA_ORACLE_SEED=$(ORACLE_SEED) KQUOTA_ORACLE_SCALE=$(ORACLE_SCALE) \
 	  $(PY) -m pytest tests/core/test_kafka_oracle.py -k with_kafka -p no:cacheprovider
 
-test-python: check-shared $(EXT) $(TANSU) $(KAFKA) $(KAFKA3) $(KAFKA_NEWEST) ## pytest (conformance, Kafka as the oracle, kquota proxy against Tansu)
+test-python: check-shared $(EXT) $(TANSU) $(KAFKA) $(KAFKA3) $(KAFKA_NEWEST) $(CHROMIUM) ## pytest (conformance, Kafka as the oracle, kquota proxy against Tansu, the report in Chromium)
 	$(PY) -m pytest
 
 lint: $(DEPS) $(ACTIONLINT) ## rustfmt, clippy, ruff, mypy, stubtest, actionlint, the docs build

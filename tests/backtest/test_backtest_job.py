@@ -326,6 +326,15 @@ def test_report(open_run: tuple[BacktestResult, Path]) -> None:
     halves = result.totals.set_index("scenario")["throttled_requests"]
     assert halves["x0.5"] > halves["x1"] > 0
     assert not result.top_entities.empty and result.rate_series
+    # the plots cover every quota type throttled, as many entities as there are plots
+    entities = pd.read_parquet(out / "entities")
+    throttled = entities[(entities["scenario"] == "x1") & (entities["throttled_requests"] > 0)]
+    plotted = result.plotted
+    assert plotted is not None and len(plotted) == min(report.PLOTTED_ENTITIES, len(throttled))
+    assert set(plotted["quota_type"]) == set(throttled["quota_type"])
+    many = min(len(plotted), throttled["entity"].nunique())
+    assert plotted["entity"].nunique() == many
+    assert len(result.rate_series) == len(plotted)
     # each plotted sensor's usage per window, as the written rows of the base scenario say
     requests = read_requests(out)
     requests = requests[requests["scenario"] == result.base_scenario]
@@ -335,7 +344,7 @@ def test_report(open_run: tuple[BacktestResult, Path]) -> None:
         if quota_type == "request":
             mine = requests[
                 (requests["request_sensor_user"] == user)
-                & (requests["request_sensor_client"] == client)
+                & (requests["request_sensor_client_id"] == client)
                 & requests[kernel.THREAD].notna()
             ]
             amount = mine[kernel.THREAD].astype(float) * kernel.NANOS_TO_PERCENT

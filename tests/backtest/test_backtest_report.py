@@ -4,6 +4,9 @@ and its opening sentences on a real back-test of generated traffic."""
 from __future__ import annotations
 
 import dataclasses
+import html
+import re
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,8 +22,13 @@ from kquota.backtest.kernel import ClientLimits
 from kquota.backtest.options import BacktestOptions, BacktestResult, RecommendedFile
 from kquota.backtest.report import (
     MAX_POINTS,
+    RANKINGS,
+    Ranking,
     RatePlot,
     opening,
+    opening_paragraphs,
+    plot_choice,
+    ranked_entities,
     rate_over_time,
     rate_plot,
     read_entities,
@@ -140,7 +148,10 @@ def test_terminal_summary() -> None:
     assert "quarantined: 2 bytes negative" in text and "note: a note" in text
     assert "x1     1,000         30     3.00%" in text
     assert "Most throttled sensors (x1):" in text and "user=alice" in text
-    assert "2,700" in text and "0.75%" in text
+    # quotas in kB/s (the header says so), durations in the unit of the column's largest
+    assert "meets target at (kB/s)" in text and " 2.70 " in text and "0.75%" in text
+    assert "throttle in all (min)" in text and "longest (s)" in text
+    assert "90,000" not in text  # the throttle total in ms
 
 
 def test_html_report_with_plots(tmp_path: Path) -> None:
@@ -272,7 +283,8 @@ def test_opening_follows_the_entities_the_quotas_throttle() -> None:
     assert two[0].endswith("under these quotas (x1), from 2 entities.")
     # the type with the most throttle time first
     assert two[1].startswith("The produce quotas would throttle user=alice (30 requests")
-    assert "; the fetch quotas, user=bob (30 requests" in two[1]
+    # a sentence per quota type
+    assert two[2].startswith("The fetch quotas would throttle user=bob (30 requests")
 
 
 def test_opening_in_closed_loop_says_how_far_clients_fell_behind() -> None:
@@ -428,6 +440,125 @@ def test_throttled_produce_is_drawn_at_its_rate() -> None:
     assert len(plot.mark_times) == 100 and (plot.mark_rates < 30_000.0).all()
 
 
+# -- the summary's table, the plots' choice and the page -------------------------------------
+
+
+def test_the_summary_ranks_the_entities_by_throttle_time_and_by_delay() -> None:
+    bob = {
+        ("fetch", "b1", "bob"): (200, 30, 60_000, 2500),
+        ("request", "b1", "bob"): (200, 0, 0, 0),
+    }
+    rows = entity_rows({**ALICE_THROTTLED, **bob})
+    rows["max_added_latency_ms"] = np.where(rows["sensor_user"] == "bob", 9000, 100)
+    rows.loc[rows["scenario"] == "x2", "max_added_latency_ms"] = 0
+    ranked = ranked_entities(dataclasses.replace(result(), mode="closed"), rows)
+    assert [r.title for r, _ in ranked] == ["Most throttled", "Most delayed"]
+    throttled, delayed = (frame for _, frame in ranked)
+    # across brokers: alice's 30 throttled of 500 produce requests
+    assert throttled[["entity", "throttled_requests", "total_throttle_ms"]].values.tolist() == [
+        ["user=alice", 30, 90_000],
+        ["user=bob", 30, 60_000],
+    ]
+    assert throttled["throttled_fraction"].tolist() == [30 / 500, 30 / 200]
+    # how late an entity's requests went out is the same whatever the sensor: one row each,
+    # of the quota type that throttled it
+    assert delayed[["entity", "quota_type"]].values.tolist() == [
+        ["user=bob", "fetch"],
+        ["user=alice", "produce"],
+    ]
+    # open loop: nothing is delayed, so no such ranking
+    assert [r.title for r, _ in ranked_entities(result(), rows)] == ["Most throttled"]
+
+
+def test_another_ranking_is_one_entry() -> None:
+    rows = entity_rows(ALICE_THROTTLED).assign(undelivered_requests=[7, 0, 0, 0, 2, 0])
+    undelivered = Ranking("Most undelivered", "undelivered_requests", "undelivered")
+    ranked = ranked_entities(result(), rows, (*RANKINGS, undelivered))
+    assert ranked[-1][0] is undelivered
+    assert ranked[-1][1][["entity", "undelivered_requests"]].values.tolist() == [
+        ["user=alice", 7],
+        ["user=bob", 2],
+    ]
+    # a ranking whose column the entities do not have is left out
+    assert len(ranked_entities(result(), entity_rows(ALICE_THROTTLED), (undelivered,))) == 0
+
+
+def candidate(quota_type: str, broker: str, user: str, throttle_ms: int) -> dict[str, Any]:
+    return {
+        "quota_type": quota_type,
+        "broker": broker,
+        "sensor_user": user,
+        "sensor_client_id": "",
+        "entity": f"user={user}",
+        "total_throttle_ms": throttle_ms,
+    }
+
+
+def test_the_plots_cover_the_quota_types_and_different_entities() -> None:
+    candidates = pd.DataFrame(
+        [
+            candidate("produce", "b1", "t0", 900),
+            candidate("produce", "b2", "t0", 800),
+            candidate("produce", "b3", "t0", 700),
+            candidate("fetch", "b1", "t0", 600),
+            candidate("produce", "b1", "t4", 500),
+            candidate("fetch", "b1", "t5", 400),
+            candidate("request", "b2", "t6", 10),
+            candidate("controller_mutation", "b2", "t7", 5),
+        ]
+    )
+    chosen = plot_choice(candidates, 4)
+    # every type present, each of another entity (t0's fetch gives way to t5's)
+    assert chosen[["quota_type", "sensor_user"]].values.tolist() == [
+        ["produce", "t0"],
+        ["fetch", "t5"],
+        ["request", "t6"],
+        ["controller_mutation", "t7"],
+    ]
+    # with one type and one entity, its most throttled sensors
+    alone = plot_choice(candidates.head(3), 4)
+    assert alone["broker"].tolist() == ["b1", "b2", "b3"]
+    # two types: one each, then another entity before more of t0
+    two = plot_choice(candidates.head(6), 4)
+    assert two[["quota_type", "sensor_user"]].values.tolist() == [
+        ["produce", "t0"],
+        ["fetch", "t5"],
+        ["produce", "t4"],
+        ["produce", "t0"],
+    ]
+    # a type of one entity only: the other type's plot is of another entity
+    shared = pd.DataFrame(
+        [
+            candidate("fetch", "b1", "analytics", 900),
+            candidate("fetch", "b1", "t2", 800),
+            candidate("request", "b1", "analytics", 10),
+        ]
+    )
+    assert plot_choice(shared, 2)[["quota_type", "sensor_user"]].values.tolist() == [
+        ["fetch", "t2"],
+        ["request", "analytics"],
+    ]
+    assert plot_choice(candidates.iloc[0:0]).empty
+
+
+def test_the_page_opens_with_short_paragraphs_and_the_table(tmp_path: Path) -> None:
+    done = dataclasses.replace(result(), mode="closed")
+    paragraphs = opening_paragraphs(done)
+    assert len(paragraphs) >= 4 and all(len(" ".join(p).split()) < 90 for p in paragraphs)
+    page = write_report(done, tmp_path).read_text()
+    summary = page[page.index('<section class="summary">') : page.index("</section>")]
+    assert summary.count("<p") >= 4 and '<table class="ranked">' in summary
+    assert ">Most throttled<" in summary and ">longest throttle (s)<" in summary
+    assert "<td>user=alice</td><td>produce</td><td>1.00</td>" in summary  # quota in kB/s
+    assert ">quota (kB/s)<" in summary
+    # a caption under each plot says what its marks mean
+    captions = [html.unescape(c) for c in re.findall(r"<figcaption>(.*?)</figcaption>", page)]
+    assert len(captions) == 2 and "quota, 1 kB/s on this broker" in captions[0]
+    assert "over their 10 s" in captions[0] and "another stretch than the curve's" in captions[0]
+    # the provenance block is kept
+    assert '<dl class="provenance">' in page and "<dt>span</dt>" in page
+
+
 # -- on a real back-test ---------------------------------------------------------------------
 
 SPEC = synthetic.TrafficSpec(requests=20_000, brokers=2, users=10, clients=40, hours=1.0, seed=0)
@@ -456,8 +587,7 @@ def test_the_opening_names_who_the_quotas_throttle_and_changes_with_them(
     path, config = generated
     sentences = back_test(spark, path, config, tmp_path / "as-given")
     # the generated consumer that resets its offsets catches up at three times its quota
-    who = sentences[1]
-    fetch = who[who.lower().index("the fetch quotas") :].split(";")[0]
+    (fetch,) = [s for s in sentences if s.startswith("The fetch quotas")]
     assert "user=analytics (" in fetch
     # with a quota it never comes near, it is not named; the rest of the words follow
     analytics = Entity(user=synthetic.BOOTSTRAP_USER)
@@ -473,3 +603,144 @@ def test_the_opening_names_who_the_quotas_throttle_and_changes_with_them(
     raised = back_test(spark, path, roomy, tmp_path / "raised")
     assert "analytics" not in " ".join(raised)
     assert raised[0] != sentences[0] and raised[1] != sentences[1]
+
+
+# -- the report in a real browser ------------------------------------------------------------
+
+CHROMIUM = "/usr/bin/chromium"  # Debian's (make tools); Playwright's own browsers are not used
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+WIDE, NARROW, FOLD = 1280, 768, 900
+"""The widths the page is laid out at, and the height of the first screen."""
+BIG_NUMBER = re.compile(r"(?<![\w.,])\d{1,3}(?:,\d{3}){1,}(?:\.\d+)?(?![\w,])|(?<![\w.,])\d{6,}")
+
+
+@pytest.fixture(scope="module")
+def real_report(
+    spark: Any, generated: tuple[Path, QuotaConfig], tmp_path_factory: pytest.TempPathFactory
+) -> Path:
+    """One closed-loop back-test of the generated traffic, with recommendations: its
+    report.html."""
+    path, config = generated
+    out = tmp_path_factory.mktemp("report") / "backtest"
+    options = BacktestOptions(
+        traffic=str(path),
+        quotas=config,
+        out=str(out),
+        mode="closed",
+        scales=(0.5, 1.0, 2.0),
+        recommend=True,
+    )
+    done = run(spark, options)
+    assert done.report is not None
+    return done.report
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    from playwright.sync_api import Error, sync_playwright
+
+    if not Path(CHROMIUM).is_file():
+        pytest.fail(f"no {CHROMIUM}: `make tools` installs Debian's chromium package")
+    with sync_playwright() as playwright:
+        try:
+            chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        except Error as error:
+            pytest.fail(f"Chromium ({CHROMIUM}) did not start: {error}")
+        yield chromium
+        chromium.close()
+
+
+def layout(browser: Any, report: Path, width: int, shot: Path) -> dict[str, Any]:
+    """The page at ``width`` x :data:`FOLD`: a screenshot, and what the checks read."""
+    page = browser.new_page(viewport={"width": width, "height": FOLD})
+    try:
+        page.goto(report.as_uri(), wait_until="load")
+        page.screenshot(path=str(shot), full_page=True)
+        facts: dict[str, Any] = page.evaluate(
+            """() => {
+              const box = (e) => { const r = e.getBoundingClientRect();
+                return {top: r.top + scrollY, bottom: r.bottom + scrollY,
+                        left: r.left, right: r.right}; };
+              const summary = document.querySelector('section.summary');
+              const ranked = document.querySelector('table.ranked');
+              return {
+                viewport: innerWidth,
+                scrollWidth: document.documentElement.scrollWidth,
+                summary: summary && box(summary),
+                ranked: ranked && box(ranked),
+                images: [...document.images].map(i => ({
+                  src: i.getAttribute('src'), complete: i.complete, width: i.naturalWidth,
+                  shown: i.getBoundingClientRect().width})),
+                wider: [...document.querySelectorAll('body *')]
+                  .filter(e => e.getBoundingClientRect().right > innerWidth + 0.5)
+                  .map(e => e.tagName + (e.className ? '.' + e.className : '')),
+                tables: [...document.querySelectorAll('table')].map(t => ({
+                  headers: [...t.querySelectorAll('th')].map(h => h.innerText),
+                  rows: [...t.querySelectorAll('tbody tr')].map(
+                    r => [...r.querySelectorAll('td')].map(c => c.innerText)),
+                  box: box(t)})),
+                captions: [...document.querySelectorAll('figure')].map(f => ({
+                  img: !!f.querySelector('img'),
+                  text: (f.querySelector('figcaption') || {}).innerText || ''})),
+                text: document.body.innerText,
+              };
+            }"""
+        )
+    finally:
+        page.close()
+    return facts
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("width", [WIDE, NARROW])
+def test_the_report_reads_well_in_a_browser(
+    browser: Any, real_report: Path, width: int, tmp_path: Path
+) -> None:
+    shot = tmp_path / f"report-{width}.png"
+    page = layout(browser, real_report, width, shot)
+    assert shot.read_bytes().startswith(b"\x89PNG") and shot.stat().st_size > 20_000
+    assert page["viewport"] == width
+    # no horizontal scroll: nothing wider than the window, tables within the page
+    assert page["scrollWidth"] <= width, page["wider"]
+    assert page["wider"] == []
+    assert len(page["tables"]) >= 4
+    for table in page["tables"]:
+        assert table["box"]["left"] >= 0 and table["box"]["right"] <= width
+    # the summary opens the page, its table of the entities that matter with it
+    assert page["summary"] is not None and page["ranked"] is not None
+    assert page["summary"]["top"] < 150
+    if width == WIDE:
+        assert page["ranked"]["bottom"] <= FOLD, "the summary's table is below the fold"
+    # every image loaded and is shown whole (scaled down to the page when narrow)
+    images = page["images"]
+    assert len(images) >= 3
+    for image in images:
+        assert image["complete"] and image["width"] > 0, image["src"]
+        assert 0 < image["shown"] <= width
+    # each rate plot has a caption saying what its marks mean
+    rate_figures = [f for f in page["captions"] if "rate this plot computes" in f["text"]]
+    assert len(rate_figures) == sum("rate_" in i["src"] for i in images) >= 2
+    assert all(f["img"] and "quota" in f["text"] for f in rate_figures)
+    text = page["text"]
+    # units: kB/s (or MB/s) for rates and quotas, times with theirs, percentages with %
+    assert re.search(r"\((kB/s|MB/s)\)", text) and "%" in text
+    headers = [h for t in page["tables"] for h in t["headers"]]
+    assert any(re.search(r"\((ms|s|min|h)\)$", h) for h in headers), headers
+    assert not any(h.endswith(" ms") for h in headers)
+    # no bare huge numbers: a rate in bytes/s or a sum of milliseconds would be one (the
+    # traffic has 20,000 requests, so no count reaches 100,000)
+    huge = [n for n in BIG_NUMBER.findall(text) if float(n.replace(",", "")) >= 100_000]
+    assert huge == [], huge
+    ranked = next(t for t in page["tables"] if "Most throttled" in t["headers"])
+    rows = [r for r in ranked["rows"] if r]  # a ranking's title and header rows have no td
+    assert rows and all(len(r) == len(rows[0]) for r in rows)
+    assert "Most delayed" in ranked["headers"]  # closed loop: the clients' added latency

@@ -258,6 +258,12 @@ def _run(spark: SparkSession, options: BacktestOptions, progress: Progress) -> B
         top = summaries.top_entities_of(entity_frame, base, report.TOP_ENTITIES)
     else:
         top = summaries.top_entities(entities, base, report.TOP_ENTITIES)
+    # plots of different quota types and entities, not only of the most throttled few
+    plotted = report.plot_choice(
+        summaries.plot_candidates(
+            entities if entity_frame is None else entity_frame, base, 4 * report.PLOTTED_ENTITIES
+        )
+    )
     result = BacktestResult(
         rows_read=rows_read,
         rows_valid=valid_rows,
@@ -270,9 +276,8 @@ def _run(spark: SparkSession, options: BacktestOptions, progress: Progress) -> B
         top_entities=top,
         comparison=summaries.comparison(entities if entity_frame is None else entity_frame, top),
         histogram=report.throttle_histogram(by_throttle),
-        rate_series=summaries.rate_series(
-            requests, top.head(report.PLOTTED_ENTITIES), options, base
-        ),
+        rate_series=summaries.rate_series(requests, plotted, options, base),
+        plotted=plotted,
         recommendations=recommendations,
         recommended=recommended,
         traffic=options.traffic,

@@ -205,6 +205,9 @@ class BacktestResult:
     """Closed loop with bounded clients: the requests they could not have served, per
     scenario and client (:data:`~kquota.backtest.stages.UNSERVED_COLUMNS`), most bytes
     first; empty when every request was served."""
+    plotted: pd.DataFrame | None = None
+    """The sensors the report plots (:func:`kquota.backtest.report.plot_choice`), in rows
+    like those of :attr:`top_entities`; ``None``: chosen from :attr:`top_entities`."""
 
     @property
     def rows_quarantined(self) -> int:

@@ -10,7 +10,9 @@ and matplotlib.
 
 from __future__ import annotations
 
+import datetime
 import html
+import itertools
 import math
 import textwrap
 from collections.abc import Sequence
@@ -29,9 +31,14 @@ if TYPE_CHECKING:
 
 __all__ = [
     "PLOTTED_ENTITIES",
+    "RANKINGS",
     "TOP_ENTITIES",
+    "Ranking",
     "RatePlot",
     "opening",
+    "opening_paragraphs",
+    "plot_choice",
+    "ranked_entities",
     "rate_over_time",
     "rate_plot",
     "read_entities",
@@ -233,7 +240,7 @@ def _fmt(value: Any, kind: str = "") -> str:
     if kind == "pct":
         return f"{100 * float(value):.2f}%"
     if kind == "ms":
-        return f"{float(value):,.0f}"
+        return _duration(float(value))
     if isinstance(value, float | np.floating):
         number = float(value)
         if abs(number) >= 1e15:
@@ -244,7 +251,85 @@ def _fmt(value: Any, kind: str = "") -> str:
     return str(value)
 
 
-def _table(rows: list[list[str]], header: list[str]) -> str:
+_BYTE_TYPES: Final = frozenset({"produce", "fetch"})
+
+
+def _number(value: float, largest: float) -> str:
+    """``value`` with as many decimals as the column's ``largest`` value needs for three
+    significant digits (one column, one precision)."""
+    if math.isnan(value):
+        return "-"
+    decimals = 0 if largest >= 100 else 1 if largest >= 10 else 2
+    return f"{value:,.{decimals}f}"
+
+
+def _duration_unit(largest_ms: float) -> tuple[str, float]:
+    """The unit a column of durations is shown in, from its largest value."""
+    for unit, size in (("h", 3_600_000.0), ("min", 60_000.0), ("s", 1000.0)):
+        if largest_ms >= size:
+            return unit, size
+    return "ms", 1.0
+
+
+def _rate_unit(quota_type: str, largest: float) -> tuple[str, float]:
+    """The unit a rate or quota of ``quota_type`` is shown in: kB/s, or MB/s when large."""
+    if quota_type in _BYTE_TYPES:
+        return ("MB/s", 1e6) if largest >= 1e6 else ("kB/s", 1e3)
+    return _UNIT.get(quota_type, ""), 1.0
+
+
+def _column(frame: pd.DataFrame, header: str, name: str, kind: str) -> tuple[str, list[str]]:
+    """One column's header (with its unit where the column has one) and its cells.
+
+    ``ms``: durations, in the unit of the column's largest (ms, s, min or h); ``size``:
+    bytes, in the unit of the column's largest (kB, MB or GB); ``rate``: a
+    quota or rate in its quota type's unit (kB/s or MB/s for bytes; the cells carry the
+    unit when the types in the column differ); ``pct``: a fraction as a percentage."""
+    values = frame[name].tolist() if name in frame.columns else [None] * len(frame)
+    if kind not in ("ms", "rate", "size"):
+        return header, [_fmt(v, kind) for v in values]
+    numbers = [
+        float(v) for v in values if v is not None and not (isinstance(v, float) and math.isnan(v))
+    ]
+    largest = max((abs(v) for v in numbers), default=0.0)
+    if kind == "ms":
+        unit, size = _duration_unit(largest)
+        cells = ["-" if v is None else _number(float(v) / size, largest / size) for v in values]
+        return f"{header} ({unit})", cells
+    if kind == "size":
+        unit, size = next(
+            ((u, z) for u, z in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)) if largest >= z),
+            ("bytes", 1.0),
+        )
+        cells = ["-" if v is None else _number(float(v) / size, largest / size) for v in values]
+        return f"{header} ({unit})", cells
+    if kind == "rate":
+        types = frame["quota_type"].astype(str).tolist() if "quota_type" in frame else []
+        types = types or ["produce"] * len(frame)
+        kinds = {"bytes" if t in _BYTE_TYPES else t for t in types}
+        if len(kinds) == 1:
+            unit, size = _rate_unit(types[0], largest)
+            cells = ["-" if v is None else _number(float(v) / size, largest / size) for v in values]
+            return f"{header} ({unit})", cells
+        cells = [
+            "-" if v is None or (isinstance(v, float) and math.isnan(v)) else _amount(float(v), t)
+            for v, t in zip(values, types, strict=True)
+        ]
+        return header, cells
+    return header, [_fmt(v, kind) for v in values]
+
+
+def _columns(
+    frame: pd.DataFrame, columns: Sequence[tuple[str, str, str]]
+) -> tuple[list[str], list[list[str]]]:
+    """A table's headers and rows, each column formatted by :func:`_column`."""
+    made = [_column(frame, *column) for column in columns]
+    header = [h for h, _ in made]
+    rows = [list(row) for row in zip(*(cells for _, cells in made), strict=True)]
+    return header, rows if len(frame) else []
+
+
+def _table(header: list[str], rows: list[list[str]]) -> str:
     widths = [max(len(str(c)) for c in col) for col in zip(header, *rows, strict=True)]
     lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True))]
     lines.append("  ".join("-" * w for w in widths))
@@ -261,10 +346,10 @@ _TOTAL_COLUMNS: Final = (
     ("produce", "produce_throttled", ""),
     ("fetch", "fetch_throttled", ""),
     ("request", "request_throttled", ""),
-    ("throttle ms", "total_throttle_ms", "ms"),
-    ("p99 ms", "p99_throttle_ms", "ms"),
-    ("max ms", "max_throttle_ms", "ms"),
-    ("mean added latency ms", "mean_added_latency_ms", "ms"),
+    ("throttle in all", "total_throttle_ms", "ms"),
+    ("p99 throttle", "p99_throttle_ms", "ms"),
+    ("longest", "max_throttle_ms", "ms"),
+    ("mean added latency", "mean_added_latency_ms", "ms"),
 )
 
 _BROKER_COLUMNS: Final = (
@@ -274,8 +359,8 @@ _BROKER_COLUMNS: Final = (
     ("throttled in the replay", "replay_throttled", ""),
     ("both", "both_throttled", ""),
     ("agree", "agree_fraction", "pct"),
-    ("broker throttle ms", "broker_throttle_ms", "ms"),
-    ("replay throttle ms", "replay_throttle_ms", "ms"),
+    ("broker throttle", "broker_throttle_ms", "ms"),
+    ("replay throttle", "replay_throttle_ms", "ms"),
 )
 _BROKER_TITLE: Final = "What the broker did (the throttles in the traffic) beside this replay"
 
@@ -292,20 +377,20 @@ _ENTITY_COLUMNS: Final = (
     ("type", "quota_type", ""),
     ("broker", BROKER, ""),
     ("entity", "entity", ""),
-    ("quota", "quota", ""),
+    ("quota", "quota", "rate"),
     ("requests", "requests", ""),
     ("throttled", "throttled_fraction", "pct"),
-    ("throttle ms", "total_throttle_ms", "ms"),
-    ("p99 ms", "p99_throttle_ms", "ms"),
-    ("max ms", "max_throttle_ms", "ms"),
-    ("peak rate", "peak_rate", ""),
+    ("throttle in all", "total_throttle_ms", "ms"),
+    ("p99 throttle", "p99_throttle_ms", "ms"),
+    ("longest", "max_throttle_ms", "ms"),
+    ("peak rate", "peak_rate", "rate"),
     ("utilization", "utilization", "pct"),
 )
 
 _UNSERVED_COLUMNS: Final = (
     ("client", "client", ""),
     ("requests not served", "requests", ""),
-    ("bytes not served", "bytes", ""),
+    ("not served", "bytes", "size"),
     ("buffer full", "buffer_full", ""),
     ("timed out", "timed_out", ""),
 )
@@ -315,20 +400,13 @@ _RECOMMEND_COLUMNS: Final = (
     ("entity", "entity", ""),
     ("brokers", "brokers", ""),
     ("requests", "requests", ""),
-    ("quota", "current_quota", ""),
+    ("quota", "current_quota", "rate"),
     ("throttled", "current_throttled_fraction", "pct"),
-    ("meets target at", "recommended_quota", ""),
+    ("meets target at", "recommended_quota", "rate"),
     ("throttled at that", "recommended_throttled_fraction", "pct"),
-    ("in the file", "applied_quota", ""),
+    ("in the file", "applied_quota", "rate"),
     ("change", "change", ""),
 )
-
-
-def _rows(frame: pd.DataFrame, columns: Sequence[tuple[str, str, str]]) -> list[list[str]]:
-    return [
-        [_fmt(record.get(name), kind) for _, name, kind in columns]
-        for record in frame.to_dict("records")
-    ]
 
 
 _TYPE_WORDS: Final = {
@@ -443,18 +521,140 @@ def _throttled_entities(
     return per.reset_index(drop=True)[columns], complete
 
 
+@dataclass(frozen=True)
+class Ranking:
+    """One ranking of the summary's table of the entities that matter: the entities (quota
+    type and entity, across brokers) of the base scenario with the largest ``column``, as
+    ``DIR/entities/`` has it per sensor, aggregated across brokers by ``aggregate``.
+    Entities where it is 0 are not listed; a ranking whose column the entities do not
+    have, or that does not apply to the mode, is left out."""
+
+    title: str
+    column: str
+    header: str
+    """The header of the column that shows what the entities are ranked by."""
+    kind: str = ""
+    """How that column is formatted (``ms``: durations, in the unit of the largest)."""
+    aggregate: str = "sum"
+    modes: tuple[str, ...] = ("open", "closed")
+    per_entity: bool = False
+    """One row per entity, of its quota type with the most requests throttled: for what
+    all of an entity's requests share (how late they went out), whatever the sensor."""
+
+
+RANKINGS: Final = (
+    Ranking("Most throttled", "total_throttle_ms", "throttle in all", "ms"),
+    Ranking(
+        "Most delayed",
+        "max_added_latency_ms",
+        "sent late, at most",
+        "ms",
+        "max",
+        ("closed",),
+        per_entity=True,
+    ),
+)
+"""The rankings of the summary's table, in order; one entry adds one."""
+RANKED: Final = 3
+"""How many entities each ranking lists."""
+
+_RANKED_COLUMNS: Final = (
+    ("type", "quota_type", ""),
+    ("quota", "quota", "rate"),
+    ("requests throttled", "throttled_requests", ""),
+    ("share", "throttled_fraction", "pct"),
+    ("longest throttle", "max_throttle_ms", "ms"),
+)
+
+
+def ranked_entities(
+    result: BacktestResult,
+    entities: pd.DataFrame | None = None,
+    rankings: Sequence[Ranking] = RANKINGS,
+) -> list[tuple[Ranking, pd.DataFrame]]:
+    """Per ranking (:data:`RANKINGS`) that applies, its first :data:`RANKED` entities:
+    ``quota_type``, ``entity``, ``quota`` (the largest of its brokers'),
+    ``throttled_requests``, ``throttled_fraction`` (of its requests of that type),
+    ``max_throttle_ms`` and the ranking's column.
+
+    ``entities``: ``DIR/entities/`` (:func:`read_entities`); without it, the most
+    throttled sensors (``result.top_entities``)."""
+    rows = entities if entities is not None else result.top_entities
+    if "scenario" in rows.columns:
+        rows = rows[rows["scenario"] == result.base_scenario]
+    out: list[tuple[Ranking, pd.DataFrame]] = []
+    if rows.empty:
+        return out
+    keys = ["quota_type", "entity"]
+    for ranking in rankings:
+        if result.mode not in ranking.modes or ranking.column not in rows.columns:
+            continue
+        per = rows.groupby(keys, as_index=False, observed=True, sort=False).agg(
+            quota=("quota", "max"),
+            requests=("requests", "sum"),
+            throttled_requests=("throttled_requests", "sum"),
+            max_throttle_ms=("max_throttle_ms", "max"),
+            measure=(ranking.column, ranking.aggregate),
+        )
+        per = per[per["measure"].fillna(0) > 0]
+        if per.empty:
+            continue
+        per = per.sort_values(
+            ["measure", "throttled_requests", *keys],
+            ascending=[False, False, True, True],
+            kind="stable",
+        )
+        if ranking.per_entity:
+            per = per.drop_duplicates("entity")
+        per = per.head(RANKED).rename(columns={"measure": ranking.column})
+        per["throttled_fraction"] = per["throttled_requests"] / per["requests"].where(
+            per["requests"] > 0
+        )
+        out.append((ranking, per.reset_index(drop=True)))
+    return out
+
+
+def _ranked_table(ranked: list[tuple[Ranking, pd.DataFrame]]) -> str:
+    """The summary's table: a group of rows per ranking, each with its own header (the
+    units of its columns follow its values)."""
+    esc = html.escape
+    groups = []
+    for ranking, frame in ranked:
+        columns = [("entity", "entity", ""), *_RANKED_COLUMNS]
+        columns.append((ranking.header, ranking.column, ranking.kind))
+        header, rows = _columns(frame, columns)
+        title = f'<tr class="ranking"><th colspan="{len(header)}">{esc(ranking.title)}</th></tr>'
+        head = "<tr>" + "".join(f"<th>{esc(h)}</th>" for h in header) + "</tr>"
+        body = "".join(
+            "<tr>" + "".join(f"<td>{esc(cell)}</td>" for cell in row) + "</tr>" for row in rows
+        )
+        groups.append(f"<tbody>{title}{head}{body}</tbody>")
+    return f'<div class="table"><table class="ranked">{"".join(groups)}</table></div>'
+
+
 def opening(result: BacktestResult, entities: pd.DataFrame | None = None) -> list[str]:
     """The few sentences the report and the terminal summary open with, computed from the
-    results: who would have been throttled (entities, by quota type), how long they would
-    have waited, what the other scenarios change and, after ``--recommend``, what the
-    recommended quotas change.
+    results: who would have been throttled (entities, one sentence per quota type), how
+    long they would have waited, what the other scenarios change and, after
+    ``--recommend``, what the recommended quotas change.
 
     ``entities``: ``DIR/entities/`` (:func:`read_entities`). Without it the sentences name
     the most throttled sensors' entities (``result.top_entities``) and do not count them.
     """
+    return [
+        sentence for paragraph in opening_paragraphs(result, entities) for sentence in paragraph
+    ]
+
+
+def opening_paragraphs(
+    result: BacktestResult, entities: pd.DataFrame | None = None
+) -> list[list[str]]:
+    """:func:`opening`'s sentences in short paragraphs: how many requests were throttled;
+    who; how long; the other scenarios; what the recommendations optimise; what they
+    change."""
     totals = result.totals.set_index("scenario") if not result.totals.empty else None
     if totals is None or result.base_scenario not in totals.index:
-        return ["No request was replayed."]
+        return [["No request was replayed."]]
     base = totals.loc[result.base_scenario]
     requests, throttled = int(base["requests"]), int(base["throttled_requests"])
     mode = result.mode if result.mode in _HEADLINE else "open"
@@ -465,7 +665,7 @@ def opening(result: BacktestResult, entities: pd.DataFrame | None = None) -> lis
         "requests": f"{requests:,}",
     }
     if not throttled:
-        sentences = [_UNTHROTTLED[mode].format(**words)]
+        paragraphs = [[_UNTHROTTLED[mode].format(**words)]]
     else:
         per, complete = _throttled_entities(result, entities)
         counted = f", from {len(per):,} entities" if complete and len(per) != 1 else ""
@@ -477,11 +677,19 @@ def opening(result: BacktestResult, entities: pd.DataFrame | None = None) -> lis
             counted=counted,
             **words,
         )
-        sentences = [headline, *_who(per, complete), _delay(result, base, per)]
-    sentences.extend(unserved_sentences(result))
-    sentences.extend(_other_scenarios(result, totals))
-    sentences.extend(_recommended(result))
-    return sentences
+        paragraphs = [[headline], _who(per, complete), [_delay(result, base, per)]]
+    paragraphs.append(unserved_sentences(result))
+    paragraphs.append(_other_scenarios(result, totals))
+    # what the recommendations optimise, then what they change
+    recommended = _recommended(result)
+    paragraphs += [recommended[:1], recommended[1:]]
+    return [paragraph for paragraph in paragraphs if paragraph]
+
+
+def _recommendation_paragraphs(result: BacktestResult) -> int:
+    """How many of :func:`opening_paragraphs`' last paragraphs are the recommendations'."""
+    recommended = _recommended(result)
+    return len([p for p in (recommended[:1], recommended[1:]) if p])
 
 
 def _size(value: float) -> str:
@@ -543,7 +751,8 @@ def unserved_sentences(result: BacktestResult) -> list[str]:
 
 
 def _who(per: pd.DataFrame, complete: bool) -> list[str]:
-    """Who was throttled, per quota type (the type with the most throttle time first)."""
+    """Who was throttled, a sentence per quota type (the type with the most throttle time
+    first)."""
     time_per_type = per.groupby("quota_type", observed=True)["total_throttle_ms"].sum()
     parts: list[str] = []
     for quota_type in time_per_type.sort_values(ascending=False, kind="stable").index:
@@ -560,11 +769,10 @@ def _who(per: pd.DataFrame, complete: bool) -> list[str]:
         more = len(mine) - len(named) if complete else 0
         what = "other entity" if more == 1 else "other entities"
         quotas = f"the {_TYPE_WORDS.get(str(quota_type), str(quota_type))} quotas"
-        verb = " would throttle " if not parts else ", "
-        parts.append(quotas + verb + _listed(named, more, what))
-    lead = "" if complete else "Among the most throttled sensors, "
-    text = lead + "; ".join(parts)
-    return [f"{text[0].upper()}{text[1:]}."]
+        lead = "" if complete or parts else "Among the most throttled sensors, "
+        text = f"{lead}{quotas} would throttle {_listed(named, more, what)}"
+        parts.append(f"{text[0].upper()}{text[1:]}.")
+    return parts
 
 
 def _delay(result: BacktestResult, base: pd.Series, per: pd.DataFrame) -> str:
@@ -693,8 +901,9 @@ def _method(file: RecommendedFile, result: BacktestResult) -> str:
 
 
 def summary_text(result: BacktestResult) -> str:
-    """The terminal summary: the opening sentences (:func:`opening`, from ``DIR/entities/``
-    when it is a local folder), scenarios, the most throttled entities, recommendations."""
+    """The terminal summary: the opening paragraphs (:func:`opening_paragraphs`, from
+    ``DIR/entities/`` when it is a local folder), the entities that matter
+    (:func:`ranked_entities`), scenarios, the most throttled sensors, recommendations."""
     parts = [
         f"{result.rows_read:,} requests read, {result.rows_valid:,} replayed, "
         f"{result.rows_quarantined:,} quarantined; {result.mode} loop; "
@@ -705,56 +914,132 @@ def summary_text(result: BacktestResult) -> str:
     if result.worker_peak_rss:
         parts.append(f"  Python workers' peak RSS: {result.worker_peak_rss / 2**20:,.0f} MiB")
     parts.extend(f"  note: {note}" for note in result.notes)
+    entities = read_entities(result.out)
+    for paragraph in opening_paragraphs(result, entities):
+        parts.append("")
+        parts.append(textwrap.fill(" ".join(paragraph), WIDTH))
+    for ranking, frame in ranked_entities(result, entities):
+        columns = [("entity", "entity", ""), *_RANKED_COLUMNS]
+        columns.append((ranking.header, ranking.column, ranking.kind))
+        parts.append("")
+        parts.append(f"{ranking.title} ({result.base_scenario}):")
+        parts.append(_table(*_columns(frame, columns)))
     parts.append("")
-    parts.append(textwrap.fill(" ".join(opening(result, read_entities(result.out))), WIDTH))
-    parts.append("")
-    parts.append(_table(_rows(result.totals, _TOTAL_COLUMNS), [c[0] for c in _TOTAL_COLUMNS]))
+    parts.append(_table(*_columns(result.totals, _TOTAL_COLUMNS)))
     broker = _broker_table(result)
     if broker is not None:
         parts.append("")
         parts.append(f"{_BROKER_TITLE}:")
-        parts.append(_table(_rows(broker, _BROKER_COLUMNS), [c[0] for c in _BROKER_COLUMNS]))
+        parts.append(_table(*_columns(broker, _BROKER_COLUMNS)))
     if not result.top_entities.empty:
         parts.append("")
         parts.append(f"Most throttled sensors ({result.base_scenario}):")
-        parts.append(
-            _table(_rows(result.top_entities, _ENTITY_COLUMNS), [c[0] for c in _ENTITY_COLUMNS])
-        )
+        parts.append(_table(*_columns(result.top_entities, _ENTITY_COLUMNS)))
     unserved = _unserved_of(result)
     if unserved is not None and not unserved.empty:
         parts.append("")
         parts.append(f"Demand not served, by client ({result.base_scenario}):")
-        shown = unserved.head(TOP_ENTITIES)
-        parts.append(_table(_rows(shown, _UNSERVED_COLUMNS), [c[0] for c in _UNSERVED_COLUMNS]))
+        parts.append(_table(*_columns(unserved.head(TOP_ENTITIES), _UNSERVED_COLUMNS)))
     if result.recommendations is not None and not result.recommendations.empty:
         shown = result.recommendations.head(TOP_ENTITIES)
         parts.append("")
         parts.append(
             f"Recommended quotas ({len(result.recommendations):,} entities, first {len(shown)}):"
         )
-        parts.append(_table(_rows(shown, _RECOMMEND_COLUMNS), [c[0] for c in _RECOMMEND_COLUMNS]))
+        parts.append(_table(*_columns(shown, _RECOMMEND_COLUMNS)))
     return "\n".join(parts)
 
 
 def _html_table(frame: pd.DataFrame, columns: Sequence[tuple[str, str, str]]) -> str:
-    head = "".join(f"<th>{html.escape(c[0])}</th>" for c in columns)
+    header, rows = _columns(frame, columns)
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in header)
     body = "".join(
-        "<tr>" + "".join(f"<td>{html.escape(cell)}</td>" for cell in row) + "</tr>"
-        for row in _rows(frame, columns)
+        "<tr>" + "".join(f"<td>{html.escape(cell)}</td>" for cell in row) + "</tr>" for row in rows
     )
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+    table = f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+    return f'<div class="table">{table}</div>'
 
 
-def _plot_rates(result: BacktestResult, folder: Path) -> list[tuple[str, str]]:
+def plot_choice(candidates: pd.DataFrame, limit: int = PLOTTED_ENTITIES) -> pd.DataFrame:
+    """Which sensors get a rate plot: at most ``limit`` of ``candidates`` (throttled sensors,
+    most throttle time first), chosen to cover the quota types present, then as many
+    entities as can be, each a different one where possible.
+
+    First a sensor of each quota type (the types in the order of their most throttled
+    sensor), of as many different entities as can be, the most throttled where that
+    leaves a choice; then the next sensors of entities not yet chosen; then the rest in
+    order."""
+    if candidates.empty:
+        return candidates
+    rows = candidates.reset_index(drop=True)
+    entity = rows["entity"].astype(str).tolist()
+    kinds = rows["quota_type"].astype(str).tolist()
+    # per type, its most throttled sensor of each of its first entities (a few types and
+    # a few entities each: every combination is tried)
+    options = []
+    for quota_type in list(dict.fromkeys(kinds))[:limit]:
+        firsts: dict[str, int] = {}
+        for i, kind in enumerate(kinds):
+            if kind == quota_type:
+                firsts.setdefault(entity[i], i)
+        options.append(list(firsts.values())[:limit])
+    best = max(
+        itertools.product(*options),
+        key=lambda combo: (len({entity[i] for i in combo}), tuple(-i for i in combo)),
+    )
+    chosen = list(best)
+    seen = {entity[i] for i in chosen}
+    for i in range(len(rows)):
+        if len(chosen) < limit and i not in chosen and entity[i] not in seen:
+            chosen.append(i)
+            seen.add(entity[i])
+    chosen += [i for i in range(len(rows)) if i not in chosen][: limit - len(chosen)]
+    return rows.loc[chosen].reset_index(drop=True)
+
+
+def _caption(quota_type: str, quota: str | None, window: Window, marked: bool) -> str:
+    """What a rate plot's marks mean, in words (under the plot)."""
+    n, seconds = window.num_samples, window.window_ms / 1000
+    span = max(n - 1, 1)
+    line = f"The dashed red line is the quota, {quota} on this broker. " if quota else ""
+    curve = (
+        f"The blue curve is the rate this plot computes at the end of each {seconds:g} s "
+        f"window: the usage of the last {span} whole windows over their {span * seconds:g} s"
+        " (where there are more windows than points, a point is the highest of the windows"
+        " it stands for). "
+    )
+    if quota_type == "fetch":
+        marks = (
+            "A red tick on the quota line is a window with a throttled fetch: Kafka answers "
+            "it empty and does not count its bytes, so that window has no rate (a gap in the "
+            "curve) rather than a rate of 0."
+        )
+    else:
+        marks = (
+            "A red dot is a window in which a request was throttled, drawn at the curve's "
+            "value for that window. Kafka decided at the request, on the usage of its "
+            "samples up to that moment (the window in progress included; its samples start "
+            "at requests, not on the plot's whole seconds) over the time since the oldest "
+            f"began, at least {span * seconds:g} s: another stretch than the curve's, which "
+            "averages whole windows up to the window's end. So the rate Kafka measured can "
+            "be over the quota while the curve is under it: a dot under the line is that "
+            "difference in averaging."
+        )
+    return line + curve + (marks if marked else "No request of the plotted span was throttled.")
+
+
+def _plot_rates(result: BacktestResult, folder: Path) -> list[tuple[str, str, str]]:
     import matplotlib
 
     matplotlib.use("Agg")
+    import matplotlib.dates as mdates
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import FuncFormatter
 
     window = result.config.window
     plots = []
-    top = result.top_entities
-    for number, record in enumerate(top.head(PLOTTED_ENTITIES).to_dict("records")):
+    chosen = result.plotted if result.plotted is not None else plot_choice(result.top_entities)
+    for number, record in enumerate(chosen.head(PLOTTED_ENTITIES).to_dict("records")):
         key = "|".join(str(record[k]) for k in ("quota_type", BROKER, SENSOR_USER, SENSOR_CLIENT))
         series = result.rate_series.get(key)
         if series is None or series.empty:
@@ -763,36 +1048,54 @@ def _plot_rates(result: BacktestResult, folder: Path) -> list[tuple[str, str]]:
         quota = record.get("quota")
         known = quota is not None and not math.isnan(quota)
         plot = rate_plot(series, window, quota_type, float(quota) if known else None)
-        fig, ax = plt.subplots(figsize=(9, 3.2))
-        ax.plot(plot.times, plot.rate, lw=0.8, label="windowed rate")
+        # one unit for the curve and the quota: the larger of them picks kB/s or MB/s
+        top = np.fmax.reduce(np.append(plot.rate, float(quota) if known else np.nan))
+        unit, size = _rate_unit(quota_type, float(top) if np.isfinite(top) else 0.0)
+        fig, ax = plt.subplots(figsize=(9, 3.4))
+        ax.plot(plot.times, plot.rate / size, lw=0.8, color="tab:blue", label="rate")
+        quota_words = _amount(float(quota), quota_type) if known else None
         if known:
-            ax.axhline(quota, color="tab:red", lw=1, ls="--", label=f"quota {_fmt(quota)}")
+            ax.axhline(
+                float(quota) / size, color="tab:red", lw=1, ls="--", label=f"quota {quota_words}"
+            )
         if len(plot.mark_times) and quota_type == "fetch":
             ax.plot(
                 plot.mark_times,
-                plot.mark_rates,
+                plot.mark_rates / size,
                 "|",
                 color="tab:red",
                 ms=6,
                 label="throttled (empty response, bytes not counted)",
             )
         elif len(plot.mark_times):
-            ax.plot(plot.mark_times, plot.mark_rates, ".", color="tab:red", ms=3, label="throttled")
-        unit = _UNIT[quota_type]
-        title = f"{record['quota_type']} · {record['entity']} · broker {record[BROKER]}"
+            ax.plot(
+                plot.mark_times,
+                plot.mark_rates / size,
+                ".",
+                color="tab:red",
+                ms=3,
+                label="throttled",
+            )
+        title = f"{_TYPE_WORDS.get(quota_type, quota_type)} · {record['entity']} · {record[BROKER]}"
         ax.set_title(title, fontsize=10)
-        ax.set_ylabel(unit)
+        ax.set_ylabel(f"rate ({unit})" if unit else "rate")
+        ax.set_xlabel("time (UTC)")
+        # the times are UTC (epoch ms); matplotlib would show them in no named zone
+        locator = mdates.AutoDateLocator(tz=datetime.UTC, minticks=4, maxticks=9)  # type: ignore[no-untyped-call]
+        ax.xaxis.set_major_locator(locator)
+        formatter = mdates.ConciseDateFormatter(locator, tz=datetime.UTC)  # type: ignore[no-untyped-call]
+        ax.xaxis.set_major_formatter(formatter)
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.4g}"))
         # headroom above the rate and the quota, for the legend not to hide either
-        top = np.fmax.reduce(np.append(plot.rate, float(quota) if known else np.nan))
         if np.isfinite(top) and top > 0:
-            ax.set_ylim(0, 1.3 * top)
+            ax.set_ylim(0, 1.3 * top / size)
         ax.legend(loc="upper right", fontsize=8, ncol=3)
-        fig.autofmt_xdate()
         fig.tight_layout()
         name = f"rate_{number + 1}.png"
         fig.savefig(folder / name, dpi=110)
         plt.close(fig)
-        plots.append((name, title))
+        caption = _caption(quota_type, quota_words, window, bool(len(plot.mark_times)))
+        plots.append((name, title, caption))
     return plots
 
 
@@ -814,11 +1117,10 @@ def _plot_histogram(result: BacktestResult, folder: Path) -> str | None:
         counts = part.reindex(bins, fill_value=0).to_numpy()
         ax.bar(bins + i * width - 0.4 + width / 2, counts, width=width, label=scenario)
     ax.set_xticks(bins)
-    ax.set_xticklabels(
-        [f"{2**b:,}" if b >= 0 else f"{2.0**b:g}" for b in bins], rotation=45, fontsize=8
-    )
+    # a bin's label is its lower bound, 2**b ms, in the unit that suits it
+    ax.set_xticklabels([_duration(2.0**b) for b in bins], rotation=45, fontsize=8)
     ax.set_yscale("log")
-    ax.set_xlabel("throttle time (ms, power-of-two bins)")
+    ax.set_xlabel("throttle time (power-of-two bins, from the labelled time to twice it)")
     ax.set_ylabel("throttled requests")
     ax.set_title("Throttle-time distribution", fontsize=10)
     ax.legend(fontsize=8)
@@ -830,24 +1132,38 @@ def _plot_histogram(result: BacktestResult, folder: Path) -> str | None:
 
 
 _STYLE: Final = """
-body { font-family: system-ui, sans-serif; margin: 2em; color: #222; max-width: 1100px; }
+body { font-family: system-ui, sans-serif; margin: 1.5em auto; padding: 0 1em; color: #222;
+  max-width: 1100px; line-height: 1.45; }
+h1 { font-size: 1.6em; margin: 0 0 0.4em; }
+h2 { font-size: 1.25em; margin: 1.4em 0 0.5em; }
+div.table { max-width: 100%; overflow-x: auto; }
 table { border-collapse: collapse; margin: 0.5em 0 1.5em; font-size: 0.9em; }
 th, td { border: 1px solid #ccc; padding: 0.25em 0.6em; text-align: right; }
 th { background: #f3f3f3; }
 td:first-child, th:first-child { text-align: left; }
+table.ranked tr.ranking th { text-align: left; background: #e4e9f2; }
 code { background: #f3f3f3; padding: 0 0.2em; }
-p.opening { font-size: 1.05em; line-height: 1.5; }
-dl.provenance { display: grid; grid-template-columns: max-content auto; gap: 0.2em 1em; }
+section.summary p { margin: 0.35em 0; }
+section.summary h2 { margin-top: 0.9em; }
+section.summary p.note { font-size: 0.9em; color: #444; }
+section.summary table { margin-bottom: 0.6em; }
+figure { margin: 1em 0 1.8em; }
+figure img { max-width: 100%; height: auto; display: block; }
+figcaption { font-size: 0.9em; color: #444; max-width: 60em; }
+dl.provenance { display: grid; grid-template-columns: max-content minmax(0, 1fr); gap: 0.2em 1em; }
 dl.provenance dt { font-weight: 600; }
-dl.provenance dd { margin: 0; }
+dl.provenance dd { margin: 0; overflow-wrap: anywhere; }
+@media (max-width: 900px) {
+  body { padding: 0 0.6em; }
+  table { font-size: 0.78em; }
+  th, td { padding: 0.2em 0.3em; }
+}
 """
 
 
 def _provenance(result: BacktestResult) -> str:
     """Where the report comes from: inputs, span, quotas, scenarios, target, kquota's
     version and Kafka release, and when it was written, as a definition list."""
-    import datetime
-
     from kquota import __version__
 
     def utc(ms: int) -> str:
@@ -902,15 +1218,50 @@ def write_report(result: BacktestResult, out: Path) -> Path:
     rate_plots = _plot_rates(result, folder)
     histogram = _plot_histogram(result, folder)
     esc = html.escape
-    sentences = opening(result, read_entities(out))
+    entities = read_entities(out)
+    paragraphs = opening_paragraphs(result, entities)
+    # the first paragraph is the opening (its class marks where the summary starts)
+    marks = ['<p class="opening">', *["<p>"] * (len(paragraphs) - 1)]
+    texts = [
+        f"{mark}{esc(' '.join(sentences))}</p>"
+        for mark, sentences in zip(marks, paragraphs, strict=True)
+    ]
+    # the findings, the entities they name, then what the recommendations change: the
+    # table stays on the first screen
+    split = len(texts) - _recommendation_paragraphs(result)
     body = [
         "<h1>kquota back-test</h1>",
-        f'<p class="opening">{esc(" ".join(sentences))}</p>',
+        '<section class="summary">',
+        *texts[:split],
+    ]
+    ranked = ranked_entities(result, entities)
+    if ranked:
+        body.append(
+            f'<h2>The entities that matter ({esc(result.base_scenario)})</h2><p class="note">'
+            "Per entity and quota type, across brokers: the quota (per broker), its requests "
+            "throttled and their share of its requests, and the longest throttle.</p>"
+        )
+        body.append(_ranked_table(ranked))
+    body.extend(texts[split:])
+    body.append("</section>")
+    unserved = _unserved_of(result)
+    if unserved is not None and not unserved.empty:
+        body.append(f"<h2>Demand not served ({esc(result.base_scenario)})</h2>")
+        body.append(
+            "<p>Clients that honour throttles hold what they cannot send yet, within "
+            "Kafka's client limits: a produce that finds the buffer "
+            "(<code>buffer.memory</code>) full fails, and a request still waiting when its "
+            "timeout (<code>delivery.timeout.ms</code>, <code>default.api.timeout.ms</code>) "
+            "runs out is given up. Per client, most bytes first; every scenario's in "
+            "<code>requests/</code> (<code>unserved</code>).</p>"
+        )
+        body.append(_html_table(unserved.head(TOP_ENTITIES), _UNSERVED_COLUMNS))
+    body.append(
         f"<p>{result.rows_read:,} requests read, {result.rows_valid:,} replayed "
         f"({result.mode} loop) under {len(result.scenarios)} scenario(s): "
         f"{esc(', '.join(result.scenarios))} (quotas scaled by that factor). "
-        f"Took {result.seconds:.1f} s.</p>",
-    ]
+        f"Took {result.seconds:.1f} s.</p>"
+    )
     if result.quarantined:
         items = "".join(f"<li>{n:,} {esc(r)}</li>" for r, n in result.quarantined.items())
         body.append(
@@ -942,18 +1293,6 @@ def write_report(result: BacktestResult, out: Path) -> Path:
             "over the quota's sampled windows; utilization is peak rate / quota.</p>"
         )
         body.append(_html_table(result.top_entities, _ENTITY_COLUMNS))
-    unserved = _unserved_of(result)
-    if unserved is not None and not unserved.empty:
-        body.append(f"<h2>Demand not served ({esc(result.base_scenario)})</h2>")
-        body.append(
-            "<p>Clients that honour throttles hold what they cannot send yet, within "
-            "Kafka's client limits: a produce that finds the buffer "
-            "(<code>buffer.memory</code>) full fails, and a request still waiting when its "
-            "timeout (<code>delivery.timeout.ms</code>, <code>default.api.timeout.ms</code>) "
-            "runs out is given up. Per client, most bytes first; every scenario's in "
-            "<code>requests/</code> (<code>unserved</code>).</p>"
-        )
-        body.append(_html_table(unserved.head(TOP_ENTITIES), _UNSERVED_COLUMNS))
     if not result.comparison.empty and len(result.scenarios) > 1:
         pivot = result.comparison.pivot_table(
             index=["quota_type", BROKER, "entity"],
@@ -967,10 +1306,19 @@ def write_report(result: BacktestResult, out: Path) -> Path:
         body.append(_html_table(pivot.reset_index(), columns))
     if rate_plots:
         body.append("<h2>Rate against quota</h2>")
-        body.extend(f'<p><img src="report/{n}" alt="{esc(t)}"></p>' for n, t in rate_plots)
+        body.extend(
+            f'<figure><img src="report/{n}" alt="{esc(t)}" width="990" height="374">'
+            f"<figcaption>{esc(c)}</figcaption></figure>"
+            for n, t, c in rate_plots
+        )
     if histogram:
         body.append("<h2>Throttle-time distribution</h2>")
-        body.append(f'<p><img src="report/{histogram}" alt="throttle-time distribution"></p>')
+        body.append(
+            f'<figure><img src="report/{histogram}" alt="throttle-time distribution" '
+            'width="990" height="352"><figcaption>Throttled requests per throttle time, per '
+            "scenario (a logarithmic scale: each step up is ten times as many).</figcaption>"
+            "</figure>"
+        )
     if result.recommendations is not None:
         body.append("<h2>Recommended quotas</h2>")
         if result.recommendations.empty:

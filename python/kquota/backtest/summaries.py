@@ -30,6 +30,7 @@ __all__ = [
     "entities",
     "kernel_entities",
     "kernel_entity_frame",
+    "plot_candidates",
     "rate_series",
     "recommendations",
     "throttle_counts",
@@ -299,6 +300,35 @@ def top_entities_of(frame: pd.DataFrame, base: str, limit: int) -> pd.DataFrame:
         list(_TOP_ORDER), ascending=[False] + [True] * (len(_TOP_ORDER) - 1), kind="stable"
     )
     return chosen.head(limit).reset_index(drop=True)
+
+
+def plot_candidates(entities: DataFrame | pd.DataFrame, base: str, per_type: int) -> pd.DataFrame:
+    """The ``per_type`` most throttled sensors of each quota type (base scenario), in
+    :func:`top_entities`' order, for the report to choose its plots from (so that a quota
+    type, or an entity, whose throttles are fewer than the top ones' still gets one); from
+    ``DIR/entities/`` or from :func:`kernel_entity_frame`'s rows."""
+    first, *rest = _TOP_ORDER
+    if isinstance(entities, pd.DataFrame):
+        rows = entities[(entities[SCENARIO] == base) & (entities["throttled_requests"] > 0)]
+        rows = rows.sort_values(
+            list(_TOP_ORDER), ascending=[False] + [True] * len(rest), kind="stable"
+        )
+        return rows.groupby("quota_type", sort=False).head(per_type).reset_index(drop=True)
+    from pyspark.sql import Window as SparkWindow
+    from pyspark.sql import functions as F
+
+    order = SparkWindow.partitionBy("quota_type").orderBy(F.desc(first), *rest)
+    picked: pd.DataFrame = (
+        entities.where((F.col(SCENARIO) == base) & (F.col("throttled_requests") > 0))
+        .withColumn("_rank", F.row_number().over(order))
+        .where(F.col("_rank") <= per_type)
+        .drop("_rank")
+        .toPandas()
+    )
+    picked = picked.sort_values(
+        list(_TOP_ORDER), ascending=[False] + [True] * len(rest), kind="stable"
+    )
+    return picked.reset_index(drop=True)
 
 
 def throttle_counts(requests: DataFrame) -> pd.DataFrame:
