@@ -117,7 +117,8 @@ def replay_closed_bounded(
     its recorded time (a produce only if the client's unsent produce bytes leave room for
     it, else it is not served), and the client sends what it holds as soon as its channel
     is unmuted, in order; a request still waiting when its timeout runs out is given up
-    then (a fetch waits as long as it takes). The columns of ``kquota.backtest.kernel.replay_closed`` with ``clients``."""
+    then (a fetch waits as long as it takes). The columns of
+    ``kquota.backtest.kernel.replay_closed`` with ``clients``."""
     n = len(frame)
     produce = np.zeros(n, dtype=np.int32)
     fetch = np.zeros(n, dtype=np.int32)

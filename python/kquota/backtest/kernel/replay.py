@@ -404,9 +404,10 @@ def replay_closed(
 
     With ``clients`` (bounded clients, :class:`ClientLimits`; a client id's producer,
     consumer and other requests are then three connections, each muted by its own
-    throttles) a client sends what it holds as soon as it may (``sent = max(recorded, its last send, mute end)``), so it catches up
-    when its demand drops; a produce that finds its buffer full, or a request still waiting
-    when its timeout runs out, is not served (:data:`UNSERVED`). Without, the client's
+    throttles) a client sends what it holds as soon as it may (``sent = max(recorded, its
+    last send, mute end)``), so it catches up when its demand drops; a produce that finds
+    its buffer full, or a request other than a fetch still waiting when its timeout runs
+    out, is not served (:data:`UNSERVED`). Without, the client's
     timeline shifts: every later request goes out that much later too (``sent =
     max(recorded + shift, mute end)``, the shift never shrinks), however far behind it falls.
 
