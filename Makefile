@@ -150,7 +150,7 @@ fuzz: $(EXT) $(CARGO_FUZZ) ## Fuzz each target for FUZZ_SECONDS (cargo fuzz + at
 ORACLE_SEED  ?= random
 ORACLE_SCALE ?= 10
 
-fuzz-oracle: check-shared $(EXT) $(KAFKA) $(KAFKA_NEWEST) ## Random traces against Kafka's quota classes (ORACLE_SEED, ORACLE_SCALE)
+fuzz-oracle: check-shared $(EXT) $(KAFKA) $(KAFKA3) $(KAFKA_NEWEST) ## Random traces against Kafka's quota classes (ORACLE_SEED, ORACLE_SCALE)
 	KQUOTA_ORACLE_SEED=$(ORACLE_SEED) KQUOTA_ORACLE_SCALE=$(ORACLE_SCALE) \
 	  $(PY) -m pytest tests/core/test_kafka_oracle.py -k with_kafka -p no:cacheprovider
 

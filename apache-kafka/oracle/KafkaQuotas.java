@@ -2,9 +2,9 @@
  * What differs between Kafka releases in the oracle: where the broker's quota managers
  * live and how they are called. QuotaOracle.java feeds Kafka's managers through this
  * interface; one implementation per generation of the managers' API, each in a folder
- * named for the first Kafka release it compiles against (kafka-4.0/, kafka-4.4/), is
- * compiled beside it. Every answer still comes from Kafka's own classes: an
- * implementation only constructs them and calls them.
+ * named for the first Kafka release it compiles against (kafka-3.9/, kafka-4.0/,
+ * kafka-4.4/), is compiled beside it. Every answer still comes from Kafka's own classes:
+ * an implementation only constructs them and calls them.
  */
 
 import com.fasterxml.jackson.databind.JsonNode;

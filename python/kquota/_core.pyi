@@ -21,7 +21,9 @@ __all__ = [
     "NANOS_TO_PERCENT",
     "QUOTA_CALLBACK_METHODS",
     "QUOTA_TYPES",
+    "REQUEST_LOG_NETWORK_TIME",
     "REQUEST_LOG_REASONS",
+    "REQUEST_LOG_SAME_POSITION",
     "REQUEST_LOG_TOPIC_OPS",
     "UNLIMITED",
     "UNLIMITED_CONNECTION_RATE",
@@ -683,6 +685,15 @@ REQUEST_LOG_TOPIC_OPS: Final[tuple[str, ...]]
 """The ``topic_op`` codes of :func:`parse_request_log`: ``create``, ``grow``,
 ``delete``, ``seen``."""
 
+REQUEST_LOG_NETWORK_TIME: Final[str]
+"""How :func:`parse_request_log`'s ``thread_ns`` estimates the network threads' time Kafka
+charges to the request quota beyond the logged handler time, in one sentence (a
+back-test's note)."""
+
+REQUEST_LOG_SAME_POSITION: Final[int]
+"""The ``fetch_position`` of an incremental fetch that lists and forgets no partition:
+it reads from where its connection's previous fetch did."""
+
 def parse_request_log(
     offsets: Any,
     data: Any,
@@ -699,8 +710,11 @@ def parse_request_log(
     for -1 and has no assignments. Returns numpy arrays by column, one entry per line:
     ``reason`` (uint8: 0 for a row, else a :data:`REQUEST_LOG_REASONS` position + 1),
     ``wall_us`` (the timestamp's wall clock as UTC microseconds), ``before_us`` (response
-    queue + send time, microseconds), ``bytes``, ``thread_ns``, ``acks``,
-    ``kafka_throttle``, ``api_version``, ``correlation_id``, ``strict``, ``share_fetch``;
+    queue + send time, microseconds), ``bytes``, ``thread_ns`` (request-quota time: the
+    handler's and the network threads' estimate, :data:`REQUEST_LOG_NETWORK_TIME`), ``acks``,
+    ``kafka_throttle``, ``api_version``, ``correlation_id``, ``strict``, ``share_fetch``,
+    ``fetch_connection`` and ``fetch_position`` (a consumer fetch's connection and read
+    position as 64-bit keys: equal keys, same partitions and offsets; null on other rows);
     ``NAME_valid`` beside a nullable one; strings ``example``, ``user``, ``client``, ``api``,
     ``topic_name`` as ``NAME_offsets`` (int32) and ``NAME_data`` (uint8); the topic list as
     ``topic_offsets``, ``topics_valid``, ``topic_op``, ``topic_count``. ``ValueError`` when

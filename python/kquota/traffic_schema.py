@@ -51,7 +51,9 @@ API: Final = "api"
 BYTES: Final = "bytes"
 """Produce request size or fetch response size in bytes (int64 >= 0)."""
 THREAD: Final = "thread_time_ns"
-"""Request-handler thread time in nanoseconds (int64 >= 0; optional, null = unknown)."""
+"""Time charged to request quotas in nanoseconds: the handler thread's, plus the network
+threads' where known (a request log's import estimates it) (int64 >= 0; optional, null =
+unknown)."""
 PARTITIONS: Final = "partitions"
 """Partitions created or deleted by a CreateTopics, CreatePartitions or DeleteTopics request
 (int >= 0; optional, null = not replayed as a controller mutation): its permits on the

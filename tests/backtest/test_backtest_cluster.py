@@ -342,7 +342,7 @@ def test_a_standalone_cluster_back_tests_as_local_does(
     local = tmp_path / "local"
     requests = table(local / "requests", request_keys)
     entities = table(local / "entities", entity_keys)
-    recommendations = table(local / "recommendations", recommendation_keys)
+    recommendations = table(local / "recommendations" / "entities", recommendation_keys)
     printed = summary(stdout["local"], local)
     assert len(requests) == 2 * REQUESTS and (requests["throttle_ms"] > 0).any()
     assert len(recommendations) > 0 and "Recommended quotas" in printed
@@ -351,7 +351,7 @@ def test_a_standalone_cluster_back_tests_as_local_does(
         pd.testing.assert_frame_equal(table(out / "requests", request_keys), requests)
         pd.testing.assert_frame_equal(table(out / "entities", entity_keys), entities)
         pd.testing.assert_frame_equal(
-            table(out / "recommendations", recommendation_keys), recommendations
+            table(out / "recommendations" / "entities", recommendation_keys), recommendations
         )
         assert summary(stdout[name], out) == printed
         assert (out / "report.html").is_file()

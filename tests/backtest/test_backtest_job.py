@@ -21,7 +21,9 @@ from kquota.backtest import inputs, kernel, outputs, report, summaries
 from kquota.backtest.job import run
 from kquota.backtest.options import RESULT_COLUMNS, BacktestOptions, BacktestResult
 from kquota.backtest.synthetic import TrafficSpec, generate
+from kquota.cli import main
 from kquota.config import QuotaConfig
+from kquota.config.model import PROPERTY_OF
 from kquota.conformance import load_scenario
 from kquota.exceptions import TrafficError
 from recommend_reference import recommend_reference
@@ -240,7 +242,7 @@ def test_recommendations_equal_the_kernel(
 ) -> None:
     result, out = open_run
     _, frame = trace
-    got = pd.read_parquet(out / "recommendations")
+    got = pd.read_parquet(out / "recommendations" / "entities")
     assert result.recommendations is not None and len(result.recommendations) == len(got)
     reference = replay(frame, mixed_config())
     for quota_type in kernel.QUOTA_TYPES:
@@ -257,12 +259,63 @@ def test_recommendations_equal_the_kernel(
     assert len(throttled) and (throttled["recommended_quota"] > throttled["current_quota"]).all()
 
 
+def test_the_recommended_quota_file_raises_only_and_is_back_tested(
+    open_run: tuple[BacktestResult, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The file is the configuration the recommendations were found under (x1) with the
+    raised quotas set; nothing lowered or added without asking; its own back-test (one
+    scenario) throttles fewer requests than x1; ``kquota configs --import`` takes it."""
+    result, out = open_run
+    file = result.recommended
+    rows = result.recommendations
+    assert file is not None and rows is not None
+    assert file.path == f"{out}/recommendations/quotas.json"
+    config = QuotaConfig.load(file.path)
+    assert config.by_entity() == file.config.by_entity()
+    assert config.window == mixed_config().window
+    assert set(rows["change"]) <= {"raise", "keep", "none"}
+    raised = rows[rows["change"] == "raise"]
+    assert len(raised) > 0
+    assert (raised["applied_quota"] > raised["current_quota"]).all()
+    assert (raised["applied_quota"] >= raised["recommended_quota"] * 1.2 - 1).all()
+    kept = rows[rows["change"] != "raise"]
+    assert kept["applied_quota"].isna().all()
+    for record in raised.to_dict("records"):
+        entity = kernel.recommendation._entity(
+            record[kernel.SENSOR_USER], record[kernel.SENSOR_CLIENT]
+        )
+        prop = PROPERTY_OF[record["quota_type"]]
+        assert config.by_entity()[entity][prop] == record["applied_quota"]
+    # every quota of the base configuration is still there, none lower
+    before = mixed_config().by_entity()
+    after = config.by_entity()
+    for entity, properties in before.items():
+        for prop, value in properties.items():
+            assert after[entity][prop] >= value, (entity, prop)
+    (tested,) = file.totals.to_dict("records")
+    x1 = result.totals.set_index("scenario").loc["x1"]
+    assert tested["requests"] == x1["requests"]
+    assert 0 <= tested["throttled_requests"] < x1["throttled_requests"]
+    assert (out / "recommendations" / "backtest" / "requests").is_dir()
+    page = (out / "report.html").read_text()
+    assert "recommendations/quotas.json" in page and "20% headroom" in page
+    store = out.parent / f"{out.name}-store.sqlite"
+    assert main(["configs", "--store", str(store), "--import", file.path]) == 0
+    assert "Imported" in capsys.readouterr().out
+
+
 def test_report(open_run: tuple[BacktestResult, Path]) -> None:
     result, out = open_run
     assert result.report == out / "report.html"
     page = result.report.read_text()
     for name in ["throttle_histogram.png", "rate_1.png", "Recommended quotas", "What-if"]:
         assert name in page
+    # where it comes from: the traffic, its span in UTC, the rules, the target
+    frame = pd.read_parquet(result.traffic)
+    assert result.span_ms == (int(frame["ts_ms"].min()), int(frame["ts_ms"].max()))
+    assert result.target == 0.02
+    for text in ("What was back-tested", result.traffic, " UTC to ", "Kafka 4.1, the default"):
+        assert text in page, text
     assert (out / "report" / "rate_1.png").stat().st_size > 5000
     assert list(result.totals["scenario"]) == ["x0.5", "x1"]
     halves = result.totals.set_index("scenario")["throttled_requests"]

@@ -15,7 +15,7 @@ import pytest
 from kquota import Entity
 from kquota.backtest import synthetic
 from kquota.backtest.job import run
-from kquota.backtest.options import BacktestOptions, BacktestResult
+from kquota.backtest.options import BacktestOptions, BacktestResult, RecommendedFile
 from kquota.backtest.report import (
     MAX_POINTS,
     RatePlot,
@@ -100,7 +100,19 @@ def result() -> BacktestResult:
                 "current_throttled_fraction": [0.075],
                 "recommended_quota": [2700.0],
                 "recommended_throttled_fraction": [0.0075],
+                "change": ["raise"],
+                "applied_quota": [3240.0],
             }
+        ),
+        recommended=RecommendedFile(
+            config=QuotaConfig(Window()),
+            path="/x/recommendations/quotas.json",
+            headroom=0.2,
+            lower=False,
+            add_quotas=False,
+            totals=totals.head(1).assign(
+                throttled_requests=4, throttled_fraction=0.004, total_throttle_ms=6000
+            ),
         ),
         config=QuotaConfig(Window()),
         seconds=12.5,
@@ -234,9 +246,14 @@ def test_opening_says_who_was_throttled_how_long_and_what_the_others_change() ->
         "(user=alice, produce): this measures how far the recorded demand exceeds the quotas, "
         "not what clients would wait (a closed-loop run, --mode closed, tells that).",
         "Scaled by 2 (x2), the quotas would throttle 0.50% of requests (p99 0 ms, longest 900 ms).",
-        "The recommended quotas (per entity, the smallest that keeps its throttled fraction "
-        "at or under --target) would raise user=alice's produce quota from 1 kB/s to 2.7 kB/s "
-        "(7.50% of its requests throttled, then 0.75%).",
+        "Each entity's recommended quota is the smallest that keeps the share of its "
+        "requests throttled at or under the target on this traffic (x1), plus 20% headroom; "
+        "a quota is never lowered (--lower allows it) and an entity without a quota gets "
+        "none (--add-quotas gives it one).",
+        "The recommended quota file (recommendations/quotas.json) raises user=alice's "
+        "produce quota from 1 kB/s to 3.24 kB/s (7.50% of its requests throttled).",
+        "Back-tested on the same traffic, it throttles 4 requests (0.40%) where the quotas "
+        "of x1 throttle 30 (3.00%), 6.0 s of throttle in all against 1.5 min.",
     ]
 
 

@@ -57,12 +57,9 @@ def test_a_run_prints_the_summary_and_where_everything_is(
     assert "20,000 rows, 0 refused" in captured.err
     lines = captured.out.splitlines()
     assert lines[0].startswith("20,000 requests read, 20,000 replayed, 0 quarantined; open loop")
-    assert any(line.split()[:2] == ["scenario", "requests"] for line in lines)
-    assert [line.split()[0] for line in lines if line.strip().startswith("x")][:3] == [
-        "x0.5",
-        "x1",
-        "x2",
-    ]
+    header = next(i for i, line in enumerate(lines) if line.split()[:2] == ["scenario", "requests"])
+    # the header, its rule, then a row per scenario
+    assert [line.split()[0] for line in lines[header + 2 : header + 5]] == ["x0.5", "x1", "x2"]
     assert "Recommended quotas" in captured.out
     for name in ("requests", "entities", "recommendations"):
         assert f"{name}: {out}/{name}/" in captured.out
@@ -149,3 +146,37 @@ def test_bad_traffic_is_one_message(
     (tmp_path / "bad.csv").write_text(BAD_CSV)
     message = run(tmp_path / "bad.csv", "--strict")
     assert "--strict: 6 bad row(s)" in message and "1 bytes negative" in message
+
+
+@pytest.mark.slow
+def test_kafka_version_picks_the_releases_rules(
+    spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A 3 MB produce request under a 1 B/s quota: a throttle of 3e9 ms, past Kafka's int.
+    Kafka 4.1 casts it and wraps negative (no throttle); from 4.4 it saturates at 2**31 - 1.
+    ``--kafka-version`` (or the quota file's ``kafka_version``) picks which."""
+    traffic = tmp_path / "traffic.csv"
+    traffic.write_text("ts_ms,user,client_id,api,bytes\n1700000000000,alice,big,produce,3000000\n")
+    quotas = tmp_path / "quotas.json"
+    quotas.write_text(
+        '{"quotas": [{"entity": {"client-id": "big"}, "config": {"producer_byte_rate": 1}}]}'
+    )
+    throttles = {}
+    for version in ("4.1", "4.4"):
+        out = tmp_path / version
+        args = ["--traffic", str(traffic), "--quotas", str(quotas), "--out", str(out)]
+        assert backtest(*args, "--kafka-version", version, "--quiet") == 0, capsys.readouterr()
+        throttles[version] = int(read_requests(out / "requests")["throttle_ms"].iloc[0])
+        report = (out / "report.html").read_text(encoding="utf-8")
+        assert f"throttles follow the quota rules of Kafka {version}" in report
+    assert throttles == {"4.1": 0, "4.4": 2**31 - 1}
+    # the quota file says the same as the flag
+    quotas.write_text(quotas.read_text()[:-1] + ', "kafka_version": "4.4.0"}')
+    out = tmp_path / "file"
+    args = ["--traffic", str(traffic), "--quotas", str(quotas), "--out", str(out), "--quiet"]
+    assert backtest(*args) == 0
+    assert int(read_requests(out / "requests")["throttle_ms"].iloc[0]) == 2**31 - 1
+    capsys.readouterr()
+    args = ["--traffic", str(traffic), "--quotas", str(quotas), "--out", str(tmp_path / "x")]
+    assert backtest(*args, "--kafka-version", "3.7") == 2
+    assert 'invalid Kafka version "3.7"' in one_error(capsys)

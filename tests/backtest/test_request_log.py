@@ -188,7 +188,7 @@ def test_every_field_equals_what_the_generator_logged(
         if want.thread_ns is None:
             assert got[THREAD] != got[THREAD]
         else:
-            assert got[THREAD] == want.thread_ns
+            assert got[THREAD] == gen.expected_thread_ns(want), want.line
         assert got[BYTES] == gen.expected_bytes(want), (want.api, want.api_version, want.line)
     reasons = collections.Counter(skipped["_kq_reason"])
     want_reasons = collections.Counter(r.reason for r in logged if r.reason is not None)

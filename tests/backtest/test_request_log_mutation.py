@@ -123,6 +123,46 @@ def test_partition_counts_are_tracked_and_unknown_ones_reported(spark: Any, tmp_
         LogOptions(num_partitions=0)
 
 
+def _forwarded(line: str, end_ms: int, remote_ms: float, throttle: int) -> str:
+    """The controller's line of the broker's ``line``: ``isForwarded``, ending at
+    ``end_ms`` after ``remote_ms`` of remote time, its response throttled ``throttle``."""
+    document = line.split(" Completed request:", 1)[1].removesuffix(" (kafka.request.logger)")
+    document = (
+        document.replace('"isForwarded":false', '"isForwarded":true', 1)
+        .replace('"remoteTimeMs":0.0', f'"remoteTimeMs":{gen.logged_double(remote_ms)}', 1)
+        .replace('"response":""', f'"response":{{"throttleTimeMs":{throttle},"topics":[]}}', 1)
+    )
+    return gen.line(end_ms, "DEBUG", document)
+
+
+def test_forwarded_mutations_take_their_controllers_time(spark: Any, tmp_path: Path) -> None:
+    """A broker's CreateTopics line ends after the forwarding, the controller's work and the
+    metadata commit; the controller's own line of it says when the controller took it (its
+    end less its remote, response-queue and send times), and the row takes that time. A
+    request whose controller line is missing, or belongs to another request, keeps the
+    broker's."""
+    first = _line(T0 + 40, 19, 7, 2, _create(("a", 3, 0)), "", "ops")
+    second = _line(T0 + 90, 19, 7, 3, _create(("b", 1, 0)), "", "ops")
+    third = _line(T0 + 140, 19, 7, 4, _create(("c", 1, 0)), "", "ops")
+    lines = [
+        _forwarded(first, T0 + 38, 30.0, 250),
+        first,
+        second,  # no controller line
+        _forwarded(third.replace('"correlationId":4', '"correlationId":9'), T0 + 139, 30.0, 0),
+        third,
+    ]
+    out = tmp_path / "traffic"
+    summary = requestlog.import_log(spark, str(_write(tmp_path / "log", lines)), str(out))
+    rows = pd.read_parquet(out).set_index("correlation_id")
+    assert sorted(rows.index) == [2, 3, 4], "a controller's line is not a request of its own"
+    # the controller's line ended at T0 + 38 after 30 ms of remote time
+    assert rows.loc[2, "ts_ms"] == T0 + 38 - 30
+    assert (rows.loc[3, "ts_ms"], rows.loc[4, "ts_ms"]) == (T0 + 90, T0 + 140)
+    assert summary.controller_lines == 2 and summary.controller_timed == 1
+    assert summary.skipped[requestlog.FORWARDED] == 2
+    assert "1 of 3 mutation request(s) timed by their controller's line" in summary.notes()[-1]
+
+
 def test_a_log_without_mutations_imports_as_before(spark: Any, tmp_path: Path) -> None:
     lines = [_line(T0, 3, 12, 1, {"topics": None}, {"topics": []}, "ops")]
     out = tmp_path / "traffic"

@@ -185,6 +185,34 @@ def test_bad_file_content_names_the_part(data: object, message: str) -> None:
         QuotaConfig.from_json(data, "my.json")
 
 
+def test_a_kafka_version_follows_the_file_and_its_managers() -> None:
+    data = {
+        "kafka_version": "4.4.0",
+        "quotas": [{"entity": {"user": "a"}, "config": {"producer_byte_rate": 1.0}}],
+    }
+    config = QuotaConfig.from_json(data)
+    assert config.kafka_version == "4.4"  # as the core names the release
+    assert config.manager("produce").kafka_version == "4.4"
+    assert config.mutation_manager().kafka_version == "4.4"
+    assert config.scaled(2.0).kafka_version == "4.4"
+    assert QuotaConfig.from_json(json.loads(config.dumps())) == config
+    assert "kafka_version" not in QuotaConfig().to_json()
+    assert QuotaConfig().manager("fetch").kafka_version == "4.1"
+
+
+@pytest.mark.parametrize(
+    ("release", "message"),
+    [
+        ("3.7", 'invalid Kafka version "3.7": expected major.minor'),
+        ("latest", 'invalid Kafka version "latest"'),
+        (4.4, "invalid kafka_version 4.4: expected a Kafka release"),
+    ],
+)
+def test_a_bad_kafka_version_names_the_value(release: object, message: str) -> None:
+    with pytest.raises(QuotaFileError, match=f"my.json: {re.escape(message)}"):
+        QuotaConfig.from_json({"kafka_version": release, "quotas": []}, "my.json")
+
+
 @pytest.mark.parametrize("text", ["{", '{"quotas": NaN}', "[1,]", "\xff"])
 def test_unreadable_files(tmp_path: Path, text: str) -> None:
     path = tmp_path / "q.json"

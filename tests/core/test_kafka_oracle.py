@@ -45,6 +45,7 @@ from kafka_oracle import (
     KafkaOracle,
     from_bits,
     missing_tools,
+    release,
     start_oracle,
     to_bits,
 )
@@ -651,7 +652,7 @@ def test_client_quotas_agree_with_kafka(oracle: KafkaOracle) -> None:
     print(tally)
     assert tally.traces >= 1000 * _SCALE and tally.operations >= 50_000 * _SCALE, tally
     # A throttle past the int range wraps before 4.4 and saturates from 4.4.
-    beyond = "record saturated" if _release(oracle.version) >= (4, 4) else "record wrapped negative"
+    beyond = "record saturated" if release(oracle.version) >= (4, 4) else "record wrapped negative"
     for seen in (
         "record throttled",
         beyond,
@@ -1470,11 +1471,6 @@ def _expected(value: Any) -> Any:
     return value
 
 
-def _release(version: str) -> tuple[int, int]:
-    major, minor = version.split(".")[:2]
-    return int(major), int(minor)
-
-
 def _changed_in(doc: dict[str, Any]) -> tuple[int, int] | None:
     """The first Kafka release whose answers to a vector differ from its expectations, or
     None. The vectors record Kafka at one commit (4.1's behaviour); the spec marks those
@@ -1509,7 +1505,7 @@ def test_vector_expectations_are_kafkas_answers(oracle: KafkaOracle, path: Path)
     (answers,) = oracle.run([run.trace.wire()])
     assert not [a for a in answers if "err" in a], answers
     changed = _changed_in(doc)
-    still = changed is None or _release(oracle.version) < changed
+    still = changed is None or release(oracle.version) < changed
     compared, differing = 0, []
     for number, readers in run.readers:
         for key, read in readers.items():
@@ -1548,9 +1544,9 @@ def _kafka(
 @pytest.mark.parametrize(
     ("quota", "kafka_throttle"),
     [
-        # (60 - 0) / 0 * 10000 = inf: Math.round gives Long.MAX, the int -1 (from 4.4
-        # capped at Integer.MAX first)
-        (0.0, {(4, 1): -1, (4, 4): 2**31 - 1}),
+        # (60 - 0) / 0 * 10000 = inf: Math.round gives Long.MAX, the int -1 from 3.8 (the
+        # oldest release kquota follows); from 4.4 capped at Integer.MAX first
+        (0.0, {(3, 8): -1, (4, 4): 2**31 - 1}),
         (-0.0, 0),  # -inf: Long.MIN, the int 0
         (-1.0, -610_000),  # 60 > -1: (60 + 1) / -1 * 10000
         (math.nan, 0),  # never acceptable; Math.round(NaN) is 0
@@ -1570,7 +1566,7 @@ def test_kafka_takes_quotas_kquota_refuses(
     ]
     answers = _kafka(oracle, "client", {"samples": 11, "window_s": 1}, ops)
     if isinstance(kafka_throttle, dict):
-        since = max(r for r in kafka_throttle if r <= _release(oracle.version))
+        since = max(r for r in kafka_throttle if r <= release(oracle.version))
         kafka_throttle = kafka_throttle[since]
     assert answers[1] == {"th": kafka_throttle}
     assert from_bits(answers[2]["rate"]) == 60.0

@@ -366,6 +366,26 @@ def test_quick_start_3_backtests_the_sample_request_log(tmp_path: Path) -> None:
     assert throttled == sorted(throttled, reverse=True) and throttled[0] > throttled[-1]
     assert throttled[scales.index(1.0)] > 0
 
+    # what the README says of the replay beside the broker is what this run gives
+    rows = read_requests(out / "requests", scenario="x1")
+    broker, replay = rows["kafka_throttle_ms"], rows["throttle_ms"]
+    text = " ".join(section("Quick start 3").split())
+    apart = (broker - replay).abs()
+    close = (apart <= 10) | (apart <= 0.02 * broker)
+    claims = (
+        f"the replay throttles {int(((broker > 0) & (replay > 0)).sum())} of the "
+        f"{int((broker > 0).sum())} requests the broker throttled and gives "
+        f"{close.mean():.2%} of all {len(rows)} requests the broker's throttle to within "
+        f"10 ms or 2%, {replay.sum() / 1000:.1f} s of throttle in all against the broker's "
+        f"{broker.sum() / 1000:.1f} s",
+        f"Halved (x0.5), the quotas would have throttled {throttled[0]} requests; doubled, "
+        + ("none" if throttled[-1] == 0 else str(throttled[-1])),
+    )
+    for claim in claims:
+        assert claim in text, claim
+    # what is left is the fetches the log cannot size, as the import says
+    assert "with no such fetch in the log kept at the empty response's size" in imported.stderr
+
     entities = pq.read_table(out / "entities").to_pandas()
     assert set(entities["scenario"]) == {f"x{s:g}" for s in scales}
     report = (out / "report.html").read_text(encoding="utf-8")

@@ -469,6 +469,10 @@ def test_cli_rejects_bad_options_with_status_2(tmp_path: Path) -> None:
             ["--listen", "127.0.0.1:0", "--upstream", "h:9", "--connections-max-idle-ms", "0"],
             "invalid --connections-max-idle-ms 0: expected 1 or more",
         ),
+        (
+            ["--listen", "127.0.0.1:0", "--upstream", "h:9", "--kafka-version", "3.7"],
+            'invalid Kafka version "3.7"',
+        ),
         (["--listen", "127.0.0.1:0", "--upstream", "h:9"], "does not exist"),
     ]
     assert_proxy_cli_refuses(cases, tmp_path / "q.db")

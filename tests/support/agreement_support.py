@@ -7,6 +7,9 @@ quotas are set with Kafka's own ``kafka-configs`` (:data:`QUOTAS`, one client id
 * ``greedy`` (librdkafka producer, acks=1) over ``producer_byte_rate``;
 * ``reader`` (librdkafka consumer) over ``consumer_byte_rate``, on a topic filled first by
   ``prefill`` (no quota);
+* ``catchup`` (librdkafka consumer) over a lower ``consumer_byte_rate``, catching up on a
+  topic of 1 MB batches with 1 MB fetches: each fetch is several seconds of its quota, so
+  most of its throttle is on fetches Kafka answered empty;
 * ``busy`` (librdkafka producer, no byte quota) over ``request_percentage``;
 * ``admin`` (kafka-python's admin client) creating, growing and deleting topics over a
   strict ``controller_mutation_rate``: the broker refuses one and it is sent again.
@@ -36,6 +39,7 @@ from side_by_side_support import (
 QUOTAS: Final[Mapping[str, Mapping[str, float]]] = {
     "greedy": {"producer_byte_rate": 256 * 1024},
     "reader": {"consumer_byte_rate": 256 * 1024},
+    "catchup": {"consumer_byte_rate": 150_000},
     "busy": {"request_percentage": 5},
     "admin": {"controller_mutation_rate": 8},
 }
@@ -45,6 +49,9 @@ PRODUCE_S: Final = 4.0
 CONSUME_S: Final = 3.0
 BUSY_S: Final = 3.0
 PREFILL_BYTES: Final = 3 * 1024 * 1024  # more than CONSUME_S seconds of the fetch quota
+CATCHUP_S: Final = 14.0
+CATCHUP_FETCH_BYTES: Final = 1024 * 1024
+CATCHUP_BYTES: Final = 4 * CATCHUP_FETCH_BYTES  # more than CATCHUP_S seconds of its quota
 WAIT_S: Final = 60.0  # bounds a wait for Kafka; never a measurement
 
 
@@ -147,6 +154,9 @@ def record(broker: KafkaBroker) -> dict[str, Run]:
     run("greedy", greedy_librdkafka_producer("produced", PRODUCE_S))
     prefill(broker.bootstrap, "feed", PREFILL_BYTES)
     run("reader", librdkafka_consumer("feed", CONSUME_S))
+    # batches of librdkafka's largest message (message.max.bytes' default)
+    prefill(broker.bootstrap, "backlog", CATCHUP_BYTES, batch_bytes=1_000_000)
+    run("catchup", librdkafka_consumer("backlog", CATCHUP_S, CATCHUP_FETCH_BYTES))
     run("busy", greedy_librdkafka_producer("busy", BUSY_S))
     runs["admin"] = Run("kafka", "admin", QUOTAS["admin"]["controller_mutation_rate"])
     runs["admin"].failures = [f"error {code}" for code in _admin(broker.bootstrap)]
@@ -196,7 +206,10 @@ def record_bounds(lines: list[str]) -> dict[tuple[str, str, int, int], int]:
     for the quota, in whole ms: ``localTimeMs + remoteTimeMs``, rounded up. Kafka reads it
     on the handler thread (produce: in the callback after the append; a mutation: on the
     controller), after the request was dequeued and before the response was handed over;
-    the import takes the hand-over (``end - responseQueueTimeMs - sendTimeMs``)."""
+    the import takes the hand-over (``end - responseQueueTimeMs - sendTimeMs``). A mutation
+    the broker forwarded is keyed by its controller's line too, at the time the import
+    takes from it (that line's hand-over to the controller's event loop, before its remote
+    time, the metadata commit), with that line's local time as the bound."""
     import json
     import math
     from datetime import UTC, datetime
@@ -207,12 +220,16 @@ def record_bounds(lines: list[str]) -> dict[tuple[str, str, int, int], int]:
         if not found:
             continue
         document = json.loads(body.removesuffix(" (kafka.request.logger)"))
-        if document.get("isForwarded"):
+        forwarded = bool(document.get("isForwarded"))
+        api = document["requestHeader"]["requestApiKeyName"].lower()
+        if forwarded and api not in MUTATION_APIS:
             continue
         end = datetime.strptime(head[1:24], "%Y-%m-%d %H:%M:%S,%f").replace(tzinfo=UTC)
         end_us = int(end.timestamp()) * 1_000_000 + end.microsecond
         handed = end_us - round(document["responseQueueTimeMs"] * 1000)
         handed -= round(document["sendTimeMs"] * 1000)
+        if forwarded:
+            handed -= round(document["remoteTimeMs"] * 1000)
         header = document["requestHeader"]
         key = (
             header.get("clientId") or "",
@@ -220,7 +237,8 @@ def record_bounds(lines: list[str]) -> dict[tuple[str, str, int, int], int]:
             int(header["correlationId"]),
             handed // 1000,
         )
-        out[key] = math.ceil(document["localTimeMs"] + document["remoteTimeMs"])
+        remote = 0.0 if forwarded else document["remoteTimeMs"]
+        out[key] = math.ceil(document["localTimeMs"] + remote)
     return out
 
 
@@ -367,7 +385,7 @@ def classify(first: Any, second: Any, best: Any) -> Any:
 def agreement(frame: Any) -> Any:
     """Per quota type (of the client's quota; ``-`` for clients without one) and API: the
     requests, how many got the same throttle in the replay as from Kafka, how many each
-    throttled, and the mean absolute difference (ms)."""
+    throttled, the total throttle each gave (ms) and the mean absolute difference (ms)."""
     import pandas as pd
 
     frame = frame.assign(
@@ -382,6 +400,8 @@ def agreement(frame: Any) -> Any:
         equal=("same", "sum"),
         kafka_throttled=("kafka", "sum"),
         replay_throttled=("replay", "sum"),
+        kafka_total_ms=("kafka_throttle_ms", "sum"),
+        replay_total_ms=("throttle_ms", "sum"),
         mean_abs_diff_ms=("diff", "mean"),
     )
     table.insert(2, "equal_fraction", table["equal"] / table["requests"])
@@ -411,3 +431,43 @@ def logged_throttles(lines: list[str]) -> list[int]:
             throttle = max(throttle, int(response.get("throttleTimeMs", 0)))
         out.append(throttle)
     return out
+
+
+def served_after(lines: list[str]) -> dict[tuple[str, int], int | None]:
+    """Per throttled consumer fetch in the log (client id, correlation id), the correlation
+    id of its connection's next unthrottled fetch from the same partitions and offsets,
+    or ``None``: read from the lines by the spec's fields, not by kquota's reader, for full
+    fetches (librdkafka's: no fetch session) only."""
+    by_connection: dict[str, list[tuple[int, bool, Any, str]]] = {}
+    for text in lines:
+        document = completed_request(text)
+        if document is None or document["requestHeader"]["requestApiKey"] != 1:
+            continue
+        request = document["request"]
+        if not isinstance(request, dict) or request.get("replicaId", -1) >= 0:
+            continue
+        if request.get("sessionEpoch", -1) > 0:
+            raise AssertionError(f"an incremental fetch, not a full one: {text[:200]}")
+        position = [
+            (t.get("topic", t.get("topicId")), p["partition"], p["fetchOffset"])
+            for t in request["topics"]
+            for p in t["partitions"]
+        ]
+        header = document["requestHeader"]
+        by_connection.setdefault(document["connection"], []).append(
+            (header["correlationId"], document["throttleTimeMs"] > 0, position, header["clientId"])
+        )
+    found: dict[tuple[str, int], int | None] = {}
+    for fetches in by_connection.values():
+        for i, (correlation, throttled, position, client) in enumerate(fetches):
+            if not throttled:
+                continue
+            match = None
+            for later, later_throttled, later_position, _ in fetches[i + 1 :]:
+                if later_position != position:
+                    break
+                if not later_throttled:
+                    match = later
+                    break
+            found[(client, correlation)] = match
+    return found

@@ -38,8 +38,10 @@ class OracleError(RuntimeError):
     """The oracle could not be built or started, or stopped answering."""
 
 
-def _release(text: str) -> tuple[int, int]:
-    major, minor = text.split(".")[:2]
+def release(version: str) -> tuple[int, int]:
+    """A Kafka version's ``(major, minor)``: ``"3.9.2"`` is ``(3, 9)`` (a patch does not
+    change quota behaviour)."""
+    major, minor = version.split(".")[:2]
     return int(major), int(minor)
 
 
@@ -48,8 +50,8 @@ def oracle_generation(version: str) -> Path | None:
     newest ``kafka-X.Y`` under ``apache-kafka/oracle`` whose X.Y is not after the version's;
     ``None`` when every folder is newer."""
     folders = [f for f in ORACLE_DIR.glob("kafka-*") if f.is_dir()]
-    fitting = [f for f in folders if _release(f.name.removeprefix("kafka-")) <= _release(version)]
-    return max(fitting, key=lambda f: _release(f.name.removeprefix("kafka-")), default=None)
+    fitting = [f for f in folders if release(f.name.removeprefix("kafka-")) <= release(version)]
+    return max(fitting, key=lambda f: release(f.name.removeprefix("kafka-")), default=None)
 
 
 ORACLE_VERSIONS: Final = tuple(v for v in VERSIONS if oracle_generation(v) is not None)

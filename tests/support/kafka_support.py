@@ -260,7 +260,8 @@ class KafkaBroker:
     logs outlive the broker. Without a folder, a temporary one is made (and kept).
 
     Use as a context manager, or ``start()``/``stop()``; a stopped broker starts again
-    with its data. ``config`` adds or overrides ``server.properties`` entries.
+    with its data. ``config`` adds or overrides ``server.properties`` entries; ``jmx``
+    opens remote JMX on a port of 127.0.0.1 (``jmx_url``), for reading the broker's metrics.
     """
 
     def __init__(
@@ -275,6 +276,7 @@ class KafkaBroker:
         controller_port: int | None = None,
         voters: str | None = None,
         cluster_id: str | None = None,
+        jmx: bool = False,
     ) -> None:
         _check_version(version)
         if roles not in ROLES:
@@ -297,6 +299,8 @@ class KafkaBroker:
         self.voters = voters or f"{node_id}@127.0.0.1:{self.controller_port}"
         self.cluster_id = cluster_id or random_cluster_id()
         self.config = dict(config or {})
+        # remote JMX on 127.0.0.1, no authentication: for tests that read the broker's metrics
+        self.jmx_port = free_port() if jmx else None
         self.process: subprocess.Popen[bytes] | None = None
         self.startup_s: float | None = None  # how long the last start took
         self.stopped_cleanly: bool | None = None  # the last stop: on SIGTERM, or killed
@@ -305,6 +309,31 @@ class KafkaBroker:
     @property
     def bootstrap(self) -> str:
         return f"127.0.0.1:{self.port}"
+
+    @property
+    def jmx_url(self) -> str:
+        """The JMX service URL of a broker started with ``jmx=True``."""
+        if self.jmx_port is None:
+            raise ValueError(f"{self.describe_briefly()} was made without jmx=True: no JMX port")
+        return f"service:jmx:rmi:///jndi/rmi://127.0.0.1:{self.jmx_port}/jmxrmi"
+
+    def jvm_properties(self) -> dict[str, str]:
+        """The JVM's system properties: the log folder, and remote JMX when asked for (one
+        port for the registry and the connections, bound to 127.0.0.1)."""
+        properties = {"kafka.logs.dir": str(self.log_dir)}
+        if self.jmx_port is not None:
+            port = str(self.jmx_port)
+            properties |= {
+                "com.sun.management.jmxremote": "true",
+                "com.sun.management.jmxremote.port": port,
+                "com.sun.management.jmxremote.rmi.port": port,
+                "com.sun.management.jmxremote.host": "127.0.0.1",
+                "com.sun.management.jmxremote.local.only": "true",
+                "com.sun.management.jmxremote.authenticate": "false",
+                "com.sun.management.jmxremote.ssl": "false",
+                "java.rmi.server.hostname": "127.0.0.1",
+            }
+        return properties
 
     @property
     def log_dir(self) -> Path:
@@ -433,7 +462,7 @@ class KafkaBroker:
             str(self.properties_file),
             heap=self.heap,
             logging="broker",
-            system_properties={"kafka.logs.dir": str(self.log_dir)},
+            system_properties=self.jvm_properties(),
         )
         tie_to_parent = (
             sys.platform == "linux" and threading.current_thread() is threading.main_thread()

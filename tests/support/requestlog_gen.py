@@ -109,6 +109,9 @@ class LoggedRequest:
     acks: int | None
     throttle_ms: int
     thread_ns: int | None
+    """The handler's time (``localTimeMs``), ns; None for ``acks=0``."""
+    send_us: int
+    """The line's ``sendTimeMs``, µs."""
     reason: str | None
     """Why the reader skips the line (:data:`kquota.backtest.requestlog.REASONS`), or None."""
     header: Any
@@ -283,6 +286,21 @@ def expected_bytes(logged: LoggedRequest) -> int:
             size -= 12 * partitions + (4 if logged.api_version < 1 else 0)
         return size
     return 0
+
+
+def expected_thread_ns(logged: LoggedRequest) -> int | None:
+    """The request time a reader must find for ``logged``: the handler's, plus the
+    network threads' estimate (``docs/guide/fidelity.md``): the send time (a fetch's with a
+    response over 102,400 bytes at most 100 µs + 0.05 ns per byte), plus 1 µs + 0.3 ns per
+    byte of a produce request, each product truncated to whole ns; None for ``acks=0``."""
+    if logged.thread_ns is None:
+        return None
+    size = expected_bytes(logged)
+    written = logged.send_us * 1000
+    if logged.api_key == 1 and size > 102_400:
+        written = min(written, 100_000 + int(0.05 * size))
+    read = size if logged.api_key == 0 else 0
+    return logged.thread_ns + written + 1_000 + int(0.3 * read)
 
 
 # -- lines ----------------------------------------------------------------------------------
@@ -692,6 +710,7 @@ def generate(spec: LogSpec) -> tuple[list[LoggedRequest], dict[str, list[str]]]:
                 acks=acks,
                 throttle_ms=throttle,
                 thread_ns=None if acks == 0 else micros["local"] * 1000,
+                send_us=micros["send"],
                 reason=reason,
                 header=header,
                 request=request,

@@ -627,9 +627,16 @@ def greedy_librdkafka_producer(
     return workload
 
 
-def prefill(bootstrap: str, topic: str, total_bytes: int, value_bytes: int = 4096) -> None:
+def prefill(
+    bootstrap: str,
+    topic: str,
+    total_bytes: int,
+    value_bytes: int = 4096,
+    batch_bytes: int | None = None,
+) -> None:
     """``total_bytes`` of ``value_bytes`` messages in ``topic``, as fast as they go (a
-    client id without a quota)."""
+    client id without a quota), in batches of up to ``batch_bytes`` (by default half of
+    :data:`FETCH_BYTES`)."""
     from confluent_kafka import Producer
 
     failures: list[Any] = []
@@ -641,7 +648,7 @@ def prefill(bootstrap: str, topic: str, total_bytes: int, value_bytes: int = 409
             "acks": 1,
             # a fetch returns whole batches: small ones, or a fetch would be far larger than
             # the consumer's fetch sizes
-            "batch.size": FETCH_BYTES // 2,
+            "batch.size": batch_bytes or FETCH_BYTES // 2,
         }
     )
     value = b"c" * value_bytes
@@ -663,10 +670,12 @@ fetch response of at most a quarter of a second of quota, so that throttles foll
 rate closely."""
 
 
-def librdkafka_consumer(topic: str, seconds: float) -> Callable[[Side, Run], None]:
+def librdkafka_consumer(
+    topic: str, seconds: float, fetch_bytes: int = FETCH_BYTES
+) -> Callable[[Side, Run], None]:
     """A librdkafka consumer in a group of its own reading ``topic`` (filled beforehand)
     from the start, as fast as it is let, for ``seconds`` from its first message (the group
-    join before it is not part of the run)."""
+    join before it is not part of the run), ``fetch_bytes`` at most a fetch."""
 
     def workload(where: Side, run: Run) -> None:
         from confluent_kafka import Consumer, KafkaException
@@ -686,9 +695,9 @@ def librdkafka_consumer(topic: str, seconds: float) -> Callable[[Side, Run], Non
                 "auto.offset.reset": "earliest",
                 "enable.auto.commit": False,
                 "fetch.wait.max.ms": 100,
-                "fetch.max.bytes": FETCH_BYTES,
-                "max.partition.fetch.bytes": FETCH_BYTES,
-                "message.max.bytes": FETCH_BYTES,
+                "fetch.max.bytes": fetch_bytes,
+                "max.partition.fetch.bytes": fetch_bytes,
+                "message.max.bytes": fetch_bytes,
                 "throttle_cb": on_throttle,
             }
         )

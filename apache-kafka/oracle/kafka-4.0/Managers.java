@@ -1,6 +1,7 @@
 /*
- * The oracle's access to the broker's quota managers as Kafka 4.0 to 4.3 have them: the
- * Scala classes in kafka.server, called with scala.Option and RequestChannel.Request.
+ * The oracle's access to the broker's quota managers as Kafka 4.0 and 4.1 have them: the
+ * Scala classes in kafka.server, called with scala.Option and RequestChannel.Request. From
+ * 4.2 the controller mutation quotas are Java classes, which this adapter does not reach.
  */
 
 import com.fasterxml.jackson.databind.JsonNode;

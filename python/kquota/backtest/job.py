@@ -41,10 +41,12 @@ executors need ``kquota`` installed (the back-testing guide, docs/guide/backtest
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import shutil
 import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 import pyarrow as pa  # type: ignore[import-untyped]
@@ -69,6 +71,7 @@ from kquota.backtest.options import (
     REQUEST_SENSOR_USER,
     BacktestOptions,
     BacktestResult,
+    RecommendedFile,
 )
 from kquota.backtest.outputs import RESULTS
 from kquota.backtest.session import Progress, reading_traffic, spark_errors, writing_output
@@ -76,6 +79,7 @@ from kquota.exceptions import OutputError, TrafficError
 from kquota.traffic_schema import KAFKA_THROTTLE
 
 if TYPE_CHECKING:
+    import pandas as pd  # type: ignore[import-untyped]
     from pyspark import Accumulator, AccumulatorParam
     from pyspark.sql import DataFrame, Observation, SparkSession
     from pyspark.sql.types import DataType, StructType
@@ -123,6 +127,11 @@ def _run(spark: SparkSession, options: BacktestOptions, progress: Progress) -> B
         summary = requestlog.import_log(spark, options.traffic, traffic_path, options.log)
         progress.note(f"{summary.lines:,} lines, {summary.lines_skipped:,} skipped")
         log_notes = summary.notes()
+        if options.quotas.quotas("request"):
+            # the log has the handler's time only: say how the rest was estimated
+            from kquota._core import REQUEST_LOG_NETWORK_TIME
+
+            log_notes.append(REQUEST_LOG_NETWORK_TIME)
     progress.phase(f"reading {traffic_path}")
     raw = inputs.read_traffic(spark, traffic_path, traffic_format)
     parsed = inputs.parse(raw)
@@ -150,6 +159,8 @@ def _run(spark: SparkSession, options: BacktestOptions, progress: Progress) -> B
         notes.append("the traffic has no thread_time_ns: request quotas throttle nothing")
     if not options.quotas.entries:
         notes.append("the configuration has no quotas: nothing is measured or throttled")
+    if options.quotas.kafka_version is not None:
+        notes.append(f"throttles follow the quota rules of Kafka {options.quotas.kafka_version}")
 
     what = f"{valid_rows:,} requests" if observed is None else "the traffic"
     progress.phase(f"replaying {what} x {len(configs)} scenario(s), {options.mode} loop")
@@ -215,14 +226,18 @@ def _run(spark: SparkSession, options: BacktestOptions, progress: Progress) -> B
 
     base = options.scenarios[options.base_index]
     recommendations = None
+    recommended = None
+    if not inputs.is_remote(out):
+        shutil.rmtree(inputs.local_path(f"{out}/recommendations"), ignore_errors=True)
     if options.recommend:
         progress.phase(f"recommending quotas (throttled fraction <= {options.target:g}, {base})")
         with writing_output(f"{out}/recommendations"):
             recommendations = summaries.recommendations(
-                spark, requests, entities, options, base, f"{out}/recommendations", peak
+                spark, requests, entities, options, base, f"{out}/recommendations/entities", peak
             )
-    elif not inputs.is_remote(out):
-        shutil.rmtree(inputs.local_path(f"{out}/recommendations"), ignore_errors=True)
+        recommendations, recommended = _recommended_file(
+            spark, options, recommendations, traffic_path, traffic_format, out, progress
+        )
 
     progress.phase("collecting summaries for the report")
     if tallies is not None:
@@ -256,6 +271,10 @@ def _run(spark: SparkSession, options: BacktestOptions, progress: Progress) -> B
             requests, top.head(report.PLOTTED_ENTITIES), options, base
         ),
         recommendations=recommendations,
+        recommended=recommended,
+        traffic=options.traffic,
+        span_ms=_span(requests),
+        target=options.target if options.recommend else None,
         config=options.quotas,
         notes=notes,
         broker=broker,
@@ -268,6 +287,69 @@ def _run(spark: SparkSession, options: BacktestOptions, progress: Progress) -> B
             result.report = report.write_report(result, inputs.local_path(out))
     result.seconds = time.monotonic() - started
     return result
+
+
+def _span(requests: DataFrame) -> tuple[int, int] | None:
+    """The first and last request's time in the written requests (one column read)."""
+    from pyspark.sql import functions as F
+
+    row = requests.agg(F.min(TS), F.max(TS)).first()
+    if row is None or row[0] is None:
+        return None
+    return int(row[0]), int(row[1])
+
+
+def _recommended_file(
+    spark: SparkSession,
+    options: BacktestOptions,
+    recommendations: pd.DataFrame,
+    traffic_path: str,
+    traffic_format: str,
+    out: str,
+    progress: Progress,
+) -> tuple[pd.DataFrame, RecommendedFile]:
+    """The quota file the recommendations make (:func:`kernel.applicable`), written to
+    ``DIR/recommendations/quotas.json``, and the same traffic back-tested with it (its one
+    scenario, in ``DIR/recommendations/backtest/``); the recommendations with each
+    entity's change."""
+    base = options.quotas.scaled(options.scales[options.base_index])
+    config, changed = kernel.applicable(
+        base,
+        recommendations,
+        options.headroom,
+        lower=options.lower,
+        add=options.add_quotas,
+    )
+    path = f"{out}/recommendations/quotas.json"
+    if inputs.is_remote(out):
+        # a remote folder is Spark's to write: the file as its one line of text
+        text = spark.createDataFrame([(config.dumps(),)], "value string")
+        with writing_output(path):
+            text.coalesce(1).write.mode("overwrite").text(path)
+    else:
+        with writing_output(path):
+            Path(inputs.local_path(path)).write_text(config.dumps(), encoding="utf-8")
+    progress.phase(f"back-testing the recommended quotas ({path})")
+    again = dataclasses.replace(
+        options,
+        traffic=traffic_path,
+        input_format=traffic_format,
+        quotas=config,
+        scales=(1.0,),
+        recommend=False,
+        report=False,
+        out=f"{out}/recommendations/backtest",
+    )
+    tested = _run(spark, again, Progress(None, None))
+    file = RecommendedFile(
+        config=config,
+        path=path,
+        headroom=options.headroom,
+        lower=options.lower,
+        add_quotas=options.add_quotas,
+        totals=tested.totals,
+    )
+    return changed, file
 
 
 # -- the input's rows ---------------------------------------------------------------------------

@@ -87,6 +87,13 @@ class BacktestOptions:
     scales: tuple[float, ...] = (1.0,)
     recommend: bool = False
     target: float = 0.01
+    headroom: float = 0.2
+    """With ``recommend``: the recommended file's quotas are the demand that meets ``target``
+    plus this fraction."""
+    lower: bool = False
+    """With ``recommend``: the recommended file may lower quotas (else only raises them)."""
+    add_quotas: bool = False
+    """With ``recommend``: entities without a quota get one in the recommended file."""
     strict: bool = False
     input_format: str = "auto"
     buckets: int | None = None
@@ -104,6 +111,10 @@ class BacktestOptions:
             raise TrafficError(f"invalid scales {self.scales!r}: each scale once")
         if not 0.0 <= self.target < 1.0:
             raise TrafficError(f"invalid target {self.target!r}: expected a fraction in [0, 1)")
+        if not (0.0 <= self.headroom <= 10.0):
+            raise TrafficError(
+                f"invalid headroom {self.headroom!r}: expected a fraction from 0 to 10, e.g. 0.2"
+            )
         if self.input_format not in ("auto", "parquet", "csv", requestlog.FORMAT):
             raise TrafficError(
                 f"invalid format {self.input_format!r}: expected auto, parquet, csv or "
@@ -130,6 +141,20 @@ class BacktestOptions:
 def scenario_label(scale: float) -> str:
     """``x0.5``, ``x1``, ``x2``: the scenario of a scaled configuration."""
     return f"x{scale:g}"
+
+
+@dataclass
+class RecommendedFile:
+    """The quota file made from the recommendations (``DIR/recommendations/quotas.json``)
+    and what it gives: the same traffic back-tested with it."""
+
+    config: QuotaConfig
+    path: str
+    headroom: float
+    lower: bool
+    add_quotas: bool
+    totals: pd.DataFrame
+    """The back-test of the file: :attr:`BacktestResult.totals` of its one scenario."""
 
 
 @dataclass
@@ -160,6 +185,14 @@ class BacktestResult:
     """The largest peak resident set (bytes, Linux ``VmHWM``) of the Python workers that
     replayed or recommended (by-broker and closed-loop replays, recommendations); ``None``
     when unknown."""
+    recommended: RecommendedFile | None = None
+    """With ``recommend``: the quota file to apply and its own back-test."""
+    traffic: str = ""
+    """The traffic the run read (``--traffic``)."""
+    span_ms: tuple[int, int] | None = None
+    """The first and last request's time (epoch ms, UTC), ``None`` with no request."""
+    target: float | None = None
+    """With ``recommend``: the throttled fraction the recommendations meet."""
 
     @property
     def rows_quarantined(self) -> int:

@@ -24,7 +24,7 @@ import pandas as pd  # type: ignore[import-untyped]
 from kquota.backtest.kernel import BROKER, SENSOR_CLIENT, SENSOR_USER
 
 if TYPE_CHECKING:
-    from kquota.backtest.options import BacktestResult
+    from kquota.backtest.options import BacktestResult, RecommendedFile
     from kquota.config import Window
 
 __all__ = [
@@ -309,8 +309,10 @@ _RECOMMEND_COLUMNS: Final = (
     ("requests", "requests", ""),
     ("quota", "current_quota", ""),
     ("throttled", "current_throttled_fraction", "pct"),
-    ("recommended", "recommended_quota", ""),
-    ("throttled then", "recommended_throttled_fraction", "pct"),
+    ("meets target at", "recommended_quota", ""),
+    ("throttled at that", "recommended_throttled_fraction", "pct"),
+    ("in the file", "applied_quota", ""),
+    ("change", "change", ""),
 )
 
 
@@ -550,16 +552,13 @@ def _other_scenarios(result: BacktestResult, totals: pd.DataFrame) -> list[str]:
 
 
 def _recommended(result: BacktestResult) -> list[str]:
-    """What the recommended quotas change, when ``--recommend`` ran."""
+    """What the recommended quota file changes and gives, when ``--recommend`` ran."""
     recommended = result.recommendations
-    if recommended is None or recommended.empty:
+    file = result.recommended
+    if recommended is None or recommended.empty or file is None:
         return []
-    current = recommended["current_quota"]
-    new = recommended["recommended_quota"]
-    raised = recommended[current.notna() & (new > current)]
-    lowered = recommended[current.notna() & (new < current)]
-    added = recommended[current.isna()]
-    raised = raised.sort_values(
+    change = recommended["change"]
+    raised = recommended[change == "raise"].sort_values(
         ["current_throttled_fraction", "quota_type", "entity"], ascending=[False, True, True]
     )
     examples = []
@@ -568,25 +567,55 @@ def _recommended(result: BacktestResult) -> list[str]:
         examples.append(
             f"{record['entity']}'s {_TYPE_WORDS.get(quota_type, quota_type)} quota from "
             f"{_amount(float(record['current_quota']), quota_type)} to "
-            f"{_amount(float(record['recommended_quota']), quota_type)} "
+            f"{_amount(float(record['applied_quota']), quota_type)} "
             f"({_share(float(record['current_throttled_fraction']))} of its requests "
-            f"throttled, then {_share(float(record['recommended_throttled_fraction']))})"
+            "throttled)"
         )
     changes = []
     if len(raised) > len(examples):
-        changes.append(f"raise {len(raised):,} quotas, such as {_listed(examples)}")
+        changes.append(f"raises {len(raised):,} quotas, such as {_listed(examples)}")
     elif len(raised):
-        changes.append(f"raise {_listed(examples)}")
-    if len(lowered):
-        changes.append(f"lower {len(lowered):,} that are more than their entities need")
-    if len(added):
-        changes.append(f"set {len(added):,} where there is none")
+        changes.append(f"raises {_listed(examples)}")
+    lowered = int((change == "lower").sum())
+    if lowered:
+        changes.append(f"lowers {lowered:,} that are more than their entities need")
+    added = int((change == "add").sum())
+    if added:
+        changes.append(f"sets {added:,} where there is none")
+    sentences = [_method(file, result)]
     if not changes:
-        return ["The recommended quotas are the quotas as they are."]
-    return [
-        "The recommended quotas (per entity, the smallest that keeps its throttled fraction "
-        f"at or under --target) would {_listed(changes)}."
-    ]
+        sentences.append("The recommended quota file is the quotas as they are.")
+        return sentences
+    # named within the output folder: the sentence reads the same wherever that is
+    sentences.append(
+        f"The recommended quota file (recommendations/quotas.json) {_listed(changes)}."
+    )
+    before = result.totals[result.totals["scenario"] == result.base_scenario]
+    after = file.totals
+    if len(before) and len(after):
+        b, a = before.iloc[0], after.iloc[0]
+        sentences.append(
+            "Back-tested on the same traffic, it throttles "
+            f"{int(a['throttled_requests']):,} requests ({_share(float(a['throttled_fraction']))}"
+            f") where the quotas of {result.base_scenario} throttle "
+            f"{int(b['throttled_requests']):,} ({_share(float(b['throttled_fraction']))}), "
+            f"{_duration(float(a['total_throttle_ms']))} of throttle in all against "
+            f"{_duration(float(b['total_throttle_ms']))}."
+        )
+    return sentences
+
+
+def _method(file: RecommendedFile, result: BacktestResult) -> str:
+    """What the recommendations optimise, in words."""
+    kept = [] if file.lower else ["a quota is never lowered (--lower allows it)"]
+    if not file.add_quotas:
+        kept.append("an entity without a quota gets none (--add-quotas gives it one)")
+    rules = f"; {_listed(kept)}" if kept else ""
+    return (
+        "Each entity's recommended quota is the smallest that keeps the share of its "
+        f"requests throttled at or under the target on this traffic ({result.base_scenario}), "
+        f"plus {file.headroom:.0%} headroom{rules}."
+    )
 
 
 def summary_text(result: BacktestResult) -> str:
@@ -728,7 +757,50 @@ th { background: #f3f3f3; }
 td:first-child, th:first-child { text-align: left; }
 code { background: #f3f3f3; padding: 0 0.2em; }
 p.opening { font-size: 1.05em; line-height: 1.5; }
+dl.provenance { display: grid; grid-template-columns: max-content auto; gap: 0.2em 1em; }
+dl.provenance dt { font-weight: 600; }
+dl.provenance dd { margin: 0; }
 """
+
+
+def _provenance(result: BacktestResult) -> str:
+    """Where the report comes from: inputs, span, quotas, scenarios, target, kquota's
+    version and Kafka release, and when it was written, as a definition list."""
+    import datetime
+
+    from kquota import __version__
+
+    def utc(ms: int) -> str:
+        moment = datetime.datetime.fromtimestamp(ms / 1000, tz=datetime.UTC)
+        return moment.strftime("%Y-%m-%d %H:%M:%S UTC")
+
+    config = result.config
+    span = "no request"
+    if result.span_ms is not None:
+        first, last = result.span_ms
+        span = f"{utc(first)} to {utc(last)} ({_duration(float(last - first))})"
+    quotas = (
+        f"{len(config.entries):,} entities; windows of {config.window.num_samples} samples "
+        f"of {config.window.window_ms / 1000:g} s"
+        + (f"; quota callback {config.quota_callback}" if config.quota_callback else "")
+    )
+    release = config.kafka_version or "4.1, the default"
+    items = [
+        ("traffic", result.traffic or "(given as a table)"),
+        ("span", span),
+        ("quotas", quotas),
+        ("scenarios", f"{', '.join(result.scenarios)}, {result.mode} loop"),
+    ]
+    if result.target is not None:
+        items.append(("target", f"{_share(result.target)} of each entity's requests throttled"))
+    written = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    items += [
+        ("rules", f"the quota arithmetic of Kafka {release}; kquota {__version__}"),
+        ("written", written),
+    ]
+    esc = html.escape
+    rows = "".join(f"<dt>{esc(k)}</dt><dd>{esc(v)}</dd>" for k, v in items)
+    return f'<dl class="provenance">{rows}</dl>'
 
 
 def write_report(result: BacktestResult, out: Path) -> Path:
@@ -756,6 +828,8 @@ def write_report(result: BacktestResult, out: Path) -> Path:
             f"<code>quarantine/</code>:</p><ul>{items}</ul>"
         )
     body.extend(f"<p>Note: {esc(note)}</p>" for note in result.notes)
+    body.append("<h2>What was back-tested</h2>")
+    body.append(_provenance(result))
     body.append("<h2>Scenarios</h2>")
     body.append(_html_table(result.totals, _TOTAL_COLUMNS))
     broker = _broker_table(result)
@@ -803,7 +877,11 @@ def write_report(result: BacktestResult, out: Path) -> Path:
             body.append(
                 "<p>Per entity, across brokers: the smallest quota that keeps the throttled "
                 "fraction at or under the target, found by replaying its traffic through "
-                "the core. Full table: <code>recommendations/</code>.</p>"
+                "the core (<em>meets target at</em>), and what the recommended quota file "
+                "sets (<em>in the file</em>: that with the headroom, where it changes the "
+                "quota). Full table: <code>recommendations/entities/</code>; the file: "
+                "<code>recommendations/quotas.json</code>, for <code>kquota configs "
+                "--import</code> or the next back-test.</p>"
             )
             body.append(_html_table(result.recommendations.head(50), _RECOMMEND_COLUMNS))
     body.append(

@@ -96,7 +96,7 @@ class Progress:
 
 
 def spark_session(
-    master: str | None = None, app_name: str = "kquota backtest"
+    master: str | None = None, app_name: str = "kquota backtest", verbose: bool = False
 ) -> tuple[SparkSession, bool]:
     """The active SparkSession, or a new one; returns ``(session, created)``.
 
@@ -104,7 +104,9 @@ def spark_session(
     is and left running. Otherwise a session is started on ``master``; without one,
     ``spark-submit``'s ``spark.master`` or else ``local[*]``. On any master, a session
     started here reads times without a zone as UTC; a local one also gets the current
-    Python for its workers and quiet logs.
+    Python for its workers and quiet logs. Unless ``verbose``, the JVM this starts writes
+    its own output (start-up notices, log lines) to a temporary file rather than to
+    stderr; when it fails to start, the error carries that file's last lines.
     """
     from pyspark import SparkConf, SparkContext
     from pyspark.sql import SparkSession
@@ -118,23 +120,59 @@ def spark_session(
         SparkContext._ensure_initialized()
     conf = SparkConf()
     chosen = master or conf.get("spark.master", None) or "local[*]"
-    builder = SparkSession.builder.appName(app_name).master(chosen)
-    builder = builder.config("spark.sql.execution.arrow.pyspark.enabled", "true")
-    builder = builder.config("spark.ui.showConsoleProgress", "false")
-    builder = builder.config("spark.sql.session.timeZone", "UTC")  # zone-less times are UTC
+    settings = {
+        "spark.app.name": app_name,
+        "spark.master": chosen,
+        "spark.sql.execution.arrow.pyspark.enabled": "true",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.sql.session.timeZone": "UTC",  # zone-less times are UTC
+    }
     if chosen.startswith("local"):
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
         os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
         if conf.get("spark.driver.memory", None) is None:
-            builder = builder.config("spark.driver.memory", "4g")
+            settings["spark.driver.memory"] = "4g"
         if LOG4J_CONFIG.exists() and conf.get("spark.driver.extraJavaOptions", None) is None:
-            builder = builder.config(
-                "spark.driver.extraJavaOptions",
-                f"-Dlog4j2.configurationFile={LOG4J_CONFIG.as_uri()}",
-            )
+            options = f"-Dlog4j2.configurationFile={LOG4J_CONFIG.as_uri()}"
+            settings["spark.driver.extraJavaOptions"] = options
+    if not verbose and SparkContext._gateway is None:
+        _launch_quietly(settings)
+    builder = SparkSession.builder
+    for key, value in settings.items():
+        builder = builder.config(key, value)
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
     return session, True
+
+
+def _launch_quietly(settings: dict[str, str]) -> None:
+    """Start Spark's JVM with ``settings`` (some are read only at launch: memory, Java
+    options) and its stdout and stderr in a temporary file, kept for the process."""
+    import tempfile
+
+    from pyspark import SparkConf, SparkContext
+    from pyspark.java_gateway import launch_gateway
+
+    conf = SparkConf(loadDefaults=False).setAll(list(settings.items()))
+    output = tempfile.TemporaryFile()  # noqa: SIM115 (open while the JVM runs)
+    try:
+        quiet = {"stdout": output, "stderr": output}
+        gateway = launch_gateway(conf, popen_kwargs=quiet)  # type: ignore[no-untyped-call]
+    except Exception as exc:
+        output.seek(0)
+        tail = output.read().decode("utf-8", "replace").strip().splitlines()[-5:]
+        detail = " / ".join(tail) or str(exc)
+        raise SparkStartError(f"Spark's JVM did not start: {detail}") from None
+    _JVM_OUTPUT.append(output)
+    SparkContext._ensure_initialized(gateway=gateway, conf=conf)
+
+
+class SparkStartError(RuntimeError):
+    """Spark's JVM did not start (its last lines of output in the message)."""
+
+
+_JVM_OUTPUT: Final[list[object]] = []
+"""The files holding the output of the JVMs started here (open while the process runs)."""
 
 
 # -- Spark's errors ---------------------------------------------------------------------------
@@ -147,7 +185,7 @@ def spark_errors() -> tuple[type[Exception], ...]:
     from py4j.protocol import Py4JError  # type: ignore[import-untyped]
     from pyspark.errors import PySparkException
 
-    return (PySparkException, Py4JError)
+    return (PySparkException, Py4JError, SparkStartError)
 
 
 def spark_message(exc: BaseException) -> str:

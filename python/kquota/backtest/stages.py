@@ -766,7 +766,10 @@ def recommend_partition(
                 },
             }
         )
-        out = kernel.recommend(frame, _config(base_json).window, kernel.QUOTA_TYPES[code], target)
+        config = _config(base_json)
+        out = kernel.recommend(
+            frame, config.window, kernel.QUOTA_TYPES[code], target, config.kafka_version
+        )
         result = out.drop(columns=["quota_type", kernel.SENSOR_CLIENT, "entity"]).rename(
             columns={kernel.SENSOR_USER: "_kq_entity"}
         )

@@ -28,9 +28,12 @@ COMMANDS = (conformance, configs, backtest, gen_traffic, traffic, proxy)
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``kquota`` argument parser with one subparser per subcommand."""
+    from kquota import __version__
+
     parser = argparse.ArgumentParser(
         prog="kquota", description="Apache Kafka's client quotas, outside Kafka."
     )
+    parser.add_argument("--version", action="version", version=f"kquota {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for command in COMMANDS:
         command.register(subparsers)

@@ -11,7 +11,14 @@ from pathlib import Path
 from typing import Any
 
 from kquota.callback import load_callback
-from kquota.cli.common import EXIT_BAD_INPUT, EXIT_OK, escape_stdout, fail, run_command
+from kquota.cli.common import (
+    EXIT_BAD_INPUT,
+    EXIT_OK,
+    ExamplesFormatter,
+    escape_stdout,
+    fail,
+    run_command,
+)
 from kquota.config import QuotaConfig, QuotaStore, open_store
 from kquota.exceptions import InvalidValueError, KquotaError, QuotaFileError, StoreError
 
@@ -34,6 +41,15 @@ def register(subparsers: Any) -> None:
             "scenario's throttles (DIR/requests/), per-entity summaries (DIR/entities/), bad rows "
             "(DIR/quarantine/) and DIR/report.html. Exit status 2 on bad input."
         ),
+        epilog=(
+            "examples:\n"
+            "  kquota backtest --traffic logs/ --quotas quotas.json --out out\n"
+            "  kquota backtest --traffic traffic.parquet --quotas quotas.sqlite --out out \\\n"
+            "      --mode closed --scale 0.5,1,2 --recommend --target 0.01\n"
+            "  kquota backtest --traffic 'logs/*/kafka-request.log*' --quotas quotas.json \\\n"
+            "      --broker-id-from 'kafka-(\\d+)/' --log-timezone Europe/Paris --out out"
+        ),
+        formatter_class=ExamplesFormatter,
     )
     parser.add_argument("--traffic", required=True, metavar="PATH", help="Parquet or CSV traffic")
     parser.add_argument(
@@ -54,6 +70,12 @@ def register(subparsers: Any) -> None:
         ),
     )
     parser.add_argument(
+        "--kafka-version",
+        metavar="VERSION",
+        help="replay by the quota rules of this Kafka release, 3.8 or later, e.g. 4.4 "
+        "(default: the quota file's kafka_version, else 4.1)",
+    )
+    parser.add_argument(
         "--mode",
         choices=("open", "closed"),
         default="open",
@@ -72,6 +94,24 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument(
         "--target", type=float, default=0.01, help="throttled fraction for --recommend (0.01)"
+    )
+    parser.add_argument(
+        "--headroom",
+        type=float,
+        default=0.2,
+        metavar="FRACTION",
+        help="--recommend: the recommended quota file's quotas are the demand that meets "
+        "--target plus this much (default 0.2: 20%%)",
+    )
+    parser.add_argument(
+        "--lower",
+        action="store_true",
+        help="--recommend: the recommended quota file may lower quotas (default: only raise)",
+    )
+    parser.add_argument(
+        "--add-quotas",
+        action="store_true",
+        help="--recommend: entities without a quota get one in the recommended quota file",
     )
     parser.add_argument("--master", metavar="URL", help="Spark master (default local[*])")
     parser.add_argument(
@@ -104,6 +144,9 @@ def register(subparsers: Any) -> None:
         ),
     )
     parser.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    parser.add_argument(
+        "--verbose", action="store_true", help="Spark's own start-up and log output on stderr"
+    )
     parser.set_defaults(run=run, extra="spark")
 
 
@@ -202,6 +245,14 @@ def _scales(text: str) -> tuple[float, ...]:
         ) from None
 
 
+def _with_release(config: QuotaConfig, version: str | None) -> QuotaConfig:
+    """``config`` following Kafka release ``version`` when given (refused here, naming it,
+    before Spark starts)."""
+    if version is None:
+        return config
+    return dataclasses.replace(config, kafka_version=version)
+
+
 def _with_callback(config: QuotaConfig, spec: str | None) -> QuotaConfig:
     """``config`` resolving through the callback ``spec`` names (checked here: a bad spec
     exits with status 2 before Spark starts)."""
@@ -219,12 +270,18 @@ def run(args: argparse.Namespace) -> int:
     try:
         options = BacktestOptions(
             traffic=args.traffic,
-            quotas=_with_callback(load_quotas(args.quotas), args.quota_callback),
+            quotas=_with_release(
+                _with_callback(load_quotas(args.quotas), args.quota_callback),
+                args.kafka_version,
+            ),
             out=args.out,
             mode=args.mode,
             scales=_scales(args.scale),
             recommend=args.recommend,
             target=args.target,
+            headroom=args.headroom,
+            lower=args.lower,
+            add_quotas=args.add_quotas,
             strict=args.strict,
             input_format=args.format,
             buckets=args.buckets,
@@ -242,7 +299,7 @@ def run(args: argparse.Namespace) -> int:
     except KquotaError as exc:
         return fail("backtest", exc)
     try:
-        spark, created = session.spark_session(args.master)
+        spark, created = session.spark_session(args.master, verbose=args.verbose)
     except session.spark_errors() as exc:
         master = f" on --master {args.master!r}" if args.master else ""
         return fail("backtest", f"cannot start Spark{master}: {session.spark_message(exc)}")
@@ -264,6 +321,8 @@ def run(args: argparse.Namespace) -> int:
         if name == "recommendations" and result.recommendations is None:
             continue
         print(f"{name:>15}: {result.out}/{name}/")
+    if result.recommended is not None:
+        print(f"{'quota file':>15}: {result.recommended.path} (kquota configs --import)")
     if result.report is not None:
         print(f"{'report':>15}: {result.report}")
     return EXIT_OK

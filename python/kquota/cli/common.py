@@ -17,6 +17,16 @@ EXIT_BAD_INPUT = 2
 """Bad input: a missing or malformed file, a bad value, an unusable store."""
 
 
+class ExamplesFormatter(argparse.HelpFormatter):
+    """argparse's help, with an epilog of examples (text starting ``example``) kept line for
+    line as written rather than wrapped like the description."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        if text.startswith("example"):
+            return "".join(indent + line for line in text.splitlines(keepends=True))
+        return super()._fill_text(text, width, indent)
+
+
 def fail(command: str, message: object) -> int:
     """Print one clear line on stderr and return :data:`EXIT_BAD_INPUT`.
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from kquota.cli.common import EXIT_MISMATCH, EXIT_OK, fail
+from kquota.cli.common import EXIT_MISMATCH, EXIT_OK, ExamplesFormatter, fail
 from kquota.conformance import expand_paths, load, replay
 from kquota.exceptions import ScenarioError
 
@@ -20,6 +20,8 @@ def register(subparsers: Any) -> None:
             "compare every expected value. Exit status: 0 when all match, 1 on a mismatch, "
             "2 on a missing or malformed file."
         ),
+        epilog="example:\n  kquota conformance ../shared/conformance tests/vectors",
+        formatter_class=ExamplesFormatter,
     )
     parser.add_argument("paths", nargs="+", metavar="PATH", help="scenario file or folder")
     parser.set_defaults(run=run)

@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from kquota.cli.common import EXIT_OK, fail
+from kquota.cli.common import EXIT_OK, ExamplesFormatter, fail
 from kquota.config.model import check_name
 from kquota.exceptions import KquotaError, TrafficError
 
@@ -28,6 +28,11 @@ def register(subparsers: Any) -> None:
             "--scale 0.5,1,2) throttles clearly more or less. Exit status 2 on bad options or "
             "a path that cannot be written."
         ),
+        epilog=(
+            "example:\n"
+            "  kquota gen-traffic --out traffic.parquet --requests 1000000 --quotas-out quotas.json"
+        ),
+        formatter_class=ExamplesFormatter,
     )
     parser.add_argument(
         "--out",

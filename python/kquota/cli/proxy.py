@@ -75,7 +75,9 @@ def register(subparsers: Any) -> None:
             "--bootstrap-server <gateway> --alter --add-config ... changes its quotas,\n"
             "for the principals --quota-admins admits (by default, whoever the cluster\n"
             "itself allows: ALTER_CONFIGS or DESCRIBE_CONFIGS on the cluster, asked on the\n"
-            "client's own connection). It says at start who that is.\n\n"
+            "client's own connection). It says at start who that is."
+        ),
+        epilog=(
             "examples:\n"
             "  kquota proxy --listen 127.0.0.1:9092 --upstream 127.0.0.1:19092 \\\n"
             "      --store quotas.sqlite --metrics-port 9464\n"
@@ -156,6 +158,11 @@ def register(subparsers: Any) -> None:
         default=1000,
         metavar="MS",
         help="quota.window.size.seconds, in ms: one sample's span (default 1000)",
+    )
+    parser.add_argument(
+        "--kafka-version",
+        metavar="VERSION",
+        help="follow the quota rules of this Kafka release, 3.8 or later, e.g. 4.4 (default 4.1)",
     )
     parser.add_argument(
         "--max-request-bytes",
@@ -351,14 +358,20 @@ def run(args: argparse.Namespace) -> int:
         callback = None if args.quota_callback is None else load_callback(args.quota_callback)
         managers = [
             QuotaManager(
-                t, num_samples=args.num_samples, window_ms=args.window_ms, callback=callback
+                t,
+                num_samples=args.num_samples,
+                window_ms=args.window_ms,
+                callback=callback,
+                kafka_version=args.kafka_version,
             )
             for t in ("produce", "fetch", "request")
         ]
         mutation = None
         if args.window_ms % 1000 == 0:  # quota.window.size.seconds: whole seconds
             mutation = ControllerMutationQuotaManager(
-                num_samples=args.num_samples, window_ms=args.window_ms
+                num_samples=args.num_samples,
+                window_ms=args.window_ms,
+                kafka_version=args.kafka_version,
             )
         connections = ConnectionQuotas(
             num_samples=args.num_samples,

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from kquota.cli.backtest import MASTER, add_log_options, log_options
-from kquota.cli.common import EXIT_OK, fail
+from kquota.cli.common import EXIT_OK, ExamplesFormatter, fail
 from kquota.exceptions import InvalidValueError, KquotaError
 
 
@@ -22,6 +22,12 @@ def register(subparsers: Any) -> None:
             "'Completed request' line per request, Kafka 2.8 or later) on Spark. Exit "
             "status 2 on bad input."
         ),
+        epilog=(
+            "examples:\n"
+            "  kquota traffic describe logs/\n"
+            "  kquota traffic import logs/ --out traffic/ --log-timezone Europe/Paris"
+        ),
+        formatter_class=ExamplesFormatter,
     )
     commands = parser.add_subparsers(dest="traffic_command", metavar="COMMAND", required=True)
     for name, help_text in (
@@ -41,6 +47,9 @@ def register(subparsers: Any) -> None:
             )
         add_log_options(sub)
         sub.add_argument("--master", metavar="URL", help="Spark master (default local[*])")
+        sub.add_argument(
+            "--verbose", action="store_true", help="Spark's own start-up and log output on stderr"
+        )
         sub.set_defaults(run=run_import if name == "import" else run_describe, extra="spark")
 
 
@@ -53,7 +62,7 @@ def _session(args: argparse.Namespace, command: str) -> Any:
             "spark://HOST:PORT, yarn or k8s://URL"
         )
     try:
-        return session.spark_session(args.master, f"kquota {command}")
+        return session.spark_session(args.master, f"kquota {command}", verbose=args.verbose)
     except session.spark_errors() as exc:
         raise InvalidValueError(f"cannot start Spark: {session.spark_message(exc)}") from None
 
@@ -96,6 +105,10 @@ def run_import(args: argparse.Namespace) -> int:
                 f"{summary.share_fetches:,} ShareFetch request(s): {requestlog.SHARE_FETCH_BYTES}",
                 file=sys.stderr,
             )
+        if summary.throttled_fetches:
+            print(summary.fetch_note(), file=sys.stderr)
+        if summary.mutations:
+            print(summary.controller_note(), file=sys.stderr)
         return EXIT_OK
 
     return _run(args, "traffic import", action)

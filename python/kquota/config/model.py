@@ -310,13 +310,21 @@ class QuotaEntry:
 
 @dataclass(frozen=True)
 class QuotaConfig:
-    """A whole quota configuration: the window and every entity's properties, and
-    optionally a custom quota callback (``"module:factory"``, see :mod:`kquota.callback`)
-    that the managers it builds resolve through."""
+    """A whole quota configuration: the window and every entity's properties, optionally a
+    custom quota callback (``"module:factory"``, see :mod:`kquota.callback`) that the
+    managers it builds resolve through, and optionally the Kafka release whose rules they
+    follow (``kafka_version``, e.g. ``"4.4"``; Kafka 4.1's when absent)."""
 
     window: Window = field(default_factory=Window)
     entries: tuple[QuotaEntry, ...] = ()
     quota_callback: str | None = None
+    kafka_version: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.kafka_version is not None:
+            # the core names the release it follows ("4.4.0" -> "4.4") or refuses it
+            release = QuotaManager("produce", kafka_version=self.kafka_version).kafka_version
+            object.__setattr__(self, "kafka_version", release)
 
     @classmethod
     def from_entities(
@@ -367,6 +375,7 @@ class QuotaConfig:
             from kquota.callback import load_callback
 
             kwargs["callback"] = load_callback(self.quota_callback)
+        kwargs.setdefault("kafka_version", self.kafka_version)
         manager = QuotaManager(
             quota_type,
             num_samples=self.window.num_samples,
@@ -385,6 +394,7 @@ class QuotaConfig:
         ``controller.quota.window.size.seconds``, with the same defaults); a configuration
         has one window, used for both.
         """
+        kwargs.setdefault("kafka_version", self.kafka_version)
         manager = ControllerMutationQuotaManager(
             num_samples=self.window.num_samples, window_ms=self.window.window_ms, **kwargs
         )
@@ -418,6 +428,7 @@ class QuotaConfig:
                 for e in self.entries
             ),
             self.quota_callback,
+            self.kafka_version,
         )
 
     # -- the file format -------------------------------------------------------------
@@ -433,6 +444,8 @@ class QuotaConfig:
         }
         if self.quota_callback is not None:
             out["quota_callback"] = self.quota_callback
+        if self.kafka_version is not None:
+            out["kafka_version"] = self.kafka_version
         return out
 
     @classmethod
@@ -509,11 +522,16 @@ def _reject_constant(name: str) -> float:
 def _parse(data: object) -> QuotaConfig:
     if not isinstance(data, dict):
         raise QuotaFileError("expected a JSON object with 'window' and 'quotas'")
-    unknown = set(data) - {"window", "quotas", "quota_callback"}
+    unknown = set(data) - {"window", "quotas", "quota_callback", "kafka_version"}
     if unknown:
         raise QuotaFileError(
             f"unknown key(s) {sorted(unknown)}: expected 'window', 'quotas' and optionally"
-            " 'quota_callback'"
+            " 'quota_callback' and 'kafka_version'"
+        )
+    release = data.get("kafka_version")
+    if release is not None and not isinstance(release, str):
+        raise QuotaFileError(
+            f'invalid kafka_version {release!r}: expected a Kafka release such as "4.4" (a string)'
         )
     callback = data.get("quota_callback")
     if callback is not None and not isinstance(callback, str):
@@ -529,7 +547,11 @@ def _parse(data: object) -> QuotaConfig:
     quotas = data.get("quotas", [])
     if not isinstance(quotas, list):
         raise QuotaFileError(f"invalid quotas {quotas!r}: expected a list")
-    return QuotaConfig(window, tuple(_parse_entries(quotas)), callback)
+    entries = tuple(_parse_entries(quotas))
+    try:
+        return QuotaConfig(window, entries, callback, release)
+    except KquotaError as exc:  # the release, by the core's words
+        raise QuotaFileError(str(exc)) from None
 
 
 def _parse_entries(quotas: Iterable[object]) -> Iterable[QuotaEntry]:

@@ -101,6 +101,14 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
         "REQUEST_LOG_TOPIC_OPS",
         PyTuple::new(py, core::requestlog::TOPIC_OPS)?,
     )?;
+    m.add(
+        "REQUEST_LOG_NETWORK_TIME",
+        core::requestlog::request_time::describe(),
+    )?;
+    m.add(
+        "REQUEST_LOG_SAME_POSITION",
+        core::requestlog::fetch::SAME_POSITION,
+    )?;
     m.add("QUOTA_TYPES", PyTuple::new(py, core::QUOTA_TYPE_NAMES)?)?;
     m.add("NANOS_TO_PERCENT", core::NANOS_TO_PERCENT)?;
     let strict_since = PyDict::new(py);

@@ -115,7 +115,9 @@ fn columns_dict(py: Python<'_>, c: Columns) -> PyResult<Bound<'_, PyDict>> {
         api_version,
         correlation_id,
         strict,
-        topic_count
+        topic_count,
+        fetch_connection,
+        fetch_position
     );
     strings(&out, "example", c.example)?;
     strings(&out, "user", c.user)?;

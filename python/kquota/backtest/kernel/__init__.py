@@ -17,7 +17,8 @@ The modules, each re-exported here:
 * :mod:`~kquota.backtest.kernel.replay`: the sensors requests resolve to, and the open and
   closed loop replays (:func:`replay_open`, :func:`replay_closed`);
 * :mod:`~kquota.backtest.kernel.entities`: per-sensor summaries (:func:`summarize`);
-* :mod:`~kquota.backtest.kernel.recommendation`: recommended quotas (:func:`recommend`).
+* :mod:`~kquota.backtest.kernel.recommendation`: recommended quotas (:func:`recommend`) and
+  the quota file to apply from them (:func:`applicable`).
 
 Every throttle comes from the core (:meth:`kquota.QuotaManager.record_batch` per quota type
 in open loop, the sequential :class:`kquota.ReplayKernel` in closed loop), on managers
@@ -45,7 +46,10 @@ from kquota.backtest.kernel.entities import (
     summarize,
 )
 from kquota.backtest.kernel.recommendation import (
+    CHANGES,
     RECOMMENDATION_COLUMNS,
+    applicable,
+    proposed_quota,
     recommend,
 )
 from kquota.backtest.kernel.replay import (
@@ -99,6 +103,7 @@ __all__ = [
     "API",
     "BROKER",
     "BYTES",
+    "CHANGES",
     "CLIENT",
     "FETCH_THROTTLE",
     "KIND_FETCH",
@@ -135,6 +140,7 @@ __all__ = [
     "Int64Array",
     "OpenLoop",
     "ReplayMode",
+    "applicable",
     "applied_throttle",
     "entity_label",
     "kind_codes",
@@ -142,6 +148,7 @@ __all__ = [
     "nearest_rank",
     "pair_sensors",
     "peak_rates",
+    "proposed_quota",
     "rate_span_seconds",
     "rate_unit",
     "recommend",

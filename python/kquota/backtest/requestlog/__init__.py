@@ -22,8 +22,10 @@ What a row holds (``../shared/docs/kafka-request-log.md``, section 5):
   the fetch keys of 3.0+ or of 2.8); 0 for a throttled Fetch (Kafka un-records it and sends
   an empty response), for ShareFetch (its size is not logged: counted in
   :attr:`LogSummary.share_fetches`) and for every other API;
-* ``thread_time_ns``: handler-thread time (``localTimeMs``), null for Produce with
-  ``acks=0`` (Kafka records it on the exempt sensor, not the request quota);
+* ``thread_time_ns``: handler-thread time (``localTimeMs``) plus an estimate of the
+  network threads' time, which Kafka also charges and the log does not show
+  (``kquota._core.REQUEST_LOG_NETWORK_TIME``); null for Produce with ``acks=0`` (Kafka
+  records both on the exempt sensor, not the request quota);
 * extra columns carried through the back-test: :data:`ACKS`, :data:`KAFKA_THROTTLE`
   (what Kafka applied: the line's ``throttleTimeMs``, and for CreateTopics,
   CreatePartitions and DeleteTopics the larger of it and the logged response's, which

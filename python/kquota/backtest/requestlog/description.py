@@ -72,6 +72,11 @@ class Description:
         lines.append(f"bytes: {total:,}")
         if s.share_fetches:
             lines.append(f"ShareFetch requests: {s.share_fetches:,} ({SHARE_FETCH_BYTES})")
+        if s.throttled_fetches:
+            lines.append(
+                f"throttled fetches: {s.throttled_fetches:,} (answered empty; the import "
+                "sizes them from the next fetch from the same position)"
+            )
         if s.skipped:
             lines.append("lines skipped:")
             for reason, count in s.skipped.items():
@@ -93,8 +98,8 @@ def _describe_apis(lines: _Lines, observation: Any) -> DataFrame:
     observed = lines.frame.observe(
         observation,
         *_metrics(),
-        F.min(TS).alias("start"),
-        F.max(TS).alias("end"),
+        F.min(F.when(row, F.col(TS))).alias("start"),
+        F.max(F.when(row, F.col(TS))).alias("end"),
         F.collect_set(F.when(row, F.col(BROKER))).alias("brokers"),
         F.size(F.collect_set(F.when(row, F.col(CLIENT)))).alias("clients"),
         F.size(F.collect_set(F.when(row, F.col(USER)))).alias("users"),

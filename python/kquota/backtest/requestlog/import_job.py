@@ -1,24 +1,41 @@
 """``kquota traffic import``: a request log written as traffic Parquet in one pass over
-its lines, with the partitions of each controller-mutation request tracked over the log."""
+its lines, with the partitions of each controller-mutation request tracked over the log and
+the size of each throttled fetch rebuilt from a later fetch from the same position."""
 
 from __future__ import annotations
 
 import time
 import uuid
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
+from kquota._core import REQUEST_LOG_SAME_POSITION
 from kquota.backtest.kernel import SEQ_COLUMNS
 from kquota.backtest.requestlog.files import LogOptions
-from kquota.backtest.requestlog.lines import _REASON, _TOPICS, _Lines, read
+from kquota.backtest.requestlog.lines import (
+    _CONNECTION,
+    _POSITION,
+    _REASON,
+    _TOPICS,
+    _controller_line,
+    _Lines,
+    read,
+)
 from kquota.backtest.requestlog.summary import EXAMPLES, LogSummary, _metrics, _spark_call, _summary
 from kquota.exceptions import OutputError
 from kquota.traffic_schema import (
+    API,
+    BROKER,
+    BYTES,
+    CLIENT,
     COLUMNS,
+    CORRELATION_ID,
+    KAFKA_THROTTLE,
     PARTITIONS,
     STRICT,
     TOPIC_PARTITIONS,
     TS,
+    USER,
 )
 
 if TYPE_CHECKING:
@@ -33,7 +50,92 @@ def _import_rows(lines: _Lines, observation: Any) -> DataFrame:
     from pyspark.sql import functions as F
 
     observed = lines.frame.observe(observation, *_metrics())
-    return observed.where(F.col(_REASON).isNull()).select(*COLUMNS, STRICT, _TOPICS, *SEQ_COLUMNS)
+    controller = _controller_line()
+    return observed.where(F.col(_REASON).isNull() | controller).select(
+        *COLUMNS,
+        STRICT,
+        _TOPICS,
+        _CONNECTION,
+        _POSITION,
+        *SEQ_COLUMNS,
+        controller.alias(CONTROLLER),
+    )
+
+
+CONTROLLER: Final = "_kq_controller"
+"""Of the first pass's rows, a controller's line of a forwarded mutation: not a request of
+its own, but the time of the broker's row of the same request (:func:`controller_times`)."""
+FORWARD_MS: Final = 30_000
+"""How long before the broker's row the controller's line of the same request may be:
+Kafka's default ``request.timeout.ms``, past which the client has given up on it."""
+
+
+def controller_times(rows: DataFrame, controller: DataFrame) -> DataFrame:
+    """Per mutation request of ``rows`` (a broker's lines) that the broker forwarded and whose
+    controller's line is in ``controller`` (the same client id, user, API and correlation
+    id, at most :data:`FORWARD_MS` earlier: the latest such line), the time the controller
+    recorded it on the controller-mutation quota: when its event loop took the request,
+    which the broker's line cannot say (its remote time holds the forwarding, the
+    controller's work and the metadata commit). Columns: the row's
+    :data:`~kquota.backtest.kernel.SEQ_COLUMNS`, ``_kq_controller_ts``."""
+    from pyspark.sql import functions as F
+
+    keys = [USER, CLIENT, API, CORRELATION_ID]
+    mine = rows.where(F.col(STRICT).isNotNull()).select(*keys, *SEQ_COLUMNS, TS)
+    theirs = controller.select(*keys, F.col(TS).alias("_kq_controller_ts"))
+    joined = mine.join(theirs, keys).where(
+        F.col("_kq_controller_ts").between(F.col(TS) - F.lit(FORWARD_MS), F.col(TS))
+    )
+    return joined.groupBy(*SEQ_COLUMNS).agg(F.max("_kq_controller_ts").alias("_kq_controller_ts"))
+
+
+REBUILT: Final = "_kq_rebuilt"
+"""A throttled fetch's rebuilt size (:func:`fetch_sizes`)."""
+BROADCAST_ROWS: Final = 2_000_000
+"""Up to this many per-request results (mutation counts, rebuilt fetch sizes) are broadcast
+to the imported rows, which keeps their order; more are joined by a shuffle, and the rows
+sorted back into log order."""
+
+
+def fetch_sizes(rows: DataFrame) -> DataFrame:
+    """Per throttled consumer fetch of ``rows`` (imported lines with their fetch keys), the
+    size of the response Kafka would have sent, as a later fetch shows it. Kafka computed
+    that size, throttled on it, un-recorded it and answered empty, so the line shows none;
+    the connection's next fetch from the same position (the same partitions and offsets,
+    or an incremental fetch changing nothing) that was not throttled got that response,
+    with whatever arrived in the meantime: an upper bound, and the size itself when the
+    consumer reads behind the log's end, where its limits cut each response. Columns: the
+    row's :data:`~kquota.backtest.kernel.SEQ_COLUMNS` and :data:`REBUILT` (null when no
+    such fetch follows: the log cannot bound the size)."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    fetches = rows.where(F.col(_POSITION).isNotNull()).select(
+        BROKER, TS, *SEQ_COLUMNS, BYTES, KAFKA_THROTTLE, _CONNECTION, _POSITION
+    )
+    order = [F.col(TS), *(F.col(c) for c in SEQ_COLUMNS)]
+    connection = Window.partitionBy(BROKER, _CONNECTION).orderBy(*order)
+    position = F.col(_POSITION)
+    before = F.lag(position).over(connection)
+    # a run: fetches from one position; an incremental fetch changing nothing stays in it
+    moved = (position != F.lit(REQUEST_LOG_SAME_POSITION)) & (
+        before.isNull() | (before != position)
+    )
+    runs = fetches.withColumn(
+        "_kq_run",
+        F.sum(moved.cast("long")).over(connection.rowsBetween(Window.unboundedPreceding, 0)),
+    )
+    later = (
+        Window.partitionBy(BROKER, _CONNECTION, "_kq_run")
+        .orderBy(*order)
+        .rowsBetween(1, Window.unboundedFollowing)
+    )
+    served = F.when(F.col(KAFKA_THROTTLE) <= 0, F.col(BYTES))
+    # the window over every fetch of the run, then only the throttled ones kept
+    sized = runs.select(
+        *SEQ_COLUMNS, KAFKA_THROTTLE, F.first(served, ignorenulls=True).over(later).alias(REBUILT)
+    )
+    return sized.where(F.col(KAFKA_THROTTLE) > 0).drop(KAFKA_THROTTLE)
 
 
 def mutation_partitions(rows: DataFrame) -> DataFrame:
@@ -123,7 +225,7 @@ def import_log(
             rows.write.mode("overwrite").option("compression", "none").parquet(str(parsed))
         summary = _summary(lines, observation.get)
         with _spark_call(path), _writing(out):
-            _with_partitions(spark, str(parsed), summary).write.mode("overwrite").parquet(
+            _second_pass(spark, str(parsed), summary).write.mode("overwrite").parquet(
                 str(temporary)
             )
         if target.is_dir():
@@ -138,35 +240,64 @@ def import_log(
     return summary
 
 
-def _with_partitions(spark: SparkSession, parsed: str, summary: LogSummary) -> DataFrame:
-    """The imported rows at ``parsed`` (:data:`COLUMNS`) and, when the log has mutation
-    requests (``summary.mutations``, counted on the first pass), :data:`PARTITIONS` from
-    :func:`mutation_partitions` and :data:`STRICT`; counts those of unknown count into
-    ``summary``. The rows keep the order of the log within each file written: the
-    partition counts (one row per mutation request) are broadcast to them, so the rows
-    themselves are neither shuffled nor sorted."""
+def _second_pass(spark: SparkSession, parsed: str, summary: LogSummary) -> DataFrame:
+    """The imported rows at ``parsed`` (:data:`COLUMNS`) with what needs the whole log:
+
+    * with mutation requests and controllers' lines of forwarded ones
+      (``summary.controller_lines``), their times from :func:`controller_times`;
+    * with throttled fetches (``summary.throttled_fetches``, counted on the first pass),
+      their sizes from :func:`fetch_sizes`;
+    * with mutation requests (``summary.mutations``), :data:`PARTITIONS` from
+      :func:`mutation_partitions` and :data:`STRICT`.
+
+    Each is counted into ``summary``. The rows keep the order of the log: the results (one
+    row per request they change) are broadcast to them, so the rows are neither shuffled
+    nor sorted, unless there are more than :data:`BROADCAST_ROWS`."""
     from pyspark.sql import functions as F
 
-    rows = spark.read.parquet(parsed)
-    if not summary.mutations:  # the traffic as before: no mutation columns
-        return rows.select(*COLUMNS)
-    counted = mutation_partitions(rows)
-    stats = counted.agg(
-        F.count_if(F.size("unknown") > 0).alias("unknown"),
-        F.slice(F.array_distinct(F.flatten(F.collect_list("unknown"))), 1, EXAMPLES).alias(
-            "topics"
-        ),
-    ).first()
-    if stats is not None:
-        summary.unknown_counts = int(stats["unknown"] or 0)
-        summary.unknown_topics = sorted(stats["topics"] or [])
-    joined = rows.join(F.broadcast(counted), list(SEQ_COLUMNS), "left")
-    mutation = F.col(STRICT).isNotNull()
-    # a mutation request with no topic creates or deletes nothing
-    partitions = F.when(
-        mutation, F.when(F.col("unknown").isNull(), F.lit(0)).otherwise(F.col(PARTITIONS))
-    )
-    out = joined.withColumn(PARTITIONS, partitions.cast("int")).withColumn(
-        TOPIC_PARTITIONS, F.when(partitions.isNotNull(), F.col(TOPIC_PARTITIONS))
-    )
-    return out.select(*COLUMNS, PARTITIONS, STRICT, TOPIC_PARTITIONS)
+    lines = spark.read.parquet(parsed)
+    rows = lines.where(~F.col(CONTROLLER))
+    columns = [F.col(c) for c in COLUMNS]
+    results: list[tuple[DataFrame, int]] = []
+    if summary.mutations and summary.controller_lines:
+        timed = controller_times(rows, lines.where(F.col(CONTROLLER)))
+        summary.controller_timed = timed.count()
+        results.append((timed, summary.controller_timed))
+        columns[COLUMNS.index(TS)] = F.coalesce(F.col("_kq_controller_ts"), F.col(TS)).alias(TS)
+    if summary.throttled_fetches:
+        sizes = fetch_sizes(rows).where(F.col(REBUILT).isNotNull())
+        summary.rebuilt_fetches = sizes.count()
+        results.append((sizes, summary.rebuilt_fetches))
+        columns[COLUMNS.index(BYTES)] = F.coalesce(F.col(REBUILT), F.col(BYTES)).alias(BYTES)
+    if summary.mutations:
+        counted = mutation_partitions(rows)
+        stats = counted.agg(
+            F.count(F.lit(1)).alias("requests"),
+            F.count_if(F.size("unknown") > 0).alias("unknown"),
+            F.slice(F.array_distinct(F.flatten(F.collect_list("unknown"))), 1, EXAMPLES).alias(
+                "topics"
+            ),
+        ).first()
+        requests = 0
+        if stats is not None:
+            requests = int(stats["requests"] or 0)
+            summary.unknown_counts = int(stats["unknown"] or 0)
+            summary.unknown_topics = sorted(stats["topics"] or [])
+        results.append((counted, requests))
+        mutation = F.col(STRICT).isNotNull()
+        # a mutation request with no topic creates or deletes nothing
+        partitions = F.when(
+            mutation, F.when(F.col("unknown").isNull(), F.lit(0)).otherwise(F.col(PARTITIONS))
+        ).cast("int")
+        columns += [
+            partitions.alias(PARTITIONS),
+            F.col(STRICT),
+            F.when(partitions.isNotNull(), F.col(TOPIC_PARTITIONS)).alias(TOPIC_PARTITIONS),
+        ]
+    joined = rows
+    small = sum(n for _, n in results) <= BROADCAST_ROWS
+    for result, _ in results:
+        joined = joined.join(F.broadcast(result) if small else result, list(SEQ_COLUMNS), "left")
+    if not small:  # a shuffled join: back into the log's order
+        joined = joined.orderBy(*SEQ_COLUMNS)
+    return joined.select(*columns)

@@ -124,6 +124,8 @@ _PARSED: Final = (
     ("_kq_topics", f"array<{_TOPIC}>"),
     (STRICT, "boolean"),
     ("_kq_share_fetch", "boolean"),
+    ("_kq_fetch_connection", "long"),
+    ("_kq_fetch_position", "long"),
     ("_kq_size", "long"),
 )
 """What :func:`parse_batches` adds to a batch (Spark DDL types): each line's columns from
@@ -153,15 +155,18 @@ this, plus the start of its split in the file (below 16 TiB)."""
 _PLAIN: Final = "_kq_plain_bytes"
 _TOPICS: Final = "_kq_topics"
 _SHARE: Final = "_kq_share_fetch"
+_CONNECTION: Final = "_kq_fetch_connection"
+_POSITION: Final = "_kq_fetch_position"
 
 
 def read(spark: SparkSession, path: str, options: LogOptions | None = None) -> _Lines:
     """Every line of the request-log files ``path`` names, classified: the traffic columns
     (:data:`COLUMNS`), :data:`~kquota.backtest.kernel.SEQ_COLUMNS`, ``_kq_reason`` (null for
     a row, else one of :data:`REASONS`), ``_kq_example``, ``_kq_file`` and
-    ``_kq_share_fetch`` (a ShareFetch line). Lazy: nothing is read until an action. Raises
-    :class:`~kquota.exceptions.TrafficError` naming a path that cannot be read or a file
-    whose broker id cannot be found."""
+    ``_kq_share_fetch`` (a ShareFetch line), ``_kq_fetch_connection`` and
+    ``_kq_fetch_position`` (a consumer fetch's connection and read position, as keys).
+    Lazy: nothing is read until an action. Raises :class:`~kquota.exceptions.TrafficError`
+    naming a path that cannot be read or a file whose broker id cannot be found."""
     from pyspark.sql import functions as F
 
     from kquota.backtest.session import spark_errors, spark_message
@@ -220,7 +225,8 @@ def read(spark: SparkSession, path: str, options: LogOptions | None = None) -> _
     file_rank = F.shiftright(F.col(SEQ_COLUMNS[0]), FILE_RANK_SHIFT)
     parsed = parsed.withColumn(_FILE, lookup(names, file_rank))
     frame = parsed.select(
-        F.when(reason.isNull(), record_ms).alias(TS),
+        # a controller's line of a forwarded mutation has its time too (import_job)
+        F.when(reason.isNull() | _controller_line(), record_ms).alias(TS),
         lookup(brokers, file_rank).alias(BROKER),
         USER,
         CLIENT,
@@ -238,9 +244,22 @@ def read(spark: SparkSession, path: str, options: LogOptions | None = None) -> _
         _EXAMPLE,
         _FILE,
         _SHARE,
+        _CONNECTION,
+        _POSITION,
         F.when(lookup(plain, file_rank), F.col("_kq_size") + 1).alias(_PLAIN),
     )
     return _Lines(frame, files, tuple(found))
+
+
+def _controller_line() -> Column:
+    """A controller's line of a forwarded CreateTopics, CreatePartitions or DeleteTopics: a
+    skipped line (:data:`FORWARDED`) whose fields the reader still gives, timed when the
+    controller recorded it."""
+    from pyspark.sql import functions as F
+
+    # a row's reason is null: false, not null
+    forwarded = F.coalesce(F.col(_REASON) == F.lit(FORWARDED), F.lit(False))
+    return forwarded & F.col(STRICT).isNotNull()
 
 
 def parse_batches(
@@ -317,6 +336,8 @@ def parse_batches(
             ),
             nullable(c, "strict", pa.bool_(), n),
             pa.array(c["share_fetch"]),
+            nullable(c, "fetch_connection", pa.int64(), n),
+            nullable(c, "fetch_position", pa.int64(), n),
             pa.array(np.diff(line_offsets).astype(np.int64)),
         ]
         kept = [batch.column(i) for i, f in enumerate(batch.schema) if f.name != "value"]

@@ -11,17 +11,19 @@ from kquota.backtest.requestlog.files import _LOCAL_SCHEME
 from kquota.backtest.requestlog.lines import (
     _EXAMPLE,
     _PLAIN,
+    _POSITION,
     _REASON,
     _SHARE,
     FILE_RANK_SHIFT,
     MAX_LINE_BYTES,
     REASONS,
     TOO_LONG,
+    _controller_line,
     _file_key,
     _Lines,
 )
 from kquota.exceptions import TrafficError
-from kquota.traffic_schema import STRICT
+from kquota.traffic_schema import KAFKA_THROTTLE, STRICT
 
 if TYPE_CHECKING:
     from pyspark.sql import Column
@@ -64,6 +66,18 @@ class LogSummary:
     share_fetches: int = 0
     """ShareFetch requests read (rows with 0 bytes): their fetch bytes are not in the log
     (:data:`SHARE_FETCH_BYTES`)."""
+    controller_lines: int = 0
+    """Controllers' lines of forwarded CreateTopics, CreatePartitions and DeleteTopics
+    requests (skipped as :data:`~kquota.backtest.requestlog.lines.FORWARDED`)."""
+    controller_timed: int = 0
+    """Mutation requests timed by their controller's line (when the controller recorded
+    them) rather than by the broker's."""
+    throttled_fetches: int = 0
+    """Consumer fetches the broker throttled: answered empty, so the line has no size."""
+    rebuilt_fetches: int = 0
+    """Of those, the ones whose size was rebuilt from a later fetch from the same position
+    (:func:`~kquota.backtest.requestlog.import_job.fetch_sizes`); the others are imported
+    with the empty response's size (:meth:`fetch_note`)."""
 
     @property
     def lines_skipped(self) -> int:
@@ -81,6 +95,10 @@ class LogSummary:
             out.append(f"skipped {count:,} line(s): {reason}, e.g. {example!r}")
         if self.share_fetches:
             out.append(f"{self.share_fetches:,} ShareFetch request(s): {SHARE_FETCH_BYTES}")
+        if self.throttled_fetches:
+            out.append(self.fetch_note())
+        if self.mutations:
+            out.append(self.controller_note())
         if self.unknown_counts:
             topics = ", ".join(repr(t) for t in self.unknown_topics)
             out.append(
@@ -88,6 +106,25 @@ class LogSummary:
                 f"on the controller-mutation quota: {UNKNOWN_COUNT} (e.g. {topics})"
             )
         return out
+
+    def fetch_note(self) -> str:
+        """What the import did with the throttled fetches' sizes, in one sentence."""
+        unbounded = self.throttled_fetches - self.rebuilt_fetches
+        return (
+            f"{self.throttled_fetches:,} throttled fetch(es), answered empty by the broker: "
+            f"{self.rebuilt_fetches:,} sized as the connection's next unthrottled fetch from "
+            "the same partitions and offsets (what the broker would have sent, plus what "
+            f"arrived meanwhile), {unbounded:,} with no such fetch in the log kept at the "
+            "empty response's size"
+        )
+
+    def controller_note(self) -> str:
+        """How the mutation requests were timed, in one sentence."""
+        return (
+            f"{self.controller_timed:,} of {self.mutations:,} mutation request(s) timed by "
+            "their controller's line (when the controller recorded them), the others by the "
+            "broker's, later by the forwarding and the metadata commit"
+        )
 
 
 def _metrics() -> list[Column]:
@@ -105,7 +142,11 @@ def _metrics() -> list[Column]:
         F.collect_set(F.when(reason.isNull(), _rank())).alias("files_with_rows"),
         F.sum(F.col(_PLAIN)).alias("plain_bytes"),
         F.count_if(reason.isNull() & F.col(_SHARE)).alias("share_fetches"),
+        F.count_if(
+            reason.isNull() & F.col(_POSITION).isNotNull() & (F.col(KAFKA_THROTTLE) > 0)
+        ).alias("throttled_fetches"),
         F.count_if(reason.isNull() & F.col(STRICT).isNotNull()).alias("mutations"),
+        F.count_if(_controller_line()).alias("controller_lines"),
     ]
     for i, name in enumerate(REASONS):
         hit = reason == name
@@ -147,7 +188,9 @@ def _summary(lines: _Lines, values: dict[str, Any]) -> LogSummary:
         skipped=skipped,
         examples=examples,
         share_fetches=int(values.get("share_fetches") or 0),
+        throttled_fetches=int(values.get("throttled_fetches") or 0),
         mutations=int(values.get("mutations") or 0),
+        controller_lines=int(values.get("controller_lines") or 0),
     )
     by_rank = [_file_key(name) for name in lines.read]
     with_lines = {by_rank[rank] for rank in values.get("files_with_lines") or ()}

@@ -1,6 +1,6 @@
 //! The Kafka release whose quota behaviour a manager follows, where releases differ.
 //!
-//! Two changes to the client-quota managers matter to exactness:
+//! Three changes to the client-quota managers matter to exactness:
 //!
 //! * From 4.2 (KAFKA-19282) a level of quotas (client-id, user, user + client-id) stays
 //!   enabled only while a quota of its shape exists: removing the last one turns it off,

@@ -109,7 +109,9 @@ pub struct Columns {
     /// line has no valid one); the caller applies the broker's zone.
     pub wall_us: Nullable<i64>,
     /// Microseconds from when Kafka recorded quota usage to the end:
-    /// `round(responseQueueTimeMs * 1000) + round(sendTimeMs * 1000)`.
+    /// `round(responseQueueTimeMs * 1000) + round(sendTimeMs * 1000)`, plus
+    /// `round(remoteTimeMs * 1000)` on a controller's line of a forwarded mutation (skipped
+    /// as [`super::FORWARDED`], but with its row's fields, to time the broker's row).
     pub before_us: Vec<i64>,
     pub user: Strings,
     pub client: Strings,
@@ -122,6 +124,10 @@ pub struct Columns {
     pub correlation_id: Nullable<i32>,
     pub strict: Nullable<bool>,
     pub share_fetch: Vec<bool>,
+    /// A consumer fetch's [`super::fetch::connection_key`] (null on other rows).
+    pub fetch_connection: Nullable<i64>,
+    /// A consumer fetch's [`super::fetch::position_key`] (null on other rows).
+    pub fetch_position: Nullable<i64>,
     /// Per line, its topics are `topic_op[topic_offsets[i]..topic_offsets[i + 1]]` (and
     /// the same range of names and counts); `topics_valid[i]` false for no list.
     pub topic_offsets: Vec<i32>,
@@ -149,6 +155,8 @@ impl Default for Columns {
             correlation_id: Nullable::default(),
             strict: Nullable::default(),
             share_fetch: Vec::new(),
+            fetch_connection: Nullable::default(),
+            fetch_position: Nullable::default(),
             topic_offsets: vec![0],
             topics_valid: Vec::new(),
             topic_op: Vec::new(),

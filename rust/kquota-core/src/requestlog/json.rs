@@ -267,11 +267,14 @@ pub struct Line<'a> {
     #[serde(borrow)]
     pub response: Lax<Response<'a>>,
     pub local_time_ms: Lax<f64>,
+    pub remote_time_ms: Lax<f64>,
     pub throttle_time_ms: Lax<i64>,
     pub response_queue_time_ms: Lax<f64>,
     pub send_time_ms: Lax<f64>,
     #[serde(borrow)]
     pub principal: Lax<Str<'a>>,
+    #[serde(borrow)]
+    pub connection: Lax<Str<'a>>,
 }
 
 #[derive(DeriveDeserialize, Default, Debug)]
@@ -297,8 +300,12 @@ pub struct Request<'a> {
     pub topic_data: Objects<ProduceTopic<'a>>,
     pub replica_id: Lax<i32>,
     pub replica_state: Lax<ReplicaState>,
+    pub session_id: Lax<i32>,
+    pub session_epoch: Lax<i32>,
     #[serde(borrow)]
-    pub topics: Objects<MutationTopic<'a>>,
+    pub topics: Objects<RequestTopic<'a>>,
+    #[serde(borrow)]
+    pub forgotten_topics_data: Objects<ForgottenTopic<'a>>,
     #[serde(borrow)]
     pub topic_names: Lax<Vec<Lax<Str<'a>>>>,
 }
@@ -323,16 +330,41 @@ pub struct ReplicaState {
     pub replica_id: Lax<i32>,
 }
 
-/// A topic of CreateTopics (`numPartitions`, `assignments`), CreatePartitions (`count`)
-/// or DeleteTopics v6+ (`name` only).
+/// A topic of a request's `topics`: CreateTopics (`numPartitions`, `assignments`),
+/// CreatePartitions (`count`), DeleteTopics v6+ (`name` only) or Fetch (`topic` up to
+/// v12, `topicId` from v13, and the partitions to fetch).
 #[derive(DeriveDeserialize, Default, Debug)]
 #[serde(default, rename_all = "camelCase")]
-pub struct MutationTopic<'a> {
+pub struct RequestTopic<'a> {
     #[serde(borrow)]
     pub name: Lax<Str<'a>>,
     pub num_partitions: Lax<i32>,
     pub count: Lax<i32>,
     pub assignments: Lax<Count>,
+    #[serde(borrow)]
+    pub topic: Lax<Str<'a>>,
+    #[serde(borrow)]
+    pub topic_id: Lax<Str<'a>>,
+    pub partitions: Objects<FetchRequestPartition>,
+}
+
+/// A partition of a Fetch request: where the client reads it from.
+#[derive(DeriveDeserialize, Default, Debug)]
+#[serde(default, rename_all = "camelCase")]
+pub struct FetchRequestPartition {
+    pub partition: Lax<i32>,
+    pub fetch_offset: Lax<i64>,
+}
+
+/// A topic an incremental Fetch drops from its session (partitions by index).
+#[derive(DeriveDeserialize, Default, Debug)]
+#[serde(default, rename_all = "camelCase")]
+pub struct ForgottenTopic<'a> {
+    #[serde(borrow)]
+    pub topic: Lax<Str<'a>>,
+    #[serde(borrow)]
+    pub topic_id: Lax<Str<'a>>,
+    pub partitions: Lax<Vec<Lax<i32>>>,
 }
 
 /// A response body: Produce/mutation throttle, Fetch responses, Metadata topics.
@@ -381,13 +413,17 @@ object!(
     Header,
     Request,
     ProduceTopic,
-    MutationTopic,
+    RequestTopic,
+    ForgottenTopic,
     Response,
     FetchTopic,
     MetadataTopic
 );
 
 impl Shape for ProducePartition {
+    const KIND: Kind = Kind::Object;
+}
+impl Shape for FetchRequestPartition {
     const KIND: Kind = Kind::Object;
 }
 impl Shape for ReplicaState {

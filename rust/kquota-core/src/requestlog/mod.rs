@@ -5,11 +5,15 @@
 //! Input is an Arrow string column (offsets + bytes), output columns in Arrow layout
 //! ([`Columns`]), so a batch crosses the binding without a copy per line. Layers:
 //! [`line`] (head, body, timestamp), [`json`] (the typed view of the JSON object),
-//! [`sizes`] (Kafka's byte counts), [`columns`] (the builders).
+//! [`sizes`] (Kafka's byte counts), [`fetch`] (where a consumer fetch reads from),
+//! [`request_time`] (the network-thread time the line does not show), [`columns`] (the
+//! builders).
 
 pub mod columns;
+pub mod fetch;
 pub mod json;
 pub mod line;
+pub mod request_time;
 pub mod sizes;
 
 pub use columns::{Columns, Nullable, Strings, TopicOp, TOPIC_OPS};
@@ -226,9 +230,26 @@ fn push_line(out: &mut Columns, raw: &[u8], options: Options) {
     out.wall_us.push(wall);
     let row = parsed.as_ref().and_then(complete);
     match row {
-        Some(row) if reason == 0 => push_row(out, &row, options),
+        Some(row) if reason == 0 => push_row(out, &row, Some(options)),
+        Some(row) if reason == FORWARDED && is_mutation(row.key) => {
+            // a skipped line: its fields time the broker's row, its topics count nowhere
+            push_row(out, &row, None);
+            // The controller records the mutation quota when its event loop takes the
+            // request, which its handler hands over at the end of its local time; the
+            // remote time after is the metadata commit. So the time is the line's end
+            // less the remote, response-queue and send times.
+            let remote = micros(row.line.remote_time_ms.value().unwrap_or(0.0));
+            if let Some(before) = out.before_us.last_mut() {
+                *before = before.wrapping_add(remote);
+            }
+        }
         _ => push_empty(out, parsed.as_ref()),
     }
+}
+
+/// CreateTopics, CreatePartitions, DeleteTopics: the controller-mutation quota's APIs.
+fn is_mutation(key: i32) -> bool {
+    matches!(key, CREATE_TOPICS | CREATE_PARTITIONS | DELETE_TOPICS)
 }
 
 /// Defaults for a skipped line (its ShareFetch flag still set from its key).
@@ -248,10 +269,13 @@ fn push_empty(out: &mut Columns, parsed: Option<&Line<'_>>) {
     out.correlation_id.push(None);
     out.strict.push(None);
     out.share_fetch.push(key == Some(SHARE_FETCH));
+    out.fetch_connection.push(None);
+    out.fetch_position.push(None);
     out.close_topics(false);
 }
 
-fn push_row(out: &mut Columns, row: &Row<'_, '_>, options: Options) {
+/// A row's fields; its topic list with `options`, none without (a skipped line's).
+fn push_row(out: &mut Columns, row: &Row<'_, '_>, options: Option<Options>) {
     let line = row.line;
     let (key, version) = (row.key, row.version);
     let header = line
@@ -287,8 +311,17 @@ fn push_row(out: &mut Columns, row: &Row<'_, '_>, options: Options) {
     };
     out.bytes.push(bytes);
     let acks = request.and_then(|r| r.acks.value());
-    let thread = micros(line.local_time_ms.value().unwrap_or(0.0)).wrapping_mul(1000);
-    // acks=0: the handler time goes to the exempt sensor, not the request quota
+    // Kafka charges the handler's time and the network threads'; the log has the first
+    let (read, fetched) = match key {
+        PRODUCE => (bytes, None),
+        FETCH => (0, Some(bytes)),
+        _ => (0, None),
+    };
+    let network = request_time::network_thread_ns(micros(send), read, fetched);
+    let thread = micros(line.local_time_ms.value().unwrap_or(0.0))
+        .wrapping_mul(1000)
+        .saturating_add(network);
+    // acks=0: both go to the exempt sensor, not the request quota
     out.thread_ns
         .push((!(key == PRODUCE && acks == Some(0))).then_some(thread));
     out.acks.push(if key == PRODUCE { acks } else { None });
@@ -315,19 +348,28 @@ fn push_row(out: &mut Columns, row: &Row<'_, '_>, options: Options) {
     out.strict
         .push(strict_since.map(|since| version >= i32::from(since)));
     out.share_fetch.push(key == SHARE_FETCH);
-    push_topics(out, key, line, options);
+    // a row's fetch is a consumer's (followers are skipped before)
+    let position = request.filter(|_| key == FETCH);
+    out.fetch_connection.push(
+        position.map(|_| fetch::connection_key(line.connection.get().map_or("", |c| c.as_str()))),
+    );
+    out.fetch_position.push(position.map(fetch::position_key));
+    match options {
+        Some(options) => push_topics(out, key, line, options),
+        None => out.close_topics(false),
+    }
 }
 
 /// What the line says about topics' partition counts, in order (`_kq_topics`).
 fn push_topics(out: &mut Columns, key: i32, line: &Line<'_>, options: Options) {
     let request = line.request.get();
     let topics = request.and_then(|r| r.topics.get());
-    let name = |t: &json::MutationTopic<'_>| t.name.get().map(|n| n.as_str().to_owned());
+    let name = |t: &json::RequestTopic<'_>| t.name.get().map(|n| n.as_str().to_owned());
     let listed = match key {
         CREATE_TOPICS => topics.map(|ts| {
             ts.iter()
                 .map(|t| {
-                    let empty = json::MutationTopic::default();
+                    let empty = json::RequestTopic::default();
                     let t = t.get().unwrap_or(&empty);
                     let assigned = t.assignments.value().map_or(-1, |c| c.0);
                     let count = match t.num_partitions.value() {

@@ -57,7 +57,9 @@ fn a_produce_row_has_every_field() {
     assert_eq!(out.client.get(0), Some("app"));
     assert_eq!(out.api.get(0), Some("produce"));
     assert_eq!(out.bytes[0], 13 + 2 + 2 + 4 + 4 + 3 + 4 + 108);
-    assert_eq!(out.thread_ns.get(0), Some(1_235_000));
+    // handler time, then the network threads': the send time (3 µs) and the reading of
+    // the request (1 µs, then 0.3 ns for each of its 140 bytes)
+    assert_eq!(out.thread_ns.get(0), Some(1_235_000 + 3_000 + 1_000 + 42));
     assert_eq!(out.acks.get(0), Some(1));
     assert_eq!(out.api_version.get(0), Some(8));
     assert_eq!(out.correlation_id.get(0), Some(7));
@@ -95,6 +97,49 @@ fn fetch_rows_both_key_sets_and_throttled() {
     assert_eq!(out.bytes, [expected, expected, 0]);
     assert_eq!(out.kafka_throttle, [0, 0, 5]);
     assert_eq!(out.acks.get(0), None);
+    // one connection, one position: the throttled fetch can take a later one's size
+    let keys: Vec<_> = (0..3)
+        .map(|i| (out.fetch_connection.get(i), out.fetch_position.get(i)))
+        .collect();
+    assert!(keys
+        .iter()
+        .all(|k| *k == keys[0] && k.0.is_some() && k.1.is_some()));
+}
+
+#[test]
+fn request_time_adds_the_network_threads_estimate() {
+    // a long send: a large fetch's is bounded by the bytes written, another request's
+    // counts whole, as a short one does
+    let slow = |line: String| line.replace(r#""sendTimeMs":0.0025"#, r#""sendTimeMs":2.5"#);
+    let large = FETCH_V11.replace(
+        r#""recordsSizeInBytes":500"#,
+        r#""recordsSizeInBytes":500000"#,
+    );
+    let out = parse(&[
+        log_line(&slow(object(1, 11, FETCH_REQUEST, &large, ""))).as_bytes(),
+        log_line(&slow(object(18, 3, "{}", "{}", ""))).as_bytes(),
+        log_line(&object(18, 3, "{}", "{}", "")).as_bytes(),
+    ]);
+    let read = request_time::READ_BASE_NS;
+    let written = request_time::WRITE_BASE_NS
+        + (request_time::WRITE_NS_PER_BYTE * out.bytes[0] as f64) as i64;
+    assert_eq!(out.thread_ns.get(0), Some(1_235_000 + written + read));
+    assert_eq!(out.thread_ns.get(1), Some(1_235_000 + 2_500_000 + read));
+    assert_eq!(out.thread_ns.get(2), Some(1_235_000 + 3_000 + read));
+}
+
+#[test]
+fn only_consumer_fetch_rows_have_fetch_keys() {
+    let out = parse(&[
+        log_line(&object(0, 8, PRODUCE_V8, r#"{"responses":[]}"#, "")).as_bytes(),
+        log_line(&object(18, 3, "{}", "{}", "")).as_bytes(),
+        b"not a line",
+        log_line(&object(1, 11, FETCH_REQUEST, FETCH_V11, "")).as_bytes(),
+    ]);
+    let fetch = |i| (out.fetch_connection.get(i), out.fetch_position.get(i));
+    assert_eq!([fetch(0), fetch(1), fetch(2)], [(None, None); 3]);
+    assert_eq!(fetch(3).0, Some(fetch::connection_key("a")));
+    assert!(fetch(3).1.is_some());
 }
 
 #[test]
@@ -254,4 +299,26 @@ fn null_and_malformed_offsets_read_as_empty_lines() {
         Options::default(),
     );
     assert_eq!(out.reason, [OTHER_LINE; 3]);
+}
+
+#[test]
+fn a_controllers_line_of_a_forwarded_mutation_keeps_its_fields() {
+    let create = r#"{"topics":[{"name":"t","numPartitions":3,"replicationFactor":1,"assignments":[],"configs":[]}],"timeoutMs":30000,"validateOnly":false}"#;
+    let answered = r#"{"throttleTimeMs":250,"topics":[]}"#;
+    let forwarded = object(19, 7, create, answered, "")
+        .replace(r#""isForwarded":false"#, r#""isForwarded":true"#)
+        .replace(r#""remoteTimeMs":0.0"#, r#""remoteTimeMs":27.5"#);
+    let other =
+        object(18, 3, "{}", "{}", "").replace(r#""isForwarded":false"#, r#""isForwarded":true"#);
+    let out = parse(&[log_line(&forwarded).as_bytes(), log_line(&other).as_bytes()]);
+    assert_eq!(out.reason, [FORWARDED, FORWARDED]);
+    // queue 0.05 + send 0.0025 + remote 27.5 ms before the end
+    assert_eq!(out.before_us, [50 + 3 + 27_500, 0]);
+    assert_eq!(out.client.get(0), Some("app"));
+    assert_eq!(out.kafka_throttle, [250, 0]);
+    assert_eq!(out.correlation_id.get(0), Some(7));
+    assert_eq!(out.strict.get(0), Some(true));
+    assert_eq!(out.strict.get(1), None);
+    // skipped lines list no topics (a controller's creates are the broker's row's)
+    assert_eq!(out.topics_valid, [false, false]);
 }
