@@ -959,12 +959,14 @@ class Tolerances:
     throttles_until_s: float | None = None
 
 
-STORM_REQUESTS = (0.5, 2.0)
+STORM_REQUESTS = (0.4, 2.5)
 """How many requests a Metadata storm under ``request_percentage`` (:func:`metadata_storm`,
 20 s) may make through the proxy, as a multiple of those Kafka let it make. The proxy
 charges an estimate of Kafka's handler time (the proxy guide says how), and the goal is
 within 20 %; measured on a shared two-core machine, x0.55 to x1.80 over 16 runs, through
-the proxy and through the gateway. The bound is that spread, not the goal: the estimate
+the proxy and through the gateway (x1.08 and x1.17 over each one's eight runs together).
+The bound is that spread with room for a busier machine, not the goal, and it still
+refuses both simpler charges (below): the estimate
 leaves out Kafka's own cost of the cheapest request (mostly its network threads', ~0.02 ms
 of Kafka's ~0.03 ms on a warm broker there), so a quiet run gets more than Kafka lets it,
 and keeps the round trip's waits, so a busy one gets less (the two storms run at the same
