@@ -37,9 +37,10 @@ Per API:
   in the request's order; at older versions every topic is forwarded and recorded. The
   response carries the larger of the mutation and request throttles.
 * Every API: the request quota, charged with the proxy's own time and, for the APIs Kafka
-  answers at once, an estimate of the broker's handler time (the round trip less the floor
-  of the broker's path; the proxy guide says how); Kafka charges those it parks or
-  forwards to its controller only up to its handler's return, which the proxy cannot see.
+  answers at once, an estimate of the broker's handler time (per kind of request, from
+  the low percentiles of its round trips; the proxy guide says how); Kafka charges those
+  it parks or forwards to its controller only up to its handler's return, which the
+  proxy cannot see.
 
 With ``connection_quotas`` (KIP-612), each new connection is first held to the broker's
 and the listener's ``max.connection.creation.rate`` (accepting waits, one connection at a
