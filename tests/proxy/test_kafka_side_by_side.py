@@ -27,15 +27,19 @@ boundary, which can shift the second burst by a second and with it the last thro
 run (measured: a consumer's last three throttles of ~2 s in A, one in B: its p90 halves,
 so p90 is reported but not compared).
 
-A Metadata storm under ``request_percentage`` has Kafka's shape through the proxy (a
-burst, then about one request a second with throttles of about a second) but not its
-size: the proxy charges the request quota with the broker's time as it sees it (request
-written to response read), not the time of the broker's handler threads, which it cannot
-see and which leaves out the broker's queues and the network (measured here: Kafka's
-median Metadata request 0.33 ms of handler time, 1.1 ms in all), so its first burst is
-the smaller one (in two runs 19 and 160 requests against Kafka's 141 and 231: the more
-the machine is loaded, the longer the broker's queues). The fidelity guide documents
-this difference; the storm test below checks only the shape both share.
+A Metadata storm under ``request_percentage`` (20 s, each side after 3 s of an unthrottled
+storm of its own: Kafka's Metadata path compiled, the proxy's estimate learned) has
+Kafka's shape through the proxy (a burst, about one request a second with throttles of
+about a second, a second burst once the first has left the window at ~11 s), and about
+its size. Kafka charges its handler threads' time and its network threads'; the proxy
+sees neither, and charges an estimate per kind of request: the kind's low percentile of
+round trips over the broker's path's, plus Kafka's network-thread cost of a small request
+(the proxy guide says how). Measured here (requests in 20 s, Kafka / the proxy, the
+machine otherwise quiet): 6655 / 7191, 6587 / 7192, 6831 / 7215: x1.06 to x1.09, the
+throttles in all within x0.94-x0.95; the whole round trip, charged before, made x0.19 to
+x0.31. On a machine kept busy by two processes spinning, 1931 / 1012 (x0.52): Kafka's
+charge grows with the wait for a CPU more than the estimate. The test's bound
+(``STORM_REQUESTS``) leaves room for a busy machine and refuses both simpler charges.
 
 Two producers logged in as one user with SASL/PLAIN, on a second broker whose client
 listeners require it, are held by that user's quota alike: Kafka's, and the proxy's, which
@@ -87,6 +91,8 @@ from side_by_side_support import (
     report,
     request_log,
     side,
+    storm_report,
+    storm_totals,
     timeline,
 )
 
@@ -386,8 +392,10 @@ def test_two_producers_sharing_a_users_quota_over_sasl_are_held_alike(
 STORM_PERCENTAGE = 1
 """request_percentage: 1 % of one thread, 10 ms of request time a second (100 ms at once
 for a new client, Kafka's padded 10 s window)."""
-STORM_S = 10.0
-"""The first burst and the trough; what differs is the burst."""
+STORM_S = 20.0
+"""Kafka's first burst, its trough and its second burst (at ~11 s)."""
+STORM_WARM_UP_S = 3.0
+"""An unthrottled storm first on each side (``metadata_storm``'s ``warm_up_s``)."""
 
 
 @pytest.fixture(scope="module")
@@ -401,7 +409,7 @@ def storm(broker: SideBySideBroker, tmp_path_factory: pytest.TempPathFactory) ->
             f"storm-{name}",
             f"request_percentage={STORM_PERCENTAGE}",
             1.0,  # the run's data are answers: its rates are requests per second
-            metadata_storm(STORM_S),
+            metadata_storm(STORM_S, warm_up_s=STORM_WARM_UP_S),
         )
         for name in ("kafka", "kquota")
     }
@@ -409,17 +417,31 @@ def storm(broker: SideBySideBroker, tmp_path_factory: pytest.TempPathFactory) ->
 
 def test_a_metadata_storm_has_kafkas_shape_through_the_proxy(storm: dict[str, Run]) -> None:
     """Both sides let a burst through, then hold the client to about one request a second
-    with throttles of about one second (the window's span), and log every throttle the
-    client saw. The proxy's burst is the smaller (see the module's docstring)."""
+    with throttles of about one second (the window's span), then let a second burst
+    through once the first has left the window (~11 s), and log every throttle the client
+    saw."""
     print(f"\n{report(storm['kafka'], storm['kquota'], api='metadata')}")
     kafka, kquota = storm["kafka"], storm["kquota"]
-    assert kafka.cumulative_at(3) > 50, kafka.per_second()
-    # a burst, and not the thousands a proxy charging only its own microseconds lets by
-    assert 5 <= kquota.cumulative_at(3) <= 2 * kafka.cumulative_at(3), kquota.per_second()
+    # not the many times Kafka's burst that a proxy charging only its own time lets by
+    assert kquota.cumulative_at(3) <= 2 * kafka.cumulative_at(3), kquota.per_second()
     for run in storm.values():
         _seen_as_logged(run, "metadata")
+        assert run.cumulative_at(3) > 50, run.per_second()
         assert max(run.per_second()[3:10]) <= 3, run.per_second()
+        assert max(run.per_second()[10:15]) > 50, run.per_second()
         assert 900 <= max(run.logged_throttles("metadata")) <= 1100
+
+
+def test_a_metadata_storm_makes_about_as_many_requests_through_the_proxy(
+    storm: dict[str, Run],
+) -> None:
+    """By totals over the run: the requests the client made through the proxy, which
+    charges an estimate of Kafka's handler time, against those Kafka let it make
+    (:data:`~side_by_side_support.STORM_REQUESTS`), and the throttles its client saw in
+    all (:data:`~side_by_side_support.STORM_THROTTLED`)."""
+    kafka, kquota = storm["kafka"], storm["kquota"]
+    print(f"\n{storm_report(kafka, kquota)}")
+    assert storm_totals(kafka, kquota) == []
 
 
 # -- 6. CreateTopics under controller_mutation_rate -----------------------------------------

@@ -536,6 +536,17 @@ def _response_body(api_key: int, correlation_id: int, error: int) -> Any:
             controller_id=i32(-1),  # type: ignore[arg-type]
             topics=(),
         )
+    if api_key == 18:
+        from kio.schema.api_versions.v3 import response as api_versions
+
+        # Produce v9 and Metadata v12, the versions the requests above use
+        versions = tuple(
+            api_versions.ApiVersion(api_key=i16(key), min_version=i16(0), max_version=i16(top))
+            for key, top in ((0, 9), (3, 12), (18, 3))
+        )
+        return api_versions.ApiVersionsResponse(
+            error_code=ErrorCode(error), api_keys=versions, throttle_time=no_throttle
+        )
     if api_key == 17:
         from kio.schema.sasl_handshake.v1.response import SaslHandshakeResponse
 

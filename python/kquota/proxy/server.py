@@ -36,9 +36,11 @@ Per API:
   request and answered with ``THROTTLING_QUOTA_EXCEEDED``, merged with the broker's results
   in the request's order; at older versions every topic is forwarded and recorded. The
   response carries the larger of the mutation and request throttles.
-* Every API: the request quota, charged with the broker's time as the proxy sees it
-  (request written to response read) for the APIs Kafka answers at once, and with the
-  proxy's own time for those Kafka parks or forwards to its controller.
+* Every API: the request quota, charged with the proxy's own time and, for the APIs Kafka
+  answers at once, an estimate of the broker's handler time (per kind of request, from
+  the low percentiles of its round trips; the proxy guide says how); Kafka charges those
+  it parks or forwards to its controller only up to its handler's return, which the
+  proxy cannot see.
 
 With ``connection_quotas`` (KIP-612), each new connection is first held to the broker's
 and the listener's ``max.connection.creation.rate`` (accepting waits, one connection at a

@@ -18,6 +18,7 @@ use std::sync::{Arc, Mutex};
 
 use kquota_core::ClusterMetadata;
 
+use crate::broker_time::BrokerTimes;
 use crate::server::Managers;
 
 /// How the gateway numbers its ports and what it tells clients.
@@ -69,6 +70,8 @@ pub(crate) struct Door {
     pub(crate) managers: Managers,
     /// The cluster metadata its quota callback was last told of.
     pub(crate) told: Mutex<Option<ClusterMetadata>>,
+    /// The broker's round trips, for the estimate of its handler time on a request.
+    pub(crate) broker_times: Mutex<BrokerTimes>,
 }
 
 impl Door {
@@ -78,6 +81,7 @@ impl Door {
             upstream: Mutex::new(upstream),
             managers,
             told: Mutex::new(None),
+            broker_times: Mutex::new(BrokerTimes::new()),
         }
     }
 

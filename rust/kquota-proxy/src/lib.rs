@@ -6,13 +6,15 @@
 //! [`header`] (a frame's header), [`fetch`] (what a fetch request says), [`sasl`] (the principal of a connection), [`rewrite`]
 //! (the throttle in a response), [`addresses`] (the broker addresses in a response, for a
 //! gateway), [`admin`] (client-quota administration answered by the proxy), [`access`] (who may
-//! administer it), [`relay`] (connections as bytes or frames), [`server`] (the proxy: connections
+//! administer it), [`broker_time`] (the broker's handler time on a request, estimated from
+//! its round trips), [`relay`] (connections as bytes or frames), [`server`] (the proxy: connections
 //! with Kafka's client quotas), [`gateway`] (the proxy in front of a whole cluster: a port
 //! and quota sensors per broker).
 
 pub mod access;
 pub mod addresses;
 pub mod admin;
+pub mod broker_time;
 pub mod error;
 pub mod fetch;
 pub mod frame;

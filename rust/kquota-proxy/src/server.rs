@@ -52,6 +52,7 @@ use tokio::sync::{mpsc, oneshot, watch, Notify};
 use crate::access::AdminAccess;
 use crate::addresses::{names_brokers, with_addresses, BrokerAddress};
 use crate::admin::{is_admin_api, SharedAdmin};
+use crate::broker_time::BrokerTimes;
 use crate::error::FrameError;
 use crate::fetch::{cap_max_bytes, read_fetch_request, FetchRequestInfo};
 use crate::frame::FrameReader;
@@ -662,10 +663,11 @@ struct Pending {
     size: usize,
     acks: i16,
     fetch: Option<FetchRequestInfo>,
-    /// The request's time so far: the proxy's (reading and forwarding it), and the
-    /// broker's once answered, for an API Kafka answers at once ([`answered_at_once`]).
+    /// The request's time so far: the proxy's (reading and checking it), and the estimate
+    /// of the broker's once answered, for an API Kafka answers at once
+    /// ([`answered_at_once`]).
     handled: Duration,
-    /// When the request was written to the broker.
+    /// When the request's write to the broker began.
     written: Instant,
     mutation: Option<Box<RecordedMutation>>,
     /// The response the proxy made itself (quota administration), and its body's offset.
@@ -673,22 +675,30 @@ struct Pending {
 }
 
 impl Pending {
-    /// Adds the broker's time on an API Kafka answers at once: from the request written,
-    /// or the responder free to read its answer when later, to the answer read.
-    fn add_broker_time(&mut self, ready: Instant, read: Instant) {
+    /// Adds the estimate of the broker's handler time on an API Kafka answers at once
+    /// ([`BrokerTimes::estimate`]) from its round trip: from the request written, or the
+    /// responder free to read its answer when later, to the answer read.
+    fn add_broker_time(
+        &mut self,
+        times: &Mutex<BrokerTimes>,
+        response_size: usize,
+        free: Instant,
+        read: Instant,
+    ) {
         if answered_at_once(self.header.api_key, self.acks) {
-            self.handled += read.saturating_duration_since(self.written.max(ready));
+            let round_trip = read.saturating_duration_since(self.written.max(free));
+            let size = self.size.max(response_size);
+            self.handled += lock(times).estimate(self.header.api_key, size, round_trip);
         }
     }
 }
 
 /// The APIs whose whole time Kafka charges to the request quota, because its handler
-/// answers them before it returns: the proxy charges the broker's time on them as it sees
-/// it (request written to answer read, which includes the network's time, as Kafka counts
-/// its network threads' time). Kafka charges the others (a fetch or an `acks=all` produce
-/// parked until its data or replicas are there, the group coordinator's APIs, the ones it
-/// forwards to the controller) only up to its handler's return, which the proxy cannot
-/// see: those are charged with the proxy's own time.
+/// answers them before it returns: the proxy charges an estimate of the broker's handler
+/// time on them from their round trips ([`crate::broker_time`]). Kafka charges the others
+/// (a fetch or an `acks=all` produce parked until its data or replicas are there, the group
+/// coordinator's APIs, the ones it forwards to the controller) only up to its handler's
+/// return, which the proxy cannot see: those are charged with the proxy's own time.
 fn answered_at_once(api_key: i16, acks: i16) -> bool {
     match api_key {
         PRODUCE => acks == 1,
@@ -1144,6 +1154,8 @@ async fn read_requests(
             }
         }
         handled += started.elapsed();
+        // Taken before the write: the broker may answer before this thread runs again.
+        let written = Instant::now();
         if local.is_none() && !mutation.as_ref().is_some_and(|m| m.local()) {
             write_frame(&mut upstream, &frame).await?;
         }
@@ -1154,7 +1166,7 @@ async fn read_requests(
             acks,
             fetch,
             handled,
-            written: Instant::now(),
+            written,
             mutation,
             local,
         };
@@ -1177,12 +1189,17 @@ async fn respond(
 ) -> Result<(), Closed> {
     let mut frames = FrameReader::new(upstream, shared.config.max_response_bytes);
     let path = door.managers.path();
+    // When the responder was last free to read the broker's next answer: taken before it
+    // waits for the next request, not after, so that its own wake-up (which may come
+    // after the answer arrived) does not hide the broker's time.
+    let mut free = Instant::now();
     while let Some(work) = pending.recv().await {
         let entry = match work {
             Work::Answer(entry) => entry,
             Work::Own { header, reply } => {
                 let (response, _) = read_response(&shared.config, &mut frames, &header).await?;
                 let _ = reply.send(response); // a reader gone has closed the connection
+                free = Instant::now();
                 continue;
             }
         };
@@ -1216,16 +1233,18 @@ async fn respond(
             let response = match entry.local.take() {
                 Some(response) => response,
                 None => {
-                    let ready = Instant::now();
                     let response =
                         read_response(&shared.config, &mut frames, &entry.header).await?;
-                    entry.add_broker_time(ready, Instant::now());
+                    let read = Instant::now();
+                    entry.add_broker_time(&door.broker_times, response.0.len(), free, read);
                     response
                 }
             };
             connection.wait_unmuted().await;
             answer(shared, &path, connection, &mut client, entry, response).await?;
         }
+        // before the reader may write the next request (answer_done gives it its turn)
+        free = Instant::now();
         connection.answer_done(produce);
     }
     client.shutdown().await?;
