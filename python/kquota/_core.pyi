@@ -22,6 +22,7 @@ __all__ = [
     "QUOTA_CALLBACK_METHODS",
     "QUOTA_TYPES",
     "REQUEST_LOG_NETWORK_TIME",
+    "REQUEST_LOG_READ_KINDS",
     "REQUEST_LOG_REASONS",
     "REQUEST_LOG_SAME_POSITION",
     "REQUEST_LOG_TOPIC_OPS",
@@ -59,6 +60,7 @@ __all__ = [
     "monotonic_ms",
     "mutation_is_strict",
     "parse_request_log",
+    "throttled_fetch_size",
     "recommend_quotas",
     "sanitize_user",
     "token_bucket_throttle_time",
@@ -690,6 +692,12 @@ REQUEST_LOG_TOPIC_OPS: Final[tuple[str, ...]]
 """The ``topic_op`` codes of :func:`parse_request_log`: ``create``, ``grow``,
 ``delete``, ``seen``."""
 
+REQUEST_LOG_READ_KINDS: Final[tuple[str, ...]]
+"""The ``read_kind`` codes of :func:`parse_request_log`: ``produced`` (a produced batch:
+its topic as the line names it, partition, base offset and size) and ``asked`` (a
+partition a throttled full consumer fetch asked for: its fetch offset and
+``partitionMaxBytes``)."""
+
 REQUEST_LOG_NETWORK_TIME: Final[str]
 """How :func:`parse_request_log`'s ``thread_ns`` estimates the network threads' time Kafka
 charges to the request quota beyond the logged handler time, in one sentence (a
@@ -721,10 +729,24 @@ def parse_request_log(
     ``fetch_connection`` and ``fetch_position`` (a consumer fetch's connection and read
     position as 64-bit keys: equal keys, same partitions and offsets; null on other rows);
     ``NAME_valid`` beside a nullable one; strings ``example``, ``user``, ``client``, ``api``,
-    ``topic_name`` as ``NAME_offsets`` (int32) and ``NAME_data`` (uint8); the topic list as
-    ``topic_offsets``, ``topics_valid``, ``topic_op``, ``topic_count``. ``ValueError`` when
-    the buffers are too short or not contiguous. The GIL is released while parsing.
+    ``topic_name``, ``topic_id``, ``read_topic`` as ``NAME_offsets`` (int32) and
+    ``NAME_data`` (uint8); the topic list as ``topic_offsets``, ``topics_valid``,
+    ``topic_op``, ``topic_count``, ``topic_name``, ``topic_id`` (a Metadata topic's id);
+    the reads list as ``read_offsets``, ``read_kind`` (:data:`REQUEST_LOG_READ_KINDS`),
+    ``read_topic``, ``read_partition``, ``read_offset``, ``read_bytes``; and, on a throttled
+    full consumer fetch, ``fetch_empty`` (the size of its response with no records) and
+    ``fetch_max_bytes``. ``ValueError`` when the buffers are too short or not contiguous.
+    The GIL is released while parsing.
     """
+
+def throttled_fetch_size(
+    version: int, empty: int, max_bytes: int, partitions: list[tuple[int, int, int]]
+) -> int:
+    """The size Kafka checked against the fetch quota for a throttled consumer fetch of
+    ``version`` whose response with no records is ``empty`` bytes (``fetch_empty``), under
+    its ``max_bytes``, when each of its partitions, in request order, could read
+    ``(partition_max_bytes, available, first_batch)``: the bytes from its fetch offset to
+    the end the consumer may read, and the size of the batch at that offset."""
 
 class KquotaError(Exception):
     """The base of every error kquota raises."""

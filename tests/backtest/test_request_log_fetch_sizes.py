@@ -1,4 +1,5 @@
-"""A throttled fetch's size, rebuilt on import from a later fetch from the same position.
+"""A throttled fetch's size, rebuilt on import from a later fetch from the same position,
+else from what the produce lines show its partitions held.
 
 Kafka answers a throttled consumer fetch empty after it has charged (then taken back) the
 size of the response it would have sent, so the line shows no size. The import gives the
@@ -174,7 +175,9 @@ def _check(summary: requestlog.LogSummary, rows: list[dict[str, Any]]) -> None:
     assert summary.throttled_fetches == 6
     assert summary.rebuilt_fetches == 3
     note = summary.fetch_note()
-    assert note.startswith("6 throttled fetch(es)") and "3 sized as" in note and "3 with no" in note
+    assert note.startswith("6 throttled fetch(es)") and "3 sized as" in note
+    # no produce line says what their partitions held
+    assert summary.bounded_fetches == 0 and "3 that neither sizes" in note
     assert note in summary.notes()
 
 
@@ -207,3 +210,86 @@ def test_a_log_without_throttled_fetches_is_imported_as_logged(spark: Any, tmp_p
     summary = requestlog.import_log(spark, str(folder), str(tmp_path / "traffic"))
     assert summary.throttled_fetches == summary.rebuilt_fetches == 0
     assert not any("throttled fetch" in n for n in summary.notes())
+
+
+def _produce(correlation: int, offset: int, size: int, partition: int = 0) -> dict[str, Any]:
+    """A Produce v8 line's object: one batch of ``size`` bytes to ``orders``, written at
+    ``offset``."""
+    line = _fetch(correlation, A, 0, 0)
+    line["requestHeader"].update(requestApiKey=0, requestApiVersion=8, requestApiKeyName="PRODUCE")
+    line["requestHeader"]["clientId"] = "writer"
+    line["request"] = {
+        "transactionalId": None,
+        "acks": -1,
+        "timeoutMs": 30000,
+        "topicData": [
+            {
+                "name": "orders",
+                "partitionData": [{"index": partition, "recordsSizeInBytes": size}],
+            }
+        ],
+    }
+    line["response"] = {
+        "responses": [
+            {
+                "name": "orders",
+                "partitionResponses": [
+                    {"index": partition, "errorCode": 0, "baseOffset": offset}
+                ],
+            }
+        ],
+        "throttleTimeMs": 0,
+    }
+    return line
+
+
+def test_throttled_fetches_no_later_fetch_sizes_are_sized_from_the_produce_lines(
+    spark: Any, tmp_path: Path
+) -> None:
+    lines = [
+        _produce(1, 900, 400_000),
+        _produce(2, 950, 800_000),
+        # from 900: Kafka would have read 1 MiB of the 1.2 MB there
+        _fetch(3, A, 900, 0, throttle=700),
+        # from 950: the whole first batch (0.8 MB), and no more
+        _fetch(4, B, 950, 0, throttle=600),
+        _produce(5, 1000, 300_000),
+        # from 1000 after that batch arrived: the batch
+        _fetch(6, A, 1000, 0, throttle=500),
+        # from 1100, past every batch: nothing more was produced
+        _fetch(7, A, 1100, 0, throttle=400),
+        # from 920, inside a batch the log shows: nothing says what is there
+        _fetch(8, B, 920, 0, throttle=300),
+        # an incremental fetch lists only what changed: not sized
+        _fetch(9, B, 950, 0, throttle=200, epoch=5),
+    ]
+    folder = tmp_path / "log"
+    path = folder / "1" / "kafka-request.log"
+    path.parent.mkdir(parents=True)
+    path.write_text(
+        "\n".join(
+            gen.line(START_MS + 1000 * i, "DEBUG", json.dumps(f, separators=(",", ":")))
+            for i, f in enumerate(lines)
+        )
+        + "\n"
+    )
+    summary = requestlog.import_log(spark, str(folder), str(tmp_path / "traffic"))
+    size = {
+        r["correlation_id"]: r["bytes"]
+        for r in pq.read_table(tmp_path / "traffic").to_pylist()
+        if r["api"] == "fetch"
+    }
+    # Fetch v11's response to one partition of "orders": 72 bytes and the records
+    # (throttle, error, session, one topic of 2 + 6 + 4 bytes, a partition of 42)
+    empty = 4 + 4 + 2 + 4 + 4 + (2 + 6 + 4) + 42
+    assert size[3] == empty + 1_048_576
+    assert size[4] == empty + 800_000
+    assert size[6] == empty + 300_000
+    assert size[7] == empty
+    assert summary.throttled_fetches == 6
+    assert summary.rebuilt_fetches == 0
+    assert summary.bounded_fetches == 4
+    # as logged: a throttled fetch counts no bytes
+    assert size[8] == size[9] == 0
+    assert "4 with no such fetch sized from the produce lines" in summary.fetch_note()
+    assert "2 that neither sizes" in summary.fetch_note()

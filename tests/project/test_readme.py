@@ -384,7 +384,7 @@ def test_quick_start_3_backtests_the_sample_request_log(tmp_path: Path) -> None:
     for claim in claims:
         assert claim in text, claim
     # what is left is the fetches the log cannot size, as the import says
-    assert "with no such fetch in the log kept at the empty response's size" in imported.stderr
+    assert "that neither sizes kept at 0 bytes, as logged" in imported.stderr
 
     entities = pq.read_table(out / "entities").to_pandas()
     assert set(entities["scenario"]) == {f"x{s:g}" for s in scales}

@@ -73,6 +73,25 @@ fuzz_target!(|data: &[u8]| {
     assert_eq!(out.topic_offsets.len(), rows + 1);
     assert!(out.topic_offsets.windows(2).all(|w| w[0] <= w[1]));
     assert_eq!(*out.topic_offsets.last().unwrap() as usize, topics);
+    check_strings(&out.topic_id, topics);
+    let reads = out.read_kind.len();
+    check_strings(&out.read_topic, reads);
+    for v in [
+        out.read_partition.len(),
+        out.read_offset.len(),
+        out.read_bytes.len(),
+    ] {
+        assert_eq!(v, reads);
+    }
+    assert_eq!(out.read_offsets.len(), rows + 1);
+    assert!(out.read_offsets.windows(2).all(|w| w[0] <= w[1]));
+    assert_eq!(*out.read_offsets.last().unwrap() as usize, reads);
+    for i in 0..rows {
+        // only a row lists reads, and only a throttled full fetch has an empty size
+        let listed = out.read_offsets[i] < out.read_offsets[i + 1];
+        assert!(out.reason[i] == 0 || !listed);
+        assert_eq!(out.fetch_empty.get(i).is_some(), out.fetch_max_bytes.get(i).is_some());
+    }
     for v in [
         out.before_us.len(),
         out.bytes.len(),
@@ -90,4 +109,6 @@ fuzz_target!(|data: &[u8]| {
     }
     assert_eq!(out.acks.valid.len(), rows);
     assert_eq!(out.strict.valid.len(), rows);
+    assert_eq!(out.fetch_empty.valid.len(), rows);
+    assert_eq!(out.fetch_max_bytes.valid.len(), rows);
 });

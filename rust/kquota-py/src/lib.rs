@@ -49,7 +49,7 @@ use mutation_request_quota::MutationRequestQuota;
 use partition_leader::PartitionLeader;
 use quota_manager::{bench_noop_record, QuotaManager};
 use replay_kernel::{recommend_quotas, ReplayKernel};
-use request_log::parse_request_log;
+use request_log::{parse_request_log, throttled_fetch_size};
 use request_outcome::RequestOutcome;
 use request_path::{applied_throttles, RequestPath};
 use sampled_rate::SampledRate;
@@ -93,6 +93,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(check_quota, m)?)?;
     m.add_function(wrap_pyfunction!(unrecorded_by_request, m)?)?;
     m.add_function(wrap_pyfunction!(parse_request_log, m)?)?;
+    m.add_function(wrap_pyfunction!(throttled_fetch_size, m)?)?;
     m.add(
         "REQUEST_LOG_REASONS",
         PyTuple::new(py, core::requestlog::REASONS)?,
@@ -100,6 +101,10 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add(
         "REQUEST_LOG_TOPIC_OPS",
         PyTuple::new(py, core::requestlog::TOPIC_OPS)?,
+    )?;
+    m.add(
+        "REQUEST_LOG_READ_KINDS",
+        PyTuple::new(py, core::requestlog::READ_KINDS)?,
     )?;
     m.add(
         "REQUEST_LOG_NETWORK_TIME",

@@ -108,6 +108,7 @@ fn columns_dict(py: Python<'_>, c: Columns) -> PyResult<Bound<'_, PyDict>> {
     }
     plain!(reason, before_us, bytes, kafka_throttle, share_fetch);
     plain!(topic_offsets, topics_valid, topic_op);
+    plain!(read_offsets, read_kind, read_partition, read_offset, read_bytes);
     nullable!(
         wall_us,
         thread_ns,
@@ -117,12 +118,38 @@ fn columns_dict(py: Python<'_>, c: Columns) -> PyResult<Bound<'_, PyDict>> {
         strict,
         topic_count,
         fetch_connection,
-        fetch_position
+        fetch_position,
+        fetch_empty,
+        fetch_max_bytes
     );
     strings(&out, "example", c.example)?;
     strings(&out, "user", c.user)?;
     strings(&out, "client", c.client)?;
     strings(&out, "api", c.api)?;
     strings(&out, "topic_name", c.topic_name)?;
+    strings(&out, "topic_id", c.topic_id)?;
+    strings(&out, "read_topic", c.read_topic)?;
     Ok(out)
+}
+
+/// The size Kafka checked against the fetch quota for a throttled consumer fetch of
+/// version `version` whose response with no records is `empty` bytes, under its
+/// `max_bytes`, when each of its partitions (in request order) could read
+/// `(partition_max_bytes, available, first_batch)`.
+#[pyfunction]
+pub(crate) fn throttled_fetch_size(
+    version: i32,
+    empty: i64,
+    max_bytes: i64,
+    partitions: Vec<(i64, i64, i64)>,
+) -> i64 {
+    let reads: Vec<requestlog::PartitionRead> = partitions
+        .into_iter()
+        .map(|(max_bytes, available, first_batch)| requestlog::PartitionRead {
+            max_bytes,
+            available,
+            first_batch,
+        })
+        .collect();
+    requestlog::throttled_fetch_size(version, empty, max_bytes, &reads)
 }

@@ -75,7 +75,8 @@ class Description:
         if s.throttled_fetches:
             lines.append(
                 f"throttled fetches: {s.throttled_fetches:,} (answered empty; the import "
-                "sizes them from the next fetch from the same position)"
+                "sizes them from the next fetch from the same position, else from the "
+                "produce lines)"
             )
         if s.skipped:
             lines.append("lines skipped:")

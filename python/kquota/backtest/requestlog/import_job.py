@@ -9,12 +9,15 @@ import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
-from kquota._core import REQUEST_LOG_SAME_POSITION
+from kquota._core import REQUEST_LOG_SAME_POSITION, throttled_fetch_size
 from kquota.backtest.kernel import SEQ_COLUMNS
 from kquota.backtest.requestlog.files import LogOptions
 from kquota.backtest.requestlog.lines import (
     _CONNECTION,
+    _FETCH_EMPTY,
+    _FETCH_MAX_BYTES,
     _POSITION,
+    _READS,
     _REASON,
     _TOPICS,
     _controller_line,
@@ -25,6 +28,7 @@ from kquota.backtest.requestlog.summary import EXAMPLES, LogSummary, _metrics, _
 from kquota.exceptions import OutputError
 from kquota.traffic_schema import (
     API,
+    API_VERSION,
     BROKER,
     BYTES,
     CLIENT,
@@ -57,6 +61,9 @@ def _import_rows(lines: _Lines, observation: Any) -> DataFrame:
         _TOPICS,
         _CONNECTION,
         _POSITION,
+        _READS,
+        _FETCH_EMPTY,
+        _FETCH_MAX_BYTES,
         *SEQ_COLUMNS,
         controller.alias(CONTROLLER),
     )
@@ -136,6 +143,133 @@ def fetch_sizes(rows: DataFrame) -> DataFrame:
         *SEQ_COLUMNS, KAFKA_THROTTLE, F.first(served, ignorenulls=True).over(later).alias(REBUILT)
     )
     return sized.where(F.col(KAFKA_THROTTLE) > 0).drop(KAFKA_THROTTLE)
+
+
+BOUNDED: Final = "_kq_bounded"
+"""A throttled fetch's size from the produce lines (:func:`fetch_bounds`)."""
+
+
+def fetch_bounds(spark: SparkSession, rows: DataFrame, unsized: DataFrame) -> DataFrame:
+    """Per throttled full consumer fetch of ``rows`` whose
+    :data:`~kquota.backtest.kernel.SEQ_COLUMNS` are in ``unsized`` (throttled fetches no
+    later fetch sized), the size Kafka checked against the quota, from what the broker's
+    produce lines show each partition held when Kafka recorded the fetch: the batches from
+    its fetch offset on, read within the fetch's limits as Kafka reads them
+    (:func:`kquota._core.throttled_fetch_size`). A partition's bytes are known when a
+    logged batch starts at its fetch offset (the bytes produced since are a lower bound:
+    what other brokers or lines not in the log added is missing) or when every logged
+    batch of it starts before its offset (nothing more was produced to it). A fetch with a
+    partition neither says is not sized, nor is an incremental one, whose line lists only
+    what changed in its session. Topics a fetch names by id are matched to the produce
+    lines' names through the Metadata lines. Columns: the row's
+    :data:`~kquota.backtest.kernel.SEQ_COLUMNS` and :data:`BOUNDED`, only for the fetches
+    sized."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import LongType, StructField, StructType
+
+    seq = list(SEQ_COLUMNS)
+    topic = F.col("_kq_r")["topic"]
+    ids = (
+        rows.where(F.size(F.col(_TOPICS)) > 0)
+        .select(F.explode(F.col(_TOPICS)).alias("_kq_t"))
+        .where(F.col("_kq_t")["id"].isNotNull() & F.col("_kq_t")["name"].isNotNull())
+        .select(F.col("_kq_t")["id"].alias("_kq_id"), F.col("_kq_t")["name"].alias("_kq_name"))
+        .dropDuplicates(["_kq_id"])
+    )
+
+    def named(frame: DataFrame) -> DataFrame:
+        # a topic named by id takes its name where a Metadata line gave it
+        return (
+            frame.join(F.broadcast(ids), frame["_kq_topic"] == ids["_kq_id"], "left")
+            .withColumn("_kq_topic", F.coalesce(F.col("_kq_name"), F.col("_kq_topic")))
+            .drop("_kq_id", "_kq_name")
+        )
+
+    asked = named(
+        rows.join(F.broadcast(unsized.select(*seq)), seq)
+        .where(F.col(_FETCH_EMPTY).isNotNull())
+        .select(
+            *seq,
+            BROKER,
+            F.col(TS).alias("_kq_at"),
+            F.posexplode(F.col(_READS)).alias("_kq_pos", "_kq_r"),
+        )
+        .select(
+            *seq,
+            BROKER,
+            "_kq_at",
+            "_kq_pos",
+            topic.alias("_kq_topic"),
+            F.col("_kq_r")["partition"].alias("_kq_partition"),
+            F.col("_kq_r")["offset"].alias("_kq_from"),
+            F.col("_kq_r")["bytes"].alias("_kq_limit"),
+        )
+    ).cache()
+    produced = named(
+        rows.where((F.col(API) == "produce") & (F.size(F.col(_READS)) > 0))
+        .select(BROKER, F.col(TS).alias("_kq_when"), F.explode(F.col(_READS)).alias("_kq_r"))
+        .select(
+            BROKER,
+            "_kq_when",
+            topic.alias("_kq_topic"),
+            F.col("_kq_r")["partition"].alias("_kq_partition"),
+            F.col("_kq_r")["offset"].alias("_kq_offset"),
+            F.col("_kq_r")["bytes"].alias("_kq_size"),
+        )
+    )
+    where = [BROKER, "_kq_topic", "_kq_partition"]
+    then = F.col("_kq_when") <= F.col("_kq_at")
+    at_offset = F.col("_kq_offset") == F.col("_kq_from")
+    held = (
+        produced.join(F.broadcast(asked), where)
+        .groupBy(*seq, "_kq_pos")
+        .agg(
+            F.count_if(at_offset).alias("_kq_starts"),
+            F.count_if(F.col("_kq_offset") >= F.col("_kq_from")).alias("_kq_after"),
+            F.sum(F.when(then & (F.col("_kq_offset") >= F.col("_kq_from")), F.col("_kq_size")))
+            .alias("_kq_available"),
+            F.max(F.when(then & at_offset, F.col("_kq_size"))).alias("_kq_first"),
+        )
+    )
+    fetches = (
+        asked.join(held, [*seq, "_kq_pos"], "left")
+        .groupBy(*seq)
+        .agg(
+            F.sort_array(
+                F.collect_list(
+                    F.struct(
+                        "_kq_pos",
+                        "_kq_limit",
+                        F.coalesce("_kq_available", F.lit(0)).alias("available"),
+                        F.coalesce("_kq_first", F.lit(0)).alias("first"),
+                        # known: a batch starts at the offset, or none starts after it
+                        (
+                            (F.coalesce("_kq_starts", F.lit(0)) > 0)
+                            | (F.col("_kq_starts").isNotNull() & (F.col("_kq_after") == 0))
+                        ).alias("known"),
+                    )
+                )
+            ).alias("_kq_parts")
+        )
+    )
+    versions = rows.join(F.broadcast(unsized.select(*seq)), seq).select(
+        *seq, API_VERSION, _FETCH_EMPTY, _FETCH_MAX_BYTES
+    )
+    sized = []
+    for row in fetches.join(versions, seq).collect():
+        parts = row["_kq_parts"]
+        if not all(p["known"] for p in parts):
+            continue
+        size = throttled_fetch_size(
+            int(row[API_VERSION]),
+            int(row[_FETCH_EMPTY]),
+            int(row[_FETCH_MAX_BYTES]),
+            [(int(p["_kq_limit"]), int(p["available"]), int(p["first"])) for p in parts],
+        )
+        sized.append((*(int(row[c]) for c in seq), size))
+    asked.unpersist()
+    schema = StructType([StructField(c, LongType()) for c in (*seq, BOUNDED)])
+    return spark.createDataFrame(sized, schema)
 
 
 def mutation_partitions(rows: DataFrame) -> DataFrame:
@@ -265,10 +399,18 @@ def _second_pass(spark: SparkSession, parsed: str, summary: LogSummary) -> DataF
         results.append((timed, summary.controller_timed))
         columns[COLUMNS.index(TS)] = F.coalesce(F.col("_kq_controller_ts"), F.col(TS)).alias(TS)
     if summary.throttled_fetches:
-        sizes = fetch_sizes(rows).where(F.col(REBUILT).isNotNull())
+        every = fetch_sizes(rows)
+        sizes = every.where(F.col(REBUILT).isNotNull())
         summary.rebuilt_fetches = sizes.count()
         results.append((sizes, summary.rebuilt_fetches))
-        columns[COLUMNS.index(BYTES)] = F.coalesce(F.col(REBUILT), F.col(BYTES)).alias(BYTES)
+        size = F.coalesce(F.col(REBUILT), F.col(BYTES))
+        if summary.rebuilt_fetches < summary.throttled_fetches:
+            bounds = fetch_bounds(spark, rows, every.where(F.col(REBUILT).isNull()))
+            summary.bounded_fetches = bounds.count()
+            if summary.bounded_fetches:
+                results.append((bounds, summary.bounded_fetches))
+                size = F.coalesce(F.col(REBUILT), F.col(BOUNDED), F.col(BYTES))
+        columns[COLUMNS.index(BYTES)] = size.alias(BYTES)
     if summary.mutations:
         counted = mutation_partitions(rows)
         stats = counted.agg(

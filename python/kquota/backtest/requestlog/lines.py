@@ -106,7 +106,8 @@ REASONS: Final = (
 )
 """Every reason a line is skipped for, in the order they are tested."""
 
-_TOPIC: Final = "struct<op: string, name: string, count: int>"
+_TOPIC: Final = "struct<op: string, name: string, count: int, id: string>"
+_READ: Final = "struct<kind: string, topic: string, partition: int, offset: long, bytes: long>"
 _PARSED: Final = (
     ("_kq_reason", "string"),
     ("_kq_example", "string"),
@@ -126,6 +127,9 @@ _PARSED: Final = (
     ("_kq_share_fetch", "boolean"),
     ("_kq_fetch_connection", "long"),
     ("_kq_fetch_position", "long"),
+    ("_kq_reads", f"array<{_READ}>"),
+    ("_kq_fetch_empty", "long"),
+    ("_kq_fetch_max_bytes", "long"),
     ("_kq_size", "long"),
 )
 """What :func:`parse_batches` adds to a batch (Spark DDL types): each line's columns from
@@ -157,6 +161,9 @@ _TOPICS: Final = "_kq_topics"
 _SHARE: Final = "_kq_share_fetch"
 _CONNECTION: Final = "_kq_fetch_connection"
 _POSITION: Final = "_kq_fetch_position"
+_READS: Final = "_kq_reads"
+_FETCH_EMPTY: Final = "_kq_fetch_empty"
+_FETCH_MAX_BYTES: Final = "_kq_fetch_max_bytes"
 
 
 def read(spark: SparkSession, path: str, options: LogOptions | None = None) -> _Lines:
@@ -246,6 +253,9 @@ def read(spark: SparkSession, path: str, options: LogOptions | None = None) -> _
         _SHARE,
         _CONNECTION,
         _POSITION,
+        _READS,
+        _FETCH_EMPTY,
+        _FETCH_MAX_BYTES,
         F.when(lookup(plain, file_rank), F.col("_kq_size") + 1).alias(_PLAIN),
     )
     return _Lines(frame, files, tuple(found))
@@ -271,12 +281,29 @@ def parse_batches(
     import numpy as np
     import pyarrow as pa
 
-    from kquota._core import REQUEST_LOG_REASONS, REQUEST_LOG_TOPIC_OPS, parse_request_log
+    from kquota._core import (
+        REQUEST_LOG_READ_KINDS,
+        REQUEST_LOG_REASONS,
+        REQUEST_LOG_TOPIC_OPS,
+        parse_request_log,
+    )
 
     reasons = pa.array([None, *REQUEST_LOG_REASONS], pa.string())
     ops = pa.array(REQUEST_LOG_TOPIC_OPS, pa.string())
+    kinds = pa.array(REQUEST_LOG_READ_KINDS, pa.string())
     text = pa.large_string() if large else pa.string()
-    topic_type = pa.struct([("op", text), ("name", text), ("count", pa.int32())])
+    topic_type = pa.struct(
+        [("op", text), ("name", text), ("count", pa.int32()), ("id", text)]
+    )
+    read_type = pa.struct(
+        [
+            ("kind", text),
+            ("topic", text),
+            ("partition", pa.int32()),
+            ("offset", pa.int64()),
+            ("bytes", pa.int64()),
+        ]
+    )
 
     def bitmap(valid: Any) -> Any:
         return pa.array(valid, pa.bool_()).buffers()[1]
@@ -314,8 +341,19 @@ def parse_batches(
                 ops.take(pa.array(c["topic_op"])).cast(text),
                 strings(c, "topic_name", len(c["topic_op"])),
                 nullable(c, "topic_count", pa.int32(), len(c["topic_op"])),
+                strings(c, "topic_id", len(c["topic_op"])),
             ],
             fields=list(topic_type),
+        )
+        reads = pa.StructArray.from_arrays(
+            [
+                kinds.take(pa.array(c["read_kind"])).cast(text),
+                strings(c, "read_topic", len(c["read_kind"])),
+                pa.array(c["read_partition"]),
+                pa.array(c["read_offset"]),
+                pa.array(c["read_bytes"]),
+            ],
+            fields=list(read_type),
         )
         columns = [
             reasons.take(pa.array(c["reason"])).cast(text),
@@ -338,6 +376,9 @@ def parse_batches(
             pa.array(c["share_fetch"]),
             nullable(c, "fetch_connection", pa.int64(), n),
             nullable(c, "fetch_position", pa.int64(), n),
+            pa.ListArray.from_arrays(pa.array(c["read_offsets"]), reads),
+            nullable(c, "fetch_empty", pa.int64(), n),
+            nullable(c, "fetch_max_bytes", pa.int64(), n),
             pa.array(np.diff(line_offsets).astype(np.int64)),
         ]
         kept = [batch.column(i) for i, f in enumerate(batch.schema) if f.name != "value"]

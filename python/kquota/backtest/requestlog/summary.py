@@ -76,8 +76,11 @@ class LogSummary:
     """Consumer fetches the broker throttled: answered empty, so the line has no size."""
     rebuilt_fetches: int = 0
     """Of those, the ones whose size was rebuilt from a later fetch from the same position
-    (:func:`~kquota.backtest.requestlog.import_job.fetch_sizes`); the others are imported
-    with the empty response's size (:meth:`fetch_note`)."""
+    (:func:`~kquota.backtest.requestlog.import_job.fetch_sizes`)."""
+    bounded_fetches: int = 0
+    """Of the others, the ones sized from what the produce lines show their partitions held
+    (:func:`~kquota.backtest.requestlog.import_job.fetch_bounds`); the rest are imported
+    with 0 bytes, as logged (:meth:`fetch_note`)."""
 
     @property
     def lines_skipped(self) -> int:
@@ -109,13 +112,15 @@ class LogSummary:
 
     def fetch_note(self) -> str:
         """What the import did with the throttled fetches' sizes, in one sentence."""
-        unbounded = self.throttled_fetches - self.rebuilt_fetches
+        unbounded = self.throttled_fetches - self.rebuilt_fetches - self.bounded_fetches
         return (
             f"{self.throttled_fetches:,} throttled fetch(es), answered empty by the broker: "
             f"{self.rebuilt_fetches:,} sized as the connection's next unthrottled fetch from "
             "the same partitions and offsets (what the broker would have sent, plus what "
-            f"arrived meanwhile), {unbounded:,} with no such fetch in the log kept at the "
-            "empty response's size"
+            f"arrived meanwhile), {self.bounded_fetches:,} with no such fetch sized from the "
+            "produce lines (what the partitions held from the fetch offsets on, read within "
+            f"the fetch's limits), {unbounded:,} that neither sizes kept at 0 bytes, as "
+            "logged"
         )
 
     def controller_note(self) -> str:

@@ -98,6 +98,19 @@ pub enum TopicOp {
 /// The names of [`TopicOp`] by code.
 pub const TOPIC_OPS: [&str; 4] = ["create", "grow", "delete", "seen"];
 
+/// What a line says about the bytes in a partition (`_kq_reads`' `kind`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReadKind {
+    /// A produced batch: its first offset and its size (from a Produce line).
+    Produced,
+    /// A partition a throttled consumer fetch asked for: its fetch offset and
+    /// `partitionMaxBytes`.
+    Asked,
+}
+
+/// The names of [`ReadKind`] by code.
+pub const READ_KINDS: [&str; 2] = ["produced", "asked"];
+
 /// Every line's columns, one row per line (rows of skipped lines hold defaults).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Columns {
@@ -135,6 +148,21 @@ pub struct Columns {
     pub topic_op: Vec<u8>,
     pub topic_name: Strings,
     pub topic_count: Nullable<i32>,
+    /// A Metadata topic's id (v10+), null on other entries.
+    pub topic_id: Strings,
+    /// Per line, its reads are `read_kind[read_offsets[i]..read_offsets[i + 1]]` (and the
+    /// same range of the other `read_` columns).
+    pub read_offsets: Vec<i32>,
+    pub read_kind: Vec<u8>,
+    /// The topic as the line names it: its name, or its id where the version has ids.
+    pub read_topic: Strings,
+    pub read_partition: Vec<i32>,
+    pub read_offset: Vec<i64>,
+    pub read_bytes: Vec<i64>,
+    /// A throttled full consumer fetch: the size of the response it would have had with no
+    /// records ([`super::sizes::empty_fetch_response_size`]) and its `maxBytes`.
+    pub fetch_empty: Nullable<i64>,
+    pub fetch_max_bytes: Nullable<i64>,
 }
 
 impl Default for Columns {
@@ -162,6 +190,15 @@ impl Default for Columns {
             topic_op: Vec::new(),
             topic_name: Strings::new(true),
             topic_count: Nullable::default(),
+            topic_id: Strings::new(true),
+            read_offsets: vec![0],
+            read_kind: Vec::new(),
+            read_topic: Strings::new(false),
+            read_partition: Vec::new(),
+            read_offset: Vec::new(),
+            read_bytes: Vec::new(),
+            fetch_empty: Nullable::default(),
+            fetch_max_bytes: Nullable::default(),
         }
     }
 }
@@ -175,13 +212,44 @@ impl Columns {
         self.reason.is_empty()
     }
 
-    pub(crate) fn push_topic(&mut self, op: TopicOp, name: Option<&str>, count: Option<i32>) {
+    pub(crate) fn push_topic(
+        &mut self,
+        op: TopicOp,
+        name: Option<&str>,
+        count: Option<i32>,
+        id: Option<&str>,
+    ) {
         self.topic_op.push(op as u8);
         match name {
             Some(n) => self.topic_name.push(n),
             None => self.topic_name.push_null(),
         }
         self.topic_count.push(count);
+        match id {
+            Some(i) => self.topic_id.push(i),
+            None => self.topic_id.push_null(),
+        }
+    }
+
+    pub(crate) fn push_read(
+        &mut self,
+        kind: ReadKind,
+        topic: &str,
+        partition: i32,
+        offset: i64,
+        bytes: i64,
+    ) {
+        self.read_kind.push(kind as u8);
+        self.read_topic.push(topic);
+        self.read_partition.push(partition);
+        self.read_offset.push(offset);
+        self.read_bytes.push(bytes);
+    }
+
+    /// Ends the current line's reads.
+    pub(crate) fn close_reads(&mut self) {
+        self.read_offsets
+            .push(i32::try_from(self.read_kind.len()).unwrap_or(i32::MAX));
     }
 
     /// Ends the current line's topic list (`valid` false: no list).

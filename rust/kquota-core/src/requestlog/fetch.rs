@@ -96,6 +96,54 @@ pub fn position_key(request: &Request<'_>) -> i64 {
     }
 }
 
+/// What one partition of a consumer fetch could read when Kafka handled it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PartitionRead {
+    /// The request's `partitionMaxBytes`.
+    pub max_bytes: i64,
+    /// The bytes from the fetch offset to the end the consumer may read.
+    pub available: i64,
+    /// The size of the batch at the fetch offset (0 when there is none).
+    pub first_batch: i64,
+}
+
+/// The record bytes Kafka's replica manager reads for each partition of a consumer fetch,
+/// in request order, under the request's `maxBytes` (`max_bytes`; versions 0-2 have none:
+/// pass `i64::from(i32::MAX)`, Kafka's default). Each partition reads up to the smaller of
+/// its own limit and what the response has left. From version 3 the limits are soft:
+/// until a partition has returned records, the first batch is returned whole even when it
+/// is larger (KIP-74). A read is a byte range of the log, so it may end inside a batch.
+pub fn read_sizes(version: i32, max_bytes: i64, partitions: &[PartitionRead]) -> Vec<i64> {
+    let mut left = max_bytes.max(0);
+    let mut min_one = version >= 3;
+    partitions
+        .iter()
+        .map(|p| {
+            let limit = p.max_bytes.max(0).min(left);
+            let limit = if min_one { limit.max(p.first_batch) } else { limit };
+            let read = p.available.max(0).min(limit);
+            if read > 0 {
+                min_one = false;
+            }
+            left = (left - read).max(0);
+            read
+        })
+        .collect()
+}
+
+/// The size Kafka checked against the fetch quota for a throttled consumer fetch whose
+/// response with no records is `empty` bytes ([`super::sizes::empty_fetch_response_size`])
+/// and whose partitions could read `partitions`.
+pub fn throttled_fetch_size(
+    version: i32,
+    empty: i64,
+    max_bytes: i64,
+    partitions: &[PartitionRead],
+) -> i64 {
+    let reads = read_sizes(version, max_bytes, partitions);
+    super::sizes::fetch_response_size_with(version, empty, &reads)
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::json::Line;

@@ -308,6 +308,8 @@ pub struct Request<'a> {
     pub forgotten_topics_data: Objects<ForgottenTopic<'a>>,
     #[serde(borrow)]
     pub topic_names: Lax<Vec<Lax<Str<'a>>>>,
+    /// Fetch (v3+): the response's limit over all partitions.
+    pub max_bytes: Lax<i64>,
 }
 
 #[derive(DeriveDeserialize, Default, Debug)]
@@ -315,12 +317,16 @@ pub struct Request<'a> {
 pub struct ProduceTopic<'a> {
     #[serde(borrow)]
     pub name: Lax<Str<'a>>,
+    /// v13+: the topic by id.
+    #[serde(borrow)]
+    pub topic_id: Lax<Str<'a>>,
     pub partition_data: Objects<ProducePartition>,
 }
 
 #[derive(DeriveDeserialize, Default, Debug)]
 #[serde(default, rename_all = "camelCase")]
 pub struct ProducePartition {
+    pub index: Lax<i32>,
     pub records_size_in_bytes: Lax<i64>,
 }
 
@@ -354,6 +360,7 @@ pub struct RequestTopic<'a> {
 pub struct FetchRequestPartition {
     pub partition: Lax<i32>,
     pub fetch_offset: Lax<i64>,
+    pub partition_max_bytes: Lax<i64>,
 }
 
 /// A topic an incremental Fetch drops from its session (partitions by index).
@@ -378,12 +385,17 @@ pub struct Response<'a> {
     pub topics: Objects<MetadataTopic<'a>>,
 }
 
-/// A Fetch response topic, with the partitions under 3.0's key or 2.8's.
+/// A Fetch response topic, with the partitions under 3.0's key or 2.8's; or a Produce
+/// response topic (`name` or, v13+, `topicId`, and `partitionResponses`).
 #[derive(DeriveDeserialize, Default, Debug)]
 #[serde(default, rename_all = "camelCase")]
 pub struct FetchTopic<'a> {
     #[serde(borrow)]
     pub topic: Lax<Str<'a>>,
+    #[serde(borrow)]
+    pub name: Lax<Str<'a>>,
+    #[serde(borrow)]
+    pub topic_id: Lax<Str<'a>>,
     pub partitions: Objects<FetchPartition>,
     pub partition_responses: Objects<FetchPartition>,
 }
@@ -397,6 +409,10 @@ pub struct FetchPartition {
     pub diverging_epoch: Lax<Present>,
     pub current_leader: Lax<Present>,
     pub snapshot_id: Lax<Present>,
+    /// Produce: the partition, its error and where its batch went.
+    pub index: Lax<i32>,
+    pub error_code: Lax<i32>,
+    pub base_offset: Lax<i64>,
 }
 
 #[derive(DeriveDeserialize, Default, Debug)]
@@ -404,6 +420,9 @@ pub struct FetchPartition {
 pub struct MetadataTopic<'a> {
     #[serde(borrow)]
     pub name: Lax<Str<'a>>,
+    /// v10+: the id that Fetch v13+ names the topic by.
+    #[serde(borrow)]
+    pub topic_id: Lax<Str<'a>>,
     pub error_code: Lax<i32>,
     pub partitions: Lax<Count>,
 }

@@ -16,8 +16,12 @@ pub mod line;
 pub mod request_time;
 pub mod sizes;
 
-pub use columns::{Columns, Nullable, Strings, TopicOp, TOPIC_OPS};
-pub use sizes::{fetch_response_size, produce_request_size, uvarint_size};
+pub use columns::{Columns, Nullable, ReadKind, Strings, TopicOp, READ_KINDS, TOPIC_OPS};
+pub use fetch::{read_sizes, throttled_fetch_size, PartitionRead};
+pub use sizes::{
+    empty_fetch_response_size, fetch_response_size, fetch_response_size_with, produce_request_size,
+    uvarint_size,
+};
 
 use crate::kafka::mutation_api::{
     CREATE_PARTITIONS_STRICT_SINCE, CREATE_TOPICS_STRICT_SINCE, DELETE_TOPICS_STRICT_SINCE,
@@ -58,6 +62,8 @@ pub const UNKNOWN_VERSION: u8 = 12;
 pub const MAX_LINE_BYTES: usize = 16 * 1024 * 1024;
 /// Characters of a skipped line kept as an example.
 pub const EXAMPLE_CHARS: usize = 300;
+/// The id a Metadata response gives a topic without one (22 characters of base64url zeros).
+const ZERO_TOPIC_ID: &str = "AAAAAAAAAAAAAAAAAAAAAA";
 
 pub const PRODUCE: i32 = 0;
 pub const FETCH: i32 = 1;
@@ -271,6 +277,9 @@ fn push_empty(out: &mut Columns, parsed: Option<&Line<'_>>) {
     out.share_fetch.push(key == Some(SHARE_FETCH));
     out.fetch_connection.push(None);
     out.fetch_position.push(None);
+    out.fetch_empty.push(None);
+    out.fetch_max_bytes.push(None);
+    out.close_reads();
     out.close_topics(false);
 }
 
@@ -354,9 +363,92 @@ fn push_row(out: &mut Columns, row: &Row<'_, '_>, options: Option<Options>) {
         position.map(|_| fetch::connection_key(line.connection.get().map_or("", |c| c.as_str()))),
     );
     out.fetch_position.push(position.map(fetch::position_key));
+    push_reads(out, row, options.is_some());
     match options {
         Some(options) => push_topics(out, key, line, options),
         None => out.close_topics(false),
+    }
+}
+
+/// What the line says about the bytes in partitions (`_kq_reads`), for sizing throttled
+/// fetches from the produce lines: a produce's batches where they went, and the
+/// partitions a throttled full consumer fetch asked for (an incremental one lists only
+/// what changed in its session, so its partitions are not all in its line). Nothing on a
+/// skipped line (`row_line` false).
+fn push_reads(out: &mut Columns, row: &Row<'_, '_>, row_line: bool) {
+    let line = row.line;
+    let (request, response) = (line.request.get(), line.response.get());
+    let mut empty = None;
+    let mut limit = None;
+    match (row.key, request, response) {
+        (PRODUCE, Some(request), Some(response)) if row_line => {
+            push_produced(out, request, response);
+        }
+        (FETCH, Some(request), _) if row_line && row.throttle > 0 => {
+            let full = row.version < 7 || request.session_epoch.value().unwrap_or(-1) <= 0;
+            if full {
+                for topic in request.topics.get().map_or(&[][..], Vec::as_slice) {
+                    let Some(topic) = topic.get() else { continue };
+                    let name = topic.topic.get().or(topic.topic_id.get());
+                    let name = name.map_or("", |n| n.as_str());
+                    for p in topic.partitions.get().map_or(&[][..], Vec::as_slice) {
+                        let p = p.get();
+                        out.push_read(
+                            ReadKind::Asked,
+                            name,
+                            p.and_then(|p| p.partition.value()).unwrap_or(-1),
+                            p.and_then(|p| p.fetch_offset.value()).unwrap_or(-1),
+                            p.and_then(|p| p.partition_max_bytes.value()).unwrap_or(0),
+                        );
+                    }
+                }
+                empty = Some(sizes::empty_fetch_response_size(row.version, request));
+                limit = Some(if row.version >= 3 {
+                    request.max_bytes.value().unwrap_or(i64::from(i32::MAX))
+                } else {
+                    i64::from(i32::MAX)
+                });
+            }
+        }
+        _ => {}
+    }
+    out.fetch_empty.push(empty);
+    out.fetch_max_bytes.push(limit);
+    out.close_reads();
+}
+
+/// A produce line's batches: each partition the response took without error, at its base
+/// offset, with the size of its records in the request.
+fn push_produced(out: &mut Columns, request: &json::Request<'_>, response: &json::Response<'_>) {
+    let topics = request.topic_data.get().map_or(&[][..], Vec::as_slice);
+    for answer in response.responses.get().map_or(&[][..], Vec::as_slice) {
+        let Some(answer) = answer.get() else { continue };
+        let name = answer.name.get().or(answer.topic_id.get());
+        let Some(name) = name.map(|n| n.as_str()) else {
+            continue;
+        };
+        let asked = topics.iter().filter_map(|t| t.get()).find(|t| {
+            t.name.get().or(t.topic_id.get()).map(|n| n.as_str()) == Some(name)
+        });
+        let Some(asked) = asked else { continue };
+        let sent = asked.partition_data.get().map_or(&[][..], Vec::as_slice);
+        for p in answer.partition_responses.get().map_or(&[][..], Vec::as_slice) {
+            let Some(p) = p.get() else { continue };
+            let (Some(index), Some(offset)) = (p.index.value(), p.base_offset.value()) else {
+                continue;
+            };
+            if p.error_code.value().unwrap_or(0) != 0 || offset < 0 {
+                continue;
+            }
+            let size = sent
+                .iter()
+                .filter_map(|s| s.get())
+                .find(|s| s.index.value() == Some(index))
+                .and_then(|s| s.records_size_in_bytes.value());
+            if let Some(size) = size {
+                out.push_read(ReadKind::Produced, name, index, offset, size);
+            }
+        }
     }
 }
 
@@ -377,22 +469,22 @@ fn push_topics(out: &mut Columns, key: i32, line: &Line<'_>, options: Options) {
                         _ if assigned > 0 => i32::try_from(assigned).unwrap_or(i32::MAX),
                         _ => options.num_partitions,
                     };
-                    (TopicOp::Create, name(t), Some(count))
+                    (TopicOp::Create, name(t), Some(count), None)
                 })
                 .collect::<Vec<_>>()
         }),
         CREATE_PARTITIONS => topics.map(|ts| {
             ts.iter()
                 .map(|t| match t.get() {
-                    Some(t) => (TopicOp::Grow, name(t), t.count.value()),
-                    None => (TopicOp::Grow, None, None),
+                    Some(t) => (TopicOp::Grow, name(t), t.count.value(), None),
+                    None => (TopicOp::Grow, None, None, None),
                 })
                 .collect()
         }),
         DELETE_TOPICS => match topics {
             Some(ts) => Some(
                 ts.iter()
-                    .map(|t| (TopicOp::Delete, t.get().and_then(name), None))
+                    .map(|t| (TopicOp::Delete, t.get().and_then(name), None, None))
                     .collect(),
             ),
             None => request.and_then(|r| r.topic_names.get()).map(|names| {
@@ -402,6 +494,7 @@ fn push_topics(out: &mut Columns, key: i32, line: &Line<'_>, options: Options) {
                         (
                             TopicOp::Delete,
                             n.get().map(|n| n.as_str().to_owned()),
+                            None,
                             None,
                         )
                     })
@@ -416,15 +509,21 @@ fn push_topics(out: &mut Columns, key: i32, line: &Line<'_>, options: Options) {
                     // Spark's size() of a null array: -1
                     let count = t.partitions.value().map_or(-1, |c| c.0);
                     let count = i32::try_from(count).unwrap_or(i32::MAX);
-                    (TopicOp::Seen, name_of(t), Some(count))
+                    // Fetch v13+ names topics by id: the import maps them back
+                    let id = t
+                        .topic_id
+                        .get()
+                        .map(|i| i.as_str())
+                        .filter(|i| *i != ZERO_TOPIC_ID);
+                    (TopicOp::Seen, name_of(t), Some(count), id)
                 })
                 .collect()
         }),
         _ => None,
     };
     let valid = listed.is_some();
-    for (op, name, count) in listed.unwrap_or_default() {
-        out.push_topic(op, name.as_deref(), count);
+    for (op, name, count, id) in listed.unwrap_or_default() {
+        out.push_topic(op, name.as_deref(), count, id);
     }
     out.close_topics(valid);
 }

@@ -4,8 +4,8 @@
 //! byte lengths, which is all the encoding needs. Arithmetic wraps, as Spark's long did.
 
 use super::json::{
-    FetchPartition, FetchTopic, Lax, Objects, ProducePartition, ProduceTopic, Request, Response,
-    Str,
+    FetchPartition, FetchTopic, Lax, Objects, ProducePartition, ProduceTopic, Request,
+    RequestTopic, Response, Str,
 };
 
 /// Bytes of `n` as Kafka's unsigned varint (compact lengths and counts are `n + 1`);
@@ -164,6 +164,53 @@ pub fn fetch_response_size(version: i32, response: &Response<'_>) -> i64 {
         + flag(flexible, 1))
     .wrapping_add(sum(topics, topic));
     4i64.wrapping_add(body)
+}
+
+/// The size Kafka would record for a response to the consumer fetch `request` (version
+/// `version`) in which every partition it asks for has no records: the frame
+/// [`fetch_response_size`] counts, with each partition's fixed fields, a null
+/// `abortedTransactions` (the same size as an empty one) and no tagged field. A throttled
+/// fetch's line shows an empty response instead; with the records each partition would
+/// have read, [`fetch_response_size_with`] gives what Kafka checked against the quota.
+pub fn empty_fetch_response_size(version: i32, request: &Request<'_>) -> i64 {
+    let flexible = version >= 12;
+    let partition = {
+        let aborted = match (version >= 4, flexible) {
+            (false, _) => 0,
+            (true, true) => 1,
+            (true, false) => 4,
+        };
+        let records = if flexible { 1 } else { 4 };
+        let fixed = 4 + 2 + 8 + flag(version >= 4, 8) + flag(version >= 5, 8) + aborted;
+        fixed + flag(version >= 11, 4) + flag(flexible, 1) + records
+    };
+    let topic = |t: &RequestTopic<'_>| {
+        let name = if version >= 13 {
+            16
+        } else {
+            string_size(t.topic.get(), flexible)
+        };
+        let count = elements(&t.partitions).len();
+        (name + count_size(count, flexible) + flag(flexible, 1))
+            .wrapping_add(partition.wrapping_mul(count as i64))
+    };
+    let topics = &request.topics;
+    let body = (flag(version >= 1, 4)
+        + flag(version >= 7, 2 + 4)
+        + count_size(elements(topics).len(), flexible)
+        + flag(flexible, 1))
+    .wrapping_add(sum(topics, topic));
+    4i64.wrapping_add(body)
+}
+
+/// [`empty_fetch_response_size`]'s `empty` with each partition's `records` bytes added.
+pub fn fetch_response_size_with(version: i32, empty: i64, records: &[i64]) -> i64 {
+    let flexible = version >= 12;
+    records.iter().fold(empty, |size, &r| {
+        // a flexible version writes the length as a varint, 1 byte when empty
+        let length = if flexible { uvarint_size(r.wrapping_add(1)) - 1 } else { 0 };
+        size.wrapping_add(r).wrapping_add(length)
+    })
 }
 
 #[cfg(test)]

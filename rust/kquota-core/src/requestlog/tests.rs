@@ -322,3 +322,120 @@ fn a_controllers_line_of_a_forwarded_mutation_keeps_its_fields() {
     // skipped lines list no topics (a controller's creates are the broker's row's)
     assert_eq!(out.topics_valid, [false, false]);
 }
+
+/// A served v16 fetch and its request, as Kafka 4 logs them for librdkafka.
+const FETCH_V16_REQUEST: &str = r#"{"maxWaitMs":100,"minBytes":1,"maxBytes":1048576,"isolationLevel":1,"sessionId":0,"sessionEpoch":-1,"topics":[{"topicId":"KPo00N9gS6SX0X7bwFKFLQ","partitions":[{"partition":0,"currentLeaderEpoch":0,"fetchOffset":244,"lastFetchedEpoch":-1,"logStartOffset":-1,"partitionMaxBytes":1048576},{"partition":1,"currentLeaderEpoch":0,"fetchOffset":9,"lastFetchedEpoch":-1,"logStartOffset":-1,"partitionMaxBytes":1048576}]}],"forgottenTopicsData":[],"rackId":""}"#;
+const FETCH_V16_SERVED: &str = r#"{"throttleTimeMs":0,"errorCode":0,"sessionId":0,"responses":[{"topicId":"KPo00N9gS6SX0X7bwFKFLQ","partitions":[{"partitionIndex":0,"errorCode":0,"highWatermark":1024,"lastStableOffset":1024,"logStartOffset":0,"abortedTransactions":[],"preferredReadReplica":-1,"recordsSizeInBytes":1048576},{"partitionIndex":1,"errorCode":0,"highWatermark":9,"lastStableOffset":9,"logStartOffset":0,"abortedTransactions":[],"preferredReadReplica":-1,"recordsSizeInBytes":0}]}]}"#;
+
+fn throttled(line: &str) -> String {
+    line.replace(r#""throttleTimeMs":0,"responseQueue"#, r#""throttleTimeMs":250,"responseQueue"#)
+}
+
+#[test]
+fn a_throttled_full_fetch_lists_what_it_asked_for() {
+    let empty = r#"{"throttleTimeMs":250,"errorCode":0,"sessionId":0,"responses":[]}"#;
+    let line = throttled(&log_line(&object(1, 16, FETCH_V16_REQUEST, empty, "")));
+    let out = parse(&[line.as_bytes()]);
+    assert_eq!(out.reason[0], 0);
+    assert_eq!(out.kafka_throttle[0], 250);
+    assert_eq!(out.read_offsets, [0, 2]);
+    assert_eq!(out.read_kind, [ReadKind::Asked as u8; 2]);
+    assert_eq!(out.read_topic.get(0), Some("KPo00N9gS6SX0X7bwFKFLQ"));
+    assert_eq!(out.read_partition, [0, 1]);
+    assert_eq!(out.read_offset, [244, 9]);
+    assert_eq!(out.read_bytes, [1_048_576, 1_048_576]);
+    assert_eq!(out.fetch_max_bytes.get(0), Some(1_048_576));
+    // the served response of the same request is the empty one plus its records
+    let text = format!(r#"{{"request":{FETCH_V16_REQUEST},"response":{FETCH_V16_SERVED}}}"#);
+    let served: json::Line<'_> = serde_json::from_str(&text).unwrap();
+    let empty_size = out.fetch_empty.get(0).unwrap();
+    assert_eq!(
+        empty_size,
+        sizes::empty_fetch_response_size(16, served.request.get().unwrap())
+    );
+    assert_eq!(
+        fetch_response_size_with(16, empty_size, &[1_048_576, 0]),
+        fetch_response_size(16, served.response.get().unwrap())
+    );
+}
+
+#[test]
+fn served_and_incremental_fetches_list_nothing() {
+    let served = log_line(&object(1, 16, FETCH_V16_REQUEST, FETCH_V16_SERVED, ""));
+    let incremental = throttled(&log_line(&object(
+        1,
+        16,
+        &FETCH_V16_REQUEST.replace(r#""sessionEpoch":-1"#, r#""sessionEpoch":4"#),
+        r#"{"throttleTimeMs":250,"responses":[]}"#,
+        "",
+    )));
+    let out = parse(&[served.as_bytes(), incremental.as_bytes()]);
+    assert_eq!(out.read_offsets, [0, 0, 0]);
+    assert_eq!(
+        (out.fetch_empty.get(0), out.fetch_empty.get(1)),
+        (None, None)
+    );
+}
+
+#[test]
+fn a_produce_lists_its_batches_where_they_went() {
+    let request = r#"{"transactionalId":null,"acks":1,"timeoutMs":30000,"topicData":[{"name":"t","partitionData":[{"index":0,"recordsSizeInBytes":100},{"index":2,"recordsSizeInBytes":70}]},{"name":"u","partitionData":[{"index":1,"recordsSizeInBytes":9}]}]}"#;
+    // partition 2 failed, and u's response comes first
+    let response = r#"{"responses":[{"name":"u","partitionResponses":[{"index":1,"errorCode":0,"baseOffset":40}]},{"name":"t","partitionResponses":[{"index":0,"errorCode":0,"baseOffset":12,"logAppendTimeMs":-1},{"index":2,"errorCode":6,"baseOffset":-1}]}],"throttleTimeMs":0}"#;
+    let out = parse(&[log_line(&object(0, 10, request, response, "")).as_bytes()]);
+    assert_eq!(out.read_offsets, [0, 2]);
+    assert_eq!(out.read_kind, [ReadKind::Produced as u8; 2]);
+    assert_eq!(
+        (out.read_topic.get(0), out.read_topic.get(1)),
+        (Some("u"), Some("t"))
+    );
+    assert_eq!(out.read_partition, [1, 0]);
+    assert_eq!(out.read_offset, [40, 12]);
+    assert_eq!(out.read_bytes, [9, 100]);
+    assert_eq!(out.fetch_empty.get(0), None);
+    // acks=0: no response, no offsets
+    let blind = log_line(&object(0, 10, request, r#""""#, ""));
+    assert_eq!(parse(&[blind.as_bytes()]).read_offsets, [0, 0]);
+}
+
+#[test]
+fn metadata_topics_carry_their_ids() {
+    let response = r#"{"throttleTimeMs":0,"brokers":[],"clusterId":"c","controllerId":1,"topics":[{"errorCode":0,"name":"backlog","topicId":"KPo00N9gS6SX0X7bwFKFLQ","isInternal":false,"partitions":[{"partitionIndex":0}]},{"errorCode":0,"name":"old","topicId":"AAAAAAAAAAAAAAAAAAAAAA","isInternal":false,"partitions":[]}]}"#;
+    let line = log_line(&object(3, 12, r#"{"topics":null}"#, response, ""))
+        .replace("API_VERSIONS", "METADATA");
+    let out = parse(&[line.as_bytes()]);
+    assert_eq!(out.reason[0], 0);
+    assert_eq!(out.topic_id.get(0), Some("KPo00N9gS6SX0X7bwFKFLQ"));
+    assert_eq!(out.topic_id.get(1), None);
+}
+
+#[test]
+fn kafka_reads_within_the_fetch_limits() {
+    let p = |max_bytes, available, first_batch| PartitionRead {
+        max_bytes,
+        available,
+        first_batch,
+    };
+    // each partition up to its own limit and what is there
+    assert_eq!(
+        read_sizes(16, 1000, &[p(300, 500, 100), p(300, 50, 50)]),
+        [300, 50]
+    );
+    // the response's limit runs out
+    assert_eq!(
+        read_sizes(16, 400, &[p(300, 500, 100), p(300, 500, 100), p(300, 9, 9)]),
+        [300, 100, 0]
+    );
+    // the first batch is whole even over both limits, once (KIP-74) ...
+    assert_eq!(
+        read_sizes(16, 400, &[p(0, 0, 0), p(300, 900, 700), p(300, 900, 700)]),
+        [0, 700, 0]
+    );
+    // ... but not up to version 2, whose limits are hard
+    assert_eq!(read_sizes(2, 400, &[p(300, 900, 700)]), [300]);
+    let empty = 4 + 4 + 2 + 4 + 1 + 1 + 16 + 1 + 1 + 2 * 47;
+    assert_eq!(
+        throttled_fetch_size(16, empty, 1000, &[p(300, 500, 100), p(300, 0, 0)]),
+        empty + 300 + 1
+    );
+}
