@@ -471,3 +471,132 @@ def served_after(lines: list[str]) -> dict[tuple[str, int], int | None]:
                     break
             found[(client, correlation)] = match
     return found
+
+
+def _record_ms(head: str, document: dict[str, Any]) -> int:
+    """When the import says Kafka recorded the line's quota usage: its end less the
+    response-queue and send times, in whole ms (the broker's zone is UTC here)."""
+    from datetime import UTC, datetime
+
+    end = datetime.strptime(head[1:24], "%Y-%m-%d %H:%M:%S,%f").replace(tzinfo=UTC)
+    end_us = int(end.timestamp()) * 1_000_000 + end.microsecond
+    handed = end_us - round(document["responseQueueTimeMs"] * 1000)
+    return (handed - round(document["sendTimeMs"] * 1000)) // 1000
+
+
+def produced_reads(lines: list[str]) -> dict[tuple[str, int], list[int] | None]:
+    """Per throttled full consumer fetch in the log (client id, correlation id), the record
+    bytes each of its partitions would have read by what the produce lines show, in request
+    order, or ``None`` when a partition's fetch offset is neither where a logged batch
+    starts nor past every logged batch: read from the lines by the spec's fields, not by
+    kquota's reader. Reads follow Kafka's replica manager: each partition up to the
+    smaller of its ``partitionMaxBytes`` and what the response has left of ``maxBytes``,
+    the first batch whole until a partition returns records."""
+    import json
+
+    names: dict[str, str] = {}
+    batches: dict[tuple[str, int], list[tuple[int, int, int]]] = {}
+    fetches = []
+    for text in lines:
+        head, found, body = text.partition(" Completed request:")
+        if not found:
+            continue
+        document = json.loads(body.removesuffix(" (kafka.request.logger)"))
+        if document.get("isForwarded"):
+            continue
+        key = document["requestHeader"]["requestApiKey"]
+        response = document.get("response")
+        if key == 3 and isinstance(response, dict):
+            for topic in response.get("topics") or []:
+                if topic.get("topicId") and topic.get("name"):
+                    names[topic["topicId"]] = topic["name"]
+        elif key == 0 and isinstance(response, dict):
+            sizes = {
+                (t["name"], p["index"]): p["recordsSizeInBytes"]
+                for t in document["request"]["topicData"]
+                for p in t["partitionData"]
+            }
+            for t in response["responses"]:
+                for p in t["partitionResponses"]:
+                    if p["errorCode"] == 0 and p["baseOffset"] >= 0:
+                        batches.setdefault((t["name"], p["index"]), []).append(
+                            (p["baseOffset"], sizes[(t["name"], p["index"])], _record_ms(head, document))
+                        )
+        elif key == 1 and document["throttleTimeMs"] > 0:
+            request = document["request"]
+            if request.get("sessionEpoch", -1) <= 0 and request.get("replicaId", -1) < 0:
+                fetches.append((head, document))
+    out: dict[tuple[str, int], list[int] | None] = {}
+    for head, document in fetches:
+        request = document["request"]
+        at = _record_ms(head, document)
+        left = request.get("maxBytes", 2**31 - 1)
+        first_whole = True
+        reads: list[int] | None = []
+        for topic in request["topics"]:
+            name = topic.get("topic") or names.get(topic.get("topicId"), topic.get("topicId"))
+            for p in topic["partitions"]:
+                logged = batches.get((name, p["partition"]), [])
+                start = p["fetchOffset"]
+                if not logged or not (
+                    any(b == start for b, _, _ in logged) or all(b < start for b, _, _ in logged)
+                ):
+                    reads = None
+                    break
+                there = [(b, s) for b, s, w in logged if b >= start and w <= at]
+                available = sum(s for _, s in there)
+                first = sum(s for b, s in there if b == start)
+                limit = min(p["partitionMaxBytes"], left)
+                if first_whole:
+                    limit = max(limit, first)
+                read = min(available, limit)
+                first_whole = first_whole and read == 0
+                left = max(0, left - read)
+                reads.append(read)
+            if reads is None:
+                break
+        header = document["requestHeader"]
+        out[(header["clientId"], header["correlationId"])] = reads
+    return out
+
+
+def uvarint_size(n: int) -> int:
+    """The bytes of ``n`` as an unsigned varint."""
+    size = 1
+    while n >= 0x80:
+        n >>= 7
+        size += 1
+    return size
+
+
+def fetch_frames(lines: list[str]) -> dict[str, int]:
+    """Per client whose served consumer fetches all ask for one partition in a flexible
+    version (v12+), the size Kafka records for one of them less its records' bytes and
+    their length: the response's frame, the same for each of its fetches, by the spec's
+    formula (``4 +`` the body)."""
+    import json
+
+    out: dict[str, int] = {}
+    for text in lines:
+        _, found, body = text.partition(" Completed request:")
+        if not found:
+            continue
+        document = json.loads(body.removesuffix(" (kafka.request.logger)"))
+        header = document["requestHeader"]
+        response = document.get("response")
+        if header["requestApiKey"] != 1 or document["throttleTimeMs"] > 0:
+            continue
+        if not isinstance(response, dict) or header["requestApiVersion"] < 13:
+            continue
+        parts = [p for t in response["responses"] for p in t["partitions"]]
+        if len(response["responses"]) != 1 or len(parts) != 1:
+            continue
+        if parts[0].get("abortedTransactions"):
+            continue
+        # throttle, error, session, topic count; one topic (id, partition count, tags);
+        # one partition (index, error, three offsets, aborted, preferred replica, tags);
+        # the body's tags
+        out[header["clientId"]] = (
+            4 + 4 + 2 + 4 + 1 + (16 + 1 + 1) + (4 + 2 + 8 + 8 + 8 + 1 + 4 + 1) + 1
+        )
+    return out
