@@ -233,9 +233,7 @@ def _produce(correlation: int, offset: int, size: int, partition: int = 0) -> di
         "responses": [
             {
                 "name": "orders",
-                "partitionResponses": [
-                    {"index": partition, "errorCode": 0, "baseOffset": offset}
-                ],
+                "partitionResponses": [{"index": partition, "errorCode": 0, "baseOffset": offset}],
             }
         ],
         "throttleTimeMs": 0,

@@ -519,9 +519,9 @@ def produced_reads(lines: list[str]) -> dict[tuple[str, int], list[int] | None]:
             for t in response["responses"]:
                 for p in t["partitionResponses"]:
                     if p["errorCode"] == 0 and p["baseOffset"] >= 0:
-                        batches.setdefault((t["name"], p["index"]), []).append(
-                            (p["baseOffset"], sizes[(t["name"], p["index"])], _record_ms(head, document))
-                        )
+                        where = (t["name"], p["index"])
+                        batch = (p["baseOffset"], sizes[where], _record_ms(head, document))
+                        batches.setdefault(where, []).append(batch)
         elif key == 1 and document["throttleTimeMs"] > 0:
             request = document["request"]
             if request.get("sessionEpoch", -1) <= 0 and request.get("replicaId", -1) < 0:

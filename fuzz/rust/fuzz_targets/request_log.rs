@@ -90,7 +90,10 @@ fuzz_target!(|data: &[u8]| {
         // only a row lists reads, and only a throttled full fetch has an empty size
         let listed = out.read_offsets[i] < out.read_offsets[i + 1];
         assert!(out.reason[i] == 0 || !listed);
-        assert_eq!(out.fetch_empty.get(i).is_some(), out.fetch_max_bytes.get(i).is_some());
+        assert_eq!(
+            out.fetch_empty.get(i).is_some(),
+            out.fetch_max_bytes.get(i).is_some()
+        );
     }
     for v in [
         out.before_us.len(),

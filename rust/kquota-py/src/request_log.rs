@@ -108,7 +108,13 @@ fn columns_dict(py: Python<'_>, c: Columns) -> PyResult<Bound<'_, PyDict>> {
     }
     plain!(reason, before_us, bytes, kafka_throttle, share_fetch);
     plain!(topic_offsets, topics_valid, topic_op);
-    plain!(read_offsets, read_kind, read_partition, read_offset, read_bytes);
+    plain!(
+        read_offsets,
+        read_kind,
+        read_partition,
+        read_offset,
+        read_bytes
+    );
     nullable!(
         wall_us,
         thread_ns,
@@ -145,11 +151,13 @@ pub(crate) fn throttled_fetch_size(
 ) -> i64 {
     let reads: Vec<requestlog::PartitionRead> = partitions
         .into_iter()
-        .map(|(max_bytes, available, first_batch)| requestlog::PartitionRead {
-            max_bytes,
-            available,
-            first_batch,
-        })
+        .map(
+            |(max_bytes, available, first_batch)| requestlog::PartitionRead {
+                max_bytes,
+                available,
+                first_batch,
+            },
+        )
         .collect();
     requestlog::throttled_fetch_size(version, empty, max_bytes, &reads)
 }

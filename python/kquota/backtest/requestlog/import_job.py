@@ -226,8 +226,9 @@ def fetch_bounds(spark: SparkSession, rows: DataFrame, unsized: DataFrame) -> Da
         .agg(
             F.count_if(at_offset).alias("_kq_starts"),
             F.count_if(F.col("_kq_offset") >= F.col("_kq_from")).alias("_kq_after"),
-            F.sum(F.when(then & (F.col("_kq_offset") >= F.col("_kq_from")), F.col("_kq_size")))
-            .alias("_kq_available"),
+            F.sum(
+                F.when(then & (F.col("_kq_offset") >= F.col("_kq_from")), F.col("_kq_size"))
+            ).alias("_kq_available"),
             F.max(F.when(then & at_offset, F.col("_kq_size"))).alias("_kq_first"),
         )
     )

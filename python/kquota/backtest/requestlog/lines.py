@@ -292,9 +292,7 @@ def parse_batches(
     ops = pa.array(REQUEST_LOG_TOPIC_OPS, pa.string())
     kinds = pa.array(REQUEST_LOG_READ_KINDS, pa.string())
     text = pa.large_string() if large else pa.string()
-    topic_type = pa.struct(
-        [("op", text), ("name", text), ("count", pa.int32()), ("id", text)]
-    )
+    topic_type = pa.struct([("op", text), ("name", text), ("count", pa.int32()), ("id", text)])
     read_type = pa.struct(
         [
             ("kind", text),

@@ -120,7 +120,11 @@ pub fn read_sizes(version: i32, max_bytes: i64, partitions: &[PartitionRead]) ->
         .iter()
         .map(|p| {
             let limit = p.max_bytes.max(0).min(left);
-            let limit = if min_one { limit.max(p.first_batch) } else { limit };
+            let limit = if min_one {
+                limit.max(p.first_batch)
+            } else {
+                limit
+            };
             let read = p.available.max(0).min(limit);
             if read > 0 {
                 min_one = false;

@@ -427,12 +427,17 @@ fn push_produced(out: &mut Columns, request: &json::Request<'_>, response: &json
         let Some(name) = name.map(|n| n.as_str()) else {
             continue;
         };
-        let asked = topics.iter().filter_map(|t| t.get()).find(|t| {
-            t.name.get().or(t.topic_id.get()).map(|n| n.as_str()) == Some(name)
-        });
+        let asked = topics
+            .iter()
+            .filter_map(|t| t.get())
+            .find(|t| t.name.get().or(t.topic_id.get()).map(|n| n.as_str()) == Some(name));
         let Some(asked) = asked else { continue };
         let sent = asked.partition_data.get().map_or(&[][..], Vec::as_slice);
-        for p in answer.partition_responses.get().map_or(&[][..], Vec::as_slice) {
+        for p in answer
+            .partition_responses
+            .get()
+            .map_or(&[][..], Vec::as_slice)
+        {
             let Some(p) = p.get() else { continue };
             let (Some(index), Some(offset)) = (p.index.value(), p.base_offset.value()) else {
                 continue;

@@ -208,7 +208,11 @@ pub fn fetch_response_size_with(version: i32, empty: i64, records: &[i64]) -> i6
     let flexible = version >= 12;
     records.iter().fold(empty, |size, &r| {
         // a flexible version writes the length as a varint, 1 byte when empty
-        let length = if flexible { uvarint_size(r.wrapping_add(1)) - 1 } else { 0 };
+        let length = if flexible {
+            uvarint_size(r.wrapping_add(1)) - 1
+        } else {
+            0
+        };
         size.wrapping_add(r).wrapping_add(length)
     })
 }

@@ -328,7 +328,10 @@ const FETCH_V16_REQUEST: &str = r#"{"maxWaitMs":100,"minBytes":1,"maxBytes":1048
 const FETCH_V16_SERVED: &str = r#"{"throttleTimeMs":0,"errorCode":0,"sessionId":0,"responses":[{"topicId":"KPo00N9gS6SX0X7bwFKFLQ","partitions":[{"partitionIndex":0,"errorCode":0,"highWatermark":1024,"lastStableOffset":1024,"logStartOffset":0,"abortedTransactions":[],"preferredReadReplica":-1,"recordsSizeInBytes":1048576},{"partitionIndex":1,"errorCode":0,"highWatermark":9,"lastStableOffset":9,"logStartOffset":0,"abortedTransactions":[],"preferredReadReplica":-1,"recordsSizeInBytes":0}]}]}"#;
 
 fn throttled(line: &str) -> String {
-    line.replace(r#""throttleTimeMs":0,"responseQueue"#, r#""throttleTimeMs":250,"responseQueue"#)
+    line.replace(
+        r#""throttleTimeMs":0,"responseQueue"#,
+        r#""throttleTimeMs":250,"responseQueue"#,
+    )
 }
 
 #[test]
