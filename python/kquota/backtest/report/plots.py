@@ -27,6 +27,14 @@ PLOTTED_ENTITIES: Final = 4
 MAX_POINTS: Final = 2000
 """Points per plotted line (peaks are kept when a series is longer)."""
 
+_THROTTLED_MARK: Final = (".", 3, "throttled")
+"""How a rate plot marks a throttled window: marker, size and legend."""
+_THROTTLED_MARKS: Final = {
+    # a throttled fetch is answered empty: its mark sits on the quota, not on a rate
+    "fetch": ("|", 6, "throttled (empty response, bytes not counted)"),
+}
+"""The quota types whose marks differ from :data:`_THROTTLED_MARK`."""
+
 
 def rate_over_time(
     windows: Sequence[int] | np.ndarray, amounts: Sequence[float] | np.ndarray, num_samples: int
@@ -232,23 +240,10 @@ def plot_rates(result: BacktestResult, folder: Path) -> list[tuple[str, str, str
             ax.axhline(
                 float(quota) / size, color="tab:red", lw=1, ls="--", label=f"quota {quota_words}"
             )
-        if len(plot.mark_times) and quota_type == "fetch":
+        if len(plot.mark_times):
+            marker, ms, label = _THROTTLED_MARKS.get(quota_type, _THROTTLED_MARK)
             ax.plot(
-                plot.mark_times,
-                plot.mark_rates / size,
-                "|",
-                color="tab:red",
-                ms=6,
-                label="throttled (empty response, bytes not counted)",
-            )
-        elif len(plot.mark_times):
-            ax.plot(
-                plot.mark_times,
-                plot.mark_rates / size,
-                ".",
-                color="tab:red",
-                ms=3,
-                label="throttled",
+                plot.mark_times, plot.mark_rates / size, marker, color="tab:red", ms=ms, label=label
             )
         kind = units.TYPE_WORDS.get(quota_type, quota_type)
         title = f"{kind} · {record['entity']} · {record[BROKER]}"
