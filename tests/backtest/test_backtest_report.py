@@ -37,7 +37,7 @@ from kquota.backtest.report import (
     throttle_histogram,
     write_report,
 )
-from kquota.backtest.stages import UNSERVED_COLUMNS
+from kquota.backtest.tally import UNSERVED_COLUMNS
 from kquota.config import QuotaConfig, QuotaEntry, Window
 
 START = 1_717_372_800  # seconds

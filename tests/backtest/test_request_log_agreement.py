@@ -32,7 +32,7 @@ from kafka_support import KAFKA_VERSION, KafkaBroker, completed_request
 from kquota.backtest.job import run
 from kquota.backtest.options import BacktestOptions
 from kquota.backtest.outputs import read_requests
-from kquota.backtest.report import _BROKER_TITLE
+from kquota.backtest.report.tables import BROKER_TITLE
 from kquota.backtest.requestlog import LogOptions
 from kquota.config import QuotaConfig
 from kquota.traffic_schema import THREAD
@@ -308,7 +308,7 @@ def test_the_report_shows_what_the_broker_did(
     out, requests = backtested
     parser = _Tables()
     parser.feed((out / "report.html").read_text(encoding="utf-8"))
-    header, *body = parser.sections[_BROKER_TITLE]
+    header, *body = parser.sections[BROKER_TITLE]
     shown = {row[0]: dict(zip(header, row, strict=True)) for row in body}
     # the broker's throttles, counted from the log's lines by the spec's rules rather than
     # from the import: every client request's line (not the controller's of a forwarded

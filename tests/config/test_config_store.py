@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 from kquota import DEFAULT, Entity
+from kquota.config.backends import default_store_path, open_store, store_spec
 from kquota.config.model import AnyEntity, IpEntity, QuotaConfig, Window
 from kquota.config.store import (
     APPLICATION_ID,
@@ -32,9 +33,6 @@ from kquota.config.store import (
     QuotaStore,
     SQLiteStore,
     StoreSnapshot,
-    default_store_path,
-    open_store,
-    store_spec,
 )
 from kquota.exceptions import QuotaFileError, StoreError
 

@@ -25,6 +25,7 @@ import pytest
 from kafka_support import kafka_configs
 from kafka_wire import encode_request, read_response
 from kquota import QuotaManager
+from kquota.config.backends import open_store
 from kquota.config.kafka_store import KafkaTopicStore
 from kquota.config.live import LiveQuotas
 from kquota.config.model import IpEntity, QuotaConfig, Window
@@ -34,7 +35,6 @@ from kquota.config.store import (
     MemoryStore,
     SQLiteStore,
     StoreSnapshot,
-    open_store,
 )
 from kquota.exceptions import QuotaFileError, StoreError
 from kquota.proxy import StoreAdmin

@@ -10,7 +10,10 @@ broker's requests through the core. The Spark job is wired in small modules arou
 * :mod:`~kquota.backtest.inputs`: checking and reading the traffic, validating its rows,
   preparing the output folder;
 * :mod:`~kquota.backtest.stages`: the Arrow functions the executors run (``mapInArrow``,
-  Arrow UDFs);
+  Arrow UDFs), and :mod:`~kquota.backtest.broker_replay`, the by-broker replay through
+  the core's kernel;
+* :mod:`~kquota.backtest.tally`: what the executors count for the driver as the rows go
+  out (Spark accumulators);
 * :mod:`~kquota.backtest.outputs`: the layout of ``DIR/requests/`` and how to read it back
   as one row per request and scenario;
 * :mod:`~kquota.backtest.summaries`: the per-sensor summaries, recommendations and report

@@ -14,7 +14,7 @@ Steps (each Spark action is announced by :class:`~kquota.backtest.session.Progre
    ``(user, client_id)``, in the replay);
 4. replay every scenario (``--scale``) in one pass: repartition by broker (one shuffle for
    all scenarios), sort by time within partitions and stream the Arrow batches through the
-   core's :class:`~kquota.ReplayKernel` (``mapInArrow``, :func:`stages.replay`: strings
+   core's :class:`~kquota.ReplayKernel` (``mapInArrow``, :func:`broker_replay.replay`: strings
    become dictionary codes once per batch, results come back as Arrow columns), in open
    or closed loop; each row comes out once, with every scenario's results. ``--partition
    sensor`` (open loop) resolves the sensors first (Arrow UDF), then groups by (broker,
@@ -28,7 +28,7 @@ Steps (each Spark action is announced by :class:`~kquota.backtest.session.Progre
    (:mod:`~kquota.backtest.summaries`);
 6. collect only small aggregates for the report (:mod:`~kquota.backtest.report`): when
    the kernel replays whole brokers, its counts per applied throttle and the broker
-   comparison are tallied as the rows go out (:class:`~kquota.backtest.stages.Tally`)
+   comparison are tallied as the rows go out (:class:`~kquota.backtest.tally.Tally`)
    and the top entities come from its entity rows, so only the plotted sensors' rate
    series read ``DIR/requests/`` again.
 
@@ -51,7 +51,17 @@ from typing import TYPE_CHECKING, Any, cast
 
 import pyarrow as pa  # type: ignore[import-untyped]
 
-from kquota.backtest import inputs, kernel, outputs, report, requestlog, stages, summaries
+from kquota.backtest import (
+    broker_replay,
+    inputs,
+    kernel,
+    outputs,
+    report,
+    requestlog,
+    stages,
+    summaries,
+    tally,
+)
 from kquota.backtest.inputs import STANDARD
 from kquota.backtest.kernel import (
     API,
@@ -170,14 +180,14 @@ def _run(spark: SparkSession, options: BacktestOptions, progress: Progress) -> B
     mutations = PARTITIONS in valid.columns
     by_kernel = options.mode == "closed" or options.partition == "broker" or mutations
     sink: Accumulator[dict[str, dict[str, Any]]] | None = None
-    tallies: Accumulator[dict[str, stages.Tally]] | None = None
+    tallies: Accumulator[dict[str, tally.Tally]] | None = None
     if by_kernel:
-        param = cast("AccumulatorParam[dict[str, dict[str, Any]]]", stages.SummarySink())
+        param = cast("AccumulatorParam[dict[str, dict[str, Any]]]", tally.SummarySink())
         sink = spark.sparkContext.accumulator({}, param)
-        counted = cast("AccumulatorParam[dict[str, stages.Tally]]", stages.SummarySink())
+        counted = cast("AccumulatorParam[dict[str, tally.Tally]]", tally.SummarySink())
         tallies = spark.sparkContext.accumulator({}, counted)
     peak = spark.sparkContext.accumulator(
-        0, cast("AccumulatorParam[int]", stages.PeakSink())
+        0, cast("AccumulatorParam[int]", tally.PeakSink())
     )  # the Python workers' peak RSS, bytes
     replayed = _replay(spark, valid, options, configs, sink, peak, tallies)
     extras = [c for c in valid.columns if c not in STANDARD and not c.startswith(inputs.PREFIX)]
@@ -242,9 +252,9 @@ def _run(spark: SparkSession, options: BacktestOptions, progress: Progress) -> B
     progress.phase("collecting summaries for the report")
     unserved = None
     if tallies is not None:
-        by_throttle, broker = stages.tally_frames(tallies.value, options.scenarios)
+        by_throttle, broker = tally.tally_frames(tallies.value, options.scenarios)
         if options.mode == "closed" and options.clients is not None:
-            unserved = stages.unserved_frame(tallies.value, options.scenarios)
+            unserved = tally.unserved_frame(tallies.value, options.scenarios)
         live = {f.name: f.dataType for f in requests.schema.fields}.get(KAFKA_THROTTLE)
         if live is None:
             broker = None
@@ -476,7 +486,7 @@ def _replay(
     configs: Sequence[str],
     sink: Accumulator[dict[str, dict[str, Any]]] | None = None,
     peak: Accumulator[int] | None = None,
-    tallies: Accumulator[dict[str, stages.Tally]] | None = None,
+    tallies: Accumulator[dict[str, tally.Tally]] | None = None,
 ) -> DataFrame:
     """Every request once, with its sensor tags and every scenario's throttles and sending
     time (:data:`~kquota.backtest.outputs.RESULTS`)."""
@@ -492,7 +502,7 @@ def _replay(
         # one pass, one shuffle for every scenario: a partition holds whole brokers, each
         # replayed in time order through the core's kernel
         rows = valid.repartition(F.col(BROKER)).sortWithinPartitions(*order)
-        whole = stages.ReplayPlan(
+        whole = broker_replay.ReplayPlan(
             tuple(configs),
             labels,
             base_json,
@@ -504,7 +514,7 @@ def _replay(
             clients=None if options.clients is None else options.clients.as_tuple(),
         )
         schema = _with_field(valid.schema, *_tag_fields(), _results_field(mutations))
-        return rows.mapInArrow(lambda batches: stages.replay(whole, batches), schema)
+        return rows.mapInArrow(lambda batches: broker_replay.replay(whole, batches), schema)
 
     request = bool(config.quotas("request")) and THREAD in valid.columns
     replay_bytes = bool(config.quotas("produce") or config.quotas("fetch"))

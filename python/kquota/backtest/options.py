@@ -203,7 +203,7 @@ class BacktestResult:
     """Closed loop: the bounded clients' limits (``None``: open loop, or unbounded)."""
     unserved: pd.DataFrame | None = None
     """Closed loop with bounded clients: the requests they could not have served, per
-    scenario and client (:data:`~kquota.backtest.stages.UNSERVED_COLUMNS`), most bytes
+    scenario and client (:data:`~kquota.backtest.tally.UNSERVED_COLUMNS`), most bytes
     first; empty when every request was served."""
     plotted: pd.DataFrame | None = None
     """The sensors the report plots (:func:`kquota.backtest.report.plot_choice`), in rows

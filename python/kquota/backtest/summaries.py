@@ -498,7 +498,8 @@ def recommendations(
     peak_rss: Any = None,
 ) -> pd.DataFrame:
     """Per entity (across brokers): current quota and fraction, and the recommended quota
-    (``peak_rss``: an accumulator of :class:`stages.PeakSink`, told each worker's peak RSS).
+    (``peak_rss``: an accumulator of :class:`~kquota.backtest.tally.PeakSink`, told each
+    worker's peak RSS).
 
     The entities are numbered on the driver (one row each, from ``entities``); the usage
     rows carry that number instead of the names through the shuffle to the search."""

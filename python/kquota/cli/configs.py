@@ -17,6 +17,7 @@ from typing import Any, Final
 
 from kquota import DEFAULT, Entity
 from kquota.cli.common import EXIT_OK, fail
+from kquota.config.backends import STORE_ENV, open_store
 from kquota.config.model import (
     CLIENT_PROPERTIES,
     IP_PROPERTIES,
@@ -32,12 +33,10 @@ from kquota.config.model import (
 )
 from kquota.config.store import (
     DEFAULT_LOCK_TIMEOUT,
-    STORE_ENV,
     Alteration,
     ChangeSet,
     QuotaStore,
     SQLiteStore,
-    open_store,
 )
 from kquota.exceptions import KquotaError, QuotaFileError, StoreError
 

@@ -34,7 +34,8 @@ from kquota import (
 )
 from kquota._extras import missing, needs
 from kquota.cli.common import EXIT_OK, fail
-from kquota.config.store import DEFAULT_LOCK_TIMEOUT, STORE_ENV, open_store
+from kquota.config.backends import STORE_ENV, open_store
+from kquota.config.store import DEFAULT_LOCK_TIMEOUT
 from kquota.exceptions import KquotaError
 from kquota.proxy.admin import AdminAccess
 from kquota.proxy.capture import DEFAULT_ROLL_BYTES, DEFAULT_ROLL_SECONDS

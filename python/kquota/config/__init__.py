@@ -8,6 +8,7 @@
 * :mod:`kquota.config.live`: :class:`LiveQuotas`, managers that follow a store.
 """
 
+from kquota.config.backends import open_store
 from kquota.config.live import LiveQuotas
 from kquota.config.model import (
     ALL_PROPERTIES,
@@ -29,7 +30,6 @@ from kquota.config.store import (
     QuotaStore,
     SQLiteStore,
     StoreSnapshot,
-    open_store,
 )
 
 __all__ = [
