@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
@@ -43,7 +44,7 @@ from kquota.traffic_schema import (
 )
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import Column, DataFrame, SparkSession
 
 
 def _import_rows(lines: _Lines, observation: Any) -> DataFrame:
@@ -104,7 +105,7 @@ to the imported rows, which keeps their order; more are joined by a shuffle, and
 sorted back into log order."""
 
 
-def fetch_sizes(rows: DataFrame) -> DataFrame:
+def fetch_sizes(rows: DataFrame, carried: Sequence[str] = ()) -> DataFrame:
     """Per throttled consumer fetch of ``rows`` (imported lines with their fetch keys), the
     size of the response Kafka would have sent, as a later fetch shows it. Kafka computed
     that size, throttled on it, un-recorded it and answered empty, so the line shows none;
@@ -112,13 +113,15 @@ def fetch_sizes(rows: DataFrame) -> DataFrame:
     or an incremental fetch changing nothing) that was not throttled got that response,
     with whatever arrived in the meantime: an upper bound, and the size itself when the
     consumer reads behind the log's end, where its limits cut each response. Columns: the
-    row's :data:`~kquota.backtest.kernel.SEQ_COLUMNS` and :data:`REBUILT` (null when no
-    such fetch follows: the log cannot bound the size)."""
+    row's :data:`~kquota.backtest.kernel.SEQ_COLUMNS`, :data:`REBUILT` (null when no
+    such fetch follows: the log cannot bound the size) and the ``carried`` columns of the
+    row."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
+    keys = (BROKER, TS, *SEQ_COLUMNS, BYTES, KAFKA_THROTTLE, _CONNECTION, _POSITION)
     fetches = rows.where(F.col(_POSITION).isNotNull()).select(
-        BROKER, TS, *SEQ_COLUMNS, BYTES, KAFKA_THROTTLE, _CONNECTION, _POSITION
+        *keys, *(c for c in carried if c not in keys)
     )
     order = [F.col(TS), *(F.col(c) for c in SEQ_COLUMNS)]
     connection = Window.partitionBy(BROKER, _CONNECTION).orderBy(*order)
@@ -140,7 +143,10 @@ def fetch_sizes(rows: DataFrame) -> DataFrame:
     served = F.when(F.col(KAFKA_THROTTLE) <= 0, F.col(BYTES))
     # the window over every fetch of the run, then only the throttled ones kept
     sized = runs.select(
-        *SEQ_COLUMNS, KAFKA_THROTTLE, F.first(served, ignorenulls=True).over(later).alias(REBUILT)
+        *SEQ_COLUMNS,
+        KAFKA_THROTTLE,
+        F.first(served, ignorenulls=True).over(later).alias(REBUILT),
+        *carried,
     )
     return sized.where(F.col(KAFKA_THROTTLE) > 0).drop(KAFKA_THROTTLE)
 
@@ -149,10 +155,14 @@ BOUNDED: Final = "_kq_bounded"
 """A throttled fetch's size from the produce lines (:func:`fetch_bounds`)."""
 
 
+BOUND_COLUMNS: Final = (BROKER, TS, API_VERSION, _FETCH_EMPTY, _FETCH_MAX_BYTES, _READS)
+"""The columns of a throttled fetch :func:`fetch_bounds` sizes it from."""
+
+
 def fetch_bounds(spark: SparkSession, rows: DataFrame, unsized: DataFrame) -> DataFrame:
-    """Per throttled full consumer fetch of ``rows`` whose
-    :data:`~kquota.backtest.kernel.SEQ_COLUMNS` are in ``unsized`` (throttled fetches no
-    later fetch sized), the size Kafka checked against the quota, from what the broker's
+    """Per throttled full consumer fetch in ``unsized`` (throttled fetches no later fetch
+    sized: their :data:`~kquota.backtest.kernel.SEQ_COLUMNS` and :data:`BOUND_COLUMNS`),
+    the size Kafka checked against the quota, from what the broker's
     produce lines show each partition held when Kafka recorded the fetch: the batches from
     its fetch offset on, read within the fetch's limits as Kafka reads them
     (:func:`kquota._core.throttled_fetch_size`). A partition's bytes are known when a
@@ -161,116 +171,186 @@ def fetch_bounds(spark: SparkSession, rows: DataFrame, unsized: DataFrame) -> Da
     batch of it starts before its offset (nothing more was produced to it). A fetch with a
     partition neither says is not sized, nor is an incremental one, whose line lists only
     what changed in its session. Topics a fetch names by id are matched to the produce
-    lines' names through the Metadata lines. Columns: the row's
+    lines' names (from ``rows``) through the Metadata lines. Columns: the row's
     :data:`~kquota.backtest.kernel.SEQ_COLUMNS` and :data:`BOUNDED`, only for the fetches
-    sized."""
+    sized.
+
+    A broker appends a partition's batches in time order, so the batches produced by the
+    time of the fetch are those below some offset: the bytes from the fetch offset on are
+    the bytes produced by then less those below the fetch offset, two running sums over
+    the partition's batches (one in time order, one in offset order) rather than a join
+    of every fetch with every batch."""
+    from pyspark.sql import Window
     from pyspark.sql import functions as F
-    from pyspark.sql.types import LongType, StructField, StructType
 
     seq = list(SEQ_COLUMNS)
-    topic = F.col("_kq_r")["topic"]
-    ids = (
-        rows.where(F.size(F.col(_TOPICS)) > 0)
+    read = F.col("_kq_r")
+    partition = [BROKER, "_kq_topic", "_kq_partition"]
+    # the fetch partitions, on the driver: a few per consumer connection in a real log
+    asked = (
+        unsized.where(F.col(_FETCH_EMPTY).isNotNull())
+        .select(*seq, *BOUND_COLUMNS[:-1], F.posexplode(F.col(_READS)).alias("_kq_pos", "_kq_r"))
+        .select(
+            *seq,
+            BROKER,
+            TS,
+            API_VERSION,
+            _FETCH_EMPTY,
+            _FETCH_MAX_BYTES,
+            "_kq_pos",
+            read["topic"].alias("_kq_topic"),
+            read["partition"].alias("_kq_partition"),
+            read["offset"].alias("_kq_from"),
+            read["bytes"].alias("_kq_limit"),
+        )
+        .collect()
+    )
+    if not asked:
+        return spark.createDataFrame([], _bounded_schema())
+    named = {r["_kq_topic"] for r in asked}
+    # the ids of the topics asked for (by id or by name: a produce may name it by id)
+    ids = {
+        i: n
+        for i, n in rows.where(F.size(F.col(_TOPICS)) > 0)
         .select(F.explode(F.col(_TOPICS)).alias("_kq_t"))
         .where(F.col("_kq_t")["id"].isNotNull() & F.col("_kq_t")["name"].isNotNull())
-        .select(F.col("_kq_t")["id"].alias("_kq_id"), F.col("_kq_t")["name"].alias("_kq_name"))
-        .dropDuplicates(["_kq_id"])
+        .select(F.col("_kq_t")["id"], F.col("_kq_t")["name"])
+        .distinct()
+        .collect()
+        if i in named or n in named
+    }
+    # a topic named by id takes its name where a Metadata line gave it
+    points = [
+        (*(r[c] for c in seq), r[BROKER], ids.get(r["_kq_topic"], r["_kq_topic"]), r) for r in asked
+    ]
+    batches = rows.where((F.col(API) == "produce") & (F.size(F.col(_READS)) > 0)).select(
+        BROKER, F.col(TS).alias("_kq_when"), F.explode(F.col(_READS)).alias("_kq_r")
     )
-
-    def named(frame: DataFrame) -> DataFrame:
-        # a topic named by id takes its name where a Metadata line gave it
-        return (
-            frame.join(F.broadcast(ids), frame["_kq_topic"] == ids["_kq_id"], "left")
-            .withColumn("_kq_topic", F.coalesce(F.col("_kq_name"), F.col("_kq_topic")))
-            .drop("_kq_id", "_kq_name")
+    topic = read["topic"]
+    if ids:
+        topic = F.coalesce(F.element_at(F.create_map(*_pairs(ids)), topic), topic)
+    batches = batches.select(
+        BROKER,
+        "_kq_when",
+        topic.alias("_kq_topic"),
+        read["partition"].alias("_kq_partition"),
+        read["offset"].alias("_kq_offset"),
+        read["bytes"].alias("_kq_size"),
+    )
+    key_schema = f"{BROKER} string, _kq_topic string, _kq_partition int"
+    wanted = spark.createDataFrame(
+        sorted({(b, t, r["_kq_partition"]) for *_, b, t, r in points}), key_schema
+    )
+    mine = batches.join(F.broadcast(wanted), partition)
+    # known partitions first (a batch starts at the offset, or every batch starts before
+    # it): most throttled fetches of a log the produce lines do not cover stop here
+    last = {
+        (r[BROKER], r["_kq_topic"], r["_kq_partition"]): r["_kq_last"]
+        for r in mine.groupBy(*partition).agg(F.max("_kq_offset").alias("_kq_last")).collect()
+    }
+    offsets = spark.createDataFrame(
+        sorted({(b, t, r["_kq_partition"], r["_kq_from"]) for *_, b, t, r in points}),
+        f"{key_schema}, _kq_offset long",
+    )
+    starts = {
+        (r[BROKER], r["_kq_topic"], r["_kq_partition"], r["_kq_offset"]): (r[4], r[5])
+        for r in batches.join(F.broadcast(offsets), [*partition, "_kq_offset"])
+        .select(*partition, "_kq_offset", "_kq_when", "_kq_size")
+        .collect()
+    }
+    fetches: dict[tuple[int, ...], list[tuple[Any, ...]]] = {}
+    unknown: set[tuple[int, ...]] = set()
+    for *at, broker, name, r in points:
+        where = (broker, name, r["_kq_partition"])
+        first = starts.get((*where, r["_kq_from"]))
+        tail = last.get(where)
+        if first is None and (tail is None or tail >= r["_kq_from"]):
+            unknown.add(tuple(at))
+        fetches.setdefault(tuple(at), []).append((where, r, first))
+    known = {k: v for k, v in fetches.items() if k not in unknown}
+    if not known:
+        return spark.createDataFrame([], _bounded_schema())
+    # the bytes there: the batches' running sums in offset order (below the fetch offset:
+    # a batch at it comes after the fetch) and in time order (by the fetch's time: a batch
+    # at that ms comes before it), each fetch partition a point among its batches
+    marks = spark.createDataFrame(
+        [
+            (*where, r["_kq_from"], r[TS], *key, r["_kq_pos"])
+            for key, parts in known.items()
+            for where, r, _ in parts
+        ],
+        f"{key_schema}, _kq_o long, _kq_w long, "
+        + ", ".join(f"{c} long" for c in seq)
+        + ", _kq_pos int",
+    )
+    around = mine.join(F.broadcast(marks.select(*partition).distinct()), partition).select(
+        *partition,
+        F.col("_kq_offset").alias("_kq_o"),
+        F.col("_kq_when").alias("_kq_w"),
+        F.col("_kq_size"),
+        F.lit(0).alias("_kq_kind"),
+        *(F.lit(None).cast("long").alias(c) for c in seq),
+        F.lit(None).cast("int").alias("_kq_pos"),
+    )
+    everything = Window.partitionBy(*partition)
+    below = everything.orderBy("_kq_o", F.col("_kq_kind").desc()).rowsBetween(
+        Window.unboundedPreceding, -1
+    )
+    by_then = everything.orderBy("_kq_w", "_kq_kind").rowsBetween(Window.unboundedPreceding, -1)
+    held = {
+        (*(r[c] for c in seq), r["_kq_pos"]): max(r["_kq_by_then"] - r["_kq_below"], 0)
+        for r in around.unionByName(
+            marks.select(
+                *partition,
+                "_kq_o",
+                "_kq_w",
+                F.lit(0).cast("long").alias("_kq_size"),
+                F.lit(1).alias("_kq_kind"),
+                *seq,
+                "_kq_pos",
+            )
         )
-
-    asked = named(
-        rows.join(F.broadcast(unsized.select(*seq)), seq)
-        .where(F.col(_FETCH_EMPTY).isNotNull())
         .select(
             *seq,
-            BROKER,
-            F.col(TS).alias("_kq_at"),
-            F.posexplode(F.col(_READS)).alias("_kq_pos", "_kq_r"),
-        )
-        .select(
-            *seq,
-            BROKER,
-            "_kq_at",
             "_kq_pos",
-            topic.alias("_kq_topic"),
-            F.col("_kq_r")["partition"].alias("_kq_partition"),
-            F.col("_kq_r")["offset"].alias("_kq_from"),
-            F.col("_kq_r")["bytes"].alias("_kq_limit"),
+            "_kq_kind",
+            F.coalesce(F.sum("_kq_size").over(below), F.lit(0)).alias("_kq_below"),
+            F.coalesce(F.sum("_kq_size").over(by_then), F.lit(0)).alias("_kq_by_then"),
         )
-    ).cache()
-    produced = named(
-        rows.where((F.col(API) == "produce") & (F.size(F.col(_READS)) > 0))
-        .select(BROKER, F.col(TS).alias("_kq_when"), F.explode(F.col(_READS)).alias("_kq_r"))
-        .select(
-            BROKER,
-            "_kq_when",
-            topic.alias("_kq_topic"),
-            F.col("_kq_r")["partition"].alias("_kq_partition"),
-            F.col("_kq_r")["offset"].alias("_kq_offset"),
-            F.col("_kq_r")["bytes"].alias("_kq_size"),
-        )
-    )
-    where = [BROKER, "_kq_topic", "_kq_partition"]
-    then = F.col("_kq_when") <= F.col("_kq_at")
-    at_offset = F.col("_kq_offset") == F.col("_kq_from")
-    held = (
-        produced.join(F.broadcast(asked), where)
-        .groupBy(*seq, "_kq_pos")
-        .agg(
-            F.count_if(at_offset).alias("_kq_starts"),
-            F.count_if(F.col("_kq_offset") >= F.col("_kq_from")).alias("_kq_after"),
-            F.sum(
-                F.when(then & (F.col("_kq_offset") >= F.col("_kq_from")), F.col("_kq_size"))
-            ).alias("_kq_available"),
-            F.max(F.when(then & at_offset, F.col("_kq_size"))).alias("_kq_first"),
-        )
-    )
-    fetches = (
-        asked.join(held, [*seq, "_kq_pos"], "left")
-        .groupBy(*seq)
-        .agg(
-            F.sort_array(
-                F.collect_list(
-                    F.struct(
-                        "_kq_pos",
-                        "_kq_limit",
-                        F.coalesce("_kq_available", F.lit(0)).alias("available"),
-                        F.coalesce("_kq_first", F.lit(0)).alias("first"),
-                        # known: a batch starts at the offset, or none starts after it
-                        (
-                            (F.coalesce("_kq_starts", F.lit(0)) > 0)
-                            | (F.col("_kq_starts").isNotNull() & (F.col("_kq_after") == 0))
-                        ).alias("known"),
-                    )
-                )
-            ).alias("_kq_parts")
-        )
-    )
-    versions = rows.join(F.broadcast(unsized.select(*seq)), seq).select(
-        *seq, API_VERSION, _FETCH_EMPTY, _FETCH_MAX_BYTES
-    )
+        .where(F.col("_kq_kind") == 1)
+        .collect()
+    }
     sized = []
-    for row in fetches.join(versions, seq).collect():
-        parts = row["_kq_parts"]
-        if not all(p["known"] for p in parts):
-            continue
+    for key, parts in known.items():
+        parts.sort(key=lambda p: p[1]["_kq_pos"])
+        reads = [
+            (
+                int(r["_kq_limit"]),
+                held[(*key, r["_kq_pos"])],
+                # the batch at the offset, when it was there by then
+                first[1] if first is not None and first[0] <= r[TS] else 0,
+            )
+            for _, r, first in parts
+        ]
+        r = parts[0][1]
         size = throttled_fetch_size(
-            int(row[API_VERSION]),
-            int(row[_FETCH_EMPTY]),
-            int(row[_FETCH_MAX_BYTES]),
-            [(int(p["_kq_limit"]), int(p["available"]), int(p["first"])) for p in parts],
+            int(r[API_VERSION]), int(r[_FETCH_EMPTY]), int(r[_FETCH_MAX_BYTES]), reads
         )
-        sized.append((*(int(row[c]) for c in seq), size))
-    asked.unpersist()
-    schema = StructType([StructField(c, LongType()) for c in (*seq, BOUNDED)])
-    return spark.createDataFrame(sized, schema)
+        sized.append((*key, size))
+    return spark.createDataFrame(sized, _bounded_schema())
+
+
+def _pairs(mapping: dict[str, str]) -> list[Column]:
+    """``mapping`` as the arguments of ``create_map``."""
+    from pyspark.sql import functions as F
+
+    return [F.lit(v) for pair in mapping.items() for v in pair]
+
+
+def _bounded_schema() -> Any:
+    from pyspark.sql.types import LongType, StructField, StructType
+
+    return StructType([StructField(c, LongType()) for c in (*SEQ_COLUMNS, BOUNDED)])
 
 
 def mutation_partitions(rows: DataFrame) -> DataFrame:
@@ -359,10 +439,15 @@ def import_log(
             # read once, by the second pass: compressing it would cost more than it saves
             rows.write.mode("overwrite").option("compression", "none").parquet(str(parsed))
         summary = _summary(lines, observation.get)
-        with _spark_call(path), _writing(out):
-            _second_pass(spark, str(parsed), summary).write.mode("overwrite").parquet(
-                str(temporary)
-            )
+        cached: list[DataFrame] = []
+        try:
+            with _spark_call(path), _writing(out):
+                _second_pass(spark, str(parsed), summary, cached).write.mode("overwrite").parquet(
+                    str(temporary)
+                )
+        finally:
+            for frame in cached:
+                frame.unpersist()
         if target.is_dir():
             shutil.rmtree(target)
         elif target.exists():
@@ -375,7 +460,9 @@ def import_log(
     return summary
 
 
-def _second_pass(spark: SparkSession, parsed: str, summary: LogSummary) -> DataFrame:
+def _second_pass(
+    spark: SparkSession, parsed: str, summary: LogSummary, cached: list[DataFrame]
+) -> DataFrame:
     """The imported rows at ``parsed`` (:data:`COLUMNS`) with what needs the whole log:
 
     * with mutation requests and controllers' lines of forwarded ones
@@ -387,7 +474,8 @@ def _second_pass(spark: SparkSession, parsed: str, summary: LogSummary) -> DataF
 
     Each is counted into ``summary``. The rows keep the order of the log: the results (one
     row per request they change) are broadcast to them, so the rows are neither shuffled
-    nor sorted, unless there are more than :data:`BROADCAST_ROWS`."""
+    nor sorted, unless there are more than :data:`BROADCAST_ROWS`. What it caches is
+    added to ``cached``, for the caller to unpersist once the rows are written."""
     from pyspark.sql import functions as F
 
     lines = spark.read.parquet(parsed)
@@ -400,8 +488,10 @@ def _second_pass(spark: SparkSession, parsed: str, summary: LogSummary) -> DataF
         results.append((timed, summary.controller_timed))
         columns[COLUMNS.index(TS)] = F.coalesce(F.col("_kq_controller_ts"), F.col(TS)).alias(TS)
     if summary.throttled_fetches:
-        every = fetch_sizes(rows)
-        sizes = every.where(F.col(REBUILT).isNotNull())
+        # the throttled fetches, once: the sizes, then the ones they leave
+        every = fetch_sizes(rows, BOUND_COLUMNS).cache()
+        cached.append(every)
+        sizes = every.where(F.col(REBUILT).isNotNull()).select(*SEQ_COLUMNS, REBUILT)
         summary.rebuilt_fetches = sizes.count()
         results.append((sizes, summary.rebuilt_fetches))
         size = F.coalesce(F.col(REBUILT), F.col(BYTES))
