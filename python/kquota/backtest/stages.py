@@ -55,7 +55,8 @@ KIND: Final = "_kq_kind"
 
 @functools.lru_cache(maxsize=16)
 def _config(text: str) -> QuotaConfig:
-    return QuotaConfig.from_json(json.loads(text))
+    # kquota's own texts, scaled ones among them: bounds (a scaled byte rate need not be whole)
+    return QuotaConfig.from_json(json.loads(text), bounds=True)
 
 
 @functools.lru_cache(maxsize=16)

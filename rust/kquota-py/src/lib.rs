@@ -122,7 +122,8 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
         let keys = core::QUOTA_KEYS
             .iter()
             .filter(|(_, k, _)| *k == kind)
-            .map(|(key, _, _)| *key);
+            .map(|(key, _, _)| *key)
+            .collect::<Vec<_>>();
         m.add(name, PyTuple::new(py, keys)?)?;
     }
     m.add("NANOS_TO_PERCENT", core::NANOS_TO_PERCENT)?;

@@ -123,16 +123,16 @@ impl QuotaConfigError {
             };
         }
         match quota_key(&self.key).map(|(_, t)| t) {
-            Some(ValueType::Long) => "a whole number greater than 0 (a LONG)".to_owned(),
-            Some(ValueType::Int) => format!("a whole number from 1 to {} (an INT)", i32::MAX),
+            Some(ValueType::Long) => "a LONG: a whole number greater than 0".to_owned(),
+            Some(ValueType::Int) => format!("an INT: a whole number from 1 to {}", i32::MAX),
             _ => "a finite number greater than 0".to_owned(),
         }
     }
 }
 
 /// Kafka's message, then the value given and what would have been accepted, e.g.
-/// `consumer_byte_rate cannot be a fractional value. (got 2.5; expected a whole number
-/// greater than 0 (a LONG))`.
+/// `consumer_byte_rate cannot be a fractional value. (got 2.5; expected a LONG: a whole
+/// number greater than 0)`.
 impl fmt::Display for QuotaConfigError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let message = self.kafka_message();
@@ -408,12 +408,12 @@ mod tests {
         assert_eq!(
             text(Some(Client), "consumer_byte_rate", 2.5),
             "consumer_byte_rate cannot be a fractional value. \
-             (got 2.5; expected a whole number greater than 0 (a LONG))"
+             (got 2.5; expected a LONG: a whole number greater than 0)"
         );
         assert_eq!(
             text(None, "connection_creation_rate", 3e9),
             "Proposed value for connection_creation_rate is too large for an INT. \
-             (got 3000000000.0; expected a whole number from 1 to 2147483647 (an INT))"
+             (got 3000000000.0; expected an INT: a whole number from 1 to 2147483647)"
         );
         assert_eq!(
             text(None, "request_percentage", f64::NAN),
