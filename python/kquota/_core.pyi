@@ -16,7 +16,9 @@ import numpy as np
 import numpy.typing as npt
 
 __all__ = [
+    "CLIENT_QUOTA_KEYS",
     "DEFAULT",
+    "IP_QUOTA_KEYS",
     "MUTATION_STRICT_SINCE",
     "NANOS_TO_PERCENT",
     "QUOTA_CALLBACK_METHODS",
@@ -56,6 +58,8 @@ __all__ = [
     "applied_throttles",
     "canonical_ip",
     "check_quota",
+    "check_quota_key",
+    "check_quota_value",
     "double_to_int",
     "monotonic_ms",
     "mutation_is_strict",
@@ -99,10 +103,33 @@ def check_quota(value: float) -> float:
     """``value`` if every manager takes it as a quota (finite and greater than 0), else
     :class:`InvalidQuotaError`."""
 
+def check_quota_key(key: str, *, ip: bool | None = None) -> None:
+    """Raises :class:`InvalidQuotaError` with Kafka's message (``Invalid configuration key
+    ...``) unless ``key`` is a client-quota key of an IP entity (``ip=True``), of a user or
+    client-id entity (``ip=False``), or of either (``None``)."""
+
+def check_quota_value(key: str, value: float, *, ip: bool | None = None) -> float:
+    """``value`` if Kafka's controller accepts it for ``key`` (on the kind of entity
+    ``ip`` names, as in :func:`check_quota_key`; ``None``: the kind ``key`` belongs on),
+    and it is finite; else :class:`InvalidQuotaError` with Kafka's message, the value and
+    what would have been accepted. Byte rates are LONGs and ``connection_creation_rate``
+    an INT (whole, greater than 0, within the type); ``request_percentage`` and
+    ``controller_mutation_rate`` are DOUBLEs (greater than 0). The one check of a quota
+    setting that the quota file, ``kquota configs`` and the gateway's AlterClientQuotas
+    all make."""
+
 def unrecorded_by_request(request_ms: npt.ArrayLike) -> npt.NDArray[np.bool_]:
     """For each fetch, whether its request-quota throttle makes the fetch quota unrecord
     it (a throttle > 0): the request half of the rule :class:`RequestPath` applies, for a
     fetch manager's ``record_batch(..., unrecord_if=...)``."""
+
+CLIENT_QUOTA_KEYS: Final[tuple[str, ...]]
+"""The client-quota keys of user and client-id entities, in Kafka's order:
+``producer_byte_rate``, ``consumer_byte_rate``, ``request_percentage``,
+``controller_mutation_rate``."""
+
+IP_QUOTA_KEYS: Final[tuple[str, ...]]
+"""The client-quota keys of IP entities: ``connection_creation_rate``."""
 
 QUOTA_TYPES: Final[tuple[_QuotaType, ...]]
 """The client-quota types in the core's order: ``("produce", "fetch", "request")``."""
@@ -758,7 +785,8 @@ class InvalidConfigError(InvalidValueError):
     """A malformed configuration: window, samples, quota type or entity."""
 
 class InvalidQuotaError(InvalidValueError):
-    """A quota value that is zero, negative, NaN or infinite."""
+    """A quota value that is zero, negative, NaN or infinite, or a quota key or value Kafka
+    refuses for an entity."""
 
 class InvalidUsageError(InvalidValueError):
     """A value given to a record call that kquota does not accept.

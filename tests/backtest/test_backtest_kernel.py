@@ -135,7 +135,8 @@ def scenario_traffic(scenario: Scenario) -> tuple[pd.DataFrame, QuotaConfig, lis
     config = QuotaConfig(
         Window(scenario.num_samples, scenario.window_ms),
         tuple(
-            QuotaEntry(Entity(q.user, q.client_id), {PROPERTY[quota_type]: q.value})
+            # the vectors' bounds, as a quota manager takes them (not always whole)
+            QuotaEntry.bounds(Entity(q.user, q.client_id), {PROPERTY[quota_type]: q.value})
             for q in scenario.quotas
         ),
     )

@@ -59,11 +59,16 @@ def test_java_syntax_continuations_and_escapes() -> None:
     ("text", "message"),
     [
         ("quota.producer.defualt=5\n", r"q.properties:1: unknown key 'quota.producer.defualt'"),
-        ("# c\nquota.producer.default=0\n", r"q.properties:2: invalid value '0'"),
-        ("quota.producer.default=-5\n", r":1: invalid value '-5' for quota.producer.default"),
-        ("quota.consumer.default=NaN\n", r":1: invalid value 'NaN'.*finite"),
-        ("quota.consumer.default=5MB\n", r":1: invalid value '5MB'"),
-        ("quota.consumer.default\n", r":1: invalid value ''"),
+        (
+            "# c\nquota.producer.default=0\n",
+            r"q.properties:2: quota.producer.default: Quota producer_byte_rate must be greater "
+            r"than 0 \(got 0.0;",
+        ),
+        ("quota.producer.default=-5\n", r":1: quota.producer.default: .*greater than 0 \(got -5.0"),
+        ("quota.consumer.default=2.5\n", r":1: .*consumer_byte_rate cannot be a fractional value"),
+        ("quota.consumer.default=NaN\n", r":1: .*must be a finite number \(got NaN"),
+        ("quota.consumer.default=5MB\n", r":1: quota.consumer.default: invalid value '5MB'"),
+        ("quota.consumer.default\n", r":1: quota.consumer.default: invalid value ''"),
         ("\nquota.window.num=0\n", r":2: invalid value '0' for quota.window.num"),
         ("quota.window.size.seconds=1.5\n", r":1: invalid value '1.5' for quota.window.size"),
         (

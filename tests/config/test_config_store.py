@@ -135,10 +135,12 @@ def test_every_entity_shape_round_trips(store: QuotaStore) -> None:
 
 
 def test_bad_changes_are_rejected_before_any_store() -> None:
-    with pytest.raises(QuotaFileError, match="unknown quota property 'bytes'"):
+    with pytest.raises(QuotaFileError, match="Invalid configuration key bytes"):
         Alteration(ALICE, {"bytes": 1})
-    with pytest.raises(QuotaFileError, match="invalid value 0"):
+    with pytest.raises(QuotaFileError, match=r"^Quota producer_byte_rate must be greater than 0"):
         Alteration(ALICE, {"producer_byte_rate": 0})
+    with pytest.raises(QuotaFileError, match=r"^consumer_byte_rate cannot be a fractional value."):
+        Alteration(ALICE, {"consumer_byte_rate": 2.5})
     with pytest.raises(QuotaFileError, match="both added and deleted"):
         Alteration(ALICE, {"producer_byte_rate": 1}, {"producer_byte_rate"})
     with pytest.raises(QuotaFileError, match="nothing to change"):
@@ -176,11 +178,11 @@ def test_sqlite_values_round_trip_bit_for_bit(tmp_path: Path) -> None:
     values = [0.1, 1e-300, 1.7976931348623157e308, 1048576.0, 2.0 / 3.0]
     store.replace(
         QuotaConfig.from_entities(
-            {Entity(user=f"u{i}"): {"producer_byte_rate": v} for i, v in enumerate(values)}
+            {Entity(user=f"u{i}"): {"request_percentage": v} for i, v in enumerate(values)}
         )
     )
     read = store.read().config.by_entity()
-    assert [read[Entity(user=f"u{i}")]["producer_byte_rate"] for i in range(5)] == values
+    assert [read[Entity(user=f"u{i}")]["request_percentage"] for i in range(5)] == values
 
 
 def not_sqlite(path: Path) -> None:
@@ -826,13 +828,19 @@ def test_new_entities_round_trip(store: QuotaStore) -> None:
 
 
 def test_alterations_check_the_kind_of_entity() -> None:
-    with pytest.raises(QuotaFileError, match="producer_byte_rate cannot be set on ip"):
+    with pytest.raises(QuotaFileError, match=r"^ip '10.0.0.1': Invalid configuration key producer"):
         Alteration(IP_1, {"producer_byte_rate": 1})
-    with pytest.raises(QuotaFileError, match="request_percentage cannot be set on the default ip"):
+    with pytest.raises(
+        QuotaFileError, match=r"^the default ip: Invalid configuration key request_percentage"
+    ):
         Alteration(DEFAULT_IP, {}, {"request_percentage"})
-    with pytest.raises(QuotaFileError, match="connection_creation_rate cannot be set on user"):
+    with pytest.raises(
+        QuotaFileError, match=r"^user-principal 'alice': Invalid configuration key connection_"
+    ):
         Alteration(ALICE, {"connection_creation_rate": 1})
-    with pytest.raises(QuotaFileError, match=r"invalid value 1\.5 for connection_creation_rate"):
+    with pytest.raises(
+        QuotaFileError, match=r"^connection_creation_rate cannot be a fractional value. \(got 1.5;"
+    ):
         Alteration(IP_1, {"connection_creation_rate": 1.5})
     with pytest.raises(QuotaFileError, match=r"invalid entity '10\.0\.0\.1'"):
         Alteration("10.0.0.1", {"connection_creation_rate": 1})  # type: ignore[arg-type]
@@ -869,6 +877,12 @@ def test_an_old_store_is_read_as_is_and_upgraded_once_keeping_every_quota(
     # A write without IPs keeps schema 1 (older kquota processes can still follow it).
     assert store.apply(change(ALICE, {"controller_mutation_rate": 1})) == 8
     assert schema_of(path)[0] == 1
+    # Alice's fractional consumer_byte_rate, which an older kquota took, is kept as it was
+    # (a store that refused to open could not be fixed); set anew, it is refused as Kafka
+    # refuses it.
+    assert store.read().config.by_entity()[ALICE]["consumer_byte_rate"] == 0.1 + 0.2
+    with pytest.raises(QuotaFileError, match=r"^consumer_byte_rate cannot be a fractional value"):
+        change(ALICE, {"consumer_byte_rate": 0.1 + 0.2})
 
     # The first IP upgrades, in that write's transaction, and keeps everything.
     with caplog.at_level(logging.INFO, logger="kquota.config.store"):
@@ -1034,7 +1048,8 @@ def ip_property_on_a_user(path: Path) -> None:
         (hand_written_ip, "invalid configuration: invalid ip 'broker-1.example'"),
         (
             ip_property_on_a_user,
-            "invalid configuration: connection_creation_rate cannot be set on user",
+            "invalid configuration: user-principal 'alice': Invalid configuration key "
+            "connection_creation_rate",
         ),
     ],
 )

@@ -22,7 +22,7 @@ from typing import Any
 
 import kquota
 import pytest
-from kafka_support import kafka_configs
+from kafka_support import KafkaToolFailed, kafka_configs
 from kafka_wire import encode_request, read_response
 from kquota import QuotaManager
 from kquota.config.backends import open_store
@@ -37,7 +37,7 @@ from kquota.config.store import (
     StoreSnapshot,
 )
 from kquota.exceptions import QuotaFileError, StoreError
-from kquota.proxy import StoreAdmin
+from kquota.proxy import AdminAccess, StoreAdmin
 from ports import free_port, free_ports
 from proxy_support import RecordingPlugin, read_frame, run_proxy
 
@@ -302,6 +302,42 @@ def test_admin_requests_are_answered_as_a_kafka_cluster_answers_them(
             request = _describe(version, components, strict)
             expected = _describe_result(_ask(broker, request))
             assert _describe_result(_ask(gateway.address, request)) == expected, components
+
+
+def test_a_fractional_byte_rate_is_refused_with_kafkas_message(
+    kafka_cluster: Any, tmp_path: Any
+) -> None:
+    """``kafka-configs --add-config consumer_byte_rate=2.5``: the cluster and the gateway
+    refuse it with the same message (the one the quota file, ``kquota configs`` and the
+    Python API give, from the core's rule), and the gateway's store is unchanged."""
+    store = SQLiteStore(tmp_path / "quotas.sqlite")
+    store.replace(QuotaConfig())
+    before = store.read()
+    add = ("--alter", "--add-config", "consumer_byte_rate=2.5", "--entity-type", "users")
+    message = "consumer_byte_rate cannot be a fractional value."
+    # not asking the cluster first: the gateway's own check answers
+    admin = StoreAdmin(store, access=AdminAccess(ask_cluster=False))
+    with _gateway(kafka_cluster, _plugin(), admin) as gateway:
+        for bootstrap in (kafka_cluster.bootstrap, gateway.address):
+            with pytest.raises(KafkaToolFailed, match=re.escape(message)):
+                kafka_configs(bootstrap, *add, "--entity-name", "frac")
+        # a whole rate is taken
+        kafka_configs(
+            gateway.address,
+            "--alter",
+            "--add-config",
+            "consumer_byte_rate=2",
+            "--entity-type",
+            "users",
+            "--entity-name",
+            "whole",
+        )
+    assert store.read().version == before.version + 1
+    assert store.read().config.by_entity() == {
+        kquota.Entity(user="whole"): {"consumer_byte_rate": 2}
+    }
+    with pytest.raises(QuotaFileError, match=f"^{re.escape(message)}"):
+        Alteration(kquota.Entity(user="frac"), {"consumer_byte_rate": 2.5})
 
 
 def test_what_kquota_cannot_keep_is_refused_with_its_reason(kafka_cluster: Any) -> None:

@@ -49,8 +49,9 @@ KIND: Final = "_kq_kind"
 
 @functools.lru_cache(maxsize=16)
 def parsed_config(text: str) -> QuotaConfig:
-    """The configuration a task is given as JSON, parsed once per executor."""
-    return QuotaConfig.from_json(json.loads(text))
+    """The configuration a task is given as JSON, parsed once per executor: kquota's own
+    texts, scaled ones among them, read as bounds (a scaled byte rate need not be whole)."""
+    return QuotaConfig.from_json(json.loads(text), bounds=True)
 
 
 @functools.lru_cache(maxsize=16)

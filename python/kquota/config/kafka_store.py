@@ -409,7 +409,10 @@ class KafkaTopicStore(QuotaStore):
                     continue
                 record = json.loads(key)
                 one = {"entity": record["entity"], "config": {record["property"]: data["value"]}}
-                entries = QuotaConfig.from_json({"quotas": [one]}, self.describe()).entries
+                # a record kquota wrote: read back as written (QuotaEntry.bounds)
+                entries = QuotaConfig.from_json(
+                    {"quotas": [one]}, self.describe(), bounds=True
+                ).entries
             except (ValueError, KeyError, TypeError, KquotaError) as exc:
                 if key not in self._unreadable:  # said once per record
                     self._unreadable.add(key)
@@ -417,7 +420,7 @@ class KafkaTopicStore(QuotaStore):
                 continue
             for entry in entries:
                 entities.setdefault(entry.entity, {}).update(entry.config)
-        return QuotaConfig.from_entities(entities, window)
+        return QuotaConfig.from_entities(entities, window, bounds=True)
 
 
 def _records(before: QuotaConfig, after: QuotaConfig) -> dict[bytes, bytes | None]:

@@ -67,7 +67,7 @@ def merge(defaults: QuotaConfig | None, config: QuotaConfig) -> QuotaConfig:
     entities = defaults.by_entity()
     for entity, properties in config.by_entity().items():
         entities.setdefault(entity, {}).update(properties)
-    return QuotaConfig.from_entities(entities, config.window)
+    return QuotaConfig.from_entities(entities, config.window, bounds=True)
 
 
 def apply_config(

@@ -13,18 +13,21 @@ and a list of entities, each with some of Kafka's client-quota properties::
       {"entity": {"ip": "<default>"}, "config": {"connection_creation_rate": 100}}
      ]}
 
-Entities and properties follow Kafka's controller (``ClientQuotaControlManager`` and
-``QuotaConfig`` at the pinned commit):
+Which entities take which properties, and which values, is Kafka's rule, checked in one
+place, the core (:func:`kquota._core.check_quota_value`), by every way a quota is set: the
+quota file, ``kquota configs``, AlterClientQuotas through the gateway and this API:
 
 * ``user``, ``client-id`` or both (each a name or ``"<default>"``) take
-  ``producer_byte_rate``, ``consumer_byte_rate``, ``request_percentage`` and
-  ``controller_mutation_rate`` (KIP-599: partitions created or deleted per second; a
-  double): a finite number greater than 0.
+  ``producer_byte_rate`` and ``consumer_byte_rate`` (Kafka's LONGs: whole bytes per
+  second), ``request_percentage`` and ``controller_mutation_rate`` (KIP-599: partitions
+  created or deleted per second; DOUBLEs).
 * ``ip`` (an IP address or ``"<default>"``) takes only ``connection_creation_rate``
-  (KIP-612: connections accepted per second from that address), and cannot be combined
-  with ``user`` or ``client-id``. Kafka declares it an INT: greater than 0, at most
-  2147483647, and whole (Kafka's controller tolerates a fraction up to 1e-6, which the
-  broker then truncates; so does kquota).
+  (KIP-612: connections accepted per second from that address; an INT, at most
+  2147483647), and cannot be combined with ``user`` or ``client-id``.
+* Every value is greater than 0; a LONG or INT is whole (Kafka's controller tolerates a
+  fraction up to 1e-6, which the broker then truncates; so does kquota). kquota also
+  refuses NaN and infinities, which Kafka lets through. A refusal carries Kafka's message
+  (``consumer_byte_rate cannot be a fractional value.``), then the value given.
 * An IP must be an IPv4 or IPv6 address literal. Kafka also accepts a host name and
   resolves it (``InetAddress.getByName``) when the broker applies the quota; kquota does
   not resolve names, so a quota cannot depend on what a resolver answers at that moment.
@@ -49,14 +52,20 @@ from typing import Any, Final, TypeAlias
 
 from kquota import (
     DEFAULT,
-    UNLIMITED_CONNECTION_RATE,
     ConnectionQuotas,
     ControllerMutationQuotaManager,
     Entity,
     QuotaManager,
     SampledRate,
 )
-from kquota._core import canonical_ip, check_quota
+from kquota._core import (
+    CLIENT_QUOTA_KEYS,
+    IP_QUOTA_KEYS,
+    canonical_ip,
+    check_quota,
+    check_quota_key,
+    check_quota_value,
+)
 from kquota.exceptions import InvalidQuotaError, InvalidUsageError, KquotaError, QuotaFileError
 from kquota.quota_types import QuotaType
 
@@ -76,10 +85,10 @@ CONTROLLER_MUTATION_RATE: Final = "controller_mutation_rate"
 CONNECTION_CREATION_RATE: Final = "connection_creation_rate"
 """KIP-612's property on IPs: connections accepted per second (a whole number)."""
 
-CLIENT_PROPERTIES: Final = (*PROPERTIES, CONTROLLER_MUTATION_RATE)
+CLIENT_PROPERTIES: Final[tuple[str, ...]] = CLIENT_QUOTA_KEYS
 """The properties of ``user`` / ``client-id`` entities (Kafka's user-and-client configs)."""
 
-IP_PROPERTIES: Final = (CONNECTION_CREATION_RATE,)
+IP_PROPERTIES: Final[tuple[str, ...]] = IP_QUOTA_KEYS
 """The properties of ``ip`` entities (Kafka's IP configs)."""
 
 ALL_PROPERTIES: Final = (*CLIENT_PROPERTIES, *IP_PROPERTIES)
@@ -92,52 +101,42 @@ ENTITY_KEYS: Final = ("user", "client-id")
 IP_KEY: Final = "ip"
 """The entity key of the file format for IPs (Kafka's entity type ``ips``)."""
 
-MAX_CONNECTION_CREATION_RATE: Final = UNLIMITED_CONNECTION_RATE
-"""The largest ``connection_creation_rate``: Java's ``Integer.MAX_VALUE`` (Kafka's INT)."""
-
-_INTEGRAL_TOLERANCE: Final = 1e-6
-"""The fraction Kafka's controller tolerates in an INT quota (``getErrorForIntegralQuotaValue``)."""
-
 
 def check_property(name: str) -> str:
     """``name`` if it is one of :data:`ALL_PROPERTIES`, else a :class:`QuotaFileError`."""
-    if name not in ALL_PROPERTIES:
-        known = ", ".join(ALL_PROPERTIES)
-        raise QuotaFileError(f"unknown quota property {name!r}: expected one of {known}")
+    try:
+        check_quota_key(name)
+    except InvalidQuotaError as exc:
+        raise QuotaFileError(str(exc)) from None
     return name
 
 
 def check_value(name: str, value: object) -> float:
-    """A quota value as Kafka's controller accepts it: a finite number greater than 0,
-    and for ``connection_creation_rate`` (an INT) a whole number up to 2147483647."""
+    """A value of property ``name`` as Kafka's controller accepts it (the core's rule, see
+    the module documentation), else a :class:`QuotaFileError`."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise QuotaFileError(f"invalid value {value!r} for {name}: expected a number")
     try:
         number = float(value)
-    except OverflowError:  # an int beyond the largest double
+    except OverflowError:  # an int beyond the largest double: too large for any type
         number = math.inf
-    return _check_number(name, number, repr(value))
-
-
-def _check_number(name: str, number: float, shown: str) -> float:
     try:
-        check_quota(number)  # the core's rule: what every manager accepts
-    except InvalidQuotaError:
+        return check_quota_value(name, number)
+    except InvalidQuotaError as exc:
+        raise QuotaFileError(str(exc)) from None
+
+
+def check_bound(name: str, value: object) -> float:
+    """A value of property ``name`` that kquota already holds (see
+    :meth:`QuotaEntry.bounds`): a finite number greater than 0, what every manager takes."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise QuotaFileError(f"invalid value {value!r} for {name}: expected a number")
+    try:
+        return check_quota(float(value))
+    except (InvalidQuotaError, OverflowError):
         raise QuotaFileError(
-            f"invalid value {shown} for {name}: a quota must be a finite number greater than 0"
+            f"invalid value {value!r} for {name}: a quota must be a finite number greater than 0"
         ) from None
-    if name == CONNECTION_CREATION_RATE:
-        if number > MAX_CONNECTION_CREATION_RATE:
-            raise QuotaFileError(
-                f"invalid value {shown} for {name}: too large for an INT "
-                f"(at most {MAX_CONNECTION_CREATION_RATE} connections per second)"
-            )
-        if math.fmod(number, 1.0) > _INTEGRAL_TOLERANCE:
-            raise QuotaFileError(
-                f"invalid value {shown} for {name}: connections per second must be a whole "
-                "number, e.g. 20"
-            )
-    return number
 
 
 def connection_rate(value: float) -> int:
@@ -178,13 +177,11 @@ def parse_value(name: str, text: str) -> float:
         except ValueError:
             spelled_out = False
         if spelled_out:
-            raise QuotaFileError(
-                f"invalid value {text!r} for {name}: a quota must be a finite number greater than 0"
-            )
+            return check_value(name, float(stripped))
         raise QuotaFileError(
             f"invalid value {text!r} for {name}: expected a decimal number such as 1048576"
         )
-    return _check_number(name, float(stripped), repr(text))
+    return check_value(name, float(stripped))
 
 
 def check_name(name: str, what: str) -> str:
@@ -235,18 +232,11 @@ def allowed_properties(entity: AnyEntity) -> tuple[str, ...]:
 
 def check_property_of(entity: AnyEntity, name: str) -> str:
     """``name`` if it is a property of ``entity``'s kind, else a :class:`QuotaFileError`
-    naming both (as Kafka's controller refuses a key of the other kind)."""
-    check_property(name)
-    if name not in allowed_properties(entity):
-        if isinstance(entity, IpEntity):
-            raise QuotaFileError(
-                f"{name} cannot be set on {describe_entity(entity)}: an ip entity takes "
-                f"only {CONNECTION_CREATION_RATE}"
-            )
-        raise QuotaFileError(
-            f"{name} cannot be set on {describe_entity(entity)}: it goes on ip entities "
-            f"only (user and client-id entities take {', '.join(CLIENT_PROPERTIES)})"
-        )
+    naming both, with Kafka's message."""
+    try:
+        check_quota_key(name, ip=isinstance(entity, IpEntity))
+    except InvalidQuotaError as exc:
+        raise QuotaFileError(f"{describe_entity(entity)}: {exc}") from None
     return name
 
 
@@ -299,13 +289,29 @@ class QuotaEntry:
     config: Mapping[str, float]
 
     def __post_init__(self) -> None:
-        if not isinstance(self.entity, Entity | IpEntity):
-            raise QuotaFileError(
-                f"invalid entity {self.entity!r}: expected a kquota.Entity or an IpEntity"
-            )
+        _check_entity(self.entity)
         for name, value in self.config.items():
             check_property_of(self.entity, name)
             check_value(name, value)
+
+    @classmethod
+    def bounds(cls, entity: AnyEntity, config: Mapping[str, float]) -> QuotaEntry:
+        """An entry whose values are bounds kquota already holds, not new settings: read
+        back from a store, or derived (:meth:`QuotaConfig.scaled`). Its keys are checked
+        as always; each value only as every manager takes it (finite, greater than 0),
+        since a store written by an older kquota may hold a fractional byte rate and a
+        scaled one need not be whole; a store that refused to open could not be fixed."""
+        _check_entity(entity)
+        checked = {check_property_of(entity, k): check_bound(k, v) for k, v in config.items()}
+        entry = object.__new__(cls)  # without __post_init__'s check of a Kafka setting
+        object.__setattr__(entry, "entity", entity)
+        object.__setattr__(entry, "config", checked)
+        return entry
+
+
+def _check_entity(entity: object) -> None:
+    if not isinstance(entity, Entity | IpEntity):
+        raise QuotaFileError(f"invalid entity {entity!r}: expected a kquota.Entity or an IpEntity")
 
 
 @dataclass(frozen=True)
@@ -328,13 +334,19 @@ class QuotaConfig:
 
     @classmethod
     def from_entities(
-        cls, entities: Mapping[AnyEntity, Mapping[str, float]], window: Window | None = None
+        cls,
+        entities: Mapping[AnyEntity, Mapping[str, float]],
+        window: Window | None = None,
+        *,
+        bounds: bool = False,
     ) -> QuotaConfig:
         """A configuration from ``{entity: {property: value}}``; entities without
-        properties are left out."""
+        properties are left out. ``bounds``: values kquota already holds, checked as
+        :meth:`QuotaEntry.bounds` checks them."""
+        entry = QuotaEntry.bounds if bounds else QuotaEntry
         return cls(
             window or Window(),
-            tuple(QuotaEntry(e, dict(c)) for e, c in entities.items() if c),
+            tuple(entry(e, dict(c)) for e, c in entities.items() if c),
         )
 
     def by_entity(self) -> dict[AnyEntity, dict[str, float]]:
@@ -416,20 +428,27 @@ class QuotaConfig:
     def scaled(self, factor: float) -> QuotaConfig:
         """The same configuration with every produce, fetch, request and
         ``controller_mutation_rate`` quota multiplied by ``factor`` (> 0): the quotas a
-        back-test replays. ``connection_creation_rate`` is kept as it is."""
-        check_value("scale", factor)
-        return QuotaConfig(
-            self.window,
-            tuple(
-                QuotaEntry(
-                    e.entity,
-                    {k: v * factor if k in CLIENT_PROPERTIES else v for k, v in e.config.items()},
-                )
-                for e in self.entries
-            ),
-            self.quota_callback,
-            self.kafka_version,
+        back-test replays. ``connection_creation_rate`` is kept as it is.
+
+        These are bounds a manager enforces, not settings: a scaled byte rate need not be
+        a whole number, so this configuration may hold what Kafka (and a quota file)
+        would refuse; each value is still finite and greater than 0."""
+        if isinstance(factor, bool) or not isinstance(factor, int | float):
+            raise QuotaFileError(f"invalid scale {factor!r}: expected a number")
+        try:
+            check_quota(factor)
+        except InvalidQuotaError:
+            raise QuotaFileError(
+                f"invalid scale {factor!r}: expected a finite number greater than 0"
+            ) from None
+        entries = tuple(
+            QuotaEntry.bounds(
+                e.entity,
+                {k: v * factor if k in CLIENT_PROPERTIES else v for k, v in e.config.items()},
+            )
+            for e in self.entries
         )
+        return QuotaConfig(self.window, entries, self.quota_callback, self.kafka_version)
 
     # -- the file format -------------------------------------------------------------
 
@@ -449,10 +468,14 @@ class QuotaConfig:
         return out
 
     @classmethod
-    def from_json(cls, data: object, source: str = "quota file") -> QuotaConfig:
-        """Parse and validate the file format; errors name ``source`` and the bad part."""
+    def from_json(
+        cls, data: object, source: str = "quota file", *, bounds: bool = False
+    ) -> QuotaConfig:
+        """Parse and validate the file format; errors name ``source`` and the bad part.
+        ``bounds``: kquota's own text (a store's record, a scaled configuration), its values
+        checked as :meth:`QuotaEntry.bounds` checks them."""
         try:
-            return _parse(data)
+            return _parse(data, bounds)
         except QuotaFileError as exc:
             raise QuotaFileError(f"{source}: {exc}") from None
 
@@ -519,7 +542,7 @@ def _reject_constant(name: str) -> float:
     raise QuotaFileError(f"{name} is not a valid quota value")
 
 
-def _parse(data: object) -> QuotaConfig:
+def _parse(data: object, bounds: bool) -> QuotaConfig:
     if not isinstance(data, dict):
         raise QuotaFileError("expected a JSON object with 'window' and 'quotas'")
     unknown = set(data) - {"window", "quotas", "quota_callback", "kafka_version"}
@@ -547,14 +570,14 @@ def _parse(data: object) -> QuotaConfig:
     quotas = data.get("quotas", [])
     if not isinstance(quotas, list):
         raise QuotaFileError(f"invalid quotas {quotas!r}: expected a list")
-    entries = tuple(_parse_entries(quotas))
+    entries = tuple(_parse_entries(quotas, bounds))
     try:
         return QuotaConfig(window, entries, callback, release)
     except KquotaError as exc:  # the release, by the core's words
         raise QuotaFileError(str(exc)) from None
 
 
-def _parse_entries(quotas: Iterable[object]) -> Iterable[QuotaEntry]:
+def _parse_entries(quotas: Iterable[object], bounds: bool) -> Iterable[QuotaEntry]:
     seen: set[AnyEntity] = set()
     for i, item in enumerate(quotas):
         where = f"quotas[{i}]"
@@ -592,10 +615,9 @@ def _parse_entries(quotas: Iterable[object]) -> Iterable[QuotaEntry]:
         seen.add(entity)
         if not isinstance(raw_config, dict) or not raw_config:
             raise QuotaFileError(f"{where}: invalid config {raw_config!r}: expected properties")
+        check = check_bound if bounds else check_value
         try:
-            config = {
-                check_property_of(entity, k): check_value(k, v) for k, v in raw_config.items()
-            }
+            config = {check_property_of(entity, k): check(k, v) for k, v in raw_config.items()}
         except QuotaFileError as exc:
             raise QuotaFileError(f"{where}: {exc}") from None
-        yield QuotaEntry(entity, config)
+        yield QuotaEntry.bounds(entity, config) if bounds else QuotaEntry(entity, config)

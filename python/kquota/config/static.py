@@ -68,10 +68,10 @@ def parse_static_defaults(text: str, source: str = "properties") -> QuotaConfig:
             raise QuotaFileError(f"{where}: {key} is already set on line {seen[key]}")
         seen[key] = line_no
         if key in DEFAULT_PROPERTIES:
-            try:
-                config[DEFAULT_PROPERTIES[key]] = parse_value(key, value)
+            try:  # checked as the property it becomes (Kafka declared both LONGs too)
+                config[DEFAULT_PROPERTIES[key]] = parse_value(DEFAULT_PROPERTIES[key], value)
             except QuotaFileError as exc:
-                raise QuotaFileError(f"{where}: {exc}") from None
+                raise QuotaFileError(f"{where}: {key}: {exc}") from None
         elif key in WINDOW_PROPERTIES:
             value = value.strip()
             if _WHOLE_NUMBER.fullmatch(value) is None or int(value) < 1:

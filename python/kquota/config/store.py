@@ -61,8 +61,8 @@ from kquota.config.model import (
     AnyEntity,
     IpEntity,
     QuotaConfig,
-    QuotaEntry,
     Window,
+    check_bound,
     check_property_of,
     check_value,
     describe_entity,
@@ -169,7 +169,8 @@ class ChangeSet:
             for name in alteration.delete:
                 current.pop(name, None)
             current.update(alteration.add)
-        return QuotaConfig.from_entities(entities, self.window or config.window)
+        # what is kept stays as it was; what is added was checked by its Alteration
+        return QuotaConfig.from_entities(entities, self.window or config.window, bounds=True)
 
 
 @dataclass(frozen=True)
@@ -490,7 +491,7 @@ class SQLiteStore(QuotaStore):
             rows = conn.execute("SELECT user, client_id, property, value FROM kquota_quota")
             for user, client_id, prop, value in rows:
                 entity: AnyEntity = Entity(user=user, client_id=client_id)
-                entities.setdefault(entity, {})[prop] = check_value(prop, value)
+                entities.setdefault(entity, {})[prop] = check_bound(prop, value)
             if self._schema_in(conn) >= IP_SCHEMA_VERSION:
                 for ip, prop, value in conn.execute(
                     "SELECT ip, property, value FROM kquota_ip_quota"
@@ -498,8 +499,9 @@ class SQLiteStore(QuotaStore):
                     entity = IpEntity(ip)
                     if entity.ip != ip:  # written by kquota: always canonical
                         raise QuotaFileError(f"ip {ip!r} is not in canonical form")
-                    entities.setdefault(entity, {})[prop] = check_value(prop, value)
-            config = QuotaConfig(window, tuple(QuotaEntry(e, c) for e, c in entities.items()))
+                    entities.setdefault(entity, {})[prop] = check_bound(prop, value)
+            # read back as written, even a value an older kquota took and Kafka would not
+            config = QuotaConfig.from_entities(entities, window, bounds=True)
         except (ValueError, TypeError) as exc:
             raise StoreError(f"{self.describe()} holds an invalid configuration: {exc}") from None
         return StoreSnapshot(self._version(conn), config)

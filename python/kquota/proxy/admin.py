@@ -15,10 +15,11 @@ narrows it further, or replaces the question.
 
 The data path checks each request as Kafka's controller does first (entity types and
 their combinations, quota keys, values, filters; Kafka's error codes and messages), in the
-Rust core. What passes comes here: kquota's own rules then apply (an IP entity is an address
-literal, a quota a finite number), each refused change answered with
-``INVALID_REQUEST`` and kquota's message, and the accepted ones are written as one change
-to the store, unless the request is ``validate_only``.
+Rust core; quota keys and values by the one rule :mod:`kquota.config.model` applies too,
+which also refuses NaN and infinities. What passes comes here: kquota's own rules then
+apply (an IP entity is an address literal, no name is ``<default>``), each refused change
+answered with ``INVALID_REQUEST`` and kquota's message, and the accepted ones are written as
+one change to the store, unless the request is ``validate_only``.
 """
 
 from __future__ import annotations

@@ -3,6 +3,8 @@
 
 use std::fmt;
 
+use crate::kafka::quota_config::QuotaConfigError;
+
 /// A value kquota refuses. Nothing is changed by a call that returns an error.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Error {
@@ -10,6 +12,8 @@ pub enum Error {
     InvalidConfig(String),
     /// A quota bound that is zero, negative, NaN or infinite.
     InvalidQuota(f64),
+    /// A client-quota key or value Kafka (or kquota) refuses for an entity.
+    InvalidQuotaConfig(QuotaConfigError),
     /// A recorded value outside what the call accepts.
     InvalidUsage(String),
     /// A custom quota callback (KIP-257) failed or returned something it must not; the
@@ -23,6 +27,7 @@ impl fmt::Display for Error {
             Error::InvalidConfig(msg) | Error::InvalidUsage(msg) | Error::Callback(msg) => {
                 f.write_str(msg)
             }
+            Error::InvalidQuotaConfig(err) => err.fmt(f),
             Error::InvalidQuota(v) => write!(
                 f,
                 "invalid quota value {v:?}: a quota must be a finite number greater than 0"
@@ -32,6 +37,12 @@ impl fmt::Display for Error {
 }
 
 impl std::error::Error for Error {}
+
+impl From<QuotaConfigError> for Error {
+    fn from(err: QuotaConfigError) -> Self {
+        Error::InvalidQuotaConfig(err)
+    }
+}
 
 /// Result alias of the core.
 pub type Result<T> = std::result::Result<T, Error>;

@@ -51,6 +51,9 @@ pub use kafka::mutation_api::{
     DELETE_TOPICS_STRICT_SINCE,
 };
 pub use kafka::quota::{Check, UNLIMITED};
+pub use kafka::quota_config::{
+    check_quota_key, check_quota_value, EntityKind, QuotaConfigError, ValueType, QUOTA_KEYS,
+};
 pub use kafka::quota_type::{QuotaType, QUOTA_TYPE_NAMES};
 pub use kafka::rate::SampledRate;
 pub use kafka::release::KafkaRelease;

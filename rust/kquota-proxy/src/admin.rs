@@ -326,8 +326,8 @@ mod tests {
             let mut quotas = self.quotas.lock().unwrap();
             let mut refusals = Vec::new();
             for change in changes {
-                if change.ops.iter().any(|(_, v)| v.is_some_and(f64::is_nan)) {
-                    refusals.push(Some("NaN is not a quota".to_owned()));
+                if change.ops.iter().any(|(_, v)| *v == Some(666.0)) {
+                    refusals.push(Some("this configuration cannot keep 666".to_owned()));
                     continue;
                 }
                 refusals.push(None);
@@ -487,7 +487,8 @@ mod tests {
         assert_eq!(errors(&response), [(0, None)]);
         assert!(admin.quotas.lock().unwrap().is_empty());
 
-        // Kafka's rules first, then the configuration's; each entity answered alone.
+        // Kafka's rules first (with kquota's refusal of NaN), then the configuration's;
+        // each entity answered alone.
         let mixed = alter_request(
             1,
             false,
@@ -496,6 +497,10 @@ mod tests {
                 alteration(
                     &[("user", Some("b"))],
                     &[("request_percentage", Some(f64::NAN))],
+                ),
+                alteration(
+                    &[("user", Some("d"))],
+                    &[("request_percentage", Some(666.0))],
                 ),
                 alteration(
                     &[("user", Some("c"))],
@@ -511,7 +516,11 @@ mod tests {
                     42,
                     Some("producer_byte_rate cannot be a fractional value.".to_owned())
                 ),
-                (42, Some("NaN is not a quota".to_owned())),
+                (
+                    42,
+                    Some("Quota request_percentage must be a finite number".to_owned())
+                ),
+                (42, Some("this configuration cannot keep 666".to_owned())),
                 (0, None),
             ]
         );

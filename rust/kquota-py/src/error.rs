@@ -58,7 +58,8 @@ pub(crate) fn errors(py: Python<'_>) -> PyResult<&'static Errors> {
             )?,
             quota: sub(
                 "InvalidQuotaError",
-                "A quota value that is zero, negative, NaN or infinite.",
+                "A quota value that is zero, negative, NaN or infinite, or a quota key or \
+                 value Kafka refuses for an entity.",
             )?,
             usage: sub(
                 "InvalidUsageError",
@@ -88,7 +89,7 @@ impl From<CoreError> for PyErr {
             };
             let class = match e {
                 core::Error::InvalidConfig(_) => &errors.config,
-                core::Error::InvalidQuota(_) => &errors.quota,
+                core::Error::InvalidQuota(_) | core::Error::InvalidQuotaConfig(_) => &errors.quota,
                 core::Error::InvalidUsage(_) => &errors.usage,
                 core::Error::Callback(_) => &errors.callback,
             };

@@ -33,6 +33,35 @@ pub(crate) fn check_quota(value: f64) -> PyResult<f64> {
     Ok(core::error::check_quota(value).map_err(CoreError)?)
 }
 
+/// The entity kind a Python caller names: `ip=True` an IP, `False` a user or client id,
+/// `None` whichever kind the key belongs on.
+fn entity_kind(ip: Option<bool>) -> Option<core::EntityKind> {
+    ip.map(|ip| {
+        if ip {
+            core::EntityKind::Ip
+        } else {
+            core::EntityKind::Client
+        }
+    })
+}
+
+/// A client-quota value as Kafka's controller (and kquota) accepts it for `key`.
+#[pyfunction]
+#[pyo3(signature = (key, value, *, ip = None))]
+pub(crate) fn check_quota_value(key: &str, value: f64, ip: Option<bool>) -> PyResult<f64> {
+    Ok(
+        core::check_quota_value(entity_kind(ip), key, value)
+            .map_err(|err| CoreError(err.into()))?,
+    )
+}
+
+/// A client-quota key as Kafka's controller accepts it on an entity of the kind.
+#[pyfunction]
+#[pyo3(signature = (key, *, ip = None))]
+pub(crate) fn check_quota_key(key: &str, ip: Option<bool>) -> PyResult<()> {
+    Ok(core::check_quota_key(entity_kind(ip), key).map_err(|err| CoreError(err.into()))?)
+}
+
 /// Which fetches the request quota's throttles make the fetch quota unrecord (the request
 /// half of the core's `fetch_unrecorded`; the fetch manager applies the fetch half).
 #[pyfunction]

@@ -43,7 +43,10 @@ use connection_decision::ConnectionDecision;
 use connection_quotas::ConnectionQuotas;
 use controller_mutation_quota_manager::{mutation_is_strict, ControllerMutationQuotaManager};
 use entity::{sanitize_user, Entity};
-use functions::{canonical_ip, check_quota, double_to_int, monotonic_ms, unrecorded_by_request};
+use functions::{
+    canonical_ip, check_quota, check_quota_key, check_quota_value, double_to_int, monotonic_ms,
+    unrecorded_by_request,
+};
 use mutation_check::MutationCheck;
 use mutation_request_quota::MutationRequestQuota;
 use partition_leader::PartitionLeader;
@@ -91,6 +94,8 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(sanitize_user, m)?)?;
     m.add_function(wrap_pyfunction!(canonical_ip, m)?)?;
     m.add_function(wrap_pyfunction!(check_quota, m)?)?;
+    m.add_function(wrap_pyfunction!(check_quota_key, m)?)?;
+    m.add_function(wrap_pyfunction!(check_quota_value, m)?)?;
     m.add_function(wrap_pyfunction!(unrecorded_by_request, m)?)?;
     m.add_function(wrap_pyfunction!(parse_request_log, m)?)?;
     m.add_function(wrap_pyfunction!(throttled_fetch_size, m)?)?;
@@ -115,6 +120,17 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
         core::requestlog::fetch::SAME_POSITION,
     )?;
     m.add("QUOTA_TYPES", PyTuple::new(py, core::QUOTA_TYPE_NAMES)?)?;
+    for (name, kind) in [
+        ("CLIENT_QUOTA_KEYS", core::EntityKind::Client),
+        ("IP_QUOTA_KEYS", core::EntityKind::Ip),
+    ] {
+        let keys = core::QUOTA_KEYS
+            .iter()
+            .filter(|(_, k, _)| *k == kind)
+            .map(|(key, _, _)| *key)
+            .collect::<Vec<_>>();
+        m.add(name, PyTuple::new(py, keys)?)?;
+    }
     m.add("NANOS_TO_PERCENT", core::NANOS_TO_PERCENT)?;
     let strict_since = PyDict::new(py);
     for (api, version) in core::strict_since_versions() {

@@ -195,7 +195,9 @@ def applicable(
         changes.append(change)
         applied.append(value)
     out = recommendations.assign(change=changes, applied_quota=applied)
-    new = QuotaConfig.from_entities(by_entity, config.window)
+    # the entities left alone keep the values the back-test replayed (a scaled one need
+    # not be whole); the quotas set here are whole (proposed_quota)
+    new = QuotaConfig.from_entities(by_entity, config.window, bounds=True)
     return replace(
         new, quota_callback=config.quota_callback, kafka_version=config.kafka_version
     ), out

@@ -10,6 +10,8 @@
 
 use std::fmt;
 
+use crate::kafka::quota_config::{check_quota_value, EntityKind};
+
 /// Kafka's `Errors.INVALID_REQUEST`.
 pub const INVALID_REQUEST: i16 = 42;
 /// Kafka's `Errors.UNSUPPORTED_VERSION` (a filter on an entity type Kafka does not know).
@@ -174,23 +176,6 @@ pub fn check_alterations(
     outcome
 }
 
-/// The value type of a quota key, which decides how its values are checked.
-#[derive(Clone, Copy)]
-enum KeyType {
-    Long,
-    Int,
-    Double,
-}
-
-fn key_type(ip: bool, key: &str) -> Option<KeyType> {
-    match (ip, key) {
-        (false, "producer_byte_rate" | "consumer_byte_rate") => Some(KeyType::Long),
-        (false, "request_percentage" | "controller_mutation_rate") => Some(KeyType::Double),
-        (true, "connection_creation_rate") => Some(KeyType::Int),
-        _ => None,
-    }
-}
-
 fn check_entity(
     entity: &AdminEntity,
     ops: &[(String, Option<f64>)],
@@ -227,40 +212,16 @@ fn check_entity(
         Some(_) => true,
         None => false,
     };
+    let kind = if ip {
+        EntityKind::Ip
+    } else {
+        EntityKind::Client
+    };
     for (key, value) in ops {
+        // A removal is not checked, as in Kafka.
         let Some(value) = *value else { continue };
-        check_value(ip, key, value)?;
-    }
-    Ok(())
-}
-
-/// Kafka's `validateQuotaKeyValue`: NaN passes every comparison, as in Java.
-fn check_value(ip: bool, key: &str, value: f64) -> Result<(), ApiError> {
-    let Some(kind) = key_type(ip, key) else {
-        return Err(ApiError::invalid(format!(
-            "Invalid configuration key {key}"
-        )));
-    };
-    if value <= 0.0 {
-        return Err(ApiError::invalid(format!(
-            "Quota {key} must be greater than 0"
-        )));
-    }
-    let (max, name) = match kind {
-        KeyType::Double => return Ok(()),
-        KeyType::Int => (f64::from(i32::MAX), "an INT"),
-        KeyType::Long => (i64::MAX as f64, "a LONG"),
-    };
-    if value > max {
-        return Err(ApiError::invalid(format!(
-            "Proposed value for {key} is too large for {name}."
-        )));
-    }
-    // Java's `%` on doubles is Rust's: the remainder with the dividend's sign.
-    if (value % 1.0).abs() > 1e-6 {
-        return Err(ApiError::invalid(format!(
-            "{key} cannot be a fractional value."
-        )));
+        check_quota_value(Some(kind), key, value)
+            .map_err(|err| ApiError::invalid(err.kafka_message()))?;
     }
     Ok(())
 }
@@ -556,7 +517,7 @@ mod tests {
             only_error(vec![alter(&ip, &[("connection_creation_rate", Some(3e9))])]).as_deref(),
             Some("Proposed value for connection_creation_rate is too large for an INT.")
         );
-        // Doubles take fractions; NaN passes Kafka's comparisons.
+        // Doubles take fractions. NaN passes Kafka's comparisons; kquota refuses it.
         assert_eq!(
             only_error(vec![alter(&user, &[("request_percentage", Some(2.5))])]),
             None
@@ -565,8 +526,9 @@ mod tests {
             only_error(vec![alter(
                 &user,
                 &[("producer_byte_rate", Some(f64::NAN))]
-            )]),
-            None
+            )])
+            .as_deref(),
+            Some("Quota producer_byte_rate must be a finite number")
         );
         // Removing needs no valid value.
         assert_eq!(

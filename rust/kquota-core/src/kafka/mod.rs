@@ -14,6 +14,7 @@ pub mod ip;
 pub mod javamath;
 pub mod mutation_api;
 pub mod quota;
+pub mod quota_config;
 pub mod quota_type;
 pub mod rate;
 pub mod rate_cell;
