@@ -143,3 +143,218 @@ pub(crate) fn answer(
         reply,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use kafka_protocol::messages::create_topics_request::CreatableTopic;
+    use kafka_protocol::messages::create_topics_response::CreatableTopicResult;
+    use kafka_protocol::messages::{ApiKey, CreateTopicsRequest, CreateTopicsResponse, TopicName};
+    use kafka_protocol::protocol::StrBytes;
+
+    use super::*;
+    use crate::handlers::testing::{
+        decoded, header_of, request_frame, response_frame, user, Broker, CLIENT,
+    };
+
+    /// 5 partitions/s.
+    fn mutation_manager() -> Arc<ControllerMutationQuotaManager> {
+        let manager = ControllerMutationQuotaManager::with_defaults();
+        manager.set_quota(&user("u"), 5.0).unwrap();
+        Arc::new(manager)
+    }
+
+    fn name(n: &str) -> TopicName {
+        TopicName(StrBytes::from_string(n.to_owned()))
+    }
+
+    /// A CreateTopics request v`version` of topics of 40 partitions each.
+    fn create(version: i16, names: &[&str]) -> (Vec<u8>, RequestHeader<'static>) {
+        let mut body = CreateTopicsRequest::default();
+        body.topics = names
+            .iter()
+            .map(|n| {
+                let mut t = CreatableTopic::default();
+                t.name = name(n);
+                t.num_partitions = 40;
+                t
+            })
+            .collect();
+        let frame = request_frame(ApiKey::CreateTopics, version, &body).to_vec();
+        let header = header_of(&frame);
+        (frame, header)
+    }
+
+    fn recorded(
+        manager: &Arc<ControllerMutationQuotaManager>,
+        version: i16,
+        names: &[&str],
+    ) -> (RecordedMutation, RequestHeader<'static>) {
+        let (frame, header) = create(version, names);
+        let request = MutationRequest::parse(&frame, &header).unwrap();
+        let counts = PartitionCounts::default();
+        (
+            record(manager, "u", &header, request, &counts, 1, 0).unwrap(),
+            header,
+        )
+    }
+
+    /// The broker's answer to the forwarded topics.
+    fn created(header: &RequestHeader<'_>, names: &[&str]) -> Vec<u8> {
+        let mut body = CreateTopicsResponse::default();
+        body.topics = names
+            .iter()
+            .map(|n| {
+                let mut t = CreatableTopicResult::default();
+                t.name = name(n);
+                t
+            })
+            .collect();
+        response_frame(header, &body).0.to_vec()
+    }
+
+    #[test]
+    fn a_strict_quota_refuses_the_topics_once_its_bucket_is_overdrawn() {
+        let manager = mutation_manager();
+        let (recorded, header) = recorded(&manager, 6, &["a", "b", "c"]);
+        // a (40) is taken while the bucket is not overdrawn; then b and c are refused
+        assert_eq!(recorded.permits, 40);
+        let refused: Vec<_> = recorded
+            .request
+            .topics
+            .iter()
+            .map(|t| t.throttled)
+            .collect();
+        assert_eq!(refused, vec![false, true, true]);
+        assert!(!recorded.local());
+        let forwarded = recorded.forwarded().unwrap().expect("b and c taken out");
+        let sent = MutationRequest::parse(&forwarded, &header_of(&forwarded)).unwrap();
+        assert_eq!(sent.names().unwrap(), vec!["a"]);
+
+        let broker = Broker::new();
+        let response = created(&header, &["a"]);
+        let path = broker.path();
+        let v = answer(
+            &path,
+            Some(&manager),
+            CLIENT,
+            &header,
+            &recorded,
+            Some(&response),
+            1e6,
+            0,
+        )
+        .unwrap();
+        let mutation_ms = v.mutation_throttle_ms.unwrap();
+        // 40 partitions over at 5/s
+        assert_eq!(mutation_ms, 8000);
+        assert_eq!(v.outcome.throttle_ms, mutation_ms);
+        assert_eq!(v.outcome.throttled_by, None); // the mutation manager's, not a request path's
+        assert_eq!(v.outcome.muted_until_ms, Some(8000));
+        assert_eq!((manager.queue_size(), broker.request.queue_size()), (1, 0));
+        assert_eq!(v.size, 40.0);
+        let Reply::Own(merged) = v.reply else {
+            panic!("merged: {:?}", v.reply)
+        };
+        let body: CreateTopicsResponse = decoded(&merged, &header);
+        assert_eq!(body.throttle_time_ms, 8000);
+        let codes: Vec<_> = body
+            .topics
+            .iter()
+            .map(|t| (t.name.0.to_string(), t.error_code))
+            .collect();
+        // THROTTLING_QUOTA_EXCEEDED for the refused one, in the request's order
+        assert_eq!(codes, [("a".into(), 0), ("b".into(), 89), ("c".into(), 89)]);
+    }
+
+    #[test]
+    fn a_request_all_refused_is_answered_by_the_proxy_alone() {
+        let manager = mutation_manager();
+        recorded(&manager, 6, &["a", "b"]); // overdrawn
+        let (recorded, header) = recorded(&manager, 6, &["c"]);
+        assert!(recorded.local());
+        assert_eq!(recorded.forwarded().unwrap(), None);
+        let broker = Broker::new();
+        let path = broker.path();
+        let v = answer(
+            &path,
+            Some(&manager),
+            CLIENT,
+            &header,
+            &recorded,
+            None,
+            1e6,
+            0,
+        )
+        .unwrap();
+        let Reply::Own(answer) = v.reply else {
+            panic!("the proxy's own answer: {:?}", v.reply)
+        };
+        let body: CreateTopicsResponse = decoded(&answer, &header);
+        assert_eq!(body.topics[0].error_code, 89);
+        assert_eq!(body.throttle_time_ms, v.outcome.throttle_ms);
+    }
+
+    #[test]
+    fn a_lenient_quota_accepts_every_topic_and_throttles_the_answer() {
+        let manager = mutation_manager();
+        let (recorded, header) = recorded(&manager, 5, &["a", "b", "c"]);
+        assert_eq!(recorded.permits, 120);
+        assert_eq!(recorded.forwarded().unwrap(), None); // sent as the client wrote it
+        let broker = Broker::new();
+        let response = created(&header, &["a", "b", "c"]);
+        let path = broker.path();
+        let v = answer(
+            &path,
+            Some(&manager),
+            CLIENT,
+            &header,
+            &recorded,
+            Some(&response),
+            1e6,
+            0,
+        )
+        .unwrap();
+        assert_eq!(v.mutation_throttle_ms, Some(24_000)); // 120 / 5
+        let Reply::Own(out) = v.reply else {
+            panic!("throttled: {:?}", v.reply)
+        };
+        assert_eq!(
+            decoded::<CreateTopicsResponse>(&out, &header).throttle_time_ms,
+            24_000
+        );
+    }
+
+    #[test]
+    fn the_larger_of_the_request_and_mutation_throttles_applies_through_its_manager() {
+        let manager = mutation_manager();
+        manager.set_quota(&user("u"), 100.0).unwrap(); // 40 partitions: a 400 ms throttle
+        let (recorded, header) = recorded(&manager, 6, &["a", "b"]);
+        let broker = Broker::new();
+        broker.request.set_quota(&user("u"), 0.01).unwrap();
+        let response = created(&header, &["a", "b"]);
+        let path = broker.path();
+        // 100 s of handler time against 0.01% of a thread: the request quota's largest
+        // throttle (its 1 s window), above the mutation's
+        let v = answer(
+            &path,
+            Some(&manager),
+            CLIENT,
+            &header,
+            &recorded,
+            Some(&response),
+            1e11,
+            0,
+        )
+        .unwrap();
+        assert_eq!(v.mutation_throttle_ms, Some(400));
+        let o = v.outcome;
+        assert_eq!(
+            (o.throttle_ms, o.request_throttle_ms),
+            (1000, 1000),
+            "{o:?}"
+        );
+        assert_eq!(o.throttled_by, Some(QuotaType::Request));
+        assert_eq!(o.muted_until_ms, Some(i64::from(o.throttle_ms)));
+        assert_eq!((manager.queue_size(), broker.request.queue_size()), (0, 1));
+    }
+}

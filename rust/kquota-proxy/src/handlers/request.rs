@@ -71,3 +71,104 @@ pub(crate) fn answered_at_once(api_key: i16, acks: i16) -> bool {
         _ => false,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use kafka_protocol::messages::api_versions_response::ApiVersion;
+    use kafka_protocol::messages::{
+        ApiVersionsRequest, ApiVersionsResponse, MetadataRequest, MetadataResponse,
+    };
+    use kquota_core::QuotaType;
+
+    use super::*;
+    use crate::handlers::testing::{
+        decoded, header_of, request_frame, response_frame, user, Broker, CLIENT,
+    };
+
+    #[test]
+    fn another_api_is_charged_its_handling_time_on_the_request_quota() {
+        let broker = Broker::new();
+        broker.request.set_quota(&user("u"), 1.0).unwrap(); // 1% of a thread
+        let header = header_of(&request_frame(
+            ApiKey::Metadata,
+            12,
+            &MetadataRequest::default(),
+        ));
+        let (response, _) = response_frame(&header, &MetadataResponse::default());
+        let path = broker.path();
+        // 1 ms of a thread is within 1%
+        let v = answer(&path, CLIENT, &header, &response, 1e6, 0).unwrap();
+        assert_eq!((v.outcome.throttle_ms, v.reply), (0, Reply::AsIs));
+        assert_eq!((v.size, v.thread_ns), (0.0, 1e6));
+        // 2 s is not: throttled by the request quota, the channel muted through it
+        let v = answer(&path, CLIENT, &header, &response, 2e9, 0).unwrap();
+        let o = v.outcome;
+        assert!(o.throttled());
+        assert_eq!(
+            (o.throttled_by, o.produce_throttle_ms, o.fetch_throttle_ms),
+            (Some(QuotaType::Request), 0, 0)
+        );
+        assert_eq!(o.throttle_ms, o.request_throttle_ms);
+        assert_eq!(o.muted_until_ms, Some(i64::from(o.throttle_ms)));
+        assert_eq!(broker.request.queue_size(), 1);
+        let Reply::Own(out) = v.reply else {
+            panic!("throttled: {:?}", v.reply)
+        };
+        assert_eq!(
+            decoded::<MetadataResponse>(&out, &header).throttle_time_ms,
+            o.throttle_ms
+        );
+    }
+
+    #[test]
+    fn api_versions_are_capped_to_those_the_proxy_reads() {
+        let broker = Broker::new();
+        let header = header_of(&request_frame(
+            ApiKey::ApiVersions,
+            3,
+            &ApiVersionsRequest::default(),
+        ));
+        let mut produce = ApiVersion::default();
+        produce.api_key = ApiKey::Produce as i16;
+        produce.max_version = i16::MAX;
+        let mut body = ApiVersionsResponse::default();
+        body.api_keys = vec![produce];
+        let (response, _) = response_frame(&header, &body);
+        let v = answer(&broker.path(), CLIENT, &header, &response, 1e6, 0).unwrap();
+        let Reply::Own(out) = v.reply else {
+            panic!("capped: {:?}", v.reply)
+        };
+        let capped: ApiVersionsResponse = decoded(&out, &header);
+        assert_eq!(
+            capped.api_keys[0].max_version,
+            ApiKey::Produce.valid_versions().max
+        );
+    }
+
+    #[test]
+    fn a_version_the_proxy_cannot_read_is_refused_but_api_versions_is_always_answered() {
+        let frame = |key: i16, version: i16| {
+            let mut f = key.to_be_bytes().to_vec();
+            f.extend_from_slice(&version.to_be_bytes());
+            f.extend_from_slice(&[0; 8]);
+            f
+        };
+        let err = check_version(&frame(0, 99)).unwrap_err().to_string();
+        assert!(
+            err.starts_with("unsupported version 99 of API 0 (Produce): expected"),
+            "{err}"
+        );
+        assert!(check_version(&frame(0, 9)).is_ok());
+        assert!(check_version(&frame(API_VERSIONS, 99)).is_ok());
+        assert!(check_version(&frame(9999, 0)).is_ok()); // the header parser names it
+        assert!(check_version(&[0, 0]).is_ok());
+    }
+
+    #[test]
+    fn the_broker_time_is_charged_on_apis_kafka_answers_at_once() {
+        assert!(answered_at_once(PRODUCE, 1));
+        assert!(!answered_at_once(PRODUCE, -1)); // parked until the replicas have it
+        assert!(answered_at_once(3, -1)); // Metadata
+        assert!(!answered_at_once(1, -1)); // Fetch
+    }
+}

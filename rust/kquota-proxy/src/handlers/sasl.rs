@@ -38,3 +38,73 @@ pub(crate) fn request(
 pub(crate) fn authenticated(sasl: &mut SaslExchange, header: &RequestHeader<'_>, response: &[u8]) {
     sasl.result(authenticate_error(response, header));
 }
+
+#[cfg(test)]
+mod tests {
+    use bytes::Bytes;
+    use kafka_protocol::messages::{
+        ApiKey, SaslAuthenticateRequest, SaslAuthenticateResponse, SaslHandshakeRequest,
+    };
+    use kafka_protocol::protocol::StrBytes;
+
+    use super::*;
+    use crate::handlers::testing::{header_of, request_frame, response_frame};
+    use crate::sasl::ANONYMOUS;
+
+    fn handshake(version: i16, mechanism: &'static str) -> Vec<u8> {
+        let mut body = SaslHandshakeRequest::default();
+        body.mechanism = StrBytes::from_static_str(mechanism);
+        request_frame(ApiKey::SaslHandshake, version, &body).to_vec()
+    }
+
+    fn authenticate(auth: &'static [u8]) -> Vec<u8> {
+        let mut body = SaslAuthenticateRequest::default();
+        body.auth_bytes = Bytes::from_static(auth);
+        request_frame(ApiKey::SaslAuthenticate, 2, &body).to_vec()
+    }
+
+    fn answered(sasl: &mut SaslExchange, request: &[u8], error_code: i16) {
+        let header = header_of(request);
+        let mut body = SaslAuthenticateResponse::default();
+        body.error_code = error_code;
+        authenticated(sasl, &header, &response_frame(&header, &body).0);
+    }
+
+    #[test]
+    fn a_plain_exchange_gives_the_connection_its_user_once_the_broker_accepts_it() {
+        let mut sasl = SaslExchange::default();
+        let hello = handshake(1, "PLAIN");
+        assert!(!request(&mut sasl, &header_of(&hello), &hello).unwrap());
+        let auth = authenticate(b"\0alice\0secret");
+        assert!(!request(&mut sasl, &header_of(&auth), &auth).unwrap());
+        assert_eq!(sasl.user(), ANONYMOUS); // not before the broker answers
+        answered(&mut sasl, &auth, 0);
+        assert_eq!(sasl.user(), "alice");
+    }
+
+    #[test]
+    fn a_refused_exchange_leaves_the_connection_anonymous() {
+        let mut sasl = SaslExchange::default();
+        let hello = handshake(1, "PLAIN");
+        request(&mut sasl, &header_of(&hello), &hello).unwrap();
+        let auth = authenticate(b"\0alice\0wrong");
+        request(&mut sasl, &header_of(&auth), &auth).unwrap();
+        answered(&mut sasl, &auth, 58); // SASL_AUTHENTICATION_FAILED
+        assert_eq!(sasl.user(), ANONYMOUS);
+    }
+
+    #[test]
+    fn raw_sasl_tokens_are_refused_and_an_unreadable_principal_is_reported() {
+        let mut sasl = SaslExchange::default();
+        let v0 = handshake(0, "PLAIN");
+        let err = request(&mut sasl, &header_of(&v0), &v0).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "SaslHandshake v0 (raw SASL tokens) is not supported"
+        );
+        let hello = handshake(1, "GSSAPI");
+        request(&mut sasl, &header_of(&hello), &hello).unwrap();
+        let auth = authenticate(b"kerberos token");
+        assert!(request(&mut sasl, &header_of(&auth), &auth).unwrap());
+    }
+}
