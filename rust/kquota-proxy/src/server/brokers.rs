@@ -7,7 +7,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use kquota_core::update_cluster_metadata;
 
-use super::proxy::{open_door, Shared};
+use super::shared::Shared;
 use crate::addresses::{with_addresses, BrokerAddress};
 use crate::error::Closed;
 use crate::gateway::{Doors, Learned};
@@ -40,7 +40,7 @@ pub(super) fn gateway_addresses(
             return None;
         };
         let siblings = || shared.door.managers.sibling();
-        let open = |door| open_door(shared, doors, door, port);
+        let open = |door| (shared.open_door)(shared, doors, door, port);
         match doors.learn(broker.node_id, &upstream, siblings, open) {
             Ok(Learned::Known | Learned::Opened) => {}
             Ok(Learned::Moved) => {

@@ -19,8 +19,9 @@
 //!
 //! What each API's quotas decide is in `crate::handlers`, one handler per concern, with
 //! no socket; the modules here move the frames and apply the verdicts:
-//! - `proxy`: the listener, the accept loop with KIP-612's admission, the maintenance of
-//!   the managers' delay queues and sensors, shutdown;
+//! - `proxy`: the listener, the accept loop with KIP-612's admission, each connection's
+//!   task, the maintenance of the managers' delay queues and sensors, shutdown;
+//! - `shared`: the state every connection task shares;
 //! - `connection`: one client connection's state (its mute, its turn, its user, idleness);
 //! - `reader`: each request read, handed to its handler, forwarded in turn; the proxy's
 //!   own requests on the connection (partition counts, quota access);
@@ -43,6 +44,7 @@ mod decisions;
 mod proxy;
 mod reader;
 mod responder;
+mod shared;
 mod transport;
 
 pub use crate::managers::{Admission, CallbackFactory, Managers};

@@ -1,5 +1,6 @@
 //! The running proxy: its listeners, the accept loop (KIP-612's admission at the door),
-//! the maintenance of the managers' delay queues and sensors, and shutdown.
+//! each connection's task (its reader and responder run together), the maintenance of the
+//! managers' delay queues and sensors, and shutdown.
 
 use std::io;
 use std::net::SocketAddr;
@@ -10,42 +11,18 @@ use std::time::Duration;
 use kquota_core::monotonic_ms;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::runtime::Runtime;
-use tokio::sync::{watch, Notify};
+use tokio::sync::{mpsc, watch, Notify};
 
 use super::connection::Connection;
 use super::decisions::{Decision, Decisions};
-use super::transport::relay;
-use super::{Log, ProxyConfig, SENSOR_EXPIRY_INTERVAL_MS};
+use super::reader::read_requests;
+use super::responder::respond;
+use super::shared::Shared;
+use super::transport::connect;
+use super::{Log, ProxyConfig, PIPELINE_DEPTH, SENSOR_EXPIRY_INTERVAL_MS};
+use crate::error::Closed;
 use crate::gateway::{Door, Doors};
 use crate::managers::Managers;
-
-/// The state every connection task shares.
-pub(super) struct Shared {
-    pub(super) config: ProxyConfig,
-    /// The listen port's door: the sidecar's broker, or the gateway's bootstrap.
-    pub(super) door: Arc<Door>,
-    /// The gateway's brokers (gateway mode only).
-    pub(super) doors: Option<Doors>,
-    pub(super) log: Log,
-    pub(super) closing: watch::Receiver<bool>,
-    next_channel: AtomicU64,
-    connections: AtomicUsize,
-    pub(super) decisions: Decisions,
-    /// Notified when the last connection closes.
-    idle: Notify,
-    pub(super) local_addr: SocketAddr,
-}
-
-impl Shared {
-    /// The listen port's door, then a gateway's brokers'.
-    pub(super) fn all_doors(&self) -> Vec<Arc<Door>> {
-        let mut all = vec![Arc::clone(&self.door)];
-        if let Some(doors) = &self.doors {
-            all.extend(doors.all());
-        }
-        all
-    }
-}
 
 /// A running proxy: its own tokio runtime, listening until [`Proxy::shutdown`].
 pub struct Proxy {
@@ -99,6 +76,7 @@ impl Proxy {
             decisions: Decisions::new(keep_decisions),
             idle: Notify::new(),
             local_addr,
+            open_door,
         });
         runtime.spawn(accept(Arc::clone(&shared), listener, door));
         runtime.spawn(maintain(Arc::clone(&shared)));
@@ -304,13 +282,55 @@ async fn admitted(shared: &Shared, ip_throttle_ms: i32) -> bool {
     false
 }
 
-/// Listens on a broker's port and serves its connections through `door`.
-pub(super) fn open_door(
+/// Relays one admitted connection: connects upstream, then runs its reader and responder
+/// until both end, one fails, or the connection is idle too long.
+async fn relay(
     shared: &Arc<Shared>,
-    doors: &Doors,
     door: Arc<Door>,
-    port: u16,
-) -> io::Result<()> {
+    connection: &Connection,
+    client: TcpStream,
+) -> Result<(), Closed> {
+    let to = door.upstream();
+    let (upstream, reached) = connect(&shared.config, &to).await?;
+    // A gateway's bootstrap connection counts on the door of the broker it reached.
+    let door = match &shared.doors {
+        Some(doors) if door.broker < 0 => {
+            doors.at(reached, upstream.peer_addr().ok()).unwrap_or(door)
+        }
+        _ => door,
+    };
+    connection.broker.store(door.broker, Ordering::Relaxed);
+    client.set_nodelay(true)?;
+    upstream.set_nodelay(true)?;
+    let (client_read, client_write) = client.into_split();
+    let (upstream_read, upstream_write) = upstream.into_split();
+    // At most PIPELINE_DEPTH requests are in flight, so the queue never fills.
+    let (forwarded, pending) = mpsc::channel(PIPELINE_DEPTH + 1);
+    let reader = read_requests(
+        shared,
+        &door,
+        connection,
+        client_read,
+        upstream_write,
+        forwarded,
+    );
+    let responder = respond(
+        shared,
+        &door,
+        connection,
+        upstream_read,
+        client_write,
+        pending,
+    );
+    let idle = connection.expire_idle(shared.config.connections_max_idle);
+    tokio::select! {
+        both = async { tokio::try_join!(reader, responder) } => both.map(|_| ()),
+        closed = idle => Err(closed),
+    }
+}
+
+/// Listens on a broker's port and serves its connections through `door`.
+fn open_door(shared: &Arc<Shared>, doors: &Doors, door: Arc<Door>, port: u16) -> io::Result<()> {
     let listener = std::net::TcpListener::bind((doors.listen_ip, port))?;
     listener.set_nonblocking(true)?;
     let listener = TcpListener::from_std(listener)?;

@@ -12,8 +12,8 @@ use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::sync::{mpsc, oneshot};
 
 use super::connection::{Connection, Stamped};
-use super::proxy::Shared;
 use super::responder::{Pending, Work};
+use super::shared::Shared;
 use super::transport::write_frame;
 use crate::admin::is_admin_api;
 use crate::error::{Closed, FrameError};

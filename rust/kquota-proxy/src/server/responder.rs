@@ -15,7 +15,7 @@ use tokio::sync::{mpsc, oneshot};
 use super::brokers::{gateway_addresses, tell_callback};
 use super::connection::Connection;
 use super::decisions::Decision;
-use super::proxy::Shared;
+use super::shared::Shared;
 use super::transport::{nanos, read_response, send};
 use crate::addresses::names_brokers;
 use crate::broker_time::BrokerTimes;

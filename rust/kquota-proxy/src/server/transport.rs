@@ -1,9 +1,7 @@
-//! The transport: connecting upstream, the two halves of a connection run together,
-//! responses read and checked against their requests, frames written.
+//! The transport: connecting upstream, responses read and checked against their requests,
+//! frames written (a response's write time charged to the request quota).
 
 use std::io;
-use std::sync::atomic::Ordering;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
@@ -11,68 +9,18 @@ use kquota_core::{monotonic_ms, QuotaType, RequestPath};
 use tokio::io::AsyncWriteExt;
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
-use tokio::sync::mpsc;
 
-use super::connection::Connection;
-use super::proxy::Shared;
-use super::reader::read_requests;
-use super::responder::respond;
-use super::{ProxyConfig, PIPELINE_DEPTH};
+use super::ProxyConfig;
 use crate::error::{Closed, FrameError};
 use crate::frame::FrameReader;
-use crate::gateway::Door;
 use crate::header::{parse_response_header, RequestHeader};
-
-/// Relays one admitted connection: connects upstream, then runs its reader and responder
-/// until both end, one fails, or the connection is idle too long.
-pub(super) async fn relay(
-    shared: &Arc<Shared>,
-    door: Arc<Door>,
-    connection: &Connection,
-    client: TcpStream,
-) -> Result<(), Closed> {
-    let to = door.upstream();
-    let (upstream, reached) = connect(&shared.config, &to).await?;
-    // A gateway's bootstrap connection counts on the door of the broker it reached.
-    let door = match &shared.doors {
-        Some(doors) if door.broker < 0 => {
-            doors.at(reached, upstream.peer_addr().ok()).unwrap_or(door)
-        }
-        _ => door,
-    };
-    connection.broker.store(door.broker, Ordering::Relaxed);
-    client.set_nodelay(true)?;
-    upstream.set_nodelay(true)?;
-    let (client_read, client_write) = client.into_split();
-    let (upstream_read, upstream_write) = upstream.into_split();
-    // At most PIPELINE_DEPTH requests are in flight, so the queue never fills.
-    let (forwarded, pending) = mpsc::channel(PIPELINE_DEPTH + 1);
-    let reader = read_requests(
-        shared,
-        &door,
-        connection,
-        client_read,
-        upstream_write,
-        forwarded,
-    );
-    let responder = respond(
-        shared,
-        &door,
-        connection,
-        upstream_read,
-        client_write,
-        pending,
-    );
-    let idle = connection.expire_idle(shared.config.connections_max_idle);
-    tokio::select! {
-        both = async { tokio::try_join!(reader, responder) } => both.map(|_| ()),
-        closed = idle => Err(closed),
-    }
-}
 
 /// A connection to `to`: `host:port`, or several comma-separated (a bootstrap list),
 /// tried in turn until one answers; with the one that did.
-async fn connect<'a>(config: &ProxyConfig, to: &'a str) -> Result<(TcpStream, &'a str), Closed> {
+pub(super) async fn connect<'a>(
+    config: &ProxyConfig,
+    to: &'a str,
+) -> Result<(TcpStream, &'a str), Closed> {
     let mut reasons = Vec::new();
     for address in to.split(',').map(str::trim).filter(|a| !a.is_empty()) {
         match tokio::time::timeout(config.connect_timeout, TcpStream::connect(address)).await {
