@@ -33,7 +33,7 @@ from proxy_support import (
 )
 
 _PIPELINE_DEPTH = 8
-"""The proxy's ``PIPELINE_DEPTH`` (``rust/kquota-proxy/src/server.rs``): how many Produce
+"""The proxy's ``PIPELINE_DEPTH`` (``rust/kquota-proxy/src/server/mod.rs``): how many Produce
 requests of one connection may be at the broker at once."""
 
 

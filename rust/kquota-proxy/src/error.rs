@@ -92,3 +92,45 @@ impl fmt::Display for HeaderError {
 }
 
 impl std::error::Error for HeaderError {}
+
+/// Why a connection closed: a handler's refusal or the transport's failure.
+#[derive(Debug)]
+pub(crate) enum Closed {
+    /// The client sent what the proxy cannot read.
+    Client(String),
+    /// The broker is unreachable, silent, or answered what the proxy cannot read.
+    Upstream(String),
+    /// A socket failed.
+    Io(io::Error),
+    /// The quota core refused a value (a bug, or a manager misused by its owner).
+    Quota(kquota_core::Error),
+}
+
+impl Closed {
+    /// A request the proxy cannot read.
+    pub(crate) fn request(err: HeaderError) -> Self {
+        Closed::Client(format!("request: {err}"))
+    }
+}
+
+impl fmt::Display for Closed {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Closed::Client(msg) | Closed::Upstream(msg) => f.write_str(msg),
+            Closed::Io(err) => write!(f, "{err}"),
+            Closed::Quota(err) => write!(f, "quota error: {err}"),
+        }
+    }
+}
+
+impl From<io::Error> for Closed {
+    fn from(err: io::Error) -> Self {
+        Closed::Io(err)
+    }
+}
+
+impl From<kquota_core::Error> for Closed {
+    fn from(err: kquota_core::Error) -> Self {
+        Closed::Quota(err)
+    }
+}

@@ -19,7 +19,8 @@ use std::sync::{Arc, Mutex};
 use kquota_core::ClusterMetadata;
 
 use crate::broker_time::BrokerTimes;
-use crate::server::Managers;
+use crate::lock;
+use crate::managers::Managers;
 
 /// How the gateway numbers its ports and what it tells clients.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -86,7 +87,7 @@ impl Door {
     }
 
     pub(crate) fn upstream(&self) -> String {
-        crate::server::lock(&self.upstream).clone()
+        lock(&self.upstream).clone()
     }
 }
 
@@ -131,9 +132,9 @@ impl Doors {
         managers: impl FnOnce() -> kquota_core::Result<Managers>,
         open: impl FnOnce(Arc<Door>) -> std::io::Result<()>,
     ) -> Result<Learned, String> {
-        let mut by_id = crate::server::lock(&self.by_id);
+        let mut by_id = lock(&self.by_id);
         if let Some(door) = by_id.get(&node_id) {
-            let mut at = crate::server::lock(&door.upstream);
+            let mut at = lock(&door.upstream);
             if *at == upstream {
                 return Ok(Learned::Known);
             }
@@ -150,14 +151,14 @@ impl Doors {
     /// Whether broker `node_id`, which has no port, is named for the first time (its
     /// warning is logged once).
     pub(crate) fn first_without_port(&self, node_id: i32) -> bool {
-        crate::server::lock(&self.without_port).insert(node_id)
+        lock(&self.without_port).insert(node_id)
     }
 
     /// The door of the broker at `upstream` (`host:port` as responses name it, or the
     /// address a connection reached), if any.
     pub(crate) fn at(&self, upstream: &str, reached: Option<SocketAddr>) -> Option<Arc<Door>> {
         let reached = reached.map(|a| a.to_string());
-        crate::server::lock(&self.by_id)
+        lock(&self.by_id)
             .values()
             .find(|d| {
                 let at = d.upstream();
@@ -168,12 +169,12 @@ impl Doors {
 
     /// Every door, for the maintenance of their managers.
     pub(crate) fn all(&self) -> Vec<Arc<Door>> {
-        crate::server::lock(&self.by_id).values().cloned().collect()
+        lock(&self.by_id).values().cloned().collect()
     }
 
     /// Each broker's managers (shared with its door), by node id.
     pub(crate) fn managers(&self) -> Vec<(i32, Managers)> {
-        let mut managers: Vec<_> = crate::server::lock(&self.by_id)
+        let mut managers: Vec<_> = lock(&self.by_id)
             .values()
             .map(|d| (d.broker, d.managers.clone()))
             .collect();
@@ -183,7 +184,7 @@ impl Doors {
 
     /// The brokers' ports on the proxy, by node id.
     pub(crate) fn ports(&self) -> Vec<(i32, String, u16)> {
-        let mut ports: Vec<_> = crate::server::lock(&self.by_id)
+        let mut ports: Vec<_> = lock(&self.by_id)
             .values()
             .filter_map(|d| Some((d.broker, d.upstream(), self.config.port_of(d.broker)?)))
             .collect();

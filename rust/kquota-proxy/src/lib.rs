@@ -7,9 +7,11 @@
 //! (the throttle in a response), [`addresses`] (the broker addresses in a response, for a
 //! gateway), [`admin`] (client-quota administration answered by the proxy), [`access`] (who may
 //! administer it), [`broker_time`] (the broker's handler time on a request, estimated from
-//! its round trips), [`relay`] (connections as bytes or frames), [`server`] (the proxy: connections
-//! with Kafka's client quotas), [`gateway`] (the proxy in front of a whole cluster: a port
-//! and quota sensors per broker).
+//! its round trips), [`relay`] (connections as bytes or frames), [`managers`] (a broker's
+//! quota managers as the proxy holds them), [`gateway`] (the proxy in front of a whole
+//! cluster: a port and quota sensors per broker), `handlers` (each API's quota decision,
+//! with no socket), [`server`] (the proxy: connections with Kafka's client quotas, moving
+//! frames between the sockets and the handlers).
 
 pub mod access;
 pub mod addresses;
@@ -19,7 +21,9 @@ pub mod error;
 pub mod fetch;
 pub mod frame;
 pub mod gateway;
+mod handlers;
 pub mod header;
+pub mod managers;
 pub mod metadata;
 pub mod mutation;
 pub mod relay;
@@ -38,4 +42,13 @@ pub use header::{
     api_name, parse_request_header, parse_response_header, produce_acks, RequestHeader,
     ResponseHeader,
 };
-pub use server::{Admission, Log, Managers, Proxy, ProxyConfig};
+pub use managers::{Admission, Managers};
+pub use server::{Log, Proxy, ProxyConfig};
+
+/// Locks `mutex`; a panic elsewhere cannot leave the small values kept under these locks
+/// half-written, so a poisoned lock is used as it is.
+pub(crate) fn lock<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}

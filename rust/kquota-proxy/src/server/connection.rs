@@ -1,0 +1,199 @@
+//! One client connection's state, shared by its reader and responder: its mute, whose turn
+//! it is to go to the broker, its SASL exchange and client id, and its idleness.
+
+use std::io;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicI32, AtomicI64, AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use kquota_core::monotonic_ms;
+use tokio::net::tcp::OwnedReadHalf;
+use tokio::sync::Notify;
+
+use super::PIPELINE_DEPTH;
+use crate::error::Closed;
+use crate::lock;
+use crate::sasl::SaslExchange;
+
+/// Where the correlation ids of the proxy's own requests start.
+const OWN_CORRELATION_IDS: i32 = 0x7F00_0000;
+
+/// Which requests may go to the broker now.
+#[derive(Default)]
+struct Turn {
+    in_flight: usize,
+    produces: usize,
+}
+
+/// One client connection's state, shared by its two halves.
+pub(super) struct Connection {
+    pub(super) channel: u64,
+    pub(super) peer: SocketAddr,
+    /// The end of the connection's mute on the core's clock (0: never muted).
+    muted_until: AtomicI64,
+    /// When bytes last came from the client or went to it, on the core's clock.
+    last_activity: AtomicI64,
+    /// Bytes read from the client, and those of them that made whole frames.
+    bytes_in: AtomicU64,
+    pub(super) bytes_framed: AtomicU64,
+    turn: Mutex<Turn>,
+    answered: Notify,
+    pub(super) sasl: Mutex<SaslExchange>,
+    pub(super) client_id: Mutex<String>,
+    own_requests: AtomicI32,
+    /// The node id of the door whose quotas apply (see [`super::Decision::broker`]).
+    pub(super) broker: AtomicI32,
+}
+
+impl Connection {
+    pub(super) fn new(channel: u64, peer: SocketAddr, broker: i32) -> Self {
+        Connection {
+            channel,
+            peer,
+            muted_until: AtomicI64::new(0),
+            last_activity: AtomicI64::new(monotonic_ms()),
+            bytes_in: AtomicU64::new(0),
+            bytes_framed: AtomicU64::new(0),
+            turn: Mutex::new(Turn::default()),
+            answered: Notify::new(),
+            sasl: Mutex::new(SaslExchange::default()),
+            client_id: Mutex::new(String::new()),
+            own_requests: AtomicI32::new(0),
+            broker: AtomicI32::new(broker),
+        }
+    }
+
+    pub(super) fn user(&self) -> String {
+        lock(&self.sasl).user().to_owned()
+    }
+
+    pub(super) fn who(&self) -> String {
+        let client_id = lock(&self.client_id);
+        if client_id.is_empty() {
+            self.peer.to_string()
+        } else {
+            format!("{} (client id {:?})", self.peer, *client_id)
+        }
+    }
+
+    pub(super) fn mute(&self, until: i64) {
+        self.muted_until.fetch_max(until, Ordering::AcqRel);
+    }
+
+    pub(super) fn active(&self) {
+        self.last_activity
+            .fetch_max(monotonic_ms(), Ordering::AcqRel);
+    }
+
+    /// Closes the connection (by returning) once it has been idle for `max_idle`:
+    /// nothing read or written, no request at the broker, no mute running. Kafka's
+    /// `connections.max.idle.ms`.
+    pub(super) async fn expire_idle(&self, max_idle: Duration) -> Closed {
+        let max = i64::try_from(max_idle.as_millis()).unwrap_or(i64::MAX);
+        loop {
+            let now = monotonic_ms();
+            let due = self
+                .last_activity
+                .load(Ordering::Acquire)
+                .saturating_add(max);
+            if now >= due {
+                let busy = lock(&self.turn).in_flight > 0
+                    || self.muted_until.load(Ordering::Acquire) > now;
+                if !busy {
+                    // framed first: it never passes bytes_in, so the difference cannot go
+                    // below zero however a read interleaves
+                    let framed = self.bytes_framed.load(Ordering::Acquire);
+                    let unfinished = self.bytes_in.load(Ordering::Acquire) - framed;
+                    return Closed::Client(if unfinished > 0 {
+                        format!(
+                            "idle for {max} ms (connections.max.idle.ms) in the middle of a \
+                             request, {unfinished} bytes of it read"
+                        )
+                    } else {
+                        format!("idle for {max} ms (connections.max.idle.ms)")
+                    });
+                }
+                self.active(); // waiting on the broker or a mute is not idleness
+                continue;
+            }
+            tokio::time::sleep(Duration::from_millis((due - now) as u64)).await;
+        }
+    }
+
+    pub(super) async fn wait_unmuted(&self) {
+        loop {
+            let left = self.muted_until.load(Ordering::Acquire) - monotonic_ms();
+            if left <= 0 {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(left as u64)).await;
+        }
+    }
+
+    /// Waits until a request may go: not muted, and every earlier request answered, or (a
+    /// produce request) only produce requests in flight, fewer than [`PIPELINE_DEPTH`].
+    pub(super) async fn wait_turn(&self, produce: bool) {
+        loop {
+            self.wait_unmuted().await;
+            {
+                let mut turn = lock(&self.turn);
+                let free = turn.in_flight == 0
+                    || (produce
+                        && turn.produces == turn.in_flight
+                        && turn.in_flight < PIPELINE_DEPTH);
+                let muted = self.muted_until.load(Ordering::Acquire) > monotonic_ms();
+                if free && !muted {
+                    turn.in_flight += 1;
+                    turn.produces += usize::from(produce);
+                    return;
+                }
+            }
+            self.answered.notified().await;
+        }
+    }
+
+    pub(super) fn answer_done(&self, produce: bool) {
+        self.active();
+        {
+            let mut turn = lock(&self.turn);
+            turn.in_flight -= 1;
+            turn.produces -= usize::from(produce);
+        }
+        // A permit is kept when the reader is not waiting yet: no wake-up is lost.
+        self.answered.notify_one();
+    }
+}
+
+/// A connection's read half that notes, for [`Connection::expire_idle`], when and how
+/// many bytes came.
+pub(super) struct Stamped<'a> {
+    pub(super) inner: OwnedReadHalf,
+    pub(super) connection: &'a Connection,
+}
+
+impl tokio::io::AsyncRead for Stamped<'_> {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<io::Result<()>> {
+        let before = buf.filled().len();
+        let polled = std::pin::Pin::new(&mut self.inner).poll_read(cx, buf);
+        let read = buf.filled().len() - before;
+        if read > 0 {
+            self.connection
+                .bytes_in
+                .fetch_add(read as u64, Ordering::AcqRel);
+            self.connection.active();
+        }
+        polled
+    }
+}
+
+impl Connection {
+    /// A correlation id for the proxy's own next request on the connection.
+    pub(super) fn own_correlation_id(&self) -> i32 {
+        OWN_CORRELATION_IDS | (self.own_requests.fetch_add(1, Ordering::Relaxed) & 0xFF_FFFF)
+    }
+}

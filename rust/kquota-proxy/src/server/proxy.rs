@@ -1,0 +1,339 @@
+//! The running proxy: its listeners, the accept loop (KIP-612's admission at the door),
+//! each connection's task (its reader and responder run together), the maintenance of the
+//! managers' delay queues and sensors, and shutdown.
+
+use std::io;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use kquota_core::monotonic_ms;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::runtime::Runtime;
+use tokio::sync::{mpsc, watch, Notify};
+
+use super::connection::Connection;
+use super::decisions::{Decision, Decisions};
+use super::reader::read_requests;
+use super::responder::respond;
+use super::shared::Shared;
+use super::transport::connect;
+use super::{Log, ProxyConfig, PIPELINE_DEPTH, SENSOR_EXPIRY_INTERVAL_MS};
+use crate::error::Closed;
+use crate::gateway::{Door, Doors};
+use crate::managers::Managers;
+
+/// A running proxy: its own tokio runtime, listening until [`Proxy::shutdown`].
+pub struct Proxy {
+    shared: Arc<Shared>,
+    local_addr: SocketAddr,
+    closing: watch::Sender<bool>,
+    runtime: Option<Runtime>,
+}
+
+impl Proxy {
+    /// Listens on `listen` (port 0: any free port) and relays each connection to the
+    /// broker with `managers`' quotas, on a runtime of `threads` worker threads. With
+    /// `keep_decisions`, every quota decision is kept for [`Proxy::take_decisions`].
+    pub fn start(
+        listen: SocketAddr,
+        config: ProxyConfig,
+        managers: Managers,
+        log: Log,
+        threads: usize,
+        keep_decisions: bool,
+    ) -> io::Result<Proxy> {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(threads.max(1))
+            .thread_name("kquota-proxy")
+            .enable_all()
+            .build()?;
+        if let Some(gateway) = &config.gateway {
+            gateway
+                .check()
+                .map_err(|msg| io::Error::new(io::ErrorKind::InvalidInput, msg))?;
+            managers
+                .check_siblings()
+                .map_err(|err| io::Error::new(io::ErrorKind::InvalidInput, err.to_string()))?;
+        }
+        let listener = runtime.block_on(TcpListener::bind(listen))?;
+        let local_addr = listener.local_addr()?;
+        let (closing, closing_rx) = watch::channel(false);
+        let door = Arc::new(Door::new(-1, config.upstream.clone(), managers));
+        let doors = config
+            .gateway
+            .clone()
+            .map(|gateway| Doors::new(gateway, local_addr.ip()));
+        let shared = Arc::new(Shared {
+            config,
+            door: Arc::clone(&door),
+            doors,
+            log,
+            closing: closing_rx,
+            next_channel: AtomicU64::new(1),
+            connections: AtomicUsize::new(0),
+            decisions: Decisions::new(keep_decisions),
+            idle: Notify::new(),
+            local_addr,
+            open_door,
+        });
+        runtime.spawn(accept(Arc::clone(&shared), listener, door));
+        runtime.spawn(maintain(Arc::clone(&shared)));
+        Ok(Proxy {
+            shared,
+            local_addr,
+            closing,
+            runtime: Some(runtime),
+        })
+    }
+
+    /// The address the proxy listens on.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    /// The brokers a gateway serves: node id, address upstream and port on the proxy, by
+    /// node id (empty for a sidecar).
+    pub fn brokers(&self) -> Vec<(i32, String, u16)> {
+        self.shared
+            .doors
+            .as_ref()
+            .map_or_else(Vec::new, Doors::ports)
+    }
+
+    /// The managers of each broker a gateway serves, by node id (empty for a sidecar):
+    /// the ones its port's connections record on, shared, not copies.
+    pub fn broker_managers(&self) -> Vec<(i32, Managers)> {
+        self.shared
+            .doors
+            .as_ref()
+            .map_or_else(Vec::new, Doors::managers)
+    }
+
+    /// Client connections open now.
+    pub fn connections(&self) -> usize {
+        self.shared.connections.load(Ordering::Acquire)
+    }
+
+    /// The decisions made since the last call, in the order they were made (empty unless
+    /// the proxy keeps them).
+    pub fn take_decisions(&self) -> Vec<Decision> {
+        self.shared.decisions.take()
+    }
+
+    /// Connections closed unread because their IP was over its `connection_creation_rate`
+    /// (on every port of a gateway).
+    pub fn ip_throttled_connections(&self) -> u64 {
+        self.shared
+            .all_doors()
+            .iter()
+            .filter_map(|door| door.managers.admission())
+            .map(|a| a.ip_throttled())
+            .sum()
+    }
+
+    /// Decisions dropped because [`super::MAX_KEPT_DECISIONS`] were waiting to be taken.
+    pub fn dropped_decisions(&self) -> u64 {
+        self.shared.decisions.dropped()
+    }
+
+    /// Stops accepting, answers the requests in flight, then closes every connection.
+    ///
+    /// Connections waiting for their next request (or for a mute to end, or for their turn
+    /// to forward one, which is dropped unread as a muted broker leaves it) close at once;
+    /// those with requests in flight finish them first, for at most `timeout`. Blocks the
+    /// calling thread (not a runtime's); a second call does nothing.
+    pub fn shutdown(&mut self, timeout: Duration) {
+        let Some(runtime) = self.runtime.take() else {
+            return;
+        };
+        self.closing.send_replace(true);
+        let shared = Arc::clone(&self.shared);
+        runtime.block_on(async move {
+            let all_closed = async {
+                loop {
+                    let idle = shared.idle.notified();
+                    if shared.connections.load(Ordering::Acquire) == 0 {
+                        return;
+                    }
+                    idle.await;
+                }
+            };
+            let _ = tokio::time::timeout(timeout, all_closed).await;
+        });
+        // Connections still open past the timeout are dropped with the runtime.
+        runtime.shutdown_timeout(Duration::from_secs(1));
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        if let Some(runtime) = self.runtime.take() {
+            self.closing.send_replace(true);
+            runtime.shutdown_background();
+        }
+    }
+}
+
+async fn accept(shared: Arc<Shared>, listener: TcpListener, door: Arc<Door>) {
+    let mut closing = shared.closing.clone();
+    loop {
+        let accepted = tokio::select! {
+            accepted = listener.accept() => accepted,
+            _ = closing.wait_for(|closing| *closing) => return,
+        };
+        match accepted {
+            Ok((client, peer)) => {
+                let ip = peer.ip().to_string();
+                let throttle = match door.managers.admission() {
+                    None => 0,
+                    Some(admission) => tokio::select! {
+                        throttle = admission.accept(&ip) => {
+                            throttle.unwrap_or_else(|err| {
+                                (shared.log)(&format!("closing connection from {peer}: {err}"));
+                                i32::MAX
+                            })
+                        }
+                        _ = closing.wait_for(|closing| *closing) => return,
+                    },
+                };
+                shared.connections.fetch_add(1, Ordering::AcqRel);
+                tokio::spawn(serve(
+                    Arc::clone(&shared),
+                    Arc::clone(&door),
+                    client,
+                    peer,
+                    throttle,
+                ));
+            }
+            // Out of file descriptors and the like: the listener itself stays usable.
+            Err(err) => {
+                (shared.log)(&format!("accepting a connection failed: {err}"));
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
+}
+
+/// Drains the managers' delay queues as mutes end (each connection waits out its own
+/// mute; the queues are Kafka's `queue-size`) and expires idle sensors every 30 s.
+async fn maintain(shared: Arc<Shared>) {
+    let mut next_expiry = monotonic_ms();
+    loop {
+        let now = monotonic_ms();
+        let expire = now >= next_expiry;
+        let next_unmute = shared
+            .all_doors()
+            .iter()
+            .filter_map(|door| door.managers.maintain(now, expire))
+            .min();
+        if expire {
+            next_expiry = now + SENSOR_EXPIRY_INTERVAL_MS;
+        }
+        let due = next_unmute.map_or(next_expiry, |end| end.min(next_expiry));
+        let wait = Duration::from_millis((due - monotonic_ms()).clamp(1, 1000) as u64);
+        let mut closing = shared.closing.clone();
+        tokio::select! {
+            () = tokio::time::sleep(wait) => {}
+            _ = closing.wait_for(|closing| *closing) => return,
+        }
+    }
+}
+
+/// Serves one connection; one its IP's rate throttled (`ip_throttle_ms` > 0) is held for
+/// that long and closed, unread.
+async fn serve(
+    shared: Arc<Shared>,
+    door: Arc<Door>,
+    client: TcpStream,
+    peer: SocketAddr,
+    ip_throttle_ms: i32,
+) {
+    let connection = Connection::new(
+        shared.next_channel.fetch_add(1, Ordering::Relaxed),
+        peer,
+        door.broker,
+    );
+    if !*shared.closing.borrow() && admitted(&shared, ip_throttle_ms).await {
+        if let Err(err) = relay(&shared, door, &connection, client).await {
+            (shared.log)(&format!(
+                "closing connection from {}: {err}",
+                connection.who()
+            ));
+        }
+    }
+    if shared.connections.fetch_sub(1, Ordering::AcqRel) == 1 {
+        shared.idle.notify_waiters();
+    }
+}
+
+/// Whether a connection is served: one over its IP's rate is first held for its throttle
+/// (a shutdown meanwhile closes it at once).
+async fn admitted(shared: &Shared, ip_throttle_ms: i32) -> bool {
+    if ip_throttle_ms <= 0 {
+        return true;
+    }
+    let mut closing = shared.closing.clone();
+    tokio::select! {
+        () = tokio::time::sleep(Duration::from_millis(ip_throttle_ms as u64)) => {}
+        _ = closing.wait_for(|closing| *closing) => {}
+    }
+    false
+}
+
+/// Relays one admitted connection: connects upstream, then runs its reader and responder
+/// until both end, one fails, or the connection is idle too long.
+async fn relay(
+    shared: &Arc<Shared>,
+    door: Arc<Door>,
+    connection: &Connection,
+    client: TcpStream,
+) -> Result<(), Closed> {
+    let to = door.upstream();
+    let (upstream, reached) = connect(&shared.config, &to).await?;
+    // A gateway's bootstrap connection counts on the door of the broker it reached.
+    let door = match &shared.doors {
+        Some(doors) if door.broker < 0 => {
+            doors.at(reached, upstream.peer_addr().ok()).unwrap_or(door)
+        }
+        _ => door,
+    };
+    connection.broker.store(door.broker, Ordering::Relaxed);
+    client.set_nodelay(true)?;
+    upstream.set_nodelay(true)?;
+    let (client_read, client_write) = client.into_split();
+    let (upstream_read, upstream_write) = upstream.into_split();
+    // At most PIPELINE_DEPTH requests are in flight, so the queue never fills.
+    let (forwarded, pending) = mpsc::channel(PIPELINE_DEPTH + 1);
+    let reader = read_requests(
+        shared,
+        &door,
+        connection,
+        client_read,
+        upstream_write,
+        forwarded,
+    );
+    let responder = respond(
+        shared,
+        &door,
+        connection,
+        upstream_read,
+        client_write,
+        pending,
+    );
+    let idle = connection.expire_idle(shared.config.connections_max_idle);
+    tokio::select! {
+        both = async { tokio::try_join!(reader, responder) } => both.map(|_| ()),
+        closed = idle => Err(closed),
+    }
+}
+
+/// Listens on a broker's port and serves its connections through `door`.
+fn open_door(shared: &Arc<Shared>, doors: &Doors, door: Arc<Door>, port: u16) -> io::Result<()> {
+    let listener = std::net::TcpListener::bind((doors.listen_ip, port))?;
+    listener.set_nonblocking(true)?;
+    let listener = TcpListener::from_std(listener)?;
+    tokio::spawn(accept(Arc::clone(shared), listener, door));
+    Ok(())
+}
