@@ -139,15 +139,16 @@ FETCHES = [
 ]
 
 
-def _write(folder: Path) -> Path:
+def _write(folder: Path, objects: list[dict[str, Any]] = FETCHES) -> Path:
+    """Broker 1's log of ``objects``, a second apart, under ``folder``; returns ``folder``."""
     path = folder / "1" / "kafka-request.log"
     path.parent.mkdir(parents=True)
     lines = [
         gen.line(START_MS + 1000 * i, "DEBUG", json.dumps(f, separators=(",", ":")))
-        for i, f in enumerate(FETCHES)
+        for i, f in enumerate(objects)
     ]
     path.write_text("\n".join(lines) + "\n")
-    return path.parent.parent
+    return folder
 
 
 def _imported(spark: Any, tmp_path: Path) -> tuple[requestlog.LogSummary, list[dict[str, Any]]]:
@@ -197,16 +198,7 @@ def test_a_shuffled_join_keeps_the_logs_order(
 
 def test_a_log_without_throttled_fetches_is_imported_as_logged(spark: Any, tmp_path: Path) -> None:
     served = [f for f in FETCHES if f["throttleTimeMs"] == 0]
-    folder = tmp_path / "log"
-    path = folder / "1" / "kafka-request.log"
-    path.parent.mkdir(parents=True)
-    path.write_text(
-        "\n".join(
-            gen.line(START_MS + 1000 * i, "DEBUG", json.dumps(f, separators=(",", ":")))
-            for i, f in enumerate(served)
-        )
-        + "\n"
-    )
+    folder = _write(tmp_path / "log", served)
     summary = requestlog.import_log(spark, str(folder), str(tmp_path / "traffic"))
     assert summary.throttled_fetches == summary.rebuilt_fetches == 0
     assert not any("throttled fetch" in n for n in summary.notes())
@@ -261,16 +253,7 @@ def test_throttled_fetches_no_later_fetch_sizes_are_sized_from_the_produce_lines
         # an incremental fetch lists only what changed: not sized
         _fetch(9, B, 950, 0, throttle=200, epoch=5),
     ]
-    folder = tmp_path / "log"
-    path = folder / "1" / "kafka-request.log"
-    path.parent.mkdir(parents=True)
-    path.write_text(
-        "\n".join(
-            gen.line(START_MS + 1000 * i, "DEBUG", json.dumps(f, separators=(",", ":")))
-            for i, f in enumerate(lines)
-        )
-        + "\n"
-    )
+    folder = _write(tmp_path / "log", lines)
     summary = requestlog.import_log(spark, str(folder), str(tmp_path / "traffic"))
     size = {
         r["correlation_id"]: r["bytes"]

@@ -157,12 +157,19 @@ pub fn fetch_response_size(version: i32, response: &Response<'_>) -> i64 {
             .wrapping_add(sum(parts, partition))
     };
     let topics = &response.responses;
-    // throttle (v1+), error code and session id (v7+), topics, tag buffer (v12+)
+    fetch_frame(version, elements(topics).len(), sum(topics, topic))
+}
+
+/// A fetch response's size from its topics' count and size: its length (4 bytes), then
+/// the throttle (v1+), error code and session id (v7+), the topics and the tag buffer
+/// (v12+).
+fn fetch_frame(version: i32, count: usize, topics: i64) -> i64 {
+    let flexible = version >= 12;
     let body = (flag(version >= 1, 4)
         + flag(version >= 7, 2 + 4)
-        + count_size(elements(topics).len(), flexible)
+        + count_size(count, flexible)
         + flag(flexible, 1))
-    .wrapping_add(sum(topics, topic));
+    .wrapping_add(topics);
     4i64.wrapping_add(body)
 }
 
@@ -195,12 +202,7 @@ pub fn empty_fetch_response_size(version: i32, request: &Request<'_>) -> i64 {
             .wrapping_add(partition.wrapping_mul(count as i64))
     };
     let topics = &request.topics;
-    let body = (flag(version >= 1, 4)
-        + flag(version >= 7, 2 + 4)
-        + count_size(elements(topics).len(), flexible)
-        + flag(flexible, 1))
-    .wrapping_add(sum(topics, topic));
-    4i64.wrapping_add(body)
+    fetch_frame(version, elements(topics).len(), sum(topics, topic))
 }
 
 /// [`empty_fetch_response_size`]'s `empty` with each partition's `records` bytes added.
