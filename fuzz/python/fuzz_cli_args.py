@@ -249,8 +249,9 @@ def sandbox() -> Sandbox:
         files = {
             "quotas.json": config.dumps().encode(),
             "broken.json": b'{"window": {"num_samples": 0}, "quotas": [}',
+            # the largest whole rates Kafka's LONG holds, near 2^63
             "huge.json": b'{"quotas": [{"entity": {"user": "a"}, "config": '
-            b'{"producer_byte_rate": 1e308}}]}',
+            b'{"producer_byte_rate": 9e18}}]}',
             "scenario.json": json.dumps(_SCENARIO).encode(),
             "traffic.csv": b"ts_ms,broker,user,client_id,api,bytes,thread_time_ns\n"
             b"0,0,alice,app,produce,100,1000\n",

@@ -270,7 +270,7 @@ def test_gen_traffic_options_the_generator_cannot_use(option: list[str], message
     [
         ("surrogate_name.json", r"quotas\[0\]: invalid user 'a\\ud800': not valid Unicode text"),
         ("too_many_digits.json", "not valid JSON: Exceeds the limit"),
-        ("int_beyond_double.json", "a quota must be a finite number greater than 0"),
+        ("int_beyond_double.json", "is too large for a LONG"),
         ("deep_nesting.json", "not valid JSON: maximum recursion depth exceeded"),
         ("window_beyond_i64.json", "invalid .*99999999999999999999"),
         ("window_over_core_limit.json", "invalid num_samples 70000: it must be a whole number"),
