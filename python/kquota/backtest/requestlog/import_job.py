@@ -439,15 +439,10 @@ def import_log(
             # read once, by the second pass: compressing it would cost more than it saves
             rows.write.mode("overwrite").option("compression", "none").parquet(str(parsed))
         summary = _summary(lines, observation.get)
-        cached: list[DataFrame] = []
-        try:
-            with _spark_call(path), _writing(out):
-                _second_pass(spark, str(parsed), summary, cached).write.mode("overwrite").parquet(
-                    str(temporary)
-                )
-        finally:
-            for frame in cached:
-                frame.unpersist()
+        with _spark_call(path), _writing(out):
+            _second_pass(spark, str(parsed), summary).write.mode("overwrite").parquet(
+                str(temporary)
+            )
         if target.is_dir():
             shutil.rmtree(target)
         elif target.exists():
@@ -460,9 +455,7 @@ def import_log(
     return summary
 
 
-def _second_pass(
-    spark: SparkSession, parsed: str, summary: LogSummary, cached: list[DataFrame]
-) -> DataFrame:
+def _second_pass(spark: SparkSession, parsed: str, summary: LogSummary) -> DataFrame:
     """The imported rows at ``parsed`` (:data:`COLUMNS`) with what needs the whole log:
 
     * with mutation requests and controllers' lines of forwarded ones
@@ -474,8 +467,7 @@ def _second_pass(
 
     Each is counted into ``summary``. The rows keep the order of the log: the results (one
     row per request they change) are broadcast to them, so the rows are neither shuffled
-    nor sorted, unless there are more than :data:`BROADCAST_ROWS`. What it caches is
-    added to ``cached``, for the caller to unpersist once the rows are written."""
+    nor sorted, unless there are more than :data:`BROADCAST_ROWS`."""
     from pyspark.sql import functions as F
 
     lines = spark.read.parquet(parsed)
@@ -488,15 +480,15 @@ def _second_pass(
         results.append((timed, summary.controller_timed))
         columns[COLUMNS.index(TS)] = F.coalesce(F.col("_kq_controller_ts"), F.col(TS)).alias(TS)
     if summary.throttled_fetches:
-        # the throttled fetches, once: the sizes, then the ones they leave
-        every = fetch_sizes(rows, BOUND_COLUMNS).cache()
-        cached.append(every)
-        sizes = every.where(F.col(REBUILT).isNotNull()).select(*SEQ_COLUMNS, REBUILT)
+        # not cached: caching the throttled fetches with their reads costs more than
+        # computing their window again for the few the sizes leave
+        sizes = fetch_sizes(rows).where(F.col(REBUILT).isNotNull())
         summary.rebuilt_fetches = sizes.count()
         results.append((sizes, summary.rebuilt_fetches))
         size = F.coalesce(F.col(REBUILT), F.col(BYTES))
         if summary.rebuilt_fetches < summary.throttled_fetches:
-            bounds = fetch_bounds(spark, rows, every.where(F.col(REBUILT).isNull()))
+            left = fetch_sizes(rows, BOUND_COLUMNS).where(F.col(REBUILT).isNull())
+            bounds = fetch_bounds(spark, rows, left)
             summary.bounded_fetches = bounds.count()
             if summary.bounded_fetches:
                 results.append((bounds, summary.bounded_fetches))
