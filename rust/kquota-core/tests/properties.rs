@@ -6,6 +6,8 @@
 //! clients named with any Unicode.
 #![cfg(not(loom))]
 
+mod common;
+use common::fixed;
 use std::collections::HashMap;
 
 use kquota_core::kafka::javamath::long_to_int;
@@ -108,26 +110,6 @@ fn same_check(a: &Check, b: &Check) -> bool {
             (None, None) => true,
             _ => false,
         }
-}
-
-/// `cases` cases from a fixed seed: `make test` runs the same cases every time (a failure
-/// is reproducible, never a matter of luck), after the saved failures of
-/// `properties.proptest-regressions`. Explore other seeds with
-/// `PROPTEST_RNG_SEED=N cargo test` or more cases with `PROPTEST_CASES=N`.
-fn fixed(cases: u32) -> ProptestConfig {
-    let seed = std::env::var("PROPTEST_RNG_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0x6b71_756f_7461);
-    let cases = std::env::var("PROPTEST_CASES")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(cases);
-    ProptestConfig {
-        cases,
-        rng_seed: proptest::test_runner::RngSeed::Fixed(seed),
-        ..ProptestConfig::default()
-    }
 }
 
 proptest! {

@@ -5,6 +5,8 @@
 //! in random batches; and bad input is refused without changing anything.
 #![cfg(not(loom))]
 
+mod common;
+use common::fixed;
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
@@ -14,22 +16,6 @@ use kquota_core::{
     Error, QuotaEntity, QuotaManager, QuotaType, ReplayKernel, ReplayOptions, Request, RequestPath,
 };
 use proptest::prelude::*;
-
-fn fixed(cases: u32) -> ProptestConfig {
-    let seed = std::env::var("PROPTEST_RNG_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0x6b71_756f_7461);
-    let cases = std::env::var("PROPTEST_CASES")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(cases);
-    ProptestConfig {
-        cases,
-        rng_seed: proptest::test_runner::RngSeed::Fixed(seed),
-        ..ProptestConfig::default()
-    }
-}
 
 const USERS: [&str; 4] = ["alice", "bob", "User:CN=c d", ""];
 const CLIENTS: [&str; 4] = ["app-1", "app-2", "", "x"];
@@ -486,29 +472,30 @@ fn kernel(trace: &Trace, closed: bool) -> (Vec<Row>, Measured) {
     (out, measured)
 }
 
+/// The kernel's throttles and measurements on `trace` are the request path's, event for
+/// event.
+fn equals_the_request_path(trace: &Trace, closed_loop: bool) -> Result<(), TestCaseError> {
+    let (expected, measured) = oracle(trace, closed_loop);
+    let (got, got_measured) = kernel(trace, closed_loop);
+    prop_assert_eq!(got.len(), expected.len());
+    for (g, e) in got.iter().zip(&expected) {
+        prop_assert_eq!(g, e);
+    }
+    prop_assert_eq!(got_measured, measured);
+    Ok(())
+}
+
 proptest! {
     #![proptest_config(fixed(400))]
 
     #[test]
     fn open_loop_equals_the_request_path(trace in trace()) {
-        let (expected, measured) = oracle(&trace, false);
-        let (got, got_measured) = kernel(&trace, false);
-        prop_assert_eq!(got.len(), expected.len());
-        for (g, e) in got.iter().zip(&expected) {
-            prop_assert_eq!(g, e);
-        }
-        prop_assert_eq!(got_measured, measured);
+        equals_the_request_path(&trace, false)?;
     }
 
     #[test]
     fn closed_loop_equals_the_request_path(trace in trace()) {
-        let (expected, measured) = oracle(&trace, true);
-        let (got, got_measured) = kernel(&trace, true);
-        prop_assert_eq!(got.len(), expected.len());
-        for (g, e) in got.iter().zip(&expected) {
-            prop_assert_eq!(g, e);
-        }
-        prop_assert_eq!(got_measured, measured);
+        equals_the_request_path(&trace, true)?;
     }
 }
 

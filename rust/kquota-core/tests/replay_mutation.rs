@@ -10,6 +10,8 @@
 //! refused once an earlier one overdrew the bucket.
 #![cfg(not(loom))]
 
+mod common;
+use common::fixed_from;
 use kquota_core::kafka::samples::WindowConfig;
 use kquota_core::replay::{
     quota_code, Events, Output, BY_MUTATION, BY_NONE, KIND_MUTATION, KIND_OTHER,
@@ -20,18 +22,6 @@ use kquota_core::{
 };
 use proptest::prelude::*;
 use std::sync::Arc;
-
-fn fixed(cases: u32) -> ProptestConfig {
-    let cases = std::env::var("PROPTEST_CASES")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(cases);
-    ProptestConfig {
-        cases,
-        rng_seed: proptest::test_runner::RngSeed::Fixed(0x6d75_7461_7465),
-        ..ProptestConfig::default()
-    }
-}
 
 const PAIRS: [(&str, &str); 4] = [
     ("alice", "app-1"),
@@ -346,7 +336,7 @@ fn kernel(trace: &Trace, closed_loop: bool) -> (Vec<Row>, Vec<Option<u64>>) {
 }
 
 proptest! {
-    #![proptest_config(fixed(300))]
+    #![proptest_config(fixed_from(0x6d75_7461_7465, 300))]
 
     #[test]
     fn mutations_equal_the_controller_mutation_manager(trace in trace()) {
@@ -363,7 +353,7 @@ proptest! {
 fn traces_cover_every_branch() {
     use proptest::strategy::ValueTree;
     use proptest::test_runner::TestRunner;
-    let mut runner = TestRunner::new(fixed(300));
+    let mut runner = TestRunner::new(fixed_from(0x6d75_7461_7465, 300));
     let (mut refused, mut by_mutation, mut by_request, mut both) = (0, 0, 0, 0);
     let mut later_topics_refused = 0;
     for _ in 0..300 {
@@ -408,16 +398,7 @@ fn closed_loop_waits_out_a_mutation_throttle() {
     let m = ControllerMutationQuotaManager::with_defaults();
     m.set_quota(&QuotaEntity::parse(Some("alice"), None).unwrap(), 2.0)
         .unwrap();
-    let managers = QuotaType::ALL.map(QuotaManager::with_defaults);
-    let [p, f, r] = &managers;
-    let path = RequestPath::new(p, f, r).unwrap();
-    let options = ReplayOptions {
-        closed_loop: true,
-        expiry_task_ms: None,
-        clients: None,
-    };
-    let mut k = ReplayKernel::new(&PAIRS[..1], &[path], options).unwrap();
-    k.set_mutation_manager(0, &m).unwrap();
+    let mut k = mutation_kernel(&m, &PAIRS[..1], true);
     // 30 partitions overdraw the 22-token burst by 8 (permissive: 4 s throttle); the
     // strict request 1 ms later is held until the throttle ends, then accepted.
     let times = [t0, t0 + 1];
@@ -454,11 +435,7 @@ fn bad_mutation_columns_are_refused() {
     let m = ControllerMutationQuotaManager::with_defaults();
     m.set_quota(&QuotaEntity::parse(Some("alice"), None).unwrap(), 2.0)
         .unwrap();
-    let managers = QuotaType::ALL.map(QuotaManager::with_defaults);
-    let [p, f, r] = &managers;
-    let path = RequestPath::new(p, f, r).unwrap();
-    let mut k = ReplayKernel::new(&PAIRS[..1], &[path], ReplayOptions::default()).unwrap();
-    k.set_mutation_manager(0, &m).unwrap();
+    let mut k = mutation_kernel(&m, &PAIRS[..1], false);
     let base = |partitions: &'static [i32], strict: &'static [bool]| Events {
         time_ms: &[5],
         pair: &[0],
@@ -504,17 +481,8 @@ fn mutation_summaries_count_what_the_manager_decided() {
     let m = ControllerMutationQuotaManager::with_defaults();
     m.set_quota(&QuotaEntity::parse(Some("<default>"), None).unwrap(), 3.0)
         .unwrap();
-    let managers = QuotaType::ALL.map(QuotaManager::with_defaults);
-    let [p, f, r] = &managers;
-    let path = RequestPath::new(p, f, r).unwrap();
-    let options = ReplayOptions {
-        closed_loop: false,
-        expiry_task_ms: None,
-        clients: None,
-    };
     let pairs = [("alice", "a"), ("bob", "b")];
-    let mut k = ReplayKernel::new(&pairs, &[path], options).unwrap();
-    k.set_mutation_manager(0, &m).unwrap();
+    let mut k = mutation_kernel(&m, &pairs, false);
     let n = 50;
     let time: Vec<i64> = (0..n).map(|i| t0 + 300 * (i / 2)).collect();
     let pair: Vec<i32> = (0..n).map(|i| (i % 2) as i32).collect();
@@ -570,4 +538,24 @@ fn mutation_summaries_count_what_the_manager_decided() {
         assert_eq!((s.total_throttle_ms, s.max_throttle_ms), (total, max));
         assert!(throttled > 0 && recorded < asked, "{s:?}");
     }
+}
+
+/// A one-scenario kernel over `pairs` with default produce, fetch and request managers
+/// and `m`'s controller-mutation quota, with no expiry task.
+fn mutation_kernel(
+    m: &ControllerMutationQuotaManager,
+    pairs: &[(&str, &str)],
+    closed_loop: bool,
+) -> ReplayKernel {
+    let managers = QuotaType::ALL.map(QuotaManager::with_defaults);
+    let [p, f, r] = &managers;
+    let path = RequestPath::new(p, f, r).unwrap();
+    let options = ReplayOptions {
+        closed_loop,
+        expiry_task_ms: None,
+        clients: None,
+    };
+    let mut k = ReplayKernel::new(pairs, &[path], options).unwrap();
+    k.set_mutation_manager(0, m).unwrap();
+    k
 }

@@ -516,10 +516,7 @@ impl ReplayKernel {
         now: i64,
     ) -> Result<Option<f64>> {
         let pair = self.check_pair(pair)?;
-        self.scenario_mut(scenario)?;
-        self.advance(now)?;
-        let s = &mut self.scenarios[scenario];
-        let run = s.clock.run_at(now);
+        let (s, run) = self.scenario_at(scenario, now)?;
         Ok(s.mutations.tokens(pair, now, run))
     }
 
@@ -568,10 +565,7 @@ impl ReplayKernel {
         now: i64,
     ) -> Result<Option<f64>> {
         let pair = self.check_pair(pair)?;
-        self.scenario_mut(scenario)?;
-        self.advance(now)?;
-        let s = &mut self.scenarios[scenario];
-        let run = s.clock.run_at(now);
+        let (s, run) = self.scenario_at(scenario, now)?;
         Ok(s.tables[table_index(quota_type)].measure(pair, now, run))
     }
 
@@ -582,9 +576,8 @@ impl ReplayKernel {
         quota_type: QuotaType,
         pair: usize,
     ) -> Result<(String, String)> {
-        let pair = self.check_pair(pair)?;
-        let s = self.scenario(scenario)?;
-        Ok(s.tables[table_index(quota_type)].tags_of(pair).clone())
+        let (table, pair) = self.table(scenario, quota_type, pair)?;
+        Ok(table.tags_of(pair).clone())
     }
 
     /// The quota that applies to `pair` for `quota_type` in `scenario` (`None`: none).
@@ -594,9 +587,8 @@ impl ReplayKernel {
         quota_type: QuotaType,
         pair: usize,
     ) -> Result<Option<f64>> {
-        let pair = self.check_pair(pair)?;
-        let s = self.scenario(scenario)?;
-        Ok(s.tables[table_index(quota_type)].quota_of(pair))
+        let (table, pair) = self.table(scenario, quota_type, pair)?;
+        Ok(table.quota_of(pair))
     }
 
     /// The fetch-size cap of `pair` from its `quota_type` quota in `scenario`: the
@@ -608,9 +600,29 @@ impl ReplayKernel {
         quota_type: QuotaType,
         pair: usize,
     ) -> Result<f64> {
+        let (table, pair) = self.table(scenario, quota_type, pair)?;
+        Ok(table.max_value_in_quota_window(pair))
+    }
+
+    /// `scenario` after the kernel's clock has moved to `now`, and its expiry run then.
+    fn scenario_at(&mut self, scenario: usize, now: i64) -> Result<(&mut Scenario, Option<i64>)> {
+        self.scenario_mut(scenario)?;
+        self.advance(now)?;
+        let s = &mut self.scenarios[scenario];
+        let run = s.clock.run_at(now);
+        Ok((s, run))
+    }
+
+    /// The `quota_type` table of `scenario`, with `pair` checked.
+    fn table(
+        &self,
+        scenario: usize,
+        quota_type: QuotaType,
+        pair: usize,
+    ) -> Result<(&SensorTable, u32)> {
         let pair = self.check_pair(pair)?;
         let s = self.scenario(scenario)?;
-        Ok(s.tables[table_index(quota_type)].max_value_in_quota_window(pair))
+        Ok((&s.tables[table_index(quota_type)], pair))
     }
 
     fn scenario(&self, scenario: usize) -> Result<&Scenario> {

@@ -420,51 +420,34 @@ mod tests {
             runs: &[0, 2],
             entities: &[0, 1],
         };
-        let e = recommend(
-            QuotaType::Produce,
-            &window,
-            KafkaRelease::DEFAULT,
-            0.1,
-            &traffic,
-        )
-        .unwrap_err();
-        assert!(e.to_string().contains("-3.0"), "{e}");
-        let e = recommend(
-            QuotaType::Produce,
-            &window,
-            KafkaRelease::DEFAULT,
-            1.0,
-            &traffic,
-        )
-        .unwrap_err();
-        assert!(e.to_string().contains("target 1.0"), "{e}");
+        let refused = |target: f64, traffic: &RecommendTraffic<'_>| {
+            recommend(
+                QuotaType::Produce,
+                &window,
+                KafkaRelease::DEFAULT,
+                target,
+                traffic,
+            )
+            .unwrap_err()
+            .to_string()
+        };
+        let e = refused(0.1, &traffic);
+        assert!(e.contains("-3.0"), "{e}");
+        let e = refused(1.0, &traffic);
+        assert!(e.contains("target 1.0"), "{e}");
         let bad_runs = RecommendTraffic {
             usage: &[1.0, 3.0],
             runs: &[0, 1],
             ..traffic
         };
-        let e = recommend(
-            QuotaType::Produce,
-            &window,
-            KafkaRelease::DEFAULT,
-            0.1,
-            &bad_runs,
-        )
-        .unwrap_err();
-        assert!(e.to_string().contains("[0, 1]"), "{e}");
+        let e = refused(0.1, &bad_runs);
+        assert!(e.contains("[0, 1]"), "{e}");
         let unordered = RecommendTraffic {
             times: &[5, 2],
             usage: &[1.0, 3.0],
             ..traffic
         };
-        let e = recommend(
-            QuotaType::Produce,
-            &window,
-            KafkaRelease::DEFAULT,
-            0.1,
-            &unordered,
-        )
-        .unwrap_err();
-        assert!(e.to_string().contains("2 after 5"), "{e}");
+        let e = refused(0.1, &unordered);
+        assert!(e.contains("2 after 5"), "{e}");
     }
 }
