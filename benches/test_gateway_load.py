@@ -144,7 +144,7 @@ def load_round(front: Front) -> Round:
 def rounds(tmp_path_factory: pytest.TempPathFactory, store: Path) -> dict[str, list[Round]]:
     if not RUST_RELAY.is_file():
         raise FileNotFoundError(
-            f"no {RUST_RELAY}: make bench builds it (make target/release/kquota-relay)"
+            f"no {RUST_RELAY}: make bench builds it (make target/release/examples/kquota-relay)"
         )
     import resource
 

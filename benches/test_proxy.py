@@ -8,8 +8,9 @@ run with their rounds interleaved (round ``i`` runs every role, in an order rota
 * ``relay`` (baseline): through a plain asyncio byte relay (``relay`` below: each chunk
   received is written to the other side at once, both directions at once, with asyncio's
   protocols and flow control), which shows what Python in the path costs at all;
-* ``rust_relay`` (baseline): through ``kquota-relay`` (``rust/kquota-proxy``, built by
-  ``make bench``): tokio copying bytes both ways, the floor a proxy in Rust is held to;
+* ``rust_relay`` (baseline): through ``kquota-relay`` (an example of ``rust/kquota-proxy``,
+  built by ``make bench``): tokio copying bytes both ways, the floor a proxy in Rust is held
+  to;
 * ``rust_framed`` (baseline): ``kquota-relay --framed``, which reads every frame and decodes
   its header, and matches each response to its request;
 * ``kquota`` (subject): ``kquota proxy`` with a store that has no quota for this client:
@@ -108,7 +109,9 @@ LATENCY_MESSAGES = pick(1_000, 300)
 LATENCY_ROUNDS = pick(5, 3)
 STATS_INTERVAL_MS = 100
 """librdkafka's statistics, from which the produce requests of a run are counted."""
-RUST_RELAY = Path(__file__).resolve().parents[1] / "target" / "release" / "kquota-relay"
+RUST_RELAY = (
+    Path(__file__).resolve().parents[1] / "target" / "release" / "examples" / "kquota-relay"
+)
 
 
 # -- the relay (baseline), run as its own process ------------------------------------------
@@ -457,7 +460,7 @@ def interleaved(
     """``run(front)`` for every role, ``rounds`` times, in an order rotated each round."""
     if not RUST_RELAY.is_file():
         raise FileNotFoundError(
-            f"no {RUST_RELAY}: make bench builds it (make target/release/kquota-relay)"
+            f"no {RUST_RELAY}: make bench builds it (make target/release/examples/kquota-relay)"
         )
     results: dict[str, list[Any]] = {role: [] for role in ROLES}
     for i in range(rounds):

@@ -1,13 +1,14 @@
 //! The data path of `kquota proxy`, in Rust: Kafka's size-delimited frames read with a
 //! bounded buffer, request and response headers decoded (and nothing else of a message
-//! that a decision does not need), and relays between a client and its broker.
+//! that a decision does not need), and the proxy that relays them
+//! between clients and their brokers with Kafka's client quotas.
 //!
 //! Layers, each using only those above it: [`error`], [`frame`] (bytes to frames),
 //! [`header`] (a frame's header), [`fetch`] (what a fetch request says), [`sasl`] (the principal of a connection), [`rewrite`]
 //! (the throttle in a response), [`addresses`] (the broker addresses in a response, for a
 //! gateway), [`admin`] (client-quota administration answered by the proxy), [`access`] (who may
 //! administer it), [`broker_time`] (the broker's handler time on a request, estimated from
-//! its round trips), [`relay`] (connections as bytes or frames), [`managers`] (a broker's
+//! its round trips), [`managers`] (a broker's
 //! quota managers as the proxy holds them), [`gateway`] (the proxy in front of a whole
 //! cluster: a port and quota sensors per broker), `handlers` (each API's quota decision,
 //! with no socket), [`server`] (the proxy: connections with Kafka's client quotas, moving
@@ -26,7 +27,6 @@ pub mod header;
 pub mod managers;
 pub mod metadata;
 pub mod mutation;
-pub mod relay;
 pub mod rewrite;
 pub mod sasl;
 pub mod server;

@@ -5,9 +5,13 @@
 use std::net::SocketAddr;
 use std::process::ExitCode;
 
-use kquota_proxy::relay::{framed_relay, plain_relay};
 use kquota_proxy::DEFAULT_MAX_FRAME_BYTES;
+use relay::{framed_relay, plain_relay};
 use tokio::net::TcpListener;
+
+mod relay;
+#[cfg(test)]
+mod tests;
 
 const USAGE: &str = "usage: kquota-relay LISTEN UPSTREAM [--framed] (addresses as host:port)";
 
