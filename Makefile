@@ -34,7 +34,7 @@ ACTIONLINT    := $(KQUOTA_CACHE)/actionlint-$(ACTIONLINT_VERSION)/bin/actionlint
 SHARED ?= ../shared
 
 .DEFAULT_GOAL := help
-.PHONY: help tools demo test check-shared test-rust test-loom test-python test-corpora soak fuzz fuzz-oracle lint docs format bench bench-quick bench-rust bench-python build clean
+.PHONY: help tools demo test check-shared test-rust test-loom test-python test-corpora soak fuzz fuzz-oracle kafka-workload lint docs format bench bench-quick bench-rust bench-python build clean
 
 help: ## List the targets
 	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  make %-13s %s\n", $$1, $$2}'
@@ -163,6 +163,13 @@ fuzz-oracle: check-shared $(EXT) $(KAFKA) $(KAFKA3) $(KAFKA_NEWEST) ## Random tr
 	KQUOTA_ORACLE_SEED=$(ORACLE_SEED) KQUOTA_ORACLE_SCALE=$(ORACLE_SCALE) \
 	  $(PY) -m pytest tests/core/test_kafka_oracle.py -k with_kafka -p no:cacheprovider
 
+# Six clients at once on a real broker of KAFKA_WORKLOAD_VERSION: Kafka's own quotas, the
+# back-test of its request log and the gateway, each against what Kafka did.
+KAFKA_WORKLOAD_VERSION ?= $(KAFKA_NEWEST_VERSION)
+
+kafka-workload: check-shared $(EXT) $(KAFKA) $(KAFKA3) $(KAFKA_NEWEST) ## Kafka's quotas vs the back-test and the gateway, six clients at once (~4 min)
+	$(PY) benches/kafka_workload.py --version $(KAFKA_WORKLOAD_VERSION)
+
 test-python: check-shared $(EXT) $(TANSU) $(KAFKA) $(KAFKA3) $(KAFKA_NEWEST) $(CHROMIUM) ## pytest (conformance, Kafka as the oracle, kquota proxy against Tansu, the report in Chromium)
 	$(PY) -m pytest
 
@@ -208,10 +215,10 @@ bench-rust: $(DEPS) ## criterion: core record-and-check (vs a locked map and gov
 	  g.write_repeated(g.LogSpec(requests=2000, brokers=1, seed=5), 'target/request-log-bench', 20000)"
 	KQUOTA_REQUEST_LOG=$(abspath $(REQUEST_LOG_BENCH)) cargo bench -p kquota-core --bench request_log -- $(CRITERION_ARGS)
 
-# The proxy benchmarks' floor: a Rust relay (rust/kquota-proxy), bytes or frame by frame.
-RELAY := target/release/kquota-relay
+# The proxy benchmarks' floor: a Rust relay (an example of rust/kquota-proxy), bytes or frames.
+RELAY := target/release/examples/kquota-relay
 $(RELAY): $(RUST_SOURCES)
-	cargo build --release -p kquota-proxy --bin kquota-relay --quiet
+	cargo build --release -p kquota-proxy --example kquota-relay --quiet
 
 bench-python: $(EXT) $(RELAY) ## pytest-benchmark: Python record against the model, limits, token-bucket
 	$(PY) -m pytest benches -p no:cacheprovider --benchmark-only --benchmark-columns=min,mean,median,ops

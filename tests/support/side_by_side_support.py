@@ -188,14 +188,27 @@ class Front:
     """``kquota proxy --listen PROXY --upstream PROXIED --store STORE --capture DIR`` (or one
     of the teeth, see :data:`FRONTS`) as its own process, until :meth:`stop`."""
 
-    def __init__(self, kind: str, broker: SideBySideBroker, store: Path, folder: Path) -> None:
+    def __init__(
+        self,
+        kind: str,
+        broker: SideBySideBroker | None,
+        store: Path,
+        folder: Path,
+        *,
+        where: list[str] | None = None,
+    ) -> None:
+        """``where``: the proxy's own ``--listen`` and upstream options in place of the
+        sidecar's in front of ``broker``'s proxied listener (a gateway's, for one)."""
         if kind not in FRONTS:
             raise ValueError(f"front {kind!r}: use one of {FRONTS}")
         self.kind = kind
         self.capture = folder / "capture"
         self.log = folder / "proxy.log"
+        if where is None:
+            assert broker is not None, "a sidecar front needs its broker"
+            where = ["--listen", broker.proxy_bootstrap, "--upstream", broker.proxied]
         args = [
-            *("proxy", "--listen", broker.proxy_bootstrap, "--upstream", broker.proxied),
+            *("proxy", *where),
             *("--store", str(store), "--capture", str(self.capture), "--log-level", "WARNING"),
         ]
         python = [sys.executable, "-X", "faulthandler"]
@@ -215,7 +228,7 @@ class Front:
             )
         assert self.process.stdout is not None
         line = self.process.stdout.readline()  # the one line it prints once it listens
-        if not line.startswith("kquota proxy: listening"):
+        if not (line.startswith("kquota proxy: ") and " listening on " in line):
             self.process.kill()
             self.process.wait()
             raise RuntimeError(f"{kind} proxy did not start: {line!r} {self.log.read_text()}")
