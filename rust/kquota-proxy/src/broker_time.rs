@@ -25,6 +25,16 @@
 //!
 //! Every request of a kind is charged the same, as Kafka's handler takes about the same
 //! time on each; the proxy's own time on the request is charged besides.
+//!
+//! The floor must be the path's *now*: a kind the clients sent only when they connected
+//! (ApiVersions, on an idle broker) would otherwise hold it down while the broker gets
+//! busy, and every kind would be charged the path's growth as work (a Metadata poller
+//! among busy producers was charged 4 times what Kafka charged it). So while clients use
+//! a broker, the proxy sends it a cheap request of its own every [`PROBE_INTERVAL`]
+//! ([`probe_request`], ApiVersions v0 as client `kquota-probe`, on a connection of its
+//! own), whose round trips keep the cheapest kind's percentile current.
+
+use std::time::Instant;
 
 use std::time::Duration;
 
@@ -38,6 +48,32 @@ pub const FLOOR_PERCENTILE: usize = 10;
 /// estimate: the `sendTimeMs` of small responses in Kafka's request log, on loopback, is
 /// 17-104 µs (`kquota_core::requestlog::request_time`), about 20 µs on a warm broker.
 pub const NETWORK_NS: u64 = 20_000;
+
+/// How often the proxy sends its own cheap request to a broker its clients use.
+pub const PROBE_INTERVAL: Duration = Duration::from_millis(100);
+
+/// How long after a client's last round trip to a broker the proxy keeps probing it.
+pub const PROBE_IDLE: Duration = Duration::from_secs(10);
+
+/// The client id of the proxy's own cheap requests (Kafka logs them under it).
+pub const PROBE_CLIENT_ID: &str = "kquota-probe";
+
+/// ApiVersions: the probe's API.
+pub const PROBE_API_KEY: i16 = 18;
+
+/// The proxy's cheap request to a broker (without its size prefix): ApiVersions v0, which
+/// every broker answers at once, before any authentication and whatever its version,
+/// with request header v1 and client id [`PROBE_CLIENT_ID`].
+pub fn probe_request(correlation_id: i32) -> Vec<u8> {
+    let id = PROBE_CLIENT_ID.as_bytes();
+    let mut frame = Vec::with_capacity(10 + id.len());
+    frame.extend_from_slice(&PROBE_API_KEY.to_be_bytes());
+    frame.extend_from_slice(&0i16.to_be_bytes()); // version 0
+    frame.extend_from_slice(&correlation_id.to_be_bytes());
+    frame.extend_from_slice(&(id.len() as i16).to_be_bytes());
+    frame.extend_from_slice(id);
+    frame // v0 has no body
+}
 
 /// A kind of request: its API and the bit length of its larger frame (request or
 /// response), because the broker's work on a request of an API grows with what it reads
@@ -56,20 +92,24 @@ struct Latest {
     len: usize,
     next: usize,
     floor: u64,
+    /// When its latest round trip was noted.
+    last: Instant,
 }
 
 impl Latest {
-    fn new(kind: Kind) -> Self {
+    fn new(kind: Kind, now: Instant) -> Self {
         Latest {
             kind,
             nanos: [0; WINDOW],
             len: 0,
             next: 0,
             floor: 0,
+            last: now,
         }
     }
 
-    fn add(&mut self, nanos: u64) {
+    fn add(&mut self, nanos: u64, now: Instant) {
+        self.last = now;
         self.nanos[self.next] = nanos;
         self.next = (self.next + 1) % WINDOW;
         self.len = (self.len + 1).min(WINDOW);
@@ -92,6 +132,8 @@ fn nearest_rank(sorted: &[u64], p: usize) -> u64 {
 #[derive(Debug, Clone, Default)]
 pub struct BrokerTimes {
     by_kind: Vec<Latest>,
+    /// When a client's round trip was last noted (the proxy's probes do not count).
+    last_client: Option<Instant>,
 }
 
 impl BrokerTimes {
@@ -104,29 +146,68 @@ impl BrokerTimes {
     /// of the broker's time on a request of its kind (see the module's documentation); this
     /// round trip counts in the percentiles it is taken from.
     pub fn estimate(&mut self, api_key: i16, size: usize, round_trip: Duration) -> Duration {
+        let now = Instant::now();
+        self.last_client = Some(now);
+        self.note(api_key, size, round_trip, now)
+    }
+
+    /// The estimate for a request of `api_key` whose larger frame was `size` bytes,
+    /// without a round trip of its own to note (one that waited for an earlier answer):
+    /// its kind's, or [`NETWORK_NS`] alone for a kind not seen yet.
+    pub fn charge(&mut self, api_key: i16, size: usize) -> Duration {
+        let now = Instant::now();
+        self.last_client = Some(now);
+        let kind = kind(api_key, size);
+        let work = match self.by_kind.iter().find(|l| l.kind == kind) {
+            Some(latest) => latest
+                .floor
+                .saturating_sub(self.floor_nanos(now).unwrap_or(latest.floor)),
+            None => 0,
+        };
+        Duration::from_nanos(work.saturating_add(NETWORK_NS))
+    }
+
+    /// Notes the round trip of the proxy's own probe ([`probe_request`]), whose response
+    /// was `size` bytes: it counts in the percentiles as a client's would, but not as a
+    /// client's use of the broker ([`BrokerTimes::in_use`]).
+    pub fn probed(&mut self, size: usize, round_trip: Duration) {
+        self.note(PROBE_API_KEY, size, round_trip, Instant::now());
+    }
+
+    /// Whether a client's round trip was noted within [`PROBE_IDLE`] of `now`: whether the
+    /// proxy keeps probing the broker.
+    pub fn in_use(&self, now: Instant) -> bool {
+        self.last_client
+            .is_some_and(|last| now.saturating_duration_since(last) < PROBE_IDLE)
+    }
+
+    fn note(&mut self, api_key: i16, size: usize, round_trip: Duration, now: Instant) -> Duration {
         let nanos = u64::try_from(round_trip.as_nanos()).unwrap_or(u64::MAX);
         let kind = kind(api_key, size);
         let at = match self.by_kind.iter().position(|l| l.kind == kind) {
             Some(at) => at,
             None => {
-                self.by_kind.push(Latest::new(kind));
+                self.by_kind.push(Latest::new(kind, now));
                 self.by_kind.len() - 1
             }
         };
-        self.by_kind[at].add(nanos);
-        let floor = self.floor_nanos().unwrap_or(nanos);
+        self.by_kind[at].add(nanos, now);
+        let floor = self.floor_nanos(now).unwrap_or(nanos);
         let work = self.by_kind[at].floor.saturating_sub(floor);
         Duration::from_nanos(work.saturating_add(NETWORK_NS))
     }
 
-    /// The path's floor: the lowest of the kinds' floors (each the 10th percentile of its
-    /// latest round trips); `None` before any round trip.
+    /// The path's floor: the lowest of the floors (each the 10th percentile of its latest
+    /// round trips) of the kinds noted within [`PROBE_IDLE`], or of all kinds when none
+    /// was; `None` before any round trip.
     pub fn floor(&self) -> Option<Duration> {
-        self.floor_nanos().map(Duration::from_nanos)
+        self.floor_nanos(Instant::now()).map(Duration::from_nanos)
     }
 
-    fn floor_nanos(&self) -> Option<u64> {
-        self.by_kind.iter().map(|l| l.floor).min()
+    fn floor_nanos(&self, now: Instant) -> Option<u64> {
+        let recent = |l: &&Latest| now.saturating_duration_since(l.last) < PROBE_IDLE;
+        let current = self.by_kind.iter().filter(recent).map(|l| l.floor).min();
+        current.or_else(|| self.by_kind.iter().map(|l| l.floor).min())
     }
 }
 
@@ -216,6 +297,71 @@ mod tests {
                 us(400) + NETWORK
             );
         }
+    }
+
+    #[test]
+    fn a_kind_not_seen_lately_leaves_the_floor() {
+        // ApiVersions, seen only when the clients connected to an idle broker, holds the
+        // floor down while the path is slower for everyone: a poller's Metadata is charged
+        // the path's growth as work ...
+        let start = Instant::now();
+        let later = start + PROBE_IDLE;
+        let mut times = BrokerTimes::new();
+        times.note(API_VERSIONS, 400, us(60), start);
+        for _ in 0..WINDOW {
+            times.note(METADATA, 60, us(160), start);
+        }
+        assert_eq!(times.note(METADATA, 60, us(160), start), us(100) + NETWORK);
+        // ... until it has not been seen for PROBE_IDLE; then a probe of the path as it is
+        // now is the floor, and the poller is charged what its Metadata adds to it
+        times.note(PROBE_API_KEY, 600, us(150), later);
+        assert_eq!(times.floor_nanos(later), Some(150_000));
+        assert_eq!(times.note(METADATA, 60, us(160), later), us(10) + NETWORK);
+        // with no kind seen lately, all of them count
+        let much_later = later + PROBE_IDLE;
+        assert_eq!(times.floor_nanos(much_later), Some(60_000));
+    }
+
+    #[test]
+    fn a_charge_without_a_round_trip_is_the_kinds_and_notes_nothing() {
+        let mut times = BrokerTimes::new();
+        assert_eq!(times.charge(DESCRIBE_CONFIGS, 300), NETWORK);
+        assert!(times.in_use(Instant::now()));
+        times.estimate(API_VERSIONS, 500, us(100));
+        times.estimate(DESCRIBE_CONFIGS, 300, us(2_100));
+        assert_eq!(times.charge(DESCRIBE_CONFIGS, 300), us(2_000) + NETWORK);
+        // nothing noted: the floor and the kind's percentile stay
+        for _ in 0..WINDOW {
+            times.charge(DESCRIBE_CONFIGS, 300);
+        }
+        assert_eq!(times.floor(), Some(us(100)));
+        assert_eq!(
+            times.estimate(DESCRIBE_CONFIGS, 300, us(2_100)),
+            us(2_000) + NETWORK
+        );
+    }
+
+    #[test]
+    fn probes_are_not_a_clients_use_of_the_broker() {
+        let mut times = BrokerTimes::new();
+        times.probed(300, us(150));
+        assert!(!times.in_use(Instant::now()));
+        assert_eq!(times.floor(), Some(us(150)));
+        times.estimate(METADATA, 60, us(160));
+        assert!(times.in_use(Instant::now()));
+        assert!(!times.in_use(Instant::now() + PROBE_IDLE));
+    }
+
+    #[test]
+    fn the_probe_is_an_api_versions_v0_request() {
+        let frame = probe_request(7);
+        let header = crate::header::parse_request_header(&frame).unwrap();
+        assert_eq!(header.api_key, PROBE_API_KEY);
+        assert_eq!(header.api_version, 0);
+        assert_eq!(header.correlation_id, 7);
+        assert_eq!(header.client_id(), PROBE_CLIENT_ID);
+        assert_eq!(header.response_header_version(), 0);
+        assert_eq!(frame.len(), 10 + PROBE_CLIENT_ID.len());
     }
 
     #[test]

@@ -15,7 +15,9 @@ use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 
-use kquota_proxy::{parse_request_header, parse_response_header, produce_acks, FrameError, FrameReader};
+use kquota_proxy::{
+    parse_request_header, parse_response_header, produce_acks, FrameError, FrameReader,
+};
 
 /// Copies bytes both ways between `client` and a new connection to `upstream` until both
 /// sides close; returns the bytes copied (client to broker, broker to client).

@@ -3,12 +3,12 @@
 
 use std::net::SocketAddr;
 
+use crate::relay::{framed_relay, plain_relay, RelayError};
 use bytes::{Buf, BytesMut};
 use kafka_protocol::messages::{
     ApiKey, ApiVersionsRequest, MetadataRequest, ProduceRequest, RequestHeader, ResponseHeader,
 };
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
-use crate::relay::{framed_relay, plain_relay, RelayError};
 use kquota_proxy::{parse_request_header, produce_acks, FrameReader, DEFAULT_MAX_FRAME_BYTES};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};

@@ -41,6 +41,7 @@ mod brokers;
 mod config;
 mod connection;
 mod decisions;
+mod probe;
 mod proxy;
 mod reader;
 mod responder;

@@ -1,6 +1,6 @@
 //! The running proxy: its listeners, the accept loop (KIP-612's admission at the door),
 //! each connection's task (its reader and responder run together), the maintenance of the
-//! managers' delay queues and sensors, and shutdown.
+//! managers' delay queues and sensors, each broker's probe, and shutdown.
 
 use std::io;
 use std::net::SocketAddr;
@@ -15,6 +15,7 @@ use tokio::sync::{mpsc, watch, Notify};
 
 use super::connection::Connection;
 use super::decisions::{Decision, Decisions};
+use super::probe::probe;
 use super::reader::read_requests;
 use super::responder::respond;
 use super::shared::Shared;
@@ -78,6 +79,7 @@ impl Proxy {
             local_addr,
             open_door,
         });
+        runtime.spawn(probe(Arc::clone(&shared), Arc::clone(&door)));
         runtime.spawn(accept(Arc::clone(&shared), listener, door));
         runtime.spawn(maintain(Arc::clone(&shared)));
         Ok(Proxy {
@@ -334,6 +336,7 @@ fn open_door(shared: &Arc<Shared>, doors: &Doors, door: Arc<Door>, port: u16) ->
     let listener = std::net::TcpListener::bind((doors.listen_ip, port))?;
     listener.set_nonblocking(true)?;
     let listener = TcpListener::from_std(listener)?;
+    tokio::spawn(probe(Arc::clone(shared), Arc::clone(&door)));
     tokio::spawn(accept(Arc::clone(shared), listener, door));
     Ok(())
 }

@@ -62,8 +62,12 @@ impl Pending {
     }
 
     /// Adds the estimate of the broker's handler time on an API Kafka answers at once
-    /// ([`BrokerTimes::estimate`]) from its round trip: from the request written, or the
-    /// responder free to read its answer when later, to the answer read.
+    /// ([`BrokerTimes::estimate`]) from its round trip: from the request written to the
+    /// answer read. When the responder was still busy with an earlier answer after the
+    /// request was written (pipelined produce requests), the answer may have waited for
+    /// it: the time from then is no round trip (it can be next to nothing, and would pull
+    /// the kind's percentile and the path's floor down to it), so the request is charged
+    /// its kind's estimate without adding to it ([`BrokerTimes::charge`]).
     fn add_broker_time(
         &mut self,
         times: &Mutex<BrokerTimes>,
@@ -72,9 +76,14 @@ impl Pending {
         read: Instant,
     ) {
         if answered_at_once(self.header.api_key, self.acks) {
-            let round_trip = read.saturating_duration_since(self.written.max(free));
             let size = self.size.max(response_size);
-            self.handled += lock(times).estimate(self.header.api_key, size, round_trip);
+            let mut times = lock(times);
+            self.handled += if free > self.written {
+                times.charge(self.header.api_key, size)
+            } else {
+                let round_trip = read.saturating_duration_since(self.written);
+                times.estimate(self.header.api_key, size, round_trip)
+            };
         }
     }
 }
