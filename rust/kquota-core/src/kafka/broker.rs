@@ -168,12 +168,24 @@ mod tests {
 
     #[test]
     fn the_larger_client_quota_throttle_applies_ties_to_the_request_quota() {
-        assert_eq!(applied_throttle(300, 0, 200), (300, Some(QuotaType::Produce)));
+        assert_eq!(
+            applied_throttle(300, 0, 200),
+            (300, Some(QuotaType::Produce))
+        );
         assert_eq!(applied_throttle(0, 300, 200), (300, Some(QuotaType::Fetch)));
-        assert_eq!(applied_throttle(200, 0, 300), (300, Some(QuotaType::Request)));
+        assert_eq!(
+            applied_throttle(200, 0, 300),
+            (300, Some(QuotaType::Request))
+        );
         // equal: the request quota's manager applies it
-        assert_eq!(applied_throttle(250, 0, 250), (250, Some(QuotaType::Request)));
-        assert_eq!(applied_throttle(0, 250, 250), (250, Some(QuotaType::Request)));
+        assert_eq!(
+            applied_throttle(250, 0, 250),
+            (250, Some(QuotaType::Request))
+        );
+        assert_eq!(
+            applied_throttle(0, 250, 250),
+            (250, Some(QuotaType::Request))
+        );
     }
 
     #[test]
@@ -193,7 +205,10 @@ mod tests {
         );
         assert_eq!(mutation_response_throttle(1000, 400), (1000, Some(Request)));
         assert_eq!(mutation_response_throttle(400, 400), (400, Some(Request)));
-        assert_eq!(mutation_response_throttle(0, 1), (1, Some(ControllerMutation)));
+        assert_eq!(
+            mutation_response_throttle(0, 1),
+            (1, Some(ControllerMutation))
+        );
     }
 
     #[test]

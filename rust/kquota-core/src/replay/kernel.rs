@@ -2,9 +2,8 @@
 
 use super::clock::Clock;
 use super::columns::{
-    EXPIRY_TASK_MS,
-    kind_of, ClientLimits, Events, Output, ReplayOptions, BY_NONE, KIND_FETCH, KIND_MUTATION,
-    KIND_OTHER, KIND_PRODUCE, SERVED, UNSERVED_BUFFER_FULL,
+    kind_of, ClientLimits, Events, Output, ReplayOptions, BY_NONE, EXPIRY_TASK_MS, KIND_FETCH,
+    KIND_MUTATION, KIND_OTHER, KIND_PRODUCE, SERVED, UNSERVED_BUFFER_FULL,
 };
 use super::mutation::MutationTable;
 use super::scenario::{table_index, ClosedLoop, Decisions, Event, Scenario, Scratch};
