@@ -14,7 +14,8 @@ connections, and does per request what Kafka's request handlers do with them:
   its own manager (Kafka's ``sendResponseMaybeThrottleWithControllerQuota``);
 * after a response went out: add the network-thread time without a check.
 
-These rules are the core's :class:`kquota._core.RequestPath`, called once per request.
+These rules are the core's: :class:`kquota._core.RequestPath`, called once per request,
+and for the mutation APIs its ``mutation_response_throttle``.
 The channel is throttled through the manager whose throttle is applied (the request
 manager when the two are equal), which records the throttle-time sensor and queues the
 channel. A request without a channel is accounted in the throttle-time sensor only:
