@@ -18,6 +18,7 @@ import numpy.typing as npt
 __all__ = [
     "CLIENT_QUOTA_KEYS",
     "DEFAULT",
+    "EXPIRY_TASK_MS",
     "IP_QUOTA_KEYS",
     "MUTATION_STRICT_SINCE",
     "NANOS_TO_PERCENT",
@@ -60,9 +61,14 @@ __all__ = [
     "check_quota",
     "check_quota_key",
     "check_quota_value",
+    "check_window_seconds",
     "double_to_int",
+    "maintenance_due",
     "monotonic_ms",
     "mutation_is_strict",
+    "mutation_response_throttle",
+    "next_maintenance_ms",
+    "next_sensor_expiry_ms",
     "parse_request_log",
     "recommend_quotas",
     "sanitize_user",
@@ -678,6 +684,40 @@ def applied_throttles(
     The largest, 0 when none is > 0. The arrays must have one length
     (:class:`InvalidUsageError` otherwise). The GIL is released.
     """
+
+def mutation_response_throttle(
+    request_ms: int, mutation_ms: int
+) -> tuple[int, Literal["request", "controller_mutation"] | None]:
+    """A CreateTopics, CreatePartitions or DeleteTopics response's throttle (KIP-599).
+
+    The larger of the request quota's applied throttle and the controller-mutation
+    throttle, ties to the request quota, and the quota whose manager applies it;
+    ``(0, None)`` when neither is > 0. Both are Kafka's 32-bit ints.
+    """
+
+EXPIRY_TASK_MS: Final[int]
+"""How often a broker expires idle sensors (ms): Kafka's ``ExpireSensorTask``, 30 s."""
+
+def maintenance_due(
+    now_ms: int, next_expiry_ms: int | None, next_unmute_ms: int | None
+) -> tuple[bool, bool]:
+    """What a broker's maintenance has to do at ``now_ms``: ``(expire, drain)``.
+
+    Expire idle sensors when ``next_expiry_ms`` has come (``None``: none has run yet, so
+    at once); drain the delay queues when the earliest mute ``next_unmute_ms`` has ended,
+    or when expiring.
+    """
+
+def next_sensor_expiry_ms(now_ms: int) -> int:
+    """The next expiry after sensors were expired at ``now_ms``: :data:`EXPIRY_TASK_MS` later."""
+
+def next_maintenance_ms(next_expiry_ms: int | None, next_unmute_ms: int | None) -> int | None:
+    """When maintenance is next due: the earlier of the next expiry and the next mute's
+    end; ``None`` when no expiry has run yet (due at once)."""
+
+def check_window_seconds(window_ms: int) -> None:
+    """``quota.window.size.seconds``: a quota manager's window is a whole number of
+    seconds; :class:`InvalidConfigError` naming ``window_ms`` otherwise."""
 
 def recommend_quotas(
     quota_type: _QuotaType,

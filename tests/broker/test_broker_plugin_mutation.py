@@ -72,3 +72,16 @@ def test_bad_input_names_the_value_and_records_nothing() -> None:
         plugin.on_mutation("u", "c", 10, 5, mutation, channel=99, now_ms=0)
     assert plugin.request.measure("u", "c", now_ms=0) is None
     assert mutation.queue_size == 0
+
+
+def test_a_mutation_throttle_beyond_kafkas_int_is_refused_before_recording() -> None:
+    # The core decides on Kafka's 32-bit throttles: a larger one is a bad value, named,
+    # and the request quota is not recorded.
+    plugin, mutation = _plugin(request=1.0)
+    for bad in (2**31, -(2**31) - 1):
+        with pytest.raises(InvalidUsageError, match=rf"invalid mutation_throttle_ms {bad}"):
+            plugin.on_mutation("u", "c", 10, bad, mutation, now_ms=0)
+    assert plugin.request.measure("u", "c", now_ms=0) is None
+    # the largest int is a throttle like any other
+    outcome = plugin.on_mutation("u", "c", 10, 2**31 - 1, mutation, now_ms=0)
+    assert outcome == QuotaOutcome(2**31 - 1, False, "controller_mutation", 2**31 - 1)

@@ -478,6 +478,14 @@ def test_cli_rejects_bad_options_with_status_2(tmp_path: Path) -> None:
     assert_proxy_cli_refuses(cases, tmp_path / "q.db")
 
 
+def test_cli_refuses_a_window_of_part_of_a_second(tmp_path: Path) -> None:
+    # quota.window.size.seconds: every manager's window, the controller mutation's too,
+    # is whole seconds; the core's message names the value.
+    argv = ["--listen", "127.0.0.1:0", "--upstream", "h:9", "--window-ms", "1500"]
+    message = "invalid window_ms 1500: a quota window is a whole number of seconds"
+    assert_proxy_cli_refuses([(argv, message)], tmp_path / "q.db")
+
+
 def test_bad_proxy_settings_are_named() -> None:
     from kquota._core import ProxyDataPath
     from kquota.broker import QuotaPlugin

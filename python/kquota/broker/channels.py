@@ -40,7 +40,15 @@ import threading
 import weakref
 from collections.abc import Callable, Iterable
 
-from kquota._core import ControllerMutationQuotaManager, QuotaManager, monotonic_ms
+from kquota._core import (
+    EXPIRY_TASK_MS,
+    ControllerMutationQuotaManager,
+    QuotaManager,
+    maintenance_due,
+    monotonic_ms,
+    next_maintenance_ms,
+    next_sensor_expiry_ms,
+)
 from kquota.exceptions import ChannelError
 
 _Manager = QuotaManager | ControllerMutationQuotaManager
@@ -51,8 +59,9 @@ __all__ = ["MAX_THROTTLE_MS", "SENSOR_EXPIRY_INTERVAL_MS", "ThrottledChannels"]
 MAX_THROTTLE_MS = 2**31 - 1
 """The largest throttle accepted: Kafka's throttle times are 32-bit ints."""
 
-SENSOR_EXPIRY_INTERVAL_MS = 30_000
-"""How often idle sensors are expired: Kafka's ``ExpireSensorTask`` runs every 30 s."""
+SENSOR_EXPIRY_INTERVAL_MS: int = EXPIRY_TASK_MS
+"""How often idle sensors are expired: Kafka's ``ExpireSensorTask`` runs every 30 s (the
+core's broker timetable, which decides when maintenance is due)."""
 
 _log = logging.getLogger("kquota.broker")
 
@@ -457,29 +466,26 @@ class ThrottledChannels:
         try:
             if self._background and self._thread is None and not self._shut_down:
                 self._start_thread()
-            expiry = self._next_expiry
-            expiring = expiry is None or now >= expiry
+            # The core's timetable; with every expiry the queues are drained too, so
+            # entries queued on a manager directly (not through this object) wait 30 s at
+            # most.
+            expiring, _ = maintenance_due(now, self._next_expiry, None)
             if expiring:
                 for manager in self.managers:
                     manager.expire_sensors(now_ms=now)
                 with self._lock:
-                    self._next_expiry = now + SENSOR_EXPIRY_INTERVAL_MS
+                    self._next_expiry = next_sensor_expiry_ms(now)
                     self._set_due()
-            unmute = self._next_unmute
-            # With every expiry the queues are drained too: entries queued on a manager
-            # directly (not through this object) wait 30 s at most.
-            if expiring or (unmute is not None and now >= unmute):
+            _, draining = maintenance_due(now, self._next_expiry, self._next_unmute)
+            if expiring or draining:
                 self.reap(now)
         finally:
             self._maintaining.release()
 
     def _set_due(self) -> None:
         """Recompute the next due time; the caller holds the lock."""
-        expiry, unmute = self._next_expiry, self._next_unmute
-        if expiry is None:
-            self._due = _DUE_AT_ONCE
-        else:
-            self._due = expiry if unmute is None else min(expiry, unmute)
+        due = next_maintenance_ms(self._next_expiry, self._next_unmute)
+        self._due = _DUE_AT_ONCE if due is None else due
 
     def _start_thread(self) -> None:
         with self._lock:

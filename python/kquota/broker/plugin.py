@@ -14,7 +14,8 @@ connections, and does per request what Kafka's request handlers do with them:
   its own manager (Kafka's ``sendResponseMaybeThrottleWithControllerQuota``);
 * after a response went out: add the network-thread time without a check.
 
-These rules are the core's :class:`kquota._core.RequestPath`, called once per request.
+These rules are the core's: :class:`kquota._core.RequestPath`, called once per request,
+and for the mutation APIs its ``mutation_response_throttle``.
 The channel is throttled through the manager whose throttle is applied (the request
 manager when the two are equal), which records the throttle-time sensor and queues the
 channel. A request without a channel is accounted in the throttle-time sensor only:
@@ -43,6 +44,7 @@ from kquota._core import (
     QuotaManager,
     RequestPath,
     monotonic_ms,
+    mutation_response_throttle,
 )
 from kquota._core import update_cluster_metadata as _update_cluster_metadata
 from kquota.broker.channels import ThrottledChannels
@@ -211,8 +213,9 @@ class QuotaPlugin:
     ) -> QuotaOutcome:
         """A produce request of ``size_bytes`` that took ``thread_time_ns`` of handler time.
 
-        The applied throttle is the larger of the produce and request throttles; the
-        request quota is skipped for ``acks=0``.
+        The applied throttle is the larger of the produce and request throttles (the
+        core's request path decides, ties to the request quota); the request quota is
+        skipped for ``acks=0``.
         """
         _usage("size_bytes", size_bytes)
         _usage("thread_time_ns", thread_time_ns)
@@ -273,35 +276,37 @@ class QuotaPlugin:
         """A CreateTopics, CreatePartitions or DeleteTopics response about to be sent.
 
         ``mutation_throttle_ms`` is the request's controller-mutation throttle
-        (:meth:`kquota.MutationRequestQuota.throttle_time` at ``now_ms``). The request
-        quota is recorded as for any request; the response carries the larger of the two
-        throttles, and the channel is muted through the manager of the larger one (the
-        request manager when they are equal), as Kafka's
-        ``sendResponseMaybeThrottleWithControllerQuota`` does.
+        (:meth:`kquota.MutationRequestQuota.throttle_time` at ``now_ms``, Kafka's int).
+        The request quota is recorded as for any request; the response carries the larger
+        of the two throttles, and the channel is muted through the manager of the larger
+        one (the request manager when they are equal), as Kafka's
+        ``sendResponseMaybeThrottleWithControllerQuota`` does: the core's
+        ``mutation_response_throttle`` decides.
         """
         _usage("thread_time_ns", thread_time_ns)
         if not isinstance(mutation, ControllerMutationQuotaManager):
             raise InvalidConfigError(
                 f"invalid mutation {mutation!r}: expected a ControllerMutationQuotaManager"
             )
-        if isinstance(mutation_throttle_ms, bool) or not isinstance(mutation_throttle_ms, int):
+        if (
+            isinstance(mutation_throttle_ms, bool)
+            or not isinstance(mutation_throttle_ms, int)
+            or not -(2**31) <= mutation_throttle_ms < 2**31
+        ):
             raise InvalidUsageError(
                 f"invalid mutation_throttle_ms {mutation_throttle_ms!r}: expected an int"
+                f" from {-(2**31)} to {2**31 - 1} (Kafka's int)"
             )
         now = self._begin(channel, now_ms)
         outcome = self._path.record(
             user, client_id, "other", 0.0, thread_time_ns, acks=-1, now_ms=now
         )
         request_ms = outcome.throttle_ms if outcome.throttled_by is not None else 0
-        throttle = max(mutation_throttle_ms, request_ms)
-        if throttle <= 0:
+        throttle, by = mutation_response_throttle(request_ms, mutation_throttle_ms)
+        if by is None:
             return _NOT_THROTTLED
-        by: ThrottledBy
         manager: QuotaManager | ControllerMutationQuotaManager
-        if mutation_throttle_ms > request_ms:
-            by, manager = "controller_mutation", mutation
-        else:
-            by, manager = "request", self._request
+        manager = mutation if by == "controller_mutation" else self._request
         if channel is None:
             end = manager.throttle(user, client_id, throttle, now_ms=now)
         else:

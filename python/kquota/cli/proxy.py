@@ -32,6 +32,7 @@ from kquota import (
     QuotaManager,
     load_callback,
 )
+from kquota._core import check_window_seconds
 from kquota._extras import missing, needs
 from kquota.cli.common import EXIT_OK, fail
 from kquota.config.backends import STORE_ENV, open_store
@@ -322,6 +323,7 @@ def run(args: argparse.Namespace) -> int:
             raise ValueError(f"invalid --num-samples {args.num_samples}: expected 2 or more")
         if args.window_ms < 1:
             raise ValueError(f"invalid --window-ms {args.window_ms}: expected 1 or more")
+        check_window_seconds(args.window_ms)  # quota.window.size.seconds, for every manager
         if not 1 <= args.max_request_bytes < 2**31:
             raise ValueError(
                 f"invalid --max-request-bytes {args.max_request_bytes}: expected 1 to {2**31 - 1}"
@@ -367,13 +369,11 @@ def run(args: argparse.Namespace) -> int:
             )
             for t in ("produce", "fetch", "request")
         ]
-        mutation = None
-        if args.window_ms % 1000 == 0:  # quota.window.size.seconds: whole seconds
-            mutation = ControllerMutationQuotaManager(
-                num_samples=args.num_samples,
-                window_ms=args.window_ms,
-                kafka_version=args.kafka_version,
-            )
+        mutation = ControllerMutationQuotaManager(
+            num_samples=args.num_samples,
+            window_ms=args.window_ms,
+            kafka_version=args.kafka_version,
+        )
         connections = ConnectionQuotas(
             num_samples=args.num_samples,
             window_ms=args.window_ms,
@@ -393,12 +393,6 @@ def run(args: argparse.Namespace) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
-    if mutation is None:
-        logging.getLogger("kquota.proxy").warning(
-            "--window-ms %d is not whole seconds (quota.window.size.seconds):"
-            " the controller-mutation quota is not applied",
-            args.window_ms,
-        )
     capture = None
     if args.capture is not None:
         from kquota.proxy.capture import TrafficCapture

@@ -65,6 +65,7 @@ from kquota._core import (
     check_quota,
     check_quota_key,
     check_quota_value,
+    check_window_seconds,
 )
 from kquota.exceptions import InvalidQuotaError, InvalidUsageError, KquotaError, QuotaFileError
 from kquota.quota_types import QuotaType
@@ -266,12 +267,9 @@ class Window:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise QuotaFileError(f"invalid {name} {value!r}: expected a whole number >= 1")
-        if self.window_ms % 1000:
-            raise QuotaFileError(
-                f"invalid window_ms {self.window_ms}: quota windows are whole seconds "
-                "(quota.window.size.seconds), e.g. 1000"
-            )
-        try:  # the core's limits (num_samples up to 65535, the horizon within an i64)
+        try:  # whole seconds, then the core's limits (num_samples up to 65535, the horizon
+            # within an i64)
+            check_window_seconds(self.window_ms)
             SampledRate(self.num_samples, self.window_ms)
         except KquotaError as exc:
             raise QuotaFileError(str(exc)) from None

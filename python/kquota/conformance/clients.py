@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Final, Literal, NoReturn, Protocol
 
 import kquota
-from kquota._core import double_to_int
+from kquota._core import check_window_seconds, double_to_int
 from kquota.exceptions import ScenarioError
 
 __all__ = [
@@ -198,8 +198,11 @@ class _Loader:
         config = self.fields(top["config"], "config", required={"num_samples", "window_ms"})
         num_samples = self.integer(config["num_samples"], "config.num_samples", minimum=1)
         window_ms = self.integer(config["window_ms"], "config.window_ms", minimum=1)
-        if quota_type != SENSOR and window_ms % 1000:
-            self.fail("config.window_ms", f"must be a multiple of 1000, got {window_ms}")
+        if quota_type != SENSOR:  # a manager's window: quota.window.size.seconds
+            try:
+                check_window_seconds(window_ms)
+            except kquota.KquotaError as exc:
+                self.fail("config.window_ms", str(exc))
         try:  # the core's limits (num_samples up to 65535, the horizon within an i64)
             kquota.SampledRate(num_samples, window_ms)
         except kquota.KquotaError as exc:

@@ -11,7 +11,9 @@
 //!   thread-safe rate sensor ([`kafka::rate::SampledRate`]), the token bucket of KIP-599
 //!   ([`kafka::token_bucket`]), the connection-creation rate of KIP-612
 //!   ([`kafka::connection_rate`]), entities and precedence ([`kafka::entity`]), the
-//!   request path's order ([`kafka::request`]), the strict-since versions
+//!   request path's order ([`kafka::request`]), what a broker does around the arithmetic
+//!   (the response's throttle, maintenance, whole-second windows: [`kafka::broker`]), the
+//!   strict-since versions
 //!   ([`kafka::mutation_api`]), units ([`kafka::units`]), quota-type names
 //!   ([`kafka::quota_type`]), IP entities ([`kafka::ip`]) and the administration of client
 //!   quotas, KIP-546 ([`kafka::client_quota_admin`]).
@@ -41,6 +43,10 @@ pub mod requestlog;
 pub mod sync;
 
 pub use error::{Error, Result};
+pub use kafka::broker::{
+    applied_throttle, check_window_seconds, mutation_response_throttle, Maintenance,
+    MutationThrottledBy, EXPIRY_TASK_MS,
+};
 pub use kafka::clock::monotonic_ms;
 pub use kafka::connection_rate::UNLIMITED_CONNECTION_RATE;
 #[cfg(not(loom))]

@@ -11,6 +11,7 @@ use pyo3::types::{PyDict, PyTuple};
 use kquota_core as core;
 
 mod args;
+mod broker;
 mod broker_node;
 mod callback;
 mod check;
@@ -36,6 +37,10 @@ mod sensor_reading;
 mod shared;
 mod token_bucket;
 
+use broker::{
+    check_window_seconds, maintenance_due, mutation_response_throttle, next_maintenance_ms,
+    next_sensor_expiry_ms,
+};
 use broker_node::BrokerNode;
 use check::Check;
 use cluster_metadata::{update_cluster_metadata, ClusterMetadata};
@@ -99,6 +104,12 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(unrecorded_by_request, m)?)?;
     m.add_function(wrap_pyfunction!(parse_request_log, m)?)?;
     m.add_function(wrap_pyfunction!(throttled_fetch_size, m)?)?;
+    m.add_function(wrap_pyfunction!(mutation_response_throttle, m)?)?;
+    m.add_function(wrap_pyfunction!(maintenance_due, m)?)?;
+    m.add_function(wrap_pyfunction!(next_sensor_expiry_ms, m)?)?;
+    m.add_function(wrap_pyfunction!(next_maintenance_ms, m)?)?;
+    m.add_function(wrap_pyfunction!(check_window_seconds, m)?)?;
+    m.add("EXPIRY_TASK_MS", core::EXPIRY_TASK_MS)?;
     m.add(
         "REQUEST_LOG_REASONS",
         PyTuple::new(py, core::requestlog::REASONS)?,

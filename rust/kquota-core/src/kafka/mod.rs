@@ -1,8 +1,10 @@
 //! Kafka's quota arithmetic and entity rules, one module per rule, each exact to the
 //! bit: sampled windows, the bound check and throttle formula, token buckets, the
-//! connection rate, entities and their precedence, the request path's order, units and
-//! names. Builds only on [`crate::sync`].
+//! connection rate, entities and their precedence, the request path's order, what a
+//! broker does around them ([`broker`]: the response's throttle, maintenance, whole-second
+//! windows), units and names. Builds only on [`crate::sync`].
 
+pub mod broker;
 pub mod client_quota_admin;
 pub mod clock;
 pub mod connection_rate;

@@ -10,11 +10,13 @@
 //!
 //! The applied throttle is the larger of the two (ties go to the request quota); a
 //! throttle `<= 0`, including one that Kafka's int conversion wrapped negative, means
-//! "not throttled".
+//! "not throttled". That rule is [`super::broker`]'s ([`applied_throttle`]), re-exported
+//! here.
 //!
 //! [`record_request`] is that order, generic over the sensors ([`RequestSensors`]), so
 //! the managers' [`crate::RequestPath`] and the sequential replay run the same one.
 
+pub use super::broker::applied_throttle;
 use super::javamath::double_to_int;
 use super::quota_type::QuotaType;
 use crate::error::{check_usage, Error, Result};
@@ -122,31 +124,6 @@ impl Request {
 
 fn named(name: &str, e: Error) -> Error {
     Error::InvalidUsage(format!("{name}: {e}"))
-}
-
-/// The throttle Kafka applies from the three quotas' throttles and the quota that
-/// applies it: the largest, ties to the request quota (then produce before fetch, which
-/// never meet in one request); `(0, None)` when none is `> 0`.
-pub fn applied_throttle(
-    produce_ms: i32,
-    fetch_ms: i32,
-    request_ms: i32,
-) -> (i32, Option<QuotaType>) {
-    let (bytes_ms, bytes_type) = if fetch_ms > produce_ms {
-        (fetch_ms, QuotaType::Fetch)
-    } else {
-        (produce_ms, QuotaType::Produce)
-    };
-    let (applied, by) = if bytes_ms > request_ms {
-        (bytes_ms, bytes_type)
-    } else {
-        (request_ms, QuotaType::Request)
-    };
-    if applied > 0 {
-        (applied, Some(by))
-    } else {
-        (0, None)
-    }
 }
 
 /// [`applied_throttle`] of each event of three columns of throttles (produce, fetch,

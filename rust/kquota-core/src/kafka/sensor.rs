@@ -1,6 +1,7 @@
 //! Rules of a client-quota sensor that do not depend on how its samples are stored:
 //! expiry, the throttle a manager returns, the fetch-size cap.
 
+use super::broker::check_window_seconds;
 use super::javamath::long_to_int;
 use super::quota::Check;
 use super::quota_type::QuotaType;
@@ -14,13 +15,7 @@ pub const DEFAULT_SENSOR_EXPIRY_MS: i64 = 3_600_000;
 /// What a quota manager's sensors take: a window of whole seconds, as Kafka's
 /// `quota.window.size.seconds`, and an expiry of at least 0 ms.
 pub fn check_manager_config(window: &WindowConfig, sensor_expiry_ms: i64) -> Result<()> {
-    if window.window_ms() % 1000 != 0 {
-        return Err(Error::InvalidConfig(format!(
-            "invalid window_ms {}: a quota manager's window is a whole number of seconds \
-             (quota.window.size.seconds), e.g. 1000",
-            window.window_ms()
-        )));
-    }
+    check_window_seconds(window.window_ms())?;
     if sensor_expiry_ms < 0 {
         return Err(Error::InvalidConfig(format!(
             "invalid sensor_expiry_ms {sensor_expiry_ms}: it must be >= 0"

@@ -26,6 +26,7 @@ use std::sync::atomic::{
 use std::sync::Arc;
 
 use crate::error::{Error, Result};
+use crate::kafka::broker::check_window_seconds;
 use crate::kafka::connection_rate::{self, ConnectionRateSensor, UNLIMITED_CONNECTION_RATE};
 use crate::kafka::ip::canonical_ip;
 pub use crate::kafka::ip::host_address;
@@ -168,13 +169,7 @@ impl ConnectionQuotas {
         broker_max_rate: i64,
         inter_broker_listener: Option<&str>,
     ) -> Result<Self> {
-        if window.window_ms() % 1000 != 0 {
-            return Err(Error::InvalidConfig(format!(
-                "invalid window_ms {}: the quota window is a whole number of seconds \
-                 (quota.window.size.seconds), e.g. 1000",
-                window.window_ms()
-            )));
-        }
+        check_window_seconds(window.window_ms())?;
         let broker_rate = check_rate("max.connection.creation.rate", broker_max_rate, 0)?;
         Ok(ConnectionQuotas {
             window,

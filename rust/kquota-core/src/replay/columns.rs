@@ -7,8 +7,7 @@ use crate::kafka::request::ApiKind;
 /// The most events one batch may hold (the open loop numbers a batch's events in 32 bits).
 pub const MAX_BATCH: usize = u32::MAX as usize;
 
-/// How often Kafka's broker runs its sensor-expiry task, ms.
-pub const EXPIRY_TASK_MS: i64 = 30_000;
+pub use crate::kafka::broker::EXPIRY_TASK_MS;
 
 /// Event kind code of a produce request.
 pub const KIND_PRODUCE: i8 = 0;

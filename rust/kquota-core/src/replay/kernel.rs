@@ -2,8 +2,8 @@
 
 use super::clock::Clock;
 use super::columns::{
-    kind_of, ClientLimits, Events, Output, ReplayOptions, BY_NONE, KIND_FETCH, KIND_MUTATION,
-    KIND_OTHER, KIND_PRODUCE, SERVED, UNSERVED_BUFFER_FULL,
+    kind_of, ClientLimits, Events, Output, ReplayOptions, BY_NONE, EXPIRY_TASK_MS, KIND_FETCH,
+    KIND_MUTATION, KIND_OTHER, KIND_PRODUCE, SERVED, UNSERVED_BUFFER_FULL,
 };
 use super::mutation::MutationTable;
 use super::scenario::{table_index, ClosedLoop, Decisions, Event, Scenario, Scratch};
@@ -48,7 +48,7 @@ impl ReplayKernel {
         if let Some(period) = options.expiry_task_ms.filter(|&p| p <= 0) {
             return Err(Error::InvalidConfig(format!(
                 "invalid expiry_task_ms {period}: it must be > 0 (Kafka runs the task every \
-                 30000 ms), or None to never expire sensors"
+                 {EXPIRY_TASK_MS} ms), or None to never expire sensors"
             )));
         }
         let clients = options.clients.map(ClientLimits::checked).transpose()?;

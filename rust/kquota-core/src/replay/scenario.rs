@@ -15,6 +15,7 @@ use super::groups::{Groups, Record};
 use super::mutation::MutationTable;
 use super::sensor::SensorTable;
 use super::stats::{Usage, WindowIndex};
+use crate::kafka::broker::{mutation_response_throttle, MutationThrottledBy};
 use crate::kafka::quota_type::QuotaType;
 use crate::kafka::request::{
     applied_throttle, checks_request_quota, fetch_unrecorded, record_request, ApiKind,
@@ -485,9 +486,8 @@ impl Scenario {
     ) {
         // Kafka's controller records a request topic by topic (its strict or permissive
         // request quota): a strict one refuses each topic while the bucket is overdrawn;
-        // the request's throttle is the last violation's. The response then takes the
-        // larger of the mutation and request throttles, ties to the request quota
-        // (sendResponseMaybeThrottleWithControllerQuota).
+        // the request's throttle is the last violation's. The response's throttle is then
+        // the broker's rule (mutation_response_throttle).
         let whole = [partitions];
         let topics: &[i32] = e.topics.as_deref().unwrap_or(&whole);
         let mut last_throttle = 0;
@@ -520,8 +520,12 @@ impl Scenario {
             },
         );
         (d.mutation, d.refused) = (m, refused);
-        if m > d.applied {
-            (d.applied, d.by) = (m, BY_MUTATION);
+        // The client quotas' applied throttle is the request quota's here (a mutation is
+        // checked as any other API), so it stands when the request quota wins.
+        if let (applied, Some(MutationThrottledBy::ControllerMutation)) =
+            mutation_response_throttle(d.applied, m)
+        {
+            (d.applied, d.by) = (applied, BY_MUTATION);
         }
     }
 

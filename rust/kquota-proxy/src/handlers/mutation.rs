@@ -1,12 +1,13 @@
 //! The controller-mutation quota (KIP-599) of CreateTopics, CreatePartitions and
 //! DeleteTopics: each topic's partitions recorded in request order, a strict quota
-//! refusing the topics once its bucket is overdrawn; the answer throttled by the larger of
-//! the request quota's throttle and the mutation throttle.
+//! refusing the topics once its bucket is overdrawn; the answer throttled as the core's
+//! [`mutation_response_throttle`] decides.
 
 use std::sync::Arc;
 
 use kquota_core::{
-    ControllerMutationQuotaManager, MutationRequestQuota, QuotaType, Request, RequestPath,
+    mutation_response_throttle, ControllerMutationQuotaManager, MutationRequestQuota,
+    MutationThrottledBy, QuotaType, Request, RequestPath,
 };
 
 use super::{Client, Reply, Verdict};
@@ -74,10 +75,10 @@ pub(crate) fn record(
 }
 
 /// Answers a mutation request (`response`: the broker's, `None` when nothing was
-/// forwarded): the request quota recorded as for any request, and the larger of its
-/// throttle and the mutation throttle applied through the manager of the larger one (the
-/// request manager when equal), as Kafka's `sendResponseMaybeThrottleWithControllerQuota`
-/// does; the broker's results merged with the refused topics' errors. The outcome is the
+/// forwarded): the request quota recorded as for any request, and the response's throttle
+/// ([`mutation_response_throttle`]: the larger of the request and mutation throttles, ties
+/// to the request quota) applied through that quota's manager; the broker's results
+/// merged with the refused topics' errors. The outcome is the
 /// request quota's, with the applied throttle.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn answer(
@@ -98,13 +99,13 @@ pub(crate) fn answer(
         0
     };
     let mutation_ms = recorded.quota.throttle_time(now);
-    let throttle = mutation_ms.max(request_ms);
-    outcome.throttle_ms = throttle.max(0);
+    let (throttle, by) = mutation_response_throttle(request_ms, mutation_ms);
+    outcome.throttle_ms = throttle;
     outcome.throttled_by = None;
-    if throttle > 0 {
+    if let Some(by) = by {
         let channel = Some(client.channel);
-        let end = match mutation {
-            Some(manager) if mutation_ms > request_ms => {
+        let end = match (by, mutation) {
+            (MutationThrottledBy::ControllerMutation, Some(manager)) => {
                 manager.throttle(user, client_id, i64::from(throttle), now, channel)?
             }
             _ => {

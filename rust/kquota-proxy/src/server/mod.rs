@@ -56,8 +56,8 @@ pub use proxy::Proxy;
 /// Produce requests of one connection forwarded and not yet answered, at most.
 pub const PIPELINE_DEPTH: usize = 8;
 
-/// How often idle sensors are expired: Kafka's `ExpireSensorTask` runs every 30 s.
-pub const SENSOR_EXPIRY_INTERVAL_MS: i64 = 30_000;
+/// How often idle sensors are expired: the core's [`kquota_core::EXPIRY_TASK_MS`].
+pub use kquota_core::EXPIRY_TASK_MS as SENSOR_EXPIRY_INTERVAL_MS;
 
 /// The API a follower's fetch is captured as (it is held to the request quota only).
 pub const FOLLOWER_FETCH: &str = "follower_fetch";

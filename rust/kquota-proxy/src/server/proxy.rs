@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use kquota_core::monotonic_ms;
+use kquota_core::{monotonic_ms, Maintenance};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::runtime::Runtime;
 use tokio::sync::{mpsc, watch, Notify};
@@ -20,7 +20,7 @@ use super::reader::read_requests;
 use super::responder::respond;
 use super::shared::Shared;
 use super::transport::connect;
-use super::{Log, ProxyConfig, PIPELINE_DEPTH, SENSOR_EXPIRY_INTERVAL_MS};
+use super::{Log, ProxyConfig, PIPELINE_DEPTH};
 use crate::error::Closed;
 use crate::gateway::{Door, Doors};
 use crate::managers::Managers;
@@ -219,21 +219,23 @@ async fn accept(shared: Arc<Shared>, listener: TcpListener, door: Arc<Door>) {
 }
 
 /// Drains the managers' delay queues as mutes end (each connection waits out its own
-/// mute; the queues are Kafka's `queue-size`) and expires idle sensors every 30 s.
+/// mute; the queues are Kafka's `queue-size`) and expires idle sensors on the core's
+/// timetable ([`Maintenance`]: at once, then every 30 s). Every round drains: it is cheap,
+/// and a mute queued since the last round may end before the one this round waited for.
 async fn maintain(shared: Arc<Shared>) {
-    let mut next_expiry = monotonic_ms();
+    let mut schedule = Maintenance::new();
     loop {
         let now = monotonic_ms();
-        let expire = now >= next_expiry;
+        let expire = schedule.due(now, None).expire;
         let next_unmute = shared
             .all_doors()
             .iter()
             .filter_map(|door| door.managers.maintain(now, expire))
             .min();
         if expire {
-            next_expiry = now + SENSOR_EXPIRY_INTERVAL_MS;
+            schedule.expired(now);
         }
-        let due = next_unmute.map_or(next_expiry, |end| end.min(next_expiry));
+        let due = schedule.next_due_ms(next_unmute).unwrap_or(now);
         let wait = Duration::from_millis((due - monotonic_ms()).clamp(1, 1000) as u64);
         let mut closing = shared.closing.clone();
         tokio::select! {
