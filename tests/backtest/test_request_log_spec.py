@@ -69,37 +69,10 @@ def _fetch_response(version: int, records: list[bytes | None], endpoints: int = 
 
 
 def _document(
-    key: int,
-    name: str,
-    version: int,
-    cid: int,
-    request: Any,
-    response: Any,
-    *,
-    client: str | None = "app",
-    throttle: int = 0,
-    forwarded: bool = False,
+    key: int, name: str, version: int, cid: int, *body: Any, client: str | None = "app", **line: Any
 ) -> str:
-    header = {
-        "requestApiKey": key,
-        "requestApiVersion": version,
-        "correlationId": cid,
-        "clientId": client,
-        "requestApiKeyName": name,
-    }
-    times = {"total": 2.0, "queue": 0.0, "local": 1.5, "remote": 0.0, "responseQueue": 0.0}
-    document = gen._document(
-        header,
-        request,
-        response,
-        {**times, "send": 0.0},
-        throttle,
-        "10.0.0.1:9092-10.0.0.2:5000-1",
-        "User:alice",
-        forwarded,
-        {},
-    )
-    return gen.line(T0 + cid, "DEBUG", document)
+    """A line at ``T0 + cid``; ``body``, ``line``: :func:`gen.completed_line`'s."""
+    return gen.completed_line(T0 + cid, key, name, version, cid, *body, client=client, **line)
 
 
 def _fetch_line(

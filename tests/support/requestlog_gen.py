@@ -380,6 +380,44 @@ def _document(
     return "{" + ",".join(parts) + "}"
 
 
+def completed_line(
+    ms: int,
+    key: int,
+    name: str,
+    version: int,
+    cid: int,
+    request: Any,
+    response: Any,
+    *,
+    client: str | None,
+    user: str = "alice",
+    throttle: int = 0,
+    forwarded: bool = False,
+) -> str:
+    """One hand-made "Completed request" line at ``ms``: API ``key`` (``name``) at
+    ``version``, correlation id ``cid``, from ``client`` as ``user``, 2 ms in all."""
+    header = {
+        "requestApiKey": key,
+        "requestApiVersion": version,
+        "correlationId": cid,
+        "clientId": client,
+        "requestApiKeyName": name,
+    }
+    times = {"total": 2.0, "queue": 0.0, "local": 1.5, "remote": 0.0, "responseQueue": 0.0}
+    document = _document(
+        header,
+        request,
+        response,
+        {**times, "send": 0.0},
+        throttle,
+        "10.0.0.1:9092-10.0.0.2:5000-1",
+        f"User:{user}",
+        forwarded,
+        {},
+    )
+    return line(ms, "DEBUG", document)
+
+
 def _trace(rng: random.Random, header: dict[str, Any], connection: str) -> str:
     kind = rng.randrange(3)
     api = header["requestApiKeyName"]
