@@ -27,6 +27,7 @@ from kquota.config.model import PROPERTY_OF
 from kquota.conformance import load_scenario
 from kquota.exceptions import TrafficError
 from recommend_reference import recommend_reference
+from sensor_usage import recommendation_columns, summarized_usage
 from test_backtest_kernel import CONFORMANCE, mixed_config, scenario_traffic
 
 pytestmark = pytest.mark.slow
@@ -180,41 +181,14 @@ def test_sensor_tags_are_the_cores(
 
 def usage_of(frame: pd.DataFrame, result: pd.DataFrame, quota_type: str) -> pd.DataFrame:
     """One row per request recorded by a ``quota_type`` sensor, from a reference replay."""
-    config = mixed_config()
-    kind = kernel.kinds(frame[kernel.API])
-    if quota_type == "request":
-        rows = frame[kernel.THREAD].notna().to_numpy()
-        usage = frame[kernel.THREAD]
-        recorded = np.ones(len(frame), dtype=bool)
-    else:
-        rows = kind == quota_type
-        usage = frame[kernel.BYTES]
-        recorded = ~(
-            (result[kernel.FETCH_THROTTLE] > 0) | (result[kernel.REQUEST_THROTTLE] > 0)
-        ).to_numpy()
-        if quota_type == "produce":
-            recorded = np.ones(len(frame), dtype=bool)
-    tags = kernel.sensor_tags(frame[kernel.USER], frame[kernel.CLIENT], config.manager(quota_type))  # type: ignore[arg-type]
-    out = pd.DataFrame(
-        {
-            kernel.BROKER: frame[kernel.BROKER],
-            kernel.SENSOR_USER: tags[0],
-            kernel.SENSOR_CLIENT: tags[1],
-            kernel.USER: frame[kernel.USER],
-            kernel.CLIENT: frame[kernel.CLIENT],
-            kernel.TS: frame[kernel.TS],
-            kernel.TIME: result.get(kernel.SENT, frame[kernel.TS]),
-            kernel.USAGE: usage.fillna(0).astype(np.int64),
-            kernel.BYTES: frame[kernel.BYTES],
-            kernel.RECORDED: recorded,
-            kernel.THROTTLE: result[kernel.THROTTLE_OF[quota_type]],  # type: ignore[index]
-            kernel.ADDED_LATENCY: result.get(kernel.ADDED_LATENCY, 0),
-            "unrecord_if": (result[kernel.REQUEST_THROTTLE] > 0).to_numpy(),
-            kernel.SEQ_COLUMNS[0]: frame[kernel.SEQ_COLUMNS[0]],
-            kernel.SEQ_COLUMNS[1]: frame[kernel.SEQ_COLUMNS[1]],
-        }
+    return summarized_usage(
+        frame,
+        result,
+        quota_type,
+        mixed_config(),
+        broker=frame[kernel.BROKER],
+        **recommendation_columns(frame, result),
     )
-    return out[rows]
 
 
 def test_entities_equal_the_kernel_summaries(
