@@ -213,38 +213,6 @@ def compare_batch(
         tally.traces += 1
 
 
-def agrees_with_kafka(
-    oracle: KafkaOracle,
-    traces: st.SearchStrategy[Trace],
-    run_kquota: Callable[[Trace, str], list[dict[str, Any]]],
-    kafka_view: Callable[[dict[str, Any], dict[str, Any]], dict[str, Any]],
-    events: Events | None = None,
-    *,
-    examples: int,
-    at_least: tuple[int, int],
-    seen: tuple[str, ...],
-) -> None:
-    """:func:`compare_batch` over ``examples`` batches of one to four ``traces``; then at
-    least ``at_least`` traces and operations (times the scale) were compared, and every
-    event of ``seen`` happened."""
-    tally = Tally()
-
-    @_seeded
-    @_profile(examples=examples)
-    @given(st.lists(traces, min_size=1, max_size=4))
-    def check(batch: list[Trace]) -> None:
-        compare_batch(oracle, batch, run_kquota, kafka_view, tally, events)
-
-    check()
-    print(tally)
-    min_traces, min_operations = at_least
-    assert tally.traces >= min_traces * _SCALE and tally.operations >= min_operations * _SCALE, (
-        tally
-    )
-    for event in seen:
-        assert tally.events.get(event, 0) > 0, (event, tally.events)
-
-
 def attempt(fn: Callable[[], dict[str, Any]]) -> dict[str, Any]:
     """``fn()``, or ``{"err": class name}`` when kquota raises."""
     try:
@@ -650,25 +618,28 @@ def test_client_quotas_agree_with_kafka(oracle: KafkaOracle) -> None:
     """Produce, fetch and request managers: records (with the broker's unrecord of a
     throttled fetch and its throttle), network-thread and exempt time, quota changes at
     all 8 entity levels, throttles and the delay queue, reads, expiry, snapshots."""
+    tally = Tally()
+
+    @_seeded
+    @_profile(examples=560)
+    @given(st.lists(client_traces(), min_size=1, max_size=4))
+    def check(traces: list[Trace]) -> None:
+        compare_batch(oracle, traces, run_client_trace, kafka_client_view, tally, client_events)
+
+    check()
+    print(tally)
+    assert tally.traces >= 1000 * _SCALE and tally.operations >= 50_000 * _SCALE, tally
     # A throttle past the int range wraps before 4.4 and saturates from 4.4.
     beyond = "record saturated" if release(oracle.version) >= (4, 4) else "record wrapped negative"
-    agrees_with_kafka(
-        oracle,
-        client_traces(),
-        run_client_trace,
-        kafka_client_view,
-        client_events,
-        examples=560,
-        at_least=(1000, 50_000),
-        seen=(
-            "record throttled",
-            beyond,
-            "request throttle at its one-window cap",
-            "expire returned something",
-            "drain returned something",
-            "read a rate",
-        ),
-    )
+    for seen in (
+        "record throttled",
+        beyond,
+        "request throttle at its one-window cap",
+        "expire returned something",
+        "drain returned something",
+        "read a rate",
+    ):
+        assert tally.events.get(seen, 0) > 0, (seen, tally.events)
 
 
 # == controller mutations ==================================================================
@@ -831,20 +802,24 @@ def kafka_mutation_view(op: dict[str, Any], answer: dict[str, Any]) -> dict[str,
 def test_controller_mutation_quotas_agree_with_kafka(oracle: KafkaOracle) -> None:
     """The token-bucket quota: strict and permissive records, request quotas that record
     topic after topic, bursts up to the bucket, quota changes, throttles and expiry."""
-    agrees_with_kafka(
-        oracle,
-        mutation_traces(),
-        run_mutation_trace,
-        kafka_mutation_view,
-        examples=180,
-        at_least=(300, 16_000),
-        seen=(
-            "record throttled",
-            "strict throttled",
-            "permissive throttled",
-            "rq_record throttled",
-        ),
-    )
+    tally = Tally()
+
+    @_seeded
+    @_profile(examples=180)
+    @given(st.lists(mutation_traces(), min_size=1, max_size=4))
+    def check(traces: list[Trace]) -> None:
+        compare_batch(oracle, traces, run_mutation_trace, kafka_mutation_view, tally)
+
+    check()
+    print(tally)
+    assert tally.traces >= 300 * _SCALE and tally.operations >= 16_000 * _SCALE, tally
+    for seen in (
+        "record throttled",
+        "strict throttled",
+        "permissive throttled",
+        "rq_record throttled",
+    ):
+        assert tally.events.get(seen, 0) > 0, (seen, tally.events)
 
 
 @pytest.mark.slow
@@ -1047,16 +1022,21 @@ def test_connection_rate_quotas_agree_with_kafka(oracle: KafkaOracle) -> None:
     """KIP-612: broker-wide and per-listener accept delays, per-IP throttles with
     overrides and a <default>, the protected inter-broker listener, listeners added,
     reconfigured and removed, IP sensor expiry."""
-    agrees_with_kafka(
-        oracle,
-        connection_traces(),
-        run_connection_trace,
-        kafka_connection_view,
-        connection_events,
-        examples=200,
-        at_least=(300, 14_000),
-        seen=("connection over its IP quota", "acceptor delayed", "expire returned something"),
-    )
+    tally = Tally()
+
+    @_seeded
+    @_profile(examples=200)
+    @given(st.lists(connection_traces(), min_size=1, max_size=4))
+    def check(traces: list[Trace]) -> None:
+        compare_batch(
+            oracle, traces, run_connection_trace, kafka_connection_view, tally, connection_events
+        )
+
+    check()
+    print(tally)
+    assert tally.traces >= 300 * _SCALE and tally.operations >= 14_000 * _SCALE, tally
+    for seen in ("connection over its IP quota", "acceptor delayed", "expire returned something"):
+        assert tally.events.get(seen, 0) > 0, (seen, tally.events)
 
 
 # == one bare Rate, one bare TokenBucket ===================================================
@@ -1170,30 +1150,36 @@ def kafka_bare_view(op: dict[str, Any], answer: dict[str, Any]) -> dict[str, Any
 def test_sampled_rate_agrees_with_kafka(oracle: KafkaOracle) -> None:
     """A bare Rate: windows of 100 ms to 30 s, 1 to 30 samples, negative values, bounds
     changed and removed, the 64-bit throttle, a clock that goes back."""
-    agrees_with_kafka(
-        oracle,
-        bare_traces("sensor"),
-        run_sensor_trace,
-        kafka_bare_view,
-        examples=180,
-        at_least=(250, 10_000),
-        seen=("rec throttled",),
-    )
+    tally = Tally()
+
+    @_seeded
+    @_profile(examples=180)
+    @given(st.lists(bare_traces("sensor"), min_size=1, max_size=4))
+    def check(traces: list[Trace]) -> None:
+        compare_batch(oracle, traces, run_sensor_trace, kafka_bare_view, tally)
+
+    check()
+    print(tally)
+    assert tally.traces >= 250 * _SCALE and tally.operations >= 10_000 * _SCALE, tally
+    assert tally.events.get("rec throttled", 0) > 0, tally.events
 
 
 @pytest.mark.slow
 def test_token_bucket_agrees_with_kafka(oracle: KafkaOracle) -> None:
     """A bare TokenBucket under Kafka's strict and permissive mutation quotas: bursts up
     to num_samples x window x quota, refills, buckets that start empty at time 0."""
-    agrees_with_kafka(
-        oracle,
-        bare_traces("bucket"),
-        run_bucket_trace,
-        kafka_bare_view,
-        examples=120,
-        at_least=(250, 10_000),
-        seen=("strict throttled",),
-    )
+    tally = Tally()
+
+    @_seeded
+    @_profile(examples=120)
+    @given(st.lists(bare_traces("bucket"), min_size=1, max_size=4))
+    def check(traces: list[Trace]) -> None:
+        compare_batch(oracle, traces, run_bucket_trace, kafka_bare_view, tally)
+
+    check()
+    print(tally)
+    assert tally.traces >= 250 * _SCALE and tally.operations >= 10_000 * _SCALE, tally
+    assert tally.events.get("strict throttled", 0) > 0, tally.events
 
 
 # == the vectors, through Kafka ==============================================================
