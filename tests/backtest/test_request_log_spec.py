@@ -84,18 +84,10 @@ def _fetch_line(
     return _document(1, "FETCH", version, cid, request, response, client=client)
 
 
-def _rename(value: Any, names: dict[str, str]) -> Any:
-    if isinstance(value, dict):
-        return {names.get(k, k): _rename(v, names) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_rename(v, names) for v in value]
-    return value
-
-
 def _as_2_8(response: dict[str, Any]) -> dict[str, Any]:
     """A 3.0+ Fetch response's JSON under the keys of Kafka 2.8."""
     names = KEYS_2_8 | {"recordsSizeInBytes": "recordSetSizeInBytes", "records": "recordSet"}
-    return {k: _rename(v, names) if k == "responses" else v for k, v in response.items()}
+    return {k: gen.renamed(v, names) if k == "responses" else v for k, v in response.items()}
 
 
 def _rows(spark: Any, folder: Path, lines: list[str]) -> Any:

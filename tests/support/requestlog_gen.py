@@ -123,6 +123,10 @@ class LoggedRequest:
     level: str = "DEBUG"
 
 
+WrittenLog = tuple[Path, list[LoggedRequest]]
+"""A folder of request logs :func:`write` wrote, and what they logged."""
+
+
 # -- kio structures as Kafka's JSON ------------------------------------------------------------
 
 
@@ -378,6 +382,16 @@ def _document(
     ]
     parts += [f'"{k}":{v}' for k, v in extra.items()]
     return "{" + ",".join(parts) + "}"
+
+
+def renamed(value: Any, names: dict[str, str]) -> Any:
+    """``value`` (Kafka's JSON) with the keys ``names`` maps renamed, at any depth, key
+    order kept."""
+    if isinstance(value, dict):
+        return {names.get(k, k): renamed(v, names) for k, v in value.items()}
+    if isinstance(value, list):
+        return [renamed(v, names) for v in value]
+    return value
 
 
 def completed_line(
