@@ -39,7 +39,7 @@ from kquota.config.live import LiveQuotas
 from kquota.config.store import SQLiteStore
 from kquota.proxy import ANONYMOUS
 from ports import free_port
-from proxy_support import RecordingPlugin, create_topic, run_proxy
+from proxy_support import RecordingPlugin, consume_from_start, create_topic, run_proxy
 from scrapes import client_sample
 
 pytestmark = [
@@ -192,33 +192,8 @@ class GreedyProducer:
 def _consume_sequence(bootstrap: str, topic: str, count: int) -> list[int]:
     """The sequence numbers of the first ``count`` messages of ``topic`` (then checks that
     nothing more arrives)."""
-    from confluent_kafka import Consumer, KafkaException
-
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"{topic}-check",
-            "client.id": "checker",
-            "auto.offset.reset": "earliest",
-            "fetch.wait.max.ms": 100,
-        }
-    )
-    consumer.subscribe([topic])
-    seen: list[int] = []
-    deadline = time.monotonic() + 120
-    try:
-        while len(seen) < count and time.monotonic() < deadline:
-            msg = consumer.poll(0.5)
-            if msg is None:
-                continue
-            if msg.error():
-                raise KafkaException(msg.error())
-            seen.append(int.from_bytes(msg.value()[:8], "big"))
-        extra = consumer.poll(1.0)
-        assert extra is None or extra.error() is not None, "more messages than produced"
-    finally:
-        consumer.close()
-    return seen
+    values = consume_from_start(bootstrap, topic, count, f"{topic}-check", "checker", 120)
+    return [int.from_bytes(value[:8], "big") for value in values]
 
 
 def test_librdkafka_producer_is_held_to_its_produce_quota(tansu: Any) -> None:

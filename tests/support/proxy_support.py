@@ -362,6 +362,40 @@ def produce_greedily(
     return sent, throttles
 
 
+def consume_from_start(
+    bootstrap: str, topic: str, count: int, group: str, client_id: str, timeout_s: float
+) -> list[bytes]:
+    """The values of the first ``count`` messages of ``topic``, read from the start by a
+    librdkafka consumer of ``group`` within ``timeout_s``; then checks that no more arrive."""
+    from confluent_kafka import Consumer, KafkaException
+
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": group,
+            "client.id": client_id,
+            "auto.offset.reset": "earliest",
+            "fetch.wait.max.ms": 100,
+        }
+    )
+    consumer.subscribe([topic])
+    received: list[bytes] = []
+    deadline = time.monotonic() + timeout_s
+    try:
+        while len(received) < count and time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is None:
+                continue
+            if msg.error():
+                raise KafkaException(msg.error())
+            received.append(msg.value())
+        extra = consumer.poll(1.0)
+        assert extra is None or extra.error() is not None, "more messages than produced"
+    finally:
+        consumer.close()
+    return received
+
+
 class TimingRelay:
     """A TCP relay in front of the proxy that notes when each request starts to arrive and
     when each response (with the throttle it carries) was passed on, per connection.
