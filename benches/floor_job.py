@@ -14,12 +14,13 @@ Prints the seconds the job took (process start to the written output) on stdout.
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 from collections.abc import Iterator, Sequence
+from typing import Any
 
 import pyarrow as pa
+from processes import run_spark_job
 
 STARTED = time.monotonic()
 
@@ -30,16 +31,21 @@ def identity(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--traffic", required=True, help="Parquet traffic (kquota gen-traffic)")
-    parser.add_argument("--out", required=True, help="output folder (overwritten)")
-    parser.add_argument("--master", default="local[2]", help="Spark master (local[2])")
-    args = parser.parse_args(argv)
+    return run_spark_job(
+        argv,
+        __doc__.split("\n\n")[0],
+        lambda parser: parser.add_argument(
+            "--traffic", required=True, help="Parquet traffic (kquota gen-traffic)"
+        ),
+        "kquota floor job",
+        _floor,
+        STARTED,
+    )
 
-    from kquota.backtest.session import spark_session
+
+def _floor(spark: Any, args: Any) -> None:
     from pyspark.sql import functions as F
 
-    spark, created = spark_session(args.master, "kquota floor job")
     traffic = spark.read.parquet(args.traffic)
     (
         traffic.repartition(F.col("broker"))
@@ -49,10 +55,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         .write.mode("overwrite")
         .parquet(args.out)
     )
-    if created:
-        spark.stop()
-    print(f"{time.monotonic() - STARTED:.1f}")
-    return 0
 
 
 if __name__ == "__main__":

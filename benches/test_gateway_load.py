@@ -41,11 +41,12 @@ from typing import Any
 
 import pytest
 from quick import pick  # benches/quick.py, next to this file
-from test_proxy import RUST_RELAY, Cpu, Front, _path, _record, _role, cpu_time, p99, store
+from test_proxy import Cpu, Front, _record, _role, cpu_time, interleaved, p99, store
 
 __all__ = ["store"]  # the quota store fixture of the proxy bench, shared
 
 ROLES = ("direct", "rust_relay", "gateway")
+PROXIES = tuple(role for role in ROLES if role != "direct")
 IDLE = pick(8_000, 2_000)
 ACTIVE = pick(1_000, 200)
 ACTIVE_S = pick(15.0, 5.0)
@@ -142,10 +143,6 @@ def load_round(front: Front) -> Round:
 
 @pytest.fixture(scope="module")
 def rounds(tmp_path_factory: pytest.TempPathFactory, store: Path) -> dict[str, list[Round]]:
-    if not RUST_RELAY.is_file():
-        raise FileNotFoundError(
-            f"no {RUST_RELAY}: make bench builds it (make target/release/examples/kquota-relay)"
-        )
     import resource
 
     limit, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
@@ -155,27 +152,21 @@ def rounds(tmp_path_factory: pytest.TempPathFactory, store: Path) -> dict[str, l
             f" descriptors in the gateway; a process may hold {limit} here"
         )
     folder = tmp_path_factory.mktemp("gateway-load")
-    results: dict[str, list[Round]] = {role: [] for role in ROLES}
-    for i in range(ROUNDS):
-        turn = i % len(ROLES)
-        for role in ROLES[turn:] + ROLES[:turn]:
-            with _path(role, folder, store) as front:
-                results[role].append(load_round(front))
-    return results
+    return interleaved(load_round, ROUNDS, folder, store, ROLES)
 
 
-def _subject(benchmark: Any, group: str, role: str) -> None:
+def _subject(benchmark: Any, group: str, role: str, unit: str) -> None:
     _role(benchmark, group, role)
+    benchmark.extra_info["unit"] = unit
     if role == "gateway":
         benchmark.extra_info["subject"] = True
 
 
-@pytest.mark.parametrize("role", [r for r in ROLES if r != "direct"])
+@pytest.mark.parametrize("role", PROXIES)
 def test_memory_per_idle_connection(
     benchmark: Any, rounds: dict[str, list[Round]], role: str
 ) -> None:
-    _subject(benchmark, "gateway_memory_per_idle_connection", role)
-    benchmark.extra_info["unit"] = "KiB/connection"
+    _subject(benchmark, "gateway_memory_per_idle_connection", role, "KiB/connection")
     benchmark.extra_info["idle_connections"] = IDLE
     values = [r.idle_kib_per_connection for r in rounds[role]]
     assert all(v is not None for v in values)
@@ -184,8 +175,7 @@ def test_memory_per_idle_connection(
 
 @pytest.mark.parametrize("role", ROLES)
 def test_latency_p99_under_load(benchmark: Any, rounds: dict[str, list[Round]], role: str) -> None:
-    _subject(benchmark, "gateway_load_latency_p99", role)
-    benchmark.extra_info["unit"] = "ms"
+    _subject(benchmark, "gateway_load_latency_p99", role, "ms")
     benchmark.extra_info["connections"] = {"idle": IDLE, "active": ACTIVE}
     runs = rounds[role]
     every = [s for r in runs for s in r.latencies_s]
@@ -195,12 +185,11 @@ def test_latency_p99_under_load(benchmark: Any, rounds: dict[str, list[Round]], 
     _record(benchmark, [p99(r.latencies_s) * 1e3 for r in runs])
 
 
-@pytest.mark.parametrize("role", [r for r in ROLES if r != "direct"])
+@pytest.mark.parametrize("role", PROXIES)
 def test_cpu_per_request_under_load(
     benchmark: Any, rounds: dict[str, list[Round]], role: str
 ) -> None:
-    _subject(benchmark, "gateway_load_cpu_per_request", role)
-    benchmark.extra_info["unit"] = "µs/request"
+    _subject(benchmark, "gateway_load_cpu_per_request", role, "µs/request")
     runs = rounds[role]
     benchmark.extra_info["requests"] = [r.requests for r in runs]
     _record(benchmark, [r.cpu_us_per_request() for r in runs])

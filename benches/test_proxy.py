@@ -100,7 +100,6 @@ TANSU_NODE_ID = 111
 """Tansu's node id: the gateway serves it on the first of its broker ports + 111."""
 PROXIES = tuple(role for role in ROLES if role != "direct")
 """The roles with a process between the producer and the broker, whose CPU is measured."""
-TANSU_VERSION = "0.6.0"
 MESSAGE = b"x" * 1024
 TOPIC = "bench"
 MESSAGES = pick(200_000, 100_000)
@@ -186,43 +185,6 @@ def _free_port() -> int:
         return port
 
 
-def _tansu_binary() -> Path:
-    cache = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(cache) / "kquota" / f"tansu-{TANSU_VERSION}" / "bin" / "tansu"
-
-
-def _wait_listening(port: int, process: subprocess.Popen[bytes], what: str, log: Path) -> None:
-    deadline = time.monotonic() + 30
-    while True:
-        if process.poll() is not None:
-            tail = log.read_text()[-2000:]
-            raise RuntimeError(f"{what} exited with {process.returncode}: {tail}")
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return
-        except OSError:
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"{what} did not listen on {port} within 30 s") from None
-            time.sleep(0.02)
-
-
-@contextmanager
-def _process(argv: list[str], port: int, what: str, log: Path) -> Iterator[subprocess.Popen[bytes]]:
-    """``argv`` running until the block ends (then terminated), once it listens on ``port``."""
-    with log.open("ab") as out:
-        process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
-    try:
-        _wait_listening(port, process, what, log)
-        yield process
-    finally:
-        process.terminate()
-        try:
-            process.wait(10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-
-
 @dataclass(frozen=True)
 class Front:
     """Where the producer connects, and the process there (``None``: the broker itself)."""
@@ -256,19 +218,11 @@ def cpu_time(pid: int) -> Cpu:
 @contextmanager
 def _path(role: str, folder: Path, store: Path) -> Iterator[Front]:
     """A fresh Tansu and, but for ``direct``, its front; yields where to connect."""
+    from tansu import listening, tansu_argv  # tests/support: not on the relay's path
+
     broker = _free_port()
     front = broker if role == "direct" else _free_port()
     advertised = broker if role == "gateway" else front
-    tansu = [
-        str(_tansu_binary()),
-        "broker",
-        "--storage-engine",
-        "memory://tansu/",
-        "--listener-url",
-        f"tcp://127.0.0.1:{broker}",
-        "--advertised-listener-url",
-        f"tcp://127.0.0.1:{advertised}",
-    ]
     python = [sys.executable, "-X", "faulthandler"]
     fronts = {
         "relay": [*python, __file__, "relay", str(front), str(broker)],
@@ -288,11 +242,12 @@ def _path(role: str, folder: Path, store: Path) -> Iterator[Front]:
         *("--log-level", "WARNING"),
     ]
     with ExitStack() as stack:
-        stack.enter_context(_process(tansu, broker, "Tansu", folder / "tansu.log"))
+        tansu = tansu_argv(broker, advertised)
+        stack.enter_context(listening(tansu, broker, "Tansu", folder / "tansu.log"))
         pid = None
         if role in fronts:
             log = folder / f"{role}.log"
-            pid = stack.enter_context(_process(fronts[role], front, role, log)).pid
+            pid = stack.enter_context(listening(fronts[role], front, role, log)).pid
         bootstrap = f"127.0.0.1:{front}"
         _create_topic(bootstrap)
         yield Front(bootstrap, pid)
@@ -438,8 +393,10 @@ def p99(values: list[float]) -> float:
 @pytest.fixture(scope="module")
 def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A quota store with a quota for another client only: none applies to ``bench``."""
-    if not _tansu_binary().is_file():
-        pytest.skip(f"Tansu {TANSU_VERSION} is not built at {_tansu_binary()}: run `make tools`")
+    from tansu import TANSU_VERSION, tansu_binary
+
+    if not tansu_binary().is_file():
+        pytest.skip(f"Tansu {TANSU_VERSION} is not built at {tansu_binary()}: run `make tools`")
     path = tmp_path_factory.mktemp("proxy-store") / "quotas.sqlite"
     subprocess.run(
         [
@@ -455,17 +412,21 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def interleaved(
-    run: Callable[[Front], Any], rounds: int, folder: Path, store: Path
+    run: Callable[[Front], Any],
+    rounds: int,
+    folder: Path,
+    store: Path,
+    roles: tuple[str, ...] = ROLES,
 ) -> dict[str, list[Any]]:
     """``run(front)`` for every role, ``rounds`` times, in an order rotated each round."""
     if not RUST_RELAY.is_file():
         raise FileNotFoundError(
             f"no {RUST_RELAY}: make bench builds it (make target/release/examples/kquota-relay)"
         )
-    results: dict[str, list[Any]] = {role: [] for role in ROLES}
+    results: dict[str, list[Any]] = {role: [] for role in roles}
     for i in range(rounds):
-        turn = i % len(ROLES)
-        for role in ROLES[turn:] + ROLES[:turn]:
+        turn = i % len(roles)
+        for role in roles[turn:] + roles[:turn]:
             with _path(role, folder, store) as front:
                 results[role].append(run(front))
     return results

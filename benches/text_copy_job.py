@@ -10,29 +10,29 @@ Prints the seconds the job took (process start to the written output) on stdout.
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 from collections.abc import Sequence
+from typing import Any
+
+from processes import run_spark_job
 
 STARTED = time.monotonic()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("files", nargs="+", help="text files to copy")
-    parser.add_argument("--out", required=True, help="output folder (overwritten)")
-    parser.add_argument("--master", default="local[2]", help="Spark master (local[2])")
-    args = parser.parse_args(argv)
+    return run_spark_job(
+        argv,
+        __doc__.split("\n\n")[0],
+        lambda parser: parser.add_argument("files", nargs="+", help="text files to copy"),
+        "kquota text copy job",
+        _copy,
+        STARTED,
+    )
 
-    from kquota.backtest.session import spark_session
 
-    spark, created = spark_session(args.master, "kquota text copy job")
+def _copy(spark: Any, args: Any) -> None:
     spark.read.text(args.files).write.mode("overwrite").parquet(args.out)
-    if created:
-        spark.stop()
-    print(f"{time.monotonic() - STARTED:.1f}")
-    return 0
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@ from typing import Any
 import paths as _paths
 import pytest
 from ports import free_port
+from tansu import TANSU_VERSION, listening, tansu_argv, tansu_binary
 
 SHARED = _paths.SHARED
 
@@ -185,14 +186,6 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 
 # -- Tansu: the real Kafka-compatible broker behind `kquota proxy` -------------------------
 
-TANSU_VERSION = "0.6.0"
-
-
-def tansu_binary() -> Path:
-    """Where ``make tools`` builds Tansu: ``${XDG_CACHE_HOME:-~/.cache}/kquota/tansu-VERSION``."""
-    cache = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(cache) / "kquota" / f"tansu-{TANSU_VERSION}" / "bin" / "tansu"
-
 
 class Tansu:
     """A running Tansu broker on ``127.0.0.1:port`` that advertises ``127.0.0.1:proxy_port``:
@@ -216,48 +209,10 @@ def tansu(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Tansu]:
     Skipped only when the binary is missing (``make tools`` builds it; ``make test``
     does so first).
     """
-    import socket
-    import subprocess
-    import time
-
     binary = tansu_binary()
     if not binary.is_file():
         pytest.skip(f"Tansu {TANSU_VERSION} is not built at {binary}: run `make tools`")
     port, proxy_port = free_port(), free_port()
     log = tmp_path_factory.mktemp("tansu") / "tansu.log"
-    with log.open("wb") as out:
-        process = subprocess.Popen(
-            [
-                str(binary),
-                "broker",
-                "--storage-engine",
-                "memory://tansu/",
-                "--listener-url",
-                f"tcp://127.0.0.1:{port}",
-                "--advertised-listener-url",
-                f"tcp://127.0.0.1:{proxy_port}",
-            ],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-        )
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            if process.poll() is not None:
-                pytest.fail(f"Tansu exited with {process.returncode}: {log.read_text()[-2000:]}")
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                if time.monotonic() > deadline:
-                    pytest.fail(f"Tansu did not listen on {port} within 30 s")
-                time.sleep(0.05)
+    with listening(tansu_argv(port, proxy_port), port, "Tansu", log) as process:
         yield Tansu(port, proxy_port, process, log)
-    finally:
-        process.terminate()
-        try:
-            process.wait(10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()

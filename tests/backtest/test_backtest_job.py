@@ -27,6 +27,7 @@ from kquota.config.model import PROPERTY_OF
 from kquota.conformance import load_scenario
 from kquota.exceptions import TrafficError
 from recommend_reference import recommend_reference
+from sensor_usage import recommendation_columns, summarized_usage
 from test_backtest_kernel import CONFORMANCE, mixed_config, scenario_traffic
 
 pytestmark = pytest.mark.slow
@@ -38,10 +39,14 @@ THROTTLES = [
     kernel.THROTTLE,
 ]
 SCALES = (0.5, 1.0)
+Trace = tuple[Path, pd.DataFrame]
+"""The main trace: its Parquet folder, and its requests with their input positions."""
+Run = tuple[BacktestResult, Path]
+"""A back-test of the main trace: its result and its output folder."""
 
 
 @pytest.fixture(scope="module")
-def trace(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, pd.DataFrame]:
+def trace(tmp_path_factory: pytest.TempPathFactory) -> Trace:
     """120 000 requests in two Parquet files, with extra columns to carry through."""
     table = generate(
         TrafficSpec(requests=120_000, brokers=4, users=12, clients=60, hours=1.0, bursts=4, seed=21)
@@ -80,9 +85,7 @@ def read_requests(out: Path) -> pd.DataFrame:
 
 
 @pytest.fixture(scope="module")
-def open_run(
-    spark: Any, trace: tuple[Path, pd.DataFrame], tmp_path_factory: pytest.TempPathFactory
-) -> tuple[BacktestResult, Path]:
+def open_run(spark: Any, trace: Trace, tmp_path_factory: pytest.TempPathFactory) -> Run:
     out = tmp_path_factory.mktemp("open")
     options = BacktestOptions(
         traffic=str(trace[0]),
@@ -95,9 +98,7 @@ def open_run(
     return run(spark, options), out
 
 
-def test_open_loop_equals_the_single_process_replay(
-    open_run: tuple[BacktestResult, Path], trace: tuple[Path, pd.DataFrame]
-) -> None:
+def test_open_loop_equals_the_single_process_replay(open_run: Run, trace: Trace) -> None:
     result, out = open_run
     _, frame = trace
     requests = read_requests(out)
@@ -124,7 +125,7 @@ def test_open_loop_equals_the_single_process_replay(
 
 
 def test_requests_hold_each_request_once_with_every_scenario(
-    spark: Any, open_run: tuple[BacktestResult, Path], trace: tuple[Path, pd.DataFrame]
+    spark: Any, open_run: Run, trace: Trace
 ) -> None:
     """``DIR/requests/``: one row per request (its input columns once), every scenario's
     results in ``--scale`` order; Spark's and pandas' per-scenario views agree."""
@@ -158,9 +159,7 @@ def test_requests_hold_each_request_once_with_every_scenario(
     assert none.empty and list(none.columns) == list(pandas_rows.columns)
 
 
-def test_sensor_tags_are_the_cores(
-    open_run: tuple[BacktestResult, Path], trace: tuple[Path, pd.DataFrame]
-) -> None:
+def test_sensor_tags_are_the_cores(open_run: Run, trace: Trace) -> None:
     _, out = open_run
     _, frame = trace
     requests = read_requests(out)
@@ -180,46 +179,17 @@ def test_sensor_tags_are_the_cores(
 
 def usage_of(frame: pd.DataFrame, result: pd.DataFrame, quota_type: str) -> pd.DataFrame:
     """One row per request recorded by a ``quota_type`` sensor, from a reference replay."""
-    config = mixed_config()
-    kind = kernel.kinds(frame[kernel.API])
-    if quota_type == "request":
-        rows = frame[kernel.THREAD].notna().to_numpy()
-        usage = frame[kernel.THREAD]
-        recorded = np.ones(len(frame), dtype=bool)
-    else:
-        rows = kind == quota_type
-        usage = frame[kernel.BYTES]
-        recorded = ~(
-            (result[kernel.FETCH_THROTTLE] > 0) | (result[kernel.REQUEST_THROTTLE] > 0)
-        ).to_numpy()
-        if quota_type == "produce":
-            recorded = np.ones(len(frame), dtype=bool)
-    tags = kernel.sensor_tags(frame[kernel.USER], frame[kernel.CLIENT], config.manager(quota_type))  # type: ignore[arg-type]
-    out = pd.DataFrame(
-        {
-            kernel.BROKER: frame[kernel.BROKER],
-            kernel.SENSOR_USER: tags[0],
-            kernel.SENSOR_CLIENT: tags[1],
-            kernel.USER: frame[kernel.USER],
-            kernel.CLIENT: frame[kernel.CLIENT],
-            kernel.TS: frame[kernel.TS],
-            kernel.TIME: result.get(kernel.SENT, frame[kernel.TS]),
-            kernel.USAGE: usage.fillna(0).astype(np.int64),
-            kernel.BYTES: frame[kernel.BYTES],
-            kernel.RECORDED: recorded,
-            kernel.THROTTLE: result[kernel.THROTTLE_OF[quota_type]],  # type: ignore[index]
-            kernel.ADDED_LATENCY: result.get(kernel.ADDED_LATENCY, 0),
-            "unrecord_if": (result[kernel.REQUEST_THROTTLE] > 0).to_numpy(),
-            kernel.SEQ_COLUMNS[0]: frame[kernel.SEQ_COLUMNS[0]],
-            kernel.SEQ_COLUMNS[1]: frame[kernel.SEQ_COLUMNS[1]],
-        }
+    return summarized_usage(
+        frame,
+        result,
+        quota_type,
+        mixed_config(),
+        broker=frame[kernel.BROKER],
+        **recommendation_columns(frame, result),
     )
-    return out[rows]
 
 
-def test_entities_equal_the_kernel_summaries(
-    open_run: tuple[BacktestResult, Path], trace: tuple[Path, pd.DataFrame]
-) -> None:
+def test_entities_equal_the_kernel_summaries(open_run: Run, trace: Trace) -> None:
     _, out = open_run
     _, frame = trace
     entities = pd.read_parquet(out / "entities")
@@ -242,9 +212,7 @@ def test_entities_equal_the_kernel_summaries(
         np.testing.assert_array_equal(left, right, err_msg=column)
 
 
-def test_recommendations_equal_the_kernel(
-    open_run: tuple[BacktestResult, Path], trace: tuple[Path, pd.DataFrame]
-) -> None:
+def test_recommendations_equal_the_kernel(open_run: Run, trace: Trace) -> None:
     result, out = open_run
     _, frame = trace
     got = pd.read_parquet(out / "recommendations" / "entities")
@@ -265,7 +233,7 @@ def test_recommendations_equal_the_kernel(
 
 
 def test_the_recommended_quota_file_raises_only_and_is_back_tested(
-    open_run: tuple[BacktestResult, Path], capsys: pytest.CaptureFixture[str]
+    open_run: Run, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """The file is the configuration the recommendations were found under (x1) with the
     raised quotas set; nothing lowered or added without asking; its own back-test (one
@@ -309,7 +277,7 @@ def test_the_recommended_quota_file_raises_only_and_is_back_tested(
     assert "Imported" in capsys.readouterr().out
 
 
-def test_report(open_run: tuple[BacktestResult, Path]) -> None:
+def test_report(open_run: Run) -> None:
     result, out = open_run
     assert result.report == out / "report.html"
     page = result.report.read_text()
@@ -368,9 +336,7 @@ def _spark_totals(spark: Any, out: Path, result: BacktestResult) -> pd.DataFrame
     return report.scenario_totals(counts, result.scenarios, result.totals["scale"].tolist())
 
 
-def test_report_counts_are_sparks_aggregates_of_the_requests(
-    spark: Any, open_run: tuple[BacktestResult, Path]
-) -> None:
+def test_report_counts_are_sparks_aggregates_of_the_requests(spark: Any, open_run: Run) -> None:
     """The job counts the report's totals while the rows go out (no pass over
     ``DIR/requests/``): they equal what Spark aggregates from the written rows."""
     result, out = open_run
@@ -396,7 +362,7 @@ def test_report_counts_are_sparks_aggregates_of_the_requests(
 
 
 def test_what_the_broker_did_is_reported_beside_the_replay(
-    spark: Any, trace: tuple[Path, pd.DataFrame], tmp_path: Path
+    spark: Any, trace: Trace, tmp_path: Path
 ) -> None:
     """Traffic that says which throttle each request got (``kafka_throttle_ms``, as an
     imported request log or a proxy capture has it): the report counts both, per scenario."""
@@ -436,7 +402,7 @@ def test_what_the_broker_did_is_reported_beside_the_replay(
 
 
 def test_what_the_broker_did_as_text_is_compared_by_spark(
-    spark: Any, trace: tuple[Path, pd.DataFrame], tmp_path: Path
+    spark: Any, trace: Trace, tmp_path: Path
 ) -> None:
     """A CSV traffic's ``kafka_throttle_ms`` is text (here with a blank, a fraction and a
     word among the numbers): the comparison is Spark's, and the job does not fail on it
@@ -465,8 +431,8 @@ def test_what_the_broker_did_as_text_is_compared_by_spark(
 
 def test_partition_by_sensor_gives_the_same_throttles(
     spark: Any,
-    trace: tuple[Path, pd.DataFrame],
-    open_run: tuple[BacktestResult, Path],
+    trace: Trace,
+    open_run: Run,
     tmp_path: Path,
 ) -> None:
     options = BacktestOptions(
@@ -496,7 +462,7 @@ TIGHT_CLIENTS = kernel.ClientLimits(
 )
 def test_closed_loop_equals_the_single_process_replay(
     spark: Any,
-    trace: tuple[Path, pd.DataFrame],
+    trace: Trace,
     tmp_path: Path,
     clients: kernel.ClientLimits | None,
 ) -> None:

@@ -22,6 +22,7 @@ from kquota.backtest.synthetic import TrafficSpec, generate
 from kquota.config import QuotaConfig, QuotaEntry, Window
 from kquota.conformance import Scenario, expand_paths, load_scenario
 from recommend_reference import recommend_reference, throttled_fraction
+from sensor_usage import recommendation_columns, sensor_usage
 
 CONFORMANCE = paths.SHARED_VECTORS
 PROPERTY = {
@@ -516,31 +517,18 @@ def test_recommendation_is_the_smallest_quota_under_the_target() -> None:
 
 def recommendation_usage(frame: pd.DataFrame, quota_type: str) -> pd.DataFrame:
     """The rows a ``quota_type`` sensor records in an open-loop replay, as the job's
-    recommend stage receives them (``unrecord_if``: the request quota throttled it)."""
+    recommend stage receives them."""
     config = mixed_config()
     result = pd.concat(
         kernel.replay_open(part, config) for _, part in frame.groupby(kernel.BROKER, sort=False)
     ).loc[frame.index]
-    if quota_type == "request":
-        rows = frame[kernel.THREAD].notna().to_numpy()
-        usage = frame[kernel.THREAD]
-    else:
-        rows = np.asarray(kernel.kinds(frame[kernel.API]) == quota_type)
-        usage = frame[kernel.BYTES]
-    tags = kernel.sensor_tags(frame[kernel.USER], frame[kernel.CLIENT], config.manager(quota_type))  # type: ignore[arg-type]
-    out = pd.DataFrame(
-        {
-            kernel.BROKER: frame[kernel.BROKER],
-            kernel.SENSOR_USER: tags[0],
-            kernel.SENSOR_CLIENT: tags[1],
-            kernel.TS: frame[kernel.TS],
-            kernel.USAGE: usage.fillna(0).astype(np.int64),
-            "unrecord_if": (result[kernel.REQUEST_THROTTLE] > 0).to_numpy(),
-            kernel.SEQ_COLUMNS[0]: frame[kernel.SEQ_COLUMNS[0]],
-            kernel.SEQ_COLUMNS[1]: frame[kernel.SEQ_COLUMNS[1]],
-        }
+    return sensor_usage(
+        frame,
+        quota_type,
+        config,
+        **{kernel.BROKER: frame[kernel.BROKER]},
+        **recommendation_columns(frame, result),
     )
-    return out[rows]
 
 
 @pytest.mark.parametrize("quota_type", kernel.QUOTA_TYPES)

@@ -8,6 +8,7 @@ before; bad mutation rows are quarantined with their reason."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Literal
 
@@ -26,7 +27,7 @@ from kquota.backtest.kernel import (
     SEQ_COLUMNS,
     THROTTLE,
 )
-from kquota.backtest.options import BacktestOptions
+from kquota.backtest.options import BacktestOptions, BacktestResult
 from kquota.backtest.outputs import read_requests
 from kquota.config import QuotaConfig
 
@@ -160,54 +161,80 @@ def _one(
     return applied
 
 
-def _write(frame: pd.DataFrame, path: Path) -> None:
+def _backtest(
+    spark: Any,
+    tmp_path: Path,
+    frame: pd.DataFrame,
+    config: QuotaConfig | None = None,
+    **options: Any,
+) -> BacktestResult:
+    """``frame`` written as Parquet and back-tested under ``config`` (:func:`_config` if
+    none) into ``tmp_path / "out"``, with no report."""
+    path = tmp_path / "in.parquet"
     pq.write_table(pa.Table.from_pandas(frame, preserve_index=False), path)
-
-
-@pytest.mark.parametrize("mode", ["open", "closed"])
-def test_mutations_equal_the_core_managers(spark: Any, tmp_path: Path, mode: str) -> None:
-    frame = _traffic()
-    _write(frame, tmp_path / "in.parquet")
-    config = _config()
-    options = BacktestOptions(
-        traffic=str(tmp_path / "in.parquet"),
-        quotas=config,
-        out=str(tmp_path / "out"),
-        mode=mode,  # type: ignore[arg-type]
-        scales=(1.0, 0.5),
-        report=False,
-        clients=None,  # unbounded: the reference's clients
+    quotas = _config() if config is None else config
+    out = str(tmp_path / "out")
+    return run(
+        spark, BacktestOptions(traffic=str(path), quotas=quotas, out=out, report=False, **options)
     )
-    run(spark, options)
+
+
+def _against_the_reference(
+    spark: Any, tmp_path: Path, frame: pd.DataFrame, mode: str
+) -> tuple[pd.DataFrame, list[tuple[QuotaConfig, pd.DataFrame, pd.DataFrame]]]:
+    """``frame`` back-tested at x1 and x0.5 in ``mode`` with unbounded clients (the
+    reference's): every request's throttles must be the reference's. The requests, and
+    per scenario its configuration, the reference's results and the controller_mutation
+    rows of entities/."""
+    config = _config()
+    _backtest(spark, tmp_path, frame, config, mode=mode, scales=(1.0, 0.5), clients=None)
     got = read_requests(tmp_path / "out" / "requests")
+    entities = pd.read_parquet(tmp_path / "out" / "entities")
     frame[SEQ_COLUMNS[1]] = np.arange(len(frame), dtype=np.int64)
+    scenarios = []
     for scenario, scale in (("x1", 1.0), ("x0.5", 0.5)):
         mine = got[got["scenario"] == scenario].set_index(SEQ_COLUMNS[1]).sort_index()
         expected = _reference(frame, config.scaled(scale), closed=mode == "closed")
         for column in (REQUEST_THROTTLE, MUTATION_THROTTLE, REFUSED_PARTITIONS, THROTTLE, SENT):
             assert mine[column].tolist() == expected[column].tolist(), (scenario, column)
-        # entities/: one controller_mutation row per broker and sensor (user-level quotas:
-        # tags (user, "")), counted from the reference's decisions
-        entities = pd.read_parquet(tmp_path / "out" / "entities")
         mine_e = entities[
             (entities["scenario"] == scenario) & (entities["quota_type"] == "controller_mutation")
         ]
+        scenarios.append((config.scaled(scale), expected, mine_e))
+    return got, scenarios
+
+
+def _per_sensor(
+    entities: pd.DataFrame, mutations: pd.DataFrame
+) -> Iterator[tuple[dict[str, Any], pd.DataFrame]]:
+    """Each controller_mutation row of ``entities`` (one per broker and sensor; user-level
+    quotas: tags (user, "")) with the requests of ``mutations`` it counts."""
+    mutations = mutations[mutations["partitions"].notna()]
+    groups = mutations.groupby(["broker", "user"])
+    assert len(entities) == groups.ngroups
+    for (broker, user), part in groups:
+        (row,) = entities[
+            (entities["broker"] == broker) & (entities["sensor_user"] == user)
+        ].to_dict("records")
+        yield row, part
+
+
+@pytest.mark.parametrize("mode", ["open", "closed"])
+def test_mutations_equal_the_core_managers(spark: Any, tmp_path: Path, mode: str) -> None:
+    frame = _traffic()
+    got, scenarios = _against_the_reference(spark, tmp_path, frame, mode)
+    for config, expected, entities in scenarios:
+        # entities/ counted from the reference's decisions
+        quotas = dict(config.mutation_quotas())
         ref = frame.join(expected[[MUTATION_THROTTLE, REFUSED_PARTITIONS]])
-        ref = ref[ref["partitions"].notna()]
-        for (broker, user), part in ref.groupby(["broker", "user"]):
-            (row,) = mine_e[(mine_e["broker"] == broker) & (mine_e["sensor_user"] == user)].to_dict(
-                "records"
-            )
+        for row, part in _per_sensor(entities, ref):
             accepted = part["partitions"].where(part[REFUSED_PARTITIONS] == 0, 0)
             assert row["requests"] == len(part)
             assert row["usage"] == int(accepted.sum())
             assert row["throttled_requests"] == int((part[MUTATION_THROTTLE] > 0).sum())
             assert row["total_throttle_ms"] == int(part[MUTATION_THROTTLE].sum())
-            assert row["quota"] == dict(config.scaled(scale).mutation_quotas()).get(
-                Entity(user=user),
-                dict(config.scaled(scale).mutation_quotas())[Entity(user=DEFAULT)],
-            )
-        assert len(mine_e) == ref.groupby(["broker", "user"]).ngroups
+            user = part["user"].iloc[0]
+            assert row["quota"] == quotas.get(Entity(user=user), quotas[Entity(user=DEFAULT)])
     x1 = got[got["scenario"] == "x1"]
     assert (x1[REFUSED_PARTITIONS] > 0).sum() >= 3
     assert ((x1[MUTATION_THROTTLE] > 0) & ~x1["strict"].astype("boolean").fillna(True)).sum() >= 3
@@ -217,15 +244,7 @@ def test_mutations_equal_the_core_managers(spark: Any, tmp_path: Path, mode: str
 def test_traffic_without_mutation_columns_has_no_mutation_results(
     spark: Any, tmp_path: Path
 ) -> None:
-    frame = _traffic().drop(columns=["partitions", "strict"])
-    _write(frame, tmp_path / "in.parquet")
-    options = BacktestOptions(
-        traffic=str(tmp_path / "in.parquet"),
-        quotas=_config(),
-        out=str(tmp_path / "out"),
-        report=False,
-    )
-    run(spark, options)
+    _backtest(spark, tmp_path, _traffic().drop(columns=["partitions", "strict"]))
     got = read_requests(tmp_path / "out" / "requests")
     assert MUTATION_THROTTLE not in got.columns and REFUSED_PARTITIONS not in got.columns
 
@@ -237,14 +256,7 @@ def test_bad_mutation_rows_are_quarantined_with_their_reason(spark: Any, tmp_pat
     frame.loc[6, "api"] = "Metadata"  # partitions on a request that is not a mutation
     frame["topic_partitions"] = pd.Series([None] * len(frame), dtype=object)
     frame.at[3, "topic_partitions"] = [1, 2]  # CreateTopics of 18 partitions
-    _write(frame, tmp_path / "in.parquet")
-    options = BacktestOptions(
-        traffic=str(tmp_path / "in.parquet"),
-        quotas=_config(),
-        out=str(tmp_path / "out"),
-        report=False,
-    )
-    run(spark, options)
+    _backtest(spark, tmp_path, frame)
     bad = pd.read_parquet(tmp_path / "out" / "quarantine")
     assert sorted(bad["reason"]) == sorted(
         [
@@ -263,14 +275,7 @@ def test_topic_partitions_without_partitions_are_quarantined(spark: Any, tmp_pat
     frame["topic_partitions"] = pd.Series([None] * len(frame), dtype=object)
     frame.at[3, "topic_partitions"] = [1, 2]
     frame.at[5, "topic_partitions"] = [4]
-    _write(frame, tmp_path / "in.parquet")
-    options = BacktestOptions(
-        traffic=str(tmp_path / "in.parquet"),
-        quotas=_config(),
-        out=str(tmp_path / "out"),
-        report=False,
-    )
-    result = run(spark, options)
+    result = _backtest(spark, tmp_path, frame)
     bad = pd.read_parquet(tmp_path / "out" / "quarantine")
     assert list(bad["reason"]) == ["topic_partitions without partitions"] * 2
     assert sorted(bad["topic_partitions"].map(list)) == [[1, 2], [4]]
@@ -303,35 +308,9 @@ def test_topics_of_a_strict_request_are_refused_one_by_one(
     frame["topic_partitions"] = pd.Series(
         [_split(p, i) for i, p in enumerate(frame["partitions"])], dtype=object
     )
-    _write(frame, tmp_path / "in.parquet")
-    config = _config()
-    options = BacktestOptions(
-        traffic=str(tmp_path / "in.parquet"),
-        quotas=config,
-        out=str(tmp_path / "out"),
-        mode=mode,  # type: ignore[arg-type]
-        scales=(1.0, 0.5),
-        report=False,
-        clients=None,  # unbounded: the reference's clients
-    )
-    run(spark, options)
-    got = read_requests(tmp_path / "out" / "requests")
-    frame[SEQ_COLUMNS[1]] = np.arange(len(frame), dtype=np.int64)
-    for scenario, scale in (("x1", 1.0), ("x0.5", 0.5)):
-        mine = got[got["scenario"] == scenario].set_index(SEQ_COLUMNS[1]).sort_index()
-        expected = _reference(frame, config.scaled(scale), closed=mode == "closed")
-        for column in (REQUEST_THROTTLE, MUTATION_THROTTLE, REFUSED_PARTITIONS, THROTTLE, SENT):
-            assert mine[column].tolist() == expected[column].tolist(), (scenario, column)
-        entities = pd.read_parquet(tmp_path / "out" / "entities")
-        mine_e = entities[
-            (entities["scenario"] == scenario) & (entities["quota_type"] == "controller_mutation")
-        ]
-        ref = frame.join(expected[[REFUSED_PARTITIONS]])
-        ref = ref[ref["partitions"].notna()]
-        for (broker, user), part in ref.groupby(["broker", "user"]):
-            (row,) = mine_e[(mine_e["broker"] == broker) & (mine_e["sensor_user"] == user)].to_dict(
-                "records"
-            )
+    got, scenarios = _against_the_reference(spark, tmp_path, frame, mode)
+    for _, expected, entities in scenarios:
+        for row, part in _per_sensor(entities, frame.join(expected[[REFUSED_PARTITIONS]])):
             assert row["requests"] == len(part)
             assert row["usage"] == int((part["partitions"] - part[REFUSED_PARTITIONS]).sum())
     x1 = got[got["scenario"] == "x1"].set_index(SEQ_COLUMNS[1]).sort_index()

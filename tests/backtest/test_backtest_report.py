@@ -287,10 +287,16 @@ def test_opening_follows_the_entities_the_quotas_throttle() -> None:
     assert two[2].startswith("The fetch quotas would throttle user=bob (30 requests")
 
 
-def test_opening_in_closed_loop_says_how_far_clients_fell_behind() -> None:
-    closed = dataclasses.replace(result(), mode="closed", clients=None)
+def _closed_opening(**changes: Any) -> tuple[BacktestResult, list[str]]:
+    """A closed-loop result with ``changes`` whose requests went out 1.5 s late on average
+    and 95 s at most, and its opening over alice's throttles."""
+    closed = dataclasses.replace(result(), mode="closed", **changes)
     closed.totals.loc[0, ["mean_added_latency_ms", "max_added_latency_ms"]] = [1500.0, 95_000]
-    sentences = opening(closed, entity_rows(ALICE_THROTTLED))
+    return closed, opening(closed, entity_rows(ALICE_THROTTLED))
+
+
+def test_opening_in_closed_loop_says_how_far_clients_fell_behind() -> None:
+    _, sentences = _closed_opening(clients=None)
     assert sentences[0].startswith(
         "Under these quotas (x1), clients that honour throttles (closed loop, as Kafka "
         "clients do) would have had 30 of 1,000 requests (3.00%) throttled"
@@ -308,9 +314,7 @@ def _unserved(*rows: tuple[str, str, str, int, int, int, int]) -> pd.DataFrame:
 
 
 def test_opening_with_bounded_clients_says_what_was_not_served_and_whose() -> None:
-    closed = dataclasses.replace(
-        result(),
-        mode="closed",
+    closed, sentences = _closed_opening(
         clients=ClientLimits(),
         unserved=_unserved(
             ("x1", "alice", "app-1", 40, 12_000_000, 30, 10),
@@ -318,8 +322,6 @@ def test_opening_with_bounded_clients_says_what_was_not_served_and_whose() -> No
             ("x2", "carol", "c", 9, 9, 0, 9),  # another scenario: not in the opening
         ),
     )
-    closed.totals.loc[0, ["mean_added_latency_ms", "max_added_latency_ms"]] = [1500.0, 95_000]
-    sentences = opening(closed, entity_rows(ALICE_THROTTLED))
     assert sentences[2].endswith(
         "Clients held what they could not send yet: requests went out 1.5 s late on "
         "average, at most 1.6 min."

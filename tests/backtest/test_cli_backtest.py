@@ -32,27 +32,25 @@ def backtest(*args: str) -> int:
     return main(["backtest", *args])
 
 
+def backtest_ok(
+    capsys: pytest.CaptureFixture[str], inputs: tuple[Path, Path], out: Path, *options: str
+) -> pytest.CaptureResult[str]:
+    """``kquota backtest`` of ``inputs`` into ``out`` with ``options`` succeeds: what it
+    printed."""
+    path, quotas = inputs
+    status = backtest("--traffic", str(path), "--quotas", str(quotas), "--out", str(out), *options)
+    captured = capsys.readouterr()
+    assert status == 0, captured.err
+    return captured
+
+
 @pytest.mark.slow
 def test_a_run_prints_the_summary_and_where_everything_is(
     spark: Any, inputs: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    path, quotas = inputs
+    options = ("--scale", "0.5,1,2", "--recommend", "--target", "0.05")
     out = tmp_path / "out"
-    status = backtest(
-        "--traffic",
-        str(path),
-        "--quotas",
-        str(quotas),
-        "--out",
-        str(out),
-        "--scale",
-        "0.5,1,2",
-        "--recommend",
-        "--target",
-        "0.05",
-    )
-    captured = capsys.readouterr()
-    assert status == 0, captured.err
+    captured = backtest_ok(capsys, inputs, out, *options)
     assert "replaying the traffic x 3 scenario(s), open loop" in captured.err
     assert "20,000 rows, 0 refused" in captured.err
     lines = captured.out.splitlines()
@@ -218,28 +216,14 @@ def test_bad_client_limits_are_one_message(
 def test_bounded_clients_say_what_was_not_served_and_whose(
     spark: Any, inputs: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    path, quotas = inputs
     out = tmp_path / "out"
-    status = backtest(
-        "--traffic",
-        str(path),
-        "--quotas",
-        str(quotas),
-        "--out",
-        str(out),
-        "--mode",
-        "closed",
-        "--scale",
-        "0.2",
-        "--buffer-memory",
-        "200000",
-        "--delivery-timeout-ms",
-        "3000",
-        "--api-timeout-ms",
-        "2000",
+    captured = backtest_ok(
+        capsys,
+        inputs,
+        out,
+        *("--mode", "closed", "--scale", "0.2", "--buffer-memory", "200000"),
+        *("--delivery-timeout-ms", "3000", "--api-timeout-ms", "2000"),
     )
-    captured = capsys.readouterr()
-    assert status == 0, captured.err
     rows = read_requests(out / "requests")
     gone = rows[rows["unserved"] > 0]
     assert len(gone) > 0

@@ -152,7 +152,7 @@ def test_byte_counts_are_not_the_bare_record_sizes() -> None:
 
 
 @pytest.fixture(scope="module")
-def written(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[gen.LoggedRequest]]:
+def written(tmp_path_factory: pytest.TempPathFactory) -> gen.WrittenLog:
     folder = tmp_path_factory.mktemp("request-log")
     return folder, gen.write(SPEC, folder)
 
@@ -164,9 +164,7 @@ def _collect(spark: Any, path: str, options: LogOptions | None = None) -> tuple[
 
 
 @pytest.mark.slow
-def test_every_field_equals_what_the_generator_logged(
-    spark: Any, written: tuple[Path, list[gen.LoggedRequest]]
-) -> None:
+def test_every_field_equals_what_the_generator_logged(spark: Any, written: gen.WrittenLog) -> None:
     folder, logged = written
     rows, skipped = _collect(spark, str(folder))
     expected = {r.correlation_id: r for r in logged if r.reason is None}
@@ -206,9 +204,7 @@ def test_every_field_equals_what_the_generator_logged(
 
 
 @pytest.mark.slow
-def test_fetch_bytes_of_every_version_equal_kio(
-    spark: Any, written: tuple[Path, list[gen.LoggedRequest]]
-) -> None:
+def test_fetch_bytes_of_every_version_equal_kio(spark: Any, written: gen.WrittenLog) -> None:
     folder, logged = written
     rows, _ = _collect(spark, str(folder))
     fetched = rows[(rows[API] == "fetch") & (rows[requestlog.KAFKA_THROTTLE] == 0)]
@@ -324,9 +320,7 @@ def test_a_file_with_no_usable_line_is_an_error_naming_it(spark: Any, tmp_path: 
     assert not (tmp_path / "out").exists()
 
 
-def test_import_and_describe_parse_each_line_once(
-    spark: Any, written: tuple[Path, list[gen.LoggedRequest]]
-) -> None:
+def test_import_and_describe_parse_each_line_once(spark: Any, written: gen.WrittenLog) -> None:
     # the core's reader runs once a line: one mapInArrow in each plan, and the filter on
     # the skip reason above it
     from pyspark.sql import Observation

@@ -18,14 +18,14 @@ pytest.importorskip("kio", reason="the generator needs kio, a dev dependency")
 
 
 @pytest.fixture(scope="module")
-def log(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[gen.LoggedRequest]]:
+def log(tmp_path_factory: pytest.TempPathFactory) -> gen.WrittenLog:
     folder = tmp_path_factory.mktemp("logs")
     return folder, gen.write(gen.LogSpec(requests=300, brokers=2, seed=11), folder)
 
 
 @pytest.mark.slow
 def test_import_writes_the_traffic_parquet(
-    spark: Any, log: tuple[Path, list[gen.LoggedRequest]], tmp_path: Path, capsys: Any
+    spark: Any, log: gen.WrittenLog, tmp_path: Path, capsys: Any
 ) -> None:
     folder, logged = log
     out = tmp_path / "traffic.parquet"
@@ -42,7 +42,7 @@ def test_import_writes_the_traffic_parquet(
 
 @pytest.mark.slow
 def test_describe_counts_requests_brokers_and_skipped_lines(
-    spark: Any, log: tuple[Path, list[gen.LoggedRequest]], capsys: Any
+    spark: Any, log: gen.WrittenLog, capsys: Any
 ) -> None:
     folder, logged = log
     assert main(["traffic", "describe", str(folder / "*" / "kafka-request.log*")]) == 0
@@ -60,7 +60,7 @@ def test_describe_counts_requests_brokers_and_skipped_lines(
 
 @pytest.mark.slow
 def test_backtest_straight_from_the_log(
-    spark: Any, log: tuple[Path, list[gen.LoggedRequest]], tmp_path: Path, capsys: Any
+    spark: Any, log: gen.WrittenLog, tmp_path: Path, capsys: Any
 ) -> None:
     folder, logged = log
     quotas = tmp_path / "quotas.json"
@@ -94,7 +94,7 @@ def test_backtest_straight_from_the_log(
 
 @pytest.mark.slow
 def test_the_format_is_recognised_and_one_broker_id_can_be_given(
-    spark: Any, log: tuple[Path, list[gen.LoggedRequest]], tmp_path: Path, capsys: Any
+    spark: Any, log: gen.WrittenLog, tmp_path: Path, capsys: Any
 ) -> None:
     folder, _ = log
     out = tmp_path / "t"

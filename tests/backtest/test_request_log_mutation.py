@@ -28,26 +28,34 @@ NAMES = {3: "METADATA", 19: "CREATE_TOPICS", 20: "DELETE_TOPICS", 37: "CREATE_PA
 
 
 def _line(ms: int, key: int, version: int, cid: int, request: Any, response: Any, user: str) -> str:
-    header = {
-        "requestApiKey": key,
-        "requestApiVersion": version,
-        "correlationId": cid,
-        "clientId": f"{user}-admin",
-        "requestApiKeyName": NAMES[key],
-    }
-    times = {"total": 2.0, "queue": 0.0, "local": 1.5, "remote": 0.0, "responseQueue": 0.0}
-    document = gen._document(
-        header,
-        request,
-        response,
-        {**times, "send": 0.0},
-        0,
-        "10.0.0.1:9092-10.0.0.2:5000-1",
-        f"User:{user}",
-        False,
-        {},
+    return gen.completed_line(
+        ms, key, NAMES[key], version, cid, request, response, client=f"{user}-admin", user=user
     )
-    return gen.line(ms, "DEBUG", document)
+
+
+def _backtest(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], lines: list[str], rate: int, *options: str
+) -> tuple[pd.DataFrame, ControllerMutationQuotaManager]:
+    """``kquota backtest`` on a log of ``lines`` under a <default> user mutation quota of
+    ``rate``: its requests by correlation id, and a core manager with the same quotas."""
+    folder = _write(tmp_path / "log", lines)
+    config = QuotaConfig.from_json(
+        {
+            "window": {"num_samples": 11, "window_ms": 1000},
+            "quotas": [
+                {"entity": {"user": "<default>"}, "config": {"controller_mutation_rate": rate}},
+            ],
+        }
+    )
+    quotas = tmp_path / "quotas.json"
+    quotas.write_text(config.dumps())
+    args = ["--traffic", str(folder), "--quotas", str(quotas), "--out", str(tmp_path / "out")]
+    assert main(["backtest", *args, *options]) == 0, capsys.readouterr().err
+    got = read_requests(tmp_path / "out" / "requests").set_index("correlation_id").sort_index()
+    manager = ControllerMutationQuotaManager()
+    for entity, value in config.mutation_quotas():
+        manager.set_quota(entity, value)
+    return got, manager
 
 
 def _create(*topics: tuple[str, int, int]) -> dict[str, Any]:
@@ -219,24 +227,7 @@ def test_backtest_of_a_log_gives_the_managers_throttles(
         elif kind in (3, 4):
             topic = f"{name}-{kind - 3}"
             mutations.append((step + 1, user, ms, created.pop(topic), kind == 3))
-    folder = _write(tmp_path / "log", lines)
-    config = QuotaConfig.from_json(
-        {
-            "window": {"num_samples": 11, "window_ms": 1000},
-            "quotas": [
-                {"entity": {"user": "<default>"}, "config": {"controller_mutation_rate": 3}},
-            ],
-        }
-    )
-    quotas = tmp_path / "quotas.json"
-    quotas.write_text(config.dumps())
-    args = ["--traffic", str(folder), "--quotas", str(quotas), "--out", str(tmp_path / "out")]
-    status = main(["backtest", *args, "--num-partitions", "3"])
-    assert status == 0, capsys.readouterr().err
-    got = read_requests(tmp_path / "out" / "requests").set_index("correlation_id").sort_index()
-    manager = ControllerMutationQuotaManager()
-    for entity, value in config.mutation_quotas():
-        manager.set_quota(entity, value)
+    got, manager = _backtest(tmp_path, capsys, lines, 3, "--num-partitions", "3")
     throttles, refused = {}, {}
     for cid_, user, ms, n, strict in mutations:
         record = manager.record_strict if strict else manager.record_permissive
@@ -274,23 +265,7 @@ def test_a_strict_request_s_later_topics_are_refused(
         _line(ms, key, version, cid, request, "", user)
         for cid, (ms, key, version, user, request) in enumerate(requests, start=1)
     ]
-    folder = _write(tmp_path / "log", lines)
-    config = QuotaConfig.from_json(
-        {
-            "window": {"num_samples": 11, "window_ms": 1000},
-            "quotas": [
-                {"entity": {"user": "<default>"}, "config": {"controller_mutation_rate": 2}},
-            ],
-        }
-    )
-    quotas = tmp_path / "quotas.json"
-    quotas.write_text(config.dumps())
-    args = ["--traffic", str(folder), "--quotas", str(quotas), "--out", str(tmp_path / "out")]
-    assert main(["backtest", *args]) == 0, capsys.readouterr().err
-    got = read_requests(tmp_path / "out" / "requests").set_index("correlation_id").sort_index()
-    manager = ControllerMutationQuotaManager()
-    for entity, value in config.mutation_quotas():
-        manager.set_quota(entity, value)
+    got, manager = _backtest(tmp_path, capsys, lines, 2)
     throttles, refused = [], []
     for cid, (ms, _, _, user, _) in enumerate(requests, start=1):
         quota = manager.request_quota(user, f"{user}-admin", strict[cid])

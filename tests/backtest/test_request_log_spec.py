@@ -69,37 +69,10 @@ def _fetch_response(version: int, records: list[bytes | None], endpoints: int = 
 
 
 def _document(
-    key: int,
-    name: str,
-    version: int,
-    cid: int,
-    request: Any,
-    response: Any,
-    *,
-    client: str | None = "app",
-    throttle: int = 0,
-    forwarded: bool = False,
+    key: int, name: str, version: int, cid: int, *body: Any, client: str | None = "app", **line: Any
 ) -> str:
-    header = {
-        "requestApiKey": key,
-        "requestApiVersion": version,
-        "correlationId": cid,
-        "clientId": client,
-        "requestApiKeyName": name,
-    }
-    times = {"total": 2.0, "queue": 0.0, "local": 1.5, "remote": 0.0, "responseQueue": 0.0}
-    document = gen._document(
-        header,
-        request,
-        response,
-        {**times, "send": 0.0},
-        throttle,
-        "10.0.0.1:9092-10.0.0.2:5000-1",
-        "User:alice",
-        forwarded,
-        {},
-    )
-    return gen.line(T0 + cid, "DEBUG", document)
+    """A line at ``T0 + cid``; ``body``, ``line``: :func:`gen.completed_line`'s."""
+    return gen.completed_line(T0 + cid, key, name, version, cid, *body, client=client, **line)
 
 
 def _fetch_line(
@@ -111,18 +84,10 @@ def _fetch_line(
     return _document(1, "FETCH", version, cid, request, response, client=client)
 
 
-def _rename(value: Any, names: dict[str, str]) -> Any:
-    if isinstance(value, dict):
-        return {names.get(k, k): _rename(v, names) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_rename(v, names) for v in value]
-    return value
-
-
 def _as_2_8(response: dict[str, Any]) -> dict[str, Any]:
     """A 3.0+ Fetch response's JSON under the keys of Kafka 2.8."""
     names = KEYS_2_8 | {"recordsSizeInBytes": "recordSetSizeInBytes", "records": "recordSet"}
-    return {k: _rename(v, names) if k == "responses" else v for k, v in response.items()}
+    return {k: gen.renamed(v, names) if k == "responses" else v for k, v in response.items()}
 
 
 def _rows(spark: Any, folder: Path, lines: list[str]) -> Any:

@@ -40,21 +40,42 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import CollectorRegistry
 
 Samples = dict[str, dict[tuple[str, str], float]]
+Labelled = dict[str, dict[tuple[tuple[str, str], ...], float]]
 HANG_S = 60.0  # bounds a wait that would otherwise hang; never a measurement
 
 
 def scrape(url: str) -> tuple[Samples, int]:
     """GET the endpoint; return {family: {(user, client_id): value}} and the body size."""
+    body = _get(url)
+    families = {
+        name: {
+            (dict(labels).get("user", ""), dict(labels).get("client_id", "")): value
+            for labels, value in values.items()
+        }
+        for name, values in _labelled(body).items()
+    }
+    return families, len(body)
+
+
+def scrape_labelled(url: str) -> Labelled:
+    """GET the endpoint; {family: {sorted label pairs: value}}."""
+    return _labelled(_get(url))
+
+
+def _get(url: str) -> str:
     with urllib.request.urlopen(url, timeout=30) as response:
         assert response.status == 200
-        body = response.read().decode()
-    families: Samples = {}
+        body: str = response.read().decode()
+    return body
+
+
+def _labelled(body: str) -> Labelled:
+    families: Labelled = {}
     for family in text_string_to_metric_families(body):
         values = families.setdefault(family.name, {})
         for sample in family.samples:
-            key = (sample.labels.get("user", ""), sample.labels.get("client_id", ""))
-            values[key] = sample.value
-    return families, len(body)
+            values[tuple(sorted(sample.labels.items()))] = sample.value
+    return families
 
 
 def traffic() -> QuotaPlugin:
@@ -475,21 +496,6 @@ def test_scrapes_under_load_parse_and_stay_consistent() -> None:
 
 
 # -- KIP-599 and KIP-612: the controller-mutation quota and connection-creation rates ------
-
-Labelled = dict[str, dict[tuple[tuple[str, str], ...], float]]
-
-
-def scrape_labelled(url: str) -> Labelled:
-    """GET the endpoint; {family: {sorted label pairs: value}}."""
-    with urllib.request.urlopen(url, timeout=30) as response:
-        assert response.status == 200
-        body = response.read().decode()
-    families: Labelled = {}
-    for family in text_string_to_metric_families(body):
-        values = families.setdefault(family.name, {})
-        for sample in family.samples:
-            values[tuple(sorted(sample.labels.items()))] = sample.value
-    return families
 
 
 def ul(user: str, client_id: str) -> tuple[tuple[str, str], ...]:

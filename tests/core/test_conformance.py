@@ -15,6 +15,7 @@ import reference_model
 from kquota.cli import main
 from kquota.conformance import Backend, expand_paths, load_scenario, replay
 from kquota.exceptions import ScenarioError
+from scenario_files import write_changed, write_json
 
 VECTORS = paths.SHARED_VECTORS
 VECTOR_FILES = sorted(VECTORS.glob("*.json")) if VECTORS.is_dir() else []
@@ -44,11 +45,6 @@ SMALL_SCENARIO: dict[str, Any] = {
         }
     ],
 }
-
-
-def write_json(path: Path, document: object) -> Path:
-    path.write_text(json.dumps(document), encoding="utf-8")
-    return path
 
 
 def test_vector_folder_holds_vectors() -> None:
@@ -209,9 +205,7 @@ def _drop(path: list[Any]) -> Any:
 def test_cli_rejects_a_malformed_scenario(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], mutate: Any, problem: str
 ) -> None:
-    document = copy.deepcopy(SMALL_SCENARIO)
-    mutate(document)
-    path = write_json(tmp_path / "broken.json", document)
+    path = write_changed(tmp_path / "broken.json", SMALL_SCENARIO, mutate)
     with pytest.raises(ScenarioError, match=r"broken\.json"):
         load_scenario(path)
 

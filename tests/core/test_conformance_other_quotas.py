@@ -20,14 +20,10 @@ import reference_model
 from kquota.cli import main
 from kquota.conformance import AdminScenario, expand_paths, load, load_admin, replay
 from kquota.exceptions import ScenarioError
+from scenario_files import write_changed, write_json
 
 VECTORS = paths.VECTORS
 FILES = sorted(VECTORS.glob("*.json"))
-
-
-def write(path: Path, document: object) -> Path:
-    path.write_text(json.dumps(document), encoding="utf-8")
-    return path
 
 
 def test_every_vector_matches_through_the_cli(capsys: pytest.CaptureFixture[str]) -> None:
@@ -95,7 +91,7 @@ def test_every_expected_value_is_compared(tmp_path: Path) -> None:
             for part in where:
                 target = target[part]
             target[key] = _changed(key, target[key])
-            result = replay(load_admin(write(tmp_path / path.name, broken)))
+            result = replay(load_admin(write_json(tmp_path / path.name, broken)))
             assert result.mismatch is not None, f"{path.name} step {index}: {key} unchecked"
             assert result.mismatch.step == index, f"{path.name}: {result.mismatch}"
             assert result.mismatch.field.endswith(key), f"{path.name}: {result.mismatch}"
@@ -108,7 +104,7 @@ def test_a_mismatch_is_reported_on_the_cli(
 ) -> None:
     document = json.loads((VECTORS / "token_bucket_kafka_test_record.json").read_text())
     document["steps"][2]["expect"]["tokens"] = 41.0
-    write(tmp_path / "bucket.json", document)
+    write_json(tmp_path / "bucket.json", document)
     assert main(["conformance", str(tmp_path)]) == 1
     out = capsys.readouterr().out
     assert "FAIL token_bucket_kafka_test_record  step 2 (measure at 1700000000000): " in out
@@ -170,9 +166,7 @@ def test_a_malformed_admin_scenario_is_named(
     change: Any,
     message: str,
 ) -> None:
-    document = copy.deepcopy(BASE)
-    change(document)
-    path = write(tmp_path / "bad.json", document)
+    path = write_changed(tmp_path / "bad.json", BASE, change)
     with pytest.raises(ScenarioError, match=rf"^{path}: {message}"):
         load(path)
     assert main(["conformance", str(path)]) == 2
@@ -182,7 +176,7 @@ def test_a_malformed_admin_scenario_is_named(
 def test_an_acceptor_loop_is_validated(tmp_path: Path) -> None:
     document = json.loads((VECTORS / "connection_rate_ip_above_limit.json").read_text())
     document["steps"][1]["loops"][0]["count"] = 0
-    path = write(tmp_path / "loops.json", document)
+    path = write_json(tmp_path / "loops.json", document)
     with pytest.raises(
         ScenarioError, match=r"steps\[1\]\.loops\[0\]\.count: expected an integer >= 1"
     ):

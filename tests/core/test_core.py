@@ -10,10 +10,12 @@ import re
 import threading
 import time
 from collections.abc import Callable
+from functools import partial
 
 import kquota
 import numpy as np
 import pytest
+from delivery import run_all
 from kquota.exceptions import (
     InvalidConfigError,
     InvalidQuotaError,
@@ -224,23 +226,14 @@ def test_threads_record_exact_totals() -> None:
     m = kquota.QuotaManager("produce", num_samples=11, window_ms=1000)
     m.set_quota(kquota.Entity(client_id=kquota.DEFAULT), 1e15)
     n = 50_000
-    errors: list[BaseException] = []
 
     def worker(k: int) -> None:
-        try:
-            keys = [("u", "shared"), ("u", f"own-{k}")]
-            now = np.arange(n, dtype=np.int64) // 10  # 0..4999 ms: all inside the horizon
-            key_index = (np.arange(n) % 2).astype(np.int64)
-            m.record_batch(now, key_index, np.ones(n), keys)
-        except BaseException as e:  # pragma: no cover - reported below
-            errors.append(e)
+        keys = [("u", "shared"), ("u", f"own-{k}")]
+        now = np.arange(n, dtype=np.int64) // 10  # 0..4999 ms: all inside the horizon
+        key_index = (np.arange(n) % 2).astype(np.int64)
+        m.record_batch(now, key_index, np.ones(n), keys)
 
-    threads = [threading.Thread(target=worker, args=(k,)) for k in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert errors == []
+    assert run_all(partial(worker, k) for k in range(8)) == []
     # At 5000 ms the padded window is exactly 10 s: the total is rate * 10.
     shared = m.measure("u", "shared", now_ms=5000)
     assert shared is not None and shared * 10 == pytest.approx(8 * n / 2, rel=0, abs=1e-6)

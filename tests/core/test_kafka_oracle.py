@@ -33,7 +33,7 @@ import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final, TypeVar
+from typing import Any, Final
 
 import kquota
 import paths
@@ -49,8 +49,7 @@ from kafka_oracle import (
     start_oracle,
     to_bits,
 )
-
-T = TypeVar("T")
+from value_pools import TINY_AND_HUGE, unit_ms, weighted
 
 # -- the fixed seed and the open-ended mode -----------------------------------------------
 
@@ -222,12 +221,6 @@ def attempt(fn: Callable[[], dict[str, Any]]) -> dict[str, Any]:
         return {"err": type(error).__name__}
 
 
-def weighted(*options: tuple[int, st.SearchStrategy[T]]) -> st.SearchStrategy[T]:
-    """Draw from ``options`` with the given integer weights, simplest option first."""
-    table = [strategy for weight, strategy in options for _ in range(weight)]
-    return st.sampled_from(table).flatmap(lambda strategy: strategy)
-
-
 def kinds(**weights: int) -> st.SearchStrategy[str]:
     """An operation name, drawn with the given weights (the first is the simplest)."""
     return st.sampled_from([name for name, weight in weights.items() for _ in range(weight)])
@@ -299,14 +292,6 @@ def entity_of(op: dict[str, Any]) -> kquota.Entity:
     return kquota.Entity(user=back(op["eu"]), client_id=back(op["ec"]))
 
 
-TINY_AND_HUGE: Final = (
-    5e-324,
-    1e-310,
-    2.2250738585072014e-308,
-    1e-300,
-    1e300,
-    1.7976931348623157e308,
-)
 quotas = weighted(
     (6, st.sampled_from([1.0, 10.0, 100.0, 500.0, 1024.0, 1e4, 1e6, 1e15])),
     (6, st.floats(min_value=1e-2, max_value=1e5)),
@@ -349,7 +334,7 @@ window_seconds = st.one_of(
 _FIXED_GAPS: Final = (
     *[("ms", 0, 0)] * 10,
     *[("ms", 1, 0), ("W", 1, -1), ("W", 1, 0), ("W", 1, 1), ("W", 2, 0)] * 2,
-    *[("N-1", 1, 0), ("N-1", 1, 1), ("NW", 1, -1), ("NW", 1, 0), ("NW", 1, 1)] * 2,
+    *[("(N-1)W", 1, 0), ("(N-1)W", 1, 1), ("NW", 1, -1), ("NW", 1, 0), ("NW", 1, 1)] * 2,
     ("NW", 2, 1),
     ("ms", 30_000, 0),
     ("E", 1, 0),
@@ -366,16 +351,9 @@ back_gaps = st.sampled_from([("back", 1, 0), ("backW", 1, -1), ("backW", 1, 0), 
 
 def step_ms(step: tuple[str, int, int], window_ms: int, samples: int) -> int:
     unit, count, offset = step
-    size = {
-        "ms": 1,
-        "W": window_ms,
-        "N-1": (samples - 1) * window_ms,
-        "NW": samples * window_ms,
-        "E": EXPIRY_MS,
-        "back": -1,
-        "backW": -window_ms,
-        "backNW": -samples * window_ms,
-    }[unit]
+    size = unit_ms(unit.removeprefix("back") or "ms", window_ms, samples, EXPIRY_MS)
+    if unit.startswith("back"):
+        size = -size
     ms = count * size + (-offset if size < 0 else offset)
     return ms if size < 0 else max(ms, 0)
 

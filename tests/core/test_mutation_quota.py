@@ -4,9 +4,11 @@ through ``kquota``: Kafka's numbers, bad input, and real threads sharing one obj
 from __future__ import annotations
 
 import threading
+from functools import partial
 
 import kquota
 import pytest
+from delivery import run_all
 from kquota.exceptions import InvalidQuotaError, InvalidUsageError, InvalidValueError
 
 T0 = 1_700_000_000_000  # a wall-clock time: a new bucket is full at it
@@ -172,11 +174,7 @@ def test_threads_share_a_bucket_and_connection_quotas() -> None:
         accepted.append(ok)
         admitted.append(ip)
 
-    threads = [threading.Thread(target=work, args=(k,)) for k in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    assert run_all(partial(work, k) for k in range(8)) == []
     assert sum(accepted) == 101
     assert manager.tokens("u", "x", T0) == -1.0
     assert sum(admitted) == 20

@@ -32,7 +32,7 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any, Final, Literal, TypeVar
+from typing import Any, Final, Literal
 
 import kquota
 import numpy as np
@@ -42,6 +42,7 @@ import reference_model as model
 from hypothesis import HealthCheck, event, given, note, settings
 from hypothesis import strategies as st
 from kquota import InvalidValueError
+from value_pools import TINY_AND_HUGE, unit_ms, weighted
 
 # A fixed, reproducible profile for CI: no example database, no per-example deadline.
 CI: Final = settings(
@@ -52,7 +53,6 @@ CI: Final = settings(
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
 
-T = TypeVar("T")
 QuotaType = Literal["produce", "fetch", "request"]
 QUOTA_TYPES: Final[tuple[QuotaType, ...]] = ("produce", "fetch", "request")
 DEFAULT: Final = kquota.DEFAULT
@@ -126,20 +126,6 @@ def fmt_arg(value: object) -> str:
 
 
 # -- pools of names and values ------------------------------------------------------------
-
-
-def weighted(*options: tuple[int, st.SearchStrategy[T]]) -> st.SearchStrategy[T]:
-    """Draw from ``options`` with the given integer weights, simplest option first.
-
-    ``st.one_of`` cannot do this: it flattens nested ``one_of`` arguments into their
-    branches and drops repeated ones, so its weights are per distinct branch.
-    """
-    table = [strategy for weight, strategy in options for _ in range(weight)]
-    return st.sampled_from(table).flatmap(_itself)
-
-
-def _itself(strategy: st.SearchStrategy[T]) -> st.SearchStrategy[T]:
-    return strategy
 
 
 # Principals: the empty name, a principal literally called "<default>" (sanitized to
@@ -257,16 +243,6 @@ def entity_specs(odd_names: st.SearchStrategy[str]) -> st.SearchStrategy[EntityS
 entities = entity_specs(_odd_names)
 encodable_entities = entity_specs(encodable_text)
 
-# Huge and tiny: subnormals (5e-324 is the smallest double > 0), the smallest normal,
-# 1e300 and the largest finite double, and any positive finite double.
-TINY_AND_HUGE: Final = (
-    5e-324,
-    1e-310,
-    2.2250738585072014e-308,
-    1e-300,
-    1e300,
-    1.7976931348623157e308,
-)
 valid_quotas = st.one_of(
     st.sampled_from([1e-9, 1.0, 10.0, 100.0, 500.0, 1024.0, 1e6, 1e15]),
     st.floats(min_value=1e-9, max_value=1e15),
@@ -302,14 +278,7 @@ class Gap:
     back: bool = False
 
     def ms(self, window_ms: int, num_samples: int, expiry_ms: int, monotonic: bool) -> int:
-        unit = {
-            "ms": 1,
-            "W": window_ms,
-            "(N-1)W": (num_samples - 1) * window_ms,
-            "NW": num_samples * window_ms,
-            "E": expiry_ms,
-        }[self.unit]
-        step = self.count * unit + self.offset
+        step = self.count * unit_ms(self.unit, window_ms, num_samples, expiry_ms) + self.offset
         return -step if self.back and not monotonic else step
 
     def __repr__(self) -> str:
@@ -1139,30 +1108,20 @@ def bad_manager_calls(draw: st.DrawFn) -> BadCall:
     window = draw(st.sampled_from([0, -1000, 1, 999, 1500]))
     expiry = draw(st.integers(max_value=-1, min_value=-(2**63)))
     name = draw(st.sampled_from(["Produce", "bytes", "", "produce "]))
-    return [
-        _bad("QuotaManager", name, expect=kquota.InvalidConfigError, shows=(f'"{name}"',)),
-        _bad(
-            "QuotaManager",
-            "fetch",
-            num_samples=n,
-            expect=kquota.InvalidConfigError,
-            shows=(f"num_samples {n}",),
-        ),
-        _bad(
-            "QuotaManager",
-            "request",
-            window_ms=window,
-            expect=kquota.InvalidConfigError,
-            shows=(f"window_ms {window}",),
-        ),
-        _bad(
-            "QuotaManager",
-            "produce",
-            sensor_expiry_ms=expiry,
-            expect=kquota.InvalidConfigError,
-            shows=(f"sensor_expiry_ms {expiry}",),
-        ),
-    ][kind - 12]
+    if kind == 12:
+        return _bad("QuotaManager", name, expect=kquota.InvalidConfigError, shows=(f'"{name}"',))
+    quota_type, setting, value = [
+        ("fetch", "num_samples", n),
+        ("request", "window_ms", window),
+        ("produce", "sensor_expiry_ms", expiry),
+    ][kind - 13]
+    return _bad(
+        "QuotaManager",
+        quota_type,
+        **{setting: value},
+        expect=kquota.InvalidConfigError,
+        shows=(f"{setting} {value}",),
+    )
 
 
 @st.composite
@@ -1247,6 +1206,34 @@ def manager_state(manager: kquota.QuotaManager, now_ms: int) -> object:
     return (observable_state(manager), manager.next_unmute_ms(), readings)
 
 
+def run_beside_twin(
+    subject: Any,
+    twin: Any,
+    config: ManagerConfig | RateConfig,
+    calls: list[Step | BadCall],
+    state: Callable[[Any, int], object],
+    receiver: str,
+) -> int:
+    """Valid calls go to ``subject`` and ``twin``, invalid ones to ``subject`` only: each
+    invalid call must raise as documented and leave ``state`` as the twin's. The last time."""
+    now = config.start_ms
+    for index, call in enumerate(calls):
+        if isinstance(call, Step):
+            now = advance(now, config.gap_ms(call.gap), config.monotonic)
+            source = call.source(now, receiver=receiver)
+            note(f"[{index}] {source}")
+            check_same(
+                f"step {index}: {source}",
+                run_step(subject, kquota, call, now),
+                run_step(twin, kquota, call, now),
+            )
+            continue
+        note(f"[{index}] {call!r}")
+        call.check(call.run(subject))
+        check_same(f"state after bad call {index}", state(subject, now), state(twin, now))
+    return now
+
+
 @settings(CI, max_examples=250)
 @given(mixed_manager_traces())
 def test_bad_manager_input_raises_clearly_and_changes_nothing(
@@ -1257,23 +1244,7 @@ def test_bad_manager_input_raises_clearly_and_changes_nothing(
     are indistinguishable."""
     config, calls = trace
     subject, twin = config.make(kquota), config.make(kquota)
-    now = config.start_ms
-    for index, call in enumerate(calls):
-        if isinstance(call, Step):
-            now = advance(now, config.gap_ms(call.gap), config.monotonic)
-            source = call.source(now)
-            note(f"[{index}] {source}")
-            check_same(
-                f"step {index}: {source}",
-                run_step(subject, kquota, call, now),
-                run_step(twin, kquota, call, now),
-            )
-            continue
-        note(f"[{index}] {call!r}")
-        call.check(call.run(subject))
-        check_same(
-            f"state after bad call {index}", manager_state(subject, now), manager_state(twin, now)
-        )
+    now = run_beside_twin(subject, twin, config, calls, manager_state, receiver="m")
     clients = {c.args[:2] for c in calls if isinstance(c, Step) and c.method == "measure"}
     for user, client in sorted(clients, key=repr):
         check_same(
@@ -1378,22 +1349,8 @@ def test_bad_rate_input_raises_clearly_and_changes_nothing(
     subject, twin = (
         kquota.SampledRate(config.num_samples, config.window_ms, config.quota) for _ in range(2)
     )
-    now = config.start_ms
-    for index, call in enumerate(calls):
-        if isinstance(call, Step):
-            now = advance(now, config.gap_ms(call.gap), config.monotonic)
-            source = call.source(now, receiver="r")
-            note(f"[{index}] {source}")
-            check_same(
-                f"step {index}: {source}",
-                run_step(subject, kquota, call, now),
-                run_step(twin, kquota, call, now),
-            )
-            continue
-        note(f"[{index}] {call!r}")
-        call.check(call.run(subject))
-        check_same(
-            f"state after bad call {index}",
-            (subject.quota, subject.num_samples, subject.window_ms, subject.measure(now_ms=now)),
-            (twin.quota, twin.num_samples, twin.window_ms, twin.measure(now_ms=now)),
-        )
+    run_beside_twin(subject, twin, config, calls, rate_state, receiver="r")
+
+
+def rate_state(rate: Any, now_ms: int) -> object:
+    return (rate.quota, rate.num_samples, rate.window_ms, rate.measure(now_ms=now_ms))

@@ -31,6 +31,7 @@ from kquota._core import double_to_int
 from kquota.backtest import kernel
 from kquota.config import QuotaConfig
 from kquota.conformance import Scenario, load_scenario
+from sensor_usage import summarized_usage
 from test_backtest_kernel import mixed_config, traffic_frame
 
 VECTORS = paths.SHARED_VECTORS
@@ -249,38 +250,7 @@ def test_bad_client_limits_are_refused_naming_the_value(
 
 def usage_of(frame: pd.DataFrame, result: pd.DataFrame, quota_type: str) -> pd.DataFrame:
     """One row per request recorded by a ``quota_type`` sensor (as the job builds it)."""
-    config = mixed_config()
-    kind = kernel.kinds(frame[kernel.API])
-    if quota_type == "request":
-        rows = frame[kernel.THREAD].notna().to_numpy()
-        usage = frame[kernel.THREAD]
-        recorded = np.ones(len(frame), dtype=bool)
-    else:
-        rows = kind == quota_type
-        usage = frame[kernel.BYTES]
-        recorded = np.ones(len(frame), dtype=bool)
-        if quota_type == "fetch":
-            recorded = ~(
-                (result[kernel.FETCH_THROTTLE] > 0) | (result[kernel.REQUEST_THROTTLE] > 0)
-            ).to_numpy()
-    tags = kernel.sensor_tags(frame[kernel.USER], frame[kernel.CLIENT], config.manager(quota_type))  # type: ignore[arg-type]
-    out = pd.DataFrame(
-        {
-            kernel.BROKER: "",
-            kernel.SENSOR_USER: tags[0],
-            kernel.SENSOR_CLIENT: tags[1],
-            kernel.USER: frame[kernel.USER],
-            kernel.CLIENT: frame[kernel.CLIENT],
-            kernel.TIME: result[kernel.SENT],
-            kernel.USAGE: usage.fillna(0).astype(np.int64),
-            kernel.BYTES: frame[kernel.BYTES],
-            kernel.RECORDED: recorded,
-            kernel.THROTTLE: result[kernel.THROTTLE_OF[quota_type]],  # type: ignore[index]
-            kernel.ADDED_LATENCY: result[kernel.ADDED_LATENCY],
-        },
-        index=frame.index,
-    )
-    return out[rows]
+    return summarized_usage(frame, result, quota_type, mixed_config(), broker="")
 
 
 SUMMARY = kernel.SUMMARY_COLUMNS[kernel.SUMMARY_COLUMNS.index("quota") :]

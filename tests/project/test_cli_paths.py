@@ -306,40 +306,36 @@ def test_backtest_refuses_a_store_that_does_not_exist_before_spark(
     assert sorted(p.name for p in tmp_path.iterdir()) == ["traffic.csv"]  # no store, no out
 
 
+def backtest_refused(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, *options: str, naming: str
+) -> str:
+    """``kquota backtest`` of a small traffic.csv with ``options`` is refused in one line
+    that names ``naming``, before it writes anything: that line."""
+    (tmp_path / "traffic.csv").write_text(TRAFFIC_CSV)
+    traffic = ("--traffic", str(tmp_path / "traffic.csv"), "--out", str(tmp_path / "out"))
+    status, _, err = run(capsys, "backtest", *traffic, *options)
+    assert status == 2
+    assert not (tmp_path / "out").exists()
+    return assert_one_line_naming("backtest", err, naming)
+
+
 @pytest.mark.parametrize("option", ["--store", "--quotas"])
 def test_backtest_refuses_a_store_never_written(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], option: str
 ) -> None:
-    (tmp_path / "traffic.csv").write_text(TRAFFIC_CSV)
     empty = tmp_path / "empty.sqlite"
     sqlite3.connect(empty).close()  # an empty SQLite database: there, but no quotas
-    status, _, err = run(
-        capsys,
-        "backtest",
-        *("--traffic", str(tmp_path / "traffic.csv"), option, f"sqlite://{empty}"),
-        *("--out", str(tmp_path / "out")),
-    )
-    assert status == 2
-    line = assert_one_line_naming("backtest", err, str(empty))
+    line = backtest_refused(capsys, tmp_path, option, f"sqlite://{empty}", naming=str(empty))
     assert "holds no quotas yet" in line
-    assert not (tmp_path / "out").exists()
 
 
 def test_backtest_store_refuses_a_quota_file_naming_quotas(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    (tmp_path / "traffic.csv").write_text(TRAFFIC_CSV)
-    (tmp_path / "quotas.json").write_text(QUOTAS.dumps())
-    status, _, err = run(
-        capsys,
-        "backtest",
-        *("--traffic", str(tmp_path / "traffic.csv"), "--store", str(tmp_path / "quotas.json")),
-        *("--out", str(tmp_path / "out")),
-    )
-    assert status == 2
-    line = assert_one_line_naming("backtest", err, str(tmp_path / "quotas.json"))
+    quotas = tmp_path / "quotas.json"
+    quotas.write_text(QUOTAS.dumps())
+    line = backtest_refused(capsys, tmp_path, "--store", str(quotas), naming=str(quotas))
     assert "is not a kquota store" in line and "use --quotas FILE" in line
-    assert not (tmp_path / "out").exists()
 
 
 @pytest.mark.parametrize(
@@ -389,18 +385,18 @@ def test_backtest_refuses_a_master_spark_would_die_on(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], master: str
 ) -> None:
     """spark-submit prints a Java stack trace for these and exits: refused before it runs."""
-    (tmp_path / "traffic.csv").write_text(TRAFFIC_CSV)
-    (tmp_path / "quotas.json").write_text(QUOTAS.dumps())
-    status, _, err = run(
+    quotas = tmp_path / "quotas.json"
+    quotas.write_text(QUOTAS.dumps())
+    line = backtest_refused(
         capsys,
-        "backtest",
-        *("--traffic", str(tmp_path / "traffic.csv"), "--quotas", str(tmp_path / "quotas.json")),
-        *("--out", str(tmp_path / "out"), "--master", master),
+        tmp_path,
+        "--quotas",
+        str(quotas),
+        "--master",
+        master,
+        naming=f"invalid --master {master!r}",
     )
-    assert status == 2
-    line = assert_one_line_naming("backtest", err, f"invalid --master {master!r}")
     assert "local[N]" in line and "spark://HOST:PORT" in line
-    assert not (tmp_path / "out").exists()
 
 
 # -- Spark failures while reading and writing ----------------------------------------------------

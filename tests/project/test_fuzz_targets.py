@@ -71,25 +71,25 @@ def test_hostile_bytes(target: str, data: bytes) -> None:
 # -- the targets check what they claim ----------------------------------------------------
 
 
-def test_quota_file_target_lets_no_other_exception_through(
+@pytest.mark.parametrize(
+    ("raised", "expected", "match"),
+    [
+        (KeyError("window"), KeyError, None),  # no other exception gets through
+        (QuotaFileError("something is wrong"), AssertionError, "does not name"),
+    ],
+    ids=["other-exception", "message-not-naming-the-file"],
+)
+def test_quota_file_target_refuses_what_load_must_not_raise(
     monkeypatch: pytest.MonkeyPatch,
+    raised: Exception,
+    expected: type[Exception],
+    match: str | None,
 ) -> None:
-    def broken(path: object) -> QuotaConfig:
-        raise KeyError("window")
+    def load(path: object) -> QuotaConfig:
+        raise raised
 
-    monkeypatch.setattr(QuotaConfig, "load", broken)
-    with pytest.raises(KeyError):
-        fuzz_quota_file.test_one_input(b"{}")
-
-
-def test_quota_file_target_rejects_a_message_that_does_not_name_the_file(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    def vague(path: object) -> QuotaConfig:
-        raise QuotaFileError("something is wrong")
-
-    monkeypatch.setattr(QuotaConfig, "load", vague)
-    with pytest.raises(AssertionError, match="does not name"):
+    monkeypatch.setattr(QuotaConfig, "load", load)
+    with pytest.raises(expected, match=match):
         fuzz_quota_file.test_one_input(b"{}")
 
 

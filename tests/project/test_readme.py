@@ -36,6 +36,7 @@ from typing import Any
 
 import paths
 import pytest
+from scrapes import client_sample
 
 ROOT = paths.ROOT
 README = ROOT / "README.md"
@@ -146,15 +147,7 @@ BATCH = 65_536
 def _scrape(url: str, name: str, client_id: str) -> float:
     """The value of ``name`` for the client-id sensor of ``client_id`` in a scrape."""
     with urllib.request.urlopen(url, timeout=10) as reply:
-        text = reply.read().decode()
-    for line in text.splitlines():
-        match = re.fullmatch(name + r"\{(.*)\} (\S+)", line)
-        if match and sorted(match.group(1).split(",")) == [
-            f'client_id="{client_id}"',
-            'user=""',
-        ]:
-            return float(match.group(2))
-    raise AssertionError(f"no {name} for client {client_id!r} in the scrape:\n{text}")
+        return client_sample(reply.read().decode(), name, client_id)
 
 
 @pytest.mark.slow
@@ -415,23 +408,22 @@ def test_guide_examples_run_as_shown(page: str, tmp_path: Path) -> None:
     found = FENCE.findall((GUIDE / page).read_text(encoding="utf-8"))
     printed = ""
     ran = 0
+
+    def run_ok(argv: list[str], timeout: int, *what: str) -> str:
+        """What ``argv`` printed, run in the page's folder; it must succeed."""
+        result = subprocess.run(
+            argv, cwd=tmp_path, env=env, timeout=timeout, capture_output=True, text=True
+        )
+        assert result.returncode == 0, (*what, result.stderr)
+        return result.stdout
+
     for index, (language, code) in enumerate(found):
         follows = found[index + 1] if index + 1 < len(found) else ("", "")
         if language == "bash":
             printed = ""
             for argv in commands(code):
                 if argv[0] == "kquota" and argv[1] in RUNS_HERE:
-                    result = subprocess.run(
-                        kquota_argv(argv),
-                        cwd=tmp_path,
-                        env=env,
-                        capture_output=True,
-                        text=True,
-                        timeout=60,
-                        check=False,
-                    )
-                    assert result.returncode == 0, (shlex.join(argv), result.stderr)
-                    printed += result.stdout
+                    printed += run_ok(kquota_argv(argv), 60, shlex.join(argv))
                     ran += 1
             if follows[0] == "text" and printed:
                 assert set(follows[1].splitlines()) <= set(printed.splitlines()), printed
@@ -441,18 +433,9 @@ def test_guide_examples_run_as_shown(page: str, tmp_path: Path) -> None:
             QuotaConfig.from_json(json.loads(code), page)
             ran += 1
         elif language == "python":
-            result = subprocess.run(
-                [sys.executable, "-c", code],
-                cwd=tmp_path,
-                env=env,
-                capture_output=True,
-                text=True,
-                timeout=120,
-                check=False,
-            )
-            assert result.returncode == 0, (page, code, result.stderr)
+            stdout = run_ok([sys.executable, "-c", code], 120, page, code)
             if follows[0] == "text":
-                assert result.stdout == follows[1], (page, code)
+                assert stdout == follows[1], (page, code)
             ran += 1
     if page in ("configuring-quotas.md", "broker-plugin.md", "callbacks.md", "backtesting.md"):
         assert ran, f"no example of {page} ran"

@@ -31,6 +31,7 @@ from proxy_support import (
     api_versions_request,
     assert_proxy_cli_refuses,
     closed_by_peer,
+    consume_from_start,
     create_topic,
     metadata_request,
     read_frame,
@@ -55,7 +56,7 @@ def _values(prefix: str) -> list[bytes]:
 
 
 def _librdkafka_roundtrip(bootstrap: str, topic: str) -> list[bytes]:
-    from confluent_kafka import Consumer, KafkaException, Producer
+    from confluent_kafka import Producer
 
     create_topic(bootstrap, topic)
     failures: list[Any] = []
@@ -67,32 +68,8 @@ def _librdkafka_roundtrip(bootstrap: str, topic: str) -> list[bytes]:
         producer.poll(0)
     assert producer.flush(60) == 0
     assert failures == []
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"{topic}-group",
-            "client.id": "rdkafka-roundtrip-consumer",
-            "auto.offset.reset": "earliest",
-            "fetch.wait.max.ms": 100,
-        }
-    )
-    consumer.subscribe([topic])
-    received: list[bytes] = []
-    deadline = time.monotonic() + 60
-    try:
-        while len(received) < N_MESSAGES and time.monotonic() < deadline:
-            msg = consumer.poll(0.5)
-            if msg is None:
-                continue
-            if msg.error():
-                raise KafkaException(msg.error())
-            received.append(msg.value())
-        # nothing more arrives
-        extra = consumer.poll(1.0)
-        assert extra is None or extra.error() is not None
-    finally:
-        consumer.close()
-    return received
+    group, client_id = f"{topic}-group", "rdkafka-roundtrip-consumer"
+    return consume_from_start(bootstrap, topic, N_MESSAGES, group, client_id, 60)
 
 
 def _kafka_python_roundtrip(bootstrap: str, topic: str) -> list[bytes]:

@@ -16,7 +16,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +27,7 @@ from callbacks.half_user_quota import HalfUserQuota
 from kquota import Entity, QuotaManager
 from kquota.backtest.outputs import read_requests
 from kquota.proxy import ANONYMOUS
-from proxy_support import RecordingPlugin, create_topic, run_proxy
+from proxy_support import RecordingPlugin, create_topic, produce_greedily, run_proxy
 
 pytestmark = pytest.mark.slow
 
@@ -49,35 +48,8 @@ def _env() -> dict[str, str]:
 
 
 def _produce(bootstrap: str, topic: str, seconds: float) -> list[int]:
-    """A greedy librdkafka producer for ``seconds``; the throttles it was told, in ms."""
-    from confluent_kafka import Producer
-
-    throttles: list[int] = []
-
-    def throttled(event: Any) -> None:
-        if event.throttle_time > 0:
-            throttles.append(round(event.throttle_time * 1000))
-
-    producer = Producer(
-        {
-            "bootstrap.servers": bootstrap,
-            "client.id": "halved",
-            "batch.size": 65_536,
-            "linger.ms": 5,
-            "throttle_cb": throttled,
-        }
-    )
-    start = time.monotonic()
-    sent = 0
-    while time.monotonic() - start < seconds:
-        if len(producer) < 128:
-            producer.produce(topic, sent.to_bytes(8, "big") + b"x" * 1000)
-            sent += 1
-            producer.poll(0)
-        else:
-            producer.poll(0.01)
-    assert producer.flush(60) == 0
-    return throttles
+    """A greedy producer for ``seconds``; the throttles it was told, in ms."""
+    return produce_greedily(bootstrap, topic, seconds, "halved")[1]
 
 
 def test_proxy_and_backtest_honour_a_callback_that_halves_a_user_quota(

@@ -23,7 +23,7 @@ import pytest
 from kquota.backtest.outputs import read_requests
 from kquota.exceptions import InvalidConfigError, OutputError
 from kquota.proxy.capture import TrafficCapture
-from proxy_support import create_topic
+from proxy_support import create_topic, produce_greedily
 
 HANG_S = 60.0
 
@@ -47,6 +47,22 @@ connection."""
 
 def _kquota(*args: str) -> list[str]:
     return [sys.executable, "-m", "kquota", *args]
+
+
+def _set_client_quota(store: Path, client: str, config: str) -> None:
+    """``kquota configs --alter``: ``config`` (``K=V``) for ``client`` in ``store``."""
+    subprocess.run(
+        _kquota(
+            *("configs", "--store", str(store), "--alter"),
+            "--client",
+            client,
+            "--add-config",
+            config,
+        ),
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
 
 
 def _row(i: int) -> tuple[Any, ...]:
@@ -157,20 +173,7 @@ def test_cli_capture_options_are_checked(tmp_path: Path) -> None:
     blocker = tmp_path / "a-file"
     blocker.write_text("")
     store = tmp_path / "quotas.sqlite"
-    subprocess.run(
-        _kquota(
-            "configs",
-            "--store",
-            str(store),
-            "--alter",
-            "--client",
-            "x",
-            "--add-config",
-            "producer_byte_rate=1000",
-        ),
-        check=True,
-        capture_output=True,
-    )
+    _set_client_quota(store, "x", "producer_byte_rate=1000")
     base = _kquota("proxy", "--listen", "127.0.0.1:0", "--upstream", "127.0.0.1:9")
     base += ["--store", str(store)]
     for extra, message in (
@@ -192,28 +195,14 @@ def test_cli_capture_options_are_checked(tmp_path: Path) -> None:
 def test_backtest_over_a_capture_gives_the_throttles_the_proxy_applied(
     tansu: Any, tmp_path: Path
 ) -> None:
-    from confluent_kafka import Consumer, Producer
+    from confluent_kafka import Consumer
 
     store = tmp_path / "quotas.sqlite"
     for entity, config in (
         ("producer", "producer_byte_rate=150000"),
         ("consumer", "consumer_byte_rate=120000"),
     ):
-        subprocess.run(
-            _kquota(
-                "configs",
-                "--store",
-                str(store),
-                "--alter",
-                "--client",
-                entity,
-                "--add-config",
-                config,
-            ),
-            check=True,
-            capture_output=True,
-            timeout=60,
-        )
+        _set_client_quota(store, entity, config)
     capture = tmp_path / "capture"
     started_ms = time.time_ns() // 1_000_000
     proxy = subprocess.Popen(
@@ -242,31 +231,12 @@ def test_backtest_over_a_capture_gives_the_throttles_the_proxy_applied(
         assert proxy.stdout.readline().startswith("kquota proxy: listening")
         topic = "capture-roundtrip"
         create_topic(bootstrap, topic)
-        throttles: list[int] = []
+        sent, throttles = produce_greedily(bootstrap, topic, 14, "producer")
 
         def throttled(event: Any) -> None:
             if event.throttle_time > 0:
                 throttles.append(round(event.throttle_time * 1000))
 
-        producer = Producer(
-            {
-                "bootstrap.servers": bootstrap,
-                "client.id": "producer",
-                "batch.size": 65_536,
-                "linger.ms": 5,
-                "throttle_cb": throttled,
-            }
-        )
-        start = time.monotonic()
-        sent = 0
-        while time.monotonic() - start < 14:
-            if len(producer) < 128:
-                producer.produce(topic, sent.to_bytes(8, "big") + b"x" * 1000)
-                sent += 1
-                producer.poll(0)
-            else:
-                producer.poll(0.01)
-        assert producer.flush(60) == 0
         consumer = Consumer(
             {
                 "bootstrap.servers": bootstrap,

@@ -21,12 +21,13 @@ saw (only upper bounds on rates: a slow machine may send less):
 from __future__ import annotations
 
 import asyncio
-import re
 import subprocess
 import sys
 import threading
 import time
 import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +39,8 @@ from kquota.config.live import LiveQuotas
 from kquota.config.store import SQLiteStore
 from kquota.proxy import ANONYMOUS
 from ports import free_port
-from proxy_support import RecordingPlugin, create_topic, run_proxy
+from proxy_support import RecordingPlugin, consume_from_start, create_topic, run_proxy
+from scrapes import client_sample
 
 pytestmark = [
     pytest.mark.slow,
@@ -53,6 +55,9 @@ WINDOW_S = 1
 PADDED_S = (NUM_SAMPLES - 1) * WINDOW_S
 MESSAGE = 1000  # payload bytes per message (plus an 8-byte sequence number)
 BATCH = 65_536  # librdkafka batch.size: one request stays well under 5 % of Q x 10 s
+FETCH_QUOTA = 150_000  # consumer_byte_rate of the fetch-quota tests
+FETCH_RUN_S = 20
+FETCH_MESSAGES = 4_500  # ~4.5 MB: more than the quota lets through in the run
 
 
 REQUESTS_BEYOND = 8
@@ -79,19 +84,37 @@ def _check_sensor(plugin: RecordingPlugin, api: str, client_id: str, quota: floa
     return max(rates) / quota
 
 
+@contextmanager
+def _fetch_quota_proxy(
+    tansu: Any, topic: str, client_id: str, fill: bytes
+) -> Iterator[tuple[RecordingPlugin, Any]]:
+    """A proxy whose plugin holds ``client_id`` to a fetch quota of :data:`FETCH_QUOTA`,
+    and ``topic`` holding :data:`FETCH_MESSAGES` numbered messages of ``fill`` bytes."""
+    from confluent_kafka import Producer
+
+    plugin = _plugin()
+    plugin.fetch.set_quota(kquota.Entity(client_id=client_id), FETCH_QUOTA)
+    with run_proxy(tansu.upstream, tansu.proxy_port, plugin) as proxy:
+        create_topic(proxy.address, topic)
+        filler = Producer({"bootstrap.servers": proxy.address, "client.id": "filler"})
+        payload = fill * MESSAGE
+        for seq in range(FETCH_MESSAGES):
+            filler.produce(topic, seq.to_bytes(8, "big") + payload)
+            if seq % 500 == 0:
+                filler.poll(0)
+        assert filler.flush(60) == 0
+        yield plugin, proxy
+
+
 def _check_consumer_held(
-    plugin: RecordingPlugin,
-    client_id: str,
-    quota: float,
-    received: list[tuple[float, int, int]],
-    start: float,
-    run_s: float,
-    messages: int,
+    plugin: RecordingPlugin, client_id: str, received: list[tuple[float, int, int]], start: float
 ) -> tuple[float, int, int]:
-    """A consumer under ``consumer_byte_rate``: throttled, each throttled fetch answered
-    empty (its bytes not recorded), within its quota over the run and from second 5, and
-    what it got in order, once each, no gap. Returns the sensor's maximum (in Q), the
-    bytes consumed over the run and those from second 5."""
+    """A consumer under a ``consumer_byte_rate`` of :data:`FETCH_QUOTA` for
+    :data:`FETCH_RUN_S`: throttled, each throttled fetch answered empty (its bytes not
+    recorded), within its quota over the run and from second 5, and what it got in order,
+    once each, no gap. Returns the sensor's maximum (in Q), the bytes consumed over the
+    run and those from second 5."""
+    quota, run_s = FETCH_QUOTA, FETCH_RUN_S
     assert plugin.throttles("fetch", client_id), "the consumer was never throttled"
     throttled = [a for a in plugin.applied if a.api == "fetch" and a.outcome.throttled]
     assert all(a.outcome.empty_response for a in throttled)
@@ -101,7 +124,7 @@ def _check_consumer_held(
     later = sum(size for t, _, size in received if start + 5 <= t < start + run_s)
     assert later / (run_s - 5) <= 1.05 * quota
     assert [seq for _, seq, _ in received] == list(range(len(received)))
-    assert 0 < len(received) < messages
+    assert 0 < len(received) < FETCH_MESSAGES
     return sensor_max, got, later
 
 
@@ -169,33 +192,8 @@ class GreedyProducer:
 def _consume_sequence(bootstrap: str, topic: str, count: int) -> list[int]:
     """The sequence numbers of the first ``count`` messages of ``topic`` (then checks that
     nothing more arrives)."""
-    from confluent_kafka import Consumer, KafkaException
-
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"{topic}-check",
-            "client.id": "checker",
-            "auto.offset.reset": "earliest",
-            "fetch.wait.max.ms": 100,
-        }
-    )
-    consumer.subscribe([topic])
-    seen: list[int] = []
-    deadline = time.monotonic() + 120
-    try:
-        while len(seen) < count and time.monotonic() < deadline:
-            msg = consumer.poll(0.5)
-            if msg is None:
-                continue
-            if msg.error():
-                raise KafkaException(msg.error())
-            seen.append(int.from_bytes(msg.value()[:8], "big"))
-        extra = consumer.poll(1.0)
-        assert extra is None or extra.error() is not None, "more messages than produced"
-    finally:
-        consumer.close()
-    return seen
+    values = consume_from_start(bootstrap, topic, count, f"{topic}-check", "checker", 120)
+    return [int.from_bytes(value[:8], "big") for value in values]
 
 
 def test_librdkafka_producer_is_held_to_its_produce_quota(tansu: Any) -> None:
@@ -337,24 +335,10 @@ def test_python_clients_are_held_to_their_produce_quota(tansu: Any, client: str)
 
 
 def test_librdkafka_consumer_group_is_held_to_its_fetch_quota(tansu: Any) -> None:
-    from confluent_kafka import Consumer, KafkaException, Producer
+    from confluent_kafka import Consumer, KafkaException
 
-    quota = 150_000
-    run_s = 20
-    topic = "quota-fetch-librdkafka"
-    messages = 4_500  # ~4.5 MB: more than the quota lets through in the run
-    plugin = _plugin()
-    plugin.fetch.set_quota(kquota.Entity(client_id="slow-consumer"), quota)
-    with run_proxy(tansu.upstream, tansu.proxy_port, plugin) as proxy:
-        create_topic(proxy.address, topic)
-        filler = Producer({"bootstrap.servers": proxy.address, "client.id": "filler"})
-        payload = b"y" * MESSAGE
-        for seq in range(messages):
-            filler.produce(topic, seq.to_bytes(8, "big") + payload)
-            if seq % 500 == 0:
-                filler.poll(0)
-        assert filler.flush(60) == 0
-
+    quota, run_s, topic = FETCH_QUOTA, FETCH_RUN_S, "quota-fetch-librdkafka"
+    with _fetch_quota_proxy(tansu, topic, "slow-consumer", b"y") as (plugin, proxy):
         throttles_ms: list[int] = []
         consumer = Consumer(
             {
@@ -388,9 +372,7 @@ def test_librdkafka_consumer_group_is_held_to_its_fetch_quota(tansu: Any) -> Non
 
     applied = plugin.throttles("fetch", "slow-consumer")
     assert throttles_ms == applied
-    sensor_max, got, later = _check_consumer_held(
-        plugin, "slow-consumer", quota, received, start, run_s, messages
-    )
+    sensor_max, got, later = _check_consumer_held(plugin, "slow-consumer", received, start)
     print(
         f"librdkafka consumer group, Q={quota}: {len(applied)} throttled fetches answered"
         f" empty (max {max(applied)} ms), sensor max {sensor_max:.3f} Q, consumed"
@@ -506,26 +488,14 @@ def test_quota_raised_with_kquota_configs_applies_mid_run_and_metrics_show_it(
     assert max(after) > 1.5 * low
     # the scrape during the run shows the client under Kafka's names
     text = scraped[0]
-    rate = _sample(text, "kafka_server_produce_byte_rate", "mover")
+    rate = client_sample(text, "kafka_server_produce_byte_rate", "mover")
     assert 0 < rate <= 1.3 * low  # a read between requests may see the span shrink (above)
-    assert _sample(text, "kafka_server_produce_throttle_time", "mover") > 0
+    assert client_sample(text, "kafka_server_produce_throttle_time", "mover") > 0
     print(
         f"quota raised {low} -> {high} mid-run: reached the proxy in"
         f" {bound_seen[0] - raised[0]} ms; sensor before {max(before) / low:.3f} x old Q,"
         f" after {max(after) / low:.2f} x old Q; scraped byte_rate {rate:.0f}"
     )
-
-
-def _sample(text: str, name: str, client_id: str) -> float:
-    """The value of ``name`` for ``client_id`` (user tag empty) in a Prometheus scrape."""
-    for line in text.splitlines():
-        match = re.fullmatch(name + r"\{(.*)\} (\S+)", line)
-        if match and sorted(match.group(1).split(",")) == [
-            f'client_id="{client_id}"',
-            'user=""',
-        ]:
-            return float(match.group(2))
-    raise AssertionError(f"no {name} for client {client_id!r} in the scrape:\n{text}")
 
 
 @pytest.mark.parametrize("client", ["kafka-python", "librdkafka"])
@@ -567,25 +537,10 @@ def test_kip219_clients_send_nothing_on_a_connection_while_throttled(
 def test_kafka_python_consumer_group_is_held_to_its_fetch_quota(tansu: Any) -> None:
     """kafka-python's fetcher keeps fetch-session state (KIP-227; Tansu 0.6 opens no
     session): after throttled fetches answered empty it goes on without a reset or a gap."""
-    from confluent_kafka import Producer
     from kafka import KafkaConsumer
 
-    quota = 150_000
-    run_s = 20
-    topic = "quota-fetch-kafka-python"
-    messages = 4_500
-    plugin = _plugin()
-    plugin.fetch.set_quota(kquota.Entity(client_id="kp-slow-consumer"), quota)
-    with run_proxy(tansu.upstream, tansu.proxy_port, plugin) as proxy:
-        create_topic(proxy.address, topic)
-        filler = Producer({"bootstrap.servers": proxy.address, "client.id": "filler"})
-        payload = b"z" * MESSAGE
-        for seq in range(messages):
-            filler.produce(topic, seq.to_bytes(8, "big") + payload)
-            if seq % 500 == 0:
-                filler.poll(0)
-        assert filler.flush(60) == 0
-
+    quota, run_s, topic = FETCH_QUOTA, FETCH_RUN_S, "quota-fetch-kafka-python"
+    with _fetch_quota_proxy(tansu, topic, "kp-slow-consumer", b"z") as (plugin, proxy):
         consumer = KafkaConsumer(
             topic,
             bootstrap_servers=proxy.address,
@@ -609,9 +564,7 @@ def test_kafka_python_consumer_group_is_held_to_its_fetch_quota(tansu: Any) -> N
             consumer.close()
 
     applied = plugin.throttles("fetch", "kp-slow-consumer")
-    sensor_max, got, later = _check_consumer_held(
-        plugin, "kp-slow-consumer", quota, received, start, run_s, messages
-    )
+    sensor_max, got, later = _check_consumer_held(plugin, "kp-slow-consumer", received, start)
     print(
         f"kafka-python consumer group, Q={quota}: {len(applied)} throttled fetches answered"
         f" empty, sensor max {sensor_max:.3f} Q, consumed {got / run_s / quota:.3f} Q over"

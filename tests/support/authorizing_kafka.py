@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from kafka_support import KafkaBroker
+from kafka_support import KafkaBroker, sasl_plain
 from ports import free_port
 
 ADMIN = "admin"
@@ -69,12 +69,7 @@ class AuthorizingBroker(KafkaBroker):
 
     def sasl_config(self, user: str) -> dict[str, str]:
         """librdkafka's settings to log in as ``user``."""
-        return {
-            "security.protocol": "SASL_PLAINTEXT",
-            "sasl.mechanism": "PLAIN",
-            "sasl.username": user,
-            "sasl.password": self.users[user],
-        }
+        return sasl_plain(user, self.users[user])
 
     def tool_config(self, user: str, folder: Path) -> Path:
         """A ``--command-config`` file for Kafka's tools to log in as ``user``."""

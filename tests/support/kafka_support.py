@@ -187,6 +187,16 @@ def kafka_configs(bootstrap: str, *args: str, version: str = KAFKA_VERSION) -> s
     return run_tool(version, main, "--bootstrap-server", bootstrap, *args)
 
 
+def sasl_plain(user: str, password: str) -> dict[str, str]:
+    """librdkafka's settings to log in as ``user`` with SASL/PLAIN over plaintext."""
+    return {
+        "security.protocol": "SASL_PLAINTEXT",
+        "sasl.mechanism": "PLAIN",
+        "sasl.username": user,
+        "sasl.password": password,
+    }
+
+
 def random_cluster_id() -> str:
     """A random cluster id as Kafka writes one: 16 random bytes in unpadded base64url.
 

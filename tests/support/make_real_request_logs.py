@@ -36,6 +36,7 @@ from kafka_support import (
     completed_request,
     kafka_configs,
 )
+from requestlog_gen import renamed
 
 DATA: Final = Path(__file__).resolve().parents[1] / "backtest" / "data"
 PRODUCER_BYTE_RATE: Final = 64 * 1024
@@ -139,15 +140,6 @@ def _line(text: str, document: dict[str, Any]) -> str:
     return f"{head} Completed request:{body} (kafka.request.logger)"
 
 
-def _renamed(value: Any, names: dict[str, str]) -> Any:
-    """``value`` with the keys ``names`` maps renamed, in place (key order kept)."""
-    if isinstance(value, dict):
-        return {names.get(k, k): _renamed(v, names) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_renamed(v, names) for v in value]
-    return value
-
-
 FETCH_2_8: Final = {
     "topicId": "topic",
     "partitions": "partitionResponses",
@@ -207,8 +199,8 @@ def derived(lines: list[str], version: str) -> list[str]:
     for topics in (document["request"]["topics"], document["response"]["responses"]):
         for topic in topics:
             topic["topicId"] = names[topic["topicId"]]
-    document["response"] = _renamed(document["response"], FETCH_2_8)
-    document["request"]["topics"] = _renamed(document["request"]["topics"], {"topicId": "topic"})
+    document["response"] = renamed(document["response"], FETCH_2_8)
+    document["request"]["topics"] = renamed(document["request"]["topics"], {"topicId": "topic"})
     return [_line(source, document)]
 
 

@@ -327,6 +327,75 @@ def create_topic(bootstrap: str, topic: str, partitions: int = 1) -> None:
     futures[topic].result(timeout=60)
 
 
+def produce_greedily(
+    bootstrap: str, topic: str, seconds: float, client_id: str
+) -> tuple[int, list[int]]:
+    """A greedy librdkafka producer of 1 kB messages (128 at most in flight) for
+    ``seconds``, all acknowledged: how many it sent, and the throttles it was told, in ms."""
+    from confluent_kafka import Producer
+
+    throttles: list[int] = []
+
+    def throttled(event: Any) -> None:
+        if event.throttle_time > 0:
+            throttles.append(round(event.throttle_time * 1000))
+
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "client.id": client_id,
+            "batch.size": 65_536,
+            "linger.ms": 5,
+            "throttle_cb": throttled,
+        }
+    )
+    start = time.monotonic()
+    sent = 0
+    while time.monotonic() - start < seconds:
+        if len(producer) < 128:
+            producer.produce(topic, sent.to_bytes(8, "big") + b"x" * 1000)
+            sent += 1
+            producer.poll(0)
+        else:
+            producer.poll(0.01)
+    assert producer.flush(60) == 0
+    return sent, throttles
+
+
+def consume_from_start(
+    bootstrap: str, topic: str, count: int, group: str, client_id: str, timeout_s: float
+) -> list[bytes]:
+    """The values of the first ``count`` messages of ``topic``, read from the start by a
+    librdkafka consumer of ``group`` within ``timeout_s``; then checks that no more arrive."""
+    from confluent_kafka import Consumer, KafkaException
+
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": group,
+            "client.id": client_id,
+            "auto.offset.reset": "earliest",
+            "fetch.wait.max.ms": 100,
+        }
+    )
+    consumer.subscribe([topic])
+    received: list[bytes] = []
+    deadline = time.monotonic() + timeout_s
+    try:
+        while len(received) < count and time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is None:
+                continue
+            if msg.error():
+                raise KafkaException(msg.error())
+            received.append(msg.value())
+        extra = consumer.poll(1.0)
+        assert extra is None or extra.error() is not None, "more messages than produced"
+    finally:
+        consumer.close()
+    return received
+
+
 class TimingRelay:
     """A TCP relay in front of the proxy that notes when each request starts to arrive and
     when each response (with the throttle it carries) was passed on, per connection.

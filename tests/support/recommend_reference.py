@@ -127,20 +127,9 @@ def _smallest_quota(
 def recommend_reference(
     usage: pd.DataFrame, window: Window, quota_type: QuotaType, target: float
 ) -> pd.DataFrame:
-    """Per entity, the smallest quota that keeps its throttled fraction at most ``target``.
-
-    An entity is a sensor's tags (:data:`SENSOR_USER`, :data:`SENSOR_CLIENT`) of one quota
-    type, on every broker it was seen (the quota applies per broker, the fraction is over
-    all its requests). ``usage`` holds every request of the entities it contains, with
-    :data:`BROKER`, :data:`TS` (the recorded time: recommendations replay the recorded
-    timeline), :data:`USAGE`, optionally :data:`SEQ_COLUMNS` and, for fetch,
-    ``unrecord_if`` (the request quota throttled it). The quota is found by bisection,
-    replaying the entity's traffic through the core under each candidate; the fraction
-    falls as the quota grows except for small wiggles (an unrecorded fetch changes what
-    later requests see), and the result is checked to meet the target.
-    ``recommended_quota`` is rounded up to whole bytes/s (hundredths of a percent for
-    ``request``), within 0.1 % of the smallest found; ``throttled_fraction`` is at that value.
-    """
+    """What :func:`kquota.backtest.kernel.recommend` answers (the same input, columns and
+    rounding), found here one entity at a time: a bisection that replays the entity's
+    traffic through the core under each candidate, then checked to meet the target."""
     if not 0.0 <= target < 1.0:
         raise ValueError(f"invalid target {target!r}: expected a fraction in [0, 1)")
     rows = []

@@ -123,6 +123,10 @@ class LoggedRequest:
     level: str = "DEBUG"
 
 
+WrittenLog = tuple[Path, list[LoggedRequest]]
+"""A folder of request logs :func:`write` wrote, and what they logged."""
+
+
 # -- kio structures as Kafka's JSON ------------------------------------------------------------
 
 
@@ -378,6 +382,54 @@ def _document(
     ]
     parts += [f'"{k}":{v}' for k, v in extra.items()]
     return "{" + ",".join(parts) + "}"
+
+
+def renamed(value: Any, names: dict[str, str]) -> Any:
+    """``value`` (Kafka's JSON) with the keys ``names`` maps renamed, at any depth, key
+    order kept."""
+    if isinstance(value, dict):
+        return {names.get(k, k): renamed(v, names) for k, v in value.items()}
+    if isinstance(value, list):
+        return [renamed(v, names) for v in value]
+    return value
+
+
+def completed_line(
+    ms: int,
+    key: int,
+    name: str,
+    version: int,
+    cid: int,
+    request: Any,
+    response: Any,
+    *,
+    client: str | None,
+    user: str = "alice",
+    throttle: int = 0,
+    forwarded: bool = False,
+) -> str:
+    """One hand-made "Completed request" line at ``ms``: API ``key`` (``name``) at
+    ``version``, correlation id ``cid``, from ``client`` as ``user``, 2 ms in all."""
+    header = {
+        "requestApiKey": key,
+        "requestApiVersion": version,
+        "correlationId": cid,
+        "clientId": client,
+        "requestApiKeyName": name,
+    }
+    times = {"total": 2.0, "queue": 0.0, "local": 1.5, "remote": 0.0, "responseQueue": 0.0}
+    document = _document(
+        header,
+        request,
+        response,
+        {**times, "send": 0.0},
+        throttle,
+        "10.0.0.1:9092-10.0.0.2:5000-1",
+        f"User:{user}",
+        forwarded,
+        {},
+    )
+    return line(ms, "DEBUG", document)
 
 
 def _trace(rng: random.Random, header: dict[str, Any], connection: str) -> str:

@@ -48,7 +48,7 @@ SUPPORT = Path(__file__).resolve().parent
 if str(SUPPORT) not in sys.path:  # imported from benches/ too
     sys.path.insert(0, str(SUPPORT))
 
-from kafka_support import KafkaBroker, kafka_configs  # noqa: E402
+from kafka_support import KafkaBroker, kafka_configs, sasl_plain  # noqa: E402
 from ports import free_port  # noqa: E402
 
 WAIT_S = 60.0
@@ -124,12 +124,7 @@ class SideBySideBroker(KafkaBroker):
 
     def sasl_config(self, user: str) -> dict[str, str]:
         """librdkafka's settings to log in as ``user`` with SASL/PLAIN."""
-        return {
-            "security.protocol": "SASL_PLAINTEXT",
-            "sasl.mechanism": "PLAIN",
-            "sasl.username": user,
-            "sasl.password": self.sasl_users[user],
-        }
+        return sasl_plain(user, self.sasl_users[user])
 
 
 def cpu_seconds(pid: int) -> float:
