@@ -38,7 +38,6 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 SUPPORT = Path(__file__).resolve().parents[1] / "tests" / "support"
 sys.path.insert(0, str(SUPPORT))
@@ -57,6 +56,7 @@ from side_by_side_support import (  # noqa: E402
     metadata_storm,
     prefill,
     set_kafka_quota,
+    throttle_callback,
 )
 
 QUOTAS: dict[str, tuple[str, float]] = {
@@ -90,17 +90,11 @@ def creator(seconds: float, topics: int = TOPICS) -> Callable[[Side, Run], None]
         from confluent_kafka.admin import AdminClient, NewTopic
 
         throttles: list[int] = []
-
-        def on_throttle(event: Any) -> None:
-            ms = round(event.throttle_time * 1000)
-            if ms > 0:
-                throttles.append(ms)
-
         client = AdminClient(
             {
                 "bootstrap.servers": where.bootstrap,
                 "client.id": where.client_id,
-                "throttle_cb": on_throttle,
+                "throttle_cb": throttle_callback(throttles),
             }
         )
         began = run.begin()

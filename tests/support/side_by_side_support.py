@@ -554,6 +554,18 @@ of a run but must deliver it first, and a producer held by Kafka's quota may get
 second then."""
 
 
+def throttle_callback(throttles: list[int]) -> Callable[[Any], None]:
+    """A librdkafka ``throttle_cb`` that appends each throttle above 0 to ``throttles``, in
+    ms."""
+
+    def on_throttle(event: Any) -> None:
+        ms = round(event.throttle_time * 1000)
+        if ms > 0:
+            throttles.append(ms)
+
+    return on_throttle
+
+
 def greedy_librdkafka_producer(
     topic: str,
     seconds: float,
@@ -584,10 +596,7 @@ def greedy_librdkafka_producer(
             elif "purge" not in str(err).lower():
                 run.failures.append(str(err))
 
-        def on_throttle(event: Any) -> None:
-            ms = round(event.throttle_time * 1000)
-            if ms > 0:
-                throttles.append(ms)
+        on_throttle = throttle_callback(throttles)
 
         clients = [
             Producer(
@@ -690,10 +699,7 @@ def librdkafka_consumer(
 
         throttles: list[int] = []
 
-        def on_throttle(event: Any) -> None:
-            ms = round(event.throttle_time * 1000)
-            if ms > 0:
-                throttles.append(ms)
+        on_throttle = throttle_callback(throttles)
 
         consumer = Consumer(
             {

@@ -419,19 +419,7 @@ fn kernel(trace: &Trace, closed: bool) -> (Vec<Row>, Measured) {
     let mut cuts = trace.cuts.iter().cycle();
     let mut next_cut = *cuts.next().unwrap();
     let flush = |k: &mut ReplayKernel, cols: &mut Columns, out: &mut Vec<Row>| {
-        let events = Events {
-            time_ms: &cols.0,
-            pair: &cols.1,
-            kind: &cols.2,
-            bytes: &cols.3,
-            thread_ns: &cols.4,
-            acks: &cols.5,
-            partitions: &[],
-            strict: &[],
-            topic_offsets: &[],
-            topic_partitions: &[],
-        };
-        out.extend(rows(&k.feed(&events).unwrap()));
+        out.extend(rows(&k.feed(&events(cols)).unwrap()));
         *cols = Default::default();
     };
     let mut t = 0i64;

@@ -425,7 +425,7 @@ impl ReplayKernel {
         now: i64,
     ) -> Result<()> {
         let value = check_quota(value)?;
-        self.change_quota(scenario, quota_type, entity, Some(value), now)
+        self.change_quota(scenario, Some(quota_type), entity, Some(value), now)
     }
 
     /// Removes the override of `entity` for `quota_type` in `scenario` at `now`.
@@ -436,13 +436,15 @@ impl ReplayKernel {
         entity: &QuotaEntity,
         now: i64,
     ) -> Result<()> {
-        self.change_quota(scenario, quota_type, entity, None, now)
+        self.change_quota(scenario, Some(quota_type), entity, None, now)
     }
 
+    /// Sets (`Some`) or removes (`None`) the override of `entity` in `scenario` at `now`:
+    /// for `quota_type`, or the controller-mutation quota when that is `None`.
     fn change_quota(
         &mut self,
         scenario: usize,
-        quota_type: QuotaType,
+        quota_type: Option<QuotaType>,
         entity: &QuotaEntity,
         value: Option<f64>,
         now: i64,
@@ -450,7 +452,14 @@ impl ReplayKernel {
         self.scenario_mut(scenario)?;
         self.advance(now)?;
         let pairs = &self.pairs;
-        self.scenarios[scenario].tables[table_index(quota_type)].apply(entity, value, pairs)
+        let s = &mut self.scenarios[scenario];
+        match quota_type {
+            Some(quota_type) => s.tables[table_index(quota_type)].apply(entity, value, pairs),
+            None => {
+                s.mutations.apply(entity, value, pairs);
+                Ok(())
+            }
+        }
     }
 
     /// Takes the controller-mutation quota of `scenario` from `manager`: its window,
@@ -478,7 +487,7 @@ impl ReplayKernel {
         now: i64,
     ) -> Result<()> {
         let value = check_quota(value)?;
-        self.change_mutation_quota(scenario, entity, Some(value), now)
+        self.change_quota(scenario, None, entity, Some(value), now)
     }
 
     /// Removes the `controller_mutation_rate` override of `entity` in `scenario` at `now`.
@@ -488,23 +497,7 @@ impl ReplayKernel {
         entity: &QuotaEntity,
         now: i64,
     ) -> Result<()> {
-        self.change_mutation_quota(scenario, entity, None, now)
-    }
-
-    fn change_mutation_quota(
-        &mut self,
-        scenario: usize,
-        entity: &QuotaEntity,
-        value: Option<f64>,
-        now: i64,
-    ) -> Result<()> {
-        self.scenario_mut(scenario)?;
-        self.advance(now)?;
-        let pairs = &self.pairs;
-        self.scenarios[scenario]
-            .mutations
-            .apply(entity, value, pairs);
-        Ok(())
+        self.change_quota(scenario, None, entity, None, now)
     }
 
     /// The tokens of `pair`'s controller-mutation bucket in `scenario` at `now` (refills,
