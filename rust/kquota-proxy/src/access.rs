@@ -159,7 +159,7 @@ pub fn refusal(frame: &[u8], header: &RequestHeader<'_>) -> Result<(BytesMut, us
                 .map_err(|_| unreadable("DescribeClientQuotas response", version))?;
         }
         ALTER_CLIENT_QUOTAS => {
-            crate::skim::check_client_quotas_request(
+            crate::precheck::check_client_quotas_request(
                 &frame[header.body_offset..],
                 header.api_key,
                 version,

@@ -10,7 +10,7 @@
 //! a metadata refresh. Fetch responses carry the records and can be megabytes: older
 //! versions are not looked at, newer ones are decoded from the frame without copying it
 //! (the codec keeps records as slices of it), and only a response whose addresses change is
-//! encoded again. Responses come from the cluster and are decoded as they are (see `skim`:
+//! encoded again. Responses come from the cluster and are decoded as they are (see `precheck`:
 //! the codec trusts the counts it reads).
 
 use bytes::{Bytes, BytesMut};

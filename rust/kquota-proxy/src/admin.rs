@@ -7,7 +7,7 @@
 //! and messages) are the core's [`kquota_core::kafka::client_quota_admin`]; where the
 //! configuration lives is a [`QuotaAdmin`]'s business (the Python binding's calls the
 //! store). The two messages are decoded and encoded whole with the `kafka-protocol`
-//! crate's codec, after a walk over the request's counts ([`crate::skim`]).
+//! crate's codec, after a walk over the request's counts ([`crate::precheck`]).
 
 use std::net::{IpAddr, ToSocketAddrs};
 
@@ -89,7 +89,7 @@ pub fn answer_resolving(
 ) -> Result<BytesMut, HeaderError> {
     let version = header.api_version;
     let body = &frame[header.body_offset..];
-    crate::skim::check_client_quotas_request(body, header.api_key, version)?;
+    crate::precheck::check_client_quotas_request(body, header.api_key, version)?;
     let mut rest = Bytes::copy_from_slice(body);
     let mut out = response_head(header)?;
     match header.api_key {

@@ -46,7 +46,10 @@ pub fn read_fetch_request(
     let (replica_id, start) = if version <= 14 {
         (int32(0)?, 4)
     } else {
-        (crate::skim::fetch_replica_id(&frame[body..], version)?, 0)
+        (
+            crate::precheck::fetch_replica_id(&frame[body..], version)?,
+            0,
+        )
     };
     // max_wait_ms, min_bytes, then max_bytes (v3+), isolation_level (v4+, one byte),
     // session_id and session_epoch (v7+)

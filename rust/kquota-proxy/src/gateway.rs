@@ -92,7 +92,7 @@ impl Door {
 }
 
 /// What a response told the gateway of one broker.
-pub(crate) enum Learned {
+pub(crate) enum BrokerChange {
     /// Known, at the same address.
     Known,
     /// Known, and its address changed (now set).
@@ -131,21 +131,21 @@ impl Doors {
         upstream: &str,
         managers: impl FnOnce() -> kquota_core::Result<Managers>,
         open: impl FnOnce(Arc<Door>) -> std::io::Result<()>,
-    ) -> Result<Learned, String> {
+    ) -> Result<BrokerChange, String> {
         let mut by_id = lock(&self.by_id);
         if let Some(door) = by_id.get(&node_id) {
             let mut at = lock(&door.upstream);
             if *at == upstream {
-                return Ok(Learned::Known);
+                return Ok(BrokerChange::Known);
             }
             upstream.clone_into(&mut at);
-            return Ok(Learned::Moved);
+            return Ok(BrokerChange::Moved);
         }
         let managers = managers().map_err(|err| err.to_string())?;
         let door = Arc::new(Door::new(node_id, upstream.to_owned(), managers));
         open(Arc::clone(&door)).map_err(|err| format!("cannot listen on its port: {err}"))?;
         by_id.insert(node_id, door);
-        Ok(Learned::Opened)
+        Ok(BrokerChange::Opened)
     }
 
     /// Whether broker `node_id`, which has no port, is named for the first time (its
@@ -244,7 +244,7 @@ mod tests {
             opened = Some(door);
             Ok(())
         });
-        assert!(matches!(learned, Ok(Learned::Opened)));
+        assert!(matches!(learned, Ok(BrokerChange::Opened)));
         let door = opened.expect("its port opened");
         assert_eq!(
             (door.broker, door.upstream()),
@@ -257,7 +257,7 @@ mod tests {
                 || unreachable!("known"),
                 |_| unreachable!()
             ),
-            Ok(Learned::Known)
+            Ok(BrokerChange::Known)
         ));
         assert!(matches!(
             doors.learn(
@@ -266,7 +266,7 @@ mod tests {
                 || unreachable!("known"),
                 |_| unreachable!()
             ),
-            Ok(Learned::Moved)
+            Ok(BrokerChange::Moved)
         ));
         assert_eq!(door.upstream(), "kafka-2b:9092");
         assert!(doors

@@ -27,10 +27,10 @@ pub mod header;
 pub mod managers;
 pub mod metadata;
 pub mod mutation;
+mod precheck;
 pub mod rewrite;
 pub mod sasl;
 pub mod server;
-mod skim;
 
 pub use access::AdminAccess;
 pub use addresses::{names_brokers, with_addresses, BrokerAddress};

@@ -127,7 +127,11 @@ impl MutationRequest {
     pub fn parse(frame: &[u8], header: &RequestHeader<'_>) -> Result<Self, HeaderError> {
         let version = header.api_version;
         // a client's counts are checked against its bytes before anything is reserved
-        crate::skim::check_mutation_request(&frame[header.body_offset..], header.api_key, version)?;
+        crate::precheck::check_mutation_request(
+            &frame[header.body_offset..],
+            header.api_key,
+            version,
+        )?;
         let mut rest = Bytes::copy_from_slice(&frame[header.body_offset..]);
         let (api, body, topics) = match header.api_key {
             CREATE_TOPICS => {

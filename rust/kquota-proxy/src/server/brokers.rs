@@ -10,7 +10,7 @@ use kquota_core::update_cluster_metadata;
 use super::shared::Shared;
 use crate::addresses::{with_addresses, BrokerAddress};
 use crate::error::Closed;
-use crate::gateway::{Doors, Learned};
+use crate::gateway::{BrokerChange, Doors};
 use crate::header::RequestHeader;
 use crate::lock;
 
@@ -42,8 +42,8 @@ pub(super) fn gateway_addresses(
         let siblings = || shared.door.managers.sibling();
         let open = |door| (shared.open_door)(shared, doors, door, port);
         match doors.learn(broker.node_id, &upstream, siblings, open) {
-            Ok(Learned::Known | Learned::Opened) => {}
-            Ok(Learned::Moved) => {
+            Ok(BrokerChange::Known | BrokerChange::Opened) => {}
+            Ok(BrokerChange::Moved) => {
                 (shared.log)(&format!("broker {} is now at {upstream}", broker.node_id));
             }
             Err(err) => {

@@ -19,10 +19,11 @@ use crate::sasl::SaslExchange;
 /// Where the correlation ids of the proxy's own requests start.
 const OWN_CORRELATION_IDS: i32 = 0x7F00_0000;
 
-/// Which requests may go to the broker now.
+/// The requests of a connection forwarded and not yet answered, and how many of them are
+/// produce requests: which request may go to the broker now.
 #[derive(Default)]
-struct Turn {
-    in_flight: usize,
+struct InFlight {
+    requests: usize,
     produces: usize,
 }
 
@@ -37,7 +38,7 @@ pub(super) struct Connection {
     /// Bytes read from the client, and those of them that made whole frames.
     bytes_in: AtomicU64,
     pub(super) bytes_framed: AtomicU64,
-    turn: Mutex<Turn>,
+    in_flight: Mutex<InFlight>,
     answered: Notify,
     pub(super) sasl: Mutex<SaslExchange>,
     pub(super) client_id: Mutex<String>,
@@ -55,7 +56,7 @@ impl Connection {
             last_activity: AtomicI64::new(monotonic_ms()),
             bytes_in: AtomicU64::new(0),
             bytes_framed: AtomicU64::new(0),
-            turn: Mutex::new(Turn::default()),
+            in_flight: Mutex::new(InFlight::default()),
             answered: Notify::new(),
             sasl: Mutex::new(SaslExchange::default()),
             client_id: Mutex::new(String::new()),
@@ -98,7 +99,7 @@ impl Connection {
                 .load(Ordering::Acquire)
                 .saturating_add(max);
             if now >= due {
-                let busy = lock(&self.turn).in_flight > 0
+                let busy = lock(&self.in_flight).requests > 0
                     || self.muted_until.load(Ordering::Acquire) > now;
                 if !busy {
                     // framed first: it never passes bytes_in, so the difference cannot go
@@ -137,15 +138,15 @@ impl Connection {
         loop {
             self.wait_unmuted().await;
             {
-                let mut turn = lock(&self.turn);
-                let free = turn.in_flight == 0
+                let mut flight = lock(&self.in_flight);
+                let free = flight.requests == 0
                     || (produce
-                        && turn.produces == turn.in_flight
-                        && turn.in_flight < PIPELINE_DEPTH);
+                        && flight.produces == flight.requests
+                        && flight.requests < PIPELINE_DEPTH);
                 let muted = self.muted_until.load(Ordering::Acquire) > monotonic_ms();
                 if free && !muted {
-                    turn.in_flight += 1;
-                    turn.produces += usize::from(produce);
+                    flight.requests += 1;
+                    flight.produces += usize::from(produce);
                     return;
                 }
             }
@@ -156,9 +157,9 @@ impl Connection {
     pub(super) fn answer_done(&self, produce: bool) {
         self.active();
         {
-            let mut turn = lock(&self.turn);
-            turn.in_flight -= 1;
-            turn.produces -= usize::from(produce);
+            let mut flight = lock(&self.in_flight);
+            flight.requests -= 1;
+            flight.produces -= usize::from(produce);
         }
         // A permit is kept when the reader is not waiting yet: no wake-up is lost.
         self.answered.notify_one();
