@@ -294,15 +294,14 @@ def expected_bytes(logged: LoggedRequest) -> int:
 
 def expected_thread_ns(logged: LoggedRequest) -> int | None:
     """The request time a reader must find for ``logged``: the handler's, plus the
-    network threads' estimate (``docs/guide/fidelity.md``): the send time (a fetch's with a
-    response over 102,400 bytes at most 100 µs + 0.05 ns per byte), plus 1 µs + 0.3 ns per
-    byte of a produce request, each product truncated to whole ns; None for ``acks=0``."""
+    network threads' estimate (``docs/guide/fidelity.md``): the send time, at most 100 µs
+    + 0.05 ns per byte of a fetch response, plus 1 µs + 0.3 ns per byte of a produce
+    request, each product truncated to whole ns; None for ``acks=0``."""
     if logged.thread_ns is None:
         return None
     size = expected_bytes(logged)
-    written = logged.send_us * 1000
-    if logged.api_key == 1 and size > 102_400:
-        written = min(written, 100_000 + int(0.05 * size))
+    fetched = size if logged.api_key == 1 else 0
+    written = min(logged.send_us * 1000, 100_000 + int(0.05 * fetched))
     read = size if logged.api_key == 0 else 0
     return logged.thread_ns + written + 1_000 + int(0.3 * read)
 
