@@ -134,7 +134,8 @@ impl Connection {
 
     /// Waits until a request may go: not muted, and every earlier request answered, or (a
     /// produce request) only produce requests in flight, fewer than [`PIPELINE_DEPTH`].
-    pub(super) async fn wait_turn(&self, produce: bool) {
+    /// Returns whether it goes behind requests still in flight (a pipelined produce).
+    pub(super) async fn wait_turn(&self, produce: bool) -> bool {
         loop {
             self.wait_unmuted().await;
             {
@@ -145,9 +146,10 @@ impl Connection {
                         && flight.requests < PIPELINE_DEPTH);
                 let muted = self.muted_until.load(Ordering::Acquire) > monotonic_ms();
                 if free && !muted {
+                    let behind = flight.requests > 0;
                     flight.requests += 1;
                     flight.produces += usize::from(produce);
-                    return;
+                    return behind;
                 }
             }
             self.answered.notified().await;

@@ -77,10 +77,10 @@ pub(super) async fn read_requests(
         }
         let produce = header.api_key == PRODUCE;
         let mut handled = started.elapsed();
-        tokio::select! {
-            () = connection.wait_turn(produce) => {}
+        let behind = tokio::select! {
+            behind = connection.wait_turn(produce) => behind,
             _ = closing.wait_for(|closing| *closing) => break,
-        }
+        };
         let mut started = Instant::now();
         let user = connection.user();
         let mut acks = -1;
@@ -170,6 +170,7 @@ pub(super) async fn read_requests(
             fetch,
             handled,
             written,
+            behind,
             mutation,
             local,
         };

@@ -46,6 +46,9 @@ pub(super) struct Pending {
     pub(super) handled: Duration,
     /// When the request's write to the broker began.
     pub(super) written: Instant,
+    /// Whether it was written behind requests still in flight (a pipelined produce): its
+    /// answer may wait for theirs.
+    pub(super) behind: bool,
     pub(super) mutation: Option<Box<RecordedMutation>>,
     /// The response the proxy made itself (quota administration), and its body's offset.
     pub(super) local: Option<(BytesMut, usize)>,
@@ -62,12 +65,12 @@ impl Pending {
     }
 
     /// Adds the estimate of the broker's handler time on an API Kafka answers at once
-    /// ([`BrokerTimes::estimate`]) from its round trip: from the request written to the
-    /// answer read. When the responder was still busy with an earlier answer after the
-    /// request was written (pipelined produce requests), the answer may have waited for
-    /// it: the time from then is no round trip (it can be next to nothing, and would pull
-    /// the kind's percentile and the path's floor down to it), so the request is charged
-    /// its kind's estimate without adding to it ([`BrokerTimes::charge`]).
+    /// ([`BrokerTimes::estimate`]) from its round trip: from the request written, or the
+    /// responder free to read its answer when later, to the answer read. A request written
+    /// behind others still in flight (pipelined produce requests) has no round trip of its
+    /// own: its answer may have waited for theirs, and the time since the responder was
+    /// free can be next to nothing, which would pull the kind's percentile and the path's
+    /// floor down to it; it is charged its kind's estimate ([`BrokerTimes::charge`]).
     fn add_broker_time(
         &mut self,
         times: &Mutex<BrokerTimes>,
@@ -78,10 +81,10 @@ impl Pending {
         if answered_at_once(self.header.api_key, self.acks) {
             let size = self.size.max(response_size);
             let mut times = lock(times);
-            self.handled += if free > self.written {
+            self.handled += if self.behind {
                 times.charge(self.header.api_key, size)
             } else {
-                let round_trip = read.saturating_duration_since(self.written);
+                let round_trip = read.saturating_duration_since(self.written.max(free));
                 times.estimate(self.header.api_key, size, round_trip)
             };
         }
