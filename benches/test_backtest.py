@@ -1,6 +1,6 @@
 """Back-test throughput, in events (requests) per second.
 
-* ``backtest_kernel_vs_reference``: :func:`kquota.backtest.kernel.replay_open` (the core's
+* ``backtest_kernel_vs_reference``: :func:`kquota.backtest.frames.replay_open` (the core's
   batch call per quota type) on one broker's requests, against the same kernel steps on the
   pure-Python reference model's managers (tests/support/reference_model.py, exact, slow).
 * ``backtest_kernel_vs_numpy``: the same kquota kernel against a NumPy/pandas
@@ -32,10 +32,10 @@ import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 import reference_model
-from kquota.backtest import kernel, synthetic
+from kquota.backtest import frames, synthetic
+from kquota.backtest.frames import API, BROKER, BYTES, CLIENT, SEQ_COLUMNS, THREAD, TS, USER
+from kquota.backtest.frames.replay import _pair_codes
 from kquota.backtest.job import run
-from kquota.backtest.kernel import API, BROKER, BYTES, CLIENT, SEQ_COLUMNS, THREAD, TS, USER
-from kquota.backtest.kernel.replay import _pair_codes
 from kquota.backtest.options import BacktestOptions
 from kquota.config import QuotaConfig
 from quick import pick
@@ -61,14 +61,14 @@ def broker() -> tuple[pd.DataFrame, QuotaConfig]:
 def reference_replay(frame: pd.DataFrame, config: QuotaConfig) -> None:
     """The kernel's steps with the reference model's managers: request, then produce, fetch."""
     managers = {}
-    for quota_type in kernel.QUOTA_TYPES:
+    for quota_type in frames.QUOTA_TYPES:
         manager = reference_model.QuotaManager(
             quota_type, num_samples=config.window.num_samples, window_ms=config.window.window_ms
         )
         for entity, value in config.quotas(quota_type):
             manager.set_quota(reference_model.Entity(entity.user, entity.client_id), value)
         managers[quota_type] = manager
-    order = kernel.time_order(frame)
+    order = frames.time_order(frame)
     ordered = frame.iloc[order]
     codes, pairs = _pair_codes(ordered[USER], ordered[CLIENT])
     times = ordered[TS].to_numpy(dtype=np.int64)
@@ -77,7 +77,7 @@ def reference_replay(frame: pd.DataFrame, config: QuotaConfig) -> None:
     request[known] = managers["request"].record_batch(
         times[known], codes[known], ordered[THREAD].to_numpy(dtype=np.float64)[known], pairs
     )
-    kind = kernel.kinds(ordered[API])
+    kind = frames.kinds(ordered[API])
     size = ordered[BYTES].to_numpy(dtype=np.float64)
     for quota_type in ("produce", "fetch"):
         rows = kind == quota_type
@@ -113,13 +113,13 @@ def numpy_replay(frame: pd.DataFrame, config: QuotaConfig, tags: dict[str, Any])
 
 def numpy_inputs(frame: pd.DataFrame, config: QuotaConfig) -> dict[str, Any]:
     """Sensor codes and bounds per quota type, from the core (not timed)."""
-    kind = kernel.kinds(frame[API])
+    kind = frames.kinds(frame[API])
     inputs = {}
-    for quota_type in kernel.QUOTA_TYPES:
+    for quota_type in frames.QUOTA_TYPES:
         rows = frame[THREAD].notna().to_numpy() if quota_type == "request" else kind == quota_type
         manager = config.manager(quota_type)
         part = frame[rows]
-        users, clients = kernel.sensor_tags(part[USER], part[CLIENT], manager)
+        users, clients = frames.sensor_tags(part[USER], part[CLIENT], manager)
         sensor, _ = pd.factorize(pd.Series(users + "\0" + clients))
         bounds = np.array(
             [
@@ -128,7 +128,7 @@ def numpy_inputs(frame: pd.DataFrame, config: QuotaConfig) -> dict[str, Any]:
             ]
         )
         values = (
-            part[THREAD].to_numpy(dtype=np.float64) * kernel.NANOS_TO_PERCENT
+            part[THREAD].to_numpy(dtype=np.float64) * frames.NANOS_TO_PERCENT
             if quota_type == "request"
             else part[BYTES].to_numpy(dtype=np.float64)
         )
@@ -146,7 +146,7 @@ def test_kernel_vs_reference(
     if role == "kquota":
         benchmark.extra_info["calls"] = len(frame)
         benchmark.pedantic(
-            kernel.replay_open, (frame, config), rounds=KERNEL_ROUNDS, warmup_rounds=1
+            frames.replay_open, (frame, config), rounds=KERNEL_ROUNDS, warmup_rounds=1
         )
     else:
         part = frame.iloc[:REFERENCE_ROWS]
@@ -164,14 +164,14 @@ def test_kernel_vs_numpy(
     benchmark.extra_info["calls"] = len(frame)
     if role == "kquota":
         benchmark.pedantic(
-            kernel.replay_open, (frame, config), rounds=KERNEL_ROUNDS, warmup_rounds=1
+            frames.replay_open, (frame, config), rounds=KERNEL_ROUNDS, warmup_rounds=1
         )
         return
     inputs = numpy_inputs(frame, config)
     approximate = benchmark.pedantic(
         numpy_replay, (frame, config, inputs), rounds=KERNEL_ROUNDS, warmup_rounds=1
     )
-    exact = kernel.replay_open(frame, config)["throttle_ms"].to_numpy()
+    exact = frames.replay_open(frame, config)["throttle_ms"].to_numpy()
     benchmark.extra_info["agrees_with_kafka"] = float(np.mean(approximate == exact))
     benchmark.extra_info["throttled_kafka"] = int((exact > 0).sum())
     benchmark.extra_info["throttled_numpy"] = int((approximate > 0).sum())
@@ -180,11 +180,11 @@ def test_kernel_vs_numpy(
 def test_record_batch_alone(benchmark: Any, broker: tuple[pd.DataFrame, QuotaConfig]) -> None:
     """The core's batch calls of one replay_open, nothing else (information only)."""
     frame, config = broker
-    order = kernel.time_order(frame)
+    order = frames.time_order(frame)
     ordered = frame.iloc[order]
     codes, pairs = _pair_codes(ordered[USER], ordered[CLIENT])
     times = ordered[TS].to_numpy(dtype=np.int64)
-    kind = kernel.kinds(ordered[API])
+    kind = frames.kinds(ordered[API])
     thread = ordered[THREAD].to_numpy(dtype=np.float64)
     size = ordered[BYTES].to_numpy(dtype=np.float64)
     produce, fetch = kind == "produce", kind == "fetch"
@@ -233,7 +233,7 @@ def test_spark_end_to_end(
     def row_at_a_time(rows: Any, config_json: str) -> Iterator[tuple[Any, ...]]:
         """One broker's rows, replayed one request at a time with the core's single calls."""
         config = QuotaConfig.from_json(json.loads(config_json))
-        managers = {t: config.manager(t) for t in kernel.QUOTA_TYPES}
+        managers = {t: config.manager(t) for t in frames.QUOTA_TYPES}
         for row in sorted(rows, key=lambda r: (r.ts_ms, r.request_id)):
             r = managers["request"].record(
                 row.user, row.client_id, float(row.thread_time_ns), row.ts_ms

@@ -512,11 +512,11 @@ class ReplayKernel:
 
     ``closed_loop=False`` replays each event at its time. ``closed_loop=True``: clients
     honour KIP-219 (a throttled client sends nothing until its throttle ends and its
-    later requests shift by what it waited, as ``kquota.backtest.kernel.replay_closed``);
+    later requests shift by what it waited, as ``kquota.backtest.frames.replay_closed``);
     events are held until nothing fed later can come before them, so :meth:`feed` returns
     the rows replayed so far and :meth:`finish` the rest. ``client_limits`` (closed loop
     only): bounded clients, ``(buffer_bytes, delivery_timeout_ms, api_timeout_ms)`` as
-    ``kquota.backtest.kernel.ClientLimits`` says; a client sends what it holds as soon as
+    ``kquota.backtest.frames.ClientLimits`` says; a client sends what it holds as soon as
     it may, and the rows' ``unserved`` says which requests it could not hold or send in
     time (1: buffer full, 2: timed out; 0: served).
 
@@ -671,7 +671,7 @@ class ReplayKernel:
         (nearest rank; negative throttles count as 0), ``peak_rate`` (largest usage in
         ``num_samples - 1`` whole windows, per second), ``utilization``,
         ``mean_added_latency_ms``, ``max_added_latency_ms``; as
-        ``kquota.backtest.kernel.summarize`` defines them.
+        ``kquota.backtest.frames.summarize`` defines them.
         """
 
 def applied_throttles(
@@ -739,7 +739,7 @@ def recommend_quotas(
     count; ``entities`` the run offsets of each entity, from 0 to the run count.
     ``unrecord_if`` (fetch only) marks requests the request quota throttled. Each candidate
     quota is replayed through one fresh sensor per broker (a fetch throttled by either
-    quota is unrecorded); the search is ``kquota.backtest.kernel.recommend``'s bisection
+    quota is unrecorded); the search is ``kquota.backtest.frames.recommend``'s bisection
     to 0.1 %, rounded up to whole bytes/s (hundredths of a percent for ``request``).
     Returns the quotas and the fractions they throttle. Bad offsets, lengths, usage or
     targets raise :class:`InvalidUsageError` naming the value. ``kafka_version`` is the

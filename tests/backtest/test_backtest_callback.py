@@ -16,9 +16,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from kquota import Entity
-from kquota.backtest import kernel
+from kquota.backtest import frames
+from kquota.backtest.frames import SENSOR_CLIENT, SENSOR_USER, USER
 from kquota.backtest.job import run
-from kquota.backtest.kernel import SENSOR_CLIENT, SENSOR_USER, USER
 from kquota.backtest.options import BacktestOptions
 from kquota.backtest.outputs import read_requests
 from kquota.backtest.synthetic import TrafficSpec, generate
@@ -107,8 +107,8 @@ def test_the_single_process_replay_honours_it_too(traffic: tuple[Path, pd.DataFr
     assert {"tenant-000", "tenant-001", "analytics"} <= set(frame[USER])
     with_callback, halved = configs()
     part = frame[frame["broker"] == frame["broker"].iloc[0]]
-    got = kernel.replay_open(part, with_callback)
-    want = kernel.replay_open(part, halved)
+    got = frames.replay_open(part, with_callback)
+    want = frames.replay_open(part, halved)
     for column in THROTTLES:
         np.testing.assert_array_equal(got[column].to_numpy(), want[column].to_numpy(), column)
     assert (want["throttle_ms"] > 0).any()

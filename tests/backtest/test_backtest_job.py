@@ -17,7 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
-from kquota.backtest import inputs, kernel, outputs, report, summaries
+from kquota.backtest import frames, inputs, outputs, report, summaries
 from kquota.backtest.job import run
 from kquota.backtest.options import RESULT_COLUMNS, BacktestOptions, BacktestResult
 from kquota.backtest.synthetic import TrafficSpec, generate
@@ -33,10 +33,10 @@ from test_backtest_kernel import CONFORMANCE, mixed_config, scenario_traffic
 pytestmark = pytest.mark.slow
 
 THROTTLES = [
-    kernel.PRODUCE_THROTTLE,
-    kernel.FETCH_THROTTLE,
-    kernel.REQUEST_THROTTLE,
-    kernel.THROTTLE,
+    frames.PRODUCE_THROTTLE,
+    frames.FETCH_THROTTLE,
+    frames.REQUEST_THROTTLE,
+    frames.THROTTLE,
 ]
 SCALES = (0.5, 1.0)
 Trace = tuple[Path, pd.DataFrame]
@@ -59,8 +59,8 @@ def trace(tmp_path_factory: pytest.TempPathFactory) -> Trace:
     for name, part in (("a.parquet", frame.iloc[:half]), ("b.parquet", frame.iloc[half:])):
         pq.write_table(pa.Table.from_pandas(part, preserve_index=False), folder / name)
     # the input position, as the job numbers it: files in path order, rows in file order
-    frame[kernel.SEQ_COLUMNS[0]] = 0
-    frame[kernel.SEQ_COLUMNS[1]] = np.arange(len(frame), dtype=np.int64)
+    frame[frames.SEQ_COLUMNS[0]] = 0
+    frame[frames.SEQ_COLUMNS[1]] = np.arange(len(frame), dtype=np.int64)
     return folder, frame
 
 
@@ -68,12 +68,12 @@ def replay(
     frame: pd.DataFrame,
     config: QuotaConfig,
     closed: bool = False,
-    clients: kernel.ClientLimits | None = None,
+    clients: frames.ClientLimits | None = None,
 ) -> pd.DataFrame:
     """The single-process reference: the kernel on each broker's requests."""
     parts = [
-        kernel.replay_closed(part, config, clients) if closed else kernel.replay_open(part, config)
-        for _, part in frame.groupby(kernel.BROKER, sort=False)
+        frames.replay_closed(part, config, clients) if closed else frames.replay_open(part, config)
+        for _, part in frame.groupby(frames.BROKER, sort=False)
     ]
     return pd.concat(parts).loc[frame.index]
 
@@ -109,10 +109,10 @@ def test_open_loop_equals_the_single_process_replay(open_run: Run, trace: Trace)
         want = replay(frame, mixed_config().scaled(scale)).set_index(frame["request_id"])
         for column in THROTTLES:
             np.testing.assert_array_equal(got[column].to_numpy(), want[column].to_numpy())
-        np.testing.assert_array_equal(got[kernel.SENT].to_numpy(), frame[kernel.TS].to_numpy())
-        assert (got[kernel.ADDED_LATENCY] == 0).all()
+        np.testing.assert_array_equal(got[frames.SENT].to_numpy(), frame[frames.TS].to_numpy())
+        assert (got[frames.ADDED_LATENCY] == 0).all()
         assert (
-            (got[[kernel.PRODUCE_THROTTLE, kernel.FETCH_THROTTLE, kernel.REQUEST_THROTTLE]] > 0)
+            (got[[frames.PRODUCE_THROTTLE, frames.FETCH_THROTTLE, frames.REQUEST_THROTTLE]] > 0)
             .any()
             .all()
         )
@@ -165,11 +165,11 @@ def test_sensor_tags_are_the_cores(open_run: Run, trace: Trace) -> None:
     requests = read_requests(out)
     got = requests[requests["scenario"] == "x1"].set_index("request_id").loc[frame["request_id"]]
     config = mixed_config()
-    managers = {t: config.manager(t) for t in kernel.QUOTA_TYPES}
-    want = kernel.resolve_sensors(frame, managers)
+    managers = {t: config.manager(t) for t in frames.QUOTA_TYPES}
+    want = frames.resolve_sensors(frame, managers)
     for column, key in (
-        (kernel.SENSOR_USER, "byte_user"),
-        (kernel.SENSOR_CLIENT, "byte_client"),
+        (frames.SENSOR_USER, "byte_user"),
+        (frames.SENSOR_CLIENT, "byte_client"),
         ("request_sensor_user", "request_user"),
         ("request_sensor_client_id", "request_client"),
     ):
@@ -184,7 +184,7 @@ def usage_of(frame: pd.DataFrame, result: pd.DataFrame, quota_type: str) -> pd.D
         result,
         quota_type,
         mixed_config(),
-        broker=frame[kernel.BROKER],
+        broker=frame[frames.BROKER],
         **recommendation_columns(frame, result),
     )
 
@@ -193,13 +193,13 @@ def test_entities_equal_the_kernel_summaries(open_run: Run, trace: Trace) -> Non
     _, out = open_run
     _, frame = trace
     entities = pd.read_parquet(out / "entities")
-    keys = ["scenario", "quota_type", kernel.BROKER, kernel.SENSOR_USER, kernel.SENSOR_CLIENT]
+    keys = ["scenario", "quota_type", frames.BROKER, frames.SENSOR_USER, frames.SENSOR_CLIENT]
     wanted = []
     for scale, label in zip(SCALES, ("x0.5", "x1"), strict=True):
         config = mixed_config().scaled(scale)
         result = replay(frame, config)
-        for quota_type in kernel.QUOTA_TYPES:
-            summary = kernel.summarize(usage_of(frame, result, quota_type), config, quota_type)
+        for quota_type in frames.QUOTA_TYPES:
+            summary = frames.summarize(usage_of(frame, result, quota_type), config, quota_type)
             wanted.append(summary.assign(scenario=label))
     want = pd.concat(wanted).sort_values(keys).reset_index(drop=True)
     got = entities.sort_values(keys).reset_index(drop=True)[want.columns]
@@ -218,11 +218,11 @@ def test_recommendations_equal_the_kernel(open_run: Run, trace: Trace) -> None:
     got = pd.read_parquet(out / "recommendations" / "entities")
     assert result.recommendations is not None and len(result.recommendations) == len(got)
     reference = replay(frame, mixed_config())
-    for quota_type in kernel.QUOTA_TYPES:
+    for quota_type in frames.QUOTA_TYPES:
         usage = usage_of(frame, reference, quota_type)
         want = recommend_reference(usage, mixed_config().window, quota_type, 0.02)  # type: ignore[arg-type]
         mine = got[got["quota_type"] == quota_type].sort_values(
-            [kernel.SENSOR_USER, kernel.SENSOR_CLIENT]
+            [frames.SENSOR_USER, frames.SENSOR_CLIENT]
         )
         np.testing.assert_array_equal(
             mine["recommended_quota"].to_numpy(), want["recommended_quota"].to_numpy()
@@ -254,8 +254,8 @@ def test_the_recommended_quota_file_raises_only_and_is_back_tested(
     kept = rows[rows["change"] != "raise"]
     assert kept["applied_quota"].isna().all()
     for record in raised.to_dict("records"):
-        entity = kernel.recommendation._entity(
-            record[kernel.SENSOR_USER], record[kernel.SENSOR_CLIENT]
+        entity = frames.recommendation._entity(
+            record[frames.SENSOR_USER], record[frames.SENSOR_CLIENT]
         )
         prop = PROPERTY_OF[record["quota_type"]]
         assert config.by_entity()[entity][prop] == record["applied_quota"]
@@ -313,19 +313,19 @@ def test_report(open_run: Run) -> None:
             mine = requests[
                 (requests["request_sensor_user"] == user)
                 & (requests["request_sensor_client_id"] == client)
-                & requests[kernel.THREAD].notna()
+                & requests[frames.THREAD].notna()
             ]
-            amount = mine[kernel.THREAD].astype(float) * kernel.NANOS_TO_PERCENT
+            amount = mine[frames.THREAD].astype(float) * frames.NANOS_TO_PERCENT
         else:
             mine = requests[
-                (requests[kernel.SENSOR_USER] == user)
-                & (requests[kernel.SENSOR_CLIENT] == client)
-                & (requests[kernel.API].str.lower() == quota_type)
+                (requests[frames.SENSOR_USER] == user)
+                & (requests[frames.SENSOR_CLIENT] == client)
+                & (requests[frames.API].str.lower() == quota_type)
             ]
-            recorded = (mine[kernel.FETCH_THROTTLE] <= 0) & (mine[kernel.REQUEST_THROTTLE] <= 0)
-            amount = mine[kernel.BYTES].where(recorded | (quota_type != "fetch"), 0).astype(float)
-        mine = mine[mine[kernel.BROKER] == broker]
-        want = amount.loc[mine.index].groupby(mine[kernel.SENT] // window).sum()
+            recorded = (mine[frames.FETCH_THROTTLE] <= 0) & (mine[frames.REQUEST_THROTTLE] <= 0)
+            amount = mine[frames.BYTES].where(recorded | (quota_type != "fetch"), 0).astype(float)
+        mine = mine[mine[frames.BROKER] == broker]
+        want = amount.loc[mine.index].groupby(mine[frames.SENT] // window).sum()
         np.testing.assert_array_equal(series["window"].to_numpy(), want.index.to_numpy())
         np.testing.assert_allclose(series["amount"].to_numpy(), want.to_numpy(), rtol=1e-12)
 
@@ -368,13 +368,13 @@ def test_what_the_broker_did_is_reported_beside_the_replay(
     imported request log or a proxy capture has it): the report counts both, per scenario."""
     _, frame = trace
     config = mixed_config()
-    reference = replay(frame, config)[kernel.THROTTLE].to_numpy()
+    reference = replay(frame, config)[frames.THROTTLE].to_numpy()
     rng = np.random.default_rng(7)
     # the broker agreed on two thirds of the requests, and throttled others at random
     broker = np.where(
         rng.random(len(frame)) < 2 / 3, reference, rng.integers(0, 3, len(frame)) * 40
     )
-    traffic = frame.drop(columns=list(kernel.SEQ_COLUMNS)).assign(
+    traffic = frame.drop(columns=list(frames.SEQ_COLUMNS)).assign(
         kafka_throttle_ms=broker.astype("int32")
     )
     pq.write_table(pa.Table.from_pandas(traffic, preserve_index=False), tmp_path / "in.parquet")
@@ -408,7 +408,7 @@ def test_what_the_broker_did_as_text_is_compared_by_spark(
     word among the numbers): the comparison is Spark's, and the job does not fail on it
     (it did: the text was cast to a number with Spark's ANSI cast)."""
     _, frame = trace
-    part = frame.drop(columns=list(kernel.SEQ_COLUMNS)).head(3000).copy()
+    part = frame.drop(columns=list(frames.SEQ_COLUMNS)).head(3000).copy()
     live = np.where(np.arange(len(part)) % 3 == 0, "40", "0").astype(object)
     live[1], live[2], live[4] = "", "12.5", "n/a"
     part["kafka_throttle_ms"] = live
@@ -449,7 +449,7 @@ def test_partition_by_sensor_gives_the_same_throttles(
     pd.testing.assert_frame_equal(by_sensor[by_broker.columns], by_broker)
 
 
-TIGHT_CLIENTS = kernel.ClientLimits(
+TIGHT_CLIENTS = frames.ClientLimits(
     buffer_bytes=400_000, delivery_timeout_ms=4_000, api_timeout_ms=3_000
 )
 """Limits small enough for the trace's clients to fill their buffers and time out."""
@@ -457,14 +457,14 @@ TIGHT_CLIENTS = kernel.ClientLimits(
 
 @pytest.mark.parametrize(
     "clients",
-    [kernel.ClientLimits(), TIGHT_CLIENTS, None],
+    [frames.ClientLimits(), TIGHT_CLIENTS, None],
     ids=["kafka-clients", "tight-clients", "unbounded"],
 )
 def test_closed_loop_equals_the_single_process_replay(
     spark: Any,
     trace: Trace,
     tmp_path: Path,
-    clients: kernel.ClientLimits | None,
+    clients: frames.ClientLimits | None,
 ) -> None:
     _, frame = trace
     config = mixed_config(scale=0.5)
@@ -479,20 +479,20 @@ def test_closed_loop_equals_the_single_process_replay(
     result = run(spark, options)
     got = read_requests(tmp_path).set_index("request_id")
     want = replay(frame, config, closed=True, clients=clients).set_index(frame["request_id"])
-    for column in [*THROTTLES, kernel.SENT, kernel.ADDED_LATENCY, kernel.UNSERVED]:
+    for column in [*THROTTLES, frames.SENT, frames.ADDED_LATENCY, frames.UNSERVED]:
         np.testing.assert_array_equal(got[column].to_numpy(), want[column].to_numpy(), column)
-    assert (got[kernel.ADDED_LATENCY] > 0).any()
+    assert (got[frames.ADDED_LATENCY] > 0).any()
     assert result.totals["mean_added_latency_ms"].iloc[0] > 0
     pd.testing.assert_frame_equal(result.totals, _spark_totals(spark, tmp_path, result))
     # the per-client table of what was not served, against the rows
-    gone = want[want[kernel.UNSERVED] > 0].join(frame.set_index("request_id"))
+    gone = want[want[frames.UNSERVED] > 0].join(frame.set_index("request_id"))
     if clients is None:
         assert result.unserved is None
         return
     assert result.unserved is not None
     expected = (
-        gone.groupby([kernel.USER, kernel.CLIENT])
-        .agg(requests=(kernel.BYTES, "size"), bytes=(kernel.BYTES, "sum"))
+        gone.groupby([frames.USER, frames.CLIENT])
+        .agg(requests=(frames.BYTES, "size"), bytes=(frames.BYTES, "sum"))
         .reset_index()
     )
     table = result.unserved.set_index(["user", "client_id"])
@@ -508,7 +508,7 @@ def test_closed_loop_equals_the_single_process_replay(
 def test_a_conformance_scenario_as_csv_traffic(spark: Any, tmp_path: Path) -> None:
     scenario = load_scenario(CONFORMANCE / "random_produce_poisson_pareto_seed101.json")
     frame, config, expected, column = scenario_traffic(scenario)
-    frame.drop(columns=list(kernel.SEQ_COLUMNS)).to_csv(tmp_path / "traffic.csv", index=False)
+    frame.drop(columns=list(frames.SEQ_COLUMNS)).to_csv(tmp_path / "traffic.csv", index=False)
     options = BacktestOptions(
         traffic=str(tmp_path / "traffic.csv"),
         quotas=config,
@@ -518,10 +518,10 @@ def test_a_conformance_scenario_as_csv_traffic(spark: Any, tmp_path: Path) -> No
     result = run(spark, options)
     assert result.rows_valid == len(expected) and not result.quarantined
     got = outputs.read_requests(tmp_path / "out" / "requests").sort_values(
-        [kernel.TS, kernel.SEQ_COLUMNS[1]]
+        [frames.TS, frames.SEQ_COLUMNS[1]]
     )
     assert got[column].tolist() == expected
-    assert (got[kernel.THROTTLE] > 0).sum() == sum(1 for t in expected if t > 0)
+    assert (got[frames.THROTTLE] > 0).sum() == sum(1 for t in expected if t > 0)
 
 
 BAD_CSV = """ts_ms,broker,user,client_id,api,bytes,thread_time_ns,tag
@@ -566,9 +566,9 @@ def test_bad_rows_are_quarantined_or_refused(spark: Any, tmp_path: Path) -> None
     )
     assert quarantine.set_index("tag").loc["bad-time", "reason"] == "ts_ms unparsable"
     requests = outputs.read_requests(tmp_path / "out" / "requests").set_index("tag")
-    assert requests.loc["iso-time", kernel.TS] == 1_717_372_801_000
-    assert requests.loc["ok-2", kernel.BROKER] == "" and requests.loc["ok-2", kernel.USER] == ""
-    assert pd.isna(requests.loc["iso-time", kernel.THREAD])
+    assert requests.loc["iso-time", frames.TS] == 1_717_372_801_000
+    assert requests.loc["ok-2", frames.BROKER] == "" and requests.loc["ok-2", frames.USER] == ""
+    assert pd.isna(requests.loc["iso-time", frames.THREAD])
     strict = BacktestOptions(
         traffic=str(tmp_path / "t.csv"), quotas=config, out=str(tmp_path / "out2"), strict=True
     )
@@ -581,10 +581,10 @@ def test_empty_and_missing_input(spark: Any, tmp_path: Path) -> None:
     empty = tmp_path / "empty.parquet"
     schema = pa.schema(
         [
-            (kernel.TS, pa.int64()),
-            (kernel.CLIENT, pa.string()),
-            (kernel.API, pa.string()),
-            (kernel.BYTES, pa.int64()),
+            (frames.TS, pa.int64()),
+            (frames.CLIENT, pa.string()),
+            (frames.API, pa.string()),
+            (frames.BYTES, pa.int64()),
         ]
     )
     pq.write_table(schema.empty_table(), empty)
@@ -624,11 +624,11 @@ def test_ties_across_files_follow_path_then_row_order(spark: Any, tmp_path: Path
         n = len(sizes)
         return pa.table(
             {
-                kernel.TS: [5] * n,
-                kernel.USER: ["u"] * n,
-                kernel.CLIENT: ["c"] * n,
-                kernel.API: ["produce"] * n,
-                kernel.BYTES: sizes,
+                frames.TS: [5] * n,
+                frames.USER: ["u"] * n,
+                frames.CLIENT: ["c"] * n,
+                frames.API: ["produce"] * n,
+                frames.BYTES: sizes,
                 "id": ids,
             }
         )
@@ -645,6 +645,6 @@ def test_ties_across_files_follow_path_then_row_order(spark: Any, tmp_path: Path
     want = {
         i: manager.record("u", "c", float(b), 5) for i, b in (("a0", 2000), ("a1", 10), ("b0", 500))
     }
-    assert got[kernel.PRODUCE_THROTTLE].to_dict() == want
+    assert got[frames.PRODUCE_THROTTLE].to_dict() == want
     assert want["b0"] > 0 and want["a0"] == want["a1"] == 0
-    assert got[kernel.SEQ_COLUMNS[0]]["b0"] > got[kernel.SEQ_COLUMNS[0]]["a1"] >= 0
+    assert got[frames.SEQ_COLUMNS[0]]["b0"] > got[frames.SEQ_COLUMNS[0]]["a1"] >= 0

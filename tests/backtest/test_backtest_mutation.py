@@ -18,8 +18,7 @@ import pyarrow as pa  # type: ignore[import-untyped]
 import pyarrow.parquet as pq  # type: ignore[import-untyped]
 import pytest
 from kquota import DEFAULT, Entity, RequestPath
-from kquota.backtest.job import run
-from kquota.backtest.kernel import (
+from kquota.backtest.frames import (
     MUTATION_THROTTLE,
     REFUSED_PARTITIONS,
     REQUEST_THROTTLE,
@@ -27,6 +26,7 @@ from kquota.backtest.kernel import (
     SEQ_COLUMNS,
     THROTTLE,
 )
+from kquota.backtest.job import run
 from kquota.backtest.options import BacktestOptions, BacktestResult
 from kquota.backtest.outputs import read_requests
 from kquota.config import QuotaConfig

@@ -17,8 +17,8 @@ import pyarrow.parquet as pq
 import pytest
 from kquota import Entity
 from kquota.backtest import synthetic
+from kquota.backtest.frames import ClientLimits
 from kquota.backtest.job import run
-from kquota.backtest.kernel import ClientLimits
 from kquota.backtest.options import BacktestOptions, BacktestResult, RecommendedFile
 from kquota.backtest.report import (
     MAX_POINTS,

@@ -1,4 +1,4 @@
-"""The recommended quota file (``kernel.applicable``): what an operator can apply from the
+"""The recommended quota file (``frames.applicable``): what an operator can apply from the
 recommendations. Quotas are raised to the demand that meets the target plus the headroom;
 lowered only when asked; an entity without a quota gets one only when asked; the rest of
 the configuration is kept as it is."""
@@ -10,7 +10,7 @@ import math
 import pandas as pd
 import pytest
 from kquota import Entity
-from kquota.backtest import kernel
+from kquota.backtest import frames
 from kquota.config import QuotaConfig, Window
 
 BASE = QuotaConfig.from_json(
@@ -33,9 +33,9 @@ def _rows(*rows: tuple[str, str, str, float | None, float]) -> pd.DataFrame:
         [
             {
                 "quota_type": t,
-                kernel.SENSOR_USER: u,
-                kernel.SENSOR_CLIENT: c,
-                "entity": kernel.entity_label(u, c),
+                frames.SENSOR_USER: u,
+                frames.SENSOR_CLIENT: c,
+                "entity": frames.entity_label(u, c),
                 "current_quota": math.nan if q is None else q,
                 "current_throttled_fraction": 0.5,
                 "recommended_quota": d,
@@ -56,7 +56,7 @@ ROWS = _rows(
 
 
 def test_quotas_are_raised_with_headroom_and_never_lowered_by_default() -> None:
-    config, rows = kernel.applicable(BASE, ROWS, headroom=0.2)
+    config, rows = frames.applicable(BASE, ROWS, headroom=0.2)
     assert list(rows["change"]) == ["raise", "keep", "raise", "none", "raise"]
     assert rows["applied_quota"].tolist()[:3:2] == [4800.0, 58.8]
     got = config.by_entity()
@@ -72,7 +72,7 @@ def test_quotas_are_raised_with_headroom_and_never_lowered_by_default() -> None:
 
 
 def test_lower_and_add_only_when_asked() -> None:
-    config, rows = kernel.applicable(BASE, ROWS, headroom=0.0, lower=True, add=True)
+    config, rows = frames.applicable(BASE, ROWS, headroom=0.0, lower=True, add=True)
     assert list(rows["change"]) == ["raise", "lower", "lower", "add", "raise"]
     got = config.by_entity()
     assert got[Entity(user="busy")] == {"consumer_byte_rate": 1000.0}
@@ -81,14 +81,14 @@ def test_lower_and_add_only_when_asked() -> None:
 
 
 def test_proposals_round_up_to_what_a_file_holds() -> None:
-    assert kernel.proposed_quota(1000.4, "produce", 0.0) == 1001.0
-    assert kernel.proposed_quota(1000.0, "fetch", 0.25) == 1250.0
-    assert kernel.proposed_quota(0.123, "request", 0.0) == 0.13
-    assert kernel.proposed_quota(0.12, "request", 0.0) == 0.12
+    assert frames.proposed_quota(1000.4, "produce", 0.0) == 1001.0
+    assert frames.proposed_quota(1000.0, "fetch", 0.25) == 1250.0
+    assert frames.proposed_quota(0.123, "request", 0.0) == 0.13
+    assert frames.proposed_quota(0.12, "request", 0.0) == 0.12
 
 
 def test_a_sensor_of_neither_user_nor_client_is_left_alone() -> None:
-    _, rows = kernel.applicable(
+    _, rows = frames.applicable(
         BASE, _rows(("produce", "", "", 1000.0, 5000.0)), headroom=0.2, add=True
     )
     assert list(rows["change"]) == ["none"] and rows["applied_quota"].isna().all()
@@ -97,4 +97,4 @@ def test_a_sensor_of_neither_user_nor_client_is_left_alone() -> None:
 @pytest.mark.parametrize("headroom", [-0.1, math.nan, math.inf])
 def test_a_bad_headroom_names_the_value(headroom: float) -> None:
     with pytest.raises(ValueError, match=f"invalid headroom {headroom!r}"):
-        kernel.applicable(BASE, ROWS, headroom=headroom)
+        frames.applicable(BASE, ROWS, headroom=headroom)

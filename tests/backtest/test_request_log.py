@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import requestlog_gen as gen
 from kquota.backtest import requestlog
-from kquota.backtest.kernel import API, BROKER, BYTES, CLIENT, THREAD, TS, USER
+from kquota.backtest.frames import API, BROKER, BYTES, CLIENT, THREAD, TS, USER
 from kquota.backtest.requestlog import LogOptions
 from kquota.backtest.requestlog.description import _describe_apis
 from kquota.backtest.requestlog.import_job import _import_rows

@@ -15,7 +15,7 @@ import pytest
 import requestlog_gen as gen
 from kquota import ControllerMutationQuotaManager
 from kquota.backtest import requestlog
-from kquota.backtest.kernel import MUTATION_THROTTLE, REFUSED_PARTITIONS, THROTTLE
+from kquota.backtest.frames import MUTATION_THROTTLE, REFUSED_PARTITIONS, THROTTLE
 from kquota.backtest.outputs import read_requests
 from kquota.backtest.requestlog import LogOptions
 from kquota.cli import main

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from kafka_support import completed_request
 from kquota.backtest import requestlog
-from kquota.backtest.kernel import API, BYTES, CLIENT
+from kquota.backtest.frames import API, BYTES, CLIENT
 from kquota.backtest.requestlog import KAFKA_THROTTLE, LogOptions
 
 DATA = Path(__file__).resolve().parent / "data"

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import requestlog_gen as gen
 from kquota.backtest import requestlog
-from kquota.backtest.kernel import API, BYTES, CLIENT
+from kquota.backtest.frames import API, BYTES, CLIENT
 from kquota.backtest.requestlog import KAFKA_THROTTLE
 
 pytest.importorskip("kio", reason="the generator needs kio, a dev dependency")

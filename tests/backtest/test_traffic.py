@@ -14,9 +14,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from kquota import DEFAULT
-from kquota.backtest import kernel, synthetic
+from kquota.backtest import frames, synthetic
+from kquota.backtest.frames import BROKER, FETCH_THROTTLE, PRODUCE_THROTTLE, SEQ_COLUMNS, THROTTLE
 from kquota.backtest.job import run
-from kquota.backtest.kernel import BROKER, FETCH_THROTTLE, PRODUCE_THROTTLE, SEQ_COLUMNS, THROTTLE
 from kquota.backtest.options import BacktestOptions
 from kquota.backtest.synthetic import BOOTSTRAP_CLIENT, BOOTSTRAP_USER, TrafficSpec
 from kquota.cli import main
@@ -96,7 +96,7 @@ def test_suggested_quotas_throttle_some_traffic(day: pd.DataFrame) -> None:
     assert QuotaConfig.from_json(config.to_json()).dumps() == config.dumps()
     assert config.quotas("produce") and config.quotas("fetch") and config.quotas("request")
     broker = day[day["broker"] == "broker-1"]
-    throttled = (kernel.replay_open(broker, config)["throttle_ms"] > 0).mean()
+    throttled = (frames.replay_open(broker, config)["throttle_ms"] > 0).mean()
     assert 0.001 < throttled < 0.2
 
 
@@ -137,7 +137,7 @@ def test_bursts_and_the_catch_up_are_a_few_times_their_quota(
 def replayed(frame: pd.DataFrame, config: QuotaConfig, closed: bool) -> pd.DataFrame:
     """Every broker's requests replayed through the kernel, in the frame's row order."""
     frame = frame.assign(**{SEQ_COLUMNS[0]: 0, SEQ_COLUMNS[1]: np.arange(len(frame))})
-    replay = kernel.replay_closed if closed else kernel.replay_open
+    replay = frames.replay_closed if closed else frames.replay_open
     return pd.concat(replay(part, config) for _, part in frame.groupby(BROKER)).loc[frame.index]
 
 

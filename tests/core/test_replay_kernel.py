@@ -28,7 +28,7 @@ from kquota import (
     RequestPath,
 )
 from kquota._core import double_to_int
-from kquota.backtest import kernel
+from kquota.backtest import frames
 from kquota.config import QuotaConfig
 from kquota.conformance import Scenario, load_scenario
 from sensor_usage import summarized_usage
@@ -37,10 +37,10 @@ from test_backtest_kernel import mixed_config, traffic_frame
 VECTORS = paths.SHARED_VECTORS
 SCALES = (0.5, 1.0, 2.0)
 THROTTLES = (
-    kernel.PRODUCE_THROTTLE,
-    kernel.FETCH_THROTTLE,
-    kernel.REQUEST_THROTTLE,
-    kernel.THROTTLE,
+    frames.PRODUCE_THROTTLE,
+    frames.FETCH_THROTTLE,
+    frames.REQUEST_THROTTLE,
+    frames.THROTTLE,
 )
 
 
@@ -55,18 +55,18 @@ class Columns:
     """A traffic frame in replay order, as the kernel's columns."""
 
     def __init__(self, frame: pd.DataFrame) -> None:
-        self.order = kernel.time_order(frame)
+        self.order = frames.time_order(frame)
         ordered = frame.iloc[self.order]
         keys = pd.Series(
-            list(zip(ordered[kernel.USER], ordered[kernel.CLIENT], strict=True)), dtype=object
+            list(zip(ordered[frames.USER], ordered[frames.CLIENT], strict=True)), dtype=object
         )
         codes, uniques = pd.factorize(keys, sort=False)
         self.pairs: list[tuple[str, str]] = [(str(u), str(c)) for u, c in uniques]
         self.pair = codes.astype(np.int32)
-        self.time_ms = ordered[kernel.TS].to_numpy(dtype=np.int64)
-        self.kind = kernel.kind_codes(ordered[kernel.API])
-        self.bytes = ordered[kernel.BYTES].to_numpy(dtype=np.float64)
-        self.thread_ns = ordered[kernel.THREAD].to_numpy(dtype=np.float64, na_value=np.nan)
+        self.time_ms = ordered[frames.TS].to_numpy(dtype=np.int64)
+        self.kind = frames.kind_codes(ordered[frames.API])
+        self.bytes = ordered[frames.BYTES].to_numpy(dtype=np.float64)
+        self.thread_ns = ordered[frames.THREAD].to_numpy(dtype=np.float64, na_value=np.nan)
         self.acks = np.full(len(frame), -1, dtype=np.int16)
 
     def __len__(self) -> int:
@@ -85,7 +85,7 @@ def replay(
     *,
     closed_loop: bool = False,
     batch: int = 997,
-    clients: kernel.ClientLimits | None = None,
+    clients: frames.ClientLimits | None = None,
 ) -> tuple[list[pd.DataFrame], ReplayKernel]:
     """The kernel's rows per scenario, in the frame's own row order (fed in batches)."""
     cols = Columns(frame)
@@ -108,9 +108,9 @@ def replay(
         position = cols.order[mine["seq"].to_numpy()]
         for name in (
             *THROTTLES,
-            kernel.SENT,
-            kernel.ADDED_LATENCY,
-            kernel.UNSERVED,
+            frames.SENT,
+            frames.ADDED_LATENCY,
+            frames.UNSERVED,
             "throttled_by",
         ):
             column = np.empty(len(frame), dtype=mine[name].dtype)
@@ -129,31 +129,31 @@ def test_open_loop_equals_replay_open(frame: pd.DataFrame) -> None:
     configs = [mixed_config().scaled(s) for s in SCALES]
     got, _ = replay(frame, configs)
     for config, result in zip(configs, got, strict=True):
-        want = kernel.replay_open(frame, config)
+        want = frames.replay_open(frame, config)
         for name in THROTTLES:
             np.testing.assert_array_equal(result[name].to_numpy(), want[name].to_numpy(), name)
-        np.testing.assert_array_equal(result[kernel.SENT].to_numpy(), frame[kernel.TS].to_numpy())
-        assert (result[kernel.ADDED_LATENCY] == 0).all()
+        np.testing.assert_array_equal(result[frames.SENT].to_numpy(), frame[frames.TS].to_numpy())
+        assert (result[frames.ADDED_LATENCY] == 0).all()
     # the trace throttles through every quota, less as the quotas grow
     assert (
-        (got[0][[kernel.PRODUCE_THROTTLE, kernel.FETCH_THROTTLE, kernel.REQUEST_THROTTLE]] > 0)
+        (got[0][[frames.PRODUCE_THROTTLE, frames.FETCH_THROTTLE, frames.REQUEST_THROTTLE]] > 0)
         .any()
         .all()
     )
-    counts = [int((g[kernel.THROTTLE] > 0).sum()) for g in got]
+    counts = [int((g[frames.THROTTLE] > 0).sum()) for g in got]
     assert counts[0] > counts[1] > counts[2]
 
 
 def test_throttled_by_names_the_quota_that_applied(frame: pd.DataFrame) -> None:
     (result,), _ = replay(frame, [mixed_config()])
     by = result["throttled_by"].to_numpy()
-    assert ((by >= 0) == (result[kernel.THROTTLE] > 0)).all()
+    assert ((by >= 0) == (result[frames.THROTTLE] > 0)).all()
     for code, name in enumerate(
-        (kernel.PRODUCE_THROTTLE, kernel.FETCH_THROTTLE, kernel.REQUEST_THROTTLE)
+        (frames.PRODUCE_THROTTLE, frames.FETCH_THROTTLE, frames.REQUEST_THROTTLE)
     ):
         rows = by == code
         assert rows.any()
-        np.testing.assert_array_equal(result[name][rows], result[kernel.THROTTLE][rows])
+        np.testing.assert_array_equal(result[name][rows], result[frames.THROTTLE][rows])
 
 
 def test_closed_loop_equals_replay_closed(frame: pd.DataFrame) -> None:
@@ -161,9 +161,9 @@ def test_closed_loop_equals_replay_closed(frame: pd.DataFrame) -> None:
     got, _ = replay(frame, configs, closed_loop=True, batch=613)
     for config, result in zip(configs, got, strict=True):
         want = replay_closed(frame, config)
-        for name in (*THROTTLES, kernel.SENT, kernel.ADDED_LATENCY):
+        for name in (*THROTTLES, frames.SENT, frames.ADDED_LATENCY):
             np.testing.assert_array_equal(result[name].to_numpy(), want[name].to_numpy(), name)
-        assert (result[kernel.ADDED_LATENCY] > 0).any()
+        assert (result[frames.ADDED_LATENCY] > 0).any()
 
 
 def test_batching_does_not_change_the_closed_loop(frame: pd.DataFrame) -> None:
@@ -173,50 +173,50 @@ def test_batching_does_not_change_the_closed_loop(frame: pd.DataFrame) -> None:
     pd.testing.assert_frame_equal(one[0], many[0])
 
 
-TIGHT = kernel.ClientLimits(buffer_bytes=400_000, delivery_timeout_ms=4_000, api_timeout_ms=3_000)
+TIGHT = frames.ClientLimits(buffer_bytes=400_000, delivery_timeout_ms=4_000, api_timeout_ms=3_000)
 """Client limits small enough for the generated traffic to fill buffers and time out."""
 
 
-@pytest.mark.parametrize("limits", [TIGHT, kernel.ClientLimits()], ids=["tight", "kafka"])
+@pytest.mark.parametrize("limits", [TIGHT, frames.ClientLimits()], ids=["tight", "kafka"])
 def test_bounded_closed_loop_equals_the_reference(
-    frame: pd.DataFrame, limits: kernel.ClientLimits
+    frame: pd.DataFrame, limits: frames.ClientLimits
 ) -> None:
     configs = [mixed_config().scaled(s) for s in (0.25, 1.0)]
     got, _ = replay(frame, configs, closed_loop=True, batch=613, clients=limits)
     for config, result in zip(configs, got, strict=True):
         want = replay_closed_bounded(frame, config, limits)
-        for name in (*THROTTLES, kernel.SENT, kernel.ADDED_LATENCY, kernel.UNSERVED):
+        for name in (*THROTTLES, frames.SENT, frames.ADDED_LATENCY, frames.UNSERVED):
             np.testing.assert_array_equal(result[name].to_numpy(), want[name].to_numpy(), name)
         # the pandas entry point is the same kernel
-        pandas = kernel.replay_closed(frame, config, limits)
-        for name in (*THROTTLES, kernel.SENT, kernel.UNSERVED):
+        pandas = frames.replay_closed(frame, config, limits)
+        for name in (*THROTTLES, frames.SENT, frames.UNSERVED):
             np.testing.assert_array_equal(pandas[name].to_numpy(), want[name].to_numpy(), name)
-    codes = set(got[0][kernel.UNSERVED].tolist())
+    codes = set(got[0][frames.UNSERVED].tolist())
     if limits == TIGHT:
-        assert codes == {kernel.SERVED, kernel.UNSERVED_BUFFER_FULL, kernel.UNSERVED_TIMED_OUT}
+        assert codes == {frames.SERVED, frames.UNSERVED_BUFFER_FULL, frames.UNSERVED_TIMED_OUT}
     else:  # Kafka's limits hold this traffic's clients
-        assert (got[0][kernel.ADDED_LATENCY] > 0).any()
+        assert (got[0][frames.ADDED_LATENCY] > 0).any()
     # what was not served carries no throttle, is never later than its timeout, and is
     # never a fetch
-    gone = got[0][got[0][kernel.UNSERVED] > 0]
+    gone = got[0][got[0][frames.UNSERVED] > 0]
     assert (gone[THROTTLES[-1]] == 0).all()
-    assert (gone[kernel.ADDED_LATENCY] <= limits.delivery_timeout_ms).all()
-    assert not (kernel.kinds(frame.loc[gone.index, kernel.API]) == "fetch").any()
+    assert (gone[frames.ADDED_LATENCY] <= limits.delivery_timeout_ms).all()
+    assert not (frames.kinds(frame.loc[gone.index, frames.API]) == "fetch").any()
 
 
 def test_bounded_clients_catch_up_where_unbounded_ones_stay_behind(frame: pd.DataFrame) -> None:
     config = mixed_config().scaled(0.5)
-    unbounded = kernel.replay_closed(frame, config)
-    bounded = kernel.replay_closed(frame, config, kernel.ClientLimits())
+    unbounded = frames.replay_closed(frame, config)
+    bounded = frames.replay_closed(frame, config, frames.ClientLimits())
     # the same throttled traffic, but bounded producers and other clients are never later
     # than their timeout; consumers fall behind (a fetch is never given up)
-    fetch = np.asarray(kernel.kinds(frame[kernel.API]) == "fetch")
-    limit = kernel.ClientLimits().delivery_timeout_ms
-    assert unbounded[kernel.ADDED_LATENCY][~fetch].max() > limit
-    assert bounded[kernel.ADDED_LATENCY][~fetch].max() <= limit
-    assert (bounded[kernel.UNSERVED][fetch] == kernel.SERVED).all()
-    assert bounded[kernel.ADDED_LATENCY].mean() < unbounded[kernel.ADDED_LATENCY].mean()
-    assert (unbounded[kernel.UNSERVED] == kernel.SERVED).all()
+    fetch = np.asarray(frames.kinds(frame[frames.API]) == "fetch")
+    limit = frames.ClientLimits().delivery_timeout_ms
+    assert unbounded[frames.ADDED_LATENCY][~fetch].max() > limit
+    assert bounded[frames.ADDED_LATENCY][~fetch].max() <= limit
+    assert (bounded[frames.UNSERVED][fetch] == frames.SERVED).all()
+    assert bounded[frames.ADDED_LATENCY].mean() < unbounded[frames.ADDED_LATENCY].mean()
+    assert (unbounded[frames.UNSERVED] == frames.SERVED).all()
 
 
 def test_bounded_batching_does_not_change_the_closed_loop(frame: pd.DataFrame) -> None:
@@ -241,7 +241,7 @@ def test_bad_client_limits_are_refused_naming_the_value(
         ReplayKernel([], [path_of(mixed_config())], closed_loop=True, client_limits=limits)
     name = message.split()[0]
     with pytest.raises(ValueError, match=message):
-        kernel.ClientLimits(**{name: int(message.split()[1])})
+        frames.ClientLimits(**{name: int(message.split()[1])})
     with pytest.raises(InvalidConfigError, match="closed_loop"):
         ReplayKernel([], [path_of(mixed_config())], client_limits=(1, 1, 1))
     with pytest.raises(TypeError, match="client_limits"):
@@ -253,7 +253,7 @@ def usage_of(frame: pd.DataFrame, result: pd.DataFrame, quota_type: str) -> pd.D
     return summarized_usage(frame, result, quota_type, mixed_config(), broker="")
 
 
-SUMMARY = kernel.SUMMARY_COLUMNS[kernel.SUMMARY_COLUMNS.index("quota") :]
+SUMMARY = frames.SUMMARY_COLUMNS[frames.SUMMARY_COLUMNS.index("quota") :]
 """The per-sensor numbers of a summary (the columns after the sensor's names)."""
 
 
@@ -263,11 +263,11 @@ def test_summaries_equal_summarize(frame: pd.DataFrame, closed_loop: bool) -> No
     got, k = replay(frame, configs, closed_loop=closed_loop)
     summaries = pd.DataFrame(k.summaries())
     for s, (config, result) in enumerate(zip(configs, got, strict=True)):
-        for quota_type in kernel.QUOTA_TYPES:
-            want = kernel.summarize(usage_of(frame, result, quota_type), config, quota_type)
+        for quota_type in frames.QUOTA_TYPES:
+            want = frames.summarize(usage_of(frame, result, quota_type), config, quota_type)
             mine = summaries[(summaries["scenario"] == s) & (summaries["quota_type"] == quota_type)]
             assert len(mine) == len(want) > 0
-            for name in (kernel.SENSOR_USER, kernel.SENSOR_CLIENT):
+            for name in (frames.SENSOR_USER, frames.SENSOR_CLIENT):
                 assert mine[name].tolist() == want[name].tolist()
             for name in SUMMARY:
                 np.testing.assert_array_equal(

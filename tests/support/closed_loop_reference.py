@@ -1,7 +1,7 @@
 """The closed loop in plain Python, one request at a time through the core's
 :class:`kquota.RequestPath`: a straightforward ``replay_closed``, the tests' second oracle
 for :class:`kquota.ReplayKernel` in closed loop (which the back-test runs, in
-``kquota.backtest.kernel.replay_closed`` and on Spark)."""
+``kquota.backtest.frames.replay_closed`` and on Spark)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from collections import deque
 import numpy as np
 import pandas as pd
 from kquota import RequestPath
-from kquota.backtest.kernel import (
+from kquota.backtest.frames import (
     API,
     BYTES,
     CLIENT,
@@ -24,7 +24,7 @@ from kquota.backtest.kernel import (
     kinds,
     time_order,
 )
-from kquota.backtest.kernel.replay import _closed_frame, _pair_codes
+from kquota.backtest.frames.replay import _closed_frame, _pair_codes
 from kquota.config import QuotaConfig
 
 
@@ -118,7 +118,7 @@ def replay_closed_bounded(
     it, else it is not served), and the client sends what it holds as soon as its channel
     is unmuted, in order; a request still waiting when its timeout runs out is given up
     then (a fetch waits as long as it takes). The columns of
-    ``kquota.backtest.kernel.replay_closed`` with ``clients``."""
+    ``kquota.backtest.frames.replay_closed`` with ``clients``."""
     n = len(frame)
     produce = np.zeros(n, dtype=np.int32)
     fetch = np.zeros(n, dtype=np.int32)

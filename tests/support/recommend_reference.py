@@ -1,7 +1,7 @@
 """Recommendations in plain Python, one candidate quota at a time through a fresh
 :class:`kquota.QuotaManager` per broker (``record_batch``): a straightforward
-``kernel.recommend``, the tests' oracle for the core's search
-(``kquota._core.recommend_quotas``, which ``kquota.backtest.kernel.recommend`` calls).
+``frames.recommend``, the tests' oracle for the core's search
+(``kquota._core.recommend_quotas``, which ``kquota.backtest.frames.recommend`` calls).
 The results must be equal, number for number."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 from kquota import DEFAULT, Entity, QuotaManager
-from kquota.backtest.kernel import (
+from kquota.backtest.frames import (
     BROKER,
     RECOMMENDATION_COLUMNS,
     SENSOR_CLIENT,
@@ -25,7 +25,7 @@ from kquota.backtest.kernel import (
     entity_label,
     time_order,
 )
-from kquota.backtest.kernel.entities import _rate_units
+from kquota.backtest.frames.entities import _rate_units
 from kquota.config import Window
 from kquota.config.model import QuotaType
 
@@ -127,7 +127,7 @@ def _smallest_quota(
 def recommend_reference(
     usage: pd.DataFrame, window: Window, quota_type: QuotaType, target: float
 ) -> pd.DataFrame:
-    """What :func:`kquota.backtest.kernel.recommend` answers (the same input, columns and
+    """What :func:`kquota.backtest.frames.recommend` answers (the same input, columns and
     rounding), found here one entity at a time: a bisection that replays the entity's
     traffic through the core under each candidate, then checked to meet the target."""
     if not 0.0 <= target < 1.0:

@@ -1,6 +1,6 @@
 """Back-testing quota configurations over recorded traffic (``kquota backtest``).
 
-:mod:`kquota.backtest.kernel` holds the plain pandas/NumPy functions that replay one
+:mod:`kquota.backtest.frames` holds the plain pandas/NumPy functions that replay one
 broker's requests through the core. The Spark job is wired in small modules around it:
 
 * :mod:`~kquota.backtest.options`: what a back-test takes and gives (``BacktestOptions``,

@@ -16,7 +16,7 @@ import pyarrow as pa  # type: ignore[import-untyped]
 import pyarrow.compute as pc  # type: ignore[import-untyped]
 
 from kquota import ReplayKernel, RequestPath
-from kquota.backtest import kernel, outputs
+from kquota.backtest import frames, outputs
 from kquota.backtest.options import RESULT_COLUMNS
 from kquota.backtest.stages import TAGS, parsed_config, parsed_managers
 from kquota.backtest.tally import Tally, worker_peak_rss
@@ -44,16 +44,16 @@ class ReplayPlan:
     peak RSS is added at the end of each partition (see
     :func:`~kquota.backtest.tally.worker_peak_rss`)."""
     mutations: bool = False
-    """The traffic has :data:`~kquota.backtest.kernel.PARTITIONS` (and ``strict``): mutation
+    """The traffic has :data:`~kquota.backtest.frames.PARTITIONS` (and ``strict``): mutation
     requests are replayed on each scenario's ``controller_mutation_rate`` quotas and the rows
-    get :data:`~kquota.backtest.kernel.MUTATION_RESULTS`."""
+    get :data:`~kquota.backtest.frames.MUTATION_RESULTS`."""
     tallies: Any = None
     """A Spark accumulator of :class:`~kquota.backtest.tally.SummarySink`: each broker's
     :class:`Tally` (the report's counts per applied throttle, and the broker comparison),
     taken while the rows go out, so that no pass over ``DIR/requests/`` is needed for
     them."""
     clients: tuple[int, int, int] | None = None
-    """Closed loop: the bounded clients' limits (:meth:`kernel.ClientLimits.as_tuple`), or
+    """Closed loop: the bounded clients' limits (:meth:`frames.ClientLimits.as_tuple`), or
     ``None`` for unbounded clients."""
 
 
@@ -75,7 +75,7 @@ def _topic_columns(
     topics: Any, kind: npt.NDArray[np.int8], mine: npt.NDArray[np.int64] | None
 ) -> tuple[npt.NDArray[np.int32], npt.NDArray[np.int32]] | tuple[()]:
     """The kernel's ``topic_offsets`` and ``topic_partitions`` of the rows ``mine`` (all when
-    ``None``) from the :data:`~kquota.backtest.kernel.TOPIC_PARTITIONS` column: the lists of
+    ``None``) from the :data:`~kquota.backtest.frames.TOPIC_PARTITIONS` column: the lists of
     the mutation rows (kind 3), none for the others; nothing without the column."""
     if topics is None:
         return ()
@@ -154,7 +154,7 @@ class _Tags:
         tags = self.cache.get(pair)
         if tags is None:
             found: list[str | None] = []
-            for quota_type in kernel.QUOTA_TYPES:
+            for quota_type in frames.QUOTA_TYPES:
                 manager = self.managers.get(quota_type)
                 found += manager.tags(*pair) if manager is not None else (None, None)
             tags = self.cache[pair] = tuple(found)
@@ -184,7 +184,7 @@ class _Tags:
 
 
 def _kind_codes(apis: Sequence[str]) -> npt.NDArray[np.int8]:
-    names = {kernel.KIND_PRODUCE: 0, kernel.KIND_FETCH: 1}
+    names = {frames.KIND_PRODUCE: 0, frames.KIND_FETCH: 1}
     return np.array([names.get(a.lower(), 2) for a in apis] or [2], dtype=np.int8)
 
 
@@ -202,19 +202,19 @@ def replay(plan: ReplayPlan, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.R
         if not n:
             continue
         names = batch.schema.names
-        broker_codes, broker_names = _encode(batch.column(names.index(kernel.BROKER)))
-        user_codes, users = _encode(batch.column(names.index(kernel.USER)))
-        client_codes, clients = _encode(batch.column(names.index(kernel.CLIENT)))
-        api_codes, apis = _encode(batch.column(names.index(kernel.API)))
+        broker_codes, broker_names = _encode(batch.column(names.index(frames.BROKER)))
+        user_codes, users = _encode(batch.column(names.index(frames.USER)))
+        client_codes, clients = _encode(batch.column(names.index(frames.CLIENT)))
+        api_codes, apis = _encode(batch.column(names.index(frames.API)))
         kind = _kind_codes(apis)[api_codes]
         keys = user_codes.astype(np.int64) * max(len(clients), 1) + client_codes
         distinct, pair_index = _dense_codes(keys, max(len(users) * len(clients), 1))
         pairs = [(users[k // len(clients)], clients[k % len(clients)]) for k in distinct.tolist()]
-        times = batch.column(names.index(kernel.TS)).to_numpy(zero_copy_only=False)
-        size = pc.cast(batch.column(names.index(kernel.BYTES)), pa.float64()).to_numpy(
+        times = batch.column(names.index(frames.TS)).to_numpy(zero_copy_only=False)
+        size = pc.cast(batch.column(names.index(frames.BYTES)), pa.float64()).to_numpy(
             zero_copy_only=False
         )
-        thread = pc.cast(batch.column(names.index(kernel.THREAD)), pa.float64()).to_numpy(
+        thread = pc.cast(batch.column(names.index(frames.THREAD)), pa.float64()).to_numpy(
             zero_copy_only=False
         )
         acks = np.full(n, -1, dtype=np.int16)  # a produce with acks=0 has no thread time
@@ -222,20 +222,20 @@ def replay(plan: ReplayPlan, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.R
         topics: Any = None
         if plan.mutations:
             # a mutation: partitions given on CreateTopics, CreatePartitions or DeleteTopics
-            given = batch.column(names.index(kernel.PARTITIONS))
+            given = batch.column(names.index(frames.PARTITIONS))
             is_api = np.array(
-                [a.lower().replace("_", "") in kernel.MUTATION_APIS for a in apis] or [False]
+                [a.lower().replace("_", "") in frames.MUTATION_APIS for a in apis] or [False]
             )[api_codes]
             is_mutation = is_api & ~given.is_null().to_numpy(zero_copy_only=False)
             kind = np.where(is_mutation, np.int8(3), kind).astype(np.int8)
             partitions = (
                 pc.fill_null(pc.cast(given, pa.int32()), 0).to_numpy(zero_copy_only=False)
             ).astype(np.int32)
-            strict = pc.fill_null(batch.column(names.index(kernel.STRICT)), False).to_numpy(
+            strict = pc.fill_null(batch.column(names.index(frames.STRICT)), False).to_numpy(
                 zero_copy_only=False
             )
-            if kernel.TOPIC_PARTITIONS in names:
-                topics = batch.column(names.index(kernel.TOPIC_PARTITIONS))
+            if frames.TOPIC_PARTITIONS in names:
+                topics = batch.column(names.index(frames.TOPIC_PARTITIONS))
         tag_columns = tags.columns(pairs, pair_index, kind)
         rows = batch
         for (name, _), column in zip(TAGS, tag_columns, strict=True):
@@ -282,7 +282,7 @@ def replay(plan: ReplayPlan, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.R
 def _result_names(plan: ReplayPlan) -> tuple[str, ...]:
     """The kernel's result arrays each scenario's entry of :data:`outputs.RESULTS` holds."""
     names = RESULT_COLUMNS[1:]
-    return (*names, *kernel.MUTATION_RESULTS) if plan.mutations else names
+    return (*names, *frames.MUTATION_RESULTS) if plan.mutations else names
 
 
 def _buffers(plan: ReplayPlan, n: int) -> dict[str, npt.NDArray[Any]]:

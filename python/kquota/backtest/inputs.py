@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
-from kquota.backtest import kernel, requestlog
+from kquota.backtest import frames, requestlog
 from kquota.backtest.options import OUTPUT_COLUMNS
 from kquota.backtest.session import spark_errors, spark_message
 from kquota.exceptions import OutputError, TrafficError
@@ -40,16 +40,16 @@ __all__ = [
 ]
 
 STANDARD: Final = (
-    kernel.TS,
-    kernel.BROKER,
-    kernel.USER,
-    kernel.CLIENT,
-    kernel.API,
-    kernel.BYTES,
-    kernel.THREAD,
+    frames.TS,
+    frames.BROKER,
+    frames.USER,
+    frames.CLIENT,
+    frames.API,
+    frames.BYTES,
+    frames.THREAD,
 )
 """The traffic table's own columns, in output order."""
-REQUIRED: Final = (kernel.TS, kernel.CLIENT, kernel.API, kernel.BYTES)
+REQUIRED: Final = (frames.TS, frames.CLIENT, frames.API, frames.BYTES)
 """Columns the traffic must have (``broker``, ``user``, ``thread_time_ns`` are optional)."""
 PREFIX: Final = "_kq_"
 """The prefix of the back-test's working columns (no input column may start with it)."""
@@ -89,7 +89,7 @@ def _detect_format(path: str, requested: str) -> str:
 
 
 def read_traffic(spark: SparkSession, path: str, input_format: str = "auto") -> DataFrame:
-    """The traffic table with its rows' input positions (:data:`~kernel.SEQ_COLUMNS`).
+    """The traffic table with its rows' input positions (:data:`~frames.SEQ_COLUMNS`).
 
     Ties in time are replayed in input order: files in path order, rows in file order.
     CSV is read with a header and every column as a string (validation parses it).
@@ -132,7 +132,7 @@ def read_traffic(spark: SparkSession, path: str, input_format: str = "auto") -> 
         if chosen == "parquet"
         else F.monotonically_increasing_id()  # CSV: one partition per split, in split order
     )
-    seq_file, seq_row = kernel.SEQ_COLUMNS
+    seq_file, seq_row = frames.SEQ_COLUMNS
     return frame.select(
         "*",
         (ranked.cast("long") * F.lit(1 << 44) + F.col("_metadata.file_block_start")).alias(
@@ -276,51 +276,51 @@ def parse(frame: DataFrame) -> DataFrame:
             return F.lit("")
         return F.coalesce(F.col(name).cast("string"), F.lit(""))
 
-    ts, ts_bad = time_ms(kernel.TS)
-    size, size_bad = whole(kernel.BYTES, "a whole number")
-    size_bad = F.coalesce(size_bad, F.when(size < 0, F.lit(f"{kernel.BYTES} negative")))
-    if kernel.THREAD in types:
-        thread, thread_bad = whole(kernel.THREAD, "a whole number")
-        thread_bad = F.when(F.col(kernel.THREAD).isNull(), F.lit(None)).otherwise(
-            F.coalesce(thread_bad, F.when(thread < 0, F.lit(f"{kernel.THREAD} negative")))
+    ts, ts_bad = time_ms(frames.TS)
+    size, size_bad = whole(frames.BYTES, "a whole number")
+    size_bad = F.coalesce(size_bad, F.when(size < 0, F.lit(f"{frames.BYTES} negative")))
+    if frames.THREAD in types:
+        thread, thread_bad = whole(frames.THREAD, "a whole number")
+        thread_bad = F.when(F.col(frames.THREAD).isNull(), F.lit(None)).otherwise(
+            F.coalesce(thread_bad, F.when(thread < 0, F.lit(f"{frames.THREAD} negative")))
         )
     else:
         thread, thread_bad = F.lit(None).cast("long"), F.lit(None).cast("string")
-    api = F.col(kernel.API).cast("string")
-    api_bad = F.when(api.isNull() | (F.trim(api) == ""), F.lit(f"{kernel.API} missing"))
+    api = F.col(frames.API).cast("string")
+    api_bad = F.when(api.isNull() | (F.trim(api) == ""), F.lit(f"{frames.API} missing"))
     mutation: list[Column] = []
     mutation_bad = F.lit(None).cast("string")
-    if kernel.PARTITIONS in types:
+    if frames.PARTITIONS in types:
         # a controller mutation: partitions >= 0 on CreateTopics, CreatePartitions or
         # DeleteTopics, with whether its version is strict
-        partitions, partitions_bad = whole(kernel.PARTITIONS, "a whole number")
+        partitions, partitions_bad = whole(frames.PARTITIONS, "a whole number")
         is_mutation = F.regexp_replace(F.lower(F.trim(api)), "_", "").isin(
-            *sorted(kernel.MUTATION_APIS)
+            *sorted(frames.MUTATION_APIS)
         )
         strict = (
-            F.col(kernel.STRICT).cast("boolean")
-            if kernel.STRICT in types
+            F.col(frames.STRICT).cast("boolean")
+            if frames.STRICT in types
             else F.lit(None).cast("boolean")
         )
         mutation_bad = (
-            F.when(F.col(kernel.PARTITIONS).isNull(), F.lit(None))
+            F.when(F.col(frames.PARTITIONS).isNull(), F.lit(None))
             .when(partitions_bad.isNotNull(), partitions_bad)
-            .when(partitions < 0, F.lit(f"{kernel.PARTITIONS} negative"))
-            .when(partitions > 2**31 - 1, F.lit(f"{kernel.PARTITIONS} over 2147483647"))
+            .when(partitions < 0, F.lit(f"{frames.PARTITIONS} negative"))
+            .when(partitions > 2**31 - 1, F.lit(f"{frames.PARTITIONS} over 2147483647"))
             .when(
                 ~is_mutation,
                 F.lit(
-                    f"{kernel.PARTITIONS} on an api not CreateTopics, CreatePartitions,"
+                    f"{frames.PARTITIONS} on an api not CreateTopics, CreatePartitions,"
                     " DeleteTopics"
                 ),
             )
-            .when(strict.isNull(), F.lit(f"{kernel.STRICT} missing (a mutation needs it)"))
+            .when(strict.isNull(), F.lit(f"{frames.STRICT} missing (a mutation needs it)"))
         )
         mutation = [partitions.alias("_kq_partitions"), strict.alias("_kq_strict")]
-        if kernel.TOPIC_PARTITIONS in types:
+        if frames.TOPIC_PARTITIONS in types:
             # per-topic counts in request order (null: one topic of partitions)
-            given = F.col(kernel.TOPIC_PARTITIONS)
-            kind = types[kernel.TOPIC_PARTITIONS]
+            given = F.col(frames.TOPIC_PARTITIONS)
+            kind = types[frames.TOPIC_PARTITIONS]
             if isinstance(kind, T.ArrayType) and isinstance(kind.elementType, T.IntegralType):
                 topics = given.cast("array<long>")
                 bad_topic = F.exists(topics, lambda v: v.isNull() | (v < 0) | (v > 2**31 - 1))
@@ -328,42 +328,42 @@ def parse(frame: DataFrame) -> DataFrame:
                 topics_bad = (
                     F.when(given.isNull(), F.lit(None))
                     .when(
-                        F.col(kernel.PARTITIONS).isNull(),
-                        F.lit(f"{kernel.TOPIC_PARTITIONS} without {kernel.PARTITIONS}"),
+                        F.col(frames.PARTITIONS).isNull(),
+                        F.lit(f"{frames.TOPIC_PARTITIONS} without {frames.PARTITIONS}"),
                     )
                     .when(
                         bad_topic,
                         F.lit(
-                            f"{kernel.TOPIC_PARTITIONS} with a null, negative or over"
+                            f"{frames.TOPIC_PARTITIONS} with a null, negative or over"
                             " 2147483647 count"
                         ),
                     )
                     .when(
                         total != partitions,
-                        F.lit(f"{kernel.TOPIC_PARTITIONS} sum is not {kernel.PARTITIONS}"),
+                        F.lit(f"{frames.TOPIC_PARTITIONS} sum is not {frames.PARTITIONS}"),
                     )
                 )
             else:
                 topics = F.lit(None).cast("array<long>")
                 topics_bad = F.when(
                     given.isNotNull(),
-                    F.lit(f"{kernel.TOPIC_PARTITIONS} of wrong type {kind.simpleString()}"),
+                    F.lit(f"{frames.TOPIC_PARTITIONS} of wrong type {kind.simpleString()}"),
                 )
             mutation_bad = F.coalesce(mutation_bad, topics_bad)
             mutation.append(topics.cast("array<int>").alias("_kq_topic_partitions"))
-    elif kernel.TOPIC_PARTITIONS in types:
+    elif frames.TOPIC_PARTITIONS in types:
         # per-topic counts with no total to replay them by: refused, not carried through
         mutation_bad = F.when(
-            F.col(kernel.TOPIC_PARTITIONS).isNotNull(),
-            F.lit(f"{kernel.TOPIC_PARTITIONS} without {kernel.PARTITIONS}"),
+            F.col(frames.TOPIC_PARTITIONS).isNotNull(),
+            F.lit(f"{frames.TOPIC_PARTITIONS} without {frames.PARTITIONS}"),
         )
     reason = F.coalesce(ts_bad, api_bad, size_bad, thread_bad, mutation_bad)
     return frame.select(
         "*",
         ts.alias("_kq_ts"),
-        text(kernel.BROKER).alias("_kq_broker"),
-        text(kernel.USER).alias("_kq_user"),
-        text(kernel.CLIENT).alias("_kq_client"),
+        text(frames.BROKER).alias("_kq_broker"),
+        text(frames.USER).alias("_kq_user"),
+        text(frames.CLIENT).alias("_kq_client"),
         api.alias("_kq_api"),
         size.alias("_kq_bytes"),
         thread.alias("_kq_thread"),
@@ -376,25 +376,25 @@ def valid(parsed: DataFrame, columns: Sequence[str]) -> DataFrame:
     """Valid rows: the standard columns parsed, then every other input column unchanged."""
     from pyspark.sql import functions as F
 
-    mutation = [kernel.PARTITIONS, kernel.STRICT] if "_kq_partitions" in parsed.columns else []
+    mutation = [frames.PARTITIONS, frames.STRICT] if "_kq_partitions" in parsed.columns else []
     if "_kq_topic_partitions" in parsed.columns:
-        mutation.append(kernel.TOPIC_PARTITIONS)
+        mutation.append(frames.TOPIC_PARTITIONS)
     extras = [
         c for c in columns if c not in STANDARD and c not in mutation and not c.startswith(PREFIX)
     ]
     standard = [F.col(f"_kq_{short}").alias(name) for name, short in _SHORT.items()]
     standard += [F.col(f"_kq_{name}").alias(name) for name in mutation]
     return parsed.where(F.col(REASON_COLUMN).isNull()).select(
-        *standard, *extras, *kernel.SEQ_COLUMNS
+        *standard, *extras, *frames.SEQ_COLUMNS
     )
 
 
 _SHORT: Final = {
-    kernel.TS: "ts",
-    kernel.BROKER: "broker",
-    kernel.USER: "user",
-    kernel.CLIENT: "client",
-    kernel.API: "api",
-    kernel.BYTES: "bytes",
-    kernel.THREAD: "thread",
+    frames.TS: "ts",
+    frames.BROKER: "broker",
+    frames.USER: "user",
+    frames.CLIENT: "client",
+    frames.API: "api",
+    frames.BYTES: "bytes",
+    frames.THREAD: "thread",
 }

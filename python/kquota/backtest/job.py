@@ -1,5 +1,5 @@
 """The back-test as a Spark job: :func:`run` and the order of its steps, each wiring Spark to
-:mod:`kquota.backtest.kernel`.
+:mod:`kquota.backtest.frames`.
 
 Steps (each Spark action is announced by :class:`~kquota.backtest.session.Progress`):
 
@@ -53,8 +53,8 @@ import pyarrow as pa  # type: ignore[import-untyped]
 
 from kquota.backtest import (
     broker_replay,
+    frames,
     inputs,
-    kernel,
     outputs,
     report,
     requestlog,
@@ -62,8 +62,7 @@ from kquota.backtest import (
     summaries,
     tally,
 )
-from kquota.backtest.inputs import STANDARD
-from kquota.backtest.kernel import (
+from kquota.backtest.frames import (
     API,
     BROKER,
     CLIENT,
@@ -75,6 +74,7 @@ from kquota.backtest.kernel import (
     TS,
     USER,
 )
+from kquota.backtest.inputs import STANDARD
 from kquota.backtest.options import (
     REASON,
     REQUEST_SENSOR_CLIENT,
@@ -328,12 +328,12 @@ def _recommended_file(
     out: str,
     progress: Progress,
 ) -> tuple[pd.DataFrame, RecommendedFile]:
-    """The quota file the recommendations make (:func:`kernel.applicable`), written to
+    """The quota file the recommendations make (:func:`frames.applicable`), written to
     ``DIR/recommendations/quotas.json``, and the same traffic back-tested with it (its one
     scenario, in ``DIR/recommendations/backtest/``); the recommendations with each
     entity's change."""
     base = options.quotas.scaled(options.scales[options.base_index])
-    config, changed = kernel.applicable(
+    config, changed = frames.applicable(
         base,
         recommendations,
         options.headroom,
@@ -544,7 +544,7 @@ def _replay(
         )
         rows = rows.mapInArrow(lambda batches: stages.stream(first, batches), schema)
     if replay_bytes:
-        other = F.col(stages.KIND) == kernel.KIND_OTHER
+        other = F.col(stages.KIND) == frames.KIND_OTHER
         spread = F.when(other, F.xxhash64(F.col(SEQ_COLUMNS[1]))).otherwise(
             F.xxhash64(F.col(BROKER), F.col(stages.KIND), F.col(SENSOR_USER), F.col(SENSOR_CLIENT))
         )

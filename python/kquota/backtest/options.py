@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd  # type: ignore[import-untyped]
 
 from kquota.backtest import requestlog
-from kquota.backtest.kernel import (
+from kquota.backtest.frames import (
     ADDED_LATENCY,
     FETCH_THROTTLE,
     MUTATION_RESULTS,

@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd  # type: ignore[import-untyped]
 import pyarrow as pa  # type: ignore[import-untyped]
 
-from kquota.backtest.kernel import ADDED_LATENCY, MUTATION_RESULTS, SENT
+from kquota.backtest.frames import ADDED_LATENCY, MUTATION_RESULTS, SENT
 from kquota.backtest.options import RESULT_COLUMNS
 
 if TYPE_CHECKING:
@@ -88,7 +88,7 @@ def read_requests(path: str | Path, scenario: str | None = None) -> pd.DataFrame
 
 def results_type(mutations: bool) -> pa.DataType:
     """The Arrow type of :data:`RESULTS`: a list of structs of the scenario's label and its
-    results (with ``mutations`` also :data:`~kquota.backtest.kernel.MUTATION_RESULTS`)."""
+    results (with ``mutations`` also :data:`~kquota.backtest.frames.MUTATION_RESULTS`)."""
     names = [*RESULT_COLUMNS[1:], *(MUTATION_RESULTS if mutations else ())]
     fields = [pa.field(RESULT_COLUMNS[0], pa.string())]
     fields += [pa.field(name, _INT64.get(name, pa.int32())) for name in names]

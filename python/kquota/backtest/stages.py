@@ -1,6 +1,6 @@
 """What runs on the executors: the functions Spark's ``mapInArrow`` and Arrow UDFs call,
 each a thin adapter from Arrow batches to a plain function of
-:mod:`kquota.backtest.kernel` (the by-sensor streaming replay, the sensors' peaks and
+:mod:`kquota.backtest.frames` (the by-sensor streaming replay, the sensors' peaks and
 bounds, the recommendations). The by-broker replay through the core's
 :class:`~kquota.ReplayKernel` is :mod:`kquota.backtest.broker_replay`; what the
 executors count for the driver, :mod:`kquota.backtest.tally`.
@@ -22,7 +22,7 @@ import pandas as pd  # type: ignore[import-untyped]
 import pyarrow as pa  # type: ignore[import-untyped]
 
 from kquota import QuotaManager
-from kquota.backtest import kernel, outputs
+from kquota.backtest import frames, outputs
 from kquota.backtest.options import REQUEST_SENSOR_CLIENT, REQUEST_SENSOR_USER
 from kquota.backtest.tally import worker_peak_rss
 from kquota.config import QuotaConfig
@@ -59,7 +59,7 @@ def parsed_managers(text: str) -> dict[QuotaType, QuotaManager]:
     """The managers of the quota types the configuration ``text`` sets, made once per
     executor."""
     config = parsed_config(text)
-    return {t: config.manager(t) for t in kernel.QUOTA_TYPES if config.quotas(t)}
+    return {t: config.manager(t) for t in frames.QUOTA_TYPES if config.quotas(t)}
 
 
 def _frame(table: pa.Table | pa.RecordBatch, names: Sequence[str]) -> pd.DataFrame:
@@ -78,12 +78,12 @@ def _string_column(values: pd.Categorical) -> pa.Array:
 
 
 TAGS: Final = (
-    (kernel.SENSOR_USER, "byte_user"),
-    (kernel.SENSOR_CLIENT, "byte_client"),
+    (frames.SENSOR_USER, "byte_user"),
+    (frames.SENSOR_CLIENT, "byte_client"),
     (REQUEST_SENSOR_USER, "request_user"),
     (REQUEST_SENSOR_CLIENT, "request_client"),
 )
-"""Output columns of the sensor tags and their :func:`kernel.resolve_sensors` keys."""
+"""Output columns of the sensor tags and their :func:`frames.resolve_sensors` keys."""
 
 
 def resolve_arrays(
@@ -92,12 +92,12 @@ def resolve_arrays(
     """Scalar Arrow UDF: each request's kind and sensor tags, as a struct."""
     frame = pd.DataFrame(
         {
-            kernel.USER: _categorical(users),
-            kernel.CLIENT: _categorical(clients),
-            kernel.API: _categorical(apis),
+            frames.USER: _categorical(users),
+            frames.CLIENT: _categorical(clients),
+            frames.API: _categorical(apis),
         }
     )
-    resolved = kernel.resolve_sensors(frame, parsed_managers(config_json))
+    resolved = frames.resolve_sensors(frame, parsed_managers(config_json))
     fields = [(KIND, "kind"), *TAGS]
     return pa.StructArray.from_arrays(
         [_string_column(resolved[key]) for _, key in fields], names=[name for name, _ in fields]
@@ -122,13 +122,13 @@ class StreamPlan:
 
 
 _KERNEL_COLUMNS: Final = (
-    kernel.BROKER,
-    kernel.TS,
-    kernel.USER,
-    kernel.CLIENT,
-    kernel.API,
-    kernel.BYTES,
-    kernel.THREAD,
+    frames.BROKER,
+    frames.TS,
+    frames.USER,
+    frames.CLIENT,
+    frames.API,
+    frames.BYTES,
+    frames.THREAD,
 )
 
 
@@ -139,7 +139,7 @@ def stream(plan: StreamPlan, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.R
     it, the rows come out once with one request-throttle column per scenario (the first of
     two passes).
     """
-    loop = kernel.OpenLoop([parsed_config(c) for c in plan.configs])
+    loop = frames.OpenLoop([parsed_config(c) for c in plan.configs])
     managers = parsed_managers(plan.base)
     for batch in batches:
         n = batch.num_rows
@@ -164,7 +164,7 @@ def stream(plan: StreamPlan, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.R
         base = [batch.column(i) for i in kept]
         base_names = [names[i] for i in kept]
         if plan.resolve:
-            resolved = kernel.resolve_sensors(frame, managers)
+            resolved = frames.resolve_sensors(frame, managers)
             base += [_string_column(resolved[key]) for _, key in TAGS]
             base_names += [name for name, _ in TAGS]
         if plan.replay_bytes:
@@ -172,17 +172,17 @@ def stream(plan: StreamPlan, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.R
         else:
             zeros = np.zeros(n, dtype=np.int32)
             byte_results = [(zeros, zeros)] * len(plan.configs)
-        ts = batch.column(names.index(kernel.TS)).to_numpy(zero_copy_only=False).astype(np.int64)
+        ts = batch.column(names.index(frames.TS)).to_numpy(zero_copy_only=False).astype(np.int64)
         no_latency = np.zeros(n, dtype=np.int64)
         per = [
             {
-                kernel.PRODUCE_THROTTLE: produce,
-                kernel.FETCH_THROTTLE: fetch,
-                kernel.REQUEST_THROTTLE: request,
-                kernel.THROTTLE: kernel.applied_throttle(produce, fetch, request),
-                kernel.SENT: ts,
-                kernel.ADDED_LATENCY: no_latency,
-                kernel.UNSERVED: np.zeros(n, dtype=np.int32),
+                frames.PRODUCE_THROTTLE: produce,
+                frames.FETCH_THROTTLE: fetch,
+                frames.REQUEST_THROTTLE: request,
+                frames.THROTTLE: frames.applied_throttle(produce, fetch, request),
+                frames.SENT: ts,
+                frames.ADDED_LATENCY: no_latency,
+                frames.UNSERVED: np.zeros(n, dtype=np.int32),
             }
             for request, (produce, fetch) in zip(requests, byte_results, strict=True)
         ]
@@ -195,11 +195,11 @@ def peak_batches(window_json: str, batches: Iterator[pa.RecordBatch]) -> Iterato
     table = pa.Table.from_batches(list(batches))
     if not table.num_rows:
         return
-    ids, peaks, p99 = kernel.sensor_peaks(
+    ids, peaks, p99 = frames.sensor_peaks(
         table.column("_sid").to_numpy(),
-        table.column(kernel.TIME).to_numpy(),
+        table.column(frames.TIME).to_numpy(),
         table.column("_amount").to_numpy(),
-        table.column(kernel.THROTTLE).to_numpy(),
+        table.column(frames.THROTTLE).to_numpy(),
         parsed_config(window_json).window,
     )
     yield pa.RecordBatch.from_arrays(
@@ -212,18 +212,18 @@ def pair_batches(base_json: str, batches: Iterator[pa.RecordBatch]) -> Iterator[
     """mapInArrow over distinct (user, client_id) pairs: their sensors and bounds."""
     managers = parsed_managers(base_json)
     for batch in batches:
-        frame = _frame(batch, (kernel.USER, kernel.CLIENT))
-        out = kernel.pair_sensors(frame[kernel.USER], frame[kernel.CLIENT], managers)
+        frame = _frame(batch, (frames.USER, frames.CLIENT))
+        out = frames.pair_sensors(frame[frames.USER], frame[frames.CLIENT], managers)
         yield pa.RecordBatch.from_pandas(out, preserve_index=False)
 
 
 def label_batches(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     """mapInArrow over entity rows: the entity as Kafka names it."""
     for batch in batches:
-        users = batch.column(batch.schema.names.index(kernel.SENSOR_USER)).to_pylist()
-        clients = batch.column(batch.schema.names.index(kernel.SENSOR_CLIENT)).to_pylist()
+        users = batch.column(batch.schema.names.index(frames.SENSOR_USER)).to_pylist()
+        clients = batch.column(batch.schema.names.index(frames.SENSOR_CLIENT)).to_pylist()
         labels = [
-            kernel.entity_label(u or "", c or "") for u, c in zip(users, clients, strict=True)
+            frames.entity_label(u or "", c or "") for u, c in zip(users, clients, strict=True)
         ]
         index = batch.schema.names.index("entity")
         yield batch.set_column(index, "entity", pa.array(labels, pa.string()))
@@ -250,22 +250,22 @@ def recommend_partition(
         rows = table.filter(pa.array(types == code))
         frame = pd.DataFrame(
             {
-                kernel.SENSOR_USER: rows.column("_kq_entity").to_numpy(),
-                kernel.SENSOR_CLIENT: np.zeros(rows.num_rows, dtype=np.int64),
-                kernel.BROKER: _categorical(rows.column(kernel.BROKER)),
+                frames.SENSOR_USER: rows.column("_kq_entity").to_numpy(),
+                frames.SENSOR_CLIENT: np.zeros(rows.num_rows, dtype=np.int64),
+                frames.BROKER: _categorical(rows.column(frames.BROKER)),
                 **{
                     name: rows.column(name).to_numpy()
-                    for name in (kernel.TS, kernel.USAGE, "unrecord_if", *kernel.SEQ_COLUMNS)
+                    for name in (frames.TS, frames.USAGE, "unrecord_if", *frames.SEQ_COLUMNS)
                     if name in names
                 },
             }
         )
         config = parsed_config(base_json)
-        out = kernel.recommend(
-            frame, config.window, kernel.QUOTA_TYPES[code], target, config.kafka_version
+        out = frames.recommend(
+            frame, config.window, frames.QUOTA_TYPES[code], target, config.kafka_version
         )
-        result = out.drop(columns=["quota_type", kernel.SENSOR_CLIENT, "entity"]).rename(
-            columns={kernel.SENSOR_USER: "_kq_entity"}
+        result = out.drop(columns=["quota_type", frames.SENSOR_CLIENT, "entity"]).rename(
+            columns={frames.SENSOR_USER: "_kq_entity"}
         )
         yield pa.RecordBatch.from_pandas(result, schema=schema, preserve_index=False)
     if peak_rss is not None:

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Final
 import pandas as pd  # type: ignore[import-untyped]
 import pyarrow as pa  # type: ignore[import-untyped]
 
-from kquota.backtest import kernel, outputs, requestlog, stages
+from kquota.backtest import frames, outputs, requestlog, stages
 from kquota.backtest.options import (
     REQUEST_SENSOR_CLIENT,
     REQUEST_SENSOR_USER,
@@ -61,19 +61,19 @@ def usage_all(
 
     requests = outputs.scenario_rows(requests, scenario)
     parts = []
-    for quota_type in kernel.QUOTA_TYPES:
+    for quota_type in frames.QUOTA_TYPES:
         if not config.quotas(quota_type) or (types is not None and quota_type not in types):
             continue
         if quota_type == "request":
-            rows = requests.where(F.col(kernel.THREAD).isNotNull())
+            rows = requests.where(F.col(frames.THREAD).isNotNull())
             tags = (F.col(REQUEST_SENSOR_USER), F.col(REQUEST_SENSOR_CLIENT))
-            usage, recorded = F.col(kernel.THREAD), F.lit(True)
+            usage, recorded = F.col(frames.THREAD), F.lit(True)
         else:
-            rows = requests.where(F.lower(F.col(kernel.API)) == quota_type)
-            tags = (F.col(kernel.SENSOR_USER), F.col(kernel.SENSOR_CLIENT))
-            usage = F.col(kernel.BYTES)
+            rows = requests.where(F.lower(F.col(frames.API)) == quota_type)
+            tags = (F.col(frames.SENSOR_USER), F.col(frames.SENSOR_CLIENT))
+            usage = F.col(frames.BYTES)
             recorded = (
-                (F.col(kernel.FETCH_THROTTLE) <= 0) & (F.col(kernel.REQUEST_THROTTLE) <= 0)
+                (F.col(frames.FETCH_THROTTLE) <= 0) & (F.col(frames.REQUEST_THROTTLE) <= 0)
                 if quota_type == "fetch"
                 else F.lit(True)
             )
@@ -81,20 +81,20 @@ def usage_all(
             rows.select(
                 F.col(SCENARIO),
                 F.lit(quota_type).alias("quota_type"),
-                F.col(kernel.BROKER),
-                tags[0].alias(kernel.SENSOR_USER),
-                tags[1].alias(kernel.SENSOR_CLIENT),
-                F.col(kernel.USER),
-                F.col(kernel.CLIENT),
-                F.col(kernel.TS),
-                F.col(kernel.SENT).alias(kernel.TIME),
-                usage.cast("long").alias(kernel.USAGE),
-                F.col(kernel.BYTES),
-                recorded.alias(kernel.RECORDED),
-                F.col(kernel.THROTTLE_OF[quota_type]).alias(kernel.THROTTLE),
-                F.col(kernel.ADDED_LATENCY),
-                (F.col(kernel.REQUEST_THROTTLE) > 0).alias("unrecord_if"),
-                *kernel.SEQ_COLUMNS,
+                F.col(frames.BROKER),
+                tags[0].alias(frames.SENSOR_USER),
+                tags[1].alias(frames.SENSOR_CLIENT),
+                F.col(frames.USER),
+                F.col(frames.CLIENT),
+                F.col(frames.TS),
+                F.col(frames.SENT).alias(frames.TIME),
+                usage.cast("long").alias(frames.USAGE),
+                F.col(frames.BYTES),
+                recorded.alias(frames.RECORDED),
+                F.col(frames.THROTTLE_OF[quota_type]).alias(frames.THROTTLE),
+                F.col(frames.ADDED_LATENCY),
+                (F.col(frames.REQUEST_THROTTLE) > 0).alias("unrecord_if"),
+                *frames.SEQ_COLUMNS,
             )
         )
     if not parts:
@@ -106,10 +106,10 @@ def usage_all(
 
 
 ENTITY_SCHEMA: Final = (
-    f"{SCENARIO} string, quota_type string, {kernel.BROKER} string, "
-    f"{kernel.SENSOR_USER} string, {kernel.SENSOR_CLIENT} string, entity string, "
-    f"quota double, requests long, {kernel.BYTES} long, "
-    f"{kernel.USAGE} long, throttled_requests long, throttled_fraction double, "
+    f"{SCENARIO} string, quota_type string, {frames.BROKER} string, "
+    f"{frames.SENSOR_USER} string, {frames.SENSOR_CLIENT} string, entity string, "
+    f"quota double, requests long, {frames.BYTES} long, "
+    f"{frames.USAGE} long, throttled_requests long, throttled_fraction double, "
     "total_throttle_ms long, mean_throttle_ms double, p99_throttle_ms long, "
     "max_throttle_ms long, peak_rate double, utilization double, "
     "mean_added_latency_ms double, max_added_latency_ms long"
@@ -138,35 +138,35 @@ def entities(
     valid: DataFrame,
     options: BacktestOptions,
 ) -> DataFrame:
-    """Per sensor and scenario: :func:`kernel.summarize`'s columns, with Spark doing the sums.
+    """Per sensor and scenario: :func:`frames.summarize`'s columns, with Spark doing the sums.
 
     The same definitions as the kernel: exact integer sums and counts aggregated by Spark;
-    the windowed peak and the nearest-rank p99 from :func:`kernel.sensor_peaks` on
+    the windowed peak and the nearest-rank p99 from :func:`frames.sensor_peaks` on
     partitions that hold whole sensors; the bounds from the core, per sensor of the
     configuration (a scenario's bound is the base bound times its scale, exactly as
     :meth:`~kquota.config.QuotaConfig.scaled` computes it).
     """
     from pyspark.sql import functions as F
 
-    keys = [SCENARIO, "quota_type", kernel.BROKER, kernel.SENSOR_USER, kernel.SENSOR_CLIENT]
+    keys = [SCENARIO, "quota_type", frames.BROKER, frames.SENSOR_USER, frames.SENSOR_CLIENT]
     window = options.quotas.window
     # a 64-bit id per sensor keeps the heavy aggregations on one fixed-width key
     usage = usage.withColumn("_sid", F.xxhash64(*keys))
-    throttle = F.greatest(F.col(kernel.THROTTLE), F.lit(0))
+    throttle = F.greatest(F.col(frames.THROTTLE), F.lit(0))
     stats = usage.groupBy("_sid", *keys).agg(
         F.count(F.lit(1)).alias("requests"),
-        F.sum(kernel.BYTES).alias(kernel.BYTES),
-        F.sum(kernel.USAGE).alias(kernel.USAGE),
+        F.sum(frames.BYTES).alias(frames.BYTES),
+        F.sum(frames.USAGE).alias(frames.USAGE),
         F.sum((throttle > 0).cast("long")).alias("throttled_requests"),
         F.sum(throttle.cast("long")).alias("total_throttle_ms"),
         F.max(throttle).cast("long").alias("max_throttle_ms"),
-        F.sum(kernel.ADDED_LATENCY).alias("_latency"),
-        F.max(kernel.ADDED_LATENCY).alias("max_added_latency_ms"),
+        F.sum(frames.ADDED_LATENCY).alias("_latency"),
+        F.max(frames.ADDED_LATENCY).alias("max_added_latency_ms"),
     )
     window_json = QuotaConfig(window).dumps()
-    amount = F.when(F.col(kernel.RECORDED), F.col(kernel.USAGE)).otherwise(F.lit(0)).cast("long")
+    amount = F.when(F.col(frames.RECORDED), F.col(frames.USAGE)).otherwise(F.lit(0)).cast("long")
     peaks = (
-        usage.select("_sid", kernel.TIME, amount.alias("_amount"), kernel.THROTTLE)
+        usage.select("_sid", frames.TIME, amount.alias("_amount"), frames.THROTTLE)
         .repartition("_sid")
         .mapInArrow(
             lambda batches: stages.peak_batches(window_json, batches),
@@ -175,37 +175,37 @@ def entities(
     )
     base_json = options.quotas.dumps()
     bounds = (
-        valid.select(kernel.USER, kernel.CLIENT)
+        valid.select(frames.USER, frames.CLIENT)
         .distinct()
         .mapInArrow(
             lambda batches: stages.pair_batches(base_json, batches),
-            f"quota_type string, {kernel.SENSOR_USER} string, {kernel.SENSOR_CLIENT} string,"
+            f"quota_type string, {frames.SENSOR_USER} string, {frames.SENSOR_CLIENT} string,"
             " quota double",
         )
         .where(~F.isnan("quota"))
-        .groupBy("quota_type", kernel.SENSOR_USER, kernel.SENSOR_CLIENT)
+        .groupBy("quota_type", frames.SENSOR_USER, frames.SENSOR_CLIENT)
         .agg(F.max("quota").alias("_quota"))
     )
     scales = spark.createDataFrame(
         list(zip(options.scenarios, options.scales, strict=True)),
         f"{SCENARIO} string, _scale double",
     )
-    unit = F.when(F.col("quota_type") == "request", F.lit(kernel.NANOS_TO_PERCENT)).otherwise(
+    unit = F.when(F.col("quota_type") == "request", F.lit(frames.NANOS_TO_PERCENT)).otherwise(
         F.lit(1.0)
     )
     quota = F.col("_quota") * F.col("_scale")
-    peak_rate = F.col("_peak").cast("double") * unit / F.lit(kernel.rate_span_seconds(window))
+    peak_rate = F.col("_peak").cast("double") * unit / F.lit(frames.rate_span_seconds(window))
     entities = (
         stats.join(peaks, "_sid")
         .join(F.broadcast(scales), SCENARIO)
-        .join(bounds, ["quota_type", kernel.SENSOR_USER, kernel.SENSOR_CLIENT], "left")
+        .join(bounds, ["quota_type", frames.SENSOR_USER, frames.SENSOR_CLIENT], "left")
         .select(
             *keys,
             F.lit(None).cast("string").alias("entity"),
             quota.alias("quota"),
             "requests",
-            kernel.BYTES,
-            kernel.USAGE,
+            frames.BYTES,
+            frames.USAGE,
             "throttled_requests",
             (F.col("throttled_requests") / F.col("requests")).alias("throttled_fraction"),
             "total_throttle_ms",
@@ -230,25 +230,25 @@ def kernel_entity_frame(parts: dict[str, dict[str, Any]], options: BacktestOptio
     on the driver: :data:`ENTITY_SCHEMA`'s columns, an unlimited sensor's quota and
     utilization NaN.
 
-    The kernel accumulates :func:`kernel.summarize`'s columns while it replays (the tests
+    The kernel accumulates :func:`frames.summarize`'s columns while it replays (the tests
     check it equals ``summarize``), so no pass over ``DIR/requests/`` is needed: one row per
     (scenario, quota type, broker, sensor), collected from the executors (a row per sensor,
     not per request).
     """
     import numpy as np
 
-    frames = []
+    tables = []
     for broker, columns in sorted(parts.items()):
         frame = pd.DataFrame({k: v for k, v in columns.items() if k not in _KERNEL_ONLY})
         frame.insert(0, SCENARIO, np.asarray(options.scenarios, dtype=object)[columns["scenario"]])
-        frame[kernel.BROKER] = broker
-        frames.append(frame)
-    if not frames:
+        frame[frames.BROKER] = broker
+        tables.append(frame)
+    if not tables:
         return pd.DataFrame(columns=_ENTITY_NAMES)
-    out = pd.concat(frames, ignore_index=True)
+    out = pd.concat(tables, ignore_index=True)
     out["entity"] = [
-        kernel.entity_label(u, c)
-        for u, c in zip(out[kernel.SENSOR_USER], out[kernel.SENSOR_CLIENT], strict=True)
+        frames.entity_label(u, c)
+        for u, c in zip(out[frames.SENSOR_USER], out[frames.SENSOR_CLIENT], strict=True)
     ]
     return out[_ENTITY_NAMES]
 
@@ -272,9 +272,9 @@ def kernel_entities(spark: SparkSession, frame: pd.DataFrame) -> DataFrame:
 _TOP_ORDER: Final = (
     "total_throttle_ms",
     "quota_type",
-    kernel.BROKER,
-    kernel.SENSOR_USER,
-    kernel.SENSOR_CLIENT,
+    frames.BROKER,
+    frames.SENSOR_USER,
+    frames.SENSOR_CLIENT,
 )
 
 
@@ -341,14 +341,14 @@ def throttle_counts(requests: DataFrame) -> pd.DataFrame:
 
     counts: pd.DataFrame = (
         outputs.scenario_rows(requests)
-        .groupBy(SCENARIO, kernel.THROTTLE)
+        .groupBy(SCENARIO, frames.THROTTLE)
         .agg(
             F.count(F.lit(1)).alias("requests"),
-            F.sum((F.col(kernel.PRODUCE_THROTTLE) > 0).cast("long")).alias("produce_throttled"),
-            F.sum((F.col(kernel.FETCH_THROTTLE) > 0).cast("long")).alias("fetch_throttled"),
-            F.sum((F.col(kernel.REQUEST_THROTTLE) > 0).cast("long")).alias("request_throttled"),
-            F.sum(kernel.ADDED_LATENCY).alias("added_latency_ms"),
-            F.max(kernel.ADDED_LATENCY).alias("max_added_latency_ms"),
+            F.sum((F.col(frames.PRODUCE_THROTTLE) > 0).cast("long")).alias("produce_throttled"),
+            F.sum((F.col(frames.FETCH_THROTTLE) > 0).cast("long")).alias("fetch_throttled"),
+            F.sum((F.col(frames.REQUEST_THROTTLE) > 0).cast("long")).alias("request_throttled"),
+            F.sum(frames.ADDED_LATENCY).alias("added_latency_ms"),
+            F.max(frames.ADDED_LATENCY).alias("max_added_latency_ms"),
         )
         .toPandas()
     )
@@ -370,7 +370,7 @@ def broker_comparison(requests: DataFrame) -> pd.DataFrame | None:
         return None
     # a value that is not a whole number (a CSV's text) counts as no throttle, as a blank does
     live = F.coalesce(F.col(requestlog.KAFKA_THROTTLE).try_cast("long"), F.lit(0))
-    replay = F.col(kernel.THROTTLE)
+    replay = F.col(frames.THROTTLE)
     counted: pd.DataFrame = (
         outputs.scenario_rows(requests)
         .groupBy(SCENARIO)
@@ -389,7 +389,7 @@ def broker_comparison(requests: DataFrame) -> pd.DataFrame | None:
     return counted
 
 
-_SENSOR_KEY: Final = ("quota_type", kernel.BROKER, kernel.SENSOR_USER, kernel.SENSOR_CLIENT)
+_SENSOR_KEY: Final = ("quota_type", frames.BROKER, frames.SENSOR_USER, frames.SENSOR_CLIENT)
 
 
 _COMPARED: Final = (
@@ -437,9 +437,9 @@ def rate_series(
         if quota_type == "request":
             tags = (F.col(REQUEST_SENSOR_USER), F.col(REQUEST_SENSOR_CLIENT))
         else:
-            tags = (F.col(kernel.SENSOR_USER), F.col(kernel.SENSOR_CLIENT))
+            tags = (F.col(frames.SENSOR_USER), F.col(frames.SENSOR_CLIENT))
         theirs = theirs | (
-            (F.col(kernel.BROKER) == F.lit(broker))
+            (F.col(frames.BROKER) == F.lit(broker))
             & tags[0].eqNullSafe(F.lit(user))
             & tags[1].eqNullSafe(F.lit(client))
         )
@@ -453,11 +453,11 @@ def rate_series(
         return {}
     wanted = usage.sparkSession.createDataFrame(top[list(_SENSOR_KEY)])
     w = options.quotas.window.window_ms
-    unit = F.when(F.col("quota_type") == "request", F.lit(kernel.NANOS_TO_PERCENT)).otherwise(
+    unit = F.when(F.col("quota_type") == "request", F.lit(frames.NANOS_TO_PERCENT)).otherwise(
         F.lit(1.0)
     )
     amount = (
-        F.when(F.col(kernel.RECORDED), F.col(kernel.USAGE)).otherwise(F.lit(0)).cast("double")
+        F.when(F.col(frames.RECORDED), F.col(frames.USAGE)).otherwise(F.lit(0)).cast("double")
         * unit
     )
     frame: pd.DataFrame = (
@@ -465,13 +465,13 @@ def rate_series(
         .join(F.broadcast(wanted), list(_SENSOR_KEY))
         .groupBy(
             *_SENSOR_KEY,
-            F.expr(f"({kernel.TIME} - pmod({kernel.TIME}, {w})) div {w}").alias("window"),
+            F.expr(f"({frames.TIME} - pmod({frames.TIME}, {w})) div {w}").alias("window"),
         )
         .agg(
             F.sum(amount).alias("amount"),
-            F.sum((F.col(kernel.THROTTLE) > 0).cast("long")).alias("throttled"),
+            F.sum((F.col(frames.THROTTLE) > 0).cast("long")).alias("throttled"),
             F.count(F.lit(1)).alias("requests"),
-            F.sum((~F.col(kernel.RECORDED)).cast("long")).alias("unrecorded"),
+            F.sum((~F.col(frames.RECORDED)).cast("long")).alias("unrecorded"),
         )
         .orderBy(*_SENSOR_KEY, "window")
         .toPandas()
@@ -509,7 +509,7 @@ def recommendations(
     usage = usage_all(requests, options.quotas, scenario=options.scenarios.index(base))
     if usage is None:
         return pd.DataFrame()
-    keys = ["quota_type", kernel.SENSOR_USER, kernel.SENSOR_CLIENT]
+    keys = ["quota_type", frames.SENSOR_USER, frames.SENSOR_CLIENT]
     current: pd.DataFrame = (
         entities.where(F.col(SCENARIO) == base)
         .groupBy(*keys)
@@ -521,33 +521,33 @@ def recommendations(
     )
     current[_ENTITY_ID] = np.arange(len(current), dtype=np.int64)
     current["entity"] = [
-        kernel.entity_label(u, c)
-        for u, c in zip(current[kernel.SENSOR_USER], current[kernel.SENSOR_CLIENT], strict=True)
+        frames.entity_label(u, c)
+        for u, c in zip(current[frames.SENSOR_USER], current[frames.SENSOR_CLIENT], strict=True)
     ]
     names = spark.createDataFrame(
         current[[_ENTITY_ID, *keys, "entity", "current_quota", "current_throttled_fraction"]],
-        f"{_ENTITY_ID} long, quota_type string, {kernel.SENSOR_USER} string, "
-        f"{kernel.SENSOR_CLIENT} string, "
+        f"{_ENTITY_ID} long, quota_type string, {frames.SENSOR_USER} string, "
+        f"{frames.SENSOR_CLIENT} string, "
         "entity string, current_quota double, current_throttled_fraction double",
     )
     ids = names.select(*keys, _ENTITY_ID)
     # a partition holds whole entities (of any quota type): no sort, one search per type
-    types = sorted({kernel.QUOTA_TYPES.index(t) for t in current["quota_type"]})
+    types = sorted({frames.QUOTA_TYPES.index(t) for t in current["quota_type"]})
     buckets = options.buckets or max(2 * spark.sparkContext.defaultParallelism, 2)
     # only what the search reads crosses the shuffle and goes to Python (mapInArrow sends
     # every column of its input): numbers, and the broker's name
     usage = usage.join(F.broadcast(ids) if len(current) <= _BROADCAST_ENTITIES else ids, keys)
     code = F.lit(0)
-    for index, quota_type in enumerate(kernel.QUOTA_TYPES):
+    for index, quota_type in enumerate(frames.QUOTA_TYPES):
         code = F.when(F.col("quota_type") == quota_type, F.lit(index)).otherwise(code)
     usage = usage.select(
         code.alias(_TYPE_CODE),
         _ENTITY_ID,
-        kernel.BROKER,
-        kernel.TS,
-        kernel.USAGE,
+        frames.BROKER,
+        frames.TS,
+        frames.USAGE,
         "unrecord_if",
-        *kernel.SEQ_COLUMNS,
+        *frames.SEQ_COLUMNS,
     ).repartition(buckets * max(len(types), 1), F.col(_ENTITY_ID))
     schema = _arrow_schema(RECOMMENDATION_SCHEMA)
     base_json = options.quotas.dumps()
@@ -560,8 +560,8 @@ def recommendations(
     # the search (mapInArrow, when the join is broadcast) into that one task
     recommended.join(names, _ENTITY_ID).select(
         "quota_type",
-        kernel.SENSOR_USER,
-        kernel.SENSOR_CLIENT,
+        frames.SENSOR_USER,
+        frames.SENSOR_CLIENT,
         "entity",
         "brokers",
         "requests",

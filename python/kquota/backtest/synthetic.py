@@ -42,7 +42,7 @@ import pyarrow.csv as pcsv  # type: ignore[import-untyped]
 import pyarrow.parquet as pq  # type: ignore[import-untyped]
 
 from kquota import DEFAULT, Entity
-from kquota.backtest.kernel import API, BROKER, BYTES, CLIENT, THREAD, TS, USER
+from kquota.backtest.frames import API, BROKER, BYTES, CLIENT, THREAD, TS, USER
 from kquota.config import QuotaConfig, QuotaEntry, Window
 from kquota.exceptions import OutputError, TrafficError
 

@@ -14,7 +14,7 @@ import pandas as pd  # type: ignore[import-untyped]
 import pyarrow as pa  # type: ignore[import-untyped]
 import pyarrow.compute as pc  # type: ignore[import-untyped]
 
-from kquota.backtest import kernel
+from kquota.backtest import frames
 
 __all__ = [
     "COMPARISON_COLUMNS",
@@ -122,19 +122,19 @@ class Tally:
         """Count one scenario's results ``out`` of a batch (``live``: the broker's own
         throttle of each row, when the traffic has it; ``rows_out``: the requests, whose
         clients the requests not served are counted by)."""
-        throttle = np.asarray(out[kernel.THROTTLE], dtype=np.int64)
+        throttle = np.asarray(out[frames.THROTTLE], dtype=np.int64)
         n = len(throttle)
         if not n:
             return
-        if rows_out is not None and kernel.UNSERVED in out:
-            self._add_unserved(scenario, np.asarray(out[kernel.UNSERVED]), rows_out)
+        if rows_out is not None and frames.UNSERVED in out:
+            self._add_unserved(scenario, np.asarray(out[frames.UNSERVED]), rows_out)
         rows = np.empty((n, 2 + len(TALLY_COLUMNS)), dtype=np.int64)
         rows[:, 0] = scenario
         rows[:, 1] = throttle
         rows[:, 2] = 1
         for i, name in enumerate(_TYPE_THROTTLES):
             rows[:, 3 + i] = np.asarray(out[name]) > 0
-        rows[:, 6] = rows[:, 7] = np.asarray(out[kernel.ADDED_LATENCY], dtype=np.int64)
+        rows[:, 6] = rows[:, 7] = np.asarray(out[frames.ADDED_LATENCY], dtype=np.int64)
         self.pending.append(_grouped(rows))
         if sum(len(p) for p in self.pending) >= _TALLY_COMPACT:
             self.pending = [_grouped(np.concatenate(self.pending))]
@@ -165,9 +165,9 @@ class Tally:
         def column(name: str) -> list[Any]:
             return list(rows_out.column(names.index(name)).take(taken).to_pylist())
 
-        size = column(kernel.BYTES)
+        size = column(frames.BYTES)
         for user, client, code, b in zip(
-            column(kernel.USER), column(kernel.CLIENT), codes[picked].tolist(), size, strict=True
+            column(frames.USER), column(frames.CLIENT), codes[picked].tolist(), size, strict=True
         ):
             key = (scenario, user or "", client or "", int(code))
             counts = self.unserved.setdefault(key, [0, 0])
@@ -209,7 +209,7 @@ def _grouped(rows: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
     return out
 
 
-_TYPE_THROTTLES: Final = (kernel.PRODUCE_THROTTLE, kernel.FETCH_THROTTLE, kernel.REQUEST_THROTTLE)
+_TYPE_THROTTLES: Final = (frames.PRODUCE_THROTTLE, frames.FETCH_THROTTLE, frames.REQUEST_THROTTLE)
 
 
 UNSERVED_COLUMNS: Final = (
@@ -234,7 +234,7 @@ def unserved_frame(parts: dict[str, Tally], labels: Sequence[str]) -> pd.DataFra
             row = merged.setdefault((scenario, user, client), [0, 0, 0, 0])
             row[0] += requests
             row[1] += size
-            row[2 if code == kernel.UNSERVED_BUFFER_FULL else 3] += requests
+            row[2 if code == frames.UNSERVED_BUFFER_FULL else 3] += requests
     frame = pd.DataFrame(
         [(labels[s], u, c, *row) for (s, u, c), row in merged.items()],
         columns=list(UNSERVED_COLUMNS),
@@ -259,7 +259,7 @@ def tally_frames(
         for scenario, row in tally.comparison.items():
             compared[scenario] = _summed(compared.get(scenario), row)
     counts = pd.DataFrame(merged[:, 2:], columns=list(TALLY_COLUMNS))
-    counts.insert(0, kernel.THROTTLE, merged[:, 1])
+    counts.insert(0, frames.THROTTLE, merged[:, 1])
     counts.insert(0, "scenario", np.asarray(labels, dtype=object)[merged[:, 0]])
     if not compared:
         return counts, None

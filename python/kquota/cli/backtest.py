@@ -242,9 +242,9 @@ def add_client_options(parser: argparse.ArgumentParser) -> None:
 
 
 def client_limits(args: argparse.Namespace) -> Any:
-    """The :class:`~kquota.backtest.kernel.ClientLimits` of the parsed arguments (``None``
+    """The :class:`~kquota.backtest.frames.ClientLimits` of the parsed arguments (``None``
     with ``--unbounded-clients``); a limit that is not > 0 is refused, naming it."""
-    from kquota.backtest.kernel import ClientLimits
+    from kquota.backtest.frames import ClientLimits
 
     if args.unbounded_clients:
         return None

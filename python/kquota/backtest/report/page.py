@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Final
 
 import pandas as pd  # type: ignore[import-untyped]
 
-from kquota.backtest.kernel import BROKER
+from kquota.backtest.frames import BROKER
 from kquota.backtest.report import units
 from kquota.backtest.report.plots import plot_histogram, plot_rates
 from kquota.backtest.report.summary import (

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Final
 import numpy as np
 import pandas as pd  # type: ignore[import-untyped]
 
-from kquota.backtest.kernel import BROKER, SENSOR_CLIENT, SENSOR_USER
+from kquota.backtest.frames import BROKER, SENSOR_CLIENT, SENSOR_USER
 from kquota.backtest.report import units
 
 if TYPE_CHECKING:
@@ -45,7 +45,7 @@ def rate_over_time(
     ``amounts`` the usage per window in the quota's unit. The rate at window ``w`` is
     the usage of ``w`` and the ``num_samples - 2`` windows before it over their length
     (per window; multiply by ``1000 / window_ms`` for per second), as in
-    :func:`kquota.backtest.kernel.peak_rates`. Returns ``(window indices, rate per window)``.
+    :func:`kquota.backtest.frames.peak_rates`. Returns ``(window indices, rate per window)``.
     """
     index = np.asarray(windows, dtype=np.int64)
     if not len(index):

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Final
 import numpy as np
 import pandas as pd  # type: ignore[import-untyped]
 
-from kquota.backtest.kernel import ClientLimits
+from kquota.backtest.frames import ClientLimits
 from kquota.backtest.report import units
 from kquota.backtest.report.tables import unserved_of
 

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Final
 import numpy as np
 import pandas as pd  # type: ignore[import-untyped]
 
-from kquota.backtest.kernel import BROKER
+from kquota.backtest.frames import BROKER
 from kquota.backtest.report import units
 
 if TYPE_CHECKING:

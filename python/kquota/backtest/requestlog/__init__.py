@@ -32,8 +32,8 @@ What a row holds (``../shared/docs/kafka-request-log.md``, section 5):
   holds the controller-mutation throttle of a forwarded request), :data:`API_VERSION`,
   :data:`CORRELATION_ID`;
 * when the log has CreateTopics, CreatePartitions or DeleteTopics lines,
-  :data:`~kquota.backtest.kernel.PARTITIONS`, :data:`~kquota.backtest.kernel.STRICT` and
-  :data:`~kquota.backtest.kernel.TOPIC_PARTITIONS` (:func:`mutation_partitions`: topic
+  :data:`~kquota.backtest.frames.PARTITIONS`, :data:`~kquota.backtest.frames.STRICT` and
+  :data:`~kquota.backtest.frames.TOPIC_PARTITIONS` (:func:`mutation_partitions`: topic
   partition counts tracked over the log in time order, the total and each topic's in request
   order; a request with a topic of unknown count has neither, counted in
   :attr:`LogSummary.unknown_counts`).

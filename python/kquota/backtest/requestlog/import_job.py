@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 from kquota._core import REQUEST_LOG_SAME_POSITION, throttled_fetch_size
-from kquota.backtest.kernel import SEQ_COLUMNS
+from kquota.backtest.frames import SEQ_COLUMNS
 from kquota.backtest.requestlog.files import LogOptions
 from kquota.backtest.requestlog.lines import (
     _CONNECTION,
@@ -85,7 +85,7 @@ def controller_times(rows: DataFrame, controller: DataFrame) -> DataFrame:
     recorded it on the controller-mutation quota: when its event loop took the request,
     which the broker's line cannot say (its remote time holds the forwarding, the
     controller's work and the metadata commit). Columns: the row's
-    :data:`~kquota.backtest.kernel.SEQ_COLUMNS`, ``_kq_controller_ts``."""
+    :data:`~kquota.backtest.frames.SEQ_COLUMNS`, ``_kq_controller_ts``."""
     from pyspark.sql import functions as F
 
     keys = [USER, CLIENT, API, CORRELATION_ID]
@@ -113,7 +113,7 @@ def fetch_sizes(rows: DataFrame, carried: Sequence[str] = ()) -> DataFrame:
     or an incremental fetch changing nothing) that was not throttled got that response,
     with whatever arrived in the meantime: an upper bound, and the size itself when the
     consumer reads behind the log's end, where its limits cut each response. Columns: the
-    row's :data:`~kquota.backtest.kernel.SEQ_COLUMNS`, :data:`REBUILT` (null when no
+    row's :data:`~kquota.backtest.frames.SEQ_COLUMNS`, :data:`REBUILT` (null when no
     such fetch follows: the log cannot bound the size) and the ``carried`` columns of the
     row."""
     from pyspark.sql import Window
@@ -161,7 +161,7 @@ BOUND_COLUMNS: Final = (BROKER, TS, API_VERSION, _FETCH_EMPTY, _FETCH_MAX_BYTES,
 
 def fetch_bounds(spark: SparkSession, rows: DataFrame, unsized: DataFrame) -> DataFrame:
     """Per throttled full consumer fetch in ``unsized`` (throttled fetches no later fetch
-    sized: their :data:`~kquota.backtest.kernel.SEQ_COLUMNS` and :data:`BOUND_COLUMNS`),
+    sized: their :data:`~kquota.backtest.frames.SEQ_COLUMNS` and :data:`BOUND_COLUMNS`),
     the size Kafka checked against the quota, from what the broker's
     produce lines show each partition held when Kafka recorded the fetch: the batches from
     its fetch offset on, read within the fetch's limits as Kafka reads them
@@ -172,7 +172,7 @@ def fetch_bounds(spark: SparkSession, rows: DataFrame, unsized: DataFrame) -> Da
     partition neither says is not sized, nor is an incremental one, whose line lists only
     what changed in its session. Topics a fetch names by id are matched to the produce
     lines' names (from ``rows``) through the Metadata lines. Columns: the row's
-    :data:`~kquota.backtest.kernel.SEQ_COLUMNS` and :data:`BOUNDED`, only for the fetches
+    :data:`~kquota.backtest.frames.SEQ_COLUMNS` and :data:`BOUNDED`, only for the fetches
     sized.
 
     A broker appends a partition's batches in time order, so the batches produced by the
@@ -360,8 +360,8 @@ def mutation_partitions(rows: DataFrame) -> DataFrame:
     (``numPartitions``, else its assignments, else ``num.partitions``); a deleted topic the
     count its latest CreateTopics, CreatePartitions or Metadata response line gave; a grown
     topic its new count minus that one. Columns: the row's
-    :data:`~kquota.backtest.kernel.SEQ_COLUMNS`, ``partitions`` (null when a topic's count is
-    unknown), :data:`~kquota.backtest.kernel.TOPIC_PARTITIONS` (each topic's count in
+    :data:`~kquota.backtest.frames.SEQ_COLUMNS`, ``partitions`` (null when a topic's count is
+    unknown), :data:`~kquota.backtest.frames.TOPIC_PARTITIONS` (each topic's count in
     request order, which the replay records topic by topic as Kafka's controller does; null
     with ``partitions``), ``unknown`` (those topics' names)."""
     from pyspark.sql import Window

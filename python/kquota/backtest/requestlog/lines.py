@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
 from kquota._core import MUTATION_STRICT_SINCE
-from kquota.backtest.kernel import SEQ_COLUMNS
+from kquota.backtest.frames import SEQ_COLUMNS
 from kquota.backtest.requestlog.files import (
     _LOCAL_SCHEME,
     LogFiles,
@@ -168,7 +168,7 @@ _FETCH_MAX_BYTES: Final = "_kq_fetch_max_bytes"
 
 def read(spark: SparkSession, path: str, options: LogOptions | None = None) -> _Lines:
     """Every line of the request-log files ``path`` names, classified: the traffic columns
-    (:data:`COLUMNS`), :data:`~kquota.backtest.kernel.SEQ_COLUMNS`, ``_kq_reason`` (null for
+    (:data:`COLUMNS`), :data:`~kquota.backtest.frames.SEQ_COLUMNS`, ``_kq_reason`` (null for
     a row, else one of :data:`REASONS`), ``_kq_example``, ``_kq_file`` and
     ``_kq_share_fetch`` (a ShareFetch line), ``_kq_fetch_connection`` and
     ``_kq_fetch_position`` (a consumer fetch's connection and read position, as keys).

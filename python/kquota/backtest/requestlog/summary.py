@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
-from kquota.backtest.kernel import SEQ_COLUMNS
+from kquota.backtest.frames import SEQ_COLUMNS
 from kquota.backtest.requestlog.files import _LOCAL_SCHEME
 from kquota.backtest.requestlog.lines import (
     _EXAMPLE,

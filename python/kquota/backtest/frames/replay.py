@@ -13,8 +13,8 @@ import pandas as pd  # type: ignore[import-untyped]
 
 from kquota import QuotaManager, ReplayKernel, RequestPath
 from kquota._core import applied_throttles, unrecorded_by_request
-from kquota.backtest.kernel import schema
-from kquota.backtest.kernel.schema import BoolArray, FloatArray, Int32Array, Int64Array
+from kquota.backtest.frames import schema
+from kquota.backtest.frames.schema import BoolArray, FloatArray, Int32Array, Int64Array
 from kquota.config import QuotaConfig
 from kquota.exceptions import InvalidConfigError
 from kquota.quota_types import QuotaType
@@ -371,7 +371,7 @@ class ClientLimits:
     (``default.api.timeout.ms``) but a consumer's fetch, which waits as long as it takes (a
     consumer that falls behind reads later: its lag). A produce that finds no room, or a
     request still waiting when its time runs out, is not served
-    (:data:`~kquota.backtest.kernel.UNSERVED`)."""
+    (:data:`~kquota.backtest.frames.UNSERVED`)."""
 
     buffer_bytes: int = 33_554_432
     delivery_timeout_ms: int = 120_000

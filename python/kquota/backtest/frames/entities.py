@@ -11,9 +11,9 @@ import numpy as np
 import pandas as pd  # type: ignore[import-untyped]
 
 from kquota import QuotaManager
-from kquota.backtest.kernel import schema
-from kquota.backtest.kernel.replay import _pair_codes
-from kquota.backtest.kernel.schema import FloatArray, Int64Array
+from kquota.backtest.frames import schema
+from kquota.backtest.frames.replay import _pair_codes
+from kquota.backtest.frames.schema import FloatArray, Int64Array
 from kquota.config import QuotaConfig, Window
 from kquota.quota_types import QuotaType
 

@@ -13,8 +13,8 @@ import pandas as pd  # type: ignore[import-untyped]
 
 from kquota import Entity
 from kquota._core import recommend_quotas
-from kquota.backtest.kernel import schema
-from kquota.backtest.kernel.entities import SENSOR_CLIENT, SENSOR_USER, USAGE, entity_label
+from kquota.backtest.frames import schema
+from kquota.backtest.frames.entities import SENSOR_CLIENT, SENSOR_USER, USAGE, entity_label
 from kquota.config import QuotaConfig, Window
 from kquota.config.model import PROPERTY_OF
 from kquota.quota_types import QuotaType

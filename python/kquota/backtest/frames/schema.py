@@ -91,7 +91,7 @@ ADDED_LATENCY: Final = "added_latency_ms"
 UNSERVED: Final = "unserved"
 """Whether the request reached the broker: :data:`SERVED`, or why its bounded client gave it
 up (:data:`UNSERVED_BUFFER_FULL`, :data:`UNSERVED_TIMED_OUT`; closed loop with
-:class:`~kquota.backtest.kernel.ClientLimits` only). An unserved request carries no
+:class:`~kquota.backtest.frames.ClientLimits` only). An unserved request carries no
 throttle, is recorded on no sensor, and its :data:`SENT` is when the client gave it up."""
 SERVED: Final = 0
 UNSERVED_BUFFER_FULL: Final = 1

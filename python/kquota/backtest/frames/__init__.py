@@ -1,4 +1,4 @@
-"""The back-test kernel: plain pandas/NumPy functions over one group of requests.
+"""Plain pandas/NumPy functions over one group of requests.
 
 Nothing here imports Spark. The Spark job (:mod:`kquota.backtest.job`) only groups the
 traffic and calls these functions on each group; the tests call them directly.
@@ -12,12 +12,12 @@ results in the group's own row order.
 
 The modules, each re-exported here:
 
-* :mod:`~kquota.backtest.kernel.schema`: the columns a replay reads (kquota's traffic
+* :mod:`~kquota.backtest.frames.schema`: the columns a replay reads (kquota's traffic
   schema, :mod:`kquota.traffic_schema`) and writes;
-* :mod:`~kquota.backtest.kernel.replay`: the sensors requests resolve to, and the open and
+* :mod:`~kquota.backtest.frames.replay`: the sensors requests resolve to, and the open and
   closed loop replays (:func:`replay_open`, :func:`replay_closed`);
-* :mod:`~kquota.backtest.kernel.entities`: per-sensor summaries (:func:`summarize`);
-* :mod:`~kquota.backtest.kernel.recommendation`: recommended quotas (:func:`recommend`) and
+* :mod:`~kquota.backtest.frames.entities`: per-sensor summaries (:func:`summarize`);
+* :mod:`~kquota.backtest.frames.recommendation`: recommended quotas (:func:`recommend`) and
   the quota file to apply from them (:func:`applicable`).
 
 Every throttle comes from the core (:meth:`kquota.QuotaManager.record_batch` per quota type
@@ -28,7 +28,7 @@ remains for its by-sensor partitioning, which splits a request's quota types ove
 passes.
 """
 
-from kquota.backtest.kernel.entities import (
+from kquota.backtest.frames.entities import (
     RECORDED,
     SENSOR_CLIENT,
     SENSOR_USER,
@@ -45,14 +45,14 @@ from kquota.backtest.kernel.entities import (
     sensor_peaks,
     summarize,
 )
-from kquota.backtest.kernel.recommendation import (
+from kquota.backtest.frames.recommendation import (
     CHANGES,
     RECOMMENDATION_COLUMNS,
     applicable,
     proposed_quota,
     recommend,
 )
-from kquota.backtest.kernel.replay import (
+from kquota.backtest.frames.replay import (
     ClientLimits,
     OpenLoop,
     ReplayMode,
@@ -65,7 +65,7 @@ from kquota.backtest.kernel.replay import (
     sensor_tags,
     time_order,
 )
-from kquota.backtest.kernel.schema import (
+from kquota.backtest.frames.schema import (
     ADDED_LATENCY,
     API,
     BROKER,
