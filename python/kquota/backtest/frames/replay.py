@@ -20,6 +20,7 @@ from kquota.exceptions import InvalidConfigError
 from kquota.quota_types import QuotaType
 
 __all__ = [
+    "ClientLimits",
     "OpenLoop",
     "ReplayMode",
     "applied_throttle",
