@@ -523,6 +523,14 @@ class ReplayKernel:
     The broker's sensor-expiry task runs every ``expiry_task_ms`` (Kafka: 30 000; at the
     multiples of it, before that millisecond's events), removing sensors idle for longer
     than the manager's ``sensor_expiry_ms``; ``None`` never expires sensors.
+
+    ``quota_pass`` (open loop only): ``"all"`` replays every quota; ``"request"`` only the
+    request quota (produce and fetch throttles are 0); ``"bytes"`` only the produce and
+    fetch quotas, given each event's request-quota throttles in :meth:`feed`'s
+    ``request_throttle_ms`` (a fetch the request quota throttled is not recorded). A
+    request pass then a byte pass decide what one pass decides; a replay split by sensor
+    needs them, because a request's request and byte sensors may be in different
+    partitions. A pass other than ``"all"`` takes no controller mutation.
     One kernel is used from one thread at a time (another thread gets a
     :class:`KquotaError`); the GIL is released while a batch is replayed.
     """
@@ -535,6 +543,7 @@ class ReplayKernel:
         closed_loop: bool = False,
         expiry_task_ms: int | None = 30000,
         client_limits: tuple[int, int, int] | None = None,
+        quota_pass: Literal["all", "request", "bytes"] = "all",
     ) -> Self: ...
     @property
     def closed_loop(self) -> bool: ...
@@ -561,6 +570,7 @@ class ReplayKernel:
         strict: npt.NDArray[np.bool_] | None = None,
         topic_offsets: npt.NDArray[np.int32] | None = None,
         topic_partitions: npt.NDArray[np.int32] | None = None,
+        request_throttle_ms: npt.NDArray[np.int32] | None = None,
     ) -> dict[str, npt.NDArray[Any]]:
         """Replay a batch of events; returns the rows replayed, as columns.
 
@@ -579,6 +589,9 @@ class ReplayKernel:
         ``bytes``: finite and >= 0 (ignored for other and mutations). ``thread_ns``:
         handler-thread nanoseconds, NaN when unknown (then the request quota is not
         consulted). ``acks``: 0 skips the request quota of a produce.
+        ``request_throttle_ms`` (``quota_pass="bytes"`` only, and then required): each
+        scenario's request-quota throttles of the batch, scenario after scenario
+        (``scenario_count * n`` values), as a request pass returned them.
         Every column is checked first: a bad value raises :class:`InvalidUsageError`
         naming its row, and nothing is replayed.
 

@@ -188,7 +188,7 @@ def test_open_loop_does_not_depend_on_row_order_or_batching() -> None:
     # streaming: the sorted rows in uneven batches, managers kept across batches
     order = frames.time_order(frame)
     ordered = frame.iloc[order]
-    loop = frames.OpenLoop([config, config.scaled(2.0)])
+    loop = frames.SplitReplay([config, config.scaled(2.0)])
     pieces: list[list[np.ndarray]] = [[], [], [], []]
     for start, stop in [(0, 1), (1, 777), (777, 5000), (5000, len(ordered))]:
         part = ordered.iloc[start:stop]

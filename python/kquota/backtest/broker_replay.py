@@ -60,15 +60,7 @@ class ReplayPlan:
 @functools.lru_cache(maxsize=16)
 def _paths(configs: tuple[str, ...]) -> list[RequestPath]:
     """One request path per scenario: the broker's three managers, as configured."""
-    paths = []
-    for text in configs:
-        config = parsed_config(text)
-        paths.append(
-            RequestPath(
-                config.manager("produce"), config.manager("fetch"), config.manager("request")
-            )
-        )
-    return paths
+    return [frames.request_path(parsed_config(text)) for text in configs]
 
 
 def _topic_columns(

@@ -139,7 +139,7 @@ def stream(plan: StreamPlan, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.R
     it, the rows come out once with one request-throttle column per scenario (the first of
     two passes).
     """
-    loop = frames.OpenLoop([parsed_config(c) for c in plan.configs])
+    loop = frames.SplitReplay([parsed_config(c) for c in plan.configs])
     managers = parsed_managers(plan.base)
     for batch in batches:
         n = batch.num_rows

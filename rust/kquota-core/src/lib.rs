@@ -83,5 +83,6 @@ pub use managers::mutation::{ControllerMutationQuotaManager, MutationRequestQuot
 pub use managers::request_path::{Outcome, RequestPath};
 #[cfg(not(loom))]
 pub use replay::{
-    ClientLimits, EntitySummary, Events, Output, ReplayKernel, ReplayOptions, SummaryType,
+    ClientLimits, EntitySummary, Events, Output, QuotaPass, ReplayKernel, ReplayOptions,
+    SummaryType,
 };

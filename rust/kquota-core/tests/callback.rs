@@ -352,6 +352,7 @@ fn the_replay_kernel_resolves_through_the_callback() {
         strict: &[],
         topic_offsets: &[],
         topic_partitions: &[],
+        request_throttle_ms: &[],
     };
     let mut got = vec![None; n];
     for out in [kernel.feed(&events).unwrap(), kernel.finish()] {

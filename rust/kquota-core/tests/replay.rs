@@ -11,7 +11,7 @@ use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
 use kquota_core::kafka::samples::WindowConfig;
-use kquota_core::replay::{quota_code, Events, Output, BY_NONE};
+use kquota_core::replay::{quota_code, Events, Output, QuotaPass, BY_NONE};
 use kquota_core::{
     Error, QuotaEntity, QuotaManager, QuotaType, ReplayKernel, ReplayOptions, Request, RequestPath,
 };
@@ -400,33 +400,56 @@ type Columns = (Vec<i64>, Vec<i32>, Vec<i8>, Vec<f64>, Vec<f64>, Vec<i16>);
 
 /// The kernel fed the trace in batches cut at `trace.cuts` (and at every operation).
 fn kernel(trace: &Trace, closed: bool) -> (Vec<Row>, Measured) {
+    replayed(trace, closed, false)
+}
+
+/// [`kernel`], or with `split` the open loop as two kernels: a request pass, then a byte
+/// pass given the request pass's throttles batch by batch (every operation on both).
+fn replayed(trace: &Trace, closed: bool, split: bool) -> (Vec<Row>, Measured) {
     let brokers: Vec<Broker> = trace
         .scenarios
         .iter()
         .map(|o| Broker::new(trace, o))
         .collect();
     let paths: Vec<RequestPath<'_>> = brokers.iter().map(Broker::path).collect();
-    let options = ReplayOptions {
+    let options = |pass| ReplayOptions {
         closed_loop: closed,
         expiry_task_ms: trace.task_ms,
         clients: None,
+        pass,
     };
-    let mut k = ReplayKernel::new(&trace.pairs, &paths, options).unwrap();
+    let new = |pass| ReplayKernel::new(&trace.pairs, &paths, options(pass)).unwrap();
+    // kernels[0] replays the request quota (all of them without `split`), the last the rest
+    let mut kernels = if split {
+        vec![new(QuotaPass::Request), new(QuotaPass::Bytes)]
+    } else {
+        vec![new(QuotaPass::All)]
+    };
     let all = entities();
     let mut out = Vec::new();
     let mut measured = Vec::new();
     let mut cols: Columns = Default::default();
     let mut cuts = trace.cuts.iter().cycle();
     let mut next_cut = *cuts.next().unwrap();
-    let flush = |k: &mut ReplayKernel, cols: &mut Columns, out: &mut Vec<Row>| {
-        out.extend(rows(&k.feed(&events(cols)).unwrap()));
+    let flush = |kernels: &mut [ReplayKernel], cols: &mut Columns, out: &mut Vec<Row>| {
+        let mut fed = kernels[0].feed(&events(cols)).unwrap();
+        if let [_, bytes] = kernels {
+            let given = fed.request_throttle_ms.clone();
+            fed = bytes
+                .feed(&Events {
+                    request_throttle_ms: &given,
+                    ..events(cols)
+                })
+                .unwrap();
+        }
+        out.extend(rows(&fed));
         *cols = Default::default();
     };
     let mut t = 0i64;
     for (index, item) in trace.items.iter().enumerate() {
         t += item.dt();
         if !matches!(item, Item::Event(_)) {
-            flush(&mut k, &mut cols, &mut out);
+            flush(&mut kernels, &mut cols, &mut out);
         }
         match item {
             Item::Event(e) => {
@@ -437,25 +460,42 @@ fn kernel(trace: &Trace, closed: bool) -> (Vec<Row>, Measured) {
                 cols.4.push(e.thread_ns);
                 cols.5.push(e.acks);
                 if cols.0.len() >= next_cut {
-                    flush(&mut k, &mut cols, &mut out);
+                    flush(&mut kernels, &mut cols, &mut out);
                     next_cut = *cuts.next().unwrap();
                 }
             }
-            Item::Quota(_, s, qt, e, v) => match v {
-                Some(v) => k.set_quota(*s, *qt, &all[*e], *v, t).unwrap(),
-                None => k.remove_quota(*s, *qt, &all[*e], t).unwrap(),
-            },
-            Item::Expire(_) => k.expire_sensors(t).unwrap(),
+            Item::Quota(_, s, qt, e, v) => {
+                for k in &mut kernels {
+                    match v {
+                        Some(v) => k.set_quota(*s, *qt, &all[*e], *v, t).unwrap(),
+                        None => k.remove_quota(*s, *qt, &all[*e], t).unwrap(),
+                    }
+                }
+            }
+            Item::Expire(_) => kernels
+                .iter_mut()
+                .for_each(|k| k.expire_sensors(t).unwrap()),
             Item::Measure(_, s, qt, p) => {
+                let k = if *qt == QuotaType::Request {
+                    &mut kernels[0]
+                } else {
+                    kernels.last_mut().unwrap()
+                };
                 let rate = k.measure(*s, *qt, *p, t).unwrap();
                 measured.push((index, rate.map(f64::to_bits)));
             }
-            Item::NoThrottle(_, p, ns) => k.record_no_throttle(*p, *ns, t).unwrap(),
+            Item::NoThrottle(_, p, ns) => {
+                for k in &mut kernels {
+                    k.record_no_throttle(*p, *ns, t).unwrap();
+                }
+            }
         }
     }
-    flush(&mut k, &mut cols, &mut out);
-    out.extend(rows(&k.finish()));
-    assert_eq!(k.pending(), 0);
+    flush(&mut kernels, &mut cols, &mut out);
+    for k in &mut kernels {
+        out.extend(rows(&k.finish()));
+        assert_eq!(k.pending(), 0);
+    }
     out.sort_by_key(|r| (r.0, r.1));
     (out, measured)
 }
@@ -484,6 +524,16 @@ proptest! {
     #[test]
     fn closed_loop_equals_the_request_path(trace in trace()) {
         equals_the_request_path(&trace, true)?;
+    }
+
+    /// A request pass then a byte pass given its throttles (the replay split by sensor)
+    /// decide what one open-loop pass decides, event for event.
+    #[test]
+    fn two_quota_passes_equal_one(trace in trace()) {
+        let (one, measured) = kernel(&trace, false);
+        let (two, two_measured) = replayed(&trace, false, true);
+        prop_assert_eq!(two, one);
+        prop_assert_eq!(two_measured, measured);
     }
 }
 
@@ -561,6 +611,7 @@ fn events<'a>(cols: &'a Columns) -> Events<'a> {
         strict: &[],
         topic_offsets: &[],
         topic_partitions: &[],
+        request_throttle_ms: &[],
     }
 }
 
@@ -686,4 +737,44 @@ fn summaries_by_hand() {
     assert_eq!(s.peak_rate, 2030.0);
     assert_eq!(s.utilization(), 2.03);
     assert_eq!(s.mean_added_latency_ms(), 0.0);
+}
+
+#[test]
+fn quota_passes_refuse_what_they_cannot_replay() {
+    let broker = one_broker(1e6);
+    let pairs = [("u", "a"), ("u", "b")];
+    let closed = ReplayOptions {
+        closed_loop: true,
+        pass: QuotaPass::Request,
+        ..ReplayOptions::default()
+    };
+    let e = ReplayKernel::new(&pairs, &[broker.path()], closed)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("invalid pass Request") && e.contains("closed-loop"),
+        "{e}"
+    );
+    let good = batch(1000);
+    let with = |given: &'static [i32]| Events {
+        request_throttle_ms: given,
+        ..events(&good)
+    };
+    let bytes = ReplayOptions {
+        pass: QuotaPass::Bytes,
+        ..ReplayOptions::default()
+    };
+    let mut k = ReplayKernel::new(&pairs, &[broker.path()], bytes).unwrap();
+    let e = k.feed(&with(&[0; 3])).unwrap_err().to_string();
+    assert!(
+        e.contains("request_throttle_ms has 3 values") && e.contains("1 x 4 = 4"),
+        "{e}"
+    );
+    let e = k.feed(&events(&good)).unwrap_err().to_string();
+    assert!(e.contains("request_throttle_ms has 0 values"), "{e}");
+    assert_eq!(k.pending(), 0);
+    k.feed(&with(&[0; 4])).unwrap();
+    let mut all = ReplayKernel::new(&pairs, &[broker.path()], ReplayOptions::default()).unwrap();
+    let e = all.feed(&with(&[0; 4])).unwrap_err().to_string();
+    assert!(e.contains("only a byte pass"), "{e}");
 }

@@ -30,6 +30,7 @@ fn kernel(managers: &[QuotaManager; 3], clients: Option<ClientLimits>) -> Replay
         closed_loop: true,
         expiry_task_ms: None,
         clients,
+        ..ReplayOptions::default()
     };
     ReplayKernel::new(&[("u", "producer")], &[path], options).unwrap()
 }
@@ -51,6 +52,7 @@ fn replay(k: &mut ReplayKernel, events: &[(i64, i8, f64)]) -> Vec<Row> {
         strict: &[],
         topic_offsets: &[],
         topic_partitions: &[],
+        request_throttle_ms: &[],
     };
     let mut rows = rows(&k.feed(&batch).unwrap());
     rows.extend(rows_of(k.finish()));
@@ -200,6 +202,7 @@ fn client_limits_are_checked() {
         closed_loop: false,
         expiry_task_ms: None,
         clients: Some(ClientLimits::KAFKA_DEFAULTS),
+        ..ReplayOptions::default()
     };
     let err = ReplayKernel::new(&[("u", "c")], &[path], open).unwrap_err();
     assert!(
@@ -213,6 +216,7 @@ fn client_limits_are_checked() {
             delivery_timeout_ms: 0,
             ..ClientLimits::KAFKA_DEFAULTS
         }),
+        ..ReplayOptions::default()
     };
     let err = ReplayKernel::new(&[("u", "c")], &[path], zero).unwrap_err();
     assert!(

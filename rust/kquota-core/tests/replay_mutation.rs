@@ -263,6 +263,7 @@ impl Columns {
             } else {
                 &[]
             },
+            request_throttle_ms: &[],
         };
         out.extend(rows(&k.feed(&events).unwrap()));
         *self = Columns::default();
@@ -277,6 +278,7 @@ fn kernel(trace: &Trace, closed_loop: bool) -> (Vec<Row>, Vec<Option<u64>>) {
         closed_loop,
         expiry_task_ms: None,
         clients: None,
+        ..ReplayOptions::default()
     };
     let mut k = ReplayKernel::new(&PAIRS, &[path], options).unwrap();
     k.set_mutation_manager(0, &b.mutation).unwrap();
@@ -413,6 +415,7 @@ fn closed_loop_waits_out_a_mutation_throttle() {
         strict: &[false, true],
         topic_offsets: &[],
         topic_partitions: &[],
+        request_throttle_ms: &[],
     };
     let mut out = k.feed(&events).unwrap();
     let rest = k.finish();
@@ -447,6 +450,7 @@ fn bad_mutation_columns_are_refused() {
         strict,
         topic_offsets: &[],
         topic_partitions: &[],
+        request_throttle_ms: &[],
     };
     let e = k.feed(&base(&[-3], &[true])).unwrap_err().to_string();
     assert!(e.contains("invalid partitions -3 at row 0"), "{e}");
@@ -499,6 +503,7 @@ fn mutation_summaries_count_what_the_manager_decided() {
         strict: &strict,
         topic_offsets: &[],
         topic_partitions: &[],
+        request_throttle_ms: &[],
     };
     k.feed(&events).unwrap();
     let summaries = k.summaries();
@@ -554,6 +559,7 @@ fn mutation_kernel(
         closed_loop,
         expiry_task_ms: None,
         clients: None,
+        ..ReplayOptions::default()
     };
     let mut k = ReplayKernel::new(pairs, &[path], options).unwrap();
     k.set_mutation_manager(0, m).unwrap();

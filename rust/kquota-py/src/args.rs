@@ -478,6 +478,28 @@ pub(crate) fn topic_partitions_array<'py>(
     array(obj, "topic_partitions", "int32").map(Some)
 }
 
+pub(crate) fn request_throttle_ms_array<'py>(
+    obj: &Bound<'py, PyAny>,
+) -> PyResult<Option<PyReadonlyArray1<'py, i32>>> {
+    optional(obj, |o| array(o, "request_throttle_ms", "int32"))
+}
+
+/// `quota_pass`: "all", "request" or "bytes".
+pub(crate) fn quota_pass(obj: &Bound<'_, PyAny>) -> PyResult<core::QuotaPass> {
+    match &*text(obj, "quota_pass")? {
+        "all" => Ok(core::QuotaPass::All),
+        "request" => Ok(core::QuotaPass::Request),
+        "bytes" => Ok(core::QuotaPass::Bytes),
+        _ => Err(invalid(
+            obj.py(),
+            format!(
+                "invalid quota_pass {}: expected 'all', 'request' or 'bytes'",
+                shown(obj)
+            ),
+        )),
+    }
+}
+
 /// The scenarios of a replay: a sequence of `kquota.RequestPath`.
 pub(crate) fn scenarios(obj: &Bound<'_, PyAny>) -> PyResult<Vec<Py<RequestPath>>> {
     let expected = "a sequence of kquota.RequestPath (one per scenario)";

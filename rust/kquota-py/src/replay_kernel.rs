@@ -90,10 +90,11 @@ impl ReplayKernel {
     #[new]
     #[pyo3(signature = (
         pairs, scenarios, *, closed_loop=false,
-        expiry_task_ms=Some(core::replay::EXPIRY_TASK_MS), client_limits=None
+        expiry_task_ms=Some(core::replay::EXPIRY_TASK_MS), client_limits=None,
+        quota_pass=core::QuotaPass::All
     ))]
     #[pyo3(
-        text_signature = "(pairs, scenarios, *, closed_loop=False, expiry_task_ms=30000, client_limits=None)"
+        text_signature = "(pairs, scenarios, *, closed_loop=False, expiry_task_ms=30000, client_limits=None, quota_pass='all')"
     )]
     fn new(
         #[pyo3(from_py_with = args::pairs)] pairs: Vec<(String, String)>,
@@ -101,12 +102,14 @@ impl ReplayKernel {
         #[pyo3(from_py_with = args::closed_loop)] closed_loop: bool,
         #[pyo3(from_py_with = args::expiry_task_ms)] expiry_task_ms: Option<i64>,
         #[pyo3(from_py_with = args::client_limits)] client_limits: Option<core::ClientLimits>,
+        #[pyo3(from_py_with = args::quota_pass)] quota_pass: core::QuotaPass,
     ) -> CoreResult<Self> {
         let paths: Vec<core::RequestPath<'_>> = scenarios.iter().map(|p| p.get().core()).collect();
         let options = core::ReplayOptions {
             closed_loop,
             expiry_task_ms,
             clients: client_limits,
+            pass: quota_pass,
         };
         Ok(ReplayKernel {
             inner: Mutex::new(core::ReplayKernel::new(&pairs, &paths, options)?),
@@ -144,7 +147,7 @@ impl ReplayKernel {
     #[allow(clippy::too_many_arguments)]
     #[pyo3(signature = (
         time_ms, pair, kind, bytes, thread_ns, acks, partitions=None, strict=None,
-        topic_offsets=None, topic_partitions=None
+        topic_offsets=None, topic_partitions=None, request_throttle_ms=None
     ))]
     fn feed<'py>(
         &self,
@@ -165,6 +168,9 @@ impl ReplayKernel {
         #[pyo3(from_py_with = args::topic_partitions_array)] topic_partitions: Option<
             PyReadonlyArray1<'py, i32>,
         >,
+        #[pyo3(from_py_with = args::request_throttle_ms_array)] request_throttle_ms: Option<
+            PyReadonlyArray1<'py, i32>,
+        >,
     ) -> PyResult<Bound<'py, PyDict>> {
         // Copy into owned buffers (the arrays may change while the GIL is released), then
         // replay the whole batch without the GIL.
@@ -182,6 +188,7 @@ impl ReplayKernel {
         let stricts = strict.map_or_else(Vec::new, |a| a.as_array().to_vec());
         let offsets = topic_offsets.map_or_else(Vec::new, |a| a.as_array().to_vec());
         let topics = topic_partitions.map_or_else(Vec::new, |a| a.as_array().to_vec());
+        let given = request_throttle_ms.map_or_else(Vec::new, |a| a.as_array().to_vec());
         let mut guard = self.kernel(py)?;
         let kernel: &mut core::ReplayKernel = &mut guard;
         let out = py
@@ -197,6 +204,7 @@ impl ReplayKernel {
                     strict: &stricts,
                     topic_offsets: &offsets,
                     topic_partitions: &topics,
+                    request_throttle_ms: &given,
                 })
             })
             .map_err(CoreError)?;

@@ -20,12 +20,10 @@ The modules, each re-exported here:
 * :mod:`~kquota.backtest.frames.recommendation`: recommended quotas (:func:`recommend`) and
   the quota file to apply from them (:func:`applicable`).
 
-Every throttle comes from the core (:meth:`kquota.QuotaManager.record_batch` per quota type
-in open loop, the sequential :class:`kquota.ReplayKernel` in closed loop), on managers
-built from the :class:`~kquota.config.QuotaConfig` with Kafka's own precedence rules. The
-Spark job replays through :class:`kquota.ReplayKernel` (both loops); :class:`OpenLoop`
-remains for its by-sensor partitioning, which splits a request's quota types over two
-passes.
+Every throttle comes from the core's :class:`kquota.ReplayKernel`, on managers built from
+the :class:`~kquota.config.QuotaConfig` with Kafka's own precedence rules: in one pass per
+broker (both loops), or in open loop as a request pass then a byte pass
+(:class:`SplitReplay`), when the Spark job splits a broker's traffic by sensor.
 """
 
 from kquota.backtest.frames import entities, recommendation, replay, schema

@@ -12,22 +12,23 @@ import numpy.typing as npt
 import pandas as pd  # type: ignore[import-untyped]
 
 from kquota import QuotaManager, ReplayKernel, RequestPath
-from kquota._core import applied_throttles, unrecorded_by_request
+from kquota._core import applied_throttles
 from kquota.backtest.frames import schema
-from kquota.backtest.frames.schema import BoolArray, FloatArray, Int32Array, Int64Array
+from kquota.backtest.frames.schema import BoolArray, Int32Array, Int64Array
 from kquota.config import QuotaConfig
 from kquota.exceptions import InvalidConfigError
 from kquota.quota_types import QuotaType
 
 __all__ = [
     "ClientLimits",
-    "OpenLoop",
     "ReplayMode",
+    "SplitReplay",
     "applied_throttle",
     "kind_codes",
     "kinds",
     "replay_closed",
     "replay_open",
+    "request_path",
     "resolve_sensors",
     "sensor_tags",
     "time_order",
@@ -164,25 +165,38 @@ def resolve_sensors(
     return result
 
 
-class OpenLoop:
-    """Open-loop replay of requests that arrive in batches, for several scenarios at once.
+def request_path(config: QuotaConfig) -> RequestPath:
+    """A broker's path for one scenario: its three managers as ``config`` sets them."""
+    return RequestPath(
+        config.manager("produce"), config.manager("fetch"), config.manager("request")
+    )
+
+
+class SplitReplay:
+    """The open loop in two passes, for requests that arrive in batches, several scenarios
+    at once, through the core's :class:`kquota.ReplayKernel`.
+
+    A replay split by sensor (``--partition sensor``) puts a request's request sensor and
+    its byte sensor in different partitions, so it replays the request quota first
+    (:meth:`request_throttles`) and the produce and fetch quotas after
+    (:meth:`byte_throttles`), given the first pass's throttles: a fetch the request quota
+    throttled is not recorded. The kernel decides both passes (``quota_pass="request"``
+    and ``"bytes"``); they decide what one pass over the same requests decides.
 
     Rows must come in replay order per sensor: time order (ties by :data:`SEQ_COLUMNS`) for
-    the requests of any one ``(broker, sensor)``, within a batch and across batches; how
-    different sensors interleave does not matter. Each scenario (one
-    :class:`~kquota.config.QuotaConfig`) gets one manager per broker and quota type, built
-    on first use and kept across batches, and every batch goes through the core's
-    :meth:`~kquota.QuotaManager.record_batch`. The Spark job feeds it the sorted rows of a
-    partition batch by batch; :func:`replay_open` feeds it one sorted group.
+    the requests of any one ``(broker, sensor)``, within a batch and across batches, and
+    each pass's batches in time order. Each broker gets a kernel per pass, kept across
+    batches. The Spark job feeds it the sorted rows of a partition batch by batch;
+    :func:`replay_open` feeds it one sorted group.
     """
 
     def __init__(self, configs: Sequence[QuotaConfig]) -> None:
-        self._configs = list(configs)
-        self._managers: dict[tuple[int, str, QuotaType], QuotaManager] = {}
+        self._paths = [request_path(config) for config in configs]
+        self._kernels: dict[tuple[str, str], tuple[ReplayKernel, dict[tuple[str, str], int]]] = {}
         self._last: tuple[pd.DataFrame, _Batch] | None = None
 
     def _batch(self, frame: pd.DataFrame) -> _Batch:
-        """The converted columns of ``frame``, converted once for both quota families."""
+        """The converted columns of ``frame``, converted once for both passes."""
         if self._last is None or self._last[0] is not frame:
             self._last = (frame, _Batch(frame))
         return self._last[1]
@@ -190,65 +204,57 @@ class OpenLoop:
     @property
     def scenarios(self) -> int:
         """How many configurations are replayed side by side."""
-        return len(self._configs)
+        return len(self._paths)
 
-    def _record(
-        self,
-        scenario: int,
-        quota_type: QuotaType,
-        batch: _Batch,
-        rows: Int64Array,
-        values: FloatArray,
-        unrecord_if: BoolArray | None = None,
-    ) -> Int32Array:
-        """Throttles of ``rows`` (positions in ``batch``, in replay order) for one quota type."""
-        out = np.zeros(len(rows), dtype=np.int32)
-        config = self._configs[scenario]
-        if not len(rows) or not config.quotas(quota_type):  # Kafka measures nothing then
+    def _feed(
+        self, quota_pass: str, frame: pd.DataFrame, given: Sequence[npt.ArrayLike] | None = None
+    ) -> dict[str, Int32Array]:
+        """Each scenario's throttles of every row of ``frame`` (rows x scenarios columns,
+        scenario after scenario), broker by broker through that broker's kernel."""
+        batch = self._batch(frame)
+        n, scenarios = len(frame), self.scenarios
+        out = {
+            name: np.zeros((scenarios, n), dtype=np.int32)
+            for name in ("produce_throttle_ms", "fetch_throttle_ms", "request_throttle_ms")
+        }
+        if not n:
             return out
-        brokers = batch.broker_codes[rows]
-        for code in np.unique(brokers).tolist():
-            mine = np.flatnonzero(brokers == code) if len(batch.broker_names) > 1 else None
-            picked = rows if mine is None else rows[mine]
-            key = (scenario, batch.broker_names[code], quota_type)
-            manager = self._managers.get(key)
-            if manager is None:
-                manager = self._managers[key] = config.manager(quota_type)
-            drops = None
-            if unrecord_if is not None:
-                drops = unrecord_if if mine is None else unrecord_if[mine]
-            throttles = manager.record_batch(
-                batch.times[picked],
-                batch.pair_codes[picked],
-                values if mine is None else values[mine],
-                batch.pairs,
-                drops,
+        requests = (
+            None
+            if given is None
+            else np.stack([np.asarray(g, dtype=np.int32) for g in given]).reshape(scenarios, n)
+        )
+        several = len(batch.broker_names) > 1
+        for code in np.unique(batch.broker_codes).tolist():
+            mine = np.flatnonzero(batch.broker_codes == code) if several else slice(None)
+            key = (batch.broker_names[code], quota_pass)
+            if key not in self._kernels:
+                kernel = ReplayKernel([], self._paths, expiry_task_ms=None, quota_pass=quota_pass)
+                self._kernels[key] = (kernel, {})
+            kernel, ids = self._kernels[key]
+            new = [p for p in batch.pairs if p not in ids]
+            if new:
+                first = kernel.add_pairs(new)
+                ids.update((p, first + i) for i, p in enumerate(new))
+            pair_ids = np.fromiter((ids[p] for p in batch.pairs), np.int32, len(batch.pairs))
+            fed = kernel.feed(
+                batch.times[mine],
+                pair_ids[batch.pair_codes[mine]],
+                batch.kinds[mine],
+                batch.sizes[mine],
+                batch.threads[mine],
+                np.full(len(batch.times[mine]), -1, dtype=np.int16),
+                request_throttle_ms=(
+                    None if requests is None else np.ascontiguousarray(requests[:, mine]).ravel()
+                ),
             )
-            if mine is None:
-                out[:] = throttles
-            else:
-                out[mine] = throttles
+            for name, column in out.items():
+                column[:, mine] = fed[name].reshape(scenarios, -1)
         return out
 
     def request_throttles(self, frame: pd.DataFrame) -> list[Int32Array]:
         """Per scenario, the request-quota throttle of every row (0 without :data:`THREAD`)."""
-        batch = self._batch(frame)
-        outs = []
-        known = (
-            np.flatnonzero(frame[schema.THREAD].notna().to_numpy())
-            if schema.THREAD in frame.columns
-            else np.empty(0, dtype=np.int64)
-        )
-        values = (
-            frame[schema.THREAD].to_numpy(dtype=np.float64, na_value=np.nan)[known]
-            if len(known)
-            else np.empty(0)
-        )
-        for scenario in range(self.scenarios):
-            out = np.zeros(len(frame), dtype=np.int32)
-            out[known] = self._record(scenario, "request", batch, known, values)
-            outs.append(out)
-        return outs
+        return list(self._feed("request", frame)["request_throttle_ms"])
 
     def byte_throttles(
         self, frame: pd.DataFrame, requests: Sequence[npt.ArrayLike] | None = None
@@ -259,42 +265,31 @@ class OpenLoop:
         to the fetch quota (other APIs get 0 for both). A fetch throttled by either quota is
         unrecorded; ``requests`` are each scenario's request-quota throttles (default: none).
         """
-        batch = self._batch(frame)
-        n = len(frame)
-        kind = kind_codes(frame[schema.API]) if n else np.empty(0, dtype=np.int8)
-        size = frame[schema.BYTES].to_numpy(dtype=np.float64) if n else np.empty(0)
-        produce_rows = np.flatnonzero(kind == 0)
-        fetch_rows = np.flatnonzero(kind == 1)
-        outs = []
-        for scenario in range(self.scenarios):
-            produce = np.zeros(n, dtype=np.int32)
-            fetch = np.zeros(n, dtype=np.int32)
-            produce[produce_rows] = self._record(
-                scenario, "produce", batch, produce_rows, size[produce_rows]
-            )
-            throttled = (
-                np.zeros(len(fetch_rows), dtype=np.bool_)
-                if requests is None
-                else _unrecord_if(np.asarray(requests[scenario])[fetch_rows])
-            )
-            fetch[fetch_rows] = self._record(
-                scenario, "fetch", batch, fetch_rows, size[fetch_rows], throttled
-            )
-            outs.append((produce, fetch))
-        return outs
+        if requests is None:
+            requests = [np.zeros(len(frame), dtype=np.int32)] * self.scenarios
+        out = self._feed("bytes", frame, requests)
+        return list(zip(out["produce_throttle_ms"], out["fetch_throttle_ms"], strict=True))
 
 
 class _Batch:
-    """The columns of a batch every quota type needs, converted once."""
+    """The columns of a batch both passes need, converted once."""
 
     def __init__(self, frame: pd.DataFrame) -> None:
+        n = len(frame)
         self.times = frame[schema.TS].to_numpy(dtype=np.int64)
         self.pair_codes, self.pairs = _pair_codes(frame[schema.USER], frame[schema.CLIENT])
+        self.kinds = kind_codes(frame[schema.API]) if n else np.empty(0, dtype=np.int8)
+        self.sizes = frame[schema.BYTES].to_numpy(dtype=np.float64) if n else np.empty(0)
+        self.threads = (
+            frame[schema.THREAD].to_numpy(dtype=np.float64, na_value=np.nan)
+            if schema.THREAD in frame.columns
+            else np.full(n, np.nan)
+        )
         if schema.BROKER in frame.columns:
             self.broker_codes, self.broker_names = _factorize(frame[schema.BROKER])
             self.broker_names = self.broker_names or [""]
         else:
-            self.broker_codes = np.zeros(len(frame), dtype=np.int64)
+            self.broker_codes = np.zeros(n, dtype=np.int64)
             self.broker_names = [""]
 
 
@@ -309,18 +304,6 @@ def applied_throttle(
         np.asarray(fetch, dtype=np.int32),
         np.asarray(request, dtype=np.int32),
     )
-
-
-def _unrecord_if(request_throttles: npt.ArrayLike) -> BoolArray:
-    """Which fetches the request quota throttled, for the fetch manager's batch call.
-
-    The open loop records each quota type as one batch, so it cannot call the core's
-    per-request :class:`kquota.RequestPath`; it applies the core's unrecord rule in two
-    halves: ``record_batch`` on the fetch manager takes the fetch half itself, and
-    :func:`kquota._core.unrecorded_by_request` is the request half, passed as its
-    ``unrecord_if``. The property tests check the open loop against the core's path.
-    """
-    return unrecorded_by_request(np.asarray(request_throttles, dtype=np.int32))
 
 
 def replay_open(frame: pd.DataFrame, config: QuotaConfig) -> pd.DataFrame:
@@ -348,7 +331,7 @@ def replay_open(frame: pd.DataFrame, config: QuotaConfig) -> pd.DataFrame:
         if c in frame.columns
     ]
     ordered = frame[needed].iloc[order]
-    loop = OpenLoop([config])
+    loop = SplitReplay([config])
     request = loop.request_throttles(ordered)[0]
     produce, fetch = loop.byte_throttles(ordered, [request])[0]
     columns = {}

@@ -34,6 +34,7 @@ impl Trace {
             strict: &[],
             topic_offsets: &[],
             topic_partitions: &[],
+            request_throttle_ms: &[],
         }
     }
 }

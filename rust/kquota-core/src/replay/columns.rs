@@ -74,6 +74,10 @@ pub struct Events<'a> {
     pub topic_offsets: &'a [i32],
     /// The per-topic partitions `topic_offsets` indexes (each >= 0).
     pub topic_partitions: &'a [i32],
+    /// With [`QuotaPass::Bytes`]: each scenario's request-quota throttles of these events,
+    /// replayed before (scenario by scenario, `n` each), for the rule that a fetch the
+    /// request quota throttled is not recorded. Empty otherwise.
+    pub request_throttle_ms: &'a [i32],
 }
 
 impl Events<'_> {
@@ -257,6 +261,33 @@ impl Default for ClientLimits {
     }
 }
 
+/// Which client quotas an open-loop [`super::ReplayKernel`] replays. A replay split by
+/// sensor (more parallel than one task per broker) runs two passes, because one request's
+/// request sensor and byte sensor may land in different partitions: first the request
+/// quota alone, then the byte quotas with the first pass's throttles given.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum QuotaPass {
+    /// Every quota, in one pass.
+    #[default]
+    All,
+    /// The request quota only; produce and fetch throttles are 0.
+    Request,
+    /// The produce and fetch quotas, with the request quota's throttles given
+    /// ([`Events::request_throttle_ms`]).
+    Bytes,
+}
+
+impl QuotaPass {
+    /// Whether this pass replays `quota_type`.
+    pub fn replays(self, quota_type: QuotaType) -> bool {
+        match self {
+            QuotaPass::All => true,
+            QuotaPass::Request => quota_type == QuotaType::Request,
+            QuotaPass::Bytes => quota_type != QuotaType::Request,
+        }
+    }
+}
+
 /// How a [`super::ReplayKernel`] replays.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ReplayOptions {
@@ -267,6 +298,8 @@ pub struct ReplayOptions {
     /// Closed loop: bounded clients ([`ClientLimits`]); `None`: unbounded clients, whose
     /// later requests shift by what they waited.
     pub clients: Option<ClientLimits>,
+    /// Open loop: which quotas this kernel replays (every one by default).
+    pub pass: QuotaPass,
 }
 
 impl Default for ReplayOptions {
@@ -276,6 +309,7 @@ impl Default for ReplayOptions {
             closed_loop: false,
             expiry_task_ms: Some(EXPIRY_TASK_MS),
             clients: None,
+            pass: QuotaPass::All,
         }
     }
 }

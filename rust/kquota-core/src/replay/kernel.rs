@@ -2,8 +2,8 @@
 
 use super::clock::Clock;
 use super::columns::{
-    kind_of, ClientLimits, Events, Output, ReplayOptions, BY_NONE, EXPIRY_TASK_MS, KIND_FETCH,
-    KIND_MUTATION, KIND_OTHER, KIND_PRODUCE, SERVED, UNSERVED_BUFFER_FULL,
+    kind_of, ClientLimits, Events, Output, QuotaPass, ReplayOptions, BY_NONE, EXPIRY_TASK_MS,
+    KIND_FETCH, KIND_MUTATION, KIND_OTHER, KIND_PRODUCE, SERVED, UNSERVED_BUFFER_FULL,
 };
 use super::mutation::MutationTable;
 use super::scenario::{table_index, ClosedLoop, Decisions, Event, Scenario, Scratch};
@@ -23,6 +23,8 @@ pub struct ReplayKernel {
     pairs: Vec<(String, String)>,
     scenarios: Vec<Scenario>,
     closed_loop: bool,
+    /// Which quotas the open loop replays.
+    pass: QuotaPass,
     /// The position of the next event fed.
     next_seq: u64,
     /// Nothing fed or applied may come before this time.
@@ -59,6 +61,13 @@ impl ReplayKernel {
                     .to_owned(),
             ));
         }
+        if options.pass != QuotaPass::All && options.closed_loop {
+            return Err(Error::InvalidConfig(format!(
+                "invalid pass {:?}: a closed-loop replay replays every quota in one pass \
+                 (a client's waits depend on all of them)",
+                options.pass
+            )));
+        }
         let mut kernel = ReplayKernel {
             pairs: Vec::new(),
             scenarios: scenarios
@@ -80,6 +89,7 @@ impl ReplayKernel {
                 })
                 .collect(),
             closed_loop: options.closed_loop,
+            pass: options.pass,
             next_seq: 0,
             horizon: None,
             held: Output::default(),
@@ -154,11 +164,40 @@ impl ReplayKernel {
     /// Checks every column of `events`; returns their number. Nothing is changed.
     fn check(&self, events: &Events<'_>) -> Result<usize> {
         let n = events.checked_len()?;
+        self.check_pass(events, n)?;
         if self.all_valid(events, n) {
             return Ok(n);
         }
         self.find_invalid(events, n)?;
         Ok(n)
+    }
+
+    /// Checks the columns that depend on the kernel's [`QuotaPass`].
+    fn check_pass(&self, events: &Events<'_>, n: usize) -> Result<()> {
+        let given = events.request_throttle_ms.len();
+        if self.pass == QuotaPass::Bytes {
+            let expected = n * self.scenarios.len();
+            if given != expected {
+                return Err(Error::InvalidUsage(format!(
+                    "request_throttle_ms has {given} values: the byte pass takes each \
+                     scenario's request throttles of the batch, {} x {n} = {expected}",
+                    self.scenarios.len()
+                )));
+            }
+        } else if given != 0 {
+            return Err(Error::InvalidUsage(format!(
+                "request_throttle_ms has {given} values: only a byte pass (pass Bytes) takes \
+                 the request quota's throttles; this kernel replays them"
+            )));
+        }
+        if self.pass != QuotaPass::All && !events.partitions.is_empty() {
+            return Err(Error::InvalidUsage(
+                "a replay split into quota passes has no controller mutations: replay a \
+                 traffic with mutations whole (QuotaPass::All)"
+                    .to_owned(),
+            ));
+        }
+        Ok(())
     }
 
     /// Whether every event of equal-length columns is valid: the same rules as
@@ -351,6 +390,11 @@ impl ReplayKernel {
             out.seq.extend(first..first + n as u64);
             out.sent_ms.extend_from_slice(&events.time_ms[..n]);
             let at = index * n..(index + 1) * n;
+            if self.pass == QuotaPass::Bytes {
+                // the request pass's throttles, which the byte pass does not replay
+                out.request_throttle_ms[at.clone()]
+                    .copy_from_slice(&events.request_throttle_ms[at.clone()]);
+            }
             let decisions = Decisions {
                 applied: &mut out.throttle_ms[at.clone()],
                 by: &mut out.throttled_by[at.clone()],
@@ -360,7 +404,7 @@ impl ReplayKernel {
                 mutation: &mut out.mutation_throttle_ms[at.clone()],
                 refused: &mut out.refused_partitions[at],
             };
-            s.replay_batch(events, n, first, &mut scratch, decisions);
+            s.replay_batch(events, n, first, &mut scratch, decisions, self.pass);
         }
         self.scratch = scratch;
         out

@@ -72,9 +72,9 @@ mod sensor;
 mod stats;
 
 pub use columns::{
-    quota_code, ClientLimits, Events, Output, ReplayOptions, BY_MUTATION, BY_NONE, EXPIRY_TASK_MS,
-    KIND_FETCH, KIND_MUTATION, KIND_OTHER, KIND_PRODUCE, MAX_BATCH, SERVED, UNSERVED_BUFFER_FULL,
-    UNSERVED_TIMED_OUT,
+    quota_code, ClientLimits, Events, Output, QuotaPass, ReplayOptions, BY_MUTATION, BY_NONE,
+    EXPIRY_TASK_MS, KIND_FETCH, KIND_MUTATION, KIND_OTHER, KIND_PRODUCE, MAX_BATCH, SERVED,
+    UNSERVED_BUFFER_FULL, UNSERVED_TIMED_OUT,
 };
 pub use kernel::ReplayKernel;
 pub use stats::{EntitySummary, SummaryType};

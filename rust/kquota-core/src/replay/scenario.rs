@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use super::clock::Clock;
 use super::columns::{
-    kind_of, quota_code, ClientLimits, Events, Output, BY_MUTATION, BY_NONE, KIND_FETCH,
+    kind_of, quota_code, ClientLimits, Events, Output, QuotaPass, BY_MUTATION, BY_NONE, KIND_FETCH,
     KIND_MUTATION, KIND_PRODUCE, SERVED, UNSERVED_TIMED_OUT,
 };
 use super::groups::{Groups, Record};
@@ -276,11 +276,13 @@ impl Scenario {
         first: u64,
         scratch: &mut Scratch,
         d: Decisions<'_>,
+        pass: QuotaPass,
     ) {
         let groups = &mut scratch.groups;
         let clock = self.clock.clone();
         let [produce, fetch, request] = &mut self.tables;
-        if request.enabled() {
+        // a byte pass's request throttles are given, already in `d.request`
+        if pass.replays(QuotaType::Request) && request.enabled() {
             groups.clear(request.sensor_count());
             for i in 0..n {
                 let (ns, kind) = (events.thread_ns[i], events.kind[i]);
@@ -307,8 +309,11 @@ impl Scenario {
                 |r| (r.aux, r.value as i64),
             );
         }
-        for (table, kind) in [(produce, KIND_PRODUCE), (fetch, KIND_FETCH)] {
-            if !table.enabled() {
+        for (table, kind, quota_type) in [
+            (produce, KIND_PRODUCE, QuotaType::Produce),
+            (fetch, KIND_FETCH, QuotaType::Fetch),
+        ] {
+            if !pass.replays(quota_type) || !table.enabled() {
                 continue;
             }
             groups.clear(table.sensor_count());
