@@ -200,3 +200,122 @@ impl Connection {
         OWN_CORRELATION_IDS | (self.own_requests.fetch_add(1, Ordering::Relaxed) & 0xFF_FFFF)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn connection() -> Connection {
+        Connection::new(7, "127.0.0.1:5000".parse().unwrap(), -1)
+    }
+
+    /// Whether `wait_turn` lets the request go at once (polled once, no waiting).
+    async fn goes_now(c: &Connection, produce: bool) -> Option<bool> {
+        tokio::time::timeout(Duration::ZERO, c.wait_turn(produce))
+            .await
+            .ok()
+    }
+
+    #[tokio::test]
+    async fn a_request_waits_for_the_one_before_unless_both_are_produce_requests() {
+        let c = connection();
+        assert_eq!(
+            goes_now(&c, false).await,
+            Some(false),
+            "the first goes, behind none"
+        );
+        assert_eq!(
+            goes_now(&c, false).await,
+            None,
+            "the next waits for its answer"
+        );
+        assert_eq!(goes_now(&c, true).await, None, "so does a produce request");
+        c.answer_done(false);
+        assert_eq!(goes_now(&c, true).await, Some(false));
+        // produce requests pipeline behind produce requests, up to the depth
+        for _ in 1..PIPELINE_DEPTH {
+            assert_eq!(goes_now(&c, true).await, Some(true), "behind one in flight");
+        }
+        assert_eq!(goes_now(&c, true).await, None, "the pipeline is full");
+        assert_eq!(
+            goes_now(&c, false).await,
+            None,
+            "other requests wait for every answer"
+        );
+        for _ in 0..PIPELINE_DEPTH {
+            c.answer_done(true);
+        }
+        assert_eq!(goes_now(&c, false).await, Some(false));
+    }
+
+    #[tokio::test]
+    async fn a_muted_connection_sends_nothing_and_its_mute_only_grows() {
+        let c = connection();
+        let later = monotonic_ms() + 60_000;
+        c.mute(later);
+        c.mute(later - 30_000);
+        assert_eq!(c.muted_until.load(Ordering::Acquire), later);
+        assert_eq!(goes_now(&c, false).await, None);
+        assert_eq!(goes_now(&c, true).await, None);
+        let passed = connection();
+        passed.mute(monotonic_ms() - 1);
+        assert_eq!(
+            goes_now(&passed, false).await,
+            Some(false),
+            "a mute that ended"
+        );
+    }
+
+    #[tokio::test]
+    async fn an_idle_connection_is_closed_saying_whether_a_request_was_cut() {
+        let c = connection();
+        let Closed::Client(why) = c.expire_idle(Duration::ZERO).await else {
+            panic!("the client's side closes")
+        };
+        assert_eq!(why, "idle for 0 ms (connections.max.idle.ms)");
+        c.bytes_in.fetch_add(10, Ordering::AcqRel);
+        c.bytes_framed.fetch_add(4, Ordering::AcqRel);
+        let Closed::Client(why) = c.expire_idle(Duration::ZERO).await else {
+            panic!("the client's side closes")
+        };
+        assert!(
+            why.ends_with("in the middle of a request, 6 bytes of it read"),
+            "{why}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_connection_waiting_on_the_broker_is_not_idle() {
+        let c = connection();
+        assert_eq!(goes_now(&c, false).await, Some(false));
+        // 1 ms: the wait that counts as activity moves the deadline past now
+        let idle = Duration::from_millis(1);
+        let expired = tokio::time::timeout(Duration::ZERO, c.expire_idle(idle)).await;
+        assert!(
+            expired.is_err(),
+            "a request at the broker keeps the connection open"
+        );
+    }
+
+    #[test]
+    fn own_requests_have_correlation_ids_no_client_uses_first() {
+        let c = connection();
+        assert_eq!(c.own_correlation_id(), OWN_CORRELATION_IDS);
+        assert_eq!(c.own_correlation_id(), OWN_CORRELATION_IDS + 1);
+        c.own_requests.store(0xFF_FFFF, Ordering::Relaxed);
+        assert_eq!(c.own_correlation_id(), OWN_CORRELATION_IDS | 0xFF_FFFF);
+        assert_eq!(
+            c.own_correlation_id(),
+            OWN_CORRELATION_IDS,
+            "wraps within its range"
+        );
+    }
+
+    #[test]
+    fn a_connection_is_named_by_its_peer_and_client_id() {
+        let c = connection();
+        assert_eq!(c.who(), "127.0.0.1:5000");
+        *lock(&c.client_id) = "app".to_owned();
+        assert_eq!(c.who(), "127.0.0.1:5000 (client id \"app\")");
+    }
+}
