@@ -58,6 +58,7 @@ __all__ = [
     "__version__",
     "applied_throttles",
     "canonical_ip",
+    "check_proxy_options",
     "check_quota",
     "check_quota_key",
     "check_quota_value",
@@ -728,6 +729,27 @@ def next_maintenance_ms(next_expiry_ms: int | None, next_unmute_ms: int | None) 
     """When maintenance is next due: the earlier of the next expiry and the next mute's
     end; ``None`` when no expiry has run yet (due at once)."""
 
+def check_proxy_options(
+    upstream: str,
+    *,
+    listen: str = "127.0.0.1:0",
+    max_request_bytes: int = 104857600,
+    max_response_bytes: int = 104857600,
+    connect_timeout: float = 10.0,
+    upstream_timeout: float = 300.0,
+    connections_max_idle: float = 600.0,
+    default_num_partitions: int = 1,
+    listener: str = "PLAINTEXT",
+    threads: int = 2,
+    broker_ports: tuple[int, int] | None = None,
+    advertised_host: str | None = None,
+) -> None:
+    """Checks a proxy's options by the rules :class:`ProxyDataPath` starts with, without
+    resolving a host name (it resolves them when it starts): :class:`InvalidConfigError`
+    ``invalid <option> <value>: <what is expected>`` for the first option outside its rule
+    (a bool given for a number is refused). :class:`kquota.proxy.ProxyServer` and
+    ``kquota proxy`` call it with their options."""
+
 def check_window_seconds(window_ms: int) -> None:
     """``quota.window.size.seconds``: a quota manager's window is a whole number of
     seconds; :class:`InvalidConfigError` naming ``window_ms`` otherwise."""
@@ -1099,7 +1121,8 @@ class ProxyDataPath:
     path in Rust (the ``kquota-proxy`` crate) on ``threads`` threads of its own, with the
     quotas of the three managers read directly. Returns once it listens on ``listen``
     (``HOST:PORT``, port 0: any free port); :class:`OSError` when it cannot. Used by
-    :class:`kquota.proxy.ProxyServer`.
+    :class:`kquota.proxy.ProxyServer`. Its options are held to :func:`check_proxy_options`'s
+    rules, and its host names must resolve: :class:`InvalidConfigError` otherwise.
 
     With ``broker_ports=(first, last)`` it is a gateway in front of the cluster whose
     bootstrap addresses ``upstream`` lists (comma-separated): broker ``n`` gets the port

@@ -556,8 +556,23 @@ def test_cli_rejects_bad_gateway_options_with_status_2(tmp_path: Any) -> None:
     cases = [
         (gateway, "--bootstrap needs --broker-ports FIRST-LAST"),
         ([*gateway, "--broker-ports", "9300"], "invalid --broker-ports '9300'"),
-        ([*gateway, "--broker-ports", "9400-9300"], "invalid --broker-ports '9400-9300'"),
-        ([*gateway, "--broker-ports", "0-10"], "invalid --broker-ports '0-10'"),
+        (
+            [*gateway, "--broker-ports", "9400-9300"],
+            "invalid --broker-ports (9400, 9300): the last port is below the first",
+        ),
+        (
+            [*gateway, "--broker-ports", "0-10"],
+            "invalid --broker-ports (0, 10): expected ports from 1 to 65535",
+        ),
+        (
+            ["--listen", "0.0.0.0:0", "--bootstrap", "h:9", "--broker-ports", "1-2"],
+            'invalid --listen "0.0.0.0:0": a gateway on every interface needs'
+            " --advertised-host, the host clients reach it at",
+        ),
+        (
+            [*gateway, "--broker-ports", "1-2", "--advertised-host", "a b"],
+            'invalid --advertised-host "a b": expected a host name or IP',
+        ),
         (
             [*gateway, "--broker-ports", "9300-9310", "--quota-callback", "m:f"],
             "invalid quota callback 'm:f': cannot import module 'm'",
@@ -599,11 +614,11 @@ def test_bad_gateway_settings_are_named() -> None:
     with QuotaPlugin() as plugin:
         for upstream, kwargs, message in (
             (("h", 9), {"broker_ports": (9300,)}, r"invalid broker_ports \(9300,\)"),
-            (("h", 9), {"broker_ports": (9400, 9300)}, "invalid broker_ports"),
-            (("h", 9), {"broker_ports": (0, 10)}, "invalid broker_ports"),
+            (("h", 9), {"broker_ports": (9400, 9300)}, "the last port is below the first"),
+            (("h", 9), {"broker_ports": (0, 10)}, r"invalid broker_ports \(0, 10\)"),
             ([("h", 9), ("g", 9)], {}, "a sidecar has one broker"),
-            (("h", 9), {"advertised_host": "gw"}, "advertised_host 'gw' needs broker_ports"),
-            ([("h", 0)], {"broker_ports": (1, 2)}, "invalid upstream"),
+            (("h", 9), {"advertised_host": "gw"}, r'advertised_host "gw".*needs broker_ports'),
+            ([("h", 0)], {"broker_ports": (1, 2)}, 'invalid upstream "h:0"'),
         ):
             with pytest.raises(InvalidConfigError, match=message):
                 ProxyServer(upstream, plugin, **kwargs)  # type: ignore[arg-type]
@@ -612,14 +627,14 @@ def test_bad_gateway_settings_are_named() -> None:
             (
                 ("127.0.0.1:9,nowhere",),
                 {"broker_ports": (1, 2)},
-                'invalid bootstrap address "nowhere"',
+                'invalid upstream "nowhere"',
             ),
             (("127.0.0.1:9",), {"broker_ports": (2, 1)}, "the last port is below the first"),
             (("127.0.0.1:9",), {"broker_ports": (1, 70000)}, "expected ports from 1 to 65535"),
             (
                 ("127.0.0.1:9",),
                 {"broker_ports": (1, 2), "listen": "0.0.0.0:0"},
-                "give advertised_host",
+                "a gateway on every interface needs advertised_host",
             ),
             (
                 ("127.0.0.1:9",),

@@ -440,7 +440,24 @@ def test_cli_rejects_bad_options_with_status_2(tmp_path: Path) -> None:
         ),
         (
             ["--listen", "127.0.0.1:0", "--upstream", "h:9", "--threads", "0"],
-            "invalid --threads 0",
+            "invalid --threads 0: expected 1 to 256",
+        ),
+        # The data path's rules, with its option names given as the flags.
+        (
+            ["--listen", "127.0.0.1:0", "--upstream", "h:0"],
+            'invalid --upstream "h:0": expected HOST:PORT with a port from 1 to 65535',
+        ),
+        (
+            ["--listen", "127.0.0.1:0", "--upstream", "h:9", "--listener-name", ""],
+            'invalid --listener-name "": expected a listener name',
+        ),
+        (
+            ["--listen", "127.0.0.1:0", "--upstream", "h:9", "--num-partitions", "0"],
+            "invalid --num-partitions 0: expected 1 to 2147483647",
+        ),
+        (
+            ["--listen", "127.0.0.1:0", "--upstream", "h:9", "--max-request-bytes", "-1"],
+            "invalid --max-request-bytes -1: expected 1 to 2147483647",
         ),
         (
             ["--listen", "127.0.0.1:0", "--upstream", "h:9", "--connections-max-idle-ms", "0"],
@@ -471,9 +488,16 @@ def test_bad_proxy_settings_are_named() -> None:
 
     with QuotaPlugin() as plugin:
         for kwargs, message in (
-            ({"threads": 0}, "invalid threads 0"),
-            ({"threads": True}, "invalid threads True"),
-            ({"listener": ""}, "invalid listener ''"),
+            ({"threads": 0}, "invalid threads 0: expected 1 to 256"),
+            ({"threads": True}, "invalid threads True: expected an int, not a bool"),
+            ({"listener": ""}, 'invalid listener "": expected a listener name'),
+            ({"max_request_bytes": 2**31}, "invalid max_request_bytes 2147483648"),
+            ({"max_response_bytes": 0}, "invalid max_response_bytes 0"),
+            ({"default_num_partitions": 10**30}, f"invalid default_num_partitions {10**30}"),
+            # Checked when given, though only start() uses them.
+            ({"connect_timeout": 0}, "invalid connect_timeout 0: expected seconds > 0"),
+            ({"upstream_timeout": -1.0}, "invalid upstream_timeout -1: expected seconds > 0"),
+            ({"connections_max_idle": float("nan")}, "invalid connections_max_idle NaN"),
         ):
             with pytest.raises(InvalidConfigError, match=message):
                 ProxyServer(("127.0.0.1", 9), plugin, **kwargs)  # type: ignore[arg-type]
@@ -483,6 +507,13 @@ def test_bad_proxy_settings_are_named() -> None:
             ProxyDataPath("127.0.0.1:9", *plugin.managers, listen=listen)
         with pytest.raises(InvalidConfigError, match='invalid upstream "nowhere"'):
             ProxyDataPath("nowhere", *plugin.managers)
+        with pytest.raises(InvalidConfigError, match="invalid threads 0: expected 1 to 256"):
+            ProxyDataPath("127.0.0.1:9", *plugin.managers, threads=0)
+        # A host name is resolved when the data path starts, not when the options are given.
+        missing = "no-such-host.invalid:9"
+        ProxyServer(("no-such-host.invalid", 9), plugin)
+        with pytest.raises(InvalidConfigError, match=f'invalid upstream "{missing}": its host'):
+            ProxyDataPath(missing, *plugin.managers)
 
 
 def test_api_versions_offer_only_versions_the_codec_reads(tansu: Any) -> None:

@@ -21,6 +21,7 @@ import argparse
 import asyncio
 import functools
 import logging
+import re
 import signal
 import sys
 from typing import Any
@@ -32,12 +33,12 @@ from kquota import (
     QuotaManager,
     load_callback,
 )
-from kquota._core import check_window_seconds
+from kquota._core import check_proxy_options, check_window_seconds
 from kquota._extras import missing, needs
 from kquota.cli.common import EXIT_OK, fail
 from kquota.config.backends import STORE_ENV, open_store
 from kquota.config.store import DEFAULT_LOCK_TIMEOUT
-from kquota.exceptions import KquotaError
+from kquota.exceptions import InvalidConfigError, KquotaError
 from kquota.proxy.admin import AdminAccess
 from kquota.proxy.capture import DEFAULT_ROLL_BYTES, DEFAULT_ROLL_SECONDS
 from kquota.proxy.server import (
@@ -275,16 +276,40 @@ def _address(option: str, text: str) -> tuple[str, int]:
 
 def _port_range(text: str) -> tuple[int, int]:
     first, sep, last = text.partition("-")
-    if (
-        not sep
-        or not first.isdigit()
-        or not last.isdigit()
-        or not 0 < int(first) <= int(last) <= 65535
-    ):
-        raise ValueError(
-            f"invalid --broker-ports {text!r}: expected FIRST-LAST, ports 1-65535, FIRST <= LAST"
-        )
+    if not sep or not first.isdigit() or not last.isdigit():
+        raise ValueError(f"invalid --broker-ports {text!r}: expected FIRST-LAST, e.g. 9100-9199")
     return int(first), int(last)
+
+
+# The proxy's options the command line gives, by the name the data path's rules use, and
+# the flag that sets each.
+_FLAGS = {
+    "listen": "--listen",
+    "broker_ports": "--broker-ports",
+    "advertised_host": "--advertised-host",
+    "max_request_bytes": "--max-request-bytes",
+    "default_num_partitions": "--num-partitions",
+    "listener": "--listener-name",
+    "threads": "--threads",
+}
+# A quoted value in a message: option names are not translated inside one.
+_QUOTED = re.compile(r'("(?:[^"\\]|\\.)*")')
+# Further on in a message, only the names no English word shares.
+_NAMES = re.compile(r"\b(" + "|".join(name for name in _FLAGS if "_" in name) + r")\b")
+
+
+def _with_flags(exc: InvalidConfigError, upstream_flag: str) -> ValueError:
+    """The data path's message (``invalid <option> <value>: <reason>``) with the options
+    named by their flags."""
+    flags = {**_FLAGS, "upstream": upstream_flag}
+    message = str(exc)
+    option = message.removeprefix("invalid ").partition(" ")[0]
+    if message.startswith("invalid ") and option in flags:
+        message = f"invalid {flags[option]}{message.removeprefix(f'invalid {option}')}"
+    parts = _QUOTED.split(message)
+    for i in range(0, len(parts), 2):  # the parts between quoted values
+        parts[i] = _NAMES.sub(lambda m: flags[m.group(1)], parts[i])
+    return ValueError("".join(parts))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -297,8 +322,6 @@ def run(args: argparse.Namespace) -> int:
         option = "--bootstrap" if gateway else "--upstream"
         text = args.bootstrap if gateway else args.upstream
         upstream = [_address(option, part.strip()) for part in text.split(",")]
-        if any(port == 0 for _, port in upstream):
-            raise ValueError(f"invalid {option} {text!r}: port 0")
         if len(upstream) > 1 and not gateway:
             raise ValueError(f"invalid --upstream {text!r}: one broker (a list is --bootstrap)")
         broker_ports = None
@@ -316,6 +339,27 @@ def run(args: argparse.Namespace) -> int:
             ):
                 if given is not None:
                     raise ValueError(f"{gateway_option} needs --bootstrap (gateway mode)")
+        # connections.max.idle.ms is whole milliseconds here and seconds to the data path,
+        # whose message could not name the value typed.
+        if args.connections_max_idle_ms < 1:
+            raise ValueError(
+                f"invalid --connections-max-idle-ms {args.connections_max_idle_ms}:"
+                " expected 1 or more"
+            )
+        try:
+            check_proxy_options(
+                text,
+                listen=args.listen,
+                max_request_bytes=args.max_request_bytes,
+                connections_max_idle=args.connections_max_idle_ms / 1000,
+                default_num_partitions=args.num_partitions,
+                listener=args.listener_name,
+                threads=args.threads,
+                broker_ports=broker_ports,
+                advertised_host=args.advertised_host,
+            )
+        except InvalidConfigError as exc:
+            raise _with_flags(exc, option) from None
         admin_access = AdminAccess.parse(args.quota_admins or "cluster", "--quota-admins")
         if args.metrics_port is not None and not 0 <= args.metrics_port <= 65535:
             raise ValueError(f"invalid --metrics-port {args.metrics_port}: expected 0-65535")
@@ -324,15 +368,6 @@ def run(args: argparse.Namespace) -> int:
         if args.window_ms < 1:
             raise ValueError(f"invalid --window-ms {args.window_ms}: expected 1 or more")
         check_window_seconds(args.window_ms)  # quota.window.size.seconds, for every manager
-        if not 1 <= args.max_request_bytes < 2**31:
-            raise ValueError(
-                f"invalid --max-request-bytes {args.max_request_bytes}: expected 1 to {2**31 - 1}"
-            )
-        if args.connections_max_idle_ms < 1:
-            raise ValueError(
-                f"invalid --connections-max-idle-ms {args.connections_max_idle_ms}:"
-                " expected 1 or more"
-            )
         if args.capture is None:
             for option, value, default in (
                 ("--capture-broker", args.capture_broker, None),
@@ -350,14 +385,6 @@ def run(args: argparse.Namespace) -> int:
                 f"invalid --capture-roll-seconds {args.capture_roll_seconds:g}:"
                 " expected more than 0"
             )
-        if not 1 <= args.num_partitions < 2**31:
-            raise ValueError(
-                f"invalid --num-partitions {args.num_partitions}: expected 1 to {2**31 - 1}"
-            )
-        if not args.listener_name:
-            raise ValueError("invalid --listener-name '': expected a name")
-        if not 1 <= args.threads <= 256:
-            raise ValueError(f"invalid --threads {args.threads}: expected 1 to 256")
         callback = None if args.quota_callback is None else load_callback(args.quota_callback)
         managers = [
             QuotaManager(

@@ -65,7 +65,7 @@ from typing import Final, NamedTuple
 from prometheus_client.registry import Collector
 
 from kquota import ConnectionQuotas, ControllerMutationQuotaManager, QuotaManager, monotonic_ms
-from kquota._core import ProxyDataPath, RequestOutcome
+from kquota._core import ProxyDataPath, RequestOutcome, check_proxy_options
 from kquota.broker import QuotaPlugin
 from kquota.broker.metrics import (
     ConnectionQuotaCollector,
@@ -239,6 +239,11 @@ class ProxyServer:
     when ``keep_decisions`` is set. It applies Kafka's rules from the core, so methods a
     :class:`~kquota.broker.QuotaPlugin` subclass overrides (``on_produce``, ...) are not
     called; the plugin's managers, quotas and callback are what count.
+
+    An option outside its rule raises :class:`~kquota.exceptions.InvalidConfigError`
+    naming it, when the server is made: the data path's own rules
+    (``kquota._core.check_proxy_options``), which it applies again at :meth:`start`,
+    where it also resolves the host names.
     """
 
     def __init__(
@@ -264,24 +269,16 @@ class ProxyServer:
         callback_factory: Callable[[], QuotaCallback] | None = None,
     ) -> None:
         addresses = _addresses(upstream)
-        if broker_ports is not None:
-            if (
-                not isinstance(broker_ports, tuple)
-                or len(broker_ports) != 2
-                or not all(
-                    isinstance(p, int) and not isinstance(p, bool) and 0 < p < 65536
-                    for p in broker_ports
-                )
-                or broker_ports[1] < broker_ports[0]
-            ):
-                raise InvalidConfigError(
-                    f"invalid broker_ports {broker_ports!r}: expected (first, last) ports,"
-                    " 1 to 65535, first <= last"
-                )
-        elif len(addresses) != 1:
+        # What only Python can judge: the shapes of Python values and the Python objects
+        # given. The rules on the values are the data path's (check_proxy_options), the
+        # same it starts with, applied here too so that a bad option fails now.
+        if broker_ports is not None and not (
+            isinstance(broker_ports, tuple)
+            and len(broker_ports) == 2
+            and all(isinstance(p, int) and not isinstance(p, bool) for p in broker_ports)
+        ):
             raise InvalidConfigError(
-                f"invalid upstream {upstream!r}: a sidecar has one broker (HOST, PORT);"
-                " several addresses are a gateway's bootstrap (give broker_ports)"
+                f"invalid broker_ports {broker_ports!r}: expected (first, last) ports"
             )
         if admin is not None and not isinstance(admin, StoreAdmin):
             raise InvalidConfigError(f"invalid admin {admin!r}: expected a StoreAdmin")
@@ -301,12 +298,6 @@ class ProxyServer:
                 "a gateway whose plugin has a quota callback needs callback_factory:"
                 " each broker has a callback instance of its own"
             )
-        if advertised_host is not None and broker_ports is None:
-            raise InvalidConfigError(
-                f"advertised_host {advertised_host!r} needs broker_ports (gateway mode)"
-            )
-        if isinstance(threads, bool) or not isinstance(threads, int) or not 0 < threads <= 256:
-            raise InvalidConfigError(f"invalid threads {threads!r}: expected an int from 1 to 256")
         if mutation is not None and not isinstance(mutation, ControllerMutationQuotaManager):
             raise InvalidConfigError(
                 f"invalid mutation {mutation!r}: expected a ControllerMutationQuotaManager"
@@ -315,25 +306,19 @@ class ProxyServer:
             raise InvalidConfigError(
                 f"invalid connection_quotas {connection_quotas!r}: expected a ConnectionQuotas"
             )
-        if not isinstance(listener, str) or not listener:
-            raise InvalidConfigError(f"invalid listener {listener!r}: expected a non-empty name")
-        if (
-            isinstance(default_num_partitions, bool)
-            or not isinstance(default_num_partitions, int)
-            or not 0 < default_num_partitions < 2**31
-        ):
-            raise InvalidConfigError(
-                f"invalid default_num_partitions {default_num_partitions!r}:"
-                f" expected an int from 1 to {2**31 - 1}"
-            )
-        for name, value in (
-            ("max_request_bytes", max_request_bytes),
-            ("max_response_bytes", max_response_bytes),
-        ):
-            if isinstance(value, bool) or not isinstance(value, int) or not 0 < value < 2**31:
-                raise InvalidConfigError(
-                    f"invalid {name} {value!r}: expected an int from 1 to {2**31 - 1}"
-                )
+        check_proxy_options(
+            _upstream_text(addresses),
+            max_request_bytes=max_request_bytes,
+            max_response_bytes=max_response_bytes,
+            connect_timeout=connect_timeout,
+            upstream_timeout=upstream_timeout,
+            connections_max_idle=connections_max_idle,
+            default_num_partitions=default_num_partitions,
+            listener=listener,
+            threads=threads,
+            broker_ports=broker_ports,
+            advertised_host=advertised_host,
+        )
         self.upstream = addresses[0]
         self.bootstrap = addresses
         self.broker_ports = broker_ports
@@ -365,7 +350,7 @@ class ProxyServer:
         """Listen on ``host:port`` (``port=0``: any free port, see :attr:`address`)."""
         plugin = self.plugin
         self._data_path = ProxyDataPath(
-            ",".join(f"{h}:{p}" for h, p in self.bootstrap),
+            _upstream_text(self.bootstrap),
             plugin.produce,
             plugin.fetch,
             plugin.request,
@@ -566,7 +551,8 @@ class ProxyServer:
 
 
 def _addresses(upstream: object) -> list[tuple[str, int]]:
-    """``(host, port)`` or a list of them, checked."""
+    """``(host, port)`` or a list of them, as Python values (the data path judges the
+    addresses themselves)."""
     single = isinstance(upstream, tuple) and bool(upstream) and isinstance(upstream[0], str)
     items = [upstream] if single else upstream
     if isinstance(items, (list, tuple)) and items:
@@ -576,10 +562,8 @@ def _addresses(upstream: object) -> list[tuple[str, int]]:
                 isinstance(item, tuple)
                 and len(item) == 2
                 and isinstance(item[0], str)
-                and item[0]
                 and isinstance(item[1], int)
                 and not isinstance(item[1], bool)
-                and 0 < item[1] < 65536
             ):
                 break
             checked.append((item[0], item[1]))
@@ -588,6 +572,11 @@ def _addresses(upstream: object) -> list[tuple[str, int]]:
     raise InvalidConfigError(
         f"invalid upstream {upstream!r}: expected (HOST, PORT) or a list of them"
     )
+
+
+def _upstream_text(addresses: Sequence[tuple[str, int]]) -> str:
+    """The data path's ``upstream``: ``HOST:PORT``, comma-separated."""
+    return ",".join(f"{host}:{port}" for host, port in addresses)
 
 
 async def _stop(task: asyncio.Task[None]) -> None:

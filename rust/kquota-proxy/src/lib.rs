@@ -43,7 +43,7 @@ pub use header::{
     ResponseHeader,
 };
 pub use managers::{Admission, Managers};
-pub use server::{Log, Proxy, ProxyConfig};
+pub use server::{Log, OptionError, Proxy, ProxyConfig, ProxyOptions};
 
 /// Locks `mutex`; a panic elsewhere cannot leave the small values kept under these locks
 /// half-written, so a poisoned lock is used as it is.

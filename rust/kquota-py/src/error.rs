@@ -99,3 +99,12 @@ impl From<CoreError> for PyErr {
 }
 
 pub(crate) type CoreResult<T> = Result<T, CoreError>;
+
+/// A proxy option outside its rule (`kquota_proxy::OptionError`): an `InvalidConfigError`
+/// with the proxy crate's message.
+pub(crate) fn invalid_option(py: Python<'_>, err: &kquota_proxy::OptionError) -> PyErr {
+    match errors(py) {
+        Ok(errors) => PyErr::from_type(errors.config.bind(py).clone(), err.to_string()),
+        Err(err) => err,
+    }
+}

@@ -26,6 +26,7 @@ mod mutation_check;
 mod mutation_request_quota;
 mod partition_leader;
 mod proxy_data_path;
+mod proxy_options;
 mod quota_admin;
 mod quota_manager;
 mod replay_kernel;
@@ -109,6 +110,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(next_sensor_expiry_ms, m)?)?;
     m.add_function(wrap_pyfunction!(next_maintenance_ms, m)?)?;
     m.add_function(wrap_pyfunction!(check_window_seconds, m)?)?;
+    m.add_function(wrap_pyfunction!(proxy_options::check_proxy_options, m)?)?;
     m.add("EXPIRY_TASK_MS", core::EXPIRY_TASK_MS)?;
     m.add(
         "REQUEST_LOG_REASONS",

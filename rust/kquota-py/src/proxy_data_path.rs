@@ -2,7 +2,6 @@
 //! started and stopped from Python, which keeps the control plane.
 
 use std::collections::BTreeMap;
-use std::net::{SocketAddr, ToSocketAddrs};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -10,14 +9,15 @@ use std::time::Duration;
 use pyo3::exceptions::PyOSError;
 use pyo3::prelude::*;
 
-use kquota_proxy::server::{Admission, CallbackFactory, Decision, Managers, Proxy, ProxyConfig};
-use kquota_proxy::{AdminAccess, GatewayConfig, SharedAdmin};
+use kquota_proxy::server::{Admission, CallbackFactory, Decision, Managers, Proxy};
+use kquota_proxy::{AdminAccess, SharedAdmin};
 
 use crate::args;
 use crate::callback::{raised, PyCallback};
 use crate::connection_quotas::ConnectionQuotas;
 use crate::controller_mutation_quota_manager::ControllerMutationQuotaManager;
 use crate::error::{errors, CoreError};
+use crate::proxy_options::{given_int, given_options, given_ports, GivenInt};
 use crate::quota_admin::PyQuotaAdmin;
 use crate::quota_manager::QuotaManager;
 use crate::request_outcome::RequestOutcome;
@@ -113,86 +113,6 @@ fn callback_factory_of(py: Python<'_>, factory: Py<PyAny>) -> PyResult<CallbackF
     }))
 }
 
-fn socket_address(py: Python<'_>, name: &str, text: &str) -> PyResult<SocketAddr> {
-    text.to_socket_addrs()
-        .ok()
-        .and_then(|mut addrs| addrs.next())
-        .ok_or_else(|| {
-            invalid_config(
-                py,
-                format!("invalid {name} {text:?}: expected HOST:PORT, e.g. 127.0.0.1:9092"),
-            )
-        })
-}
-
-fn seconds(py: Python<'_>, name: &str, value: f64) -> PyResult<Duration> {
-    Duration::try_from_secs_f64(value)
-        .ok()
-        .filter(|d| !d.is_zero())
-        .ok_or_else(|| invalid_config(py, format!("invalid {name} {value}: expected seconds > 0")))
-}
-
-fn frame_bound(py: Python<'_>, name: &str, value: i64) -> PyResult<usize> {
-    usize::try_from(value)
-        .ok()
-        .filter(|&v| (1..=i32::MAX as usize).contains(&v))
-        .ok_or_else(|| {
-            invalid_config(
-                py,
-                format!(
-                    "invalid {name} {value}: expected an int from 1 to {}",
-                    i32::MAX
-                ),
-            )
-        })
-}
-
-/// Gateway mode's ports `(first, last)` and the host clients are told (default: the
-/// listen address's IP, which must then not be a wildcard).
-fn gateway_config(
-    py: Python<'_>,
-    (first, last): (i64, i64),
-    advertised_host: Option<String>,
-    listen: SocketAddr,
-) -> PyResult<GatewayConfig> {
-    let port = |p: i64| u16::try_from(p).ok().filter(|p| *p > 0);
-    let (Some(first_port), Some(last_port)) = (port(first), port(last)) else {
-        return Err(invalid_config(
-            py,
-            format!("invalid broker_ports ({first}, {last}): expected ports from 1 to 65535"),
-        ));
-    };
-    if last_port < first_port {
-        return Err(invalid_config(
-            py,
-            format!("invalid broker_ports ({first}, {last}): the last port is below the first"),
-        ));
-    }
-    let advertised_host = match advertised_host {
-        Some(host) if !host.trim().is_empty() && !host.contains(char::is_whitespace) => host,
-        Some(host) => {
-            return Err(invalid_config(
-                py,
-                format!("invalid advertised_host {host:?}: expected a host name or IP"),
-            ))
-        }
-        None if listen.ip().is_unspecified() => {
-            return Err(invalid_config(
-                py,
-                format!(
-                    "listening on {listen} (every interface): give advertised_host, the host clients reach the gateway at"
-                ),
-            ))
-        }
-        None => listen.ip().to_string(),
-    };
-    Ok(GatewayConfig {
-        advertised_host,
-        first_port,
-        ports: last_port - first_port + 1,
-    })
-}
-
 fn decision_tuple(d: Decision) -> DecisionTuple {
     (
         d.at_ms,
@@ -215,7 +135,10 @@ impl ProxyDataPath {
     /// Listens on `listen` and relays each connection to `upstream` with the quotas of
     /// the three managers, on `threads` threads of its own; returns once it listens.
     #[new]
-    #[pyo3(signature = (upstream, produce, fetch, request, *, mutation=None, default_num_partitions=1, connection_quotas=None, listener="PLAINTEXT", listen="127.0.0.1:0", max_request_bytes=104857600, max_response_bytes=104857600, connect_timeout=10.0, upstream_timeout=300.0, connections_max_idle=600.0, threads=2, keep_decisions=false, broker_ports=None, advertised_host=None, admin=None, admin_ask_cluster=true, admin_users=None, callback_factory=None))]
+    #[pyo3(
+        text_signature = "(upstream, produce, fetch, request, *, mutation=None, default_num_partitions=1, connection_quotas=None, listener='PLAINTEXT', listen='127.0.0.1:0', max_request_bytes=104857600, max_response_bytes=104857600, connect_timeout=10.0, upstream_timeout=300.0, connections_max_idle=600.0, threads=2, keep_decisions=False, broker_ports=None, advertised_host=None, admin=None, admin_ask_cluster=True, admin_users=None, callback_factory=None)"
+    )]
+    #[pyo3(signature = (upstream, produce, fetch, request, *, mutation=None, default_num_partitions=GivenInt::Int(1), connection_quotas=None, listener="PLAINTEXT", listen="127.0.0.1:0", max_request_bytes=GivenInt::Int(104857600), max_response_bytes=GivenInt::Int(104857600), connect_timeout=10.0, upstream_timeout=300.0, connections_max_idle=600.0, threads=GivenInt::Int(2), keep_decisions=false, broker_ports=None, advertised_host=None, admin=None, admin_ask_cluster=true, admin_users=None, callback_factory=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -224,70 +147,49 @@ impl ProxyDataPath {
         #[pyo3(from_py_with = args::fetch)] fetch: Py<QuotaManager>,
         #[pyo3(from_py_with = args::request)] request: Py<QuotaManager>,
         mutation: Option<Py<ControllerMutationQuotaManager>>,
-        default_num_partitions: i64,
+        #[pyo3(from_py_with = given_int)] default_num_partitions: GivenInt,
         connection_quotas: Option<Py<ConnectionQuotas>>,
         listener: &str,
         listen: &str,
-        max_request_bytes: i64,
-        max_response_bytes: i64,
+        #[pyo3(from_py_with = given_int)] max_request_bytes: GivenInt,
+        #[pyo3(from_py_with = given_int)] max_response_bytes: GivenInt,
         connect_timeout: f64,
         upstream_timeout: f64,
         connections_max_idle: f64,
-        threads: usize,
+        #[pyo3(from_py_with = given_int)] threads: GivenInt,
         keep_decisions: bool,
-        broker_ports: Option<(i64, i64)>,
+        #[pyo3(from_py_with = given_ports)] broker_ports: Option<(GivenInt, GivenInt)>,
         advertised_host: Option<String>,
         admin: Option<Py<PyAny>>,
         admin_ask_cluster: bool,
         admin_users: Option<Vec<String>>,
         callback_factory: Option<Py<PyAny>>,
     ) -> PyResult<Self> {
-        let listen_at = socket_address(py, "listen", listen)?;
-        let gateway = match broker_ports {
-            None => {
-                socket_address(py, "upstream", upstream)?;
-                None
-            }
-            Some(ports) => {
-                for address in upstream.split(',') {
-                    socket_address(py, "bootstrap address", address.trim())?;
-                }
-                Some(gateway_config(py, ports, advertised_host, listen_at)?)
-            }
-        };
-        if !(1..=256).contains(&threads) {
-            return Err(invalid_config(
-                py,
-                format!("invalid threads {threads}: expected 1 to 256"),
-            ));
-        }
-        let config = ProxyConfig {
-            upstream: upstream.to_owned(),
-            max_request_bytes: frame_bound(py, "max_request_bytes", max_request_bytes)?,
-            max_response_bytes: frame_bound(py, "max_response_bytes", max_response_bytes)?,
-            connect_timeout: seconds(py, "connect_timeout", connect_timeout)?,
-            upstream_timeout: seconds(py, "upstream_timeout", upstream_timeout)?,
-            connections_max_idle: seconds(py, "connections_max_idle", connections_max_idle)?,
-            default_num_partitions: i32::try_from(default_num_partitions)
-                .ok()
-                .filter(|n| *n > 0)
-                .ok_or_else(|| {
-                    invalid_config(
-                        py,
-                        format!(
-                            "invalid default_num_partitions {default_num_partitions}: expected 1 to {}",
-                            i32::MAX
-                        ),
-                    )
-                })?,
-            gateway,
-            admin: admin
-                .map(|admin| quota_admin(py, admin))
-                .transpose()?,
-            admin_access: AdminAccess {
-                ask_cluster: admin_ask_cluster,
-                users: admin_users.map(|users| users.into_iter().collect()),
-            },
+        // The proxy crate's rules, as `check_proxy_options` applies them, then the names
+        // resolved.
+        let given = given_options(
+            py,
+            upstream,
+            listen,
+            max_request_bytes,
+            max_response_bytes,
+            connect_timeout,
+            upstream_timeout,
+            connections_max_idle,
+            default_num_partitions,
+            listener,
+            threads,
+            broker_ports,
+            advertised_host,
+        )?;
+        let (listen_at, mut config, threads) = given
+            .options
+            .config()
+            .map_err(|err| given.refused(py, err))?;
+        config.admin = admin.map(|admin| quota_admin(py, admin)).transpose()?;
+        config.admin_access = AdminAccess {
+            ask_cluster: admin_ask_cluster,
+            users: admin_users.map(|users| users.into_iter().collect()),
         };
         let managers = Managers::new(
             Arc::clone(&produce.get().inner),

@@ -49,7 +49,7 @@ mod shared;
 mod transport;
 
 pub use crate::managers::{Admission, CallbackFactory, Managers};
-pub use config::ProxyConfig;
+pub use config::{OptionError, ProxyConfig, ProxyOptions};
 pub use decisions::{Decision, MAX_KEPT_DECISIONS};
 pub use proxy::Proxy;
 
