@@ -127,7 +127,7 @@ fn nearest_rank(sorted: &[u64], p: usize) -> u64 {
 }
 
 /// The round trips one broker answered, by kind of request: the floor of its path, and
-/// each kind's estimate. One per broker (each door of the proxy), shared by its
+/// each kind's estimate. One per broker (each route of the proxy), shared by its
 /// connections.
 #[derive(Debug, Clone, Default)]
 pub struct BrokerTimes {

@@ -7,10 +7,10 @@
 //! a response names it, before that response reaches the client, so new brokers join while
 //! clients run; a broker that restarts keeps its port.
 //!
-//! Each broker has a door: its port, its address upstream, and its own quota managers
+//! Each broker has a route: its port, its address upstream, and its own quota managers
 //! (siblings sharing one configuration), because each Kafka broker enforces the quotas on
 //! its own traffic only. A connection to the bootstrap port is relayed to the bootstrap
-//! address and counts on the door of the broker found there, once a response has named it.
+//! address and counts on the route of the broker found there, once a response has named it.
 
 use std::collections::{HashMap, HashSet};
 use std::net::{IpAddr, SocketAddr};
@@ -63,7 +63,7 @@ impl GatewayConfig {
 }
 
 /// A port of the proxy and where its connections go.
-pub(crate) struct Door {
+pub(crate) struct Route {
     /// The broker's node id; -1 for the sidecar's one broker and the gateway's bootstrap.
     pub(crate) broker: i32,
     /// `host:port` upstream (a comma-separated list for a bootstrap).
@@ -75,9 +75,9 @@ pub(crate) struct Door {
     pub(crate) broker_times: Mutex<BrokerTimes>,
 }
 
-impl Door {
+impl Route {
     pub(crate) fn new(broker: i32, upstream: String, managers: Managers) -> Self {
-        Door {
+        Route {
             broker,
             upstream: Mutex::new(upstream),
             managers,
@@ -97,23 +97,23 @@ pub(crate) enum BrokerChange {
     Known,
     /// Known, and its address changed (now set).
     Moved,
-    /// New: its door was made and its port opened.
+    /// New: its route was made and its port opened.
     Opened,
 }
 
-/// The gateway's brokers: one door each, by node id.
-pub(crate) struct Doors {
+/// The gateway's brokers: one route each, by node id.
+pub(crate) struct Routes {
     pub(crate) config: GatewayConfig,
     /// The IP the brokers' ports are bound on (the bootstrap port's).
     pub(crate) listen_ip: IpAddr,
-    by_id: Mutex<HashMap<i32, Arc<Door>>>,
+    by_id: Mutex<HashMap<i32, Arc<Route>>>,
     /// Node ids above the port range, already logged.
     without_port: Mutex<HashSet<i32>>,
 }
 
-impl Doors {
+impl Routes {
     pub(crate) fn new(config: GatewayConfig, listen_ip: IpAddr) -> Self {
-        Doors {
+        Routes {
             config,
             listen_ip,
             by_id: Mutex::new(HashMap::new()),
@@ -121,20 +121,20 @@ impl Doors {
         }
     }
 
-    /// Broker `node_id` is at `upstream`: a new one's door is made with `managers()` and
+    /// Broker `node_id` is at `upstream`: a new one's route is made with `managers()` and
     /// its port opened with `open` before any other response can name it (under the
-    /// lock), so no client is told of a port that is not listening yet; a door whose port
+    /// lock), so no client is told of a port that is not listening yet; a route whose port
     /// cannot be opened is not kept (a later response tries again).
     pub(crate) fn learn(
         &self,
         node_id: i32,
         upstream: &str,
         managers: impl FnOnce() -> kquota_core::Result<Managers>,
-        open: impl FnOnce(Arc<Door>) -> std::io::Result<()>,
+        open: impl FnOnce(Arc<Route>) -> std::io::Result<()>,
     ) -> Result<BrokerChange, String> {
         let mut by_id = lock(&self.by_id);
-        if let Some(door) = by_id.get(&node_id) {
-            let mut at = lock(&door.upstream);
+        if let Some(route) = by_id.get(&node_id) {
+            let mut at = lock(&route.upstream);
             if *at == upstream {
                 return Ok(BrokerChange::Known);
             }
@@ -142,9 +142,9 @@ impl Doors {
             return Ok(BrokerChange::Moved);
         }
         let managers = managers().map_err(|err| err.to_string())?;
-        let door = Arc::new(Door::new(node_id, upstream.to_owned(), managers));
-        open(Arc::clone(&door)).map_err(|err| format!("cannot listen on its port: {err}"))?;
-        by_id.insert(node_id, door);
+        let route = Arc::new(Route::new(node_id, upstream.to_owned(), managers));
+        open(Arc::clone(&route)).map_err(|err| format!("cannot listen on its port: {err}"))?;
+        by_id.insert(node_id, route);
         Ok(BrokerChange::Opened)
     }
 
@@ -154,9 +154,9 @@ impl Doors {
         lock(&self.without_port).insert(node_id)
     }
 
-    /// The door of the broker at `upstream` (`host:port` as responses name it, or the
+    /// The route of the broker at `upstream` (`host:port` as responses name it, or the
     /// address a connection reached), if any.
-    pub(crate) fn at(&self, upstream: &str, reached: Option<SocketAddr>) -> Option<Arc<Door>> {
+    pub(crate) fn at(&self, upstream: &str, reached: Option<SocketAddr>) -> Option<Arc<Route>> {
         let reached = reached.map(|a| a.to_string());
         lock(&self.by_id)
             .values()
@@ -167,12 +167,12 @@ impl Doors {
             .cloned()
     }
 
-    /// Every door, for the maintenance of their managers.
-    pub(crate) fn all(&self) -> Vec<Arc<Door>> {
+    /// Every route, for the maintenance of their managers.
+    pub(crate) fn all(&self) -> Vec<Arc<Route>> {
         lock(&self.by_id).values().cloned().collect()
     }
 
-    /// Each broker's managers (shared with its door), by node id.
+    /// Each broker's managers (shared with its route), by node id.
     pub(crate) fn managers(&self) -> Vec<(i32, Managers)> {
         let mut managers: Vec<_> = lock(&self.by_id)
             .values()
@@ -230,28 +230,28 @@ mod tests {
 
     #[test]
     fn a_broker_is_learned_once_and_follows_its_address() {
-        let doors = Doors::new(config(9300, 10), "127.0.0.1".parse().unwrap());
-        let refused = doors.learn(2, "kafka-2:9092", managers, |_| {
+        let routes = Routes::new(config(9300, 10), "127.0.0.1".parse().unwrap());
+        let refused = routes.learn(2, "kafka-2:9092", managers, |_| {
             Err(std::io::ErrorKind::AddrInUse.into())
         });
         assert!(refused.is_err_and(|err| err.contains("cannot listen")));
         assert!(
-            doors.all().is_empty(),
-            "a door whose port is not open is not kept"
+            routes.all().is_empty(),
+            "a route whose port is not open is not kept"
         );
         let mut opened = None;
-        let learned = doors.learn(2, "kafka-2:9092", managers, |door| {
-            opened = Some(door);
+        let learned = routes.learn(2, "kafka-2:9092", managers, |route| {
+            opened = Some(route);
             Ok(())
         });
         assert!(matches!(learned, Ok(BrokerChange::Opened)));
-        let door = opened.expect("its port opened");
+        let route = opened.expect("its port opened");
         assert_eq!(
-            (door.broker, door.upstream()),
+            (route.broker, route.upstream()),
             (2, "kafka-2:9092".to_owned())
         );
         assert!(matches!(
-            doors.learn(
+            routes.learn(
                 2,
                 "kafka-2:9092",
                 || unreachable!("known"),
@@ -260,7 +260,7 @@ mod tests {
             Ok(BrokerChange::Known)
         ));
         assert!(matches!(
-            doors.learn(
+            routes.learn(
                 2,
                 "kafka-2b:9092",
                 || unreachable!("known"),
@@ -268,25 +268,25 @@ mod tests {
             ),
             Ok(BrokerChange::Moved)
         ));
-        assert_eq!(door.upstream(), "kafka-2b:9092");
-        assert!(doors
+        assert_eq!(route.upstream(), "kafka-2b:9092");
+        assert!(routes
             .at("kafka-2b:9092", None)
             .is_some_and(|d| d.broker == 2));
         let reached: SocketAddr = "10.0.0.2:9092".parse().unwrap();
-        assert!(doors.at("elsewhere:1", Some(reached)).is_none());
-        assert_eq!(doors.ports(), vec![(2, "kafka-2b:9092".to_owned(), 9302)]);
-        let listed = doors.managers();
+        assert!(routes.at("elsewhere:1", Some(reached)).is_none());
+        assert_eq!(routes.ports(), vec![(2, "kafka-2b:9092".to_owned(), 9302)]);
+        let listed = routes.managers();
         assert_eq!(listed.len(), 1);
         assert_eq!(listed[0].0, 2);
         for (read, recorded) in listed[0]
             .1
             .quota_managers()
             .into_iter()
-            .zip(door.managers.quota_managers())
+            .zip(route.managers.quota_managers())
         {
-            assert!(Arc::ptr_eq(read, recorded), "the door's own managers");
+            assert!(Arc::ptr_eq(read, recorded), "the route's own managers");
         }
-        assert!(doors.first_without_port(200));
-        assert!(!doors.first_without_port(200));
+        assert!(routes.first_without_port(200));
+        assert!(!routes.first_without_port(200));
     }
 }

@@ -154,7 +154,7 @@ impl Managers {
             .min()
     }
 }
-/// KIP-612 at the proxy's door: each new connection waits out the broker's and the
+/// KIP-612 at the proxy's route: each new connection waits out the broker's and the
 /// listener's `max.connection.creation.rate` (in the accept loop, one at a time and in the
 /// order they came, as Kafka's acceptor thread accepts them), then is checked against its
 /// IP's `connection_creation_rate`: one over it is accepted and closed after the throttle
@@ -179,7 +179,7 @@ impl Admission {
         })
     }
 
-    /// Another broker's door: the same connection quotas' configuration and listener,
+    /// Another broker's route: the same connection quotas' configuration and listener,
     /// with sensors of its own ([`ConnectionQuotas::sibling`]).
     pub fn sibling(&self) -> Self {
         Admission {

@@ -1,5 +1,5 @@
 //! Responses that name brokers: a gateway's, with each broker's address replaced by its
-//! port on the proxy (a broker named for the first time gets its door); and Metadata
+//! port on the proxy (a broker named for the first time gets its route); and Metadata
 //! responses told to the quota callbacks.
 
 use std::sync::Arc;
@@ -10,38 +10,38 @@ use kquota_core::update_cluster_metadata;
 use super::shared::Shared;
 use crate::addresses::{with_addresses, BrokerAddress};
 use crate::error::Closed;
-use crate::gateway::{BrokerChange, Doors};
+use crate::gateway::{BrokerChange, Routes};
 use crate::header::RequestHeader;
 use crate::lock;
 
 /// A gateway's response naming brokers, with each one's address replaced by its port on
-/// the proxy: a broker named for the first time gets its door and port first, so that the
+/// the proxy: a broker named for the first time gets its route and port first, so that the
 /// client can connect as soon as it reads the response. A response the proxy cannot read
 /// closes the connection (passing it on would show the client the brokers themselves).
 pub(super) fn gateway_addresses(
     shared: &Arc<Shared>,
-    doors: &Doors,
+    routes: &Routes,
     response: Bytes,
     body_offset: usize,
     header: &RequestHeader<'_>,
 ) -> Result<Bytes, Closed> {
-    let advertised = doors.config.advertised_host.clone();
+    let advertised = routes.config.advertised_host.clone();
     let mut to = |broker: &BrokerAddress| {
         let upstream = format!("{}:{}", broker.host, broker.port);
-        let Some(port) = doors.config.port_of(broker.node_id) else {
-            if doors.first_without_port(broker.node_id) {
+        let Some(port) = routes.config.port_of(broker.node_id) else {
+            if routes.first_without_port(broker.node_id) {
                 (shared.log)(&format!(
                     "broker {} at {upstream} has no port on the gateway (node ids 0 to {} \
                      have one): clients are told its own address",
                     broker.node_id,
-                    doors.config.ports - 1
+                    routes.config.ports - 1
                 ));
             }
             return None;
         };
-        let siblings = || shared.door.managers.sibling();
-        let open = |door| (shared.open_door)(shared, doors, door, port);
-        match doors.learn(broker.node_id, &upstream, siblings, open) {
+        let siblings = || shared.route.managers.sibling();
+        let open = |route| (shared.open_route)(shared, routes, route, port);
+        match routes.learn(broker.node_id, &upstream, siblings, open) {
             Ok(BrokerChange::Known | BrokerChange::Opened) => {}
             Ok(BrokerChange::Moved) => {
                 (shared.log)(&format!("broker {} is now at {upstream}", broker.node_id));
@@ -76,13 +76,13 @@ pub(super) fn gateway_addresses(
 /// the client's response goes on unchanged.
 pub(super) fn tell_callback(shared: &Shared, body: &[u8], version: i16) {
     // (A broker's managers have a callback when the listen port's have one.)
-    let managers = shared.door.managers.each();
+    let managers = shared.route.managers.each();
     if managers.iter().all(|m| m.callback().is_none()) {
         return;
     }
-    let doors = match &shared.doors {
-        Some(_) => shared.all_doors(),
-        None => vec![Arc::clone(&shared.door)],
+    let routes = match &shared.routes {
+        Some(_) => shared.all_routes(),
+        None => vec![Arc::clone(&shared.route)],
     };
     let metadata = match crate::metadata::cluster_metadata(body, version, shared.local_addr) {
         Ok(metadata) => metadata,
@@ -93,9 +93,9 @@ pub(super) fn tell_callback(shared: &Shared, body: &[u8], version: i16) {
             return;
         }
     };
-    for d in doors {
+    for d in routes {
         let mut own = metadata.clone();
-        if shared.doors.is_some() {
+        if shared.routes.is_some() {
             own.local_broker = (d.broker >= 0).then_some(d.broker);
         }
         {

@@ -43,7 +43,7 @@ pub(super) struct Connection {
     pub(super) sasl: Mutex<SaslExchange>,
     pub(super) client_id: Mutex<String>,
     own_requests: AtomicI32,
-    /// The node id of the door whose quotas apply (see [`super::Decision::broker`]).
+    /// The node id of the route whose quotas apply (see [`super::Decision::broker`]).
     pub(super) broker: AtomicI32,
 }
 

@@ -12,7 +12,7 @@ use super::transport::{connect, read_response, write_frame};
 use crate::broker_time::{probe_request, PROBE_IDLE, PROBE_INTERVAL};
 use crate::error::Closed;
 use crate::frame::FrameReader;
-use crate::gateway::Door;
+use crate::gateway::Route;
 use crate::header::parse_request_header;
 use crate::lock;
 
@@ -22,10 +22,10 @@ const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
 /// The probe's connection to the broker.
 type Probe = (FrameReader<OwnedReadHalf>, OwnedWriteHalf);
 
-/// Probes `door`'s broker while its clients use it, until the proxy closes. A probe that
+/// Probes `route`'s broker while its clients use it, until the proxy closes. A probe that
 /// fails drops its connection and waits [`PROBE_IDLE`] before the next, so that a broker
 /// that is down or does not answer it is not reconnected to ten times a second.
-pub(super) async fn probe(shared: Arc<Shared>, door: Arc<Door>) {
+pub(super) async fn probe(shared: Arc<Shared>, route: Arc<Route>) {
     let mut closing = shared.closing.clone();
     let mut connection: Option<Probe> = None;
     let mut correlation_id = 0i32;
@@ -36,18 +36,18 @@ pub(super) async fn probe(shared: Arc<Shared>, door: Arc<Door>) {
             _ = closing.wait_for(|closing| *closing) => return,
         }
         wait = PROBE_INTERVAL;
-        if !lock(&door.broker_times).in_use(Instant::now()) {
+        if !lock(&route.broker_times).in_use(Instant::now()) {
             connection = None; // idle: the connection closes
             continue;
         }
         correlation_id = correlation_id.wrapping_add(1);
         let answered = tokio::time::timeout(
             PROBE_TIMEOUT,
-            probe_once(&shared, &door, &mut connection, correlation_id),
+            probe_once(&shared, &route, &mut connection, correlation_id),
         )
         .await;
         match answered {
-            Ok(Ok((size, round_trip))) => lock(&door.broker_times).probed(size, round_trip),
+            Ok(Ok((size, round_trip))) => lock(&route.broker_times).probed(size, round_trip),
             Ok(Err(_)) | Err(_) => {
                 connection = None;
                 wait = PROBE_IDLE;
@@ -60,12 +60,12 @@ pub(super) async fn probe(shared: Arc<Shared>, door: Arc<Door>) {
 /// the round trip, from the request written to the response read, as a client's.
 async fn probe_once(
     shared: &Shared,
-    door: &Door,
+    route: &Route,
     connection: &mut Option<Probe>,
     correlation_id: i32,
 ) -> Result<(usize, Duration), Closed> {
     if connection.is_none() {
-        let (stream, _) = connect(&shared.config, &door.upstream()).await?;
+        let (stream, _) = connect(&shared.config, &route.upstream()).await?;
         stream.set_nodelay(true)?;
         let (read, write) = stream.into_split();
         let frames = FrameReader::new(read, shared.config.max_response_bytes);

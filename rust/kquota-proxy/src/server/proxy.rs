@@ -1,4 +1,4 @@
-//! The running proxy: its listeners, the accept loop (KIP-612's admission at the door),
+//! The running proxy: its listeners, the accept loop (KIP-612's admission on accept),
 //! each connection's task (its reader and responder run together), the maintenance of the
 //! managers' delay queues and sensors, each broker's probe, and shutdown.
 
@@ -22,7 +22,7 @@ use super::shared::Shared;
 use super::transport::connect;
 use super::{Log, ProxyConfig, PIPELINE_DEPTH};
 use crate::error::Closed;
-use crate::gateway::{Door, Doors};
+use crate::gateway::{Route, Routes};
 use crate::managers::Managers;
 
 /// A running proxy: its own tokio runtime, listening until [`Proxy::shutdown`].
@@ -61,15 +61,15 @@ impl Proxy {
         let listener = runtime.block_on(TcpListener::bind(listen))?;
         let local_addr = listener.local_addr()?;
         let (closing, closing_rx) = watch::channel(false);
-        let door = Arc::new(Door::new(-1, config.upstream.clone(), managers));
-        let doors = config
+        let route = Arc::new(Route::new(-1, config.upstream.clone(), managers));
+        let routes = config
             .gateway
             .clone()
-            .map(|gateway| Doors::new(gateway, local_addr.ip()));
+            .map(|gateway| Routes::new(gateway, local_addr.ip()));
         let shared = Arc::new(Shared {
             config,
-            door: Arc::clone(&door),
-            doors,
+            route: Arc::clone(&route),
+            routes,
             log,
             closing: closing_rx,
             next_channel: AtomicU64::new(1),
@@ -77,10 +77,10 @@ impl Proxy {
             decisions: Decisions::new(keep_decisions),
             idle: Notify::new(),
             local_addr,
-            open_door,
+            open_route,
         });
-        runtime.spawn(probe(Arc::clone(&shared), Arc::clone(&door)));
-        runtime.spawn(accept(Arc::clone(&shared), listener, door));
+        runtime.spawn(probe(Arc::clone(&shared), Arc::clone(&route)));
+        runtime.spawn(accept(Arc::clone(&shared), listener, route));
         runtime.spawn(maintain(Arc::clone(&shared)));
         Ok(Proxy {
             shared,
@@ -99,18 +99,18 @@ impl Proxy {
     /// node id (empty for a sidecar).
     pub fn brokers(&self) -> Vec<(i32, String, u16)> {
         self.shared
-            .doors
+            .routes
             .as_ref()
-            .map_or_else(Vec::new, Doors::ports)
+            .map_or_else(Vec::new, Routes::ports)
     }
 
     /// The managers of each broker a gateway serves, by node id (empty for a sidecar):
     /// the ones its port's connections record on, shared, not copies.
     pub fn broker_managers(&self) -> Vec<(i32, Managers)> {
         self.shared
-            .doors
+            .routes
             .as_ref()
-            .map_or_else(Vec::new, Doors::managers)
+            .map_or_else(Vec::new, Routes::managers)
     }
 
     /// Client connections open now.
@@ -128,9 +128,9 @@ impl Proxy {
     /// (on every port of a gateway).
     pub fn ip_throttled_connections(&self) -> u64 {
         self.shared
-            .all_doors()
+            .all_routes()
             .iter()
-            .filter_map(|door| door.managers.admission())
+            .filter_map(|route| route.managers.admission())
             .map(|a| a.ip_throttled())
             .sum()
     }
@@ -178,7 +178,7 @@ impl Drop for Proxy {
     }
 }
 
-async fn accept(shared: Arc<Shared>, listener: TcpListener, door: Arc<Door>) {
+async fn accept(shared: Arc<Shared>, listener: TcpListener, route: Arc<Route>) {
     let mut closing = shared.closing.clone();
     loop {
         let accepted = tokio::select! {
@@ -188,7 +188,7 @@ async fn accept(shared: Arc<Shared>, listener: TcpListener, door: Arc<Door>) {
         match accepted {
             Ok((client, peer)) => {
                 let ip = peer.ip().to_string();
-                let throttle = match door.managers.admission() {
+                let throttle = match route.managers.admission() {
                     None => 0,
                     Some(admission) => tokio::select! {
                         throttle = admission.accept(&ip) => {
@@ -203,7 +203,7 @@ async fn accept(shared: Arc<Shared>, listener: TcpListener, door: Arc<Door>) {
                 shared.connections.fetch_add(1, Ordering::AcqRel);
                 tokio::spawn(serve(
                     Arc::clone(&shared),
-                    Arc::clone(&door),
+                    Arc::clone(&route),
                     client,
                     peer,
                     throttle,
@@ -228,9 +228,9 @@ async fn maintain(shared: Arc<Shared>) {
         let now = monotonic_ms();
         let expire = schedule.due(now, None).expire;
         let next_unmute = shared
-            .all_doors()
+            .all_routes()
             .iter()
-            .filter_map(|door| door.managers.maintain(now, expire))
+            .filter_map(|route| route.managers.maintain(now, expire))
             .min();
         if expire {
             schedule.expired(now);
@@ -249,7 +249,7 @@ async fn maintain(shared: Arc<Shared>) {
 /// that long and closed, unread.
 async fn serve(
     shared: Arc<Shared>,
-    door: Arc<Door>,
+    route: Arc<Route>,
     client: TcpStream,
     peer: SocketAddr,
     ip_throttle_ms: i32,
@@ -257,10 +257,10 @@ async fn serve(
     let connection = Connection::new(
         shared.next_channel.fetch_add(1, Ordering::Relaxed),
         peer,
-        door.broker,
+        route.broker,
     );
     if !*shared.closing.borrow() && admitted(&shared, ip_throttle_ms).await {
-        if let Err(err) = relay(&shared, door, &connection, client).await {
+        if let Err(err) = relay(&shared, route, &connection, client).await {
             (shared.log)(&format!(
                 "closing connection from {}: {err}",
                 connection.who()
@@ -290,20 +290,20 @@ async fn admitted(shared: &Shared, ip_throttle_ms: i32) -> bool {
 /// until both end, one fails, or the connection is idle too long.
 async fn relay(
     shared: &Arc<Shared>,
-    door: Arc<Door>,
+    route: Arc<Route>,
     connection: &Connection,
     client: TcpStream,
 ) -> Result<(), Closed> {
-    let to = door.upstream();
+    let to = route.upstream();
     let (upstream, reached) = connect(&shared.config, &to).await?;
-    // A gateway's bootstrap connection counts on the door of the broker it reached.
-    let door = match &shared.doors {
-        Some(doors) if door.broker < 0 => {
-            doors.at(reached, upstream.peer_addr().ok()).unwrap_or(door)
-        }
-        _ => door,
+    // A gateway's bootstrap connection counts on the route of the broker it reached.
+    let route = match &shared.routes {
+        Some(routes) if route.broker < 0 => routes
+            .at(reached, upstream.peer_addr().ok())
+            .unwrap_or(route),
+        _ => route,
     };
-    connection.broker.store(door.broker, Ordering::Relaxed);
+    connection.broker.store(route.broker, Ordering::Relaxed);
     client.set_nodelay(true)?;
     upstream.set_nodelay(true)?;
     let (client_read, client_write) = client.into_split();
@@ -312,7 +312,7 @@ async fn relay(
     let (forwarded, pending) = mpsc::channel(PIPELINE_DEPTH + 1);
     let reader = read_requests(
         shared,
-        &door,
+        &route,
         connection,
         client_read,
         upstream_write,
@@ -320,7 +320,7 @@ async fn relay(
     );
     let responder = respond(
         shared,
-        &door,
+        &route,
         connection,
         upstream_read,
         client_write,
@@ -333,12 +333,17 @@ async fn relay(
     }
 }
 
-/// Listens on a broker's port and serves its connections through `door`.
-fn open_door(shared: &Arc<Shared>, doors: &Doors, door: Arc<Door>, port: u16) -> io::Result<()> {
-    let listener = std::net::TcpListener::bind((doors.listen_ip, port))?;
+/// Listens on a broker's port and serves its connections through `route`.
+fn open_route(
+    shared: &Arc<Shared>,
+    routes: &Routes,
+    route: Arc<Route>,
+    port: u16,
+) -> io::Result<()> {
+    let listener = std::net::TcpListener::bind((routes.listen_ip, port))?;
     listener.set_nonblocking(true)?;
     let listener = TcpListener::from_std(listener)?;
-    tokio::spawn(probe(Arc::clone(shared), Arc::clone(&door)));
-    tokio::spawn(accept(Arc::clone(shared), listener, door));
+    tokio::spawn(probe(Arc::clone(shared), Arc::clone(&route)));
+    tokio::spawn(accept(Arc::clone(shared), listener, route));
     Ok(())
 }

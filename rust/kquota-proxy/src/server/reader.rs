@@ -19,7 +19,7 @@ use crate::admin::is_admin_api;
 use crate::error::{Closed, FrameError};
 use crate::fetch::{cap_max_bytes, read_fetch_request};
 use crate::frame::FrameReader;
-use crate::gateway::Door;
+use crate::gateway::Route;
 use crate::handlers::admin::{self, Access};
 use crate::handlers::{self, FETCH, PRODUCE, SASL_AUTHENTICATE, SASL_HANDSHAKE};
 use crate::header::{parse_request_header, parse_response_header, produce_acks, RequestHeader};
@@ -32,7 +32,7 @@ use crate::mutation::{
 /// client's end of stream or when the proxy shuts down.
 pub(super) async fn read_requests(
     shared: &Shared,
-    door: &Door,
+    route: &Route,
     connection: &Connection,
     client: OwnedReadHalf,
     mut upstream: OwnedWriteHalf,
@@ -44,7 +44,7 @@ pub(super) async fn read_requests(
     };
     let mut frames = FrameReader::new(client, shared.config.max_request_bytes);
     let mut closing = shared.closing.clone();
-    let path = door.managers.path();
+    let path = route.managers.path();
     loop {
         // Waiting for a request, a mute's end or a turn: a shutdown drops the connection.
         let next = async {
@@ -127,7 +127,7 @@ pub(super) async fn read_requests(
                 });
             }
             key => {
-                if let Some(manager) = door
+                if let Some(manager) = route
                     .managers
                     .mutation()
                     .filter(|m| mutation_api(key).is_some() && m.enabled())

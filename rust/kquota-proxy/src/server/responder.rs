@@ -22,7 +22,7 @@ use crate::broker_time::BrokerTimes;
 use crate::error::Closed;
 use crate::fetch::FetchRequestInfo;
 use crate::frame::FrameReader;
-use crate::gateway::Door;
+use crate::gateway::Route;
 use crate::handlers::mutation::RecordedMutation;
 use crate::handlers::request::answered_at_once;
 use crate::handlers::{
@@ -108,14 +108,14 @@ pub(super) enum Work {
 /// any) has ended; ends when the reader has and every forwarded request is answered.
 pub(super) async fn respond(
     shared: &Arc<Shared>,
-    door: &Door,
+    route: &Route,
     connection: &Connection,
     upstream: OwnedReadHalf,
     mut client: OwnedWriteHalf,
     mut pending: mpsc::Receiver<Work>,
 ) -> Result<(), Closed> {
     let mut frames = FrameReader::new(upstream, shared.config.max_response_bytes);
-    let path = door.managers.path();
+    let path = route.managers.path();
     // When the responder was last free to read the broker's next answer: taken before it
     // waits for the next request, not after, so that its own wake-up (which may come
     // after the answer arrived) does not hide the broker's time.
@@ -148,7 +148,7 @@ pub(super) async fn respond(
             connection.wait_unmuted().await;
             answer_mutation(
                 shared,
-                door,
+                route,
                 &path,
                 connection,
                 &mut client,
@@ -166,7 +166,7 @@ pub(super) async fn respond(
                     let response =
                         read_response(&shared.config, &mut frames, &entry.header).await?;
                     let read = Instant::now();
-                    entry.add_broker_time(&door.broker_times, response.0.len(), free, read);
+                    entry.add_broker_time(&route.broker_times, response.0.len(), free, read);
                     response
                 }
             };
@@ -185,7 +185,7 @@ pub(super) async fn respond(
 /// (`None` when nothing was forwarded).
 async fn answer_mutation(
     shared: &Shared,
-    door: &Door,
+    route: &Route,
     path: &RequestPath<'_>,
     connection: &Connection,
     client: &mut OwnedWriteHalf,
@@ -199,7 +199,7 @@ async fn answer_mutation(
     let handled = nanos(entry.handled + resumed.elapsed());
     let frame = response.as_ref().map(|(frame, _)| &frame[..]);
     let who = entry.client(connection.channel);
-    let mutation = door.managers.mutation();
+    let mutation = route.managers.mutation();
     let verdict = mutation::answer(path, mutation, who, header, recorded, frame, handled, now)?;
     apply(shared, connection, entry, &verdict, now);
     let out = match (&verdict.reply, frame) {
@@ -224,9 +224,9 @@ async fn answer(
     let resumed = Instant::now();
     let (response, body_offset) = response;
     let header = &entry.header;
-    let response = match &shared.doors {
-        Some(doors) if names_brokers(header.api_key, header.api_version) => {
-            gateway_addresses(shared, doors, response.freeze(), body_offset, header)?
+    let response = match &shared.routes {
+        Some(routes) if names_brokers(header.api_key, header.api_version) => {
+            gateway_addresses(shared, routes, response.freeze(), body_offset, header)?
         }
         _ => response.freeze(),
     };

@@ -9,15 +9,15 @@ use tokio::sync::{watch, Notify};
 
 use super::decisions::Decisions;
 use super::{Log, ProxyConfig};
-use crate::gateway::{Door, Doors};
+use crate::gateway::{Route, Routes};
 
 /// The state every connection task shares.
 pub(super) struct Shared {
     pub(super) config: ProxyConfig,
-    /// The listen port's door: the sidecar's broker, or the gateway's bootstrap.
-    pub(super) door: Arc<Door>,
+    /// The listen port's route: the sidecar's broker, or the gateway's bootstrap.
+    pub(super) route: Arc<Route>,
     /// The gateway's brokers (gateway mode only).
-    pub(super) doors: Option<Doors>,
+    pub(super) routes: Option<Routes>,
     pub(super) log: Log,
     pub(super) closing: watch::Receiver<bool>,
     pub(super) next_channel: AtomicU64,
@@ -26,21 +26,21 @@ pub(super) struct Shared {
     /// Notified when the last connection closes.
     pub(super) idle: Notify,
     pub(super) local_addr: SocketAddr,
-    /// Listens on a broker's port and serves its connections through its door: the
+    /// Listens on a broker's port and serves its connections through its route: the
     /// proxy's accept loop, given here so that a response naming a new broker can open its
     /// port without this side of the server depending on the listener's.
-    pub(super) open_door: OpenDoor,
+    pub(super) open_route: OpenRoute,
 }
 
-/// See [`Shared::open_door`].
-pub(super) type OpenDoor = fn(&Arc<Shared>, &Doors, Arc<Door>, u16) -> io::Result<()>;
+/// See [`Shared::open_route`].
+pub(super) type OpenRoute = fn(&Arc<Shared>, &Routes, Arc<Route>, u16) -> io::Result<()>;
 
 impl Shared {
-    /// The listen port's door, then a gateway's brokers'.
-    pub(super) fn all_doors(&self) -> Vec<Arc<Door>> {
-        let mut all = vec![Arc::clone(&self.door)];
-        if let Some(doors) = &self.doors {
-            all.extend(doors.all());
+    /// The listen port's route, then a gateway's brokers'.
+    pub(super) fn all_routes(&self) -> Vec<Arc<Route>> {
+        let mut all = vec![Arc::clone(&self.route)];
+        if let Some(routes) = &self.routes {
+            all.extend(routes.all());
         }
         all
     }
