@@ -207,7 +207,10 @@ class SplitReplay:
         return len(self._paths)
 
     def _feed(
-        self, quota_pass: str, frame: pd.DataFrame, given: Sequence[npt.ArrayLike] | None = None
+        self,
+        quota_pass: Literal["request", "bytes"],
+        frame: pd.DataFrame,
+        given: Sequence[npt.ArrayLike] | None = None,
     ) -> dict[str, Int32Array]:
         """Each scenario's throttles of every row of ``frame`` (rows x scenarios columns,
         scenario after scenario), broker by broker through that broker's kernel."""
