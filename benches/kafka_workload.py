@@ -44,11 +44,11 @@ sys.path.insert(0, str(SUPPORT))
 
 from kafka_support import KAFKA_NEWEST_VERSION, KafkaBroker  # noqa: E402
 from ports import free_ports  # noqa: E402
+from side_by_side_runs import Run  # noqa: E402
 from side_by_side_support import (  # noqa: E402
     LOG_LAG_S,
     WAIT_S,
     Front,
-    Run,
     Side,
     greedy_librdkafka_producer,
     kquota_configs,

@@ -53,14 +53,13 @@ from quick import QUICK  # benches/quick.py, next to this file
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "support"))
 
+from side_by_side_runs import Run, percentile
 from side_by_side_support import (
-    Run,
     SideBySideBroker,
     greedy_librdkafka_producer,
     librdkafka_consumer,
     measure,
     metadata_storm,
-    percentile,
     prefill,
 )
 

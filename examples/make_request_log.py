@@ -30,13 +30,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "support"))
 
 from kafka_support import KafkaBroker, kafka_configs
-from side_by_side_support import (
-    Run,
-    Side,
-    greedy_librdkafka_producer,
-    librdkafka_consumer,
-    prefill,
-)
+from side_by_side_runs import Run
+from side_by_side_support import Side, greedy_librdkafka_producer, librdkafka_consumer, prefill
 
 HERE = Path(__file__).resolve().parent
 QUOTAS = {"greedy": {"producer_byte_rate": 262144}, "reader": {"consumer_byte_rate": 262144}}

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 import requestlog_gen as gen
+from kafka_request_json import make_message, message_module
 from kquota.backtest import requestlog
 from kquota.backtest.frames import API, BYTES, CLIENT
 from kquota.backtest.requestlog import KAFKA_THROTTLE
@@ -39,9 +40,9 @@ def _error(name: str) -> Any:
 def _fetch_response(version: int, records: list[bytes | None], endpoints: int = 0) -> Any:
     """A kio Fetch response of ``version`` (4+) with one topic and a partition per entry
     of ``records`` (None: an error partition whose records are null)."""
-    resp = gen._module(1, version, "response")
+    resp = message_module(1, version, "response")
     parts = tuple(
-        gen._make(
+        make_message(
             resp.PartitionData,
             partition_index=i,
             error_code=_error("none" if r is not None else "topic_authorization_failed"),
@@ -55,17 +56,19 @@ def _fetch_response(version: int, records: list[bytes | None], endpoints: int = 
         for i, r in enumerate(records)
     )
     topics = (
-        (gen._make(resp.FetchableTopicResponse, topic="orders", partitions=parts),)
+        (make_message(resp.FetchableTopicResponse, topic="orders", partitions=parts),)
         if records
         else ()
     )
     values: dict[str, Any] = {"error_code": _error("none"), "session_id": 7, "responses": topics}
     if endpoints:
         values["node_endpoints"] = tuple(
-            gen._make(resp.NodeEndpoint, node_id=n, host=f"kafka-{n}.example", port=9092, rack="r")
+            make_message(
+                resp.NodeEndpoint, node_id=n, host=f"kafka-{n}.example", port=9092, rack="r"
+            )
             for n in range(endpoints)
         )
-    return gen._make(resp.FetchResponse, **values)
+    return make_message(resp.FetchResponse, **values)
 
 
 def _document(
@@ -183,17 +186,19 @@ def test_an_empty_fetch_counts_what_its_version_encodes(spark: Any, tmp_path: Pa
 def test_a_null_client_id_is_the_empty_client_id(spark: Any, tmp_path: Path) -> None:
     # before 3.1 a request without a client id prints "clientId":null; Produce v8 and
     # Fetch v12 are what a 3.0 client sends
-    req = gen._module(0, 8, "request")
-    produce = gen._make(
+    req = message_module(0, 8, "request")
+    produce = make_message(
         req.ProduceRequest,
         transactional_id=None,
         acks=1,
         timeout=datetime.timedelta(milliseconds=30_000),
         topic_data=(
-            gen._make(
+            make_message(
                 req.TopicProduceData,
                 name="orders",
-                partition_data=(gen._make(req.PartitionProduceData, index=0, records=b"x" * 70),),
+                partition_data=(
+                    make_message(req.PartitionProduceData, index=0, records=b"x" * 70),
+                ),
             ),
         ),
     )

@@ -936,14 +936,8 @@ def test_a_metadata_storm_makes_about_as_many_requests_through_the_gateway(
     unthrottled storm of its own on the same side (``metadata_storm``'s warm-up). Measured
     (requests in 20 s, Kafka / the gateway, the machine otherwise quiet): 6657 / 6939,
     x1.04."""
-    from side_by_side_support import (
-        Run,
-        Side,
-        metadata_storm,
-        set_kafka_quota,
-        storm_report,
-        storm_totals,
-    )
+    from side_by_side_runs import Run, storm_report, storm_totals
+    from side_by_side_support import Side, metadata_storm, set_kafka_quota
 
     storm = metadata_storm(STORM_S, warm_up_s=3.0)
     broker = kafka_cluster.broker(0)

@@ -7,7 +7,7 @@ Kafka, with the quota set by Kafka's ``kafka-configs`` on the client id of (A); 
 same broker, with the same quota set by ``kquota configs`` on the client id of (B), and none
 in Kafka. What the clients saw (acknowledged or consumed bytes per second, the throttle of
 each response) and what each side wrote down (Kafka's request log in A, the proxy's
-``--capture`` in B) must agree within :class:`~side_by_side_support.Tolerances`.
+``--capture`` in B) must agree within :class:`~side_by_side_runs.Tolerances`.
 
 The quota is 256 KiB/s and each run 20 s. Kafka measures a rate over 11 one-second
 samples and pads a new client's window to 10 s, so a greedy client gets ~10 s of quota at
@@ -72,15 +72,22 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from side_by_side_runs import (
+    Run,
+    Tolerances,
+    capture_rows,
+    compare,
+    report,
+    request_log,
+    storm_report,
+    storm_totals,
+    timeline,
+)
 from side_by_side_support import (
     LOG_LAG_S,
     SIDES,
     WAIT_S,
-    Run,
     SideBySideBroker,
-    Tolerances,
-    capture_rows,
-    compare,
     greedy_aiokafka_producer,
     greedy_kafka_python_producer,
     greedy_librdkafka_producer,
@@ -88,12 +95,7 @@ from side_by_side_support import (
     measure,
     metadata_storm,
     prefill,
-    report,
-    request_log,
     side,
-    storm_report,
-    storm_totals,
-    timeline,
 )
 
 pytestmark = [
@@ -437,8 +439,8 @@ def test_a_metadata_storm_makes_about_as_many_requests_through_the_proxy(
 ) -> None:
     """By totals over the run: the requests the client made through the proxy, which
     charges an estimate of Kafka's handler time, against those Kafka let it make
-    (:data:`~side_by_side_support.STORM_REQUESTS`), and the throttles its client saw in
-    all (:data:`~side_by_side_support.STORM_THROTTLED`)."""
+    (:data:`~side_by_side_runs.STORM_REQUESTS`), and the throttles its client saw in
+    all (:data:`~side_by_side_runs.STORM_THROTTLED`)."""
     kafka, kquota = storm["kafka"], storm["kquota"]
     print(f"\n{storm_report(kafka, kquota)}")
     assert storm_totals(kafka, kquota) == []

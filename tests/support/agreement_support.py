@@ -28,13 +28,8 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from kafka_support import KafkaBroker, completed_request, kafka_configs
-from side_by_side_support import (
-    Run,
-    Side,
-    greedy_librdkafka_producer,
-    librdkafka_consumer,
-    prefill,
-)
+from side_by_side_runs import Run
+from side_by_side_support import Side, greedy_librdkafka_producer, librdkafka_consumer, prefill
 
 QUOTAS: Final[Mapping[str, Mapping[str, float]]] = {
     "greedy": {"producer_byte_rate": 256 * 1024},

@@ -7,7 +7,8 @@ Rust core (tests replay the same traces through both) and as the baseline of the
 benchmarks.
 
 It does not need the compiled module: when ``kquota`` cannot be imported it defines
-stand-in exception classes with the same names.
+stand-in exception classes with the same names. Those, Java's arithmetic, the argument
+checks and the sampled windows are in ``reference_primitives.py``.
 """
 
 from __future__ import annotations
@@ -15,10 +16,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
-import numbers
-import operator
 import sys
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
@@ -26,32 +24,24 @@ from typing import Final, Literal, TypeVar
 
 import numpy as np
 import numpy.typing as npt
-
-try:
-    from kquota.exceptions import (
-        InvalidConfigError,
-        InvalidQuotaError,
-        InvalidUsageError,
-        InvalidValueError,
-        KquotaError,
-    )
-except ImportError:  # the compiled module is not built: stand-ins with the same names
-
-    class KquotaError(Exception):  # type: ignore[no-redef]
-        """The base of every error kquota raises."""
-
-    class InvalidValueError(KquotaError, ValueError):  # type: ignore[no-redef]
-        """A value outside what kquota (and Kafka) accepts; the message names it."""
-
-    class InvalidConfigError(InvalidValueError):  # type: ignore[no-redef]
-        """A malformed configuration: window, samples, quota type or entity."""
-
-    class InvalidQuotaError(InvalidValueError):  # type: ignore[no-redef]
-        """A quota value that is zero, negative, NaN or infinite."""
-
-    class InvalidUsageError(InvalidValueError):  # type: ignore[no-redef]
-        """A recorded usage that is negative, NaN or infinite."""
-
+from reference_primitives import (
+    InvalidConfigError,
+    InvalidQuotaError,
+    InvalidUsageError,
+    InvalidValueError,
+    KquotaError,
+    Samples,
+    checked_int,
+    checked_quota,
+    checked_sample,
+    checked_str,
+    checked_usage,
+    checked_window,
+    java_round,
+    monotonic_ms,
+    now_or_clock,
+    to_int32,
+)
 
 __all__ = [
     "DEFAULT",
@@ -80,10 +70,6 @@ UNLIMITED: Final = float(2**63 - 1)
 
 QuotaType = Literal["produce", "fetch", "request"]
 
-_INT32_SPAN: Final = 2**32
-_INT64_MAX: Final = 2**63 - 1
-_INT64_MIN: Final = -(2**63)
-
 _SENSOR_TYPE_NAMES: Final[dict[str, str]] = {
     "produce": "Produce",
     "fetch": "Fetch",
@@ -105,11 +91,6 @@ _URL_UNRESERVED: Final = frozenset(
 )
 
 
-def monotonic_ms() -> int:
-    """The clock used when ``now_ms`` is omitted: monotonic milliseconds."""
-    return time.monotonic_ns() // 1_000_000
-
-
 def sanitize_user(principal: str) -> str:
     """A principal name in Kafka's sanitized form (section 6.1).
 
@@ -119,7 +100,7 @@ def sanitize_user(principal: str) -> str:
     ASCII letters, digits and ``.-_``. An unpaired surrogate becomes ``?`` (``%3F``), as in
     Java.
     """
-    principal = _as_str("principal", principal)
+    principal = checked_str("principal", principal)
     parts: list[str] = []
     for char in principal:
         if char in _URL_UNRESERVED:
@@ -127,174 +108,6 @@ def sanitize_user(principal: str) -> str:
         else:
             parts.extend(f"%{byte:02X}" for byte in char.encode("utf-8", errors="replace"))
     return "".join(parts)
-
-
-# -- Java arithmetic ---------------------------------------------------------------------
-
-
-def _java_round(x: float) -> int:
-    """Java ``Math.round``: nearest long, ties toward +infinity, NaN -> 0, saturating."""
-    if math.isnan(x):
-        return 0
-    if x >= 2.0**63:
-        return _INT64_MAX
-    if x <= -(2.0**63):
-        return _INT64_MIN
-    floor = math.floor(x)
-    return floor + 1 if x - floor >= 0.5 else floor
-
-
-def _to_int32(value: int) -> int:
-    """Java's ``(int)`` cast of a long: the low 32 bits as a two's-complement int."""
-    return (value + 2**31) % _INT32_SPAN - 2**31
-
-
-def _div_truncating(dividend: int, divisor: int) -> int:
-    """Java's long division (truncates toward zero) for a positive divisor."""
-    quotient = abs(dividend) // divisor
-    return quotient if dividend >= 0 else -quotient
-
-
-# -- argument checks ----------------------------------------------------------------------
-
-
-def _as_int(name: str, value: object) -> int:
-    try:
-        return operator.index(value)  # type: ignore[arg-type]
-    except TypeError:
-        raise TypeError(f"{name} must be an int, got {value!r}") from None
-
-
-def _as_float(name: str, value: object) -> float:
-    if not isinstance(value, numbers.Real):
-        raise TypeError(f"{name} must be a number, got {value!r}")
-    return float(value)
-
-
-def _as_str(name: str, value: object) -> str:
-    if not isinstance(value, str):
-        raise TypeError(f"{name} must be a str, got {value!r}")
-    return value
-
-
-def _now(now_ms: int | None) -> int:
-    return monotonic_ms() if now_ms is None else _as_int("now_ms", now_ms)
-
-
-def _quota_value(value: object) -> float:
-    bound = _as_float("quota", value)
-    if not (math.isfinite(bound) and bound > 0.0):
-        raise InvalidQuotaError(f"a quota must be a finite number > 0, got {bound!r}")
-    return bound
-
-
-def _sample_value(value: object) -> float:
-    amount = _as_float("value", value)
-    if not math.isfinite(amount):
-        raise InvalidUsageError(f"a recorded value must be finite, got {amount!r}")
-    return amount
-
-
-def _usage_value(value: object) -> float:
-    amount = _as_float("value", value)
-    if not (math.isfinite(amount) and amount >= 0.0):
-        raise InvalidUsageError(f"usage must be a finite number >= 0, got {amount!r}")
-    return amount
-
-
-def _window_config(num_samples: object, window_ms: object) -> tuple[int, int]:
-    samples = _as_int("num_samples", num_samples)
-    window = _as_int("window_ms", window_ms)
-    if samples < 1:
-        raise InvalidConfigError(f"num_samples must be >= 1, got {samples}")
-    if window < 1:
-        raise InvalidConfigError(f"window_ms must be >= 1, got {window}")
-    return samples, window
-
-
-# -- sampled windows (section 2) ----------------------------------------------------------
-
-
-@dataclass(slots=True)
-class _Sample:
-    start_ms: int
-    last_ms: int
-    value: float = 0.0
-    count: int = 0
-
-    def reset(self, now_ms: int) -> None:
-        self.start_ms = self.last_ms = now_ms
-        self.value = 0.0
-        self.count = 0
-
-
-class _Samples:
-    """Kafka's sampled windows: a lazily grown ring of at most ``num_samples + 1`` samples."""
-
-    def __init__(self, num_samples: int, window_ms: int) -> None:
-        self.num_samples = num_samples
-        self.window_ms = window_ms
-        self.samples: list[_Sample] = []
-        self.current = 0
-
-    def record(self, value: float, now_ms: int) -> None:
-        """Section 2.2: roll over when the current sample is a window old, then add."""
-        if not self.samples:
-            self.samples.append(_Sample(now_ms, now_ms))
-        sample = self.samples[self.current]
-        if now_ms - sample.start_ms >= self.window_ms:
-            self.current = (self.current + 1) % (self.num_samples + 1)
-            if self.current >= len(self.samples):
-                sample = _Sample(now_ms, now_ms)
-                self.samples.append(sample)
-            else:
-                sample = self.samples[self.current]
-                sample.reset(now_ms)
-        sample.value += value
-        sample.count += 1
-        sample.last_ms = now_ms
-
-    def purge(self, now_ms: int) -> None:
-        """Section 2.3: restart every sample whose last event is ``num_samples`` windows old."""
-        horizon = self.num_samples * self.window_ms
-        for sample in self.samples:
-            if now_ms - sample.last_ms >= horizon:
-                sample.reset(now_ms)
-
-    def total(self, now_ms: int) -> float:
-        """Purge, then add the sample values in index order (not with ``sum``: bit-exact)."""
-        self.purge(now_ms)
-        total = 0.0
-        for sample in self.samples:
-            total += sample.value
-        return total
-
-    def elapsed_window_ms(self, now_ms: int) -> int:
-        """Section 2.4: the measured window, padded to ``num_samples - 1`` whole windows."""
-        self.purge(now_ms)
-        if not self.samples:
-            self.samples.append(_Sample(now_ms, now_ms))
-        elapsed = now_ms - min(sample.start_ms for sample in self.samples)
-        full_windows = _to_int32(_div_truncating(elapsed, self.window_ms))
-        min_full_windows = self.num_samples - 1
-        if full_windows < min_full_windows:
-            elapsed += _to_int32(min_full_windows - full_windows) * self.window_ms
-        return max(elapsed, 1)
-
-    def rate(self, now_ms: int) -> float:
-        """Kafka's ``Rate``: the total per second of the elapsed window."""
-        total = self.total(now_ms)
-        return total / (self.elapsed_window_ms(now_ms) / 1000.0)
-
-    def average(self, now_ms: int) -> float:
-        """Kafka's ``Avg``: total over event count, NaN with no events."""
-        self.purge(now_ms)
-        total = 0.0
-        count = 0
-        for sample in self.samples:
-            total += sample.value
-            count += sample.count
-        return total / count if count else math.nan
 
 
 # -- public classes -----------------------------------------------------------------------
@@ -313,9 +126,9 @@ class Entity:
 
     def __post_init__(self) -> None:
         if self.user is not None:
-            _as_str("user", self.user)
+            checked_str("user", self.user)
         if self.client_id is not None:
-            _as_str("client_id", self.client_id)
+            checked_str("client_id", self.client_id)
         if self.user is None and self.client_id is None:
             raise InvalidConfigError("an entity needs a user, a client_id or both; got neither")
 
@@ -337,9 +150,9 @@ class SampledRate:
     def __init__(
         self, num_samples: int = 11, window_ms: int = 1000, quota: float | None = None
     ) -> None:
-        samples, window = _window_config(num_samples, window_ms)
-        self._quota = None if quota is None else _quota_value(quota)
-        self._samples = _Samples(samples, window)
+        samples, window = checked_window(num_samples, window_ms)
+        self._quota = None if quota is None else checked_quota(quota)
+        self._samples = Samples(samples, window)
 
     @property
     def num_samples(self) -> int:
@@ -355,12 +168,12 @@ class SampledRate:
 
     def set_quota(self, quota: float | None) -> None:
         """Replace the bound (``None`` removes it); samples are kept."""
-        self._quota = None if quota is None else _quota_value(quota)
+        self._quota = None if quota is None else checked_quota(quota)
 
     def record(self, value: float, now_ms: int | None = None) -> Check:
         """Record ``value`` (any finite float) and check the bound (sections 3 and 4)."""
-        amount = _sample_value(value)
-        now = _now(now_ms)
+        amount = checked_sample(value)
+        now = now_or_clock(now_ms)
         self._samples.record(amount, now)
         if self._quota is None:
             return Check(violated=False, throttle_ms=0, rate=None)
@@ -368,16 +181,16 @@ class SampledRate:
         if rate <= self._quota:
             return Check(violated=False, throttle_ms=0, rate=rate)
         excess = ((rate - self._quota) / self._quota) * self._samples.elapsed_window_ms(now)
-        return Check(violated=True, throttle_ms=_java_round(excess), rate=rate)
+        return Check(violated=True, throttle_ms=java_round(excess), rate=rate)
 
     def record_no_check(self, value: float, now_ms: int | None = None) -> None:
         """Record ``value`` without checking (or measuring) anything."""
-        amount = _sample_value(value)
-        self._samples.record(amount, _now(now_ms))
+        amount = checked_sample(value)
+        self._samples.record(amount, now_or_clock(now_ms))
 
     def measure(self, now_ms: int | None = None) -> float:
         """The rate per second at ``now_ms``; purges obsolete samples, as in Kafka."""
-        return self._samples.rate(_now(now_ms))
+        return self._samples.rate(now_or_clock(now_ms))
 
 
 # -- the quota manager (sections 5 to 8, 11) ----------------------------------------------
@@ -427,7 +240,7 @@ class _QuotaSensor(_Sensor):
 
 @dataclass(slots=True)
 class _ThrottleTimeSensor(_Sensor):
-    samples: _Samples
+    samples: Samples
 
 
 _SensorT = TypeVar("_SensorT", bound=_Sensor)
@@ -455,12 +268,12 @@ class QuotaManager:
             raise InvalidConfigError(
                 f"quota_type must be 'produce', 'fetch' or 'request', got {quota_type!r}"
             )
-        samples, window = _window_config(num_samples, window_ms)
+        samples, window = checked_window(num_samples, window_ms)
         if window % 1000:
             raise InvalidConfigError(
                 f"window_ms must be a whole number of seconds (a multiple of 1000), got {window}"
             )
-        expiry = _as_int("sensor_expiry_ms", sensor_expiry_ms)
+        expiry = checked_int("sensor_expiry_ms", sensor_expiry_ms)
         if expiry < 0:
             raise InvalidConfigError(f"sensor_expiry_ms must be >= 0, got {expiry}")
         self._quota_type: QuotaType = quota_type
@@ -501,7 +314,7 @@ class QuotaManager:
     def set_quota(self, entity: Entity, value: float) -> None:
         """Set the override for ``entity``: a finite value > 0 (section 6.5)."""
         entity = _as_entity(entity)
-        bound = _quota_value(value)
+        bound = checked_quota(value)
         key = _entity_key(entity)
         self._levels |= _entity_level(key)
         self._overrides[key] = (entity, bound)
@@ -528,7 +341,7 @@ class QuotaManager:
     def tags(self, user: str, client_id: str) -> tuple[str, str]:
         """The ``(user, client-id)`` metric tags of a client's requests (section 6.3)."""
         sanitized = sanitize_user(user)
-        client = _as_str("client_id", client_id)
+        client = checked_str("client_id", client_id)
         if self._levels in (0, _CLIENT_LEVEL):
             return "", client
         if self._levels == _USER_LEVEL:
@@ -554,7 +367,7 @@ class QuotaManager:
         """Record usage with a quota check; return Kafka's (32-bit) throttle time in ms."""
         tags = self.tags(user, client_id)
         amount = self._usage(value)
-        now = _now(now_ms)
+        now = now_or_clock(now_ms)
         if not self.enabled:
             return 0
         sensor = self._sensors(tags, now)[0]
@@ -565,19 +378,19 @@ class QuotaManager:
         throttle = check.throttle_ms
         if self._quota_type == "request":
             throttle = min(throttle, self._window_ms)  # KIP-124: at most one window
-        return _to_int32(throttle)
+        return to_int32(throttle)
 
     def unrecord(self, user: str, client_id: str, value: float, now_ms: int | None = None) -> None:
         """Take back ``value`` recorded earlier (a throttled fetch), without a check."""
         tags = self.tags(user, client_id)
-        self._record_unchecked(tags, -self._usage(value), _now(now_ms))
+        self._record_unchecked(tags, -self._usage(value), now_or_clock(now_ms))
 
     def record_no_throttle(
         self, user: str, client_id: str, value: float, now_ms: int | None = None
     ) -> None:
         """Record usage without a check (e.g. network-thread time after the response)."""
         tags = self.tags(user, client_id)
-        self._record_unchecked(tags, self._usage(value), _now(now_ms))
+        self._record_unchecked(tags, self._usage(value), now_or_clock(now_ms))
 
     def throttle(
         self,
@@ -594,12 +407,12 @@ class QuotaManager:
         manager that has no quota (the broker never throttles through such a manager).
         """
         tags = self.tags(user, client_id)
-        delay = _as_int("throttle_ms", throttle_ms)
+        delay = checked_int("throttle_ms", throttle_ms)
         if delay <= 0:
             raise InvalidUsageError(f"throttle_ms must be > 0, got {delay}")
         if channel is not None:
-            channel = _as_int("channel", channel)
-        now = _now(now_ms)
+            channel = checked_int("channel", channel)
+        now = now_or_clock(now_ms)
         sensor = self._sensors(tags, now)[1]
         sensor.last_record_ms = now
         sensor.samples.record(float(delay), now)
@@ -610,7 +423,7 @@ class QuotaManager:
 
     def expired_channels(self, now_ms: int | None = None) -> list[int]:
         """Remove the delay-queue entries ending at or before ``now_ms``; return their channels."""
-        now = _now(now_ms)
+        now = now_or_clock(now_ms)
         channels: list[int] = []
         while self._delay_queue and self._delay_queue[0][0] <= now:
             channels.append(heapq.heappop(self._delay_queue)[2])
@@ -625,7 +438,7 @@ class QuotaManager:
     ) -> float:
         """The fetch-size cap of section 7: ``bound * (num_samples - 1) * window_seconds``."""
         tags = self.tags(user, client_id)
-        now = _now(now_ms)
+        now = now_or_clock(now_ms)
         if not self.enabled:
             return sys.float_info.max
         self._sensors(tags, now)
@@ -639,7 +452,7 @@ class QuotaManager:
     def measure(self, user: str, client_id: str, now_ms: int | None = None) -> float | None:
         """The client's current rate (purges, like a JMX read), or ``None`` with no sensor."""
         sensor = self._quota_sensors.get(self.tags(user, client_id))
-        now = _now(now_ms)
+        now = now_or_clock(now_ms)
         return None if sensor is None else sensor.rate.measure(now)
 
     def bound(self, user: str, client_id: str) -> float | None:
@@ -652,12 +465,12 @@ class QuotaManager:
     ) -> float | None:
         """The throttle-time average (NaN with no throttles), ``None`` with no sensor."""
         sensor = self._throttle_sensors.get(self.tags(user, client_id))
-        now = _now(now_ms)
+        now = now_or_clock(now_ms)
         return None if sensor is None else sensor.samples.average(now)
 
     def expire_sensors(self, now_ms: int | None = None) -> list[str]:
         """Remove sensors idle for longer than the expiry; return their Kafka names, sorted."""
-        now = _now(now_ms)
+        now = now_or_clock(now_ms)
         expiry = self._sensor_expiry_ms
         removed = [
             self._quota_sensor_name(tags) for tags in _pop_idle(self._quota_sensors, now, expiry)
@@ -709,7 +522,8 @@ class QuotaManager:
                 f"{len(times)}, {len(indices)}, {len(amounts)} and {len(drops)}"
             )
         clients = [
-            (_as_str("keys[i][0]", user), _as_str("keys[i][1]", client)) for user, client in keys
+            (checked_str("keys[i][0]", user), checked_str("keys[i][1]", client))
+            for user, client in keys
         ]
         for position, index in enumerate(indices.tolist()):
             if not 0 <= index < len(clients):
@@ -738,7 +552,7 @@ class QuotaManager:
 
     def _usage(self, value: object) -> float:
         """Validate a usage and convert it to the rate's unit (request: nanos to percent)."""
-        amount = _usage_value(value)
+        amount = checked_usage(value)
         return amount * _NANOS_TO_PERCENT if self._quota_type == "request" else amount
 
     def _lookup(self, tags: _Tags) -> float | None:
@@ -787,7 +601,7 @@ class QuotaManager:
             quota_sensor = self._quota_sensors[tags] = _QuotaSensor(now_ms, rate)
         throttle_sensor = self._throttle_sensors.get(tags)
         if throttle_sensor is None:
-            samples = _Samples(_THROTTLE_TIME_SAMPLES, _THROTTLE_TIME_WINDOW_MS)
+            samples = Samples(_THROTTLE_TIME_SAMPLES, _THROTTLE_TIME_WINDOW_MS)
             throttle_sensor = self._throttle_sensors[tags] = _ThrottleTimeSensor(now_ms, samples)
         return quota_sensor, throttle_sensor
 
@@ -876,10 +690,10 @@ class RequestPath:
         if kind not in ("produce", "fetch", "other"):
             raise InvalidUsageError(f"invalid kind {kind!r}")
         if kind != "other":
-            _usage_value(size_bytes)
+            checked_usage(size_bytes)
         if thread_time_ns is not None:
-            _usage_value(thread_time_ns)
-        now = _now(now_ms)
+            checked_usage(thread_time_ns)
+        now = now_or_clock(now_ms)
         checks_request = thread_time_ns is not None and not (kind == "produce" and acks == 0)
         produce_ms = fetch_ms = request_ms = 0
         if kind == "produce":
@@ -916,7 +730,7 @@ class RequestPath:
         now_ms: int | None = None,
         channel: int | None = None,
     ) -> RequestOutcome:
-        now = _now(now_ms)
+        now = now_or_clock(now_ms)
         out = self.record(user, client_id, kind, size_bytes, thread_time_ns, acks=acks, now_ms=now)
         if out.throttled_by is None:
             return out
@@ -935,6 +749,6 @@ class RequestPath:
     def fetch_max_bytes(
         self, user: str, client_id: str, requested_max_bytes: int, now_ms: int | None = None
     ) -> int:
-        cap = self.fetch.max_value_in_quota_window(user, client_id, _now(now_ms))
+        cap = self.fetch.max_value_in_quota_window(user, client_id, now_or_clock(now_ms))
         as_int = 0 if math.isnan(cap) else int(max(min(cap, 2**31 - 1), -(2**31)))
         return min(requested_max_bytes, as_int)

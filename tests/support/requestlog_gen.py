@@ -2,11 +2,11 @@
 
 Every Produce and Fetch request and response is a ``kio`` dataclass (Kafka's message
 schemas, generated; the ``proxy`` extra), turned into the line Kafka's
-``RequestConvertToJson`` writes: camelCase keys, only the fields of the logged version,
-tagged fields only when not at their default, UUIDs in base64url, records as
-``<field>SizeInBytes``. The structures are kept (:attr:`LoggedRequest.request`,
-:attr:`LoggedRequest.response`) so that a test can encode them with ``kio`` and compare
-the sizes the reader rebuilt from the JSON with the bytes on the wire.
+``RequestConvertToJson`` writes (``kafka_request_json.py``): camelCase keys, only the fields
+of the logged version, tagged fields only when not at their default, UUIDs in base64url,
+records as ``<field>SizeInBytes``. The structures are kept (:attr:`LoggedRequest.request`,
+:attr:`LoggedRequest.response`) so that a test can encode them with ``kio`` and compare the
+sizes the reader rebuilt from the JSON with the bytes on the wire.
 
 What the log holds: Produce v0-13 and Fetch v0-18 (kio has Produce from v3 and Fetch from
 v4, the versions Kafka 4.0 kept: the older ones are the v3/v4 structures logged without the
@@ -22,18 +22,14 @@ of ``kafka.network.RequestChannel$`` between them. Everything is seeded and dete
 
 from __future__ import annotations
 
-import base64
 import dataclasses
 import datetime
-import enum
 import gzip
 import importlib
 import io
 import json
 import math
 import random
-import types
-import typing
 import uuid
 import zoneinfo
 from collections.abc import Sequence
@@ -41,6 +37,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
+from kafka_request_json import (
+    kafka_json,
+    legacy_fields,
+    make_message,
+    message_module,
+    schema_version,
+)
 from kquota.backtest import requestlog
 
 __all__ = [
@@ -127,137 +130,7 @@ WrittenLog = tuple[Path, list[LoggedRequest]]
 """A folder of request logs :func:`write` wrote, and what they logged."""
 
 
-# -- kio structures as Kafka's JSON ------------------------------------------------------------
-
-
-def _camel(name: str) -> str:
-    first, *rest = name.split("_")
-    return first + "".join(part[:1].upper() + part[1:] for part in rest)
-
-
-def _value(value: Any) -> Any:
-    if value is None or isinstance(value, bool | str):
-        return value
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return kafka_json(value)
-    if isinstance(value, tuple):
-        return [_value(v) for v in value]
-    if isinstance(value, enum.Enum):
-        return _value(value.value)
-    if isinstance(value, datetime.timedelta):
-        return round(value.total_seconds() * 1000)
-    if isinstance(value, datetime.datetime):
-        return round(value.timestamp() * 1000)
-    if isinstance(value, uuid.UUID):
-        return base64.urlsafe_b64encode(value.bytes).decode().rstrip("=")
-    if isinstance(value, int):
-        return int(value)
-    if isinstance(value, float):
-        return float(value)
-    raise TypeError(f"no JSON for {type(value).__name__}")
-
-
-def kafka_json(entity: Any) -> dict[str, Any]:
-    """A kio dataclass as Kafka's generated ``*JsonConverter`` writes it (records as sizes)."""
-    out: dict[str, Any] = {}
-    for f in dataclasses.fields(entity):
-        value = getattr(entity, f.name)
-        kafka_type = f.metadata.get("kafka_type")
-        if "tag" in f.metadata:
-            default = f.default if f.default is not dataclasses.MISSING else None
-            if value == default:
-                continue
-        name = _camel(f.name)
-        if kafka_type == "records":
-            if value is None:
-                out[name] = None
-            else:
-                out[f"{name}SizeInBytes"] = len(value)
-            continue
-        if kafka_type in ("timedelta_i32", "timedelta_i64", "datetime_i64"):
-            name += "Ms"
-            if value is None:
-                out[name] = -1
-                continue
-        out[name] = _value(value)
-    return out
-
-
-def legacy_fields(api_key: int, version: int) -> tuple[set[str], set[str], set[str]]:
-    """For Produce v0-2 and Fetch v0-3 (no kio schema): the keys their v3/v4 structures'
-    JSON has that the old version lacks, as (request keys, response keys, response
-    partition keys)."""
-    if api_key == 0 and version < 3:
-        return {"transactionalId"}, set(), set()
-    if api_key == 1 and version < 4:
-        request = {"isolationLevel"} | ({"maxBytes"} if version < 3 else set())
-        response = {"throttleTimeMs"} if version < 1 else set()
-        return request, response, {"lastStableOffset", "abortedTransactions"}
-    return set(), set(), set()
-
-
-def _schema_version(api_key: int, version: int) -> int:
-    """The kio schema a version is built with (the oldest kio has, for older ones)."""
-    if api_key == 0:
-        return max(version, 3)
-    if api_key == 1:
-        return max(version, 4)
-    return version
-
-
-def _module(api_key: int, version: int, kind: str) -> Any:
-    name = {
-        0: "produce",
-        1: "fetch",
-        3: "metadata",
-        12: "heartbeat",
-        18: "api_versions",
-        27: "write_txn_markers",
-        56: "alter_partition",
-    }[api_key]
-    return importlib.import_module(f"kio.schema.{name}.v{version}.{kind}")
-
-
-def _zero(hint: Any, kafka_type: str | None) -> Any:
-    """A value for a required field kio has no default for."""
-    origin = typing.get_origin(hint)
-    args = typing.get_args(hint)
-    if origin in (typing.Union, types.UnionType) and type(None) in args:
-        return None
-    if origin is tuple:
-        return ()
-    if dataclasses.is_dataclass(hint):
-        return _make(hint)
-    if kafka_type in ("string",):
-        return ""
-    if kafka_type == "bool":
-        return False
-    if kafka_type == "uuid":
-        return uuid.UUID(int=0)
-    if kafka_type in ("timedelta_i32", "timedelta_i64"):
-        return datetime.timedelta(0)
-    if kafka_type in ("bytes", "records"):
-        return b""
-    if kafka_type == "error_code":
-        from kio.schema.errors import ErrorCode
-
-        return ErrorCode.none
-    if isinstance(hint, type) and issubclass(hint, int):
-        return hint(0)
-    return 0
-
-
-def _make(cls: Any, **values: Any) -> Any:
-    """``cls`` with the ``values`` that are its fields (others ignored), the remaining
-    required fields at a zero value."""
-    hints = typing.get_type_hints(cls)
-    kwargs: dict[str, Any] = {}
-    for f in dataclasses.fields(cls):
-        if f.name in values:
-            kwargs[f.name] = values[f.name]
-        elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
-            kwargs[f.name] = _zero(hints[f.name], f.metadata.get("kafka_type"))
-    return cls(**kwargs)
+# -- what a logged request costs: its bytes on the wire, its thread time -------------------
 
 
 def encoded_size(entity: Any) -> int:
@@ -456,9 +329,9 @@ def _records(rng: random.Random) -> bytes:
 
 
 def _produce(rng: random.Random, version: int, acks: int) -> tuple[Any, Any]:
-    v = _schema_version(0, version)
-    req = _module(0, v, "request")
-    resp = _module(0, v, "response")
+    v = schema_version(0, version)
+    req = message_module(0, v, "request")
+    resp = message_module(0, v, "response")
     from kio.schema.errors import ErrorCode
 
     txn = rng.choice((None, "txn-1", "")) if version >= 3 else None
@@ -466,11 +339,11 @@ def _produce(rng: random.Random, version: int, acks: int) -> tuple[Any, Any]:
     responses = []
     for t in rng.sample(TOPICS, rng.randint(1, 3)):
         parts = [
-            _make(req.PartitionProduceData, index=p, records=_records(rng))
+            make_message(req.PartitionProduceData, index=p, records=_records(rng))
             for p in rng.sample(range(200), rng.randint(1, 3))
         ]
         topics.append(
-            _make(
+            make_message(
                 req.TopicProduceData,
                 name=t,
                 topic_id=uuid.UUID(int=rng.getrandbits(128)),
@@ -478,12 +351,12 @@ def _produce(rng: random.Random, version: int, acks: int) -> tuple[Any, Any]:
             )
         )
         responses.append(
-            _make(
+            make_message(
                 resp.TopicProduceResponse,
                 name=t,
                 topic_id=uuid.UUID(int=rng.getrandbits(128)),
                 partition_responses=tuple(
-                    _make(
+                    make_message(
                         resp.PartitionProduceResponse,
                         index=p.index,
                         error_code=ErrorCode.none,
@@ -497,14 +370,14 @@ def _produce(rng: random.Random, version: int, acks: int) -> tuple[Any, Any]:
                 ),
             )
         )
-    request = _make(
+    request = make_message(
         req.ProduceRequest,
         transactional_id=txn,
         acks=acks,
         timeout=datetime.timedelta(milliseconds=30_000),
         topic_data=tuple(topics),
     )
-    response = _make(
+    response = make_message(
         resp.ProduceResponse,
         responses=tuple(responses),
         throttle_time=datetime.timedelta(0),
@@ -513,9 +386,9 @@ def _produce(rng: random.Random, version: int, acks: int) -> tuple[Any, Any]:
 
 
 def _fetch(rng: random.Random, version: int, follower: bool, throttle: int) -> tuple[Any, Any]:
-    v = _schema_version(1, version)
-    req = _module(1, v, "request")
-    resp = _module(1, v, "response")
+    v = schema_version(1, version)
+    req = message_module(1, v, "request")
+    resp = message_module(1, v, "response")
     from kio.schema.errors import ErrorCode
 
     replica = rng.randrange(1, 6) if follower else -1
@@ -531,7 +404,9 @@ def _fetch(rng: random.Random, version: int, follower: bool, throttle: int) -> t
         "forgotten_topics_data": (),
     }
     if version >= 15 and follower:
-        values["replica_state"] = _make(req.ReplicaState, replica_id=replica, replica_epoch=7)
+        values["replica_state"] = make_message(
+            req.ReplicaState, replica_id=replica, replica_epoch=7
+        )
     if version >= 12 and rng.random() < 0.5:
         values["cluster_id"] = "kquota-cluster"
     topics = []
@@ -542,12 +417,12 @@ def _fetch(rng: random.Random, version: int, follower: bool, throttle: int) -> t
         topic_id = uuid.UUID(int=rng.getrandbits(128))
         indexes = rng.sample(range(100), rng.randint(1, 3))
         topics.append(
-            _make(
+            make_message(
                 req.FetchTopic,
                 topic=t,
                 topic_id=topic_id,
                 partitions=tuple(
-                    _make(
+                    make_message(
                         req.FetchPartition,
                         partition=p,
                         fetch_offset=rng.randrange(10**6),
@@ -571,25 +446,31 @@ def _fetch(rng: random.Random, version: int, follower: bool, throttle: int) -> t
             }
             if version >= 4 and rng.random() < 0.4:
                 part["aborted_transactions"] = tuple(
-                    _make(resp.AbortedTransaction, producer_id=rng.randrange(9), first_offset=3)
+                    make_message(
+                        resp.AbortedTransaction, producer_id=rng.randrange(9), first_offset=3
+                    )
                     for _ in range(rng.randrange(3))
                 )
             if version >= 12:
                 if rng.random() < 0.3:
-                    part["diverging_epoch"] = _make(resp.EpochEndOffset, epoch=4, end_offset=99)
+                    part["diverging_epoch"] = make_message(
+                        resp.EpochEndOffset, epoch=4, end_offset=99
+                    )
                 if rng.random() < 0.3:
-                    part["current_leader"] = _make(
+                    part["current_leader"] = make_message(
                         resp.LeaderIdAndEpoch, leader_id=2, leader_epoch=9
                     )
                 if rng.random() < 0.2:
-                    part["snapshot_id"] = _make(resp.SnapshotId, end_offset=10, epoch=3)
-            parts.append(_make(resp.PartitionData, **part))
+                    part["snapshot_id"] = make_message(resp.SnapshotId, end_offset=10, epoch=3)
+            parts.append(make_message(resp.PartitionData, **part))
         if throttle:
             continue
         out_topics.append(
-            _make(resp.FetchableTopicResponse, topic=t, topic_id=topic_id, partitions=tuple(parts))
+            make_message(
+                resp.FetchableTopicResponse, topic=t, topic_id=topic_id, partitions=tuple(parts)
+            )
         )
-    request = _make(req.FetchRequest, topics=tuple(topics), **values)
+    request = make_message(req.FetchRequest, topics=tuple(topics), **values)
     response_values: dict[str, Any] = {
         "throttle_time": datetime.timedelta(milliseconds=throttle),
         "error_code": ErrorCode.none,
@@ -598,22 +479,22 @@ def _fetch(rng: random.Random, version: int, follower: bool, throttle: int) -> t
     }
     if version >= 16 and rng.random() < 0.4:
         response_values["node_endpoints"] = tuple(
-            _make(resp.NodeEndpoint, node_id=n, host=h, port=9092, rack=r)
+            make_message(resp.NodeEndpoint, node_id=n, host=h, port=9092, rack=r)
             for n, h, r in ((1, "kafka-1.example", "rack-a"), (2, "::1", None))[: rng.randint(1, 2)]
         )
-    return request, _make(resp.FetchResponse, **response_values)
+    return request, make_message(resp.FetchResponse, **response_values)
 
 
 def _other(api_key: int, version: int) -> tuple[Any, Any]:
-    req = _module(api_key, version, "request")
-    resp = _module(api_key, version, "response")
+    req = message_module(api_key, version, "request")
+    resp = message_module(api_key, version, "response")
     request_class = next(
         getattr(req, n) for n in dir(req) if n.endswith("Request") and n != "RequestHeader"
     )
     response_class = next(
         getattr(resp, n) for n in dir(resp) if n.endswith("Response") and n != "ResponseHeader"
     )
-    return _make(request_class), _make(response_class)
+    return make_message(request_class), make_message(response_class)
 
 
 def _strip(document: dict[str, Any], keys: set[str]) -> dict[str, Any]:
