@@ -26,7 +26,6 @@ if TYPE_CHECKING:
         BrokerManagers,
         GatewayBroker,
         ProxyServer,
-        kafka_clock_ms,
     )
 
 __all__ = [
@@ -38,16 +37,13 @@ __all__ = [
     "ProxyServer",
     "StoreAdmin",
     "TrafficCapture",
-    "kafka_clock_ms",
 ]
 
 ANONYMOUS: Final[str] = ProxyDataPath.ANONYMOUS
 """The user of a connection without SASL, or whose SASL principal the proxy cannot read
 (GSSAPI, OAUTHBEARER): Kafka's ``KafkaPrincipal.ANONYMOUS`` name."""
 
-_SERVER_NAMES = frozenset(
-    {"BOOTSTRAP_NODE_ID", "BrokerManagers", "GatewayBroker", "ProxyServer", "kafka_clock_ms"}
-)
+_SERVER_NAMES = frozenset({"BOOTSTRAP_NODE_ID", "BrokerManagers", "GatewayBroker", "ProxyServer"})
 
 
 def __getattr__(name: str) -> Any:

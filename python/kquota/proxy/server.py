@@ -64,7 +64,7 @@ from typing import Final, NamedTuple
 
 from prometheus_client.registry import Collector
 
-from kquota import ConnectionQuotas, ControllerMutationQuotaManager, QuotaManager, monotonic_ms
+from kquota import ConnectionQuotas, ControllerMutationQuotaManager, QuotaManager
 from kquota._core import ProxyDataPath, RequestOutcome
 from kquota.broker import QuotaPlugin
 from kquota.broker.metrics import (
@@ -88,7 +88,6 @@ __all__ = [
     "GatewayBroker",
     "ProxyDecision",
     "ProxyServer",
-    "kafka_clock_ms",
 ]
 
 log = logging.getLogger("kquota.proxy")
@@ -123,7 +122,7 @@ class ProxyDecision(NamedTuple):
     """One quota decision of the Rust data path (:meth:`ProxyServer.take_decisions`)."""
 
     at_ms: int
-    """When the quotas were checked, on :func:`kafka_clock_ms`."""
+    """When the quotas were checked, on :func:`kquota.monotonic_ms`."""
     user: str
     client_id: str
     api_key: int
@@ -178,19 +177,6 @@ class BrokerManagers(NamedTuple):
     """The connection-creation rates, when the proxy has ``connection_quotas``."""
 
 
-def kafka_clock_ms() -> int:
-    """Kafka's clock (``Time.SYSTEM.milliseconds()``, wall-clock milliseconds) without its
-    jumps: the same clock as :func:`kquota.monotonic_ms`, the core's default, which starts
-    at the wall-clock time and then advances monotonically.
-
-    One rule depends on the clock's origin: a new token bucket (the controller-mutation
-    quota) starts with 0 tokens last updated at time 0, so on Kafka's clock it is full at
-    its first use, whereas on a clock that started with the process it would hold only the
-    seconds since then. Kept as the proxy's name for it.
-    """
-    return monotonic_ms()
-
-
 class ProxyServer:
     """A Kafka-protocol proxy that applies ``plugin``'s quotas in front of ``upstream``.
 
@@ -231,8 +217,9 @@ class ProxyServer:
     a CreateTopics topic with -1 partitions gets); ``connection_quotas`` the connection
     creation rates, counted under ``listener`` (added to them at :meth:`start` if they
     lack it). Both are read live: a :class:`~kquota.config.live.LiveQuotas` may update
-    them while the proxy runs. Their times are the plugin's clock: give the plugin
-    :func:`kafka_clock_ms` (as ``kquota proxy`` does) for Kafka's full new token buckets.
+    them while the proxy runs. Their times are the plugin's clock: the default,
+    :func:`kquota.monotonic_ms` (as ``kquota proxy`` uses), starts at the wall-clock time,
+    so a new token bucket is full at its first use as on a broker.
 
     The connections are served on ``threads`` threads of the data path's own, which reads
     the plugin's managers directly and keeps its quota decisions for :meth:`take_decisions`
