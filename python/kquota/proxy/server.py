@@ -65,7 +65,7 @@ from typing import Final, NamedTuple
 from prometheus_client.registry import Collector
 
 from kquota import ConnectionQuotas, ControllerMutationQuotaManager, QuotaManager
-from kquota._core import ProxyDataPath, RequestOutcome
+from kquota._core import ProxyDataPath, ProxyDecision
 from kquota.broker import QuotaPlugin
 from kquota.broker.metrics import (
     ConnectionQuotaCollector,
@@ -107,52 +107,11 @@ response) frame the proxy takes."""
 _DRAIN_INTERVAL_S: Final = 0.1
 """How often the data path's decisions are moved into a capture."""
 
-_FOLLOWER_FETCH: Final = "follower_fetch"
-"""The API a fetch from a replica is captured as: the proxy applies only the request
-quota to it, as the back-test does to any API it does not know."""
-
 _PRODUCE: Final = 0
 
 BOOTSTRAP_NODE_ID: Final = -1
 """The node id a gateway gives its bootstrap port's own managers, in
 :meth:`ProxyServer.broker_managers` and the metrics (as in :attr:`ProxyDecision.broker`)."""
-
-
-class ProxyDecision(NamedTuple):
-    """One quota decision of the Rust data path (:meth:`ProxyServer.take_decisions`)."""
-
-    at_ms: int
-    """When the quotas were checked, on :func:`kquota.monotonic_ms`."""
-    user: str
-    client_id: str
-    api_key: int
-    api_version: int
-    correlation_id: int
-    follower: bool
-    """A fetch from a replica: held to the request quota only."""
-    size: float
-    """A produce request's size or a consumer fetch response's size; 0 otherwise."""
-    thread_ns: float
-    """The request time recorded (ns): the proxy's own, with the broker's as the proxy sees
-    it for an API Kafka answers at once."""
-    acks: int
-    """A produce request's ``acks`` (-1 for other APIs)."""
-    outcome: RequestOutcome
-    """For a mutation request, the request quota's, with the applied throttle."""
-    mutation_throttle_ms: int | None
-    """A mutation request's controller-mutation throttle (``None`` for other APIs)."""
-    peer: str
-    """The client's ``HOST:PORT``."""
-    broker: int
-    """In gateway mode, the node id of the broker whose quotas applied (-1 for a bootstrap
-    connection before any response named the broker it reached); -1 for a sidecar."""
-
-    @property
-    def api(self) -> str:
-        """The API's name as a capture records it (``follower_fetch`` for a replica's)."""
-        if self.follower:
-            return _FOLLOWER_FETCH
-        return ProxyDataPath.api_name(self.api_key)
 
 
 class GatewayBroker(NamedTuple):
@@ -393,28 +352,10 @@ class ProxyServer:
 
     def take_decisions(self) -> list[ProxyDecision]:
         """The quota decisions since the last call, oldest first (with ``keep_decisions``;
-        a capture takes them itself)."""
+        a capture takes them itself), as the data path made them."""
         if self._data_path is None:
             return []
-        return [
-            ProxyDecision(
-                at, user, client_id, *request, follower, size, ns, acks, out, mut, peer, broker
-            )
-            for (
-                at,
-                user,
-                client_id,
-                request,
-                follower,
-                size,
-                ns,
-                acks,
-                out,
-                mut,
-                peer,
-                broker,
-            ) in self._data_path.take_decisions()
-        ]
+        return self._data_path.take_decisions()
 
     async def _capture_decisions(self, capture: TrafficCapture) -> None:
         flusher = asyncio.get_running_loop().create_task(flush_every_second(capture))

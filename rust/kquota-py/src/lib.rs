@@ -26,6 +26,7 @@ mod mutation_check;
 mod mutation_request_quota;
 mod partition_leader;
 mod proxy_data_path;
+mod proxy_decision;
 mod quota_admin;
 mod quota_manager;
 mod replay_kernel;
@@ -89,6 +90,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<ConnectionDecision>()?;
     m.add_class::<ConnectionQuotas>()?;
     m.add_class::<proxy_data_path::ProxyDataPath>()?;
+    m.add_class::<proxy_decision::ProxyDecision>()?;
     m.add_function(wrap_pyfunction!(update_cluster_metadata, m)?)?;
     m.add_function(wrap_pyfunction!(applied_throttles, m)?)?;
     m.add_function(wrap_pyfunction!(recommend_quotas, m)?)?;

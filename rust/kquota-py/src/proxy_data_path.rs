@@ -10,7 +10,7 @@ use std::time::Duration;
 use pyo3::exceptions::PyOSError;
 use pyo3::prelude::*;
 
-use kquota_proxy::server::{Admission, CallbackFactory, Decision, Managers, Proxy, ProxyConfig};
+use kquota_proxy::server::{Admission, CallbackFactory, Managers, Proxy, ProxyConfig};
 use kquota_proxy::{AdminAccess, GatewayConfig, SharedAdmin};
 
 use crate::args;
@@ -18,25 +18,9 @@ use crate::callback::{raised, PyCallback};
 use crate::connection_quotas::ConnectionQuotas;
 use crate::controller_mutation_quota_manager::ControllerMutationQuotaManager;
 use crate::error::{errors, CoreError};
+use crate::proxy_decision::ProxyDecision;
 use crate::quota_admin::PyQuotaAdmin;
 use crate::quota_manager::QuotaManager;
-use crate::request_outcome::RequestOutcome;
-
-/// One decision as Python receives it (see `kquota.proxy.ProxyDecision`).
-type DecisionTuple = (
-    i64,
-    String,
-    String,
-    (i16, i16, i32),
-    bool,
-    f64,
-    f64,
-    i16,
-    RequestOutcome,
-    Option<i32>,
-    String,
-    i32,
-);
 
 /// One gateway broker's managers as Python receives them: produce, fetch, request, the
 /// controller-mutation manager and the connection quotas, if any.
@@ -191,23 +175,6 @@ fn gateway_config(
         first_port,
         ports: last_port - first_port + 1,
     })
-}
-
-fn decision_tuple(d: Decision) -> DecisionTuple {
-    (
-        d.at_ms,
-        d.user,
-        d.client_id,
-        (d.api_key, d.api_version, d.correlation_id),
-        d.follower,
-        d.size,
-        d.thread_ns,
-        d.acks,
-        d.outcome.into(),
-        d.mutation_throttle_ms,
-        d.peer.to_string(),
-        d.broker,
-    )
 }
 
 #[pymethods]
@@ -426,15 +393,13 @@ impl ProxyDataPath {
         kquota_proxy::api_name(api_key)
     }
 
-    /// The quota decisions made since the last call, oldest first, as tuples
-    /// `(at_ms, user, client_id, (api_key, api_version, correlation_id), follower, size,
-    /// thread_ns, acks, outcome, mutation_throttle_ms, peer)`; empty unless built with
+    /// The quota decisions made since the last call, oldest first; empty unless built with
     /// `keep_decisions`.
-    fn take_decisions(&self, py: Python<'_>) -> Vec<DecisionTuple> {
+    fn take_decisions(&self, py: Python<'_>) -> Vec<ProxyDecision> {
         let taken = self
             .with_proxy(py, Proxy::take_decisions)
             .unwrap_or_default();
-        py.detach(|| taken.into_iter().map(decision_tuple).collect())
+        taken.into_iter().map(ProxyDecision::from).collect()
     }
 
     /// Connections closed unread because their IP was over its rate.
