@@ -44,7 +44,7 @@ use broker::{
 };
 use broker_node::BrokerNode;
 use check::Check;
-use cluster_metadata::{update_cluster_metadata, ClusterMetadata};
+use cluster_metadata::ClusterMetadata;
 use connection_decision::ConnectionDecision;
 use connection_quotas::ConnectionQuotas;
 use controller_mutation_quota_manager::{mutation_is_strict, ControllerMutationQuotaManager};
@@ -56,7 +56,7 @@ use functions::{
 use mutation_check::MutationCheck;
 use mutation_request_quota::MutationRequestQuota;
 use partition_leader::PartitionLeader;
-use quota_manager::{bench_noop_record, QuotaManager};
+use quota_manager::{bench_noop_record, update_cluster_metadata, QuotaManager};
 use replay_kernel::{recommend_quotas, ReplayKernel};
 use request_log::{parse_request_log, throttled_fetch_size};
 use request_outcome::RequestOutcome;

@@ -13,14 +13,13 @@ use pyo3::prelude::*;
 use kquota_proxy::server::{Admission, CallbackFactory, Managers, Proxy, ProxyConfig};
 use kquota_proxy::{AdminAccess, GatewayConfig, SharedAdmin};
 
-use crate::args;
 use crate::callback::{raised, PyCallback};
 use crate::connection_quotas::ConnectionQuotas;
 use crate::controller_mutation_quota_manager::ControllerMutationQuotaManager;
 use crate::error::{errors, CoreError};
 use crate::proxy_decision::ProxyDecision;
 use crate::quota_admin::PyQuotaAdmin;
-use crate::quota_manager::QuotaManager;
+use crate::quota_manager::{self, QuotaManager};
 
 /// One gateway broker's managers as Python receives them: produce, fetch, request, the
 /// controller-mutation manager and the connection quotas, if any.
@@ -187,9 +186,9 @@ impl ProxyDataPath {
     fn new(
         py: Python<'_>,
         upstream: &str,
-        #[pyo3(from_py_with = args::produce)] produce: Py<QuotaManager>,
-        #[pyo3(from_py_with = args::fetch)] fetch: Py<QuotaManager>,
-        #[pyo3(from_py_with = args::request)] request: Py<QuotaManager>,
+        #[pyo3(from_py_with = quota_manager::produce)] produce: Py<QuotaManager>,
+        #[pyo3(from_py_with = quota_manager::fetch)] fetch: Py<QuotaManager>,
+        #[pyo3(from_py_with = quota_manager::request)] request: Py<QuotaManager>,
         mutation: Option<Py<ControllerMutationQuotaManager>>,
         default_num_partitions: i64,
         connection_quotas: Option<Py<ConnectionQuotas>>,
