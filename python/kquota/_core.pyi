@@ -47,6 +47,7 @@ __all__ = [
     "MutationRequestQuota",
     "PartitionLeader",
     "ProxyDataPath",
+    "ProxyDecision",
     "QuotaCallbackError",
     "QuotaManager",
     "ReplayKernel",
@@ -1116,6 +1117,64 @@ class ConnectionDecision:
         """> 0: the IP is over its rate; accepted, then closed after this many ms."""
 
 @final
+class ProxyDecision:
+    """One quota decision of the proxy's data path (:meth:`ProxyDataPath.take_decisions`,
+    ``kquota.proxy.ProxyServer.take_decisions``): a request as its quotas were checked.
+
+    Made only by the data path. Two decisions are equal when every field is.
+    """
+
+    @property
+    def at_ms(self) -> int:
+        """When the quotas were checked, on :func:`monotonic_ms`."""
+    @property
+    def user(self) -> str:
+        """The connection's user, whose quotas applied (``ANONYMOUS`` without SASL)."""
+    @property
+    def client_id(self) -> str:
+        """The request header's client id."""
+    @property
+    def api_key(self) -> int:
+        """The request's API key."""
+    @property
+    def api_version(self) -> int:
+        """The request's API version."""
+    @property
+    def correlation_id(self) -> int:
+        """The request header's correlation id."""
+    @property
+    def follower(self) -> bool:
+        """A fetch from a replica: held to the request quota only."""
+    @property
+    def size(self) -> float:
+        """A produce request's size or a consumer fetch response's size; 0 otherwise."""
+    @property
+    def thread_ns(self) -> float:
+        """The request time recorded (ns): the proxy's own, with the broker's as the proxy
+        sees it for an API Kafka answers at once."""
+    @property
+    def acks(self) -> int:
+        """A produce request's ``acks`` (-1 for other APIs)."""
+    @property
+    def outcome(self) -> RequestOutcome:
+        """For a mutation request, the request quota's, with the applied throttle."""
+    @property
+    def mutation_throttle_ms(self) -> int | None:
+        """A mutation request's controller-mutation throttle (``None`` for other APIs)."""
+    @property
+    def peer(self) -> str:
+        """The client's ``HOST:PORT``."""
+    @property
+    def broker(self) -> int:
+        """In gateway mode, the node id of the broker whose quotas applied (-1 for a
+        bootstrap connection before any response named the broker it reached); -1 for a
+        sidecar."""
+    @property
+    def api(self) -> str:
+        """The API's name as a capture records it (:meth:`ProxyDataPath.api_name`;
+        ``follower_fetch`` for a replica's fetch)."""
+
+@final
 class ProxyDataPath:
     """Kafka's client quotas on every connection relayed to one broker: the proxy's data
     path in Rust (the ``kquota-proxy`` crate) on ``threads`` threads of its own, with the
@@ -1205,24 +1264,9 @@ class ProxyDataPath:
     def api_name(api_key: int) -> str:
         """An API's name as a capture records it: Kafka's name in snake case
         (``"create_topics"``), ``"api_<key>"`` for a key the data path does not know."""
-    def take_decisions(
-        self,
-    ) -> list[
-        tuple[
-            int,
-            str,
-            str,
-            tuple[int, int, int],
-            bool,
-            float,
-            float,
-            int,
-            RequestOutcome,
-            int | None,
-            str,
-            int,
-        ]
-    ]: ...
+    def take_decisions(self) -> list[ProxyDecision]:
+        """The quota decisions made since the last call, oldest first; empty unless built
+        with ``keep_decisions``."""
     def shutdown(self, timeout: float = 30.0) -> None: ...
 
 @final

@@ -417,9 +417,8 @@ def test_each_port_counts_its_own_connections_as_each_broker_does(kafka_cluster:
     an IP over its ``connection_creation_rate`` on one broker's port is still admitted on
     the others, and the bootstrap port counts its own. The connections to the four ports
     come at once, interleaved; each port admits what one broker alone admits."""
-    from kquota import ConnectionQuotas
+    from kquota import ConnectionQuotas, monotonic_ms
     from kquota.broker import serve_metrics
-    from kquota.proxy import kafka_clock_ms
 
     listener, count = "PLAINTEXT", 12
     # 2 windows of 10 s: a test's connections all fall in the first window of their
@@ -458,7 +457,7 @@ def test_each_port_counts_its_own_connections_as_each_broker_does(kafka_cluster:
                 )
             )
         per_broker = gateway.server.broker_managers()
-        with serve_metrics(*gateway.server.metrics_collectors(clock=kafka_clock_ms)) as metrics:
+        with serve_metrics(*gateway.server.metrics_collectors(clock=monotonic_ms)) as metrics:
             scraped = scrape_flat(metrics.url)
         throttled = gateway.server.ip_throttled_connections
 

@@ -17,9 +17,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kquota import ConnectionQuotas, TokenBucket
+from kquota import ConnectionQuotas, TokenBucket, monotonic_ms
 from kquota.broker import ConnectionQuotaCollector, serve_metrics
-from kquota.proxy import kafka_clock_ms
 from proxy_support import (
     RecordingPlugin,
     connection_outcomes,
@@ -53,10 +52,10 @@ def test_an_ip_over_its_connection_creation_rate_gets_closed_connections(tansu: 
     ]
     admitted = sum(expected)
     assert 0 < admitted < CONNECTIONS
-    plugin = RecordingPlugin(clock=kafka_clock_ms, background=True)
+    plugin = RecordingPlugin(clock=monotonic_ms, background=True)
     with (
         run_proxy(tansu.upstream, tansu.proxy_port, plugin, connection_quotas=quotas) as proxy,
-        serve_metrics(ConnectionQuotaCollector(quotas, clock=kafka_clock_ms)) as metrics,
+        serve_metrics(ConnectionQuotaCollector(quotas, clock=monotonic_ms)) as metrics,
     ):
         outcomes = connection_outcomes(tansu.proxy_port, CONNECTIONS)
         # The first connections are answered, the rest closed without a response.
@@ -78,10 +77,10 @@ def test_the_listener_rate_delays_accepting_and_closes_nothing(tansu: Any) -> No
     count = 6
     delays = [reference.accept_delay(LISTENER, 10**12) for _ in range(count)]
     assert any(d > 0 for d in delays)  # connections at once go over the rate
-    plugin = RecordingPlugin(clock=kafka_clock_ms, background=True)
+    plugin = RecordingPlugin(clock=monotonic_ms, background=True)
     with (
         run_proxy(tansu.upstream, tansu.proxy_port, plugin, connection_quotas=quotas) as proxy,
-        serve_metrics(ConnectionQuotaCollector(quotas, clock=kafka_clock_ms)) as metrics,
+        serve_metrics(ConnectionQuotaCollector(quotas, clock=monotonic_ms)) as metrics,
     ):
         outcomes = connection_outcomes(tansu.proxy_port, count)
         assert outcomes == [True] * count  # delayed, never refused

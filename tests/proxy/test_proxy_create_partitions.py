@@ -27,8 +27,7 @@ from kio.schema.create_partitions.v3 import response as cp_response
 from kio.schema.errors import ErrorCode
 from kio.schema.metadata.v12 import response as md_response
 from kio.static.primitive import i32, i32Timedelta
-from kquota import ControllerMutationQuotaManager, Entity, TokenBucket
-from kquota.proxy import kafka_clock_ms
+from kquota import ControllerMutationQuotaManager, Entity, TokenBucket, monotonic_ms
 from proxy_support import RecordingPlugin, read_frame, run_proxy
 
 TIMEOUT = i32Timedelta.parse(datetime.timedelta(seconds=30))
@@ -138,7 +137,7 @@ def test_strict_create_partitions_forwards_the_accepted_topics_and_merges_in_ord
     manager = ControllerMutationQuotaManager(num_samples=samples, window_ms=1000)
     manager.set_quota(Entity(client_id=client_id), rate)
     upstream = _ScriptedController(existing, throttle_ms=7)
-    plugin = RecordingPlugin(clock=kafka_clock_ms, background=True)
+    plugin = RecordingPlugin(clock=monotonic_ms, background=True)
     try:
         with (
             run_proxy(upstream.address, 0, plugin, mutation=manager) as proxy,

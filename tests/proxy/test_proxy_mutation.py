@@ -15,7 +15,7 @@ is left to ``test_proxy_create_partitions.py`` (a scripted upstream).
 
 Every expected count and throttle is computed from the core's token bucket
 (:class:`kquota.TokenBucket`, the stat the manager measures with), not written down.
-The plugin runs on :func:`kquota.proxy.kafka_clock_ms` as ``kquota proxy`` does, so a new
+The plugin runs on :func:`kquota.monotonic_ms` as ``kquota proxy`` does, so a new
 bucket is full at its first use, as on Kafka's wall clock.
 """
 
@@ -27,9 +27,8 @@ from typing import Any
 
 import pytest
 from kafka_wire import THROTTLED_MESSAGE, THROTTLING_QUOTA_EXCEEDED
-from kquota import ControllerMutationQuotaManager, Entity, TokenBucket
+from kquota import ControllerMutationQuotaManager, Entity, TokenBucket, monotonic_ms
 from kquota.broker import MutationQuotaCollector, QuotaOutcome, serve_metrics
-from kquota.proxy import kafka_clock_ms
 from proxy_support import RecordingPlugin, run_proxy, scrape_flat
 
 pytest.importorskip("kio")
@@ -46,7 +45,7 @@ class MutationPlugin(RecordingPlugin):
     """The real plugin, keeping what each mutation response was given."""
 
     def __init__(self) -> None:
-        super().__init__(clock=kafka_clock_ms, background=True)
+        super().__init__(clock=monotonic_ms, background=True)
         self._mutations: list[tuple[int, QuotaOutcome]] = []
         self._guard = threading.Lock()
 
@@ -128,7 +127,7 @@ def test_strict_create_topics_refuses_the_topics_over_the_burst_and_retries_succ
     assert 0 < expected_refused < TOPICS and refusal_throttle > 0
     with (
         run_proxy(tansu.upstream, tansu.proxy_port, plugin, mutation=manager) as proxy,
-        serve_metrics(MutationQuotaCollector(manager, clock=kafka_clock_ms)) as metrics,
+        serve_metrics(MutationQuotaCollector(manager, clock=monotonic_ms)) as metrics,
     ):
         admin = kafka_admin.KafkaAdminClient(bootstrap_servers=proxy.address, client_id=client_id)
         try:
@@ -248,6 +247,6 @@ def test_permissive_create_topics_creates_every_topic_and_throttles_after(tansu:
         assert outcome.throttled_by == "controller_mutation"
         # What librdkafka read from the response (seconds) is the proxy's throttle.
         assert seen and round(seen[0] * 1000) == mutation_throttle
-        tokens = manager.tokens("ANONYMOUS", client_id, kafka_clock_ms())
+        tokens = manager.tokens("ANONYMOUS", client_id, monotonic_ms())
         assert tokens is not None and tokens < 0
         del admin

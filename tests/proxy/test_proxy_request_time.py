@@ -17,7 +17,7 @@ import socket
 import time
 from typing import Any
 
-from kquota.proxy.server import ProxyDecision
+from kquota.proxy import ProxyDecision
 from ports import free_port
 from proxy_support import (
     SCRIPT_HANG_S,

@@ -29,8 +29,7 @@ from kafka_wire import (
 from kio.static.primitive import i16, i32
 from kquota import QuotaManager, RequestPath
 from kquota.broker import QuotaOutcome, QuotaPlugin
-from kquota.proxy import ProxyServer
-from kquota.proxy.server import ProxyDecision
+from kquota.proxy import ProxyDecision, ProxyServer
 
 
 @dataclass(frozen=True)

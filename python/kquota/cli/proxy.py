@@ -411,9 +411,10 @@ def run(args: argparse.Namespace) -> int:
     except (ValueError, KquotaError) as exc:
         return fail(_COMMAND, exc)
 
+    from kquota import monotonic_ms
     from kquota.broker import QuotaPlugin, serve_metrics
     from kquota.config.live import LiveQuotas
-    from kquota.proxy import ProxyServer, StoreAdmin, kafka_clock_ms
+    from kquota.proxy import ProxyServer, StoreAdmin
 
     logging.basicConfig(
         level=getattr(logging, args.log_level),
@@ -442,7 +443,7 @@ def run(args: argparse.Namespace) -> int:
     metrics = None
     # On Kafka's clock (a new mutation token bucket is full); its channels' maintenance
     # thread ends mutes on time; it closes the callback.
-    plugin = QuotaPlugin(*managers, clock=kafka_clock_ms, background=True, quota_callback=callback)
+    plugin = QuotaPlugin(*managers, clock=monotonic_ms, background=True, quota_callback=callback)
     try:
         server = ProxyServer(
             upstream if gateway else upstream[0],
@@ -469,7 +470,7 @@ def run(args: argparse.Namespace) -> int:
         )
         if args.metrics_port is not None:
             # A gateway's are per broker, labelled with the node id.
-            collectors = server.metrics_collectors(clock=kafka_clock_ms)
+            collectors = server.metrics_collectors(clock=monotonic_ms)
             metrics = serve_metrics(*collectors, port=args.metrics_port)
         return asyncio.run(_serve(server, listen, metrics.port if metrics else None))
     except (KquotaError, OSError) as exc:

@@ -7,7 +7,8 @@ port of its own and rewriting the broker addresses clients see. It applies a
 connection, with Kafka's KIP-219 throttling, and optionally the controller-mutation quota
 (KIP-599) of CreateTopics, CreatePartitions and DeleteTopics and the connection-creation
 rates (KIP-612) of its listener and of each client IP. Its connections are served by the
-Rust data path (``kquota._core.ProxyDataPath``). A :class:`TrafficCapture` given to it
+Rust data path (``kquota._core.ProxyDataPath``), whose quota decisions it can keep as
+:class:`ProxyDecision` (``keep_decisions``). A :class:`TrafficCapture` given to it
 writes the traffic it sees as Parquet for ``kquota backtest`` (``kquota proxy --capture
 DIR``; needs the ``proxy`` extra, which installs pyarrow). With a :class:`StoreAdmin`, it
 answers Kafka's own quota administration (``kafka-configs.sh --bootstrap-server``,
@@ -16,7 +17,7 @@ KIP-546) from a quota store, for the principals its :class:`AdminAccess` admits.
 
 from typing import TYPE_CHECKING, Any, Final
 
-from kquota._core import ProxyDataPath
+from kquota._core import ProxyDataPath, ProxyDecision
 from kquota.proxy.admin import AdminAccess, StoreAdmin
 from kquota.proxy.capture import TrafficCapture
 
@@ -26,7 +27,6 @@ if TYPE_CHECKING:
         BrokerManagers,
         GatewayBroker,
         ProxyServer,
-        kafka_clock_ms,
     )
 
 __all__ = [
@@ -35,19 +35,17 @@ __all__ = [
     "AdminAccess",
     "BrokerManagers",
     "GatewayBroker",
+    "ProxyDecision",
     "ProxyServer",
     "StoreAdmin",
     "TrafficCapture",
-    "kafka_clock_ms",
 ]
 
 ANONYMOUS: Final[str] = ProxyDataPath.ANONYMOUS
 """The user of a connection without SASL, or whose SASL principal the proxy cannot read
 (GSSAPI, OAUTHBEARER): Kafka's ``KafkaPrincipal.ANONYMOUS`` name."""
 
-_SERVER_NAMES = frozenset(
-    {"BOOTSTRAP_NODE_ID", "BrokerManagers", "GatewayBroker", "ProxyServer", "kafka_clock_ms"}
-)
+_SERVER_NAMES = frozenset({"BOOTSTRAP_NODE_ID", "BrokerManagers", "GatewayBroker", "ProxyServer"})
 
 
 def __getattr__(name: str) -> Any:

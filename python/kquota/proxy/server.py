@@ -64,8 +64,8 @@ from typing import Final, NamedTuple
 
 from prometheus_client.registry import Collector
 
-from kquota import ConnectionQuotas, ControllerMutationQuotaManager, QuotaManager, monotonic_ms
-from kquota._core import ProxyDataPath, RequestOutcome, check_proxy_options
+from kquota import ConnectionQuotas, ControllerMutationQuotaManager, QuotaManager
+from kquota._core import ProxyDataPath, ProxyDecision, check_proxy_options
 from kquota.broker import QuotaPlugin
 from kquota.broker.metrics import (
     ConnectionQuotaCollector,
@@ -88,7 +88,6 @@ __all__ = [
     "GatewayBroker",
     "ProxyDecision",
     "ProxyServer",
-    "kafka_clock_ms",
 ]
 
 log = logging.getLogger("kquota.proxy")
@@ -108,52 +107,11 @@ response) frame the proxy takes."""
 _DRAIN_INTERVAL_S: Final = 0.1
 """How often the data path's decisions are moved into a capture."""
 
-_FOLLOWER_FETCH: Final = "follower_fetch"
-"""The API a fetch from a replica is captured as: the proxy applies only the request
-quota to it, as the back-test does to any API it does not know."""
-
 _PRODUCE: Final = 0
 
 BOOTSTRAP_NODE_ID: Final = -1
 """The node id a gateway gives its bootstrap port's own managers, in
 :meth:`ProxyServer.broker_managers` and the metrics (as in :attr:`ProxyDecision.broker`)."""
-
-
-class ProxyDecision(NamedTuple):
-    """One quota decision of the Rust data path (:meth:`ProxyServer.take_decisions`)."""
-
-    at_ms: int
-    """When the quotas were checked, on :func:`kafka_clock_ms`."""
-    user: str
-    client_id: str
-    api_key: int
-    api_version: int
-    correlation_id: int
-    follower: bool
-    """A fetch from a replica: held to the request quota only."""
-    size: float
-    """A produce request's size or a consumer fetch response's size; 0 otherwise."""
-    thread_ns: float
-    """The request time recorded (ns): the proxy's own, with the broker's as the proxy sees
-    it for an API Kafka answers at once."""
-    acks: int
-    """A produce request's ``acks`` (-1 for other APIs)."""
-    outcome: RequestOutcome
-    """For a mutation request, the request quota's, with the applied throttle."""
-    mutation_throttle_ms: int | None
-    """A mutation request's controller-mutation throttle (``None`` for other APIs)."""
-    peer: str
-    """The client's ``HOST:PORT``."""
-    broker: int
-    """In gateway mode, the node id of the broker whose quotas applied (-1 for a bootstrap
-    connection before any response named the broker it reached); -1 for a sidecar."""
-
-    @property
-    def api(self) -> str:
-        """The API's name as a capture records it (``follower_fetch`` for a replica's)."""
-        if self.follower:
-            return _FOLLOWER_FETCH
-        return ProxyDataPath.api_name(self.api_key)
 
 
 class GatewayBroker(NamedTuple):
@@ -176,19 +134,6 @@ class BrokerManagers(NamedTuple):
     """The controller-mutation manager, when the proxy has a ``mutation`` manager."""
     connections: ConnectionQuotas | None = None
     """The connection-creation rates, when the proxy has ``connection_quotas``."""
-
-
-def kafka_clock_ms() -> int:
-    """Kafka's clock (``Time.SYSTEM.milliseconds()``, wall-clock milliseconds) without its
-    jumps: the same clock as :func:`kquota.monotonic_ms`, the core's default, which starts
-    at the wall-clock time and then advances monotonically.
-
-    One rule depends on the clock's origin: a new token bucket (the controller-mutation
-    quota) starts with 0 tokens last updated at time 0, so on Kafka's clock it is full at
-    its first use, whereas on a clock that started with the process it would hold only the
-    seconds since then. Kept as the proxy's name for it.
-    """
-    return monotonic_ms()
 
 
 class ProxyServer:
@@ -231,8 +176,9 @@ class ProxyServer:
     a CreateTopics topic with -1 partitions gets); ``connection_quotas`` the connection
     creation rates, counted under ``listener`` (added to them at :meth:`start` if they
     lack it). Both are read live: a :class:`~kquota.config.live.LiveQuotas` may update
-    them while the proxy runs. Their times are the plugin's clock: give the plugin
-    :func:`kafka_clock_ms` (as ``kquota proxy`` does) for Kafka's full new token buckets.
+    them while the proxy runs. Their times are the plugin's clock: the default,
+    :func:`kquota.monotonic_ms` (as ``kquota proxy`` uses), starts at the wall-clock time,
+    so a new token bucket is full at its first use as on a broker.
 
     The connections are served on ``threads`` threads of the data path's own, which reads
     the plugin's managers directly and keeps its quota decisions for :meth:`take_decisions`
@@ -391,28 +337,10 @@ class ProxyServer:
 
     def take_decisions(self) -> list[ProxyDecision]:
         """The quota decisions since the last call, oldest first (with ``keep_decisions``;
-        a capture takes them itself)."""
+        a capture takes them itself), as the data path made them."""
         if self._data_path is None:
             return []
-        return [
-            ProxyDecision(
-                at, user, client_id, *request, follower, size, ns, acks, out, mut, peer, broker
-            )
-            for (
-                at,
-                user,
-                client_id,
-                request,
-                follower,
-                size,
-                ns,
-                acks,
-                out,
-                mut,
-                peer,
-                broker,
-            ) in self._data_path.take_decisions()
-        ]
+        return self._data_path.take_decisions()
 
     async def _capture_decisions(self, capture: TrafficCapture) -> None:
         flusher = asyncio.get_running_loop().create_task(flush_every_second(capture))

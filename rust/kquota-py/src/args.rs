@@ -5,7 +5,10 @@
 //!
 //! PyO3's own conversions raise `OverflowError`/`UnicodeEncodeError` without naming the
 //! parameter, so every public argument goes through these functions
-//! (`#[pyo3(from_py_with = ...)]`). Each converter below is one parameter name.
+//! (`#[pyo3(from_py_with = ...)]`). Each converter below is one parameter name. A
+//! converter to one of the binding's classes lives beside that class (`entity::entity`,
+//! `quota_manager::produce`, `request_path::scenarios`), so that this module, which every
+//! class uses, uses none of them.
 
 use std::fmt::Display;
 use std::ops::Deref;
@@ -16,10 +19,7 @@ use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyFloat, PyInt, PyString, PyTuple};
 
-use crate::entity::Entity;
 use crate::error::errors;
-use crate::quota_manager::QuotaManager;
-use crate::request_path::RequestPath;
 
 /// At most this many characters of a bad value are quoted in a message.
 const SHOWN: usize = 80;
@@ -63,7 +63,8 @@ fn invalid_usage(py: Python<'_>, message: String) -> PyErr {
     }
 }
 
-fn wrong_type(name: &str, expected: &str, obj: &Bound<'_, PyAny>) -> PyErr {
+/// A `TypeError` naming the parameter, what it takes and what it got.
+pub(crate) fn wrong_type(name: &str, expected: &str, obj: &Bound<'_, PyAny>) -> PyErr {
     PyTypeError::new_err(format!(
         "argument {name}: expected {expected}, got {} {}",
         type_name(obj),
@@ -239,17 +240,6 @@ pub(crate) fn quota(obj: &Bound<'_, PyAny>) -> PyResult<f64> {
     real(obj, "quota")
 }
 
-/// A `kquota.Entity`.
-pub(crate) fn entity<'py>(obj: &Bound<'py, PyAny>) -> PyResult<Bound<'py, Entity>> {
-    obj.cast::<Entity>().cloned().map_err(|_| {
-        wrong_type(
-            "entity",
-            "a kquota.Entity, e.g. Entity(user='alice') or Entity(client_id=DEFAULT)",
-            obj,
-        )
-    })
-}
-
 pub(crate) fn opt_quota(obj: &Bound<'_, PyAny>) -> PyResult<Option<f64>> {
     optional(obj, quota)
 }
@@ -370,25 +360,6 @@ pub(crate) fn requested_max_bytes(obj: &Bound<'_, PyAny>) -> PyResult<i64> {
     i64_arg(obj, "requested_max_bytes")
 }
 
-/// A `kquota.QuotaManager`, for the parameter `name`.
-fn manager<'py>(obj: &Bound<'py, PyAny>, name: &str) -> PyResult<Py<QuotaManager>> {
-    obj.cast::<QuotaManager>()
-        .map(|m| m.clone().unbind())
-        .map_err(|_| wrong_type(name, "a kquota.QuotaManager", obj))
-}
-
-pub(crate) fn produce(obj: &Bound<'_, PyAny>) -> PyResult<Py<QuotaManager>> {
-    manager(obj, "produce")
-}
-
-pub(crate) fn fetch(obj: &Bound<'_, PyAny>) -> PyResult<Py<QuotaManager>> {
-    manager(obj, "fetch")
-}
-
-pub(crate) fn request(obj: &Bound<'_, PyAny>) -> PyResult<Py<QuotaManager>> {
-    manager(obj, "request")
-}
-
 pub(crate) fn java_double(obj: &Bound<'_, PyAny>) -> PyResult<f64> {
     real(obj, "value")
 }
@@ -498,26 +469,6 @@ pub(crate) fn quota_pass(obj: &Bound<'_, PyAny>) -> PyResult<core::QuotaPass> {
             ),
         )),
     }
-}
-
-/// The scenarios of a replay: a sequence of `kquota.RequestPath`.
-pub(crate) fn scenarios(obj: &Bound<'_, PyAny>) -> PyResult<Vec<Py<RequestPath>>> {
-    let expected = "a sequence of kquota.RequestPath (one per scenario)";
-    if obj.is_instance_of::<PyString>() {
-        return Err(wrong_type("scenarios", expected, obj));
-    }
-    let items = obj
-        .try_iter()
-        .map_err(|_| wrong_type("scenarios", expected, obj))?;
-    let mut out = Vec::new();
-    for (i, item) in items.enumerate() {
-        let item = item?;
-        let path = item
-            .cast::<RequestPath>()
-            .map_err(|_| wrong_type(&format!("scenarios[{i}]"), "a kquota.RequestPath", &item))?;
-        out.push(path.clone().unbind());
-    }
-    Ok(out)
 }
 
 pub(crate) fn closed_loop(obj: &Bound<'_, PyAny>) -> PyResult<bool> {

@@ -1,14 +1,11 @@
-//! `ClusterMetadata`: the brokers and partition leaders a quota callback is told about,
-//! and the call that tells the callbacks of several managers.
+//! `ClusterMetadata`: the brokers and partition leaders a quota callback is told about.
 
 use pyo3::prelude::*;
 
 use kquota_core as core;
 
 use crate::broker_node::BrokerNode;
-use crate::error::CoreResult;
 use crate::partition_leader::PartitionLeader;
-use crate::quota_manager::QuotaManager;
 
 /// The cluster metadata a quota callback is told about: brokers and partition leaders.
 #[pyclass(module = "kquota._core", frozen, get_all)]
@@ -103,21 +100,4 @@ impl From<&ClusterMetadata> for core::ClusterMetadata {
                 .collect(),
         }
     }
-}
-
-/// Tells the callbacks of `managers` about `metadata`, each distinct callback once, and
-/// resets the limits of the managers whose callback answered true (Kafka's broker on an
-/// UpdateMetadata request). Managers without a callback are skipped. Whether any answered
-/// true.
-#[pyfunction]
-#[pyo3(signature = (metadata, *managers))]
-pub(crate) fn update_cluster_metadata(
-    metadata: Bound<'_, ClusterMetadata>,
-    managers: Vec<Bound<'_, QuotaManager>>,
-) -> CoreResult<bool> {
-    let md = core::ClusterMetadata::from(metadata.get());
-    let refs: Vec<&core::QuotaManager> = managers.iter().map(|m| &*m.get().inner).collect();
-    Ok(core::managers::manager::update_cluster_metadata(
-        &refs, &md,
-    )?)
 }

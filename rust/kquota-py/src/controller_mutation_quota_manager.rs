@@ -8,7 +8,7 @@ use pyo3::prelude::*;
 use kquota_core as core;
 
 use crate::args::{self, now_or_clock, Text};
-use crate::entity::Entity;
+use crate::entity::{self, Entity};
 use crate::error::CoreResult;
 use crate::mutation_check::MutationCheck;
 use crate::mutation_request_quota::MutationRequestQuota;
@@ -46,7 +46,7 @@ pymethods_with!([window, client_quota] impl ControllerMutationQuotaManager {
         self.inner.release().to_string()
     }
 
-    fn remove_quota(&self, #[pyo3(from_py_with = args::entity)] entity: Bound<'_, Entity>) {
+    fn remove_quota(&self, #[pyo3(from_py_with = entity::entity)] entity: Bound<'_, Entity>) {
         self.inner.remove_quota(&entity.get().inner)
     }
 

@@ -1,4 +1,5 @@
-//! `Entity`: a quota entity, and the sanitized form of a user name.
+//! `Entity`: a quota entity, the converter of an `entity` argument, and the sanitized
+//! form of a user name.
 
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
@@ -59,4 +60,15 @@ impl Entity {
 #[pyfunction]
 pub(crate) fn sanitize_user(#[pyo3(from_py_with = args::principal)] principal: Text<'_>) -> String {
     core::sanitize_user(&principal).into_owned()
+}
+
+/// The argument `entity`: a `kquota.Entity`.
+pub(crate) fn entity<'py>(obj: &Bound<'py, PyAny>) -> PyResult<Bound<'py, Entity>> {
+    obj.cast::<Entity>().cloned().map_err(|_| {
+        args::wrong_type(
+            "entity",
+            "a kquota.Entity, e.g. Entity(user='alice') or Entity(client_id=DEFAULT)",
+            obj,
+        )
+    })
 }

@@ -26,6 +26,7 @@ mod mutation_check;
 mod mutation_request_quota;
 mod partition_leader;
 mod proxy_data_path;
+mod proxy_decision;
 mod proxy_options;
 mod quota_admin;
 mod quota_manager;
@@ -44,7 +45,7 @@ use broker::{
 };
 use broker_node::BrokerNode;
 use check::Check;
-use cluster_metadata::{update_cluster_metadata, ClusterMetadata};
+use cluster_metadata::ClusterMetadata;
 use connection_decision::ConnectionDecision;
 use connection_quotas::ConnectionQuotas;
 use controller_mutation_quota_manager::{mutation_is_strict, ControllerMutationQuotaManager};
@@ -56,7 +57,7 @@ use functions::{
 use mutation_check::MutationCheck;
 use mutation_request_quota::MutationRequestQuota;
 use partition_leader::PartitionLeader;
-use quota_manager::{bench_noop_record, QuotaManager};
+use quota_manager::{bench_noop_record, update_cluster_metadata, QuotaManager};
 use replay_kernel::{recommend_quotas, ReplayKernel};
 use request_log::{parse_request_log, throttled_fetch_size};
 use request_outcome::RequestOutcome;
@@ -90,6 +91,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<ConnectionDecision>()?;
     m.add_class::<ConnectionQuotas>()?;
     m.add_class::<proxy_data_path::ProxyDataPath>()?;
+    m.add_class::<proxy_decision::ProxyDecision>()?;
     m.add_function(wrap_pyfunction!(update_cluster_metadata, m)?)?;
     m.add_function(wrap_pyfunction!(applied_throttles, m)?)?;
     m.add_function(wrap_pyfunction!(recommend_quotas, m)?)?;

@@ -9,34 +9,17 @@ use std::time::Duration;
 use pyo3::exceptions::PyOSError;
 use pyo3::prelude::*;
 
-use kquota_proxy::server::{Admission, CallbackFactory, Decision, Managers, Proxy};
+use kquota_proxy::server::{Admission, CallbackFactory, Managers, Proxy};
 use kquota_proxy::{AdminAccess, SharedAdmin};
 
-use crate::args;
 use crate::callback::{raised, PyCallback};
 use crate::connection_quotas::ConnectionQuotas;
 use crate::controller_mutation_quota_manager::ControllerMutationQuotaManager;
 use crate::error::{errors, CoreError};
+use crate::proxy_decision::ProxyDecision;
 use crate::proxy_options::{given_int, given_options, given_ports, GivenInt};
 use crate::quota_admin::PyQuotaAdmin;
-use crate::quota_manager::QuotaManager;
-use crate::request_outcome::RequestOutcome;
-
-/// One decision as Python receives it (see `kquota.proxy.ProxyDecision`).
-type DecisionTuple = (
-    i64,
-    String,
-    String,
-    (i16, i16, i32),
-    bool,
-    f64,
-    f64,
-    i16,
-    RequestOutcome,
-    Option<i32>,
-    String,
-    i32,
-);
+use crate::quota_manager::{self, QuotaManager};
 
 /// One gateway broker's managers as Python receives them: produce, fetch, request, the
 /// controller-mutation manager and the connection quotas, if any.
@@ -113,23 +96,6 @@ fn callback_factory_of(py: Python<'_>, factory: Py<PyAny>) -> PyResult<CallbackF
     }))
 }
 
-fn decision_tuple(d: Decision) -> DecisionTuple {
-    (
-        d.at_ms,
-        d.user,
-        d.client_id,
-        (d.api_key, d.api_version, d.correlation_id),
-        d.follower,
-        d.size,
-        d.thread_ns,
-        d.acks,
-        d.outcome.into(),
-        d.mutation_throttle_ms,
-        d.peer.to_string(),
-        d.broker,
-    )
-}
-
 #[pymethods]
 impl ProxyDataPath {
     /// Listens on `listen` and relays each connection to `upstream` with the quotas of
@@ -143,9 +109,9 @@ impl ProxyDataPath {
     fn new(
         py: Python<'_>,
         upstream: &str,
-        #[pyo3(from_py_with = args::produce)] produce: Py<QuotaManager>,
-        #[pyo3(from_py_with = args::fetch)] fetch: Py<QuotaManager>,
-        #[pyo3(from_py_with = args::request)] request: Py<QuotaManager>,
+        #[pyo3(from_py_with = quota_manager::produce)] produce: Py<QuotaManager>,
+        #[pyo3(from_py_with = quota_manager::fetch)] fetch: Py<QuotaManager>,
+        #[pyo3(from_py_with = quota_manager::request)] request: Py<QuotaManager>,
         mutation: Option<Py<ControllerMutationQuotaManager>>,
         #[pyo3(from_py_with = given_int)] default_num_partitions: GivenInt,
         connection_quotas: Option<Py<ConnectionQuotas>>,
@@ -328,15 +294,13 @@ impl ProxyDataPath {
         kquota_proxy::api_name(api_key)
     }
 
-    /// The quota decisions made since the last call, oldest first, as tuples
-    /// `(at_ms, user, client_id, (api_key, api_version, correlation_id), follower, size,
-    /// thread_ns, acks, outcome, mutation_throttle_ms, peer)`; empty unless built with
+    /// The quota decisions made since the last call, oldest first; empty unless built with
     /// `keep_decisions`.
-    fn take_decisions(&self, py: Python<'_>) -> Vec<DecisionTuple> {
+    fn take_decisions(&self, py: Python<'_>) -> Vec<ProxyDecision> {
         let taken = self
             .with_proxy(py, Proxy::take_decisions)
             .unwrap_or_default();
-        py.detach(|| taken.into_iter().map(decision_tuple).collect())
+        taken.into_iter().map(ProxyDecision::from).collect()
     }
 
     /// Connections closed unread because their IP was over its rate.

@@ -1,5 +1,6 @@
-//! `QuotaManager`: Kafka's client-quota manager for one quota type, and the benchmark
-//! floor of its `record`.
+//! `QuotaManager`: Kafka's client-quota manager for one quota type, the benchmark floor of
+//! its `record`, the converters of the arguments that take one, and the call that tells
+//! the callbacks of several managers about the cluster.
 
 use numpy::{PyArray1, PyReadonlyArray1};
 use pyo3::prelude::*;
@@ -8,7 +9,8 @@ use kquota_core as core;
 
 use crate::args::{self, now_or_clock, Text};
 use crate::callback::PyCallback;
-use crate::entity::Entity;
+use crate::cluster_metadata::ClusterMetadata;
+use crate::entity::{self, Entity};
 use crate::error::{CoreError, CoreResult};
 use crate::sensor_reading::SensorReading;
 use crate::shared::pymethods_with;
@@ -90,7 +92,7 @@ pymethods_with!([window, client_quota] impl QuotaManager {
 
     fn remove_quota(
         &self,
-        #[pyo3(from_py_with = args::entity)] entity: Bound<'_, Entity>,
+        #[pyo3(from_py_with = entity::entity)] entity: Bound<'_, Entity>,
     ) -> CoreResult<()> {
         // Without the GIL, as `set_quota`.
         let e = entity.get().inner.clone();
@@ -307,4 +309,40 @@ fn release_freed_memory() {
             malloc_trim(0);
         }
     }
+}
+
+/// A `kquota.QuotaManager`, for the parameter `name`.
+fn manager<'py>(obj: &Bound<'py, PyAny>, name: &str) -> PyResult<Py<QuotaManager>> {
+    obj.cast::<QuotaManager>()
+        .map(|m| m.clone().unbind())
+        .map_err(|_| args::wrong_type(name, "a kquota.QuotaManager", obj))
+}
+
+pub(crate) fn produce(obj: &Bound<'_, PyAny>) -> PyResult<Py<QuotaManager>> {
+    manager(obj, "produce")
+}
+
+pub(crate) fn fetch(obj: &Bound<'_, PyAny>) -> PyResult<Py<QuotaManager>> {
+    manager(obj, "fetch")
+}
+
+pub(crate) fn request(obj: &Bound<'_, PyAny>) -> PyResult<Py<QuotaManager>> {
+    manager(obj, "request")
+}
+
+/// Tells the callbacks of `managers` about `metadata`, each distinct callback once, and
+/// resets the limits of the managers whose callback answered true (Kafka's broker on an
+/// UpdateMetadata request). Managers without a callback are skipped. Whether any answered
+/// true.
+#[pyfunction]
+#[pyo3(signature = (metadata, *managers))]
+pub(crate) fn update_cluster_metadata(
+    metadata: Bound<'_, ClusterMetadata>,
+    managers: Vec<Bound<'_, QuotaManager>>,
+) -> CoreResult<bool> {
+    let md = core::ClusterMetadata::from(metadata.get());
+    let refs: Vec<&core::QuotaManager> = managers.iter().map(|m| &*m.get().inner).collect();
+    Ok(core::managers::manager::update_cluster_metadata(
+        &refs, &md,
+    )?)
 }

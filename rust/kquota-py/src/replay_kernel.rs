@@ -12,9 +12,9 @@ use kquota_core as core;
 
 use crate::args::{self, Text};
 use crate::controller_mutation_quota_manager::ControllerMutationQuotaManager;
-use crate::entity::Entity;
+use crate::entity::{self, Entity};
 use crate::error::{errors, CoreError, CoreResult};
-use crate::request_path::RequestPath;
+use crate::request_path::{self, RequestPath};
 
 /// A sequential replay of one broker's requests under several quota configurations.
 #[pyclass(module = "kquota._core", frozen)]
@@ -98,7 +98,7 @@ impl ReplayKernel {
     )]
     fn new(
         #[pyo3(from_py_with = args::pairs)] pairs: Vec<(String, String)>,
-        #[pyo3(from_py_with = args::scenarios)] scenarios: Vec<Py<RequestPath>>,
+        #[pyo3(from_py_with = request_path::scenarios)] scenarios: Vec<Py<RequestPath>>,
         #[pyo3(from_py_with = args::closed_loop)] closed_loop: bool,
         #[pyo3(from_py_with = args::expiry_task_ms)] expiry_task_ms: Option<i64>,
         #[pyo3(from_py_with = args::client_limits)] client_limits: Option<core::ClientLimits>,
@@ -225,7 +225,7 @@ impl ReplayKernel {
         py: Python<'_>,
         #[pyo3(from_py_with = args::scenario)] scenario: usize,
         #[pyo3(from_py_with = args::quota_type)] quota_type: Text<'_>,
-        #[pyo3(from_py_with = args::entity)] entity: Bound<'_, Entity>,
+        #[pyo3(from_py_with = entity::entity)] entity: Bound<'_, Entity>,
         #[pyo3(from_py_with = args::value)] value: f64,
         #[pyo3(from_py_with = args::required_now_ms)] now_ms: i64,
     ) -> PyResult<()> {
@@ -240,7 +240,7 @@ impl ReplayKernel {
         py: Python<'_>,
         #[pyo3(from_py_with = args::scenario)] scenario: usize,
         #[pyo3(from_py_with = args::quota_type)] quota_type: Text<'_>,
-        #[pyo3(from_py_with = args::entity)] entity: Bound<'_, Entity>,
+        #[pyo3(from_py_with = entity::entity)] entity: Bound<'_, Entity>,
         #[pyo3(from_py_with = args::required_now_ms)] now_ms: i64,
     ) -> PyResult<()> {
         let t = quota_type_of(&quota_type)?;
@@ -265,7 +265,7 @@ impl ReplayKernel {
         &self,
         py: Python<'_>,
         #[pyo3(from_py_with = args::scenario)] scenario: usize,
-        #[pyo3(from_py_with = args::entity)] entity: Bound<'_, Entity>,
+        #[pyo3(from_py_with = entity::entity)] entity: Bound<'_, Entity>,
         #[pyo3(from_py_with = args::value)] value: f64,
         #[pyo3(from_py_with = args::required_now_ms)] now_ms: i64,
     ) -> PyResult<()> {
@@ -280,7 +280,7 @@ impl ReplayKernel {
         &self,
         py: Python<'_>,
         #[pyo3(from_py_with = args::scenario)] scenario: usize,
-        #[pyo3(from_py_with = args::entity)] entity: Bound<'_, Entity>,
+        #[pyo3(from_py_with = entity::entity)] entity: Bound<'_, Entity>,
         #[pyo3(from_py_with = args::required_now_ms)] now_ms: i64,
     ) -> PyResult<()> {
         let mut k = self.kernel(py)?;

@@ -1,14 +1,15 @@
-//! `RequestPath`: Kafka's request handling over a broker's three quota managers, and
-//! the applied throttle of batches of events.
+//! `RequestPath`: Kafka's request handling over a broker's three quota managers, the
+//! applied throttle of batches of events, and the converter of a replay's `scenarios`.
 
 use numpy::{PyArray1, PyReadonlyArray1};
 use pyo3::prelude::*;
+use pyo3::types::PyString;
 
 use kquota_core as core;
 
 use crate::args::{self, now_or_clock, Text};
 use crate::error::{CoreError, CoreResult};
-use crate::quota_manager::QuotaManager;
+use crate::quota_manager::{self, QuotaManager};
 use crate::request_outcome::RequestOutcome;
 
 /// Kafka's request handling over a broker's produce, fetch and request managers.
@@ -49,9 +50,9 @@ impl RequestPath {
 impl RequestPath {
     #[new]
     fn new(
-        #[pyo3(from_py_with = args::produce)] produce: Py<QuotaManager>,
-        #[pyo3(from_py_with = args::fetch)] fetch: Py<QuotaManager>,
-        #[pyo3(from_py_with = args::request)] request: Py<QuotaManager>,
+        #[pyo3(from_py_with = quota_manager::produce)] produce: Py<QuotaManager>,
+        #[pyo3(from_py_with = quota_manager::fetch)] fetch: Py<QuotaManager>,
+        #[pyo3(from_py_with = quota_manager::request)] request: Py<QuotaManager>,
     ) -> CoreResult<Self> {
         core::RequestPath::new(
             &produce.get().inner,
@@ -175,4 +176,24 @@ pub(crate) fn applied_throttles<'py>(
         .detach(|| core::managers::request_path::applied_throttles(&p, &f, &r))
         .map_err(CoreError)?;
     Ok(PyArray1::from_vec(py, applied))
+}
+
+/// The scenarios of a replay: a sequence of `kquota.RequestPath`.
+pub(crate) fn scenarios(obj: &Bound<'_, PyAny>) -> PyResult<Vec<Py<RequestPath>>> {
+    let expected = "a sequence of kquota.RequestPath (one per scenario)";
+    if obj.is_instance_of::<PyString>() {
+        return Err(args::wrong_type("scenarios", expected, obj));
+    }
+    let items = obj
+        .try_iter()
+        .map_err(|_| args::wrong_type("scenarios", expected, obj))?;
+    let mut out = Vec::new();
+    for (i, item) in items.enumerate() {
+        let item = item?;
+        let path = item.cast::<RequestPath>().map_err(|_| {
+            args::wrong_type(&format!("scenarios[{i}]"), "a kquota.RequestPath", &item)
+        })?;
+        out.push(path.clone().unbind());
+    }
+    Ok(out)
 }

@@ -54,7 +54,7 @@ macro_rules! pymethods_with {
 
             fn set_quota(
                 &self,
-                #[pyo3(from_py_with = $crate::args::entity)] entity: ::pyo3::Bound<
+                #[pyo3(from_py_with = $crate::entity::entity)] entity: ::pyo3::Bound<
                     '_,
                     $crate::entity::Entity,
                 >,
@@ -68,7 +68,7 @@ macro_rules! pymethods_with {
 
             fn quota(
                 &self,
-                #[pyo3(from_py_with = $crate::args::entity)] entity: ::pyo3::Bound<
+                #[pyo3(from_py_with = $crate::entity::entity)] entity: ::pyo3::Bound<
                     '_,
                     $crate::entity::Entity,
                 >,
