@@ -1320,7 +1320,7 @@ class ConnectionQuotas:
         self, listener: str, now_ms: int | None = None
     ) -> tuple[float, float]:
         """Average accept delay and average IP throttle of a listener (NaN when none)."""
-    def sibling(self) -> ConnectionQuotas:
+    def for_another_broker(self) -> ConnectionQuotas:
         """Another broker of the same cluster: the same configuration, shared (a change
         through either applies to both), and sensors of its own, as each Kafka broker
         counts only the connections it accepts."""

@@ -286,7 +286,7 @@ def test_per_broker_collector_reads_each_brokers_connection_rates() -> None:
     """Sibling connection quotas (one configuration, sensors apart, as a gateway's ports
     have them) scraped with a ``broker`` label: each broker's values are its own."""
     first = connections()
-    second = first.sibling()
+    second = first.for_another_broker()
     for t in range(0, 50, 10):  # 5 connections on broker 1 only
         second.on_new_connection("PLAINTEXT", "2001:db8::1", now_ms=1000 + t)
     now = 1500

@@ -396,14 +396,17 @@ fn each_sibling_has_its_own_callback_told_every_quota() {
         Arc::new(SplitUserQuota::default()),
     );
     let a = with(&cb_a, QuotaType::Produce);
-    assert!(matches!(a.sibling(), Err(Error::InvalidConfig(_))));
+    assert!(matches!(
+        a.for_another_broker(),
+        Err(Error::InvalidConfig(_))
+    ));
     let plain = QuotaManager::with_defaults(QuotaType::Produce);
     assert!(matches!(
-        plain.sibling_with_callback(cb_b.clone()),
+        plain.for_another_broker_with_callback(cb_b.clone()),
         Err(Error::InvalidConfig(_))
     ));
     a.set_quota(&user("alice"), 2000.0).unwrap();
-    let b = a.sibling_with_callback(cb_b.clone()).unwrap();
+    let b = a.for_another_broker_with_callback(cb_b.clone()).unwrap();
     assert_eq!(cb_b.quotas.lock().unwrap().get("alice"), Some(&2000.0));
     // Each measures its own traffic under its own callback's limit.
     assert_eq!(b.record("alice", "x", 600.0, 0).unwrap(), 0);

@@ -60,16 +60,16 @@ impl Managers {
     }
 
     /// With `new_callback`, which makes another broker's instance of the managers' quota
-    /// callback (each Kafka broker has its own): what [`Self::sibling`] needs when the
+    /// callback (each Kafka broker has its own): what [`Self::for_another_broker`] needs when the
     /// managers have one.
     pub fn with_callback_factory(mut self, new_callback: CallbackFactory) -> Self {
         self.new_callback = Some(new_callback);
         self
     }
 
-    /// Whether [`Self::sibling`] can make siblings: managers with a quota callback need a
+    /// Whether [`Self::for_another_broker`] can make siblings: managers with a quota callback need a
     /// callback factory.
-    pub fn check_siblings(&self) -> kquota_core::Result<()> {
+    pub fn check_for_other_brokers(&self) -> kquota_core::Result<()> {
         if self.new_callback.is_none() && self.each().iter().any(|m| m.callback().is_some()) {
             return Err(kquota_core::Error::InvalidConfig(
                 "managers with a quota callback need a callback factory to make another \
@@ -83,24 +83,30 @@ impl Managers {
     /// The managers of another broker of the cluster: siblings sharing these managers'
     /// quotas, with sensors of their own, and with a new instance of the quota callback
     /// (one for the three) if the managers have one.
-    pub fn sibling(&self) -> kquota_core::Result<Self> {
-        self.check_siblings()?;
+    pub fn for_another_broker(&self) -> kquota_core::Result<Self> {
+        self.check_for_other_brokers()?;
         let callback = match &self.new_callback {
             Some(make) if self.each().iter().any(|m| m.callback().is_some()) => Some(make()?),
             _ => None,
         };
-        let sibling = |m: &QuotaManager| -> kquota_core::Result<Arc<QuotaManager>> {
+        let another = |m: &QuotaManager| -> kquota_core::Result<Arc<QuotaManager>> {
             Ok(Arc::new(match (&callback, m.callback()) {
-                (Some(cb), Some(_)) => m.sibling_with_callback(Arc::clone(cb))?,
-                _ => m.sibling()?,
+                (Some(cb), Some(_)) => m.for_another_broker_with_callback(Arc::clone(cb))?,
+                _ => m.for_another_broker()?,
             }))
         };
         Ok(Managers {
-            produce: sibling(&self.produce)?,
-            fetch: sibling(&self.fetch)?,
-            request: sibling(&self.request)?,
-            mutation: self.mutation.as_ref().map(|m| Arc::new(m.sibling())),
-            admission: self.admission.as_ref().map(|a| Arc::new(a.sibling())),
+            produce: another(&self.produce)?,
+            fetch: another(&self.fetch)?,
+            request: another(&self.request)?,
+            mutation: self
+                .mutation
+                .as_ref()
+                .map(|m| Arc::new(m.for_another_broker())),
+            admission: self
+                .admission
+                .as_ref()
+                .map(|a| Arc::new(a.for_another_broker())),
             new_callback: self.new_callback.clone(),
         })
     }
@@ -180,10 +186,10 @@ impl Admission {
     }
 
     /// Another broker's route: the same connection quotas' configuration and listener,
-    /// with sensors of its own ([`ConnectionQuotas::sibling`]).
-    pub fn sibling(&self) -> Self {
+    /// with sensors of its own ([`ConnectionQuotas::for_another_broker`]).
+    pub fn for_another_broker(&self) -> Self {
         Admission {
-            quotas: Arc::new(self.quotas.sibling()),
+            quotas: Arc::new(self.quotas.for_another_broker()),
             listener: self.listener.clone(),
             ip_throttled: AtomicU64::new(0),
         }

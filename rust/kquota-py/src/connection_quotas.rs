@@ -160,9 +160,9 @@ pymethods_with!([window] impl ConnectionQuotas {
 
     /// Another broker of the same cluster: the same configuration, shared (a change
     /// through either applies to both), and sensors of its own.
-    fn sibling(&self) -> Self {
+    fn for_another_broker(&self) -> Self {
         ConnectionQuotas {
-            inner: std::sync::Arc::new(self.inner.sibling()),
+            inner: std::sync::Arc::new(self.inner.for_another_broker()),
         }
     }
 

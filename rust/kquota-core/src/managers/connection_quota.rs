@@ -13,7 +13,7 @@
 //! after an hour without a connection, as Kafka's do. Broker and listener sensors never
 //! expire (a listener's go when it is removed).
 //!
-//! [`ConnectionQuotas::sibling`] gives another broker of the same cluster: the same
+//! [`ConnectionQuotas::for_another_broker`] gives another broker of the same cluster: the same
 //! configuration, shared, and sensors of its own, because each Kafka broker counts only
 //! the connections it accepts.
 
@@ -192,7 +192,7 @@ impl ConnectionQuotas {
     /// the broker-wide and listener limits, the listeners; a change through either is
     /// seen by both at once) and counts its own connections, on sensors of its own, as
     /// each Kafka broker does.
-    pub fn sibling(&self) -> Self {
+    pub fn for_another_broker(&self) -> Self {
         ConnectionQuotas {
             window: self.window,
             inter_broker_listener: self.inter_broker_listener.clone(),

@@ -222,8 +222,8 @@ impl QuotaManager {
     /// quotas (one configuration: a quota set on either applies to both), its own sensors
     /// and delay queue, as each Kafka broker measures only its own traffic. A manager with
     /// a callback has none this way: each broker has a callback instance of its own
-    /// ([`Self::sibling_with_callback`]).
-    pub fn sibling(&self) -> Result<Self> {
+    /// ([`Self::for_another_broker_with_callback`]).
+    pub fn for_another_broker(&self) -> Result<Self> {
         if self.callback.is_some() {
             return Err(Error::InvalidConfig(
                 "a manager with a quota callback has no sibling without one: each broker has \
@@ -231,16 +231,19 @@ impl QuotaManager {
                     .to_owned(),
             ));
         }
-        Ok(self.sibling_of(None))
+        Ok(self.for_broker_with(None))
     }
 
-    /// A sibling ([`Self::sibling`]) of a manager with a callback, with `callback` (a new
+    /// A sibling ([`Self::for_another_broker`]) of a manager with a callback, with `callback` (a new
     /// instance, as each Kafka broker has its own): it is first told every quota set so
     /// far, as a broker that starts reads them all, and from then on every quota set or
     /// removed on any sibling. Limits reset by one sibling are asked again by each of the
     /// others of its own callback before their next record. Fails, making nothing, if this
     /// manager has no callback or `callback` fails to take a quota.
-    pub fn sibling_with_callback(&self, callback: Arc<dyn QuotaCallback>) -> Result<Self> {
+    pub fn for_another_broker_with_callback(
+        &self,
+        callback: Arc<dyn QuotaCallback>,
+    ) -> Result<Self> {
         if self.callback.is_none() {
             return Err(Error::InvalidConfig(
                 "a manager without a quota callback has siblings without one".to_owned(),
@@ -253,10 +256,10 @@ impl QuotaManager {
         family.retain(|cb| cb.strong_count() > 0);
         family.push(Arc::downgrade(&callback));
         drop(family);
-        Ok(self.sibling_of(Some(callback)))
+        Ok(self.for_broker_with(Some(callback)))
     }
 
-    fn sibling_of(&self, callback: Option<Arc<dyn QuotaCallback>>) -> Self {
+    fn for_broker_with(&self, callback: Option<Arc<dyn QuotaCallback>>) -> Self {
         QuotaManager {
             quota_type: self.quota_type,
             window: self.window,
@@ -343,7 +346,7 @@ mod tests {
     #[test]
     fn siblings_share_quotas_and_measure_apart() {
         let a = QuotaManager::with_defaults(QuotaType::Produce);
-        let b = a.sibling().unwrap();
+        let b = a.for_another_broker().unwrap();
         assert!(!b.enabled());
         b.set_quota(&user("alice"), 1024.0).unwrap();
         assert!(a.enabled());

@@ -159,7 +159,7 @@ impl ControllerMutationQuotaManager {
     /// A manager for another broker of the same cluster: the same windows and quotas (one
     /// configuration: a quota set on either applies to both), its own buckets, throttle
     /// sensors and delay queue, as each Kafka broker holds its own.
-    pub fn sibling(&self) -> Self {
+    pub fn for_another_broker(&self) -> Self {
         ControllerMutationQuotaManager {
             window: self.window,
             sensor_expiry_ms: self.sensor_expiry_ms,

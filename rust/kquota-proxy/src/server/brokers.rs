@@ -39,7 +39,7 @@ pub(super) fn gateway_addresses(
             }
             return None;
         };
-        let siblings = || shared.route.managers.sibling();
+        let siblings = || shared.route.managers.for_another_broker();
         let open = |route| (shared.open_route)(shared, routes, route, port);
         match routes.learn(broker.node_id, &upstream, siblings, open) {
             Ok(BrokerChange::Known | BrokerChange::Opened) => {}

@@ -55,7 +55,7 @@ impl Proxy {
                 .check()
                 .map_err(|msg| io::Error::new(io::ErrorKind::InvalidInput, msg))?;
             managers
-                .check_siblings()
+                .check_for_other_brokers()
                 .map_err(|err| io::Error::new(io::ErrorKind::InvalidInput, err.to_string()))?;
         }
         let listener = runtime.block_on(TcpListener::bind(listen))?;

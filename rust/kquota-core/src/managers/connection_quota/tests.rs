@@ -80,7 +80,7 @@ fn broker_limit_delays_but_not_the_protected_listener() {
 #[test]
 fn siblings_share_the_configuration_and_count_apart() {
     let a = quotas();
-    let b = a.sibling();
+    let b = a.for_another_broker();
     let t = 1_700_000_000_000;
     // A change through either is seen by both.
     b.set_ip_quota(Some(EXTERNAL_IP), Some(2)).unwrap();

@@ -10,7 +10,7 @@ fn pair(user: &str, client: &str) -> QuotaEntity {
 #[test]
 fn siblings_share_quotas_and_keep_their_own_buckets() {
     let a = ControllerMutationQuotaManager::with_defaults();
-    let b = a.sibling();
+    let b = a.for_another_broker();
     b.set_quota(&pair("u", "c"), 2.0).unwrap();
     assert!(a.enabled());
     let t = 1_700_000_000_000;
