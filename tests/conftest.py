@@ -99,61 +99,43 @@ def _no_kafka_client_outlives_its_test(request: pytest.FixtureRequest) -> Iterat
 KAFKA_FIXTURES = ("kafka_broker", "kafka3_broker", "kafka_newest_broker", "kafka_cluster")
 
 
-def _running(kafka: Any) -> Iterator[Any]:
-    """Start a ``KafkaBroker`` or ``KafkaCluster``, yield it, stop it (an error if it had
-    to be killed: every stop is meant to be clean). A missing jar or ``java`` fails the
-    tests that need it with what to run (``make test`` fetches the jars first; a skip would
-    drop Kafka's side of a comparison without a word)."""
-    from kafka_support import KafkaNotInstalled
-
-    try:
-        kafka.start()
-    except KafkaNotInstalled as missing:
-        pytest.fail(str(missing), pytrace=False)
-    try:
-        yield kafka
-    finally:
-        if not kafka.stop():
-            pytest.fail(f"did not stop on SIGTERM; killed\n{kafka.describe()}", pytrace=False)
-
-
 @pytest.fixture(scope="session")
 def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """One Kafka 4 KRaft node (``KAFKA_VERSION``) for the session: a ``KafkaBroker``, with
     ``bootstrap``, ``log_dir`` and ``request_log``. Tests leave it as they found it (a
     quota they set, they delete)."""
-    from kafka_support import KAFKA_VERSION, KafkaBroker
+    from kafka_support import KAFKA_VERSION, KafkaBroker, running_kafka
 
     folder = tmp_path_factory.mktemp(f"kafka-{KAFKA_VERSION}-")
-    yield from _running(KafkaBroker(folder, version=KAFKA_VERSION))
+    yield from running_kafka(KafkaBroker(folder, version=KAFKA_VERSION))
 
 
 @pytest.fixture(scope="session")
 def kafka3_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """The same with Kafka 3 (``KAFKA3_VERSION``, log4j 1): the request-log format most
     clusters write today."""
-    from kafka_support import KAFKA3_VERSION, KafkaBroker
+    from kafka_support import KAFKA3_VERSION, KafkaBroker, running_kafka
 
     folder = tmp_path_factory.mktemp(f"kafka-{KAFKA3_VERSION}-")
-    yield from _running(KafkaBroker(folder, version=KAFKA3_VERSION))
+    yield from running_kafka(KafkaBroker(folder, version=KAFKA3_VERSION))
 
 
 @pytest.fixture(scope="module")
 def kafka_newest_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """The same with the newest Kafka pinned (``KAFKA_NEWEST_VERSION``), for the modules
     that compare against it: one node per module."""
-    from kafka_support import KAFKA_NEWEST_VERSION, KafkaBroker
+    from kafka_support import KAFKA_NEWEST_VERSION, KafkaBroker, running_kafka
 
     folder = tmp_path_factory.mktemp(f"kafka-{KAFKA_NEWEST_VERSION}-")
-    yield from _running(KafkaBroker(folder, version=KAFKA_NEWEST_VERSION))
+    yield from running_kafka(KafkaBroker(folder, version=KAFKA_NEWEST_VERSION))
 
 
 @pytest.fixture(scope="module")
 def _kafka_cluster_of_module(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    from kafka_support import KAFKA_VERSION, KafkaCluster
+    from kafka_support import KAFKA_VERSION, KafkaCluster, running_kafka
 
     folder = tmp_path_factory.mktemp(f"kafka-cluster-{KAFKA_VERSION}-")
-    yield from _running(KafkaCluster(folder, size=3, version=KAFKA_VERSION))
+    yield from running_kafka(KafkaCluster(folder, size=3, version=KAFKA_VERSION))
 
 
 @pytest.fixture

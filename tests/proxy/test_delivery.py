@@ -55,9 +55,9 @@ SOAK_MESSAGES = 4000
 def kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SideBySideBroker]:
     """One Kafka 4 KRaft node: its PROXIED listener advertises the sidecar's port, its
     PLAINTEXT listener is the gateway's bootstrap and the read-back's."""
-    from conftest import _running
+    from kafka_support import running_kafka
 
-    yield from _running(SideBySideBroker(tmp_path_factory.mktemp("delivery-kafka")))
+    yield from running_kafka(SideBySideBroker(tmp_path_factory.mktemp("delivery-kafka")))
 
 
 def _plugin() -> QuotaPlugin:

@@ -127,9 +127,9 @@ run (burst included), so that it never runs dry."""
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SideBySideBroker]:
     """One Kafka 4 KRaft node with a PLAINTEXT listener for (A) and a PROXIED one,
     advertising the proxy's address, for (B)."""
-    from conftest import _running
+    from kafka_support import running_kafka
 
-    yield from _running(SideBySideBroker(tmp_path_factory.mktemp("side-by-side-kafka")))
+    yield from running_kafka(SideBySideBroker(tmp_path_factory.mktemp("side-by-side-kafka")))
 
 
 def _create_topics(broker: SideBySideBroker, *topics: str) -> None:
@@ -345,10 +345,10 @@ def sasl_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SideBySide
     """A second Kafka node whose client listeners take SASL/PLAIN logins of
     :data:`SASL_USERS`, so that a user's quota applies (the proxy learns the user from the
     authentication passing through it)."""
-    from conftest import _running
+    from kafka_support import running_kafka
 
     folder = tmp_path_factory.mktemp("side-by-side-sasl")
-    yield from _running(SideBySideBroker(folder, sasl_users=SASL_USERS))
+    yield from running_kafka(SideBySideBroker(folder, sasl_users=SASL_USERS))
 
 
 SASL_USERS = {f"tenant-{name}": f"{name}-secret" for name in ("kafka", "kquota")}

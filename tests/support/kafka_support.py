@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any, Self
 
 import paths
+import pytest
 from ports import free_port
 
 ROOT = paths.ROOT
@@ -83,6 +84,22 @@ VERSIONS = tuple(dict.fromkeys(_PINNED.values()))
 
 class KafkaNotInstalled(RuntimeError):
     """The pinned jars (or ``java``) are not on this machine."""
+
+
+def running_kafka(kafka: Any) -> Iterator[Any]:
+    """Start a ``KafkaBroker`` or ``KafkaCluster``, yield it, stop it (an error if it had
+    to be killed: every stop is meant to be clean). A missing jar or ``java`` fails the
+    tests that need it with what to run (``make test`` fetches the jars first; a skip would
+    drop Kafka's side of a comparison without a word)."""
+    try:
+        kafka.start()
+    except KafkaNotInstalled as missing:
+        pytest.fail(str(missing), pytrace=False)
+    try:
+        yield kafka
+    finally:
+        if not kafka.stop():
+            pytest.fail(f"did not stop on SIGTERM; killed\n{kafka.describe()}", pytrace=False)
 
 
 def kafka_home(version: str) -> Path:
